@@ -1,0 +1,33 @@
+# The two commands a newcomer needs: `make run` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+# The suite runs on PostgreSQL; pytest-django creates and drops test_<name>.
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/birthday_scheduler
+
+.PHONY: run test venv check-db lint clean bench
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -r requirements-dev.txt
+	touch $@
+
+venv: $(VENV)/.installed
+
+run: venv
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py ensure_local_admin
+	$(PY) -m config.run_local
+
+check-db: venv
+	@DATABASE_URL=$(or $(DATABASE_URL),$(TEST_DATABASE_URL)) $(PY) -m config.check_db
+
+test: venv check-db
+	DATABASE_URL=$(or $(DATABASE_URL),$(TEST_DATABASE_URL)) $(PY) manage.py check
+	DATABASE_URL=$(or $(DATABASE_URL),$(TEST_DATABASE_URL)) $(PY) manage.py makemigrations --check --dry-run
+	DATABASE_URL=$(or $(DATABASE_URL),$(TEST_DATABASE_URL)) $(PY) -m pytest --create-db $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) var db.sqlite3 db.sqlite3-wal db.sqlite3-shm

@@ -1,0 +1,46 @@
+"""Log formatters that carry the `extra={...}` fields (event id, key, attempt...)."""
+
+import json
+import logging
+from datetime import datetime, timezone
+
+# Attributes every LogRecord has; anything else on a record came from `extra`.
+_STANDARD_ATTRIBUTES = set(
+    logging.LogRecord("", 0, "", 0, "", (), None).__dict__
+) | {"message", "asctime", "taskName"}
+
+
+def _extra_fields(record: logging.LogRecord) -> dict:
+    return {k: v for k, v in record.__dict__.items() if k not in _STANDARD_ATTRIBUTES}
+
+
+class TextFormatter(logging.Formatter):
+    """`time level logger message key=value ...` for people reading a terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = datetime.fromtimestamp(record.created, tz=timezone.utc).strftime(
+            "%Y-%m-%dT%H:%M:%S.%f"
+        )[:-3]
+        line = f"{stamp}Z {record.levelname:<7} {record.name}: {record.getMessage()}"
+        extras = _extra_fields(record)
+        if extras:
+            line += " " + " ".join(f"{k}={v}" for k, v in extras.items())
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line, for log shippers."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        payload = {
+            "time": datetime.fromtimestamp(record.created, tz=timezone.utc).isoformat(),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            **_extra_fields(record),
+        }
+        if record.exc_info:
+            payload["exception"] = self.formatException(record.exc_info)
+        return json.dumps(payload, default=str)

@@ -1,0 +1,85 @@
+"""`make run`: start the whole product on this machine and stop it cleanly on Ctrl-C.
+
+Starts the web server (API and admin); each process's output is prefixed with its
+name. Ctrl-C (or SIGTERM) is passed on to every child, which then drain and exit.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+HOST = os.environ.get("RUN_HOST", "127.0.0.1")
+PORT = int(os.environ.get("RUN_PORT", "8000"))
+
+
+def processes() -> dict[str, list[str]]:
+    manage = [sys.executable, str(BASE_DIR / "manage.py")]
+    return {
+        "web": manage + ["runserver", f"{HOST}:{PORT}", "--noreload"],
+    }
+
+
+def _pump(name: str, stream) -> None:
+    for line in iter(stream.readline, ""):
+        sys.stdout.write(f"{name:>9} | {line}")
+        sys.stdout.flush()
+
+
+def main() -> int:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    children: dict[str, subprocess.Popen] = {}
+    for name, command in processes().items():
+        child = subprocess.Popen(
+            command,
+            cwd=BASE_DIR,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # Ctrl-C reaches them through us, once
+        )
+        children[name] = child
+        threading.Thread(target=_pump, args=(name, child.stdout), daemon=True).start()
+
+    admin_url = os.environ.get("ADMIN_URL", "admin/").strip("/")
+    print(
+        f"\n  API:    http://{HOST}:{PORT}/api/v1/users/\n"
+        f"  Admin:  http://{HOST}:{PORT}/{admin_url}/\n"
+        "  Stop everything with Ctrl-C.\n",
+        flush=True,
+    )
+
+    stopping = threading.Event()
+
+    def stop(signum, frame):
+        stopping.set()
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    while not stopping.is_set():
+        if any(child.poll() is not None for child in children.values()):
+            dead = [n for n, c in children.items() if c.poll() is not None]
+            print(f"Process {', '.join(dead)} exited; stopping the rest.", flush=True)
+            break
+        time.sleep(0.2)
+
+    for child in children.values():
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    for child in children.values():
+        try:
+            child.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.kill()
+    print("Stopped.", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,23 @@
+import pytest
+from django.contrib.auth import get_user_model
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+
+@pytest.fixture
+def operator(db):
+    return get_user_model().objects.create_user(username="operator", password="s3cret-pass!")
+
+
+@pytest.fixture
+def api_client(operator) -> APIClient:
+    """An API client authenticated with a DRF token."""
+    token = Token.objects.create(user=operator)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    return client
+
+
+@pytest.fixture
+def anonymous_client() -> APIClient:
+    return APIClient()

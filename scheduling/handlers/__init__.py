@@ -1,0 +1,19 @@
+"""The event-type registry: adding a type means one new module and one line here."""
+
+from scheduling.handlers.base import EventHandler, Occurrence, local_send_instant
+from scheduling.handlers.birthday import BirthdayHandler
+from scheduling.models import EventType
+
+REGISTRY: dict[str, EventHandler] = {
+    EventType.BIRTHDAY: BirthdayHandler(),
+}
+
+
+def get_handler(event_type: str) -> EventHandler:
+    try:
+        return REGISTRY[event_type]
+    except KeyError:
+        raise LookupError(f"No handler registered for event type {event_type!r}") from None
+
+
+__all__ = ["REGISTRY", "EventHandler", "Occurrence", "get_handler", "local_send_instant"]

@@ -1,0 +1,65 @@
+"""What every event type must know: when it next happens and what it says."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime, time, timezone
+from typing import TYPE_CHECKING, Protocol
+
+from django.conf import settings
+
+from users.validators import load_timezone
+
+if TYPE_CHECKING:
+    from users.models import User
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """A concrete instant at which an event is due, in UTC and in the user's zone."""
+
+    occurrence_date: date
+    target_utc: datetime
+    target_local: datetime
+    timezone_name: str
+
+
+def send_time() -> time:
+    """The configured local send time (EVENT_SEND_TIME, HH:MM)."""
+    return time.fromisoformat(settings.EVENT_SEND_TIME)
+
+
+def local_send_instant(occurrence_date: date, timezone_name: str) -> Occurrence:
+    """Resolve the send time on a local date to a real instant.
+
+    A wall time that does not exist (inside a DST gap) moves forward by the gap:
+    with fold=0 zoneinfo applies the offset in force before the transition, so
+    02:30 on a spring-forward night becomes 03:30. A wall time that happens twice
+    (DST overlap) takes the first, which is also fold=0.
+    """
+    zone = load_timezone(timezone_name)
+    wall = datetime.combine(occurrence_date, send_time()).replace(tzinfo=zone, fold=0)
+    target_utc = wall.astimezone(timezone.utc)
+    return Occurrence(
+        occurrence_date=occurrence_date,
+        target_utc=target_utc,
+        target_local=target_utc.astimezone(zone),
+        timezone_name=timezone_name,
+    )
+
+
+class EventHandler(Protocol):
+    """One per event type, registered in scheduling.handlers.REGISTRY."""
+
+    event_type: str
+
+    def next_occurrence(
+        self, *, user: User, now: datetime, after_date: date | None = None
+    ) -> Occurrence:
+        """The first occurrence whose send time has not passed, after `after_date`."""
+
+    def occurrence_matches(self, *, user: User, occurrence_date: date) -> bool:
+        """Whether an occurrence date still follows from the user's current data."""
+
+    def render_message(self, *, user: User) -> str:
+        """The message text, rendered from the user as they are now."""

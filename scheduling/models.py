@@ -1,0 +1,86 @@
+import uuid
+
+from django.db import models
+from django.db.models import Q
+
+
+class EventType(models.TextChoices):
+    BIRTHDAY = "BIRTHDAY", "Birthday"
+
+
+class EventStatus(models.TextChoices):
+    # Waiting for its target time; exactly one per user and event type.
+    PENDING = "PENDING", "Pending"
+    # Claimed by the scheduler; its delivery is queued or being sent.
+    PROCESSING = "PROCESSING", "Processing"
+    # The receiver accepted the message.
+    COMPLETED = "COMPLETED", "Completed"
+    # Given up: too late to send, or the delivery died. Operators may resend.
+    FAILED = "FAILED", "Failed"
+
+
+class Event(models.Model):
+    """One occurrence of a time-based event (a birthday in a given year) for one user."""
+
+    Status = EventStatus
+    Type = EventType
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(
+        "users.User", on_delete=models.CASCADE, related_name="events"
+    )
+    event_type = models.CharField(max_length=32, choices=EventType.choices)
+    status = models.CharField(
+        max_length=16, choices=EventStatus.choices, default=EventStatus.PENDING
+    )
+    # The date in the user's own calendar being celebrated (Feb 28 for a Feb 29
+    # birthday in a non-leap year).
+    occurrence_date = models.DateField()
+    target_timestamp_utc = models.DateTimeField()
+    # The local wall time with its UTC offset, as ISO 8601 text
+    # ("2027-03-14T09:00:00-04:00"). A DateTimeField would be normalised to UTC
+    # under USE_TZ and lose exactly the information this column exists to keep.
+    target_timestamp_local = models.CharField(max_length=40)
+    target_timezone = models.CharField(max_length=64)
+    executed_at = models.DateTimeField(null=True, blank=True)
+    failure_reason = models.TextField(blank=True, default="")
+    retry_count = models.PositiveIntegerField(default=0)
+    version = models.PositiveIntegerField(default=1)
+    idempotency_key = models.CharField(max_length=32, unique=True)
+    delivery_payload = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-occurrence_date", "-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=EventStatus.values), name="event_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(event_type__in=EventType.values), name="event_type_valid"
+            ),
+            models.CheckConstraint(condition=Q(version__gte=1), name="event_version_positive"),
+            models.UniqueConstraint(
+                fields=["user", "event_type", "occurrence_date"],
+                name="event_one_per_user_type_occurrence",
+            ),
+            models.UniqueConstraint(
+                fields=["user", "event_type"],
+                condition=Q(status=EventStatus.PENDING),
+                name="event_one_pending_per_user_type",
+            ),
+        ]
+        indexes = [
+            # The scheduler's claim: PENDING rows in target order. Partial, so it
+            # holds only the pending rows (one per user), not years of history.
+            models.Index(
+                fields=["target_timestamp_utc"],
+                condition=Q(status=EventStatus.PENDING),
+                name="event_pending_due_idx",
+            ),
+            models.Index(fields=["status", "target_timestamp_utc"], name="event_status_target_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_event_type_display()} {self.occurrence_date} ({self.status})"

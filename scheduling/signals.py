@@ -1,0 +1,19 @@
+"""Wiring only: user saves call the scheduling services."""
+
+from django.db.models.signals import post_save
+
+
+def _sync_events_after_user_save(sender, instance, raw: bool = False, **kwargs) -> None:
+    if raw:  # loaddata: fixtures carry their own events
+        return
+    from scheduling.services import event_sync_for_user
+
+    event_sync_for_user(user=instance)
+
+
+def connect() -> None:
+    from users.models import User
+
+    post_save.connect(
+        _sync_events_after_user_save, sender=User, dispatch_uid="scheduling.sync_user_events"
+    )

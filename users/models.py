@@ -1,0 +1,75 @@
+import uuid
+
+from django.db import models, transaction
+from django.db.models import Q
+from django.db.models.functions import Length, Trim
+from django.db.models.lookups import GreaterThan
+
+from users.validators import EARLIEST_DATE_OF_BIRTH, NAME_MAX_LENGTH, clean_user_fields
+
+
+class User(models.Model):
+    """A person who receives messages (not an operator: those are Django's auth users)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    first_name = models.CharField(max_length=NAME_MAX_LENGTH)
+    last_name = models.CharField(max_length=NAME_MAX_LENGTH)
+    date_of_birth = models.DateField()
+    timezone = models.CharField(
+        max_length=64, help_text="IANA time zone name, e.g. America/New_York."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "recipient"
+        verbose_name_plural = "recipients"
+        ordering = ["created_at", "id"]
+        indexes = [
+            models.Index(fields=["created_at", "id"], name="user_created_idx"),
+            models.Index(fields=["timezone"], name="user_timezone_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=GreaterThan(Length(Trim("first_name")), 0),
+                name="user_first_name_not_blank",
+            ),
+            models.CheckConstraint(
+                condition=GreaterThan(Length(Trim("last_name")), 0),
+                name="user_last_name_not_blank",
+            ),
+            models.CheckConstraint(
+                condition=GreaterThan(Length("timezone"), 0),
+                name="user_timezone_not_blank",
+            ),
+            models.CheckConstraint(
+                condition=Q(date_of_birth__gte=EARLIEST_DATE_OF_BIRTH),
+                name="user_date_of_birth_from_1900",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.first_name} {self.last_name}"
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.first_name} {self.last_name}"
+
+    def clean(self) -> None:
+        cleaned = clean_user_fields(
+            {
+                "first_name": self.first_name,
+                "last_name": self.last_name,
+                "date_of_birth": self.date_of_birth,
+                "timezone": self.timezone,
+            }
+        )
+        for field, value in cleaned.items():
+            setattr(self, field, value)
+
+    def save(self, *args, **kwargs) -> None:
+        # The post_save receiver schedules the user's events. Saving inside one
+        # transaction makes the user and its events land together or not at all,
+        # whichever path called save().
+        with transaction.atomic():
+            super().save(*args, **kwargs)

@@ -1,0 +1,99 @@
+from django.core.exceptions import ValidationError as DjangoValidationError
+from rest_framework import serializers
+
+from scheduling.models import Event
+from users.models import User
+from users.validators import clean_user_fields
+
+
+class EventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Event
+        fields = [
+            "id",
+            "event_type",
+            "status",
+            "occurrence_date",
+            "target_timestamp_utc",
+            "target_timestamp_local",
+            "target_timezone",
+            "idempotency_key",
+            "executed_at",
+            "failure_reason",
+            "retry_count",
+            "version",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class NextEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Event
+        fields = [
+            "id",
+            "event_type",
+            "status",
+            "occurrence_date",
+            "target_timestamp_utc",
+            "target_timestamp_local",
+            "target_timezone",
+            "idempotency_key",
+        ]
+        read_only_fields = fields
+
+
+class UserSerializer(serializers.ModelSerializer):
+    """Parses and renders users; the rules themselves live in users.validators."""
+
+    first_name = serializers.CharField(max_length=1000, trim_whitespace=False)
+    last_name = serializers.CharField(max_length=1000, trim_whitespace=False)
+    timezone = serializers.CharField(max_length=200)
+    next_event = serializers.SerializerMethodField()
+
+    class Meta:
+        model = User
+        fields = [
+            "id",
+            "first_name",
+            "last_name",
+            "date_of_birth",
+            "timezone",
+            "next_event",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = ["id", "next_event", "created_at", "updated_at"]
+
+    def to_internal_value(self, data):
+        if not isinstance(data, dict):
+            raise serializers.ValidationError(
+                {"non_field_errors": ["Expected a JSON object with the user's fields."]}
+            )
+        unknown = set(data) - set(self.fields)
+        if unknown:
+            # A misspelt field would otherwise be dropped silently and the
+            # request "succeed" without doing what the client meant.
+            raise serializers.ValidationError(
+                {field: ["Unknown field."] for field in sorted(unknown)}
+            )
+        return super().to_internal_value(data)
+
+    def validate(self, attrs):
+        merged = {
+            field: attrs.get(field, getattr(self.instance, field, None))
+            for field in ("first_name", "last_name", "date_of_birth", "timezone")
+        }
+        try:
+            cleaned = clean_user_fields(merged)
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict) from None
+        return {field: cleaned[field] for field in attrs}
+
+    def get_next_event(self, user: User):
+        pending = getattr(user, "pending_events", None)
+        if pending is None:
+            pending = list(user.events.filter(status=Event.Status.PENDING))
+        return NextEventSerializer(pending[0]).data if pending else None
+

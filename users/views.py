@@ -1,0 +1,46 @@
+from rest_framework import status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from scheduling.selectors import event_list_for_user
+from users import services
+from users.selectors import user_list
+from users.serializers import EventSerializer, UserSerializer
+
+
+class UserViewSet(viewsets.ModelViewSet):
+    """Recipients: create, list, read, replace, patch, delete, and their events."""
+
+    serializer_class = UserSerializer
+    http_method_names = ["get", "post", "put", "patch", "delete", "head", "options"]
+
+    def get_queryset(self):
+        return user_list()
+
+    def perform_create(self, serializer):
+        serializer.instance = services.user_create(**serializer.validated_data)
+
+    def perform_update(self, serializer):
+        services.user_update(user=serializer.instance, data=serializer.validated_data)
+
+    def update(self, request, *args, **kwargs):
+        super().update(request, *args, **kwargs)
+        # Render from a fresh read so next_event shows the rescheduled event.
+        user = self.get_queryset().get(pk=kwargs["pk"])
+        return Response(self.get_serializer(user).data)
+
+    def create(self, request, *args, **kwargs):
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        self.perform_create(serializer)
+        user = self.get_queryset().get(pk=serializer.instance.pk)
+        return Response(self.get_serializer(user).data, status=status.HTTP_201_CREATED)
+
+    def perform_destroy(self, instance):
+        services.user_delete(user=instance)
+
+    @action(detail=True, methods=["get"])
+    def events(self, request, pk=None):
+        user = self.get_object()
+        page = self.paginate_queryset(event_list_for_user(user_id=user.pk))
+        return self.get_paginated_response(EventSerializer(page, many=True).data)

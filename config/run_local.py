@@ -1,7 +1,9 @@
 """`make run`: start the whole product on this machine and stop it cleanly on Ctrl-C.
 
-Starts the web server (API and admin); each process's output is prefixed with its
-name. Ctrl-C (or SIGTERM) is passed on to every child, which then drain and exit.
+Starts the web server (API and admin), one scheduler, one worker and a local
+webhook sink that shows the messages as they arrive. Each process's output is
+prefixed with its name. Ctrl-C (or SIGTERM) is passed on to every child, which
+then drain and exit.
 """
 
 import os
@@ -15,12 +17,16 @@ from pathlib import Path
 BASE_DIR = Path(__file__).resolve().parent.parent
 HOST = os.environ.get("RUN_HOST", "127.0.0.1")
 PORT = int(os.environ.get("RUN_PORT", "8000"))
+SINK_PORT = int(os.environ.get("RUN_SINK_PORT", "8001"))
 
 
 def processes() -> dict[str, list[str]]:
     manage = [sys.executable, str(BASE_DIR / "manage.py")]
     return {
+        "sink": [sys.executable, "-m", "delivery.sink", "--host", HOST, "--port", str(SINK_PORT)],
         "web": manage + ["runserver", f"{HOST}:{PORT}", "--noreload"],
+        "scheduler": manage + ["run_scheduler"],
+        "worker": manage + ["run_worker"],
     }
 
 
@@ -32,6 +38,8 @@ def _pump(name: str, stream) -> None:
 
 def main() -> int:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # Without a receiver of your own, messages go to the local sink.
+    env.setdefault("WEBHOOK_URL", f"http://{HOST}:{SINK_PORT}/webhook")
     children: dict[str, subprocess.Popen] = {}
     for name, command in processes().items():
         child = subprocess.Popen(
@@ -47,12 +55,15 @@ def main() -> int:
         threading.Thread(target=_pump, args=(name, child.stdout), daemon=True).start()
 
     admin_url = os.environ.get("ADMIN_URL", "admin/").strip("/")
-    print(
-        f"\n  API:    http://{HOST}:{PORT}/api/v1/users/\n"
-        f"  Admin:  http://{HOST}:{PORT}/{admin_url}/\n"
-        "  Stop everything with Ctrl-C.\n",
-        flush=True,
-    )
+    lines = [
+        f"API:       http://{HOST}:{PORT}/api/v1/users/",
+        f"Admin:     http://{HOST}:{PORT}/{admin_url}/",
+        f"Webhooks:  POSTed to {env['WEBHOOK_URL']}",
+    ]
+    if env["WEBHOOK_URL"].startswith(f"http://{HOST}:{SINK_PORT}/"):
+        lines.append(f"Received:  http://{HOST}:{SINK_PORT}/ (and the 'sink' lines below)")
+    lines.append("Stop everything with Ctrl-C.")
+    print("\n" + "\n".join(f"  {line}" for line in lines) + "\n", flush=True)
 
     stopping = threading.Event()
 

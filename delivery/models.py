@@ -1,0 +1,118 @@
+import uuid
+
+from django.db import models
+from django.db.models import Q
+
+
+class DeliveryStatus(models.TextChoices):
+    # Waiting for `next_attempt_at` (first try, or a retry after a transient failure).
+    QUEUED = "QUEUED", "Queued"
+    # Leased by a worker until `locked_until`; an expired lease is taken back.
+    SENDING = "SENDING", "Sending"
+    # The receiver answered 2xx.
+    DELIVERED = "DELIVERED", "Delivered"
+    # Given up: a permanent failure, or every attempt used.
+    DEAD = "DEAD", "Dead"
+
+
+class Delivery(models.Model):
+    """The outbox row for one event occurrence: what to send, where, and how it went."""
+
+    Status = DeliveryStatus
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # One delivery per occurrence, enforced by the database.
+    event = models.OneToOneField(
+        "scheduling.Event", on_delete=models.CASCADE, related_name="delivery"
+    )
+    # Copied from the event so the worker's claim reads one table.
+    idempotency_key = models.CharField(max_length=32, unique=True)
+    endpoint_url = models.URLField(max_length=2000)
+    # The JSON body, rendered when the event was claimed.
+    payload = models.JSONField()
+    status = models.CharField(
+        max_length=16, choices=DeliveryStatus.choices, default=DeliveryStatus.QUEUED
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField()
+    locked_until = models.DateTimeField(null=True, blank=True)
+    locked_by = models.CharField(max_length=200, blank=True, default="")
+    # When the attempt now under lease started (for the abandoned-attempt record).
+    attempt_started_at = models.DateTimeField(null=True, blank=True)
+    last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "deliveries"
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=DeliveryStatus.values), name="delivery_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=~Q(status=DeliveryStatus.SENDING)
+                | (Q(locked_until__isnull=False) & ~Q(locked_by="")),
+                name="delivery_sending_has_lease",
+            ),
+        ]
+        indexes = [
+            # The worker's claim of due work: only QUEUED rows are in it.
+            models.Index(
+                fields=["next_attempt_at"],
+                condition=Q(status=DeliveryStatus.QUEUED),
+                name="delivery_queued_due_idx",
+            ),
+            # Taking back expired leases: only SENDING rows are in it.
+            models.Index(
+                fields=["locked_until"],
+                condition=Q(status=DeliveryStatus.SENDING),
+                name="delivery_lease_idx",
+            ),
+            models.Index(fields=["status", "updated_at"], name="delivery_status_updated_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.idempotency_key} ({self.status})"
+
+
+class AttemptOutcome(models.TextChoices):
+    DELIVERED = "DELIVERED", "Delivered"
+    TRANSIENT_FAILURE = "TRANSIENT_FAILURE", "Transient failure"
+    PERMANENT_FAILURE = "PERMANENT_FAILURE", "Permanent failure"
+    # The worker holding the lease vanished (killed, lost its host) mid-attempt.
+    ABANDONED = "ABANDONED", "Abandoned by a lost worker"
+
+
+class DeliveryAttempt(models.Model):
+    """One try at sending a delivery. Append-only: never updated, never deleted alone."""
+
+    Outcome = AttemptOutcome
+    RESPONSE_EXCERPT_BYTES = 2048
+
+    id = models.BigAutoField(primary_key=True)
+    delivery = models.ForeignKey(Delivery, on_delete=models.CASCADE, related_name="attempt_log")
+    number = models.PositiveIntegerField()
+    worker = models.CharField(max_length=200, blank=True, default="")
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+    duration_ms = models.PositiveIntegerField()
+    outcome = models.CharField(max_length=24, choices=AttemptOutcome.choices)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    response_excerpt = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["delivery", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["delivery", "number"], name="attempt_unique_number"),
+            models.CheckConstraint(
+                condition=Q(outcome__in=AttemptOutcome.values), name="attempt_outcome_valid"
+            ),
+        ]
+        indexes = [models.Index(fields=["finished_at"], name="attempt_finished_idx")]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of {self.delivery_id}: {self.outcome}"

@@ -6,16 +6,18 @@ import hashlib
 import logging
 import uuid
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Iterable
 
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, F, Max, OuterRef
+from django.conf import settings
+from django.db.models import Case, Exists, F, Max, OuterRef, Q, Value, When
 from django.utils import timezone
 
 from scheduling.exceptions import InvalidStateTransition, OptimisticLockError
 from scheduling.handlers import REGISTRY, Occurrence, get_handler, local_send_instant
-from scheduling.models import Event, EventStatus
+from config.wakeup import SCHEDULER_CHANNEL, notify
+from scheduling.models import Event, EventStatus, ProcessHeartbeat
 
 if TYPE_CHECKING:
     from users.models import User
@@ -34,6 +36,8 @@ ALLOWED_TRANSITIONS: frozenset[tuple[str, str]] = frozenset(
 # How often a user save retries reconciling its events after losing a race to
 # the scheduler (each retry re-reads the rows the winner committed).
 _SYNC_ATTEMPTS = 5
+# Events due sooner than this after a write wake the scheduler at once.
+_WAKE_HORIZON = timedelta(seconds=60)
 
 
 def idempotency_key_for(*, user_id: uuid.UUID, event_type: str, occurrence_date: date) -> str:
@@ -142,7 +146,15 @@ def event_create_next(*, user: User, event_type: str, now: datetime | None = Non
     )
     event = _event_from_occurrence(user=user, event_type=event_type, occurrence=occurrence)
     event.save(force_insert=True)
+    _wake_scheduler_if_due_soon(event.target_timestamp_utc)
     return event
+
+
+def _wake_scheduler_if_due_soon(target: datetime) -> None:
+    # The scheduler sleeps until the earliest target it knew of, and never longer
+    # than a second or so; only an event due before it next looks needs a wake-up.
+    if target <= timezone.now() + _WAKE_HORIZON:
+        notify(SCHEDULER_CHANNEL, target.isoformat())
 
 
 def event_reschedule(*, event: Event, occurrence: Occurrence) -> Event:
@@ -168,6 +180,7 @@ def event_reschedule(*, event: Event, occurrence: Occurrence) -> Event:
     event.version += 1
     for field, value in changes.items():
         setattr(event, field, value)
+    _wake_scheduler_if_due_soon(occurrence.target_utc)
     return event
 
 
@@ -337,3 +350,196 @@ def events_create_missing(*, now: datetime | None = None, limit: int = 1000) -> 
                 # Created concurrently (by a user save or another scheduler).
                 continue
     return created
+
+
+# --- the scheduler's claim -----------------------------------------------------
+
+
+def event_build_payload(*, event: Event, user: User) -> dict:
+    """The webhook body, rendered from the user as they are now."""
+    return {
+        "message": get_handler(event.event_type).render_message(user=user),
+        "event_id": str(event.id),
+        "event_type": event.event_type,
+        "user_id": str(user.id),
+        "occurrence_date": event.occurrence_date.isoformat(),
+        "target_timestamp_utc": event.target_timestamp_utc.isoformat(),
+    }
+
+
+def events_transition_many(
+    *, events: list[Event], source: str, target: str, per_event: dict | None = None, **changes
+) -> None:
+    """Move a batch of events with ONE conditional UPDATE on (id, status, version).
+
+    The batch form of _event_transition: the UPDATE matches each row on its id
+    and the version we read, and only in `source`; if any row does not match,
+    OptimisticLockError is raised and the caller's transaction rolls back, so
+    the batch moves together or not at all. `per_event` maps an event id to
+    field values that differ between rows (written with CASE).
+    """
+    if not events:
+        return
+    if (source, target) not in ALLOWED_TRANSITIONS:
+        raise InvalidStateTransition(f"Events cannot move from {source} to {target}.")
+    for event in events:
+        if event.status != source:
+            raise InvalidStateTransition(
+                f"Event {event.id} (version {event.version}) cannot move from "
+                f"{event.status} to {target}."
+            )
+    matches = Q()
+    for event in events:
+        matches |= Q(id=event.id, version=event.version)
+    per_event = per_event or {}
+    varying: dict = {}
+    for field in {f for values in per_event.values() for f in values}:
+        output_field = Event._meta.get_field(field)
+        varying[field] = Case(
+            *[
+                When(id=event_id, then=Value(values[field], output_field=output_field))
+                for event_id, values in per_event.items()
+                if field in values
+            ],
+            default=F(field),
+            output_field=output_field,
+        )
+    now = timezone.now()
+    updated = Event.objects.filter(matches, status=source).update(
+        status=target, version=F("version") + 1, updated_at=now, **changes, **varying
+    )
+    if updated != len(events):
+        raise OptimisticLockError(
+            f"{len(events) - updated} of {len(events)} events changed since they were read "
+            f"(expected status {source}); first: event {events[0].id} at version "
+            f"{events[0].version}."
+        )
+    for event in events:
+        event.status = target
+        event.version += 1
+        event.updated_at = now
+        for field, value in {**changes, **per_event.get(event.id, {})}.items():
+            setattr(event, field, value)
+
+
+def events_create_next_many(*, claimed: list[Event], now: datetime) -> int:
+    """Create the next PENDING occurrence for each claimed event's user, in one INSERT."""
+    if not claimed:
+        return 0
+    latest_handled = {
+        (row["user_id"], row["event_type"]): row["latest"]
+        for row in Event.objects.filter(user_id__in={e.user_id for e in claimed})
+        .exclude(status=EventStatus.PENDING)
+        .values("user_id", "event_type")
+        .annotate(latest=Max("occurrence_date"))
+    }
+    upcoming = []
+    for event in claimed:
+        handler = get_handler(event.event_type)
+        after = latest_handled.get((event.user_id, event.event_type), event.occurrence_date)
+        occurrence = handler.next_occurrence(
+            user=event.user, now=now, after_date=max(after, event.occurrence_date)
+        )
+        upcoming.append(
+            _event_from_occurrence(user=event.user, event_type=event.event_type, occurrence=occurrence)
+        )
+    # A user save may have created the next event already (it sees no PENDING
+    # row once ours commits); that row follows the newer data and stands.
+    Event.objects.bulk_create(upcoming, ignore_conflicts=True)
+    return len(upcoming)
+
+
+@dataclass
+class ClaimResult:
+    queued: int = 0
+    too_late: int = 0
+
+    @property
+    def claimed(self) -> int:
+        return self.queued + self.too_late
+
+
+def events_claim_due(*, now: datetime | None = None, batch_size: int = 500) -> ClaimResult:
+    """Claim due PENDING events and hand them to delivery, in one short transaction.
+
+    Rows are locked with FOR UPDATE SKIP LOCKED, so concurrent schedulers share
+    the work without waiting on each other. Each claimed event moves to
+    PROCESSING with its rendered payload and gets a queued Delivery; events
+    overdue by more than EVENT_MAX_LATENESS are FAILED instead of sent. Every
+    claimed user gets their next occurrence as the new PENDING event.
+    """
+    from delivery.services import deliveries_enqueue
+
+    now = now or timezone.now()
+    max_lateness = settings.EVENT_MAX_LATENESS
+    with transaction.atomic():
+        claimed = list(
+            Event.objects.filter(status=EventStatus.PENDING, target_timestamp_utc__lte=now)
+            .order_by("target_timestamp_utc")
+            .select_related("user")
+            .select_for_update(skip_locked=True, of=("self",))[:batch_size]
+        )
+        if not claimed:
+            return ClaimResult()
+        too_late = [e for e in claimed if now - e.target_timestamp_utc > max_lateness]
+        on_time = [e for e in claimed if now - e.target_timestamp_utc <= max_lateness]
+        events_transition_many(
+            events=claimed,
+            source=EventStatus.PENDING,
+            target=EventStatus.PROCESSING,
+            per_event={e.id: {"delivery_payload": event_build_payload(event=e, user=e.user)} for e in on_time},
+        )
+        events_transition_many(
+            events=too_late,
+            source=EventStatus.PROCESSING,
+            target=EventStatus.FAILED,
+            per_event={
+                e.id: {
+                    "failure_reason": (
+                        f"Not sent: {_hours(now - e.target_timestamp_utc)} late, more than "
+                        f"EVENT_MAX_LATENESS ({_hours(max_lateness)})."
+                    )
+                }
+                for e in too_late
+            },
+        )
+        deliveries_enqueue(events=on_time, now=now)
+        events_create_next_many(claimed=claimed, now=now)
+    for event in too_late:
+        logger.warning(
+            "Event too late to send; marked FAILED",
+            extra={
+                "event_id": str(event.id),
+                "user_id": str(event.user_id),
+                "idempotency_key": event.idempotency_key,
+                "target": event.target_timestamp_utc.isoformat(),
+            },
+        )
+    return ClaimResult(queued=len(on_time), too_late=len(too_late))
+
+
+def _hours(delta: timedelta) -> str:
+    return f"{delta.total_seconds() / 3600:.1f} h"
+
+
+# --- process heartbeats --------------------------------------------------------
+
+
+def heartbeat_start(*, kind: str, name: str, host: str, pid: int) -> ProcessHeartbeat:
+    now = timezone.now()
+    beat, _ = ProcessHeartbeat.objects.update_or_create(
+        name=name,
+        defaults={"kind": kind, "host": host, "pid": pid, "started_at": now, "last_seen_at": now, "stopped_at": None},
+    )
+    return beat
+
+
+def heartbeat_beat(*, name: str, processed: int, succeeded: int, failed: int, stopped: bool = False) -> None:
+    now = timezone.now()
+    ProcessHeartbeat.objects.filter(name=name).update(
+        last_seen_at=now,
+        processed=processed,
+        succeeded=succeeded,
+        failed=failed,
+        stopped_at=now if stopped else None,
+    )

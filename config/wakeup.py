@@ -1,0 +1,99 @@
+"""Wake sleeping schedulers and workers through PostgreSQL LISTEN/NOTIFY.
+
+NOTIFY is transactional: a notification sent inside a transaction is delivered
+when (and only if) it commits, so a worker is never woken for rows it cannot see
+yet. On databases without NOTIFY (the embedded SQLite default) `notify` does
+nothing and `Listener.wait` simply sleeps: polling is the fallback there.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import psycopg
+from django.db import connection
+
+logger = logging.getLogger(__name__)
+
+# A new or rescheduled event may be due before the scheduler's next wake-up.
+SCHEDULER_CHANNEL = "birthday_scheduler_wakeup"
+# Deliveries were queued (or re-queued by an operator).
+WORKER_CHANNEL = "birthday_delivery_queued"
+
+# How often a blocked wait looks at its stop flag.
+_STOP_CHECK_SECONDS = 0.25
+
+
+def notify(channel: str, payload: str = "") -> None:
+    """Send a notification on the current connection (delivered at commit)."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, %s)", [channel, payload])
+
+
+class Listener:
+    """A dedicated autocommit connection that LISTENs on one channel.
+
+    Kept apart from Django's connection, which runs the work in transactions;
+    a lost connection (PostgreSQL restarted) is reopened on the next wait.
+    """
+
+    def __init__(self, channel: str, stop: threading.Event) -> None:
+        self.channel = channel
+        self.stop = stop
+        self.enabled = connection.vendor == "postgresql"
+        self._conn: psycopg.Connection | None = None
+
+    def _connect(self) -> psycopg.Connection:
+        settings_dict = connection.settings_dict
+        conn = psycopg.connect(
+            dbname=settings_dict["NAME"],
+            user=settings_dict["USER"] or None,
+            password=settings_dict["PASSWORD"] or None,
+            host=settings_dict["HOST"] or None,
+            port=settings_dict["PORT"] or None,
+            autocommit=True,
+            connect_timeout=5,
+        )
+        conn.execute(f'LISTEN "{self.channel}"')
+        return conn
+
+    def wait(self, timeout: float) -> bool:
+        """Block up to `timeout` seconds; True if woken by a notification."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        while not self.stop.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            if not self.enabled:
+                self.stop.wait(min(remaining, _STOP_CHECK_SECONDS))
+                continue
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = self._connect()
+                for _ in self._conn.notifies(
+                    timeout=min(remaining, _STOP_CHECK_SECONDS), stop_after=1
+                ):
+                    # Several notifications may be queued; one wake-up serves all.
+                    for _ in self._conn.notifies(timeout=0):
+                        pass
+                    return True
+            except psycopg.Error as exc:
+                logger.warning(
+                    "Notification connection lost; polling until it is back",
+                    extra={"channel": self.channel, "error": str(exc).strip()},
+                )
+                self.close()
+                self.stop.wait(min(max(remaining, 0), 1.0))
+        return False
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except psycopg.Error:
+                pass
+            self._conn = None

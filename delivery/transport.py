@@ -1,0 +1,175 @@
+"""The webhook transport: one POST, classified into delivered / transient / permanent."""
+
+from __future__ import annotations
+
+import enum
+import email.utils
+import json
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import requests
+from standardwebhooks.webhooks import Webhook
+
+from config import __version__
+from delivery.models import DeliveryAttempt
+from delivery.services import ClaimedDelivery
+
+USER_AGENT = f"birthday-scheduler/{__version__} (+webhooks)"
+# Statuses that say "try again later" rather than "never".
+TRANSIENT_STATUSES = frozenset({408, 425, 429})
+# Bodies up to this size are read whole so the connection can be reused;
+# longer ones are cut after the excerpt and the connection dropped.
+_READ_WHOLE_BODY_UP_TO = 64 * 1024
+
+
+class Outcome(enum.Enum):
+    DELIVERED = "delivered"
+    TRANSIENT = "transient"
+    PERMANENT = "permanent"
+
+
+@dataclass
+class SendResult:
+    delivery: ClaimedDelivery
+    outcome: Outcome
+    started_at: datetime
+    finished_at: datetime
+    duration_ms: int
+    status_code: int | None = None
+    error: str = ""
+    response_excerpt: str = ""
+    retry_after: float | None = None
+
+    def describe(self) -> str:
+        if self.status_code is not None:
+            return f"HTTP {self.status_code}" + (f" ({self.error})" if self.error else "")
+        return self.error or "unknown error"
+
+
+def classify_status(status_code: int) -> Outcome:
+    if 200 <= status_code < 300:
+        return Outcome.DELIVERED
+    if status_code >= 500 or status_code in TRANSIENT_STATUSES:
+        return Outcome.TRANSIENT
+    # Redirects are not followed, and any other 4xx will not get better by itself.
+    return Outcome.PERMANENT
+
+
+def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or HTTP-date); None if absent or bad."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, when.timestamp() - (now if now is not None else time.time()))
+
+
+class WebhookTransport:
+    """POSTs deliveries; one keep-alive requests.Session per thread."""
+
+    def __init__(self, *, timeout: float, secret: str = "") -> None:
+        self.timeout = timeout
+        self._signer = Webhook(secret) if secret else None
+        self._local = threading.local()
+
+    def _session(self) -> requests.Session:
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = requests.Session()
+            session.headers["User-Agent"] = USER_AGENT
+            session.max_redirects = 0
+            self._local.session = session
+        return session
+
+    def headers_for(self, delivery: ClaimedDelivery, body: str) -> dict[str, str]:
+        headers = {
+            "Content-Type": "application/json",
+            "X-Idempotency-Key": delivery.idempotency_key,
+        }
+        if self._signer is not None:
+            sent_at = datetime.now(timezone.utc)
+            headers["webhook-id"] = delivery.idempotency_key
+            headers["webhook-timestamp"] = str(int(sent_at.timestamp()))
+            headers["webhook-signature"] = self._signer.sign(delivery.idempotency_key, sent_at, body)
+        return headers
+
+    def send(self, delivery: ClaimedDelivery) -> SendResult:
+        body = json.dumps(delivery.payload, separators=(",", ":"), ensure_ascii=False)
+        started_at = datetime.now(timezone.utc)
+        started = time.perf_counter()
+
+        def finish(outcome: Outcome, **fields) -> SendResult:
+            elapsed = time.perf_counter() - started
+            return SendResult(
+                delivery=delivery,
+                outcome=outcome,
+                started_at=started_at,
+                finished_at=datetime.now(timezone.utc),
+                duration_ms=int(elapsed * 1000),
+                **fields,
+            )
+
+        try:
+            response = self._session().post(
+                delivery.endpoint_url,
+                data=body.encode(),
+                headers=self.headers_for(delivery, body),
+                timeout=self.timeout,
+                allow_redirects=False,
+                stream=True,
+            )
+        except requests.Timeout:
+            return finish(Outcome.TRANSIENT, error=f"Timed out after {self.timeout:g} s")
+        except requests.ConnectionError as exc:
+            return finish(Outcome.TRANSIENT, error=f"Connection error: {_short(exc)}")
+        except requests.RequestException as exc:
+            return finish(Outcome.PERMANENT, error=f"Request failed: {_short(exc)}")
+
+        try:
+            excerpt = self._read_excerpt(response)
+        except requests.RequestException as exc:
+            # Headers arrived but the body did not: the status still stands.
+            excerpt = f"[body unreadable: {_short(exc)}]"
+        outcome = classify_status(response.status_code)
+        retry_after = None
+        error = ""
+        if outcome == Outcome.TRANSIENT:
+            retry_after = parse_retry_after(response.headers.get("Retry-After"))
+        if outcome != Outcome.DELIVERED:
+            error = response.reason or ""
+        return finish(
+            outcome,
+            status_code=response.status_code,
+            error=error,
+            response_excerpt=excerpt,
+            retry_after=retry_after,
+        )
+
+    @staticmethod
+    def _read_excerpt(response: requests.Response) -> str:
+        limit = DeliveryAttempt.RESPONSE_EXCERPT_BYTES
+        try:
+            length = int(response.headers.get("Content-Length", ""))
+        except ValueError:
+            length = None
+        if length is not None and length <= _READ_WHOLE_BODY_UP_TO:
+            raw = response.content
+        else:
+            raw = response.raw.read(limit, decode_content=True) or b""
+            response.close()
+        return raw[:limit].decode("utf-8", errors="replace")
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc)
+    return text if len(text) <= 300 else text[:300] + "..."

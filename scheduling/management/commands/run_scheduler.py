@@ -1,0 +1,27 @@
+import threading
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from config.runtime import install_stop_signals
+from scheduling.scheduler import Scheduler
+
+
+class Command(BaseCommand):
+    help = "Claim due events and queue their deliveries until stopped (SIGTERM/SIGINT exits 0)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--batch-size", type=int, default=500, help="Most events claimed per transaction.")
+        parser.add_argument(
+            "--interval", type=float, default=1.0, help="Longest sleep in seconds between looks. Default 1."
+        )
+        parser.add_argument("--once", action="store_true", help="Claim everything due now, then exit.")
+
+    def handle(self, *args, batch_size, interval, once, **options):
+        if not settings.WEBHOOK_URL:
+            raise CommandError("WEBHOOK_URL is not set: queued deliveries would have nowhere to go.")
+        if batch_size < 1 or interval <= 0:
+            raise CommandError("--batch-size must be at least 1 and --interval above 0.")
+        stop = threading.Event()
+        install_stop_signals(stop, what="the scheduler")
+        Scheduler(batch_size=batch_size, interval=interval, once=once, stop=stop).run()

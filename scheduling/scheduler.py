@@ -1,0 +1,144 @@
+"""The scheduler loop: sleep until the next event is due, claim it, hand it to delivery."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+
+from django.conf import settings
+from django.db import close_old_connections
+from django.utils import timezone
+
+from config.runtime import DB_ERRORS, Backoff, process_name, reset_connection_after_error
+from config.wakeup import SCHEDULER_CHANNEL, Listener
+from scheduling.models import ProcessKind
+from scheduling.selectors import next_pending_target, overdue_summary
+from scheduling.services import events_claim_due, events_create_missing, heartbeat_beat, heartbeat_start
+
+logger = logging.getLogger(__name__)
+
+HEARTBEAT_EVERY = 5.0
+# When due rows exist but another scheduler holds them, look again this soon.
+_BUSY_RETRY = 0.05
+
+
+class Scheduler:
+    def __init__(
+        self,
+        *,
+        batch_size: int = 500,
+        interval: float = 1.0,
+        once: bool = False,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self.batch_size = batch_size
+        self.interval = interval
+        self.once = once
+        self.stop = stop or threading.Event()
+        self.name = process_name()
+        self.listener = Listener(SCHEDULER_CHANNEL, self.stop)
+        self.backoff = Backoff()
+        self.counts = {"processed": 0, "succeeded": 0, "failed": 0}
+        self.reconcile_every = settings.SCHEDULER_RECONCILE_INTERVAL.total_seconds()
+
+    def run(self) -> int:
+        self._with_database(self._log_backlog)
+        self._with_database(self._heartbeat, start=True)
+        last_beat = last_reconcile = time.monotonic()
+        self._with_database(self._reconcile)
+        while not self.stop.is_set():
+            claimed = self._with_database(self._claim_all_due)
+            if claimed is None:  # database unavailable; already waited
+                continue
+            if self.once:
+                break
+            now = time.monotonic()
+            if now - last_reconcile >= self.reconcile_every:
+                self._with_database(self._reconcile)
+                last_reconcile = now
+            if now - last_beat >= HEARTBEAT_EVERY:
+                self._with_database(self._heartbeat)
+                last_beat = now
+            sleep_for = self._with_database(self._time_until_next_event)
+            if sleep_for is None:
+                continue
+            if sleep_for > 0:
+                self.listener.wait(sleep_for)
+        self._with_database(self._heartbeat, stopped=True)
+        self.listener.close()
+        logger.info("Scheduler stopped", extra={"scheduler": self.name, **self.counts})
+        return 0
+
+    def _with_database(self, step, **kwargs):
+        """Run one step; if PostgreSQL is away, log, back off and return None."""
+        try:
+            close_old_connections()
+            result = step(**kwargs)
+            self.backoff.reset()
+            return result
+        except DB_ERRORS as exc:
+            delay = self.backoff.failed()
+            logger.error(
+                "Database unavailable; retrying in %.1f s",
+                delay,
+                extra={"scheduler": self.name, "step": step.__name__, "error": str(exc).strip()[:300]},
+            )
+            reset_connection_after_error()
+            self.stop.wait(delay)
+            return None
+
+    def _log_backlog(self) -> None:
+        summary = overdue_summary(now=timezone.now())
+        logger.info(
+            "Scheduler started: %s overdue event(s)%s",
+            summary.count,
+            f", targets from {summary.oldest.isoformat()} to {summary.newest.isoformat()}" if summary.count else "",
+            extra={"scheduler": self.name, "overdue": summary.count},
+        )
+
+    def _claim_all_due(self) -> int:
+        total = 0
+        while not self.stop.is_set():
+            result = events_claim_due(now=timezone.now(), batch_size=self.batch_size)
+            total += result.claimed
+            self.counts["processed"] += result.claimed
+            self.counts["succeeded"] += result.queued
+            self.counts["failed"] += result.too_late
+            if result.claimed:
+                logger.info(
+                    "Claimed %s due event(s): %s queued for delivery, %s too late",
+                    result.claimed,
+                    result.queued,
+                    result.too_late,
+                    extra={"scheduler": self.name},
+                )
+            if result.claimed < self.batch_size:
+                break
+        return total
+
+    def _time_until_next_event(self) -> float:
+        now = timezone.now()
+        next_target = next_pending_target()
+        if next_target is None:
+            return self.interval
+        wait = (next_target - now).total_seconds()
+        if wait <= 0:
+            # Due but not claimable: another scheduler holds the rows right now.
+            return _BUSY_RETRY
+        return min(self.interval, wait)
+
+    def _reconcile(self) -> None:
+        created = events_create_missing()
+        if created:
+            logger.warning(
+                "Reconciled %s user(s) that had no pending event", created, extra={"scheduler": self.name}
+            )
+
+    def _heartbeat(self, *, start: bool = False, stopped: bool = False) -> None:
+        if start:
+            heartbeat_start(kind=ProcessKind.SCHEDULER, name=self.name, host=socket.gethostname(), pid=os.getpid())
+        else:
+            heartbeat_beat(name=self.name, stopped=stopped, **self.counts)

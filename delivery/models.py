@@ -34,6 +34,9 @@ class Delivery(models.Model):
         max_length=16, choices=DeliveryStatus.choices, default=DeliveryStatus.QUEUED
     )
     attempts = models.PositiveIntegerField(default=0)
+    # Attempts allowed before DEAD: DELIVERY_MAX_ATTEMPTS when queued, raised by
+    # that much again when an operator resends (attempt numbers keep counting).
+    max_attempts = models.PositiveIntegerField()
     next_attempt_at = models.DateTimeField()
     locked_until = models.DateTimeField(null=True, blank=True)
     locked_by = models.CharField(max_length=200, blank=True, default="")

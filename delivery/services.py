@@ -38,6 +38,7 @@ class ClaimedDelivery:
     endpoint_url: str
     payload: dict
     attempt: int
+    max_attempts: int
 
 
 def deliveries_enqueue(*, events: list[Event], now: datetime) -> int:
@@ -52,6 +53,7 @@ def deliveries_enqueue(*, events: list[Event], now: datetime) -> int:
                 endpoint_url=settings.WEBHOOK_URL,
                 payload=event.delivery_payload,
                 next_attempt_at=now,
+                max_attempts=settings.DELIVERY_MAX_ATTEMPTS,
             )
             for event in events
         ]
@@ -97,7 +99,9 @@ def deliveries_claim(
             Delivery.objects.filter(status=DeliveryStatus.SENDING, locked_until__lt=now)
             .order_by("locked_until")
             .select_for_update(skip_locked=True)
-            .values("id", "event_id", "attempts", "locked_by", "locked_until", "attempt_started_at")[:limit]
+            .values(
+                "id", "event_id", "attempts", "max_attempts", "locked_by", "locked_until", "attempt_started_at"
+            )[:limit]
         )
         queued_ids = list(
             Delivery.objects.filter(status=DeliveryStatus.QUEUED, next_attempt_at__lte=now)
@@ -126,6 +130,7 @@ def deliveries_claim(
             "endpoint_url",
             "payload",
             "attempts",
+            "max_attempts",
             "next_attempt_at",
         )
         claimed = [
@@ -138,6 +143,7 @@ def deliveries_claim(
                 endpoint_url=row["endpoint_url"],
                 payload=row["payload"],
                 attempt=row["attempts"],
+                max_attempts=row["max_attempts"],
             )
             for row in sorted(rows, key=lambda r: r["next_attempt_at"])
         ]
@@ -172,7 +178,7 @@ def _abandon_expired(*, expired: list[dict], now: datetime) -> list[uuid.UUID]:
             "Took back a delivery whose worker was lost",
             extra={"delivery_id": str(row["id"]), "lost_worker": row["locked_by"], "attempt": row["attempts"]},
         )
-    exhausted = [row for row in expired if row["attempts"] >= settings.DELIVERY_MAX_ATTEMPTS]
+    exhausted = [row for row in expired if row["attempts"] >= row["max_attempts"]]
     if exhausted:
         reasons = {
             row["id"]: f"Gave up after {row['attempts']} attempts; last: worker lost mid-attempt."
@@ -270,12 +276,11 @@ def _record(
     if not kept:
         return
 
-    max_attempts = settings.DELIVERY_MAX_ATTEMPTS
     delivered, retrying, dead = [], [], []
     for result in kept:
         if result.outcome == Outcome.DELIVERED:
             delivered.append(result)
-        elif result.outcome == Outcome.TRANSIENT and result.delivery.attempt < max_attempts:
+        elif result.outcome == Outcome.TRANSIENT and result.delivery.attempt < result.delivery.max_attempts:
             retrying.append(result)
         else:
             dead.append(result)
@@ -321,7 +326,7 @@ def _record(
         updates.append(
             Delivery(id=r.delivery.id, status=DeliveryStatus.DEAD, delivered_at=None,
                      next_attempt_at=r.finished_at, last_status_code=r.status_code,
-                     last_error=_dead_reason(r, max_attempts))
+                     last_error=_dead_reason(r))
         )
     for update in updates:
         update.locked_by = ""
@@ -348,7 +353,7 @@ def _record(
             events=processing(dead),
             source=EventStatus.PROCESSING,
             target=EventStatus.FAILED,
-            per_event={r.delivery.event_id: {"failure_reason": _dead_reason(r, max_attempts)} for r in dead},
+            per_event={r.delivery.event_id: {"failure_reason": _dead_reason(r)} for r in dead},
         )
         if retrying:
             # Not a state change: the event stays PROCESSING while its delivery retries.
@@ -365,11 +370,11 @@ def _record(
         log("Delivery attempt %s", state, extra=_log_fields(r))
 
 
-def _dead_reason(result: SendResult, max_attempts: int) -> str:
+def _dead_reason(result: SendResult) -> str:
     from delivery.transport import Outcome
 
     if result.outcome == Outcome.TRANSIENT:
-        return f"Gave up after {max_attempts} attempts; last: {result.describe()}"
+        return f"Gave up after {result.delivery.attempt} attempts; last: {result.describe()}"
     return f"Permanent failure: {result.describe()}"
 
 

@@ -2,7 +2,7 @@ import uuid
 
 from django.db import models, transaction
 from django.db.models import Q
-from django.db.models.functions import Length, Trim
+from django.db.models.functions import Length
 from django.db.models.lookups import GreaterThan
 
 from users.validators import EARLIEST_DATE_OF_BIRTH, NAME_MAX_LENGTH, clean_user_fields
@@ -31,11 +31,15 @@ class User(models.Model):
         ]
         constraints = [
             models.CheckConstraint(
-                condition=GreaterThan(Length(Trim("first_name")), 0),
+                # At least one non-whitespace character: TRIM() alone strips only
+                # spaces, so a name of tabs or newlines would get through.
+                condition=Q(first_name__regex=r"\S"),
                 name="user_first_name_not_blank",
             ),
             models.CheckConstraint(
-                condition=GreaterThan(Length(Trim("last_name")), 0),
+                # At least one non-whitespace character: TRIM() alone strips only
+                # spaces, so a name of tabs or newlines would get through.
+                condition=Q(last_name__regex=r"\S"),
                 name="user_last_name_not_blank",
             ),
             models.CheckConstraint(

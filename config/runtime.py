@@ -9,7 +9,7 @@ import socket
 import threading
 import uuid
 
-from django.db import DatabaseError, InterfaceError, OperationalError, connection
+from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connection
 
 logger = logging.getLogger(__name__)
 
@@ -27,25 +27,53 @@ class Backoff:
 
     def __init__(self, first: float = 0.5, cap: float = 10.0) -> None:
         self.first, self.cap, self.current = first, cap, first
+        self.failures = 0  # in a row
 
     def failed(self) -> float:
+        self.failures += 1
         delay, self.current = self.current, min(self.cap, self.current * 2)
         return delay
 
     def reset(self) -> None:
         self.current = self.first
+        self.failures = 0
+
+
+class DatabaseUnavailable(RuntimeError):
+    """A --once run could not reach the database after several tries."""
+
+
+# A --once run (cron, tests) gives up after this many failures in a row instead of
+# waiting forever; a long-running process keeps trying.
+ONCE_MAX_DB_FAILURES = 5
+
+
+def refresh_connection() -> None:
+    """Between units of work: drop the connection if it is broken or past its age.
+
+    Skipped inside an atomic block, where Django would see autocommit off and
+    close the connection under the open transaction. The loops never run inside
+    one in production; tests drive them inside their test transaction.
+    """
+    if not connection.in_atomic_block:
+        close_old_connections()
 
 
 def reset_connection_after_error() -> None:
     """Drop a broken connection; Django opens a fresh one on the next query."""
+    if connection.in_atomic_block:
+        return  # the enclosing transaction (a test's) owns the connection
     try:
         connection.close()
     except DatabaseError:
         pass
 
 
-def install_stop_signals(stop: threading.Event, *, what: str) -> None:
-    """First SIGTERM/SIGINT: set `stop` (drain and exit 0). Second: exit at once."""
+def install_stop_signals(stop: threading.Event, *, what: str):
+    """First SIGTERM/SIGINT: set `stop` (drain and exit 0). Second: exit at once.
+
+    Returns a function that puts the previous handlers back.
+    """
 
     def handle(signum, frame):
         if stop.is_set():
@@ -54,5 +82,10 @@ def install_stop_signals(stop: threading.Event, *, what: str) -> None:
         logger.info("%s received: %s is finishing its work", signal.Signals(signum).name, what)
         stop.set()
 
-    signal.signal(signal.SIGTERM, handle)
-    signal.signal(signal.SIGINT, handle)
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    return restore

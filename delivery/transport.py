@@ -87,7 +87,6 @@ class WebhookTransport:
         if session is None:
             session = requests.Session()
             session.headers["User-Agent"] = USER_AGENT
-            session.max_redirects = 0
             self._local.session = session
         return session
 

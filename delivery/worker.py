@@ -12,11 +12,19 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import OperationalError, close_old_connections
+from django.db import OperationalError
 from django.db.models import Min
 from django.utils import timezone
 
-from config.runtime import DB_ERRORS, Backoff, process_name, reset_connection_after_error
+from config.runtime import (
+    DB_ERRORS,
+    ONCE_MAX_DB_FAILURES,
+    Backoff,
+    DatabaseUnavailable,
+    process_name,
+    refresh_connection,
+    reset_connection_after_error,
+)
 from config.wakeup import WORKER_CHANNEL, Listener
 from delivery.models import Delivery, DeliveryStatus
 from delivery.services import ClaimedDelivery, deliveries_claim, deliveries_record, deliveries_release
@@ -101,7 +109,7 @@ class Worker:
         if free < max(1, self.batch_size // 2) and self.in_flight:
             return 0
         try:
-            close_old_connections()
+            refresh_connection()
             claimed = deliveries_claim(
                 worker=self.name, limit=free, lease=self._lease(len(self.in_flight) + free)
             )
@@ -135,7 +143,7 @@ class Worker:
         if not ready:
             return
         try:
-            close_old_connections()
+            refresh_connection()
             summary = deliveries_record(worker=self.name, results=self.unrecorded)
             self.db_backoff.reset()
         except DB_ERRORS as exc:
@@ -163,6 +171,8 @@ class Worker:
 
     def _database_unavailable(self, doing: str, exc: Exception) -> None:
         delay = self.db_backoff.failed()
+        if self.once and self.db_backoff.failures >= ONCE_MAX_DB_FAILURES:
+            raise DatabaseUnavailable(f"Database unavailable during {doing}: {exc}") from exc
         logger.error(
             "Database unavailable during %s; retrying in %.1f s",
             doing,
@@ -190,7 +200,7 @@ class Worker:
         deadline = time.monotonic() + max(self.timeout, 10)
         while (self.unrecorded or unstarted) and time.monotonic() < deadline:
             try:
-                close_old_connections()
+                refresh_connection()
                 if self.unrecorded:
                     self._record_if_ready(force=True)
                     if self.unrecorded:

@@ -79,7 +79,14 @@ class Event(models.Model):
                 condition=Q(status=EventStatus.PENDING),
                 name="event_pending_due_idx",
             ),
-            models.Index(fields=["status", "target_timestamp_utc"], name="event_status_target_idx"),
+            # History (everything not PENDING) by status and time, for the console's
+            # filters and counts. Partial, so the planner can never pick it over
+            # event_pending_due_idx for the claim.
+            models.Index(
+                fields=["status", "target_timestamp_utc"],
+                condition=~Q(status=EventStatus.PENDING),
+                name="event_history_idx",
+            ),
         ]
 
     def __str__(self) -> str:

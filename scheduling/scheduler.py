@@ -9,10 +9,17 @@ import threading
 import time
 
 from django.conf import settings
-from django.db import close_old_connections
 from django.utils import timezone
 
-from config.runtime import DB_ERRORS, Backoff, process_name, reset_connection_after_error
+from config.runtime import (
+    DB_ERRORS,
+    ONCE_MAX_DB_FAILURES,
+    Backoff,
+    DatabaseUnavailable,
+    process_name,
+    refresh_connection,
+    reset_connection_after_error,
+)
 from config.wakeup import SCHEDULER_CHANNEL, Listener
 from scheduling.models import ProcessKind
 from scheduling.selectors import next_pending_target, overdue_summary
@@ -75,12 +82,14 @@ class Scheduler:
     def _with_database(self, step, **kwargs):
         """Run one step; if PostgreSQL is away, log, back off and return None."""
         try:
-            close_old_connections()
+            refresh_connection()
             result = step(**kwargs)
             self.backoff.reset()
             return result
         except DB_ERRORS as exc:
             delay = self.backoff.failed()
+            if self.once and self.backoff.failures >= ONCE_MAX_DB_FAILURES:
+                raise DatabaseUnavailable(f"Database unavailable in {step.__name__}: {exc}") from exc
             logger.error(
                 "Database unavailable; retrying in %.1f s",
                 delay,

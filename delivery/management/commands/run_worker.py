@@ -22,5 +22,8 @@ class Command(BaseCommand):
         if concurrency < 1 or batch_size < 1 or interval <= 0:
             raise CommandError("--concurrency and --batch-size must be at least 1, --interval above 0.")
         stop = threading.Event()
-        install_stop_signals(stop, what="the worker")
-        Worker(concurrency=concurrency, batch_size=batch_size, interval=interval, once=once, stop=stop).run()
+        restore_signals = install_stop_signals(stop, what="the worker")
+        try:
+            Worker(concurrency=concurrency, batch_size=batch_size, interval=interval, once=once, stop=stop).run()
+        finally:
+            restore_signals()

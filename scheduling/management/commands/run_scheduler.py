@@ -23,5 +23,8 @@ class Command(BaseCommand):
         if batch_size < 1 or interval <= 0:
             raise CommandError("--batch-size must be at least 1 and --interval above 0.")
         stop = threading.Event()
-        install_stop_signals(stop, what="the scheduler")
-        Scheduler(batch_size=batch_size, interval=interval, once=once, stop=stop).run()
+        restore_signals = install_stop_signals(stop, what="the scheduler")
+        try:
+            Scheduler(batch_size=batch_size, interval=interval, once=once, stop=stop).run()
+        finally:
+            restore_signals()

@@ -1,0 +1,117 @@
+"""A real local HTTP receiver and helpers to make events due, for the pipeline tests."""
+
+import os
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from datetime import date, timedelta
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from delivery.sink import Reply, WebhookSink
+from scheduling.models import Event
+from scheduling.services import users_bulk_create_with_events
+
+BASE_DIR = Path(__file__).resolve().parents[2]
+
+
+class ScriptedSink(WebhookSink):
+    """A sink whose answers can be scripted per idempotency key: [503, 503, 200], delays..."""
+
+    def __init__(self):
+        self.scripts: dict[str, list[Reply]] = defaultdict(list)
+        self.default = Reply()
+        super().__init__(respond=self._respond)
+
+    def _respond(self, received):
+        with self.lock:
+            script = self.scripts.get(received.idempotency_key)
+            if script:
+                return script.pop(0)
+        return self.default
+
+    def script(self, key: str, *replies: Reply) -> None:
+        self.scripts[key].extend(replies)
+
+    def wait_for(self, count: int, timeout: float = 30.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if len(set(self.keys())) >= count:
+                return True
+            time.sleep(0.05)
+        return False
+
+
+@pytest.fixture
+def sink():
+    with ScriptedSink() as running:
+        yield running
+
+
+@pytest.fixture
+def delivery_settings(settings, sink):
+    """Point deliveries at the sink; retry fast so tests do not wait for backoff."""
+    settings.WEBHOOK_URL = sink.url
+    settings.WEBHOOK_TIMEOUT = timedelta(seconds=2)
+    settings.WEBHOOK_SECRET = ""
+    settings.DELIVERY_RETRY_BASE = timedelta(milliseconds=10)
+    settings.DELIVERY_RETRY_MAX = timedelta(seconds=5)
+    settings.DELIVERY_MAX_ATTEMPTS = 8
+    settings.DELIVERY_LEASE_MARGIN = timedelta(seconds=1)
+    return settings
+
+
+def make_due(events=None, *, ago: timedelta = timedelta(seconds=1)) -> None:
+    """Make PENDING events due: their target moves to `ago` before now."""
+    qs = Event.objects.filter(status=Event.Status.PENDING)
+    if events is not None:
+        qs = qs.filter(pk__in=[e.pk for e in events])
+    qs.update(target_timestamp_utc=timezone.now() - ago)
+
+
+def create_due_users(count: int, *, ago: timedelta = timedelta(seconds=1)) -> None:
+    rows = [
+        {
+            "first_name": f"User{i}",
+            "last_name": "Load",
+            "date_of_birth": date(1980 + i % 30, 1 + i % 12, 1 + i % 28),
+            "timezone": ("America/New_York", "Europe/London", "Asia/Kathmandu", "Pacific/Chatham")[i % 4],
+        }
+        for i in range(count)
+    ]
+    users_bulk_create_with_events(rows=rows)
+    make_due(ago=ago)
+
+
+def process_env(settings, **extra) -> dict:
+    """Environment for a product process that works on this test's database."""
+    db = connection.settings_dict
+    url = f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    env = {
+        **os.environ,
+        "DATABASE_URL": url,
+        "WEBHOOK_URL": settings.WEBHOOK_URL,
+        "WEBHOOK_TIMEOUT": str(settings.WEBHOOK_TIMEOUT.total_seconds()),
+        "DELIVERY_RETRY_BASE": str(settings.DELIVERY_RETRY_BASE.total_seconds()),
+        "DELIVERY_RETRY_MAX": str(settings.DELIVERY_RETRY_MAX.total_seconds()),
+        "DELIVERY_LEASE_MARGIN": str(settings.DELIVERY_LEASE_MARGIN.total_seconds()),
+        "LOG_LEVEL": "INFO",
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def start_process(command: list[str], env: dict, log_path: Path) -> subprocess.Popen:
+    log = open(log_path, "w")
+    return subprocess.Popen(
+        [sys.executable, str(BASE_DIR / "manage.py"), *command],
+        cwd=BASE_DIR,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )

@@ -1,0 +1,321 @@
+"""Scheduler and worker in-process against a real local HTTP receiver and PostgreSQL."""
+
+import json
+import time
+from datetime import date, timedelta
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+from standardwebhooks.webhooks import Webhook
+
+from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus
+from delivery.sink import Reply
+from delivery.tests.conftest import make_due
+from delivery.transport import USER_AGENT
+from scheduling.models import Event, EventStatus
+from scheduling.scheduler import Scheduler
+from delivery.worker import Worker
+from users.services import user_create, user_update
+
+pytestmark = pytest.mark.django_db
+
+
+def new_user(**overrides):
+    fields = {
+        "first_name": "Ada",
+        "last_name": "Lovelace",
+        "date_of_birth": date(1990, 3, 8),
+        "timezone": "America/New_York",
+    }
+    return user_create(**{**fields, **overrides})
+
+
+def run_scheduler_once():
+    Scheduler(once=True).run()
+
+
+def run_worker_once(**options):
+    Worker(once=True, **options).run()
+
+
+def deliver_until_settled(rounds: int = 20):
+    """Run the worker until nothing is queued (retries are made to come due quickly)."""
+    for _ in range(rounds):
+        run_worker_once()
+        pending = Delivery.objects.filter(status__in=[DeliveryStatus.QUEUED, DeliveryStatus.SENDING])
+        if not pending.exists():
+            return
+        Delivery.objects.filter(status=DeliveryStatus.QUEUED).update(next_attempt_at=timezone.now())
+    raise AssertionError("deliveries did not settle")
+
+
+def test_user_due_now_is_delivered_once_with_body_headers_and_key(delivery_settings, sink):
+    user = new_user()
+    event = user.events.get()
+    make_due([event])
+
+    call_command("run_scheduler", once=True)
+    call_command("run_worker", once=True)
+
+    assert len(sink.received) == 1
+    received = sink.received[0]
+    assert received.body == {
+        "message": "Hey, Ada Lovelace it's your birthday",
+        "event_id": str(event.id),
+        "event_type": "BIRTHDAY",
+        "user_id": str(user.id),
+        "occurrence_date": "2027-03-08",
+        "target_timestamp_utc": Event.objects.get(pk=event.pk).target_timestamp_utc.isoformat(),
+    }
+    assert received.headers["Content-Type"] == "application/json"
+    assert received.headers["X-Idempotency-Key"] == event.idempotency_key
+    assert received.headers["User-Agent"] == USER_AGENT
+    event.refresh_from_db()
+    assert event.status == EventStatus.COMPLETED
+    assert event.executed_at is not None
+    assert event.version == 3  # PENDING -> PROCESSING -> COMPLETED
+    upcoming = user.events.get(status=EventStatus.PENDING)
+    assert upcoming.occurrence_date == date(2028, 3, 8)
+    delivery = Delivery.objects.get(event=event)
+    assert delivery.status == DeliveryStatus.DELIVERED
+    assert list(delivery.attempt_log.values_list("number", "outcome", "status_code")) == [
+        (1, AttemptOutcome.DELIVERED, 200)
+    ]
+
+
+def test_running_again_sends_nothing_more(delivery_settings, sink):
+    make_due([new_user().events.get()])
+    run_scheduler_once()
+    run_worker_once()
+
+    run_scheduler_once()
+    run_worker_once()
+
+    assert len(sink.received) == 1
+
+
+def test_signed_delivery_verifies_with_standard_webhooks(delivery_settings, sink):
+    secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+    delivery_settings.WEBHOOK_SECRET = secret
+    make_due([new_user().events.get()])
+
+    run_scheduler_once()
+    run_worker_once()
+
+    received = sink.received[0]
+    assert received.headers["webhook-id"] == received.idempotency_key
+    assert Webhook(secret).verify(received.raw_body, received.headers)["message"].startswith("Hey, Ada")
+
+
+def test_503_twice_then_200_is_delivered_on_the_third_attempt_with_the_same_key(delivery_settings, sink):
+    event = new_user().events.get()
+    make_due([event])
+    sink.script(event.idempotency_key, Reply(status=503), Reply(status=503), Reply(status=200))
+
+    run_scheduler_once()
+    deliver_until_settled()
+
+    assert [r.idempotency_key for r in sink.received] == [event.idempotency_key] * 3
+    delivery = Delivery.objects.get(event=event)
+    assert delivery.status == DeliveryStatus.DELIVERED
+    assert list(delivery.attempt_log.values_list("number", "outcome", "status_code")) == [
+        (1, AttemptOutcome.TRANSIENT_FAILURE, 503),
+        (2, AttemptOutcome.TRANSIENT_FAILURE, 503),
+        (3, AttemptOutcome.DELIVERED, 200),
+    ]
+    event.refresh_from_db()
+    assert event.status == EventStatus.COMPLETED
+    assert event.retry_count == 2
+
+
+def test_404_fails_the_event_at_once(delivery_settings, sink):
+    event = new_user().events.get()
+    make_due([event])
+    sink.script(event.idempotency_key, Reply(status=404))
+
+    run_scheduler_once()
+    run_worker_once()
+
+    event.refresh_from_db()
+    assert event.status == EventStatus.FAILED
+    assert "404" in event.failure_reason
+    delivery = Delivery.objects.get(event=event)
+    assert delivery.status == DeliveryStatus.DEAD
+    assert delivery.attempt_log.get().outcome == AttemptOutcome.PERMANENT_FAILURE
+    assert len(sink.received) == 1
+
+
+def test_a_hanging_receiver_times_out_and_is_retried(delivery_settings, sink):
+    delivery_settings.WEBHOOK_TIMEOUT = timedelta(seconds=0.5)
+    event = new_user().events.get()
+    make_due([event])
+    sink.script(event.idempotency_key, Reply(status=200, delay=2.0))
+
+    run_scheduler_once()
+    deliver_until_settled()
+
+    attempts = list(Delivery.objects.get(event=event).attempt_log.all())
+    assert [a.outcome for a in attempts] == [AttemptOutcome.TRANSIENT_FAILURE, AttemptOutcome.DELIVERED]
+    assert "Timed out" in attempts[0].error
+    assert attempts[0].status_code is None
+    assert 400 <= attempts[0].duration_ms < 2000
+
+
+def test_429_with_retry_after_waits_as_asked(delivery_settings, sink):
+    delivery_settings.DELIVERY_RETRY_MAX = timedelta(seconds=60)
+    event = new_user().events.get()
+    make_due([event])
+    sink.script(event.idempotency_key, Reply(status=429, headers={"Retry-After": "30"}))
+
+    run_scheduler_once()
+    before = timezone.now()
+    run_worker_once()
+
+    delivery = Delivery.objects.get(event=event)
+    assert delivery.status == DeliveryStatus.QUEUED
+    wait = (delivery.next_attempt_at - before).total_seconds()
+    assert 29 <= wait <= 31
+    run_worker_once()  # not due yet: nothing is sent
+    assert len(sink.received) == 1
+
+
+def test_retry_after_beyond_the_cap_is_cut_to_the_cap(delivery_settings, sink):
+    delivery_settings.DELIVERY_RETRY_MAX = timedelta(seconds=5)
+    event = new_user().events.get()
+    make_due([event])
+    sink.script(event.idempotency_key, Reply(status=503, headers={"Retry-After": "86400"}))
+
+    run_scheduler_once()
+    before = timezone.now()
+    run_worker_once()
+
+    wait = (Delivery.objects.get(event=event).next_attempt_at - before).total_seconds()
+    assert 4 <= wait <= 6
+
+
+def test_attempts_used_up_make_the_delivery_dead_and_the_event_failed(delivery_settings, sink):
+    delivery_settings.DELIVERY_MAX_ATTEMPTS = 3
+    sink.default = Reply(status=500)
+    event = new_user().events.get()
+    make_due([event])
+
+    run_scheduler_once()
+    deliver_until_settled()
+
+    delivery = Delivery.objects.get(event=event)
+    assert delivery.status == DeliveryStatus.DEAD
+    assert delivery.attempts == 3
+    event.refresh_from_db()
+    assert event.status == EventStatus.FAILED
+    assert event.failure_reason == "Gave up after 3 attempts; last: HTTP 500 (Internal Server Error)"
+    assert len(sink.received) == 3
+
+
+def test_after_downtime_overdue_events_are_sent_and_too_late_ones_failed(delivery_settings, sink):
+    recent = new_user(first_name="Recent").events.get()
+    yesterday = new_user(first_name="Yesterday").events.get()
+    ancient = new_user(first_name="Ancient").events.get()
+    make_due([recent], ago=timedelta(minutes=5))
+    make_due([yesterday], ago=timedelta(hours=30))
+    make_due([ancient], ago=timedelta(hours=49))
+
+    run_scheduler_once()
+    run_worker_once()
+
+    assert sorted(sink.keys()) == sorted([recent.idempotency_key, yesterday.idempotency_key])
+    ancient.refresh_from_db()
+    assert ancient.status == EventStatus.FAILED
+    assert "EVENT_MAX_LATENESS" in ancient.failure_reason
+    assert not Delivery.objects.filter(event=ancient).exists()
+    # Every user, the too-late one included, has their next birthday scheduled.
+    assert Event.objects.filter(status=EventStatus.PENDING).count() == 3
+
+
+def test_scheduler_logs_the_backlog_at_start(delivery_settings, caplog):
+    make_due([new_user().events.get()], ago=timedelta(hours=2))
+
+    with caplog.at_level("INFO", logger="scheduling.scheduler"):
+        run_scheduler_once()
+
+    started = [r for r in caplog.records if "Scheduler started" in r.getMessage()]
+    assert "1 overdue event(s), targets from" in started[0].getMessage()
+
+
+def test_user_edit_while_processing_leaves_that_delivery_alone_and_the_next_follows_new_data(
+    delivery_settings, sink
+):
+    user = new_user()
+    event = user.events.get()
+    make_due([event])
+    run_scheduler_once()  # PROCESSING, delivery queued, next year's PENDING created
+
+    user_update(user=user, data={"date_of_birth": date(1990, 7, 14), "timezone": "Asia/Tokyo"})
+
+    event.refresh_from_db()
+    assert event.status == EventStatus.PROCESSING
+    assert event.version == 2
+    assert event.target_timezone == "America/New_York"
+    upcoming = user.events.get(status=EventStatus.PENDING)
+    assert upcoming.occurrence_date.month == 7 and upcoming.occurrence_date.day == 14
+    assert upcoming.target_timezone == "Asia/Tokyo"
+    run_worker_once()
+    assert sink.keys() == [event.idempotency_key]
+    event.refresh_from_db()
+    assert event.status == EventStatus.COMPLETED
+
+
+def test_a_renamed_user_gets_the_new_name_in_the_message(delivery_settings, sink):
+    user = new_user()
+    event = user.events.get()
+    user_update(user=user, data={"first_name": "Augusta", "last_name": "King"})
+    make_due([event])
+
+    run_scheduler_once()
+    run_worker_once()
+
+    assert sink.received[0].body["message"] == "Hey, Augusta King it's your birthday"
+
+
+def test_timezone_change_keeps_the_key_the_receiver_sees(delivery_settings, sink):
+    user = new_user()
+    key = user.events.get().idempotency_key
+    user_update(user=user, data={"timezone": "Australia/Sydney"})
+    make_due()
+
+    run_scheduler_once()
+    run_worker_once()
+
+    assert sink.keys() == [key]
+
+
+def test_worker_refuses_to_start_without_webhook_url(settings):
+    settings.WEBHOOK_URL = ""
+
+    with pytest.raises(CommandError, match="WEBHOOK_URL is not set"):
+        call_command("run_worker", once=True)
+
+
+def test_delivery_claim_uses_the_partial_index():
+    from django.db import connection
+
+    queued = Delivery.objects.filter(status=DeliveryStatus.QUEUED, next_attempt_at__lte=timezone.now()).order_by(
+        "next_attempt_at"
+    )[:100]
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        sql, params = queued.query.sql_with_params()
+        cursor.execute("EXPLAIN " + sql, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "delivery_queued_due_idx" in plan
+
+
+def test_worker_writes_a_heartbeat(delivery_settings):
+    from scheduling.models import ProcessHeartbeat
+
+    run_worker_once()
+
+    beat = ProcessHeartbeat.objects.get(kind="worker")
+    assert beat.stopped_at is not None
+    assert json.dumps(beat.pid)
+    assert time.time() - beat.last_seen_at.timestamp() < 60

@@ -1,0 +1,122 @@
+"""The webhook transport's rules: classification, Retry-After, backoff, headers."""
+
+import json
+from datetime import timedelta
+from email.utils import format_datetime
+from datetime import datetime, timezone
+import uuid
+
+import pytest
+import requests
+import responses
+from standardwebhooks.webhooks import Webhook
+
+from delivery.services import ClaimedDelivery, retry_delay
+from delivery.transport import USER_AGENT, Outcome, WebhookTransport, classify_status, parse_retry_after
+
+
+def claimed(url="https://receiver.example/hook") -> ClaimedDelivery:
+    return ClaimedDelivery(
+        id=uuid.uuid4(),
+        event_id=uuid.uuid4(),
+        event_version=2,
+        user_id=uuid.uuid4(),
+        idempotency_key="event-0123456789abcdef",
+        endpoint_url=url,
+        payload={"message": "Hey, Ada Lovelace it's your birthday"},
+        attempt=1,
+        max_attempts=8,
+    )
+
+
+@pytest.mark.parametrize("status", [200, 201, 202, 204, 299])
+def test_2xx_is_delivered(status):
+    assert classify_status(status) == Outcome.DELIVERED
+
+
+@pytest.mark.parametrize("status", [408, 425, 429, 500, 502, 503, 504])
+def test_timeouts_throttling_and_server_errors_are_transient(status):
+    assert classify_status(status) == Outcome.TRANSIENT
+
+
+@pytest.mark.parametrize("status", [301, 302, 400, 401, 403, 404, 410, 422])
+def test_redirects_and_other_client_errors_are_permanent(status):
+    assert classify_status(status) == Outcome.PERMANENT
+
+
+def test_retry_after_in_seconds_and_as_http_date():
+    now = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
+    later = format_datetime(now + timedelta(seconds=90), usegmt=True)
+
+    assert parse_retry_after("120") == 120
+    assert parse_retry_after(later, now=now.timestamp()) == pytest.approx(90)
+    assert parse_retry_after("soon") is None
+    assert parse_retry_after(None) is None
+
+
+def test_backoff_is_capped_exponential_with_full_jitter(settings):
+    settings.DELIVERY_RETRY_BASE = timedelta(seconds=10)
+    settings.DELIVERY_RETRY_MAX = timedelta(seconds=60)
+
+    delays = [retry_delay(attempt=attempt) for attempt in range(1, 12) for _ in range(50)]
+
+    assert all(0 <= d <= 60 for d in delays)
+    assert max(retry_delay(attempt=1) for _ in range(200)) <= 10
+    assert max(delays) > 30  # later attempts reach towards the cap
+
+
+def test_retry_after_is_honoured_up_to_the_cap(settings):
+    settings.DELIVERY_RETRY_MAX = timedelta(seconds=60)
+
+    assert retry_delay(attempt=1, retry_after=30) == 30
+    assert retry_delay(attempt=1, retry_after=86400) == 60
+
+
+@responses.activate
+def test_send_posts_json_with_idempotency_key_and_user_agent_and_follows_no_redirect():
+    responses.post("https://receiver.example/hook", status=302, headers={"Location": "https://elsewhere.example/"})
+
+    result = WebhookTransport(timeout=5).send(claimed())
+
+    request = responses.calls[0].request
+    assert len(responses.calls) == 1
+    assert json.loads(request.body) == {"message": "Hey, Ada Lovelace it's your birthday"}
+    assert request.headers["Content-Type"] == "application/json"
+    assert request.headers["X-Idempotency-Key"] == "event-0123456789abcdef"
+    assert request.headers["User-Agent"] == USER_AGENT
+    assert result.outcome == Outcome.PERMANENT
+    assert result.status_code == 302
+
+
+@responses.activate
+def test_signed_requests_verify_with_the_standard_webhooks_library():
+    secret = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+    responses.post("https://receiver.example/hook", status=204)
+
+    WebhookTransport(timeout=5, secret=secret).send(claimed())
+
+    request = responses.calls[0].request
+    headers = {k: v for k, v in request.headers.items()}
+    assert headers["webhook-id"] == "event-0123456789abcdef"
+    verified = Webhook(secret).verify(request.body, headers)
+    assert verified == {"message": "Hey, Ada Lovelace it's your birthday"}
+
+
+@responses.activate
+def test_connection_error_is_transient():
+    responses.post("https://receiver.example/hook", body=requests.exceptions.ConnectionError("refused"))
+
+    result = WebhookTransport(timeout=5).send(claimed())
+
+    assert result.outcome == Outcome.TRANSIENT
+    assert "Connection" in result.error or "refused" in result.error
+
+
+@responses.activate
+def test_response_excerpt_is_cut_to_2_kib():
+    responses.post("https://receiver.example/hook", status=500, body="x" * 10000)
+
+    result = WebhookTransport(timeout=5).send(claimed())
+
+    assert result.outcome == Outcome.TRANSIENT
+    assert len(result.response_excerpt) == 2048

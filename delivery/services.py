@@ -7,7 +7,7 @@ import random
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from django.conf import settings
 from django.db import transaction
@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from config.wakeup import WORKER_CHANNEL, notify
 from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus
-from scheduling.exceptions import OptimisticLockError
+from scheduling.exceptions import InvalidStateTransition, OptimisticLockError
 from scheduling.models import Event, EventStatus
 from scheduling.services import events_transition_many
 
@@ -62,6 +62,45 @@ def deliveries_enqueue(*, events: list[Event], now: datetime) -> int:
     return len(events)
 
 
+def delivery_requeue_for_event(*, event: Event, now: datetime) -> Delivery:
+    """Queue an operator-resent event's one delivery again, or create it if it had none."""
+    delivery = Delivery.objects.select_for_update().filter(event_id=event.id).first()
+    if delivery is None:
+        delivery = Delivery.objects.create(
+            event_id=event.id,
+            idempotency_key=event.idempotency_key,
+            endpoint_url=settings.WEBHOOK_URL,
+            payload=event.delivery_payload,
+            next_attempt_at=now,
+            max_attempts=settings.DELIVERY_MAX_ATTEMPTS,
+        )
+    else:
+        if delivery.status != DeliveryStatus.DEAD:
+            raise InvalidStateTransition(
+                f"Delivery {delivery.id} is {delivery.status}; only a DEAD delivery can be resent."
+            )
+        delivery.status = DeliveryStatus.QUEUED
+        delivery.payload = event.delivery_payload
+        delivery.next_attempt_at = now
+        delivery.max_attempts = delivery.attempts + settings.DELIVERY_MAX_ATTEMPTS
+        delivery.save(update_fields=["status", "payload", "next_attempt_at", "max_attempts", "updated_at"])
+    notify(WORKER_CHANNEL)
+    return delivery
+
+
+def delivery_resend(*, delivery: Delivery, operator: str) -> Delivery:
+    """Operator action: resend a DEAD delivery (its FAILED event goes back to the queue)."""
+    from scheduling.services import event_resend
+
+    if delivery.status != DeliveryStatus.DEAD:
+        raise InvalidStateTransition(
+            f"Only DEAD deliveries can be resent; delivery {delivery.id} is {delivery.status}."
+        )
+    event_resend(event=delivery.event, operator=operator)
+    delivery.refresh_from_db()
+    return delivery
+
+
 def retry_delay(*, attempt: int, retry_after: float | None = None) -> float:
     """Seconds before the next try: capped exponential backoff with full jitter.
 
@@ -82,14 +121,19 @@ def _duration_ms(started: datetime | None, finished: datetime) -> int:
 
 
 def deliveries_claim(
-    *, worker: str, limit: int, lease: timedelta, now: datetime | None = None
+    *,
+    worker: str,
+    limit: int,
+    lease: timedelta | Callable[[int], timedelta],
+    now: datetime | None = None,
 ) -> list[ClaimedDelivery]:
     """Lease up to `limit` due deliveries to `worker` in one short transaction.
 
     Due means QUEUED with `next_attempt_at <= now`, or SENDING with an expired
     lease (its worker was lost: the attempt it started is logged as abandoned).
     Rows other workers hold are skipped, never waited for. The HTTP call happens
-    after this commits; nothing stays locked across the network.
+    after this commits; nothing stays locked across the network. `lease` is a
+    duration, or a function of how many rows were claimed that returns one.
     """
     now = now or timezone.now()
     if limit <= 0:
@@ -117,7 +161,7 @@ def deliveries_claim(
             status=DeliveryStatus.SENDING,
             attempts=F("attempts") + 1,
             locked_by=worker,
-            locked_until=now + lease,
+            locked_until=now + (lease(len(ids)) if callable(lease) else lease),
             attempt_started_at=now,
             updated_at=now,
         )

@@ -110,8 +110,9 @@ class Worker:
             return 0
         try:
             refresh_connection()
+            waiting_ahead = len(self.in_flight)
             claimed = deliveries_claim(
-                worker=self.name, limit=free, lease=self._lease(len(self.in_flight) + free)
+                worker=self.name, limit=free, lease=lambda count: self._lease(waiting_ahead + count)
             )
             self.db_backoff.reset()
         except DB_ERRORS as exc:

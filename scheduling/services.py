@@ -18,6 +18,7 @@ from scheduling.exceptions import InvalidStateTransition, OptimisticLockError
 from scheduling.handlers import REGISTRY, Occurrence, get_handler, local_send_instant
 from config.wakeup import SCHEDULER_CHANNEL, notify
 from scheduling.models import Event, EventStatus, ProcessHeartbeat
+from users.validators import load_timezone
 
 if TYPE_CHECKING:
     from users.models import User
@@ -31,6 +32,14 @@ ALLOWED_TRANSITIONS: frozenset[tuple[str, str]] = frozenset(
         (EventStatus.PROCESSING, EventStatus.COMPLETED),
         (EventStatus.PROCESSING, EventStatus.FAILED),
     }
+)
+
+# The one operator-only move: a FAILED event goes back to PROCESSING to be sent
+# again under the same idempotency key (support cases: the receiver was down for
+# days, a bug was fixed). It is kept out of ALLOWED_TRANSITIONS so that no
+# automatic path (scheduler, worker, user edits) can ever take it.
+OPERATOR_TRANSITIONS: frozenset[tuple[str, str]] = frozenset(
+    {(EventStatus.FAILED, EventStatus.PROCESSING)}
 )
 
 # How often a user save retries reconciling its events after losing a race to
@@ -49,13 +58,16 @@ def idempotency_key_for(*, user_id: uuid.UUID, event_type: str, occurrence_date:
 # --- the state machine -------------------------------------------------------
 
 
-def _event_transition(*, event: Event, source: str, target: str, **changes) -> Event:
+def _event_transition(
+    *, event: Event, source: str, target: str, by_operator: bool = False, **changes
+) -> Event:
     """Move `event` from `source` to `target` with one conditional UPDATE.
 
     The UPDATE matches on id, expected status and version and bumps the version,
     so of two processes holding the same version only one can win.
     """
-    if event.status != source or (source, target) not in ALLOWED_TRANSITIONS:
+    allowed = ALLOWED_TRANSITIONS | OPERATOR_TRANSITIONS if by_operator else ALLOWED_TRANSITIONS
+    if event.status != source or (source, target) not in allowed:
         raise InvalidStateTransition(
             f"Event {event.id} (version {event.version}) cannot move from "
             f"{event.status} to {target}."
@@ -106,6 +118,63 @@ def event_fail(*, event: Event, reason: str) -> Event:
         target=EventStatus.FAILED,
         failure_reason=reason,
     )
+
+
+def event_resend(*, event: Event, operator: str) -> Event:
+    """Operator action: send a FAILED event again, under the same idempotency key.
+
+    Its one delivery is queued again (or created, if the event failed before it
+    had one) with a fresh budget of attempts; never a second delivery.
+    """
+    from delivery.services import delivery_requeue_for_event
+
+    with transaction.atomic():
+        event = Event.objects.select_for_update().select_related("user").get(pk=event.pk)
+        if event.status != EventStatus.FAILED:
+            raise InvalidStateTransition(
+                f"Only FAILED events can be resent; event {event.id} (version "
+                f"{event.version}) is {event.status}."
+            )
+        _event_transition(
+            event=event,
+            source=EventStatus.FAILED,
+            target=EventStatus.PROCESSING,
+            by_operator=True,
+            failure_reason="",
+            delivery_payload=event_build_payload(event=event, user=event.user),
+        )
+        delivery_requeue_for_event(event=event, now=timezone.now())
+    logger.info(
+        "Operator %s resent event",
+        operator,
+        extra={"operator": operator, "event_id": str(event.id), "idempotency_key": event.idempotency_key},
+    )
+    return event
+
+
+def event_deliver_now(*, event: Event, operator: str) -> Event:
+    """Operator action: make a PENDING event due immediately (same occurrence and key)."""
+    if event.status != EventStatus.PENDING:
+        raise InvalidStateTransition(
+            f"Only PENDING events can be delivered now; event {event.id} (version "
+            f"{event.version}) is {event.status}."
+        )
+    now = timezone.now()
+    event_reschedule(
+        event=event,
+        occurrence=Occurrence(
+            occurrence_date=event.occurrence_date,
+            target_utc=now,
+            target_local=now.astimezone(load_timezone(event.target_timezone)),
+            timezone_name=event.target_timezone,
+        ),
+    )
+    logger.info(
+        "Operator %s made event due now",
+        operator,
+        extra={"operator": operator, "event_id": str(event.id), "idempotency_key": event.idempotency_key},
+    )
+    return event
 
 
 # --- creating and rescheduling -----------------------------------------------

@@ -1,15 +1,108 @@
-from django.contrib import admin
+"""Recipients in the operator console. Writes go through users.services."""
 
+from __future__ import annotations
+
+from django.contrib import admin
+from django.db.models import Prefetch
+from django.utils import timezone
+from django.utils.html import format_html
+
+import config.admin as console
+from delivery.models import Delivery
+from scheduling.admin import parse_uuid
+from scheduling.models import Event, EventStatus
 from users import services
+from users.forms import RecipientAdminForm
 from users.models import User
+
+
+class EventInline(admin.TabularInline):
+    """The recipient's events, newest first; read-only (they change through the services)."""
+
+    model = Event
+    extra = 0
+    can_delete = False
+    show_change_link = True
+    ordering = ["-occurrence_date", "-created_at"]
+    fields = [
+        "event_type",
+        "occurrence_date",
+        "target_timestamp_utc",
+        "target_timestamp_local",
+        "status_badge",
+        "retry_count",
+        "executed_at",
+        "failure_reason",
+    ]
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="status")
+    def status_badge(self, event: Event):
+        return console.badge(event.status, event.get_status_display())
 
 
 @admin.register(User)
 class RecipientAdmin(admin.ModelAdmin):
-    list_display = ["first_name", "last_name", "timezone", "date_of_birth", "created_at"]
-    search_fields = ["first_name", "last_name", "=id"]
+    form = RecipientAdminForm
+    list_display = [
+        "first_name",
+        "last_name",
+        "timezone",
+        "date_of_birth",
+        "next_birthday_local",
+        "next_birthday_utc",
+        "next_status",
+    ]
+    list_display_links = ["first_name", "last_name"]
+    search_fields = ["first_name", "last_name"]
+    search_help_text = "First or last name (or both), or a recipient id."
     list_filter = ["timezone"]
+    show_full_result_count = False
+    list_per_page = 50
+    inlines = [EventInline]
+    fieldsets = [
+        (None, {"fields": ["first_name", "last_name", "date_of_birth", "timezone"]}),
+        ("Record", {"fields": ["id", "created_at", "updated_at"]}),
+    ]
     readonly_fields = ["id", "created_at", "updated_at"]
+
+    def get_inlines(self, request, obj):
+        return self.inlines if obj else []
+
+    def get_fieldsets(self, request, obj=None):
+        # The record's id and timestamps do not exist yet on the add form.
+        return self.fieldsets if obj else self.fieldsets[:1]
+
+    def get_queryset(self, request):
+        # The pending event of each listed recipient, in one extra query per page.
+        return (
+            super()
+            .get_queryset(request)
+            .prefetch_related(
+                Prefetch(
+                    "events",
+                    queryset=Event.objects.filter(status=EventStatus.PENDING).order_by(
+                        "target_timestamp_utc"
+                    ),
+                    to_attr="pending_events",
+                )
+            )
+        )
+
+    def get_search_results(self, request, queryset, search_term):
+        as_uuid = parse_uuid(search_term)
+        if as_uuid is not None:
+            return queryset.filter(id=as_uuid), False
+        return super().get_search_results(request, queryset, search_term)
 
     def save_model(self, request, obj, form, change):
         fields = {f: form.cleaned_data[f] for f in services.USER_FIELDS}
@@ -17,3 +110,46 @@ class RecipientAdmin(admin.ModelAdmin):
             services.user_update(user=obj, data=fields)
         else:
             obj.pk = services.user_create(**fields).pk
+
+    def get_deleted_objects(self, objs, request):
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        # A recipient's events and deliveries go with them (users.services.user_delete).
+        # The console refuses deleting those alone, not as part of their recipient.
+        perms_needed -= {Event._meta.verbose_name, Delivery._meta.verbose_name}
+        return deleted, counts, perms_needed, protected
+
+    def delete_model(self, request, obj):
+        services.user_delete(user=obj)
+
+    def delete_queryset(self, request, queryset):
+        for user in queryset:
+            services.user_delete(user=user)
+
+    # --- columns ------------------------------------------------------------------
+
+    @staticmethod
+    def _next(user: User) -> Event | None:
+        pending = getattr(user, "pending_events", None)
+        return pending[0] if pending else None
+
+    @admin.display(description="next birthday (local)")
+    def next_birthday_local(self, user: User):
+        event = self._next(user)
+        if event is None:
+            return "—"
+        wall, offset = console.split_local_time(event.target_timestamp_local)
+        return format_html('{} <span class="bs-muted">{}</span>', wall, offset)
+
+    @admin.display(description="next birthday (UTC)")
+    def next_birthday_utc(self, user: User) -> str:
+        event = self._next(user)
+        return event.target_timestamp_utc.strftime("%Y-%m-%d %H:%M") if event else "—"
+
+    @admin.display(description="status")
+    def next_status(self, user: User):
+        event = self._next(user)
+        if event is None:
+            return "—"
+        if event.target_timestamp_utc < timezone.now():
+            return console.badge("OVERDUE", "Pending, overdue")
+        return console.badge(event.status, event.get_status_display())

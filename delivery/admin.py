@@ -1,0 +1,215 @@
+"""Deliveries in the operator console: read-only; the one write is the Resend action."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.db.models import Exists, OuterRef, Q
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html
+
+import config.admin as console
+from delivery import services
+from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt
+from scheduling.admin import parse_uuid, run_operator_action
+
+
+class AttemptOutcomeFilter(admin.SimpleListFilter):
+    """Deliveries with at least one attempt of the chosen outcome."""
+
+    title = "had an attempt that was"
+    parameter_name = "attempt_outcome"
+
+    def lookups(self, request, model_admin):
+        return AttemptOutcome.choices
+
+    def queryset(self, request, queryset):
+        if self.value() in AttemptOutcome.values:
+            return queryset.filter(
+                Exists(
+                    DeliveryAttempt.objects.filter(delivery=OuterRef("pk"), outcome=self.value())
+                )
+            )
+        return queryset
+
+
+class LeaseFilter(admin.SimpleListFilter):
+    """SENDING rows whose lease has run out: their worker is gone; a worker will take them back."""
+
+    title = "lease"
+    parameter_name = "lease"
+
+    def lookups(self, request, model_admin):
+        return [("held", "Held by a worker"), ("expired", "Expired (worker lost)")]
+
+    def queryset(self, request, queryset):
+        now = timezone.now()
+        if self.value() == "held":
+            return queryset.filter(status=Delivery.Status.SENDING, locked_until__gte=now)
+        if self.value() == "expired":
+            return queryset.filter(status=Delivery.Status.SENDING, locked_until__lt=now)
+        return queryset
+
+
+class ReadOnlyInlineMixin:
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class DeliveryAttemptInline(ReadOnlyInlineMixin, admin.TabularInline):
+    model = DeliveryAttempt
+    fields = [
+        "number",
+        "outcome_badge",
+        "status_code",
+        "duration",
+        "started_at",
+        "worker",
+        "error",
+        "response",
+    ]
+    readonly_fields = fields
+    ordering = ["-number"]
+
+    @admin.display(description="outcome")
+    def outcome_badge(self, attempt: DeliveryAttempt):
+        return console.badge(attempt.outcome, attempt.get_outcome_display())
+
+    @admin.display(description="duration")
+    def duration(self, attempt: DeliveryAttempt) -> str:
+        return f"{attempt.duration_ms} ms"
+
+    @admin.display(description="response (excerpt)")
+    def response(self, attempt: DeliveryAttempt):
+        if not attempt.response_excerpt:
+            return "—"
+        return format_html(
+            '<code style="white-space:pre-wrap;word-break:break-all">{}</code>',
+            attempt.response_excerpt[:300] + ("…" if len(attempt.response_excerpt) > 300 else ""),
+        )
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(admin.ModelAdmin):
+    list_display = [
+        "idempotency_key",
+        "recipient",
+        "status_badge",
+        "attempts_used",
+        "next_attempt_at",
+        "lease",
+        "last_status_code",
+        "last_error_short",
+        "updated_at",
+    ]
+    list_select_related = ["event__user"]
+    list_filter = ["status", LeaseFilter, AttemptOutcomeFilter]
+    # Matched exactly (an indexed lookup) in get_search_results; listing the
+    # field here is what shows the search box.
+    search_fields = ["=idempotency_key"]
+    search_help_text = "An idempotency key (event-…), a delivery id or an event id."
+    show_full_result_count = False
+    list_per_page = 50
+    inlines = [DeliveryAttemptInline]
+    actions = ["resend"]
+    fieldsets = [
+        (None, {"fields": ["id", "idempotency_key", "event_link", "status_badge", "attempts_used"]}),
+        (
+            "Schedule and lease",
+            {"fields": ["next_attempt_at", "locked_by", "locked_until", "attempt_started_at"]},
+        ),
+        (
+            "Outcome",
+            {"fields": ["last_status_code", "last_error", "delivered_at", "created_at", "updated_at"]},
+        ),
+        ("Request", {"classes": ["collapse"], "fields": ["endpoint_url", "payload"]}),
+    ]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [field for fieldset in self.fieldsets for field in fieldset[1]["fields"]]
+
+    def has_add_permission(self, request):
+        # Deliveries are queued by the scheduler when it claims an event.
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        # Nothing on a delivery is edited by hand (the form is a view); the
+        # changelist keeps change permission so the Resend action is offered.
+        return obj is None and super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request, obj=None):
+        # Never: deleting a delivery would erase its attempt log and let the
+        # occurrence be queued again under the same key.
+        return False
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip()
+        as_uuid = parse_uuid(term)
+        if as_uuid is not None:
+            return queryset.filter(Q(id=as_uuid) | Q(event_id=as_uuid)), False
+        if term:
+            return queryset.filter(idempotency_key=term), False
+        return queryset, False
+
+    # --- columns ------------------------------------------------------------------
+
+    @admin.display(description="recipient")
+    def recipient(self, delivery: Delivery):
+        return format_html(
+            '<a href="{}">{}</a>',
+            reverse("admin:scheduling_event_change", args=[delivery.event_id]),
+            delivery.event.user,
+        )
+
+    @admin.display(description="event")
+    def event_link(self, delivery: Delivery):
+        return format_html(
+            '<a href="{}">{}</a> for {}',
+            reverse("admin:scheduling_event_change", args=[delivery.event_id]),
+            delivery.event,
+            delivery.event.user,
+        )
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, delivery: Delivery):
+        return console.badge(delivery.status, delivery.get_status_display())
+
+    @admin.display(description="attempts", ordering="attempts")
+    def attempts_used(self, delivery: Delivery) -> str:
+        return f"{delivery.attempts} / {delivery.max_attempts}"
+
+    @admin.display(description="lease (worker, until)")
+    def lease(self, delivery: Delivery):
+        if not delivery.locked_by:
+            return "—"
+        expired = delivery.locked_until and delivery.locked_until < timezone.now()
+        return format_html(
+            '{}<br><span class="{}">{}{}</span>',
+            delivery.locked_by,
+            "bs-late" if expired else "bs-muted",
+            delivery.locked_until.strftime("%H:%M:%S") if delivery.locked_until else "",
+            " (expired)" if expired else "",
+        )
+
+    @admin.display(description="last error")
+    def last_error_short(self, delivery: Delivery) -> str:
+        error = delivery.last_error
+        return (error[:80] + "…") if len(error) > 80 else (error or "—")
+
+    # --- actions ------------------------------------------------------------------
+
+    @admin.action(description="Resend selected DEAD deliveries", permissions=["change"])
+    def resend(self, request, queryset):
+        run_operator_action(
+            self, request, queryset, service=services.delivery_resend, verb="Resend", kwarg="delivery"
+        )
+

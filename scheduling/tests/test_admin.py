@@ -1,0 +1,467 @@
+"""The operator console's event pages, dashboard, actions and access rules (Django test client)."""
+
+from __future__ import annotations
+
+import importlib
+from datetime import timedelta
+
+import pytest
+from django.conf import settings
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.messages import get_messages
+from django.test import override_settings
+from django.urls import clear_url_caches, reverse
+from django.utils import timezone
+
+from delivery.models import Delivery, DeliveryStatus
+from scheduling.models import Event, EventStatus, ProcessKind
+from scheduling.services import events_claim_due
+from scheduling.tests.console_data import completed_event, failed_event, heartbeat
+from users.tests.factories import UserFactory
+
+CHANGELIST = "admin:scheduling_event_changelist"
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def console(client, django_user_model):
+    """A test client logged in as a superuser operator named ops-alice."""
+    operator = django_user_model.objects.create_superuser(
+        username="ops-alice", email="alice@example.com", password="not-used-here-9!"
+    )
+    client.force_login(operator)
+    return client
+
+
+def pending_of(user) -> Event:
+    return user.events.get(status=EventStatus.PENDING)
+
+
+def make_overdue(event: Event, *, by: timedelta) -> Event:
+    Event.objects.filter(pk=event.pk).update(target_timestamp_utc=timezone.now() - by)
+    event.refresh_from_db()
+    return event
+
+
+def changelist(console, **params):
+    response = console.get(reverse(CHANGELIST), params)
+    assert response.status_code == 200
+    return response
+
+
+def listed_ids(response) -> set:
+    return {event.pk for event in response.context["cl"].result_list}
+
+
+def messages_of(response) -> list[str]:
+    return [str(message) for message in get_messages(response.wsgi_request)]
+
+
+# --- the list ----------------------------------------------------------------------------
+
+
+def test_event_list_shows_recipient_times_badge_retries_and_lateness(console):
+    user = UserFactory(first_name="Ada", last_name="Lovelace", timezone="Asia/Kathmandu")
+    make_overdue(pending_of(user), by=timedelta(hours=2, minutes=5))
+
+    response = changelist(console)
+
+    html = response.content.decode()
+    assert "Ada Lovelace" in html
+    assert "+05:45" in html and "Asia/Kathmandu" in html  # the local time keeps its offset and zone
+    assert 'class="bs-badge"' in html and "Pending" in html
+    assert "2 h 05 min" in html  # how late the overdue event is
+
+
+def test_event_list_queries_do_not_grow_with_the_number_of_rows(console, django_assert_max_num_queries):
+    for _ in range(3):
+        completed_event(UserFactory())
+    changelist(console)  # warm the session and content types
+    with django_assert_max_num_queries(12) as few:
+        changelist(console)
+    for _ in range(20):
+        failed_event(UserFactory())
+    with django_assert_max_num_queries(len(few.captured_queries)):
+        changelist(console)
+
+
+def test_local_time_shows_wall_time_and_offset_even_with_microseconds(console):
+    event = pending_of(UserFactory(timezone="America/Los_Angeles"))
+    Event.objects.filter(pk=event.pk).update(target_timestamp_local="2026-11-22T15:12:09.589176-08:00")
+
+    html = changelist(console).content.decode()
+
+    assert "2026-11-22 15:12" in html and "-08:00" in html and "589176" not in html
+
+
+def test_filter_by_status_lists_only_that_status(console):
+    done = completed_event(UserFactory())
+    failed = failed_event(UserFactory())
+
+    response = changelist(console, status__exact=EventStatus.FAILED)
+
+    assert listed_ids(response) == {failed.pk}
+    assert done.pk not in listed_ids(response)
+
+
+def test_filter_by_type_lists_birthdays(console):
+    user = UserFactory()
+
+    response = changelist(console, event_type__exact="BIRTHDAY")
+
+    assert listed_ids(response) == {pending_of(user).pk}
+
+
+def test_overdue_filter_separates_past_due_pending_events_from_upcoming_ones(console):
+    late = make_overdue(pending_of(UserFactory()), by=timedelta(minutes=30))
+    upcoming = pending_of(UserFactory())
+    failed = failed_event(UserFactory())
+
+    not_due = listed_ids(changelist(console, overdue="no"))
+
+    assert listed_ids(changelist(console, overdue="yes")) == {late.pk}
+    assert upcoming.pk in not_due and pending_of(failed.user).pk in not_due
+    assert late.pk not in not_due and failed.pk not in not_due
+
+
+def test_date_hierarchy_narrows_to_a_year_of_target_times(console):
+    user = UserFactory()
+    last_year = completed_event(user)
+    year = last_year.target_timestamp_utc.year
+
+    response = changelist(console, target_timestamp_utc__year=year)
+
+    assert last_year.pk in listed_ids(response)
+    assert pending_of(user).pk not in listed_ids(response)
+
+
+@pytest.mark.parametrize("term", ["Hopper", "Grace Hopper", "grace"])
+def test_search_finds_events_by_recipient_name(console, term):
+    grace = UserFactory(first_name="Grace", last_name="Hopper")
+    UserFactory(first_name="Alan", last_name="Turing")
+
+    assert listed_ids(changelist(console, q=term)) == {pending_of(grace).pk}
+
+
+def test_search_finds_an_event_by_its_id_key_or_recipient_id(console):
+    user = UserFactory()
+    UserFactory()
+    event = pending_of(user)
+
+    assert listed_ids(changelist(console, q=str(event.pk))) == {event.pk}
+    assert listed_ids(changelist(console, q=event.idempotency_key)) == {event.pk}
+    assert listed_ids(changelist(console, q=f"  {user.pk} ")) == {event.pk}
+
+
+# --- the change form: a view -----------------------------------------------------------
+
+
+def test_finished_events_open_as_view_only_and_refuse_a_post(console):
+    event = completed_event(UserFactory())
+    url = reverse("admin:scheduling_event_change", args=[event.pk])
+
+    response = console.get(url)
+
+    assert response.status_code == 200
+    assert "View event" in response.content.decode()
+    assert 'name="_save"' not in response.content.decode()
+    assert console.post(url, {"status": EventStatus.PENDING}).status_code == 403
+    event.refresh_from_db()
+    assert event.status == EventStatus.COMPLETED
+
+
+def test_a_pending_events_form_has_no_editable_field_and_a_post_changes_nothing(console):
+    event = pending_of(UserFactory())
+    url = reverse("admin:scheduling_event_change", args=[event.pk])
+
+    response = console.get(url)
+    console.post(url, {"status": EventStatus.FAILED, "retry_count": 9, "_save": "Save"})
+
+    assert response.status_code == 200
+    assert list(response.context["adminform"].form.fields) == []
+    event.refresh_from_db()
+    assert (event.status, event.retry_count, event.version) == (EventStatus.PENDING, 0, 1)
+
+
+def test_events_cannot_be_added_or_deleted_from_the_console(console):
+    event = failed_event(UserFactory())
+
+    assert console.get(reverse("admin:scheduling_event_add")).status_code == 403
+    assert console.get(reverse("admin:scheduling_event_delete", args=[event.pk])).status_code == 403
+    actions = changelist(console).context["action_form"].fields["action"].choices
+    assert "delete_selected" not in [name for name, _ in actions]
+
+
+def test_the_event_form_links_to_its_delivery(console):
+    event = failed_event(UserFactory())
+
+    response = console.get(reverse("admin:scheduling_event_change", args=[event.pk]))
+
+    assert reverse("admin:delivery_delivery_change", args=[event.delivery.pk]) in response.content.decode()
+
+
+# --- actions -------------------------------------------------------------------------------
+
+
+def run_action(console, action: str, events, *, follow: bool = True):
+    return console.post(
+        reverse(CHANGELIST),
+        {"action": action, "_selected_action": [str(e.pk) for e in events]},
+        follow=follow,
+    )
+
+
+def test_resend_requeues_a_failed_events_delivery_and_logs_the_operator(console):
+    event = failed_event(UserFactory())
+
+    response = run_action(console, "resend", [event])
+
+    event.refresh_from_db()
+    delivery = Delivery.objects.get(event=event)
+    assert delivery.status == DeliveryStatus.QUEUED
+    assert event.status == EventStatus.PROCESSING
+    entry = LogEntry.objects.get(object_id=str(event.pk))
+    assert entry.action_flag == CHANGE
+    assert entry.user.username == "ops-alice"
+    assert "ops-alice" in entry.get_change_message()
+    assert any("Resend: 1 event queued" in m for m in messages_of(response))
+
+
+def test_resend_of_an_event_that_never_had_a_delivery_queues_exactly_one(console):
+    event = failed_event(UserFactory(), with_delivery=False)
+
+    run_action(console, "resend", [event])
+
+    assert Delivery.objects.filter(event=event).count() == 1
+
+
+def test_resend_refuses_events_not_failed_with_a_message_each_and_still_resends_the_rest(console):
+    failed = failed_event(UserFactory())
+    done = completed_event(UserFactory())
+    pending = pending_of(UserFactory())
+
+    response = run_action(console, "resend", [failed, done, pending])
+
+    notes = messages_of(response)
+    assert sum("Resend refused" in m for m in notes) == 2
+    assert any(str(done) in m and "Resend refused" in m for m in notes)
+    assert any(str(pending) in m and "Resend refused" in m for m in notes)
+    assert Delivery.objects.get(event=failed).status == DeliveryStatus.QUEUED
+    assert not Delivery.objects.filter(event=pending).exists()
+    done.refresh_from_db()
+    assert done.status == EventStatus.COMPLETED
+    assert LogEntry.objects.filter(object_id__in=[str(done.pk), str(pending.pk)]).count() == 0
+
+
+def test_resending_twice_never_creates_a_second_delivery(console):
+    event = failed_event(UserFactory())
+
+    run_action(console, "resend", [event])
+    response = run_action(console, "resend", [event])
+
+    assert Delivery.objects.filter(event=event).count() == 1
+    assert any("Resend refused" in m for m in messages_of(response))
+    assert LogEntry.objects.filter(object_id=str(event.pk)).count() == 1
+
+
+def test_deliver_now_makes_a_pending_event_due_at_once_and_the_scheduler_sends_it(console):
+    event = pending_of(UserFactory())
+    assert event.target_timestamp_utc > timezone.now()
+
+    response = run_action(console, "deliver_now", [event])
+
+    event.refresh_from_db()
+    assert event.status == EventStatus.PENDING
+    assert event.target_timestamp_utc <= timezone.now()
+    assert any("Deliver now: 1 event due now" in m for m in messages_of(response))
+    assert "ops-alice" in LogEntry.objects.get(object_id=str(event.pk)).get_change_message()
+    assert events_claim_due().queued == 1
+    assert Delivery.objects.get(event=event).status == DeliveryStatus.QUEUED
+
+
+def test_deliver_now_refuses_events_that_are_not_pending(console):
+    failed = failed_event(UserFactory())
+    pending = pending_of(UserFactory())
+
+    response = run_action(console, "deliver_now", [failed, pending])
+
+    assert any(str(failed) in m and "Deliver now refused" in m for m in messages_of(response))
+    assert Delivery.objects.get(event=failed).status == DeliveryStatus.DEAD  # untouched
+    pending.refresh_from_db()
+    assert pending.target_timestamp_utc <= timezone.now()  # the valid row went through
+
+
+def test_deliver_now_after_the_scheduler_claimed_it_never_creates_a_second_delivery(console):
+    event = pending_of(UserFactory())
+    run_action(console, "deliver_now", [event])
+    events_claim_due()
+
+    response = run_action(console, "deliver_now", [event])
+
+    assert any("Deliver now refused" in m for m in messages_of(response))
+    assert Delivery.objects.filter(event=event).count() == 1
+    assert Delivery.objects.count() == 1
+    assert LogEntry.objects.filter(object_id=str(event.pk)).count() == 1
+
+
+# --- the dashboard --------------------------------------------------------------------------
+
+
+def test_dashboard_is_linked_from_the_index_and_titled(console):
+    response = console.get(reverse("admin:index"))
+
+    html = response.content.decode()
+    assert reverse("admin:dashboard") in html
+    assert "Birthday scheduler operations" in html
+
+
+def test_dashboard_counts_events_backlog_and_deliveries(console):
+    late = make_overdue(pending_of(UserFactory()), by=timedelta(hours=3, minutes=10))
+    make_overdue(pending_of(UserFactory()), by=timedelta(minutes=5))
+    UserFactory()
+    completed_event(UserFactory(), finished_at=timezone.now() - timedelta(minutes=10))
+    completed_event(UserFactory(), finished_at=timezone.now() - timedelta(hours=5))
+    failed_event(UserFactory(), finished_at=timezone.now() - timedelta(minutes=20))
+    failed_event(UserFactory(), with_delivery=False)
+
+    response = console.get(reverse("admin:dashboard"))
+
+    assert response.status_code == 200
+    context = response.context
+    assert dict((s, n) for _, s, n, _ in context["status_counts"]) == {
+        "PENDING": 7, "PROCESSING": 0, "COMPLETED": 2, "FAILED": 2,
+    }
+    assert context["backlog"].count == 2
+    assert context["backlog"].oldest == late.target_timestamp_utc
+    assert context["backlog_late_by"] == "3 h 10 min"
+    outcomes = context["outcomes"]
+    assert (outcomes["delivered_hour"], outcomes["delivered_day"]) == (1, 2)
+    assert (outcomes["dead_hour"], outcomes["dead_day"]) == (1, 1)
+    assert (outcomes["attempts_hour"], outcomes["failed_attempts_hour"]) == (4, 3)
+    html = response.content.decode()
+    assert "3 h 10 min" in html
+    assert '<td class="num" data-status="COMPLETED">2</td>' in html
+
+
+def test_dashboard_shows_running_lost_and_stopped_processes(console):
+    heartbeat(kind=ProcessKind.SCHEDULER, host="sched-1", processed=120)
+    heartbeat(kind=ProcessKind.WORKER, host="worker-lost", seen_ago=timedelta(minutes=5))
+    heartbeat(kind=ProcessKind.WORKER, host="worker-old", seen_ago=timedelta(minutes=30), stopped=True)
+    heartbeat(kind=ProcessKind.WORKER, host="worker-gone-days", seen_ago=timedelta(days=3))
+
+    response = console.get(reverse("admin:dashboard"))
+
+    states = {p.host: p.state for p in response.context["processes"]}
+    assert states == {"sched-1": "running", "worker-lost": "lost", "worker-old": "stopped"}
+    html = response.content.decode()
+    assert 'class="process-lost"' in html and "worker-lost" in html
+    assert "5 min ago" in html
+    # The only workers are lost or stopped: say so; the scheduler is fine.
+    assert "No worker is running" in html and "No scheduler is running" not in html
+
+
+def test_dashboard_draws_the_next_24_hours_of_sends_as_an_svg_bar_per_hour(console):
+    now = timezone.now()
+    soon = pending_of(UserFactory())
+    Event.objects.filter(pk=soon.pk).update(target_timestamp_utc=now + timedelta(hours=2))
+    for _ in range(3):
+        event = pending_of(UserFactory())
+        Event.objects.filter(pk=event.pk).update(target_timestamp_utc=now + timedelta(hours=5))
+    beyond = pending_of(UserFactory())
+    Event.objects.filter(pk=beyond.pk).update(target_timestamp_utc=now + timedelta(hours=30))
+
+    response = console.get(reverse("admin:dashboard"))
+
+    chart = response.context["chart"]
+    assert len(chart.bars) == 24
+    assert [bar.count for bar in chart.bars if bar.count] == [1, 3]
+    assert chart.total == 4
+    tallest = max(chart.bars, key=lambda bar: bar.count)
+    assert tallest.height > 0 and all(bar.height <= tallest.height for bar in chart.bars)
+    html = response.content.decode()
+    assert "<svg" in html and html.count('class="bar"') == 24
+    assert 'data-count="3"' in html
+    assert "<script" not in html.split('id="content-main"')[1]
+
+
+def test_dashboard_with_no_data_says_so(console):
+    response = console.get(reverse("admin:dashboard"))
+
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "No sends scheduled in the next 24 hours" in html
+    assert "No scheduler or worker has reported" in html
+    assert "No scheduler is running" in html and "No worker is running" in html
+
+
+def test_dashboard_queries_stay_few_however_many_events(console, django_assert_max_num_queries):
+    for _ in range(15):
+        failed_event(UserFactory())
+    heartbeat()
+    with django_assert_max_num_queries(12):
+        console.get(reverse("admin:dashboard"))
+
+
+# --- access and safety -------------------------------------------------------------------------
+
+
+def test_only_staff_reach_the_console(client, django_user_model):
+    for path in (reverse("admin:index"), reverse("admin:dashboard"), reverse(CHANGELIST)):
+        assert client.get(path).status_code == 302  # to the login page
+    clerk = django_user_model.objects.create_user(username="clerk", password="x-Pass-123!")
+    client.force_login(clerk)
+    response = client.get(reverse("admin:dashboard"))
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("admin:login"))
+
+
+def test_admin_lives_at_settings_admin_url():
+    assert reverse("admin:index") == "/" + settings.ADMIN_URL
+
+
+def test_changing_admin_url_moves_the_console(client, django_user_model):
+    import config.urls
+
+    staff = django_user_model.objects.create_superuser(username="ops-bob", password="p-Ass-999!")
+    client.force_login(staff)
+    try:
+        with override_settings(ADMIN_URL="ops-7f3a/"):
+            importlib.reload(config.urls)
+            clear_url_caches()
+            assert reverse("admin:index") == "/ops-7f3a/"
+            assert reverse("admin:dashboard") == "/ops-7f3a/dashboard/"
+            assert client.get("/ops-7f3a/dashboard/").status_code == 200
+            assert client.get("/admin/").status_code == 404
+    finally:
+        importlib.reload(config.urls)
+        clear_url_caches()
+    assert reverse("admin:index") == "/" + settings.ADMIN_URL
+
+
+def test_failed_logins_lock_the_account_out_even_with_the_right_password(client, django_user_model):
+    django_user_model.objects.create_superuser(username="ops-carol", password="Right-pass-42!")
+    login = reverse("admin:login")
+    for attempt in range(1, settings.AXES_FAILURE_LIMIT + 1):
+        response = client.post(login, {"username": "ops-carol", "password": "wrong"})
+        # The form again with an error, until the failure that reaches the limit.
+        assert response.status_code == (429 if attempt == settings.AXES_FAILURE_LIMIT else 200)
+
+    response = client.post(login, {"username": "ops-carol", "password": "Right-pass-42!"})
+
+    assert response.status_code == 429
+    assert "_auth_user_id" not in client.session
+    assert client.get(reverse("admin:index")).status_code == 302
+
+
+def test_the_right_password_logs_in_before_the_limit(client, django_user_model):
+    django_user_model.objects.create_superuser(username="ops-dan", password="Right-pass-42!")
+    login = reverse("admin:login")
+    for _ in range(settings.AXES_FAILURE_LIMIT - 1):
+        client.post(login, {"username": "ops-dan", "password": "wrong"})
+
+    response = client.post(login, {"username": "ops-dan", "password": "Right-pass-42!"})
+
+    assert response.status_code == 302
+    assert client.get(reverse("admin:index")).status_code == 200
+

@@ -1,0 +1,147 @@
+"""The operator console in a real browser: Debian's Chromium driven by Playwright.
+
+Never `playwright install` (it downloads browsers from the internet); the
+package only drives /usr/bin/chromium (apt-get install chromium; .ci/run does).
+If Chromium cannot start, these tests fail rather than skip.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.urls import reverse
+from django.utils import timezone
+from playwright.sync_api import sync_playwright
+
+from delivery.sink import WebhookSink
+from scheduling.models import Event, EventStatus
+from scheduling.tests.console_data import populate_demo
+
+# Playwright's sync API keeps an asyncio loop in this thread; Django's ORM sees
+# it and refuses synchronous queries unless told the test knows what it does.
+os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+PASSWORD = "Browser-pass-2026!"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: apt-get install -y chromium"
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1440, "height": 900}, device_scale_factor=1)
+    context.set_default_timeout(15_000)
+    yield context.new_page()
+    context.close()
+
+
+@pytest.fixture
+def sink():
+    with WebhookSink() as running:
+        yield running
+
+
+def log_in(page, live_server, *, username: str, password: str) -> None:
+    page.goto(live_server.url + reverse("admin:login"))
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
+    page.click("input[type=submit]")
+    page.wait_for_url(live_server.url + reverse("admin:index"))
+
+
+def test_operator_logs_in_checks_the_dashboard_and_resends_a_failed_event(
+    page, live_server, settings, sink, django_user_model
+):
+    settings.WEBHOOK_URL = sink.url  # before the data, whose deliveries copy it
+    settings.WEBHOOK_TIMEOUT = timedelta(seconds=5)
+    demo = populate_demo()
+    django_user_model.objects.create_superuser(username="ops-alice", password=PASSWORD)
+    target = demo["failed"][0]
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+
+    # Log in through the form, then the dashboard from the index.
+    log_in(page, live_server, username="ops-alice", password=PASSWORD)
+    assert "Birthday scheduler operations" in page.title()
+    page.click("#console-dashboard-link a")
+    page.wait_for_url(re.compile(r".*/dashboard/$"))
+    assert page.locator("#backlog .bs-big").inner_text().strip() == "3"
+    assert page.locator("#processes tr.process-lost").count() == 1
+    assert page.locator("svg.bs-chart rect.bar").count() == 24
+    assert int(page.locator("#delivered-hour").inner_text()) >= 1
+    page.screenshot(path=str(SCREENSHOTS / "dashboard.png"), full_page=True)
+
+    # Events, filtered by status from the sidebar.
+    page.goto(live_server.url + reverse("admin:scheduling_event_changelist"))
+    page.locator("#changelist-filter").get_by_role("link", name="Failed", exact=True).click()
+    page.wait_for_url(re.compile(r".*status__exact=FAILED.*"))
+    assert page.locator("#result_list tbody tr").count() == len(demo["failed"])
+
+    # Resend one FAILED event.
+    page.check(f"input[name=_selected_action][value='{target.pk}']")
+    page.select_option("select[name=action]", "resend")
+    page.click("button[name=index]")
+    page.wait_for_load_state()
+    assert "Resend: 1 event queued" in page.locator("ul.messagelist").inner_text()
+
+    # A worker sends it to the receiver.
+    call_command("run_worker", once=True, concurrency=2)
+    assert target.idempotency_key in sink.keys()
+
+    page.goto(live_server.url + reverse("admin:scheduling_event_change", args=[target.pk]))
+    status = page.locator(".field-status_badge .readonly").inner_text()
+    assert status.strip() == "Completed"
+    target.refresh_from_db()
+    assert target.status == EventStatus.COMPLETED
+    assert Event.objects.filter(status=EventStatus.FAILED).count() == len(demo["failed"]) - 1
+
+    # The events list as an operator sees it, for the docs: today's events by
+    # target time (o=4: the target column), nav sidebar folded.
+    now = timezone.now()
+    page.goto(
+        live_server.url
+        + reverse("admin:scheduling_event_changelist")
+        + f"?target_timestamp_utc__year={now.year}&target_timestamp_utc__month={now.month}"
+        + f"&target_timestamp_utc__day={now.day}&o=4"
+    )
+    page.click("#toggle-nav-sidebar")
+    page.evaluate("window.scrollTo(0, 0)")
+    page.screenshot(path=str(SCREENSHOTS / "events.png"), full_page=True)
+
+
+def test_a_wrong_password_keeps_the_operator_out(page, live_server, django_user_model):
+    django_user_model.objects.create_superuser(username="ops-bob", password=PASSWORD)
+
+    page.goto(live_server.url + reverse("admin:login"))
+    page.fill("#id_username", "ops-bob")
+    page.fill("#id_password", "not-the-password")
+    page.click("input[type=submit]")
+
+    assert "Please enter the correct username and password" in page.locator(".errornote").inner_text()
+    page.goto(live_server.url + reverse("admin:dashboard"))
+    assert "/login/" in page.url

@@ -1,0 +1,227 @@
+"""The operator console's recipient pages (Django test client)."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+
+import pytest
+from django.contrib.admin.models import ADDITION, LogEntry
+from django.urls import reverse
+from django.utils import timezone
+
+from scheduling.models import Event, EventStatus
+from scheduling.tests.console_data import completed_event, failed_event
+from users.models import User
+from users.tests.factories import UserFactory
+
+CHANGELIST = "admin:users_user_changelist"
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def console(client, django_user_model):
+    """A test client logged in as a superuser operator."""
+    operator = django_user_model.objects.create_superuser(username="ops-alice", password="unused-Pass-1!")
+    client.force_login(operator)
+    return client
+
+
+def changelist(console, **params):
+    response = console.get(reverse(CHANGELIST), params)
+    assert response.status_code == 200
+    return response
+
+
+def listed(response) -> set:
+    return {user.pk for user in response.context["cl"].result_list}
+
+
+def form_data(user: User | None = None, **fields) -> dict:
+    """What the add or change form posts (with the events inline's management form)."""
+    data = {"first_name": "Ada", "last_name": "Lovelace", "date_of_birth": "1990-03-14", "timezone": "Asia/Kathmandu"}
+    data.update(fields)
+    if user is not None:
+        count = user.events.count()
+        data.update(
+            {
+                "events-TOTAL_FORMS": count,
+                "events-INITIAL_FORMS": count,
+                "events-MIN_NUM_FORMS": 0,
+                "events-MAX_NUM_FORMS": 1000,
+            }
+        )
+    return data
+
+
+EVENT_SCHEDULE = ["occurrence_date", "target_timestamp_utc", "target_timestamp_local", "target_timezone", "status"]
+
+
+# --- the list ---------------------------------------------------------------------------------
+
+
+def test_list_shows_zone_birth_date_and_the_next_birthday_in_local_and_utc_time(console):
+    user = UserFactory(first_name="Ada", last_name="Lovelace", timezone="Asia/Kathmandu")
+    event = user.events.get(status=EventStatus.PENDING)
+
+    response = changelist(console)
+
+    html = response.content.decode()
+    assert "Ada" in html and "Lovelace" in html and "Asia/Kathmandu" in html
+    assert event.target_timestamp_local[:16].replace("T", " ") in html
+    assert "+05:45" in html
+    assert event.target_timestamp_utc.strftime("%Y-%m-%d %H:%M") in html
+    assert 'class="bs-badge"' in html and "Pending" in html
+
+
+def test_list_flags_an_overdue_next_birthday(console):
+    user = UserFactory()
+    Event.objects.filter(user=user).update(target_timestamp_utc=timezone.now() - timedelta(hours=1))
+
+    assert "Pending, overdue" in changelist(console).content.decode()
+
+
+def test_list_reads_the_pending_events_in_one_query_whatever_the_page_size(console, django_assert_max_num_queries):
+    for _ in range(2):
+        UserFactory()
+    changelist(console)
+    with django_assert_max_num_queries(12) as baseline:
+        changelist(console)
+    for _ in range(25):
+        completed_event(UserFactory())
+    with django_assert_max_num_queries(len(baseline.captured_queries)):
+        changelist(console)
+
+
+@pytest.mark.parametrize("term", ["Lovelace", "ada", "Ada Lovelace"])
+def test_search_by_name(console, term):
+    ada = UserFactory(first_name="Ada", last_name="Lovelace")
+    UserFactory(first_name="Alan", last_name="Turing")
+
+    assert listed(changelist(console, q=term)) == {ada.pk}
+
+
+def test_search_by_id(console):
+    ada = UserFactory()
+    UserFactory()
+
+    assert listed(changelist(console, q=str(ada.pk))) == {ada.pk}
+
+
+def test_filter_by_time_zone(console):
+    tokyo = UserFactory(timezone="Asia/Tokyo")
+    UserFactory(timezone="Europe/Paris")
+
+    response = changelist(console, timezone="Asia/Tokyo")
+
+    assert listed(response) == {tokyo.pk}
+    assert "Europe/Paris" in response.content.decode()  # offered as a choice
+
+
+def test_change_page_shows_the_recipients_events_read_only(console):
+    user = UserFactory()
+    old = failed_event(user)
+
+    response = console.get(reverse("admin:users_user_change", args=[user.pk]))
+
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert str(old.occurrence_date) in html or old.occurrence_date.strftime("%b. %-d, %Y") in html
+    assert "Failed" in html and "Pending" in html
+    inline = response.context["inline_admin_formsets"][0]
+    assert not inline.has_add_permission and not inline.has_change_permission and not inline.has_delete_permission
+
+
+# --- add and edit, through users.services ----------------------------------------------------------
+
+
+def test_adding_a_recipient_schedules_the_event_exactly_as_the_api_does(console, api_client):
+    response = console.post(reverse("admin:users_user_add"), form_data(first_name="  Ada  "))
+
+    assert response.status_code == 302
+    by_console = User.objects.get()
+    assert by_console.first_name == "Ada"  # trimmed by the shared rules
+    api = api_client.post(
+        "/api/v1/users/",
+        {"first_name": "Ada", "last_name": "Lovelace", "date_of_birth": "1990-03-14", "timezone": "Asia/Kathmandu"},
+        format="json",
+    )
+    assert api.status_code == 201
+    by_api = User.objects.get(pk=api.json()["id"])
+    console_event = Event.objects.values(*EVENT_SCHEDULE).get(user=by_console)
+    api_event = Event.objects.values(*EVENT_SCHEDULE).get(user=by_api)
+    assert console_event == api_event
+    assert console_event["status"] == EventStatus.PENDING
+    entry = LogEntry.objects.get(object_id=str(by_console.pk))
+    assert entry.action_flag == ADDITION and entry.user.username == "ops-alice"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("timezone", "+05:45", "is a UTC offset, not a time zone"),
+        ("timezone", "Mars/Olympus_Mons", "is not a known IANA time zone"),
+        ("date_of_birth", "1899-12-31", "must not be before 1900-01-01"),
+        ("date_of_birth", (date.today() + timedelta(days=3)).isoformat(), "is in the future"),
+    ],
+)
+def test_invalid_recipient_shows_the_shared_rules_message_on_the_field_and_saves_nothing(
+    console, field, value, message
+):
+    response = console.post(reverse("admin:users_user_add"), form_data(**{field: value}))
+
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert list(errors) == [field]
+    assert len(errors[field]) == 1 and message in errors[field][0]
+    assert message in response.content.decode()
+    assert not User.objects.exists() and not Event.objects.exists()
+
+
+def test_a_blank_name_is_refused_on_its_field(console):
+    response = console.post(reverse("admin:users_user_add"), form_data(last_name="   "))
+
+    assert list(response.context["adminform"].form.errors) == ["last_name"]
+    assert not User.objects.exists()
+
+
+def test_editing_the_zone_moves_the_pending_event_and_keeps_its_key(console):
+    user = UserFactory(timezone="America/New_York")
+    before = user.events.get(status=EventStatus.PENDING)
+
+    response = console.post(
+        reverse("admin:users_user_change", args=[user.pk]),
+        form_data(user, first_name=user.first_name, last_name=user.last_name,
+                  date_of_birth=user.date_of_birth.isoformat(), timezone="Europe/London"),
+    )
+
+    assert response.status_code == 302
+    after = user.events.get(status=EventStatus.PENDING)
+    assert after.pk == before.pk and after.idempotency_key == before.idempotency_key
+    assert after.target_timezone == "Europe/London"
+    assert after.target_timestamp_utc != before.target_timestamp_utc
+
+
+def test_an_invalid_edit_shows_errors_and_changes_nothing(console):
+    user = UserFactory(timezone="America/New_York")
+
+    response = console.post(
+        reverse("admin:users_user_change", args=[user.pk]),
+        form_data(user, timezone="UTC+3"),
+    )
+
+    assert response.status_code == 200
+    assert "is a UTC offset" in response.content.decode()
+    user.refresh_from_db()
+    assert user.timezone == "America/New_York"
+    assert user.events.get(status=EventStatus.PENDING).target_timezone == "America/New_York"
+
+
+def test_deleting_a_recipient_removes_their_events(console):
+    user = UserFactory()
+    completed_event(user)
+
+    response = console.post(reverse("admin:users_user_delete", args=[user.pk]), {"post": "yes"})
+
+    assert response.status_code == 302
+    assert not User.objects.exists() and not Event.objects.exists()

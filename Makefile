@@ -31,3 +31,14 @@ test: venv check-db
 
 clean:
 	rm -rf $(VENV) var db.sqlite3 db.sqlite3-wal db.sqlite3-shm
+
+# Benchmarks (bench/README.md): installs nginx/wrk if missing and its own venv
+# (bench/.venv, never the product's), then runs every workload against throwaway
+# databases and writes bench/results/REPORT.md. BENCH_ARGS="--size small" for a quick pass.
+BENCH_VENV := bench/.venv
+bench: venv
+	@command -v nginx >/dev/null && command -v wrk >/dev/null && test -e /usr/lib/nginx/modules/ngx_http_echo_module.so || \
+		(apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y nginx wrk libnginx-mod-http-echo)
+	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install --quiet -r bench/requirements.txt
+	$(BENCH_VENV)/bin/python -m bench.run $(BENCH_ARGS)

@@ -1,0 +1,56 @@
+"""Run with the PRODUCT's venv: EXPLAIN the scheduler's claim and time events_claim_due.
+
+    DATABASE_URL=... .venv/bin/python -m bench.probe_claim BATCH REPEATS
+
+Prints one JSON object: the claim SQL, its EXPLAIN (ANALYZE, BUFFERS) text, and
+the wall time of REPEATS calls of events_claim_due(batch_size=BATCH).
+"""
+
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+import django  # noqa: E402
+
+django.setup()
+
+from django.db import connection, transaction  # noqa: E402
+from django.utils import timezone  # noqa: E402
+
+from scheduling.models import Event, EventStatus  # noqa: E402
+from scheduling.services import events_claim_due  # noqa: E402
+
+
+def claim_queryset(now, batch):
+    # The same queryset events_claim_due builds (scheduling/services.py).
+    return (
+        Event.objects.filter(status=EventStatus.PENDING, target_timestamp_utc__lte=now)
+        .order_by("target_timestamp_utc")
+        .select_related("user")
+        .select_for_update(skip_locked=True, of=("self",))[:batch]
+    )
+
+
+def main():
+    batch, repeats = int(sys.argv[1]), int(sys.argv[2])
+    now = timezone.now()
+    with transaction.atomic():
+        sql, params = claim_queryset(now, batch).query.sql_with_params()
+        with connection.cursor() as cursor:
+            cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+        transaction.set_rollback(True)
+    timings = []
+    claimed = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        result = events_claim_due(batch_size=batch)
+        timings.append((time.perf_counter() - started) * 1000)
+        claimed.append(result.claimed)
+    print(json.dumps({"sql": sql % tuple(repr(str(p)) for p in params), "explain": plan, "ms": timings, "claimed": claimed}))
+
+
+if __name__ == "__main__":
+    main()

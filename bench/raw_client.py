@@ -1,0 +1,70 @@
+"""Baseline (a): one Python process POSTing webhook bodies and nothing else.
+
+    python -m bench.raw_client MODE URL N PREFIX     MODE: requests | urllib3 | aiohttp
+
+Prints one JSON line: {"mode", "n", "seconds", "rate"}. The bodies and headers
+are shaped like the product's (JSON payload, Content-Type, X-Idempotency-Key).
+"""
+
+import asyncio
+import json
+import sys
+import time
+
+
+def bodies(n: int, prefix: str):
+    for i in range(n):
+        body = json.dumps(
+            {
+                "message": f"Hey, First{i} Last{i} it's your birthday",
+                "event_id": f"00000000-0000-0000-0000-{i:012d}",
+                "event_type": "BIRTHDAY",
+                "user_id": f"00000000-0000-0000-0001-{i:012d}",
+                "occurrence_date": "2026-11-22",
+                "target_timestamp_utc": "2026-11-22T09:00:00+00:00",
+            },
+            separators=(",", ":"),
+        ).encode()
+        yield f"{prefix}-{i}", body
+
+
+def run_requests(url, n, prefix):
+    import requests
+
+    session = requests.Session()
+    for key, body in bodies(n, prefix):
+        r = session.post(url, data=body, headers={"Content-Type": "application/json", "X-Idempotency-Key": key}, timeout=10)
+        r.content
+
+
+def run_urllib3(url, n, prefix):
+    import urllib3
+
+    pool = urllib3.PoolManager(maxsize=1)
+    for key, body in bodies(n, prefix):
+        r = pool.request("POST", url, body=body, headers={"Content-Type": "application/json", "X-Idempotency-Key": key}, timeout=10)
+        r.data
+
+
+def run_aiohttp(url, n, prefix, in_flight=32):
+    import aiohttp
+
+    async def main():
+        queue = list(bodies(n, prefix))
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=in_flight)) as s:
+            async def one(worker):
+                while queue:
+                    key, body = queue.pop()
+                    async with s.post(url, data=body, headers={"Content-Type": "application/json", "X-Idempotency-Key": key}) as r:
+                        await r.read()
+            await asyncio.gather(*(one(w) for w in range(in_flight)))
+
+    asyncio.run(main())
+
+
+if __name__ == "__main__":
+    mode, url, n, prefix = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    started = time.perf_counter()
+    {"requests": run_requests, "urllib3": run_urllib3, "aiohttp": run_aiohttp}[mode](url, n, prefix)
+    seconds = time.perf_counter() - started
+    print(json.dumps({"mode": mode, "n": n, "seconds": seconds, "rate": n / seconds}))

@@ -1,0 +1,450 @@
+"""Render bench/results/REPORT.md and its PNG plots from raw/results.json."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def f(x, digits=0, unit=""):
+    if x is None:
+        return "n/a"
+    if isinstance(x, (int, float)):
+        return f"{x:,.{digits}f}{unit}"
+    return str(x)
+
+
+def ok(cond) -> str:
+    if cond is None:
+        return "n/a"
+    return "met" if cond else "**missed**"
+
+
+def table(headers, rows) -> str:
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def err(res: dict, name: str) -> str | None:
+    w = res.get(name)
+    if w is None:
+        return f"_{name}: not run._"
+    if "error" in w:
+        return f"_{name} failed:_\n\n```\n{w['error'][-3000:]}\n```"
+    return None
+
+
+def render(res: dict, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    m = res.get("machine", {})
+    s = res.get("sizes", {})
+    L: list[str] = []
+    L.append("# Benchmark report\n")
+    L.append(
+        f"Run `make bench` (size `{res.get('size')}`), started {res.get('started', '')[:19]} UTC, finished "
+        f"{res.get('finished', '')[:19]} UTC. Every figure is the median of {s.get('runs')} runs unless it says "
+        "otherwise; ratios compare figures measured in this same run. The receiver's access log is the truth "
+        "for what arrived (unique keys, duplicates, missing).\n"
+    )
+    L.append("## Machine\n")
+    L.append(table(["what", "value"], [
+        ["CPUs (nproc)", m.get("nproc")], ["CPU model", m.get("cpu")], ["RAM", f"{m.get('ram_gib')} GiB"],
+        ["PostgreSQL", m.get("postgresql")], ["Python (product / bench venv)", f"{m.get('python_product')} / {m.get('python_bench')}"],
+        ["receiver", f"{m.get('nginx')}; {res.get('receiver', {}).get('kind', '')}"],
+        ["load average at start", ", ".join(f"{x:.2f}" for x in m.get("load_at_start", []))],
+        ["kernel", m.get("kernel")],
+    ]))
+    L.append(
+        "\nThe machine is shared: other engineers' test suites may run at the same time, which is one reason runs "
+        "vary (QUEUE-NOTES 7: 15-35 %). Client, receiver, PostgreSQL and the product share the same 2 cores.\n"
+    )
+
+    headline = headline_rows(res)
+    L.append("## Headline\n")
+    L.append(table(["workload", "measured", "target", "verdict"], headline))
+    L.append("")
+
+    L += section_receiver(res)
+    L += section_burst(res, out_dir)
+    L += section_timeliness(res, out_dir)
+    L += section_scale(res)
+    L += section_import(res)
+    L += section_api(res)
+    L += section_endurance(res, out_dir)
+    L += section_profiles(res)
+    L += section_sizes(res)
+    findings = out_dir / "FINDINGS.md"
+    if findings.exists():
+        L.append(findings.read_text())
+    (out_dir / "REPORT.md").write_text("\n".join(L) + "\n")
+
+
+def _best_zero(b):
+    zero = {k: v for k, v in b["summary"].items() if v["receiver"] == "0ms"}
+    return max(zero.items(), key=lambda kv: kv[1]["rate"]) if zero else (None, None)
+
+
+def headline_rows(res):
+    rows = []
+    base = res.get("baselines", {})
+    raw = base.get("raw_median", {}).get("requests") if "error" not in base else None
+    proc = base.get("proc_best", {}).get("rate") if "error" not in base else None
+    b = res.get("burst", {})
+    if "summary" in b:
+        one = [v for v in b["summary"].values() if v["receiver"] == "0ms" and v["workers"] == 1]
+        best1 = max(one, key=lambda v: v["rate"]) if one else None
+        bk, bv = _best_zero(b)
+        if best1 and raw:
+            r = best1["rate"] / raw
+            rows.append(["burst: 1 worker vs raw client ceiling (requests.Session)",
+                         f"{f(best1['rate'])}/s vs {f(raw)}/s = **{r:.2f}x** (concurrency {best1['concurrency']}, {f(best1['n'])} events)",
+                         ">= 0.80x", ok(r >= 0.8)])
+        if bv and proc:
+            r = bv["rate"] / proc
+            rows.append(["burst: best configuration vs procrastinate's best",
+                         f"{f(bv['rate'])}/s vs {f(proc)}/s = **{r:.2f}x** ({bk}; peer {base['proc_best']['config']})",
+                         ">= 4x", ok(r >= 4)])
+        big = b["summary"].get(b.get("big"))
+        if big:
+            rows.append([f"burst: {f(big['n'])} due events, all delivered", f"{f(big['seconds'], 1)} s, {f(big['rate'])}/s, "
+                         f"duplicates {big['duplicates']}, missing {big['missing']}", "duplicates 0",
+                         ok(big["duplicates"] == 0 and big["missing"] == 0)])
+        dups = sum(v["duplicates"] for v in b["summary"].values())
+        miss = sum(v["missing"] for v in b["summary"].values())
+        rows.append(["burst: duplicates / missing over every run", f"{dups} / {miss}", "0 / 0", ok(dups == 0 and miss == 0)])
+    t = res.get("timeliness", {})
+    if "p50_ms" in t:
+        rows.append(["timeliness: lateness p50", f"{f(t['p50_ms'], 1)} ms", "< 50 ms", ok(t["p50_ms"] < 50)])
+        rows.append(["timeliness: lateness p99", f"{f(t['p99_ms'], 1)} ms", "< 250 ms", ok(t["p99_ms"] < 250)])
+    sc = res.get("scale", {})
+    if "claim_ms_median" in sc:
+        rows.append([f"table scale ({f(sc['events'])} events): one claim of 1,000", f"{f(sc['claim_ms_median'], 1)} ms",
+                     "< 20 ms", ok(sc["claim_ms_median"] < 20)])
+        rows.append(["table scale: scheduler due -> queued (run_scheduler --once, wall incl. start-up)",
+                     f"{f(sc['scheduler_rate'])} events/s ({f(sc['scheduler_rate_excl_startup'])}/s excl. start-up)",
+                     ">= 10,000/s", ok(sc["scheduler_rate"] >= 10_000)])
+        rows.append(["table scale: claim uses event_pending_due_idx", str(sc["uses_partial_index"]), "yes", ok(sc["uses_partial_index"])])
+    im = res.get("import", {})
+    if "seconds" in im:
+        rows.append([f"import_users {f(im['rows'])} rows (events included)", f"{f(im['seconds'], 1)} s ({f(im['rate'])} rows/s)",
+                     "< 60 s", ok(im["seconds"] < 60)])
+    api = res.get("api", {})
+    if "ratio" in api:
+        rows.append(["API POST /api/v1/users/ vs bare one-INSERT view",
+                     f"{f(api['product_rps'])} vs {f(api['bare_rps'])} req/s = **{api['ratio']:.2f}x**; p99 "
+                     f"{f(api['product_p99_ms'], 1)} vs {f(api['bare_p99_ms'], 1)} ms", "(reported as a ratio)", "-"])
+    e = res.get("endurance", {})
+    if "rss_growth" in e and e["rss_growth"] is not None:
+        rows.append([f"endurance: {f(e['n'])} webhooks, RSS end vs after {f(e['first'])}",
+                     f"{f(e['rss_after_first_mb'], 1)} -> {f(e['rss_end_mb'], 1)} MiB ({100 * e['rss_growth']:+.1f} %)",
+                     "within 10 %", ok(abs(e["rss_growth"]) <= 0.10)])
+        w = e.get("window_rates") or []
+        if len(w) >= 3:
+            first, last = sum(w[:2]) / 2, sum(w[-2:]) / 2
+            rows.append(["endurance: throughput, last 20 % vs first 20 % of the run",
+                         f"{f(first)} -> {f(last)} /s ({last / first:.2f}x)", "does not fall", ok(last / first >= 0.9)])
+        rows.append(["endurance: duplicates / missing", f"{e['duplicates']} / {e['missing']}", "0 / 0",
+                     ok(e["duplicates"] == 0 and e["missing"] == 0)])
+    return rows
+
+
+def section_receiver(res):
+    L = ["## Receiver ceiling and baselines\n"]
+    c = res.get("ceiling", {})
+    e = err(res, "ceiling")
+    if e:
+        L.append(e)
+    else:
+        L.append(
+            "nginx from Debian, config generated by `bench/receiver.py`: `return 200` on POST /webhook at "
+            "127.0.0.1:18080; the latency variant on :18081 runs `echo_read_request_body; echo_sleep 0.05` "
+            "(libnginx-mod-http-echo is in Debian, so no extra server was needed). Access log format "
+            "`$msec $http_x_idempotency_key $status`, `buffer=256k flush=100ms`.\n"
+        )
+        L.append(table(["receiver", "wrk req/s (median)", "runs", "wrk p99"], [
+            ["0 ms", f(c["zero_rps"]), ", ".join(f(x) for x in c["zero_runs"]), f"{f(c['zero_p99_ms'], 2)} ms"],
+            ["50 ms", f(c["slow_rps"]), ", ".join(f(x) for x in c["slow_runs"]), f"{f(c['slow_p99_ms'], 1)} ms"],
+        ]))
+        L.append(f"\n{c['wrk']}.\n")
+    b = res.get("baselines", {})
+    e = err(res, "baselines")
+    if e:
+        L.append(e)
+        return L
+    L.append(f"\n**Baseline (a), raw client ceiling**: one Python process, no database, {f(s_of(res, 'raw_n'))} POSTs of "
+             "product-shaped bodies to the 0 ms receiver (`bench/raw_client.py`).\n")
+    rows = []
+    req = b["raw_median"].get("requests")
+    for mode, runs in b["raw"].items():
+        rate = b["raw_median"][mode]
+        rows.append([{"requests": "requests, one keep-alive Session (sequential)",
+                      "urllib3": "urllib3 PoolManager directly (sequential)",
+                      "aiohttp": "aiohttp, 32 in flight"}[mode], f(rate), ", ".join(f(r["rate"]) for r in runs),
+                     f"{rate / req:.2f}x", sum(r["duplicates"] for r in runs), sum(r["missing"] for r in runs)])
+    L.append(table(["client", "req/s (median)", "runs", "vs requests", "dup", "missing"], rows))
+    L.append(f"\n**Baseline (b), procrastinate {res.get('procrastinate_version', '3.x')}**: one job per webhook, the "
+             f"same POST, {f(s_of(res, 'proc_n'))} jobs deferred in advance, `run_worker(wait=False)`; time from start "
+             "to the last key at the receiver (`bench/proc_peer.py`).\n")
+    rows = []
+    for cfg, runs in b["procrastinate"].items():
+        rows.append([cfg, f(b["proc_median"][cfg]), ", ".join(f(r["rate"]) for r in runs),
+                     sum(r["duplicates"] for r in runs), sum(r["missing"] for r in runs),
+                     f(max(max(r["peak_rss_mb"].values() or [0]) for r in runs), 1)])
+    L.append(table(["procrastinate config", "jobs/s (median)", "runs", "dup", "missing", "peak RSS MiB"], rows))
+    L.append(f"\nBest procrastinate configuration: **{b['proc_best']['config']}** at {f(b['proc_best']['rate'])} jobs/s.\n")
+    return L
+
+
+def s_of(res, key):
+    return res.get("sizes", {}).get(key)
+
+
+def section_burst(res, out_dir):
+    L = ["## 1. Burst: every event due now\n"]
+    e = err(res, "burst")
+    if e:
+        return L + [e]
+    b = res["burst"]
+    L.append(
+        "Events are written with SQL (users + one PENDING event each, target = now - 1 minute, then ANALYZE). "
+        "The clock starts when `run_scheduler` and the `run_worker` processes are spawned (Django start-up "
+        "included) and stops at the receiver's `$msec` of the last key. Peak RSS sampled with psutil every 0.2 s.\n"
+    )
+    base = res.get("baselines", {})
+    raw = base.get("raw_median", {}).get("requests")
+    proc = base.get("proc_best", {}).get("rate")
+    rows = []
+    for key, v in b["summary"].items():
+        rss = ", ".join(f"{k} {f(x, 0)}" for k, x in v["peak_rss_mb"].items())
+        rows.append([f(v["n"]), v["workers"], v["concurrency"], v["receiver"], f(v["seconds"], 1), f(v["rate"]),
+                     ", ".join(f(x) for x in v["rates"]),
+                     f"{v['rate'] / raw:.2f}x" if raw and v["receiver"] == "0ms" else "-",
+                     f"{v['rate'] / proc:.2f}x" if proc and v["receiver"] == "0ms" else "-",
+                     v["duplicates"], v["missing"], rss])
+    L.append(table(["events", "workers", "concurrency", "receiver", "time s", "deliveries/s", "runs /s",
+                    "vs raw client", "vs procrastinate best", "dup", "missing", "peak RSS MiB"], rows))
+    L.append(f"\nBest zero-latency configuration of the matrix: {b['best_matrix']}; it was re-run at the issue's "
+             f"size: {b['big']}.\n")
+    # Plot: bars of deliveries/s.
+    labels, vals, colors = [], [], []
+    for key, v in b["summary"].items():
+        labels.append(f"{v['n'] // 1000}k {v['workers']}w c{v['concurrency']} {v['receiver']}")
+        vals.append(v["rate"])
+        colors.append("tab:blue" if v["receiver"] == "0ms" else "tab:orange")
+    for mode, rate in base.get("raw_median", {}).items():
+        labels.append(f"raw {mode}")
+        vals.append(rate)
+        colors.append("tab:gray")
+    for cfg, rate in base.get("proc_median", {}).items():
+        labels.append(f"procrastinate {cfg}")
+        vals.append(rate)
+        colors.append("tab:red")
+    fig, ax = plt.subplots(figsize=(10, 5))
+    ax.barh(labels, vals, color=colors)
+    ax.set_xlabel("deliveries / s (median)")
+    ax.set_title("Burst throughput: product (blue 0 ms, orange 50 ms receiver), raw clients (grey), procrastinate (red)")
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(out_dir / "burst.png", dpi=110)
+    plt.close(fig)
+    L.append("![burst throughput](burst.png)\n")
+    return L
+
+
+def section_timeliness(res, out_dir):
+    L = ["## 2. Timeliness\n"]
+    e = err(res, "timeliness")
+    if e:
+        return L + [e]
+    t = res["timeliness"]
+    r0 = t["runs"][0]
+    L.append(
+        f"{f(r0['n'])} events with targets on distinct sub-second instants spread over {f(r0['window_s'])} s, "
+        "written (SQL) 5 s before the first target while one `run_scheduler` and one `run_worker` (defaults) had "
+        "been running idle for 6 s. Lateness = receiver `$msec` - target.\n"
+    )
+    rows = [[i + 1, f(r["p50_ms"], 1), f(r["p90_ms"], 1), f(r["p99_ms"], 1), f(r["max_ms"], 1), f(r["min_ms"], 1),
+             r["early"], r["duplicates"], r["missing"]] for i, r in enumerate(t["runs"])]
+    rows.append(["**median**", f(t["p50_ms"], 1), f(t["p90_ms"], 1), f(t["p99_ms"], 1), f(t["max_ms"], 1), "", "", "", ""])
+    L.append(table(["run", "p50 ms", "p90 ms", "p99 ms", "max ms", "min ms", "early", "dup", "missing"], rows))
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for i, r in enumerate(t["runs"]):
+        xs = r["lateness_ms"]
+        ax.plot(xs, [k / len(xs) for k in range(len(xs))], label=f"run {i + 1}")
+    ax.axvline(50, color="g", ls="--", lw=0.8)
+    ax.axvline(250, color="r", ls="--", lw=0.8)
+    ax.set_xscale("symlog", linthresh=10)
+    ax.set_xlabel("lateness ms (arrival - target)")
+    ax.set_ylabel("fraction of events")
+    ax.set_title("Timeliness: CDF of lateness (dashed: p50 and p99 targets)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out_dir / "timeliness.png", dpi=110)
+    plt.close(fig)
+    L.append("\n![timeliness](timeliness.png)\n")
+    return L
+
+
+def section_scale(res):
+    L = ["## 3. Table scale\n"]
+    e = err(res, "scale")
+    if e:
+        return L + [e]
+    sc = res["scale"]
+    sz = sc["sizes_bytes"]
+    L.append(
+        f"{f(sc['events'])} events over {f(sc['users'])} users, built with INSERT ... SELECT generate_series: nine "
+        f"past years COMPLETED per user and one PENDING each, {f(sc['due'])} of them (1 % of the table) due within the "
+        f"last hour, the rest later in the year. Build {f(sc['build_s'])} s, VACUUM ANALYZE {f(sc['vacuum_analyze_s'])} s. "
+        f"Status counts: {', '.join(f'{k} {v:,}' for k, v in sc['status_counts'].items())}.\n"
+    )
+    L.append(table(["relation", "size"], [[k, f"{v / 2**20:,.1f} MiB"] for k, v in sz.items()]))
+    L.append("\nThe claim query (as `events_claim_due` builds it), with `EXPLAIN (ANALYZE, BUFFERS)`:\n")
+    L.append("```sql\n" + sc["claim_sql"] + "\n```\n")
+    L.append("```\n" + sc["explain"] + "\n```\n")
+    L.append(table(["measure", "value"], [
+        ["events_claim_due(batch_size=1000), 7 calls (ms)", ", ".join(f(x, 1) for x in sc["claim_ms"])],
+        ["median", f"{f(sc['claim_ms_median'], 1)} ms"],
+        ["run_scheduler --once (default --batch-size 500) over the remaining due events",
+         f"{f(sc['scheduler_claimed'])} events in {f(sc['scheduler_once_s'], 1)} s = {f(sc['scheduler_rate'])} events/s"],
+        ["the same command with nothing due (start-up + fixed costs)", f"{f(sc['scheduler_idle_once_s'], 1)} s"],
+        ["rate excluding that start-up", f"{f(sc['scheduler_rate_excl_startup'])} events/s"],
+        ["deliveries queued in total", f(sc["deliveries_total"])],
+    ]))
+    L.append("")
+    return L
+
+
+def section_import(res):
+    L = ["## 4. Bulk import\n"]
+    e = err(res, "import")
+    if e:
+        return L + [e]
+    im = res["import"]
+    L.append(f"`manage.py import_users` on a generated CSV of {f(im['rows'])} valid rows (14 time zones), into empty "
+             "tables; wall time of the command (process start-up included).\n")
+    L.append(table(["run", "seconds", "users", "pending events", "command output"],
+                   [[i + 1, f(r["seconds"], 1), f(r["users"]), f(r["pending_events"]), r["output"]] for i, r in enumerate(im["runs"])]))
+    L.append("")
+    return L
+
+
+def section_api(res):
+    L = ["## 5. API\n"]
+    e = err(res, "api")
+    if e:
+        return L + [e]
+    a = res["api"]
+    L.append(f"{a['setup']}. The product endpoint is `POST /api/v1/users/` with a DRF token (each request creates a "
+             "user and, through the signal, its first event). The reference is `bench/bareapi/`: the same settings, "
+             "middleware and gunicorn, plus one URL whose view does one INSERT with a cursor. Runs alternate between "
+             "the two.\n")
+    rows = []
+    for which in ("product", "bare"):
+        runs = a["runs"][which]
+        rows.append([which, f(a[f"{which}_rps"]), ", ".join(f(r["rps"]) for r in runs), f(a[f"{which}_p99_ms"], 1),
+                     sum(r["non_2xx"] for r in runs)])
+    L.append(table(["endpoint", "req/s (median)", "runs", "p99 ms", "non-2xx"], rows))
+    L.append(f"\nRatio product / bare: **{a['ratio']:.2f}x**. Rows written by the product runs: "
+             f"{f(a['users_created'])} users, {f(a['events_created'])} events.\n")
+    return L
+
+
+def section_endurance(res, out_dir):
+    L = ["## 6. Endurance\n"]
+    e = err(res, "endurance")
+    if e:
+        return L + [e]
+    en = res["endurance"]
+    L.append(f"One `run_worker --concurrency {en['concurrency']}` delivering {f(en['n'])} webhooks queued in advance "
+             "(SQL: events PROCESSING, deliveries QUEUED), 0 ms receiver. RSS sampled every second. One run (a "
+             "long run is its own repetition; the throughput windows below are its 10 slices).\n")
+    L.append(table(["measure", "value"], [
+        ["time", f"{f(en['seconds'], 1)} s"], ["deliveries/s", f(en["rate"])],
+        [f"RSS after first {f(en['first'])}", f"{f(en['rss_after_first_mb'], 1)} MiB"],
+        ["RSS at end", f"{f(en['rss_end_mb'], 1)} MiB"],
+        ["growth", f"{100 * en['rss_growth']:+.1f} %" if en["rss_growth"] is not None else "n/a"],
+        ["throughput per tenth of the run (/s)", ", ".join(f(x) for x in en["window_rates"])],
+        ["duplicates / missing", f"{en['duplicates']} / {en['missing']}"],
+    ]))
+    ser = en["series"]
+    if ser:
+        fig, (a1, a2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+        a1.plot([p["t"] for p in ser], [p["rss_mb"] for p in ser])
+        a1.set_ylabel("worker RSS MiB")
+        a1.set_title("Endurance: one worker")
+        ts, rates = [], []
+        for i in range(5, len(ser)):
+            dt = ser[i]["t"] - ser[i - 5]["t"]
+            if dt > 0:
+                ts.append(ser[i]["t"])
+                rates.append((ser[i]["delivered"] - ser[i - 5]["delivered"]) / dt)
+        a2.plot(ts, rates)
+        a2.set_ylabel("deliveries/s (5 s window)")
+        a2.set_xlabel("seconds since start")
+        fig.tight_layout()
+        fig.savefig(out_dir / "endurance.png", dpi=110)
+        plt.close(fig)
+        L.append("\n![endurance](endurance.png)\n")
+    return L
+
+
+def section_profiles(res):
+    L = ["## Profiles (py-spy)\n"]
+    e = err(res, "profiles")
+    if e:
+        return L + [e]
+    p = res["profiles"]
+    L.append("`py-spy record --rate 100 --nonblocking --format raw`; percentages are of on-CPU samples (idle "
+             "threads excluded). Raw stacks in bench/results/raw/ (not committed).\n")
+    titles = {
+        "burst-worker1": "run_worker (1 worker, concurrency 8, 0 ms receiver)",
+        "burst-scheduler": "run_scheduler during the same burst",
+        "import": f"import_users ({f(p.get('import_rows'))} rows)",
+        "api": "one gunicorn worker serving POST /api/v1/users/",
+    }
+    for key, title in titles.items():
+        prof = p.get(key)
+        if not prof:
+            continue
+        L.append(f"### {title} ({f(prof['samples'])} samples)\n")
+        rows = []
+        for i in range(max(len(prof["self"]), len(prof["inclusive"]))):
+            a = prof["self"][i] if i < len(prof["self"]) else ("", "")
+            b = prof["inclusive"][i] if i < len(prof["inclusive"]) else ("", "")
+            rows.append([f"`{a[0]}`", a[1], f"`{b[0]}`", b[1]])
+        L.append(table(["self (leaf) function", "% samples", "inclusive (product, Django, drivers)", "% samples"], rows))
+        L.append("")
+    return L
+
+
+def section_sizes(res):
+    s = res.get("sizes", {})
+    L = ["## Sizes used, and what was reduced\n"]
+    L.append(table(["workload", "size in this run", "issue asked"], [
+        ["burst matrix (1-2 workers x concurrency 1/8, 0 ms)", f"{f(s.get('burst_n'))} events", "100,000"],
+        ["burst at the issue's size (best configuration only)", f"{f(s.get('burst_big_n'))} events", "100,000"],
+        ["burst, 50 ms receiver (concurrency 8/32)", f"{f(s.get('burst_slow_n'))} events", "100,000"],
+        ["raw client / procrastinate baselines", f"{f(s.get('raw_n'))} / {f(s.get('proc_n'))} requests", "-"],
+        ["timeliness", f"{f(s.get('timeliness_n'))} events over {f(s.get('timeliness_window'))} s, x{s.get('runs')}", "2,000 over 2 min"],
+        ["table scale", f"{f(s.get('scale_events'))} events", "10,000,000"],
+        ["bulk import", f"{f(s.get('import_rows'))} rows", "1,000,000"],
+        ["endurance", f"{f(s.get('endurance_n'))} webhooks (1 run)", "500,000"],
+    ]))
+    L.append(
+        "\nWhy: the whole `make bench` has to fit in about 40 minutes on 2 cores. A 100,000-event burst takes "
+        "~30-60 s per run, so the 8-configuration matrix x 3 runs uses 20,000 events and only the best "
+        "configuration is repeated at 100,000. At 50 ms per request, concurrency 1 would need 5,000 s for "
+        "100,000 events, so the latency matrix uses fewer events and concurrency 8/32 only. Timeliness uses "
+        "three one-minute windows of 1,000 events instead of one two-minute window of 2,000, so that its "
+        "figures are medians of three runs.\n"
+    )
+    d = res.get("durations_s", {})
+    if d:
+        L.append("Wall time per workload: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in d.items()) + ".\n")
+    return L

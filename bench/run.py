@@ -1,0 +1,951 @@
+"""`make bench`: run every workload against a throwaway database and write the report.
+
+    bench/.venv/bin/python -m bench.run [--size small|full] [--only burst,timeliness,...]
+
+Starts and stops everything itself: its own PostgreSQL databases (bench_scheduler,
+bench_procrastinate, created and dropped here), an nginx receiver on 127.0.0.1:18080
+(and :18081 with 50 ms per request), the product's processes from the product's
+venv (.venv), the baselines from this venv (bench/.venv). Raw data goes to
+bench/results/raw/ (not committed), the report to bench/results/REPORT.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import random
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+
+import psutil
+import psycopg
+
+from bench import sql
+from bench.receiver import Receiver
+
+ROOT = Path(__file__).resolve().parent.parent
+PRODUCT_PY = str(ROOT / ".venv" / "bin" / "python")
+BENCH_PY = sys.executable
+RESULTS = ROOT / "bench" / "results"
+RAW = RESULTS / "raw"
+PG = "postgres://postgres@127.0.0.1:5432"
+DB = "bench_scheduler"
+PROC_DB = "bench_procrastinate"
+DSN = f"{PG}/{DB}"
+PROC_DSN = f"{PG}/{PROC_DB}"
+API_PORT = 18090
+
+# Sizes. "full" is what `make bench` runs; "small" validates the harness in minutes.
+SIZES = {
+    "small": dict(
+        runs=3, raw_n=3000, proc_n=1000, burst_n=2000, burst_big_n=4000, burst_slow_n=300,
+        timeliness_n=200, timeliness_window=20, scale_events=300_000, import_rows=20_000,
+        api_seconds=3, endurance_n=12_000, endurance_first=2_000, profile_seconds=5,
+    ),
+    "full": dict(
+        runs=3, raw_n=20_000, proc_n=5_000, burst_n=20_000, burst_big_n=100_000, burst_slow_n=3_000,
+        timeliness_n=1_000, timeliness_window=60, scale_events=10_000_000, import_rows=1_000_000,
+        api_seconds=10, endurance_n=500_000, endurance_first=20_000, profile_seconds=15,
+    ),
+}
+
+WORKLOADS = ["ceiling", "baselines", "burst", "timeliness", "scale", "import", "api", "endurance", "profiles"]
+
+
+def log(msg: str) -> None:
+    print(f"[{datetime.now(timezone.utc):%H:%M:%S}] {msg}", flush=True)
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+# --- processes ------------------------------------------------------------------------
+
+
+class Procs:
+    """Product processes started by the harness; stopped with SIGTERM, then SIGKILL."""
+
+    def __init__(self) -> None:
+        self.all: list[subprocess.Popen] = []
+
+    def spawn(self, name: str, args: list[str], env: dict, *, python: str = PRODUCT_PY) -> subprocess.Popen:
+        out = open(RAW / f"{name}.log", "a")
+        out.write(f"\n--- {datetime.now(timezone.utc).isoformat()} {' '.join(args)}\n")
+        out.flush()
+        proc = subprocess.Popen([python, *args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc.bench_name = name
+        self.all.append(proc)
+        return proc
+
+    def stop(self, procs: list[subprocess.Popen], timeout: float = 20) -> None:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for p in procs:
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.all = [p for p in self.all if p not in procs]
+
+    def stop_all(self) -> None:
+        self.stop(list(self.all), timeout=10)
+
+
+class RssSampler(threading.Thread):
+    """Samples RSS of the given processes every `every` s; keeps the peak and a series."""
+
+    def __init__(self, procs: dict[str, int], every: float = 0.2, on_sample=None) -> None:
+        super().__init__(daemon=True)
+        self.ps = {}
+        for name, pid in procs.items():
+            try:
+                self.ps[name] = psutil.Process(pid)
+            except psutil.Error:
+                pass
+        self.every = every
+        self.peak = {name: 0 for name in self.ps}
+        self.series: list[tuple[float, dict]] = []
+        self.on_sample = on_sample
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            sample = {}
+            for name, p in self.ps.items():
+                try:
+                    rss = p.memory_info().rss
+                except psutil.Error:
+                    continue
+                sample[name] = rss
+                self.peak[name] = max(self.peak[name], rss)
+            self.series.append((time.time(), sample))
+            if self.on_sample:
+                self.on_sample(time.time(), sample)
+            self.halt.wait(self.every)
+
+    def finish(self) -> dict:
+        self.halt.set()
+        self.join()
+        return {k: v / 2**20 for k, v in self.peak.items()}
+
+
+# --- the harness ------------------------------------------------------------------------
+
+
+class Bench:
+    def __init__(self, size: str) -> None:
+        self.size = size
+        self.s = SIZES[size]
+        self.receiver = Receiver()
+        self.procs = Procs()
+        self.conn = None
+        self.results: dict = {"size": size, "sizes": self.s, "started": datetime.now(timezone.utc).isoformat()}
+        self.tags = 0
+        self.patch_listener = False
+
+    def tag(self, what: str) -> str:
+        self.tags += 1
+        return f"{what}{self.tags}-{int(time.time())}"
+
+    def env(self, **extra) -> dict:
+        env = dict(os.environ)
+        for var in ("DJANGO_SETTINGS_MODULE", "VIRTUAL_ENV"):
+            env.pop(var, None)
+        env.update(
+            DATABASE_URL=DSN,
+            WEBHOOK_URL=self.receiver.url,
+            WEBHOOK_TIMEOUT="10s",
+            LOG_LEVEL="WARNING",
+            PYTHONUNBUFFERED="1",
+            BENCH_PATCH_LISTENER="1" if self.patch_listener else "0",
+        )
+        env.update({k: str(v) for k, v in extra.items()})
+        return env
+
+    def manage(self, *args: str, env: dict | None = None, timeout: float = 3600) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [PRODUCT_PY, "manage.py", *args], cwd=ROOT, env=env or self.env(), capture_output=True, text=True,
+            timeout=timeout, check=False,
+        )
+
+    def save(self) -> None:
+        (RAW / "results.json").write_text(json.dumps(self.results, indent=1, default=str))
+
+    # --- setup / teardown ---------------------------------------------------------------
+
+    def setup(self) -> None:
+        RAW.mkdir(parents=True, exist_ok=True)
+        self.results["machine"] = machine_info()
+        log(f"machine: {self.results['machine']}")
+        admin = sql.connect(f"{PG}/postgres")
+        for name in (DB, PROC_DB):
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            admin.execute(f"CREATE DATABASE {name}")
+        admin.close()
+        r = self.manage("migrate", "--noinput")
+        if r.returncode:
+            raise RuntimeError("migrate failed:\n" + r.stdout + r.stderr)
+        self.conn = sql.connect(DSN)
+        self.conn.execute(
+            "CREATE TABLE IF NOT EXISTS bench_bare_insert (id bigserial PRIMARY KEY, body jsonb, created_at timestamptz DEFAULT now())"
+        )
+        self.receiver.start()
+        self.results["receiver"] = {
+            "kind": "nginx (Debian package), 1 worker process, buffered access log",
+            "latency_variant": "nginx echo_sleep 0.05 (libnginx-mod-http-echo)",
+        }
+        log(f"receiver up on {self.receiver.url} and {self.receiver.url_slow}")
+        self.results["listener_check"] = self.listener_check()
+        self.patch_listener = self.results["listener_check"]["hangs"]
+        log(f"listener check: {self.results['listener_check']['verdict']}")
+
+    def listener_check(self) -> dict:
+        """Does an idle run_worker, as committed, deliver a delivery it is woken for by NOTIFY?"""
+        self.truncate()
+        tag = self.tag("wake")
+        self.patch_listener = False
+        worker = self.procs.spawn("worker", ["-m", "bench.product_main", "run_worker"], self.env())
+        time.sleep(5)  # started and idle in Listener.wait
+        reader = self.receiver.reader()
+        with self.conn.transaction():
+            sql.users_and_events(self.conn, tag=tag, n=1, target_sql="now()", status="PROCESSING")
+            sql.deliveries(self.conn, tag=tag, n=1, url=self.receiver.url)
+            self.conn.execute("NOTIFY birthday_delivery_queued")
+        expected = {k for (k,) in self.conn.execute("SELECT idempotency_key FROM delivery_delivery").fetchall()}
+        counts = reader.wait_for(expected, timeout=6)
+        dump = subprocess.run([str(Path(BENCH_PY).parent / "py-spy"), "dump", "--pid", str(worker.pid)],
+                              capture_output=True, text=True).stdout
+        # Idle waits end within --interval (1 s) even with no notification, so a second
+        # delivery queued without NOTIFY shows whether the loop still turns at all.
+        tag2 = self.tag("wake")
+        sql.users_and_events(self.conn, tag=tag2, n=1, target_sql="now()", status="PROCESSING")
+        sql.deliveries(self.conn, tag=tag2, n=1, url=self.receiver.url)
+        expected2 = {k for (k,) in self.conn.execute("SELECT idempotency_key FROM delivery_delivery").fetchall()} - expected
+        counts2 = reader.wait_for(expected2, timeout=4)
+        self.procs.stop([worker], timeout=5)
+        hangs = counts["missing"] > 0 and counts2["missing"] > 0
+        return {
+            "hangs": hangs,
+            "delivered_after_notify": counts["unique"],
+            "delivered_after_poll": counts2["unique"],
+            "py_spy_dump": dump,
+            "verdict": (
+                "run_worker as committed HANGS after its first NOTIFY wake-up; measuring with the bench/product_main.py work-around"
+                if hangs else "run_worker wakes on NOTIFY and delivers; no work-around applied"
+            ),
+        }
+
+    def teardown(self) -> None:
+        self.procs.stop_all()
+        self.receiver.stop()
+        if self.conn:
+            self.conn.close()
+        try:
+            admin = sql.connect(f"{PG}/postgres")
+            for name in (DB, PROC_DB):
+                admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            admin.close()
+        except Exception as exc:  # noqa: BLE001
+            log(f"could not drop the bench databases: {exc}")
+
+    def reconnect(self) -> None:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if self.conn is not None:
+                    self.conn.close()
+                self.conn = sql.connect(DSN)
+                return
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1)
+
+    def pg_started(self):
+        try:
+            return self.conn.execute("SELECT pg_postmaster_start_time()").fetchone()[0]
+        except psycopg.Error:
+            self.reconnect()
+            return self.conn.execute("SELECT pg_postmaster_start_time()").fetchone()[0]
+
+    def attempt(self, fn, *args, **kwargs):
+        """Run one measurement; repeat it if PostgreSQL restarted or dropped us meanwhile.
+
+        Other engineers' test suites on this machine restart PostgreSQL and terminate
+        backends; a run disturbed that way measures their test, not the product.
+        """
+        for i in range(3):
+            started = self.pg_started()
+            try:
+                result = fn(*args, **kwargs)
+            except psycopg.OperationalError as exc:
+                log(f"PostgreSQL went away during the run ({str(exc).strip()[:80]}); repeating it")
+                self.procs.stop_all()
+                self.reconnect()
+                self.results["disturbed_runs"] = self.results.get("disturbed_runs", 0) + 1
+                continue
+            if self.pg_started() == started:
+                return result
+            log("PostgreSQL restarted during the run; repeating it")
+            self.results["disturbed_runs"] = self.results.get("disturbed_runs", 0) + 1
+        raise RuntimeError("three attempts disturbed by PostgreSQL restarts; giving up on this measurement")
+
+    def truncate(self) -> None:
+        self.conn.execute(sql.TRUNCATE)
+
+    # --- workloads ----------------------------------------------------------------------
+
+    def wrk(self, url: str, *, script: str, connections: int, seconds: int, env: dict | None = None) -> dict:
+        out = subprocess.run(
+            ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", script, url],
+            capture_output=True, text=True, env={**os.environ, **(env or {})}, check=False,
+        ).stdout
+        rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+        p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)\b", out)
+        unit = {"us": 0.001, "ms": 1.0, "s": 1000.0}
+        non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+        return {
+            "rps": rps,
+            "p99_ms": float(p99.group(1)) * unit[p99.group(2)] if p99 else None,
+            "non_2xx": int(non2xx.group(1)) if non2xx else 0,
+            "raw": out,
+        }
+
+    def w_ceiling(self) -> dict:
+        out = {"zero": [], "slow": []}
+        for _ in range(self.s["runs"]):
+            out["zero"].append(self.attempt(self.wrk, self.receiver.url, script="bench/post.lua", connections=16, seconds=5))
+            out["slow"].append(self.attempt(self.wrk, self.receiver.url_slow, script="bench/post.lua", connections=64, seconds=5))
+        return {
+            "zero_rps": median(r["rps"] for r in out["zero"]),
+            "slow_rps": median(r["rps"] for r in out["slow"]),
+            "zero_runs": [r["rps"] for r in out["zero"]],
+            "slow_runs": [r["rps"] for r in out["slow"]],
+            "zero_p99_ms": median(r["p99_ms"] for r in out["zero"]),
+            "slow_p99_ms": median(r["p99_ms"] for r in out["slow"]),
+            "wrk": "wrk -t1 -c16 (zero) / -c64 (50 ms) -d5s with bench/post.lua",
+        }
+
+    def raw_client(self, mode: str, n: int) -> dict:
+        prefix = self.tag(f"raw-{mode}")
+        reader = self.receiver.reader()
+        r = subprocess.run(
+            [BENCH_PY, "-m", "bench.raw_client", mode, self.receiver.url, str(n), prefix],
+            cwd=ROOT, capture_output=True, text=True, check=True,
+        )
+        res = json.loads(r.stdout.strip().splitlines()[-1])
+        expected = {f"{prefix}-{i}" for i in range(n)}
+        counts = reader.wait_for(expected, timeout=30)
+        counts.pop("arrivals")
+        res.update(counts)
+        return res
+
+    def proc_peer(self, mode: str, concurrency: int, n: int) -> dict:
+        pconn = sql.connect(PROC_DSN)
+        pconn.execute("TRUNCATE procrastinate_jobs, procrastinate_events CASCADE")
+        pconn.close()
+        env = {**os.environ, "BENCH_PROC_DSN": PROC_DSN, "BENCH_URL": self.receiver.url}
+        prefix = self.tag(f"proc-{mode}")
+        subprocess.run([BENCH_PY, "-m", "bench.proc_peer", "defer", mode, str(n), prefix], cwd=ROOT, env=env,
+                       check=True, capture_output=True)
+        reader = self.receiver.reader()
+        expected = {f"{prefix}-{i}" for i in range(n)}
+        started = time.time()
+        worker = self.procs.spawn("procrastinate", ["-m", "bench.proc_peer", "work", str(concurrency)], env,
+                                  python=BENCH_PY)
+        sampler = RssSampler({"worker": worker.pid})
+        sampler.start()
+        counts = reader.wait_for(expected, timeout=n / 50 + 60)
+        peak = sampler.finish()
+        self.procs.stop([worker])
+        counts.pop("arrivals")
+        seconds = (counts["last_arrival"] or time.time()) - started
+        return {"mode": mode, "concurrency": concurrency, "n": n, "seconds": seconds, "rate": n / seconds,
+                "steady_rate": steady(counts), "peak_rss_mb": peak, **counts}
+
+    def w_baselines(self) -> dict:
+        n = self.s["raw_n"]
+        out: dict = {"raw": {}, "procrastinate": {}}
+        for _ in range(self.s["runs"]):
+            for mode in ("requests", "urllib3", "aiohttp"):
+                out["raw"].setdefault(mode, []).append(self.attempt(self.raw_client, mode, n))
+        env = {**os.environ, "BENCH_PROC_DSN": PROC_DSN}
+        subprocess.run([BENCH_PY, "-m", "bench.proc_peer", "schema"], cwd=ROOT, env=env, check=True,
+                       capture_output=True)
+        for _ in range(self.s["runs"]):
+            for mode, conc in (("sync", 1), ("sync", 8), ("async", 32)):
+                out["procrastinate"].setdefault(f"{mode} c={conc}", []).append(
+                    self.attempt(self.proc_peer, mode, conc, self.s["proc_n"])
+                )
+        out["raw_median"] = {m: median(r["rate"] for r in runs) for m, runs in out["raw"].items()}
+        out["proc_median"] = {c: median(r["steady_rate"] for r in runs) for c, runs in out["procrastinate"].items()}
+        out["proc_median_e2e"] = {c: median(r["rate"] for r in runs) for c, runs in out["procrastinate"].items()}
+        best = max(out["proc_median"], key=out["proc_median"].get)
+        out["proc_best"] = {"config": best, "rate": out["proc_median"][best]}
+        return out
+
+    def burst_once(self, *, n: int, workers: int, concurrency: int, slow: bool, profile: float = 0) -> dict:
+        tag = self.tag("burst")
+        self.truncate()
+        sql.users_and_events(self.conn, tag=tag, n=n, target_sql="now() - interval '1 minute'")
+        self.conn.execute("ANALYZE users_user; ANALYZE scheduling_event")
+        expected = set(sql.pending_keys(self.conn))
+        assert len(expected) == n, (len(expected), n)
+        url = self.receiver.url_slow if slow else self.receiver.url
+        env = self.env(WEBHOOK_URL=url)
+        reader = self.receiver.reader()
+        started = time.time()
+        sched = self.procs.spawn("scheduler", ["-m", "bench.product_main", "run_scheduler"], env)
+        ws = [
+            self.procs.spawn("worker", ["-m", "bench.product_main", "run_worker", "--concurrency", str(concurrency)], env)
+            for _ in range(workers)
+        ]
+        names = {"scheduler": sched.pid, **{f"worker{i + 1}": w.pid for i, w in enumerate(ws)}}
+        sampler = RssSampler(names)
+        sampler.start()
+        profilers = []
+        if profile:
+            time.sleep(1.5)  # past Django's start-up, into the steady state
+            for name, pid in names.items():
+                profilers.append(py_spy(pid, profile, RAW / f"profile-burst-{name}.txt"))
+        counts = reader.wait_for(expected, timeout=n / 15 + 120)
+        for p in profilers:
+            p.wait()
+        peak = sampler.finish()
+        self.procs.stop([sched, *ws])
+        counts.pop("arrivals")
+        seconds = (counts["last_arrival"] or time.time()) - started
+        return {
+            "n": n, "workers": workers, "concurrency": concurrency, "receiver": "50ms" if slow else "0ms",
+            "seconds": seconds, "rate": counts["unique"] / seconds, "steady_rate": steady(counts),
+            "peak_rss_mb": peak, **counts,
+        }
+
+    def w_burst(self) -> dict:
+        s = self.s
+        configs = [
+            # (n, workers, concurrency, slow receiver)
+            *[(s["burst_n"], w, c, False) for w in (1, 2) for c in (1, 8)],
+            *[(s["burst_slow_n"], w, c, True) for w, c in ((1, 8), (2, 8), (1, 32), (2, 32))],
+        ]
+        runs: dict[str, list] = {}
+        for _ in range(s["runs"]):
+            for n, w, c, slow in configs:
+                key = f"{n} events, {w} worker(s) x concurrency {c}, {'50 ms' if slow else '0 ms'} receiver"
+                log(f"burst: {key}")
+                runs.setdefault(key, []).append(self.attempt(self.burst_once, n=n, workers=w, concurrency=c, slow=slow))
+        summary = {key: summarize_burst(rs) for key, rs in runs.items()}
+        # The issue's size, in the best zero-latency configuration of the matrix.
+        zero = {k: v for k, v in summary.items() if "0 ms" in k and "50 ms" not in k}
+        best_key = max(zero, key=lambda k: zero[k]["steady_rate"] or 0)
+        best = next(rs[0] for k, rs in runs.items() if k == best_key)
+        big_key = f"{s['burst_big_n']} events, {best['workers']} worker(s) x concurrency {best['concurrency']}, 0 ms receiver"
+        big_runs = []
+        for _ in range(s["runs"]):
+            log(f"burst: {big_key}")
+            big_runs.append(self.attempt(self.burst_once, n=s["burst_big_n"], workers=best["workers"],
+                                            concurrency=best["concurrency"], slow=False))
+        runs[big_key] = big_runs
+        summary[big_key] = summarize_burst(big_runs)
+        return {"runs": runs, "summary": summary, "best_matrix": best_key, "big": big_key}
+
+    def timeliness_once(self, *, n: int, window: float) -> dict:
+        tag = self.tag("time")
+        self.truncate()
+        env = self.env()
+        sched = self.procs.spawn("scheduler", ["-m", "bench.product_main", "run_scheduler"], env)
+        worker = self.procs.spawn("worker", ["-m", "bench.product_main", "run_worker"], env)
+        time.sleep(6)  # both started, found nothing to do, and are idle
+        if sched.poll() is not None or worker.poll() is not None:
+            raise RuntimeError("scheduler or worker died while idle; see raw logs")
+        lead = 5.0
+        t0 = time.time() + lead
+        step = window / n
+        # Distinct sub-second instants: i * step plus a jitter below step (never colliding).
+        target = (
+            "to_timestamp(%(t0)s + i * %(step)s + mod(i * 7919, %(jit)s) / 1000.0)"
+        )
+        sql.users_and_events(self.conn, tag=tag, n=n, target_sql=target,
+                             params={"t0": t0, "step": step, "jit": max(1, int(step * 1000 * 0.8))})
+        self.conn.execute("ANALYZE users_user; ANALYZE scheduling_event")
+        targets = sql.pending_keys(self.conn)
+        assert time.time() < t0, "building the events took longer than the lead time"
+        reader = self.receiver.reader()
+        counts = reader.wait_for(set(targets), timeout=window + lead + 60)
+        self.procs.stop([sched, worker])
+        arrivals = counts.pop("arrivals")
+        lateness = sorted((arrivals[k] - targets[k]) * 1000 for k in arrivals)
+        return {
+            "n": n, "window_s": window, **counts,
+            "p50_ms": pct(lateness, 50), "p90_ms": pct(lateness, 90), "p99_ms": pct(lateness, 99),
+            "max_ms": lateness[-1] if lateness else None, "min_ms": lateness[0] if lateness else None,
+            "early": sum(1 for x in lateness if x < 0),
+            "lateness_ms": [round(x, 2) for x in lateness],
+        }
+
+    def w_timeliness(self) -> dict:
+        runs = []
+        for i in range(self.s["runs"]):
+            log(f"timeliness run {i + 1}")
+            runs.append(self.attempt(self.timeliness_once, n=self.s["timeliness_n"], window=self.s["timeliness_window"]))
+        return {
+            "runs": runs,
+            **{k: median(r[k] for r in runs) for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")},
+            "duplicates": sum(r["duplicates"] for r in runs),
+            "missing": sum(r["missing"] for r in runs),
+        }
+
+    def w_scale(self) -> dict:
+        total = self.s["scale_events"]
+        users = total // 10
+        due = total // 100
+        self.truncate()
+        log(f"scale: building {total:,} events over {users:,} users ({due:,} due)")
+        started = time.monotonic()
+        conn = self.conn
+        # Sequential UUIDs keep the bulk load append-only (random keys would only make the build slower).
+        uid = "('00000000-0000-4000-8000-' || lpad(to_hex(i), 12, '0'))::uuid"
+        chunk = 100_000
+        for lo in range(1, users + 1, chunk):
+            hi = min(users, lo + chunk - 1)
+            args = {"lo": lo, "hi": hi, "due": due}
+            with conn.transaction():
+                conn.execute("SET LOCAL session_replication_role = replica")
+                conn.execute(f"""
+                    INSERT INTO users_user (id, first_name, last_name, date_of_birth, timezone, created_at, updated_at)
+                    SELECT {uid}, 'First' || i, 'Last' || i, date '1960-01-01' + mod(i, 15000), 'UTC', now(), now()
+                    FROM generate_series(%(lo)s::int, %(hi)s::int) i""", args)
+                # Nine past years, COMPLETED.
+                conn.execute(f"""
+                    INSERT INTO scheduling_event (id, user_id, event_type, status, occurrence_date, target_timestamp_utc,
+                        target_timestamp_local, target_timezone, executed_at, failure_reason, retry_count, version,
+                        idempotency_key, delivery_payload, created_at, updated_at)
+                    SELECT ('00000000-0000-4000-9000-' || lpad(to_hex(i * 16 + y), 12, '0'))::uuid, {uid}, 'BIRTHDAY',
+                        'COMPLETED', d, d + time '09:00', to_char(d, 'YYYY-MM-DD') || 'T09:00:00+00:00', 'UTC',
+                        d + time '09:00:01', '', 0, 3, 'h-' || lpad(to_hex(i * 16 + y), 20, '0'),
+                        jsonb_build_object('message', 'Hey, First' || i || ' Last' || i || ' it''s your birthday'),
+                        now(), now()
+                    FROM generate_series(%(lo)s::int, %(hi)s::int) i, generate_series(1, 9) y,
+                         LATERAL (SELECT (current_date - make_interval(years => y) - mod(i, 300))::date AS d) dd""",
+                    args)
+                # One PENDING each: the first `due` are due (within the last hour), the rest later this year.
+                conn.execute(f"""
+                    INSERT INTO scheduling_event (id, user_id, event_type, status, occurrence_date, target_timestamp_utc,
+                        target_timestamp_local, target_timezone, executed_at, failure_reason, retry_count, version,
+                        idempotency_key, delivery_payload, created_at, updated_at)
+                    SELECT ('00000000-0000-4000-a000-' || lpad(to_hex(i), 12, '0'))::uuid, {uid}, 'BIRTHDAY', 'PENDING',
+                        (t AT TIME ZONE 'UTC')::date, t,
+                        to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS') || '+00:00', 'UTC', NULL, '', 0, 1,
+                        'p-' || lpad(to_hex(i), 20, '0'), NULL, now(), now()
+                    FROM (SELECT i, CASE WHEN i <= %(due)s THEN now() - make_interval(secs => mod(i, 3600))
+                                         ELSE now() + make_interval(days => 1 + mod(i, 360)) END AS t
+                          FROM generate_series(%(lo)s::int, %(hi)s::int) i) s""", args)
+        built = time.monotonic()
+        log(f"scale: built in {built - started:.0f} s; VACUUM ANALYZE")
+        conn.execute("VACUUM ANALYZE users_user")
+        conn.execute("VACUUM ANALYZE scheduling_event")
+        vacuumed = time.monotonic()
+        counts = dict(conn.execute("SELECT status, count(*) FROM scheduling_event GROUP BY status").fetchall())
+        sizes = dict(conn.execute("""
+            SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c
+            WHERE c.relname IN ('scheduling_event', 'event_pending_due_idx', 'event_status_target_idx',
+                                'scheduling_event_pkey', 'users_user')""").fetchall())
+        log("scale: EXPLAIN and timed claims")
+        probe = subprocess.run([PRODUCT_PY, "-m", "bench.probe_claim", "1000", "7"], cwd=ROOT, env=self.env(),
+                               capture_output=True, text=True)
+        if probe.returncode:
+            raise psycopg.OperationalError(probe.stderr[-500:]) if "Operational" in probe.stderr else RuntimeError(probe.stderr)
+        probe = json.loads(probe.stdout.strip().splitlines()[-1])
+        remaining = conn.execute(
+            "SELECT count(*) FROM scheduling_event WHERE status = 'PENDING' AND target_timestamp_utc <= now()"
+        ).fetchone()[0]
+        log(f"scale: run_scheduler --once over {remaining:,} due events")
+        t = time.monotonic()
+        r = self.manage("run_scheduler", "--once")
+        sched_seconds = time.monotonic() - t
+        if r.returncode:
+            raise psycopg.OperationalError(r.stderr[-500:]) if "Operational" in r.stderr else RuntimeError(r.stdout + r.stderr)
+        queued = conn.execute("SELECT count(*) FROM delivery_delivery").fetchone()[0]
+        left = conn.execute(
+            "SELECT count(*) FROM scheduling_event WHERE status = 'PENDING' AND target_timestamp_utc <= now()"
+        ).fetchone()[0]
+        # The same command with no work: Django's start-up and the scheduler's fixed costs.
+        t = time.monotonic()
+        self.manage("run_scheduler", "--once")
+        idle_seconds = time.monotonic() - t
+        claimed = remaining - left
+        return {
+            "events": total, "users": users, "due": due, "status_counts": counts, "sizes_bytes": sizes,
+            "build_s": built - started, "vacuum_analyze_s": vacuumed - built,
+            "explain": probe["explain"], "claim_sql": probe["sql"], "claim_ms": probe["ms"],
+            "claim_ms_median": median(probe["ms"]), "claimed_per_call": probe["claimed"],
+            "scheduler_once_s": sched_seconds, "scheduler_idle_once_s": idle_seconds,
+            "scheduler_claimed": claimed, "deliveries_total": queued,
+            "scheduler_rate": claimed / sched_seconds,
+            "scheduler_rate_excl_startup": claimed / max(0.001, sched_seconds - idle_seconds),
+            "uses_partial_index": "event_pending_due_idx" in probe["explain"],
+        }
+
+    def w_import(self) -> dict:
+        n = self.s["import_rows"]
+        path = RAW / f"import-{n}.csv"
+        if not path.exists():
+            log(f"import: writing {n:,}-row CSV")
+            rnd = random.Random(42)
+            zones = ["UTC", "Europe/London", "Europe/Berlin", "America/New_York", "America/Los_Angeles",
+                     "Asia/Tokyo", "Asia/Kolkata", "Australia/Sydney", "America/Sao_Paulo", "Africa/Lagos",
+                     "Asia/Jakarta", "Pacific/Auckland", "America/St_Johns", "Asia/Kathmandu"]
+            firsts = ["Ada", "Alan", "Grace", "Linus", "Margaret", "Ken", "Barbara", "Dennis", "Frances", "Edsger"]
+            lasts = ["Lovelace", "Turing", "Hopper", "Torvalds", "Hamilton", "Thompson", "Liskov", "Ritchie"]
+            with open(path, "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(["first_name", "last_name", "date_of_birth", "timezone"])
+                for i in range(n):
+                    dob = f"{rnd.randint(1940, 2010)}-{rnd.randint(1, 12):02d}-{rnd.randint(1, 28):02d}"
+                    w.writerow([rnd.choice(firsts), f"{rnd.choice(lasts)}{i}", dob, rnd.choice(zones)])
+        def one(i):
+            self.truncate()
+            self.conn.execute("VACUUM users_user, scheduling_event")
+            log(f"import run {i + 1}: {n:,} rows")
+            t = time.monotonic()
+            r = self.manage("import_users", str(path))
+            seconds = time.monotonic() - t
+            if r.returncode:
+                if "OperationalError" in r.stderr or "terminating connection" in r.stderr:
+                    raise psycopg.OperationalError(r.stderr[-300:])
+                raise RuntimeError(r.stdout + r.stderr)
+            users = self.conn.execute("SELECT count(*) FROM users_user").fetchone()[0]
+            events = self.conn.execute("SELECT count(*) FROM scheduling_event WHERE status = 'PENDING'").fetchone()[0]
+            return {"seconds": seconds, "users": users, "pending_events": events, "output": r.stdout.strip()}
+
+        runs = [self.attempt(one, i) for i in range(self.s["runs"])]
+        return {"rows": n, "runs": runs, "seconds": median(r["seconds"] for r in runs),
+                "rate": n / median(r["seconds"] for r in runs)}
+
+    def gunicorn(self, settings_module: str) -> subprocess.Popen:
+        env = self.env(DJANGO_SETTINGS_MODULE=settings_module)
+        p = self.procs.spawn("gunicorn", ["-m", "gunicorn", "config.wsgi", "-w", "2", "-b", f"127.0.0.1:{API_PORT}",
+                                          "--log-level", "warning"], env)
+        import socket
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", API_PORT), timeout=0.2).close()
+                time.sleep(0.5)
+                return p
+            except OSError:
+                if p.poll() is not None:
+                    raise RuntimeError("gunicorn died; see raw/gunicorn.log")
+                time.sleep(0.1)
+        raise RuntimeError("gunicorn did not start")
+
+    def api_token(self) -> str:
+        r = self.manage("shell", "-c", (
+            "from django.contrib.auth import get_user_model as g; "
+            "g().objects.filter(username='bench').exists() or g().objects.create_user('bench', password=None)"))
+        if r.returncode:
+            raise RuntimeError(r.stderr)
+        r = self.manage("drf_create_token", "bench")
+        m = re.search(r"token ([0-9a-f]{40})", r.stdout)
+        if not m:
+            raise RuntimeError("no token: " + r.stdout + r.stderr)
+        return m.group(1)
+
+    def w_api(self) -> dict:
+        self.truncate()
+        token = self.api_token()
+        secs = self.s["api_seconds"]
+        out = {"product": [], "bare": []}
+        for _ in range(self.s["runs"]):
+            for which, module, path in (("product", "config.settings", "/api/v1/users/"),
+                                        ("bare", "bench.bareapi.settings", "/bench/bare-insert/")):
+                def one():
+                    g = self.gunicorn(module)
+                    try:
+                        return self.wrk(f"http://127.0.0.1:{API_PORT}{path}", script="bench/api_post.lua",
+                                        connections=8, seconds=secs, env={"BENCH_TOKEN": token})
+                    finally:
+                        self.procs.stop([g])
+
+                res = self.attempt(one)
+                out[which].append(res)
+                log(f"api {which}: {res['rps']:.0f} req/s, p99 {res['p99_ms']} ms, non-2xx {res['non_2xx']}")
+        p, b = (median(r["rps"] for r in out[k]) for k in ("product", "bare"))
+        users = self.conn.execute("SELECT count(*) FROM users_user").fetchone()[0]
+        events = self.conn.execute("SELECT count(*) FROM scheduling_event").fetchone()[0]
+        return {
+            "runs": out, "product_rps": p, "bare_rps": b, "ratio": p / b,
+            "product_p99_ms": median(r["p99_ms"] for r in out["product"]),
+            "bare_p99_ms": median(r["p99_ms"] for r in out["bare"]),
+            "product_non_2xx": sum(r["non_2xx"] for r in out["product"]),
+            "users_created": users, "events_created": events,
+            "setup": f"gunicorn config.wsgi -w 2 (sync workers); wrk -t1 -c8 -d{secs}s --latency",
+        }
+
+    def w_endurance(self) -> dict:
+        n = self.s["endurance_n"]
+        first = self.s["endurance_first"]
+        tag = self.tag("endure")
+        self.truncate()
+        log(f"endurance: building {n:,} queued deliveries")
+        sql.users_and_events(self.conn, tag=tag, n=n, target_sql="now() - interval '1 minute'", status="PROCESSING")
+        sql.deliveries(self.conn, tag=tag, n=n, url=self.receiver.url)
+        self.conn.execute("VACUUM ANALYZE users_user, scheduling_event, delivery_delivery")
+        expected = {k for (k,) in self.conn.execute("SELECT idempotency_key FROM delivery_delivery").fetchall()}
+        concurrency = self.results.get("burst", {}).get("endurance_concurrency", 8)
+        env = self.env()
+        reader = self.receiver.reader()
+        started = time.time()
+        worker = self.procs.spawn("worker", ["-m", "bench.product_main", "run_worker", "--concurrency", str(concurrency)], env)
+        series = []
+        state = {"seen": 0}
+
+        def on_sample(ts, sample):
+            series.append({"t": ts - started, "rss_mb": sample.get("worker", 0) / 2**20, "delivered": state["seen"]})
+
+        sampler = RssSampler({"worker": worker.pid}, every=1.0, on_sample=on_sample)
+        sampler.start()
+
+        def on_tick(seen):
+            state["seen"] = seen
+
+        counts = reader.wait_for(expected, timeout=n / 100 + 300, on_tick=on_tick, tick=0.5)
+        sampler.finish()
+        self.procs.stop([worker])
+        counts.pop("arrivals")
+        seconds = (counts["last_arrival"] or time.time()) - started
+        after_first = next((s["rss_mb"] for s in series if s["delivered"] >= first), None)
+        at_end = next((s["rss_mb"] for s in reversed(series) if s["rss_mb"]), None)
+        # Throughput per window of 10 % of the run.
+        windows = []
+        done = [s for s in series if s["delivered"] > 0]
+        if done:
+            t_first, t_last = done[0]["t"], done[-1]["t"]
+            span = (t_last - t_first) / 10 or 1
+            for k in range(10):
+                a, b = t_first + k * span, t_first + (k + 1) * span
+                pts = [s for s in series if a <= s["t"] <= b]
+                if len(pts) >= 2:
+                    windows.append((pts[-1]["delivered"] - pts[0]["delivered"]) / (pts[-1]["t"] - pts[0]["t"]))
+        return {
+            "n": n, "concurrency": concurrency, "seconds": seconds, "rate": counts["unique"] / seconds, **counts,
+            "rss_after_first_mb": after_first, "rss_end_mb": at_end, "first": first,
+            "rss_growth": (at_end / after_first - 1) if after_first and at_end else None,
+            "window_rates": windows, "series": series,
+        }
+
+    def w_profiles(self) -> dict:
+        out = {}
+        secs = self.s["profile_seconds"]
+        log("profiles: burst, 1 worker x concurrency 8, py-spy on scheduler and worker")
+        run = self.attempt(self.burst_once, n=self.s["burst_n"], workers=1, concurrency=8, slow=False, profile=secs)
+        out["burst_run"] = {k: v for k, v in run.items()}
+        for name in ("scheduler", "worker1"):
+            path = RAW / f"profile-burst-{name}.txt"
+            if path.exists():
+                out[f"burst-{name}"] = top_functions(path)
+        log("profiles: import_users under py-spy")
+        n = min(200_000, self.s["import_rows"])
+        path = RAW / f"import-{self.s['import_rows']}.csv"
+        if path.exists():
+            part = RAW / f"import-part-{n}.csv"
+            with open(path) as src, open(part, "w") as dst:
+                for i, line in enumerate(src):
+                    if i > n:
+                        break
+                    dst.write(line)
+            self.truncate()
+            p = self.procs.spawn("import", ["manage.py", "import_users", str(part)], self.env())
+            prof = py_spy(p.pid, 0, RAW / "profile-import.txt")
+            p.wait()
+            prof.wait()
+            out["import"] = top_functions(RAW / "profile-import.txt")
+            out["import_rows"] = n
+        log("profiles: API under wrk, py-spy on one gunicorn worker")
+        self.truncate()
+        token = self.api_token()
+        g = self.gunicorn("config.settings")
+        kids = psutil.Process(g.pid).children()
+        if kids:
+            prof = py_spy(kids[0].pid, secs, RAW / "profile-api.txt")
+            self.wrk(f"http://127.0.0.1:{API_PORT}/api/v1/users/", script="bench/api_post.lua", connections=8,
+                     seconds=secs + 1, env={"BENCH_TOKEN": token})
+            prof.wait()
+            out["api"] = top_functions(RAW / "profile-api.txt")
+        self.procs.stop([g])
+        return out
+
+    # --- driver -----------------------------------------------------------------------
+
+    def run(self, only: list[str]) -> None:
+        self.setup()
+        try:
+            for name in WORKLOADS:
+                if name not in only:
+                    continue
+                log(f"=== {name}")
+                t = time.monotonic()
+                try:
+                    fn = getattr(self, f"w_{name}")
+                    whole = name in ("scale", "endurance")
+                    self.results[name] = self.attempt(fn) if whole else fn()
+                except Exception:  # noqa: BLE001  one failed workload must not lose the others
+                    self.results[name] = {"error": traceback.format_exc()}
+                    log(f"{name} FAILED:\n{self.results[name]['error']}")
+                    self.procs.stop_all()
+                self.results.setdefault("durations_s", {})[name] = time.monotonic() - t
+                if name == "burst" and "summary" in self.results["burst"]:
+                    best = self.results["burst"]["runs"][self.results["burst"]["best_matrix"]][0]
+                    self.results["burst"]["endurance_concurrency"] = best["concurrency"] if best["workers"] == 1 else 8
+                self.save()
+                log(f"=== {name} done in {time.monotonic() - t:.0f} s")
+        finally:
+            self.results["finished"] = datetime.now(timezone.utc).isoformat()
+            self.save()
+            self.teardown()
+
+
+def summarize_burst(runs: list[dict]) -> dict:
+    return {
+        "seconds": median(r["seconds"] for r in runs),
+        "rate": median(r["rate"] for r in runs),
+        "rates": [r["rate"] for r in runs],
+        "steady_rate": median(r["steady_rate"] for r in runs),
+        "steady_rates": [r["steady_rate"] for r in runs],
+        "duplicates": sum(r["duplicates"] for r in runs),
+        "missing": sum(r["missing"] for r in runs),
+        "non_200": sum(r["non_200"] for r in runs),
+        "peak_rss_mb": {k: max(r["peak_rss_mb"].get(k, 0) for r in runs) for k in runs[0]["peak_rss_mb"]},
+        "n": runs[0]["n"], "workers": runs[0]["workers"], "concurrency": runs[0]["concurrency"],
+        "receiver": runs[0]["receiver"],
+    }
+
+
+def steady(counts: dict) -> float | None:
+    """Deliveries/s between the first and the last arrival (process start-up excluded)."""
+    if counts["unique"] < 2 or counts["last_arrival"] <= counts["first_arrival"]:
+        return None
+    return (counts["unique"] - 1) / (counts["last_arrival"] - counts["first_arrival"])
+
+
+def pct(sorted_xs: list[float], p: float) -> float | None:
+    if not sorted_xs:
+        return None
+    k = (len(sorted_xs) - 1) * p / 100
+    lo = int(k)
+    hi = min(lo + 1, len(sorted_xs) - 1)
+    return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (k - lo)
+
+
+def py_spy(pid: int, seconds: float, out: Path) -> subprocess.Popen:
+    args = [str(Path(BENCH_PY).parent / "py-spy"), "record", "--pid", str(pid), "--rate", "100", "--nonblocking",
+            "--format", "raw", "-o", str(out)]
+    if seconds:
+        args += ["--duration", str(int(seconds))]
+    return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=open(str(out) + ".log", "w"))
+
+
+def top_functions(path: Path, top: int = 12) -> dict:
+    """From py-spy's collapsed stacks: the functions with the most samples (self and inclusive)."""
+    self_counts: dict[str, int] = {}
+    incl: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = [re.sub(r":\d+\)$", ")", f) for f in stack.split(";")]
+        frames = [re.sub(r"\(.*/(site-packages|lib/python3\.\d+|main)/", "(", f) for f in frames]
+        leaf = frames[-1]
+        self_counts[leaf] = self_counts.get(leaf, 0) + n
+        for f in set(frames):
+            incl[f] = incl.get(f, 0) + n
+    def rows(d):
+        return [(f, round(100 * c / total, 1)) for f, c in sorted(d.items(), key=lambda kv: -kv[1])[:top]]
+    # Inclusive: only the product's own functions and its direct libraries are informative.
+    own = {f: c for f, c in incl.items() if re.search(r"\((delivery|scheduling|users|config|django|requests|urllib3|psycopg|rest_framework)/", f)}
+    return {"samples": total, "self": rows(self_counts), "inclusive": rows(own)}
+
+
+def machine_info() -> dict:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    pg = subprocess.run(["psql", f"{PG}/postgres", "-Atc", "SHOW server_version"], capture_output=True, text=True)
+    product_py = subprocess.run([PRODUCT_PY, "-V"], capture_output=True, text=True).stdout.strip()
+    nginx = subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip()
+    wrk = subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.splitlines()[:1]
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "postgresql": pg.stdout.strip() or pg.stderr.strip(),
+        "python_product": product_py,
+        "python_bench": platform.python_version(),
+        "kernel": platform.release(),
+        "nginx": nginx,
+        "wrk": wrk[0] if wrk else "",
+        "load_at_start": os.getloadavg(),
+        "git_head": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip(),
+        "git_dirty": subprocess.run(["git", "status", "--short", "--", "config", "delivery", "scheduling", "users"],
+                                    cwd=ROOT, capture_output=True, text=True).stdout.strip().splitlines(),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--size", choices=SIZES, default="full")
+    parser.add_argument("--only", default=",".join(WORKLOADS))
+    parser.add_argument("--merge", action="store_true", help="Keep other workloads' results from raw/results.json.")
+    parser.add_argument("--report-only", action="store_true", help="Re-render REPORT.md from raw/results.json.")
+    args = parser.parse_args()
+    from bench import report
+
+    if not args.report_only:
+        import fcntl
+
+        RAW.mkdir(parents=True, exist_ok=True)
+        lock = open(RAW / ".lock", "w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise SystemExit("another bench run holds bench/results/raw/.lock; it shares the bench databases")
+        bench = Bench(args.size)
+        if args.merge and (RAW / "results.json").exists():
+            old = json.loads((RAW / "results.json").read_text())
+            bench.results = {**old, **{k: v for k, v in bench.results.items() if k not in ("sizes",)}}
+
+        def on_signal(signum, frame):
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGTERM, on_signal)
+        bench.run([w.strip() for w in args.only.split(",") if w.strip()])
+    report.render(json.loads((RAW / "results.json").read_text()), RESULTS)
+    log(f"report: {RESULTS / 'REPORT.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

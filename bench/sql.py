@@ -1,0 +1,89 @@
+"""SQL that builds the benchmark's data directly (fast, and independent of the code under test)."""
+
+from __future__ import annotations
+
+import psycopg
+
+TRUNCATE = """
+TRUNCATE users_user, scheduling_event, delivery_delivery, delivery_deliveryattempt,
+         scheduling_processheartbeat CASCADE
+"""
+
+# One user per i; born on today's date some years ago (Feb 29 folds to Feb 28).
+USERS = """
+INSERT INTO users_user (id, first_name, last_name, date_of_birth, timezone, created_at, updated_at)
+SELECT {uid}, 'First' || i, 'Last' || i,
+       ((now() AT TIME ZONE 'UTC')::date - make_interval(years => 20 + mod(i, 40)))::date,
+       'UTC', now(), now()
+FROM generate_series(%(lo)s::int, %(hi)s::int) AS i
+"""
+
+# Deterministic UUIDs from (tag, i): the run's rows can be joined back without a lookup.
+UID = "md5(%(tag)s || ':' || i)::uuid"
+EID = "md5(%(tag)s || ':e:' || i)::uuid"
+
+# One PENDING event per user, target given per i by an SQL expression.
+EVENTS = """
+INSERT INTO scheduling_event (id, user_id, event_type, status, occurrence_date, target_timestamp_utc,
+    target_timestamp_local, target_timezone, executed_at, failure_reason, retry_count, version,
+    idempotency_key, delivery_payload, created_at, updated_at)
+SELECT {eid}, {uid}, 'BIRTHDAY', %(status)s, (t AT TIME ZONE 'UTC')::date, t,
+       to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS') || '+00:00', 'UTC', NULL, '', 0, 1,
+       'bench-' || substr(md5(%(tag)s || ':k:' || i), 1, 24), NULL, now(), now()
+FROM (SELECT i, {target} AS t FROM generate_series(%(lo)s::int, %(hi)s::int) AS i) s
+"""
+
+PAYLOAD = """jsonb_build_object(
+    'message', 'Hey, First' || i || ' Last' || i || ' it''s your birthday',
+    'event_id', {eid}::text, 'event_type', 'BIRTHDAY', 'user_id', {uid}::text,
+    'occurrence_date', (now() AT TIME ZONE 'UTC')::date::text,
+    'target_timestamp_utc', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS') || '+00:00')"""
+
+# For the endurance run: events already PROCESSING with a QUEUED delivery each.
+DELIVERIES = """
+INSERT INTO delivery_delivery (id, event_id, idempotency_key, endpoint_url, payload, status, attempts,
+    max_attempts, next_attempt_at, locked_until, locked_by, attempt_started_at, last_status_code,
+    last_error, delivered_at, created_at, updated_at)
+SELECT md5(%(tag)s || ':d:' || i)::uuid, {eid}, 'bench-' || substr(md5(%(tag)s || ':k:' || i), 1, 24),
+       %(url)s, {payload}, 'QUEUED', 0, 8, now(), NULL, '', NULL, NULL, '', NULL, now(), now()
+FROM generate_series(%(lo)s::int, %(hi)s::int) AS i
+"""
+
+
+def connect(dsn: str) -> psycopg.Connection:
+    return psycopg.connect(dsn, autocommit=True)
+
+
+def fmt(sql: str) -> str:
+    uid = UID
+    eid = EID
+    return sql.format(uid=uid, eid=eid, target="{target}", payload=PAYLOAD.format(uid=uid, eid=eid))
+
+
+def users_and_events(
+    conn, *, tag: str, n: int, target_sql: str, status: str = "PENDING", chunk: int = 200_000, params=None
+) -> None:
+    """n users with one event each; `target_sql` is an SQL expression of i (and params)."""
+    for lo in range(1, n + 1, chunk):
+        hi = min(n, lo + chunk - 1)
+        args = {"tag": tag, "lo": lo, "hi": hi, "status": status, **(params or {})}
+        with conn.transaction():
+            conn.execute("SET LOCAL session_replication_role = replica")  # bulk load: skip FK triggers
+            conn.execute(fmt(USERS), args)
+            conn.execute(fmt(EVENTS).format(target=target_sql), args)
+
+
+def deliveries(conn, *, tag: str, n: int, url: str, chunk: int = 200_000) -> None:
+    for lo in range(1, n + 1, chunk):
+        hi = min(n, lo + chunk - 1)
+        with conn.transaction():
+            conn.execute("SET LOCAL session_replication_role = replica")
+            conn.execute(fmt(DELIVERIES), {"tag": tag, "lo": lo, "hi": hi, "url": url})
+
+
+def pending_keys(conn) -> dict[str, float]:
+    """Idempotency keys of PENDING events and their target as epoch seconds."""
+    rows = conn.execute(
+        "SELECT idempotency_key, extract(epoch FROM target_timestamp_utc) FROM scheduling_event WHERE status = 'PENDING'"
+    ).fetchall()
+    return {k: float(t) for k, t in rows}

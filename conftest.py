@@ -21,3 +21,9 @@ def api_client(operator) -> APIClient:
 @pytest.fixture
 def anonymous_client() -> APIClient:
     return APIClient()
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    # The real hasher costs ~0.25 s per operator created; tests do not need its strength.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

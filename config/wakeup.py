@@ -74,10 +74,16 @@ class Listener:
             try:
                 if self._conn is None or self._conn.closed:
                     self._conn = self._connect()
-                for _ in self._conn.notifies(
-                    timeout=min(remaining, _STOP_CHECK_SECONDS), stop_after=1
-                ):
-                    # Several notifications may be queued; one wake-up serves all.
+                woken = any(
+                    True
+                    for _ in self._conn.notifies(
+                        timeout=min(remaining, _STOP_CHECK_SECONDS), stop_after=1
+                    )
+                )
+                if woken:
+                    # Several notifications may be queued; one wake-up serves them
+                    # all. (Drained only after the first generator has finished:
+                    # it holds the connection's lock while it runs.)
                     for _ in self._conn.notifies(timeout=0):
                         pass
                     return True

@@ -81,9 +81,16 @@ def delivery_requeue_for_event(*, event: Event, now: datetime) -> Delivery:
             )
         delivery.status = DeliveryStatus.QUEUED
         delivery.payload = event.delivery_payload
+        # The operator resends to today's receiver; the old error stays in the attempt log.
+        delivery.endpoint_url = settings.WEBHOOK_URL
+        delivery.last_error = ""
         delivery.next_attempt_at = now
         delivery.max_attempts = delivery.attempts + settings.DELIVERY_MAX_ATTEMPTS
-        delivery.save(update_fields=["status", "payload", "next_attempt_at", "max_attempts", "updated_at"])
+        delivery.save(
+            update_fields=[
+                "status", "payload", "endpoint_url", "last_error", "next_attempt_at", "max_attempts", "updated_at"
+            ]
+        )
     notify(WORKER_CHANNEL)
     return delivery
 

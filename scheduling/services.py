@@ -306,14 +306,15 @@ def _sync_one_type(*, user: User, event_type: str, now: datetime, result: SyncRe
                     _event_discard_pending(event=pending)
                     event_create_next(user=user, event_type=event_type, now=now)
                 result.replaced += 1
-            else:
-                expected = local_send_instant(pending.occurrence_date, user.timezone)
-                if (
-                    expected.target_utc != pending.target_timestamp_utc
-                    or expected.timezone_name != pending.target_timezone
-                ):
-                    event_reschedule(event=pending, occurrence=expected)
-                    result.rescheduled += 1
+            elif pending.target_timezone != user.timezone:
+                # Only a zone change moves the instant. Comparing the stored
+                # target with a recomputed one would also undo an operator's
+                # "deliver now" whenever the user is saved.
+                event_reschedule(
+                    event=pending,
+                    occurrence=local_send_instant(pending.occurrence_date, user.timezone),
+                )
+                result.rescheduled += 1
             return
         except (OptimisticLockError, IntegrityError) as exc:
             # The scheduler claimed the event (or created the next one) between
@@ -334,9 +335,9 @@ def event_sync_for_user(*, user: User, now: datetime | None = None) -> SyncResul
     """Make the user's PENDING events follow from their current data.
 
     No pending event: create one. The date of birth changed so the pending
-    occurrence is no longer a birthday: replace it. Only the zone (or the send
-    time) changed: keep the occurrence date and key, move the instant; if that
-    instant has passed the event is simply due. Names are read at delivery, so a
+    occurrence is no longer a birthday: replace it. Only the zone changed: keep
+    the occurrence date and key, move the instant; if that instant has passed
+    the event is simply due. Names are read at delivery, so a
     rename changes nothing here. PROCESSING events are never touched.
     """
     now = now or timezone.now()

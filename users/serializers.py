@@ -3,7 +3,7 @@ from rest_framework import serializers
 
 from scheduling.models import Event
 from users.models import User
-from users.validators import clean_user_fields
+from users.validators import clean_name, clean_timezone, clean_user_fields
 
 
 class EventSerializer(serializers.ModelSerializer):
@@ -44,12 +44,30 @@ class NextEventSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class StrictCharField(serializers.CharField):
+    """A CharField that refuses numbers and booleans instead of turning them into text."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+# Field-level rules that can run on their own, so a request with one field that
+# does not even parse still hears about every other bad field in the same reply.
+_STANDALONE_RULES = {
+    "first_name": lambda value: clean_name(value, field_label="First name"),
+    "last_name": lambda value: clean_name(value, field_label="Last name"),
+    "timezone": clean_timezone,
+}
+
+
 class UserSerializer(serializers.ModelSerializer):
     """Parses and renders users; the rules themselves live in users.validators."""
 
-    first_name = serializers.CharField(max_length=1000, trim_whitespace=False)
-    last_name = serializers.CharField(max_length=1000, trim_whitespace=False)
-    timezone = serializers.CharField(max_length=200)
+    first_name = StrictCharField(max_length=1000, trim_whitespace=False)
+    last_name = StrictCharField(max_length=1000, trim_whitespace=False)
+    timezone = StrictCharField(max_length=200)
     next_event = serializers.SerializerMethodField()
 
     class Meta:
@@ -71,14 +89,23 @@ class UserSerializer(serializers.ModelSerializer):
             raise serializers.ValidationError(
                 {"non_field_errors": ["Expected a JSON object with the user's fields."]}
             )
-        unknown = set(data) - set(self.fields)
-        if unknown:
-            # A misspelt field would otherwise be dropped silently and the
-            # request "succeed" without doing what the client meant.
-            raise serializers.ValidationError(
-                {field: ["Unknown field."] for field in sorted(unknown)}
-            )
-        return super().to_internal_value(data)
+        # A misspelt field would otherwise be dropped silently and the request
+        # "succeed" without doing what the client meant.
+        errors = {field: ["Unknown field."] for field in sorted(set(data) - set(self.fields))}
+        try:
+            attrs = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            errors.update(exc.detail)
+        if not errors:
+            return attrs
+        for field, rule in _STANDALONE_RULES.items():
+            if field in errors or not isinstance(data.get(field), str):
+                continue
+            try:
+                rule(data[field])
+            except DjangoValidationError as exc:
+                errors[field] = exc.messages
+        raise serializers.ValidationError(errors)
 
     def validate(self, attrs):
         merged = {

@@ -319,3 +319,33 @@ def test_worker_writes_a_heartbeat(delivery_settings):
     assert beat.stopped_at is not None
     assert json.dumps(beat.pid)
     assert time.time() - beat.last_seen_at.timestamp() < 60
+
+
+def test_resending_a_dead_delivery_goes_to_the_current_receiver_under_the_same_key(delivery_settings, sink):
+    from delivery.services import delivery_resend
+    from delivery.tests.conftest import ScriptedSink
+
+    event = new_user().events.get()
+    make_due([event])
+    sink.script(event.idempotency_key, Reply(status=410))
+    run_scheduler_once()
+    run_worker_once()
+    delivery = Delivery.objects.get(event=event)
+    assert delivery.status == DeliveryStatus.DEAD
+
+    with ScriptedSink() as new_receiver:
+        delivery_settings.WEBHOOK_URL = new_receiver.url
+        delivery_resend(delivery=delivery, operator="support")
+        run_worker_once()
+
+    assert new_receiver.keys() == [event.idempotency_key]
+    delivery.refresh_from_db()
+    assert delivery.status == DeliveryStatus.DELIVERED
+    assert delivery.endpoint_url == new_receiver.url
+    assert list(delivery.attempt_log.values_list("number", "outcome")) == [
+        (1, AttemptOutcome.PERMANENT_FAILURE),
+        (2, AttemptOutcome.DELIVERED),
+    ]
+    event.refresh_from_db()
+    assert event.status == EventStatus.COMPLETED
+    assert Delivery.objects.filter(event=event).count() == 1

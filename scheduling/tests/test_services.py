@@ -502,3 +502,21 @@ def test_events_create_missing_schedules_after_the_last_handled_occurrence():
     # then the next birthday is 2028's, not 2027's again
     assert created == 1
     assert Event.objects.get(user=user, status=PENDING).occurrence_date == date(2028, 5, 5)
+
+
+@pytest.mark.django_db
+def test_deliver_now_is_not_undone_when_the_user_is_saved_again():
+    from django.utils import timezone as django_timezone
+
+    from scheduling.services import event_deliver_now
+    from users.services import user_update
+
+    user = UserFactory(timezone="Europe/London")
+    event = user.events.get()
+    event_deliver_now(event=event, operator="support")
+
+    user_update(user=user, data={"first_name": "Renamed"})
+
+    event.refresh_from_db()
+    assert event.status == EventStatus.PENDING
+    assert event.target_timestamp_utc <= django_timezone.now()

@@ -752,3 +752,29 @@ def test_changing_only_names_leaves_the_event_untouched(api_client):
     assert after == before
     user.refresh_from_db()
     assert (user.first_name, user.last_name) == ("Ada", "Byron")
+
+
+def test_every_bad_field_is_reported_even_when_one_does_not_parse(api_client):
+    before = stored_counts()
+
+    response = api_client.post(
+        USERS_URL,
+        valid_payload(first_name="   ", date_of_birth="2023-02-29", timezone="+05:00"),
+        format="json",
+    )
+
+    assert response.status_code == 400
+    assert set(response.json()) == {"first_name", "date_of_birth", "timezone"}
+    assert "offset" in response.json()["timezone"][0]
+    assert stored_counts() == before
+
+
+@pytest.mark.parametrize("bad_value", [42, True, ["Ada"], {"name": "Ada"}])
+def test_names_must_be_strings_not_numbers_or_structures(api_client, bad_value):
+    before = stored_counts()
+
+    response = api_client.post(USERS_URL, valid_payload(first_name=bad_value), format="json")
+
+    assert response.status_code == 400
+    assert "first_name" in response.json()
+    assert stored_counts() == before

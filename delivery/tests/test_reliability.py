@@ -1,0 +1,257 @@
+"""Doing the bad thing for real: real processes, a real receiver, kills and lost connections.
+
+Every test counts what arrived at the receiver: nothing lost, nothing delivered
+twice except under the same idempotency key.
+"""
+
+import shutil
+import signal
+import subprocess
+import time
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from delivery.models import AttemptOutcome, Delivery, DeliveryStatus
+from delivery.sink import Reply
+from delivery.tests.conftest import create_due_users, make_due, process_env, start_process
+from delivery.worker import Worker
+from scheduling.models import Event, EventStatus, ProcessHeartbeat
+from scheduling.services import event_deliver_now, events_claim_due
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def wait_until(condition, timeout: float, what: str, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def stop_all(processes, timeout: float = 30) -> list[int]:
+    """SIGTERM every process and return the exit codes; one that hangs is killed (-9)."""
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    codes = []
+    for process in processes:
+        try:
+            codes.append(process.wait(timeout=max(0.1, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            codes.append(process.wait())
+    return codes
+
+
+def assert_everything_delivered_once(sink, expected: int):
+    counts = Counter(sink.keys())
+    assert len(counts) == expected, f"{expected - len(counts)} events never arrived"
+    assert Delivery.objects.filter(status=DeliveryStatus.DELIVERED).count() == expected
+    assert not Delivery.objects.exclude(status=DeliveryStatus.DELIVERED).exists()
+    assert Event.objects.filter(status=EventStatus.COMPLETED).count() == expected
+    assert not Event.objects.filter(status=EventStatus.PROCESSING).exists()
+    return counts
+
+
+def test_two_schedulers_and_four_workers_deliver_2000_events_exactly_once(delivery_settings, sink, tmp_path):
+    create_due_users(2000)
+    env = process_env(delivery_settings)
+    processes = [start_process(["run_scheduler", "--batch-size", "200"], env, tmp_path / f"s{i}.log") for i in range(2)]
+    processes += [
+        start_process(["run_worker", "--concurrency", "4", "--batch-size", "50"], env, tmp_path / f"w{i}.log")
+        for i in range(4)
+    ]
+    try:
+        assert sink.wait_for(2000, timeout=180), f"only {len(set(sink.keys()))} of 2000 arrived"
+        wait_until(
+            lambda: not Delivery.objects.exclude(status=DeliveryStatus.DELIVERED).exists(),
+            30,
+            "every outcome to be recorded",
+        )
+    finally:
+        exit_codes = stop_all(processes)
+
+    assert exit_codes == [0] * 6
+    counts = assert_everything_delivered_once(sink, 2000)
+    assert max(counts.values()) == 1, [k for k, n in counts.items() if n > 1][:5]
+    assert Event.objects.filter(status=EventStatus.PENDING).count() == 2000  # next year's, one each
+    assert ProcessHeartbeat.objects.filter(stopped_at__isnull=False).count() == 6
+
+
+def test_sigkill_mid_delivery_is_resent_with_the_same_key_after_the_lease(delivery_settings, sink, tmp_path):
+    delivery_settings.WEBHOOK_TIMEOUT = timedelta(seconds=3)
+    create_due_users(1)
+    events_claim_due()
+    delivery = Delivery.objects.get()
+    # The receiver holds the first request (the worker is killed meanwhile), then accepts.
+    sink.script(delivery.idempotency_key, Reply(status=200, delay=20), Reply(status=200))
+    env = process_env(delivery_settings)
+
+    doomed = start_process(["run_worker", "--concurrency", "1"], env, tmp_path / "doomed.log")
+    wait_until(lambda: len(sink.received) == 1, 30, "the first request to reach the receiver")
+    doomed.send_signal(signal.SIGKILL)
+    doomed.wait(timeout=10)
+    delivery.refresh_from_db()
+    assert delivery.status == DeliveryStatus.SENDING  # stranded until its lease runs out
+    lease_ends = delivery.locked_until
+
+    rescuer = start_process(["run_worker", "--concurrency", "1"], env, tmp_path / "rescuer.log")
+    try:
+        wait_until(
+            lambda: Delivery.objects.get(pk=delivery.pk).status == DeliveryStatus.DELIVERED,
+            60,
+            "the delivery to be taken over and delivered",
+        )
+    finally:
+        assert stop_all([rescuer]) == [0]
+
+    assert sink.keys() == [delivery.idempotency_key, delivery.idempotency_key]
+    assert sink.received[1].received_at >= lease_ends.timestamp() - 0.5
+    attempts = list(Delivery.objects.get(pk=delivery.pk).attempt_log.values_list("number", "outcome"))
+    assert attempts == [(1, AttemptOutcome.ABANDONED), (2, AttemptOutcome.DELIVERED)]
+    assert Event.objects.get(pk=delivery.event_id).status == EventStatus.COMPLETED
+
+
+def test_sigterm_during_sends_exits_0_loses_nothing_and_leaves_nothing_sending(delivery_settings, sink, tmp_path):
+    create_due_users(40)
+    events_claim_due()
+    sink.default = Reply(status=200, delay=0.3)
+    env = process_env(delivery_settings)
+
+    worker = start_process(["run_worker", "--concurrency", "4", "--batch-size", "20"], env, tmp_path / "w.log")
+    wait_until(lambda: len(sink.received) >= 4, 30, "sends to be under way")
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=30) == 0
+
+    assert not Delivery.objects.filter(status=DeliveryStatus.SENDING).exists()
+    delivered_before_stop = Delivery.objects.filter(status=DeliveryStatus.DELIVERED).count()
+    assert delivered_before_stop == len(set(sink.keys())) < 40
+    handed_back = Delivery.objects.filter(status=DeliveryStatus.QUEUED)
+    assert handed_back.count() == 40 - delivered_before_stop
+    assert set(handed_back.values_list("attempts", flat=True)) == {0}
+    assert "Handed back" in (tmp_path / "w.log").read_text()
+
+    sink.default = Reply(status=200)
+    Worker(once=True).run()
+
+    counts = assert_everything_delivered_once(sink, 40)
+    assert max(counts.values()) == 1
+
+
+def test_killed_database_connections_do_not_stop_the_scheduler_or_worker(delivery_settings, sink, tmp_path):
+    create_due_users(400)
+    sink.default = Reply(status=200, delay=0.03)
+    env = process_env(delivery_settings)
+    processes = [
+        start_process(["run_scheduler", "--batch-size", "50"], env, tmp_path / "s.log"),
+        start_process(["run_worker", "--concurrency", "4", "--batch-size", "20"], env, tmp_path / "w.log"),
+    ]
+    try:
+        wait_until(lambda: len(sink.received) >= 20, 30, "work to be under way")
+        terminated = 0
+        for _ in range(3):
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+                terminated += cursor.fetchone()[0]
+            time.sleep(0.7)
+        assert terminated >= 4  # both processes' connections, more than once
+        assert sink.wait_for(400, timeout=120), f"only {len(set(sink.keys()))} of 400 arrived"
+        wait_until(
+            lambda: not Delivery.objects.exclude(status=DeliveryStatus.DELIVERED).exists()
+            and not Event.objects.filter(status=EventStatus.PROCESSING).exists(),
+            60,
+            "every outcome to be recorded",
+        )
+    finally:
+        exit_codes = stop_all(processes)
+
+    assert exit_codes == [0, 0]
+    assert_everything_delivered_once(sink, 400)
+    logs = (tmp_path / "s.log").read_text() + (tmp_path / "w.log").read_text()
+    assert "Database unavailable" in logs or "Notification connection lost" in logs
+
+
+@pytest.mark.skipif(shutil.which("pg_ctlcluster") is None, reason="needs a local PostgreSQL cluster to restart")
+def test_postgresql_restart_under_running_processes_loses_nothing(delivery_settings, sink, tmp_path):
+    create_due_users(300)
+    sink.default = Reply(status=200, delay=0.03)
+    env = process_env(delivery_settings)
+    processes = [
+        start_process(["run_scheduler", "--batch-size", "50"], env, tmp_path / "s.log"),
+        start_process(["run_worker", "--concurrency", "4", "--batch-size", "20"], env, tmp_path / "w.log"),
+    ]
+    try:
+        wait_until(lambda: len(sink.received) >= 20, 30, "work to be under way")
+        connection.close()
+        version = sorted(p.name for p in Path("/etc/postgresql").iterdir())[0]
+        subprocess.run(
+            ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"],
+            check=True,
+            timeout=60,
+        )
+        assert sink.wait_for(300, timeout=120), f"only {len(set(sink.keys()))} of 300 arrived"
+        wait_until(
+            lambda: not Delivery.objects.exclude(status=DeliveryStatus.DELIVERED).exists()
+            and not Event.objects.filter(status=EventStatus.PROCESSING).exists(),
+            60,
+            "every outcome to be recorded",
+        )
+    finally:
+        exit_codes = stop_all(processes)
+
+    assert exit_codes == [0, 0]
+    assert_everything_delivered_once(sink, 300)
+
+
+def test_an_idle_scheduler_and_worker_are_woken_by_notifications_not_their_interval(
+    delivery_settings, sink, tmp_path
+):
+    create_due_users(1)
+    event = Event.objects.get()
+    Event.objects.filter(pk=event.pk).update(target_timestamp_utc=timezone.now() + timedelta(days=30))
+    env = process_env(delivery_settings)
+    processes = [
+        start_process(["run_scheduler", "--interval", "30"], env, tmp_path / "s.log"),
+        start_process(["run_worker", "--interval", "30"], env, tmp_path / "w.log"),
+    ]
+    try:
+        wait_until(lambda: ProcessHeartbeat.objects.count() == 2, 30, "both processes to start")
+        time.sleep(1.5)  # both are now asleep for up to 30 s
+
+        event.refresh_from_db()
+        made_due_at = time.time()
+        event_deliver_now(event=event, operator="test")
+
+        assert sink.wait_for(1, timeout=10)
+        # Polling alone would have taken up to 30 s, twice.
+        assert sink.received[0].received_at - made_due_at < 5
+    finally:
+        assert stop_all(processes) == [0, 0]
+
+
+def test_the_scheduler_sleeps_until_the_next_target_instead_of_a_whole_interval(delivery_settings, sink, tmp_path):
+    create_due_users(1)
+    target = timezone.now() + timedelta(seconds=4)
+    Event.objects.update(target_timestamp_utc=target)  # no notification: plain UPDATE
+    env = process_env(delivery_settings)
+    processes = [
+        start_process(["run_scheduler", "--interval", "30"], env, tmp_path / "s.log"),
+        start_process(["run_worker", "--interval", "30"], env, tmp_path / "w.log"),
+    ]
+    try:
+        assert sink.wait_for(1, timeout=20)
+        lateness = sink.received[0].received_at - target.timestamp()
+        assert 0 <= lateness < 2
+    finally:
+        assert stop_all(processes) == [0, 0]

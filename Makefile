@@ -18,13 +18,17 @@ venv: $(VENV)/.installed
 
 run: venv
 	$(PY) manage.py migrate --noinput
+	$(PY) manage.py collectstatic --noinput -v0
 	$(PY) manage.py ensure_local_admin
 	$(PY) -m config.run_local
 
 check-db: venv
 	@DATABASE_URL=$(or $(DATABASE_URL),$(TEST_DATABASE_URL)) $(PY) -m config.check_db
 
-test: venv check-db
+lint: venv
+	$(VENV)/bin/ruff check . --exclude bench
+
+test: venv check-db lint
 	DATABASE_URL=$(or $(DATABASE_URL),$(TEST_DATABASE_URL)) $(PY) manage.py check
 	DATABASE_URL=$(or $(DATABASE_URL),$(TEST_DATABASE_URL)) $(PY) manage.py makemigrations --check --dry-run
 	DATABASE_URL=$(or $(DATABASE_URL),$(TEST_DATABASE_URL)) $(PY) -m pytest --create-db $(PYTEST_ARGS)

@@ -2,7 +2,7 @@
 
 import json
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 # Attributes every LogRecord has; anything else on a record came from `extra`.
 _STANDARD_ATTRIBUTES = set(
@@ -18,7 +18,7 @@ class TextFormatter(logging.Formatter):
     """`time level logger message key=value ...` for people reading a terminal."""
 
     def format(self, record: logging.LogRecord) -> str:
-        stamp = datetime.fromtimestamp(record.created, tz=timezone.utc).strftime(
+        stamp = datetime.fromtimestamp(record.created, tz=UTC).strftime(
             "%Y-%m-%dT%H:%M:%S.%f"
         )[:-3]
         line = f"{stamp}Z {record.levelname:<7} {record.name}: {record.getMessage()}"
@@ -35,7 +35,7 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         payload = {
-            "time": datetime.fromtimestamp(record.created, tz=timezone.utc).isoformat(),
+            "time": datetime.fromtimestamp(record.created, tz=UTC).isoformat(),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),

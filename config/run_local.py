@@ -14,6 +14,8 @@ import threading
 import time
 from pathlib import Path
 
+import environ
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 HOST = os.environ.get("RUN_HOST", "127.0.0.1")
 PORT = int(os.environ.get("RUN_PORT", "8000"))
@@ -37,6 +39,9 @@ def _pump(name: str, stream) -> None:
 
 
 def main() -> int:
+    # Settings in .env count as set, so a WEBHOOK_URL there is not overridden below.
+    if (BASE_DIR / ".env").exists():
+        environ.Env.read_env(str(BASE_DIR / ".env"))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     # Without a receiver of your own, messages go to the local sink.
     env.setdefault("WEBHOOK_URL", f"http://{HOST}:{SINK_PORT}/webhook")

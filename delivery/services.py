@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 import random
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import transaction

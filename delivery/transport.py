@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import enum
 import email.utils
+import enum
 import json
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import requests
 from standardwebhooks.webhooks import Webhook
@@ -70,7 +70,7 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     except (TypeError, ValueError):
         return None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
+        when = when.replace(tzinfo=UTC)
     return max(0.0, when.timestamp() - (now if now is not None else time.time()))
 
 
@@ -96,7 +96,7 @@ class WebhookTransport:
             "X-Idempotency-Key": delivery.idempotency_key,
         }
         if self._signer is not None:
-            sent_at = datetime.now(timezone.utc)
+            sent_at = datetime.now(UTC)
             headers["webhook-id"] = delivery.idempotency_key
             headers["webhook-timestamp"] = str(int(sent_at.timestamp()))
             headers["webhook-signature"] = self._signer.sign(delivery.idempotency_key, sent_at, body)
@@ -104,7 +104,7 @@ class WebhookTransport:
 
     def send(self, delivery: ClaimedDelivery) -> SendResult:
         body = json.dumps(delivery.payload, separators=(",", ":"), ensure_ascii=False)
-        started_at = datetime.now(timezone.utc)
+        started_at = datetime.now(UTC)
         started = time.perf_counter()
 
         def finish(outcome: Outcome, **fields) -> SendResult:
@@ -113,7 +113,7 @@ class WebhookTransport:
                 delivery=delivery,
                 outcome=outcome,
                 started_at=started_at,
-                finished_at=datetime.now(timezone.utc),
+                finished_at=datetime.now(UTC),
                 duration_ms=int(elapsed * 1000),
                 **fields,
             )

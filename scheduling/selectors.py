@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
-from django.db.models import Count, Max, Min, QuerySet
+from django.db.models import Case, CharField, Count, Max, Min, Q, QuerySet, Value, When
+from django.db.models.functions import TruncHour
 
-from scheduling.models import Event, EventStatus
+from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus
+from scheduling.models import Event, EventStatus, ProcessHeartbeat
 
 
 def event_list_for_user(*, user_id) -> QuerySet[Event]:
@@ -50,17 +52,6 @@ def overdue_summary(*, now: datetime) -> OverdueSummary:
 # Aggregates only: each function is one or two queries whose cost depends on the
 # index ranges they read (the pending partial index, (status, updated_at),
 # attempt finished_at), never on a Python loop over rows.
-
-# Imports for this section are kept here so the section stands alone.
-from datetime import timedelta  # noqa: E402
-from datetime import timezone as dt_timezone  # noqa: E402
-
-from django.db.models import Case, CharField, Q, Value, When  # noqa: E402
-from django.db.models.functions import TruncHour  # noqa: E402
-
-from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus  # noqa: E402
-from scheduling.models import ProcessHeartbeat  # noqa: E402
-
 
 def event_status_counts() -> dict[str, int]:
     """How many events are in each status (every status present, zero if none)."""
@@ -147,7 +138,7 @@ def pending_per_hour(*, start: datetime, hours: int = 24) -> list[tuple[datetime
             target_timestamp_utc__gte=start,
             target_timestamp_utc__lt=end,
         )
-        .annotate(hour=TruncHour("target_timestamp_utc", tzinfo=dt_timezone.utc))
+        .annotate(hour=TruncHour("target_timestamp_utc", tzinfo=UTC))
         .values("hour")
         .annotate(count=Count("id"))
         .values_list("hour", "count")

@@ -5,18 +5,19 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
-from django.db import IntegrityError, transaction
 from django.conf import settings
+from django.db import IntegrityError, transaction
 from django.db.models import Case, Exists, F, Max, OuterRef, Q, Value, When
 from django.utils import timezone
 
+from config.wakeup import SCHEDULER_CHANNEL, notify
 from scheduling.exceptions import InvalidStateTransition, OptimisticLockError
 from scheduling.handlers import REGISTRY, Occurrence, get_handler, local_send_instant
-from config.wakeup import SCHEDULER_CHANNEL, notify
 from scheduling.models import Event, EventStatus, ProcessHeartbeat
 from users.validators import load_timezone
 

@@ -55,9 +55,12 @@ class User(models.Model):
     def __str__(self) -> str:
         return f"{self.first_name} {self.last_name}"
 
-    @property
-    def full_name(self) -> str:
-        return f"{self.first_name} {self.last_name}"
+    def save(self, *args, **kwargs) -> None:
+        # The post_save receiver schedules the user's events. Saving inside one
+        # transaction makes the user and its events land together or not at all,
+        # whichever path called save().
+        with transaction.atomic():
+            super().save(*args, **kwargs)
 
     def clean(self) -> None:
         cleaned = clean_user_fields(
@@ -71,9 +74,6 @@ class User(models.Model):
         for field, value in cleaned.items():
             setattr(self, field, value)
 
-    def save(self, *args, **kwargs) -> None:
-        # The post_save receiver schedules the user's events. Saving inside one
-        # transaction makes the user and its events land together or not at all,
-        # whichever path called save().
-        with transaction.atomic():
-            super().save(*args, **kwargs)
+    @property
+    def full_name(self) -> str:
+        return f"{self.first_name} {self.last_name}"

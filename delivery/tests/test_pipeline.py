@@ -9,13 +9,13 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
-from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus
+from delivery.models import AttemptOutcome, Delivery, DeliveryStatus
 from delivery.sink import Reply
 from delivery.tests.conftest import make_due
 from delivery.transport import USER_AGENT
+from delivery.worker import Worker
 from scheduling.models import Event, EventStatus
 from scheduling.scheduler import Scheduler
-from delivery.worker import Worker
 from users.services import user_create, user_update
 
 pytestmark = pytest.mark.django_db

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from delivery.models import AttemptOutcome, Delivery, DeliveryStatus
 from delivery.sink import Reply
-from delivery.tests.conftest import create_due_users, make_due, process_env, start_process
+from delivery.tests.conftest import create_due_users, process_env, start_process
 from delivery.worker import Worker
 from scheduling.models import Event, EventStatus, ProcessHeartbeat
 from scheduling.services import event_deliver_now, events_claim_due

@@ -1,10 +1,9 @@
 """The webhook transport's rules: classification, Retry-After, backoff, headers."""
 
 import json
-from datetime import timedelta
-from email.utils import format_datetime
-from datetime import datetime, timezone
 import uuid
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 
 import pytest
 import requests
@@ -45,7 +44,7 @@ def test_redirects_and_other_client_errors_are_permanent(status):
 
 
 def test_retry_after_in_seconds_and_as_http_date():
-    now = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
+    now = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
     later = format_datetime(now + timedelta(seconds=90), usegmt=True)
 
     assert parse_retry_after("120") == 120

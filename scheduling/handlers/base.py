@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, datetime, time, timezone
+from datetime import UTC, date, datetime, time
 from typing import TYPE_CHECKING, Protocol
 
 from django.conf import settings
@@ -39,7 +39,7 @@ def local_send_instant(occurrence_date: date, timezone_name: str) -> Occurrence:
     """
     zone = load_timezone(timezone_name)
     wall = datetime.combine(occurrence_date, send_time()).replace(tzinfo=zone, fold=0)
-    target_utc = wall.astimezone(timezone.utc)
+    target_utc = wall.astimezone(UTC)
     return Occurrence(
         occurrence_date=occurrence_date,
         target_utc=target_utc,

@@ -188,7 +188,7 @@ def populate_demo(*, recipients: int = 48) -> dict:
     # A small backlog: three greetings due minutes ago that no scheduler has claimed yet.
     overdue = []
     # Recipients whose birthday is today (index % 3 == 0) and have no history rows.
-    for minutes, user in zip((3, 6, 14), (users[30], users[33], users[36])):
+    for minutes, user in zip((3, 6, 14), (users[30], users[33], users[36]), strict=True):
         event = user.events.get(status=EventStatus.PENDING)
         due = (now - timedelta(minutes=minutes)).replace(second=0, microsecond=0)
         Event.objects.filter(pk=event.pk).update(

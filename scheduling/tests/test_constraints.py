@@ -1,8 +1,7 @@
 """The database's own guarantees, checked by writes that bypass Python validation."""
 
-import uuid
 from contextlib import contextmanager
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 from django.db import IntegrityError, connection, transaction
@@ -12,7 +11,7 @@ from scheduling.services import idempotency_key_for
 from users.models import User
 from users.tests.factories import UserFactory
 
-UTC = timezone.utc
+UTC = UTC
 
 pytestmark = pytest.mark.django_db
 

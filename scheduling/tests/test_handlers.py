@@ -1,6 +1,6 @@
 """Time arithmetic of the birthday handler: zones, the date line, Feb 29 and DST."""
 
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from types import SimpleNamespace
 
 import pytest
@@ -10,7 +10,7 @@ from scheduling.handlers import get_handler
 from scheduling.handlers.birthday import birthday_in_year
 from scheduling.models import EventType
 
-UTC = timezone.utc
+UTC = UTC
 
 
 def next_birthday(dob: date, tz: str, now: datetime, after_date: date | None = None):

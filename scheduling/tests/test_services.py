@@ -3,7 +3,7 @@
 import logging
 import re
 import uuid
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from unittest import mock
 
 import pytest
@@ -24,7 +24,7 @@ from users.models import User
 from users.services import user_create, user_update
 from users.tests.factories import UserFactory
 
-UTC = timezone.utc
+UTC = UTC
 PENDING, PROCESSING, COMPLETED, FAILED = (
     EventStatus.PENDING,
     EventStatus.PROCESSING,

@@ -3,7 +3,7 @@
 import json
 import re
 import uuid
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 
 import pytest
 from freezegun import freeze_time
@@ -12,7 +12,7 @@ from scheduling.models import Event, EventStatus
 from users.models import User
 from users.tests.factories import UserFactory
 
-UTC = timezone.utc
+UTC = UTC
 USERS_URL = "/api/v1/users/"
 
 pytestmark = pytest.mark.django_db

@@ -1,7 +1,7 @@
 """The import_users command: all-or-nothing CSV import with per-line error reports."""
 
 import io
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -11,7 +11,7 @@ from scheduling.models import Event, EventStatus
 from scheduling.services import idempotency_key_for
 from users.models import User
 
-UTC = timezone.utc
+UTC = UTC
 HEADER = "first_name,last_name,date_of_birth,timezone\n"
 
 pytestmark = pytest.mark.django_db

@@ -26,8 +26,10 @@ class Event(models.Model):
     Type = EventType
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # No index of its own: the unique (user, event_type, occurrence_date) index
+    # starts with user and serves every lookup by user.
     user = models.ForeignKey(
-        "users.User", on_delete=models.CASCADE, related_name="events"
+        "users.User", on_delete=models.CASCADE, related_name="events", db_index=False
     )
     event_type = models.CharField(max_length=32, choices=EventType.choices)
     status = models.CharField(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
+from functools import lru_cache
 from typing import TYPE_CHECKING, Protocol
 
 from django.conf import settings
@@ -26,7 +27,12 @@ class Occurrence:
 
 def send_time() -> time:
     """The configured local send time (EVENT_SEND_TIME, HH:MM)."""
-    return time.fromisoformat(settings.EVENT_SEND_TIME)
+    return _parse_send_time(settings.EVENT_SEND_TIME)
+
+
+@lru_cache(maxsize=8)
+def _parse_send_time(value: str) -> time:
+    return time.fromisoformat(value)
 
 
 def local_send_instant(occurrence_date: date, timezone_name: str) -> Occurrence:

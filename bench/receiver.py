@@ -1,6 +1,6 @@
 """The benchmark's receiver: a Debian nginx with a generated config, counting by access log.
 
-Port BASE answers `return 200` at once; port BASE+1 holds every request 50 ms
+One free port answers `return 200` at once; a second one holds every request 50 ms
 (`echo_sleep` from libnginx-mod-http-echo) before answering. Both write one line
 per request ($msec, X-Idempotency-Key, status) to one buffered access log, which
 is the benchmark's truth for what arrived.
@@ -53,10 +53,19 @@ http {{
 """
 
 
+def free_port() -> int:
+    """A port nobody listens on now (the machine is shared: fixed ports collide)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class Receiver:
-    def __init__(self, *, port: int = 18080) -> None:
-        self.port = port
-        self.port_slow = port + 1
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.port_slow = free_port()
         self.tmp = Path(tempfile.mkdtemp(prefix="bench-nginx-"))
         self.log_path = self.tmp / "access.log"
         self.proc: subprocess.Popen | None = None

@@ -32,7 +32,7 @@ import psutil
 import psycopg
 
 from bench import sql
-from bench.receiver import Receiver
+from bench.receiver import Receiver, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PRODUCT_PY = str(ROOT / ".venv" / "bin" / "python")
@@ -44,23 +44,23 @@ DB = "bench_scheduler"
 PROC_DB = "bench_procrastinate"
 DSN = f"{PG}/{DB}"
 PROC_DSN = f"{PG}/{PROC_DB}"
-API_PORT = 18090
+API_PORT = 0  # picked free when gunicorn starts
 
 # Sizes. "full" is what `make bench` runs; "small" validates the harness in minutes.
 SIZES = {
     "small": dict(
         runs=3, raw_n=3000, proc_n=1000, burst_n=2000, burst_big_n=4000, burst_slow_n=300,
         timeliness_n=200, timeliness_window=20, scale_events=300_000, import_rows=20_000,
-        api_seconds=3, endurance_n=12_000, endurance_first=2_000, profile_seconds=5,
+        api_seconds=3, endurance_n=12_000, endurance_first=2_000, profile_seconds=5, big_runs=1, import_runs=2,
     ),
     "full": dict(
-        runs=3, raw_n=20_000, proc_n=5_000, burst_n=20_000, burst_big_n=100_000, burst_slow_n=3_000,
-        timeliness_n=1_000, timeliness_window=60, scale_events=10_000_000, import_rows=1_000_000,
-        api_seconds=10, endurance_n=500_000, endurance_first=20_000, profile_seconds=15,
+        runs=3, raw_n=10_000, proc_n=3_000, burst_n=10_000, burst_big_n=100_000, big_runs=1, burst_slow_n=1_000,
+        timeliness_n=1_000, timeliness_window=60, scale_events=10_000_000, import_rows=1_000_000, import_runs=1,
+        api_seconds=10, endurance_n=200_000, endurance_first=20_000, profile_seconds=10,
     ),
 }
 
-WORKLOADS = ["ceiling", "baselines", "burst", "timeliness", "scale", "import", "api", "endurance", "profiles"]
+WORKLOADS = ["ceiling", "baselines", "burst", "timeliness", "scale", "import", "api", "profiles", "endurance"]
 
 
 def log(msg: str) -> None:
@@ -193,15 +193,24 @@ class Bench:
         RAW.mkdir(parents=True, exist_ok=True)
         self.results["machine"] = machine_info()
         log(f"machine: {self.results['machine']}")
-        admin = sql.connect(f"{PG}/postgres")
-        for name in (DB, PROC_DB):
-            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-            admin.execute(f"CREATE DATABASE {name}")
-        admin.close()
-        r = self.manage("migrate", "--noinput")
-        if r.returncode:
-            raise RuntimeError("migrate failed:\n" + r.stdout + r.stderr)
-        self.conn = sql.connect(DSN)
+        for attempt in range(4):  # other suites restart PostgreSQL now and then
+            try:
+                self.wait_for_postgres()
+                admin = sql.connect(f"{PG}/postgres")
+                for name in (DB, PROC_DB):
+                    admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+                    admin.execute(f"CREATE DATABASE {name}")
+                admin.close()
+                r = self.manage("migrate", "--noinput")
+                if r.returncode:
+                    raise RuntimeError("migrate failed:\n" + r.stdout + r.stderr)
+                self.conn = sql.connect(DSN)
+                break
+            except (psycopg.OperationalError, RuntimeError) as exc:
+                if attempt == 3:
+                    raise
+                log(f"setup disturbed ({str(exc).strip().splitlines()[-1][:100]}); again")
+                time.sleep(3)
         self.conn.execute(
             "CREATE TABLE IF NOT EXISTS bench_bare_insert (id bigserial PRIMARY KEY, body jsonb, created_at timestamptz DEFAULT now())"
         )
@@ -263,6 +272,13 @@ class Bench:
             admin.close()
         except Exception as exc:  # noqa: BLE001
             log(f"could not drop the bench databases: {exc}")
+
+    def wait_for_postgres(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1", "-p", "5432"]).returncode != 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError("PostgreSQL is not accepting connections")
+            time.sleep(1)
 
     def reconnect(self) -> None:
         deadline = time.monotonic() + 120
@@ -457,7 +473,7 @@ class Bench:
         best = next(rs[0] for k, rs in runs.items() if k == best_key)
         big_key = f"{s['burst_big_n']} events, {best['workers']} worker(s) x concurrency {best['concurrency']}, 0 ms receiver"
         big_runs = []
-        for _ in range(s["runs"]):
+        for _ in range(s["big_runs"]):
             log(f"burst: {big_key}")
             big_runs.append(self.attempt(self.burst_once, n=s["burst_big_n"], workers=best["workers"],
                                             concurrency=best["concurrency"], slow=False))
@@ -542,7 +558,7 @@ class Bench:
                         jsonb_build_object('message', 'Hey, First' || i || ' Last' || i || ' it''s your birthday'),
                         now(), now()
                     FROM generate_series(%(lo)s::int, %(hi)s::int) i, generate_series(1, 9) y,
-                         LATERAL (SELECT (current_date - make_interval(years => y) - mod(i, 300))::date AS d) dd""",
+                         LATERAL (SELECT (current_date - make_interval(years => y))::date - mod(i, 300) AS d) dd""",
                     args)
                 # One PENDING each: the first `due` are due (within the last hour), the rest later this year.
                 conn.execute(f"""
@@ -590,11 +606,27 @@ class Bench:
         self.manage("run_scheduler", "--once")
         idle_seconds = time.monotonic() - t
         claimed = remaining - left
+        # A second, profiled pass on 20,000 freshly due events in the same big table.
+        extra = min(20_000, due)
+        sql.users_and_events(conn, tag=self.tag("scale-prof"), n=extra, target_sql="now() - interval '1 minute'")
+        conn.execute("ANALYZE scheduling_event")
+        log(f"scale: profiled run_scheduler --once over {extra:,} more due events")
+        t = time.monotonic()
+        p = self.procs.spawn("scheduler", ["-m", "bench.product_main", "run_scheduler", "--once"], self.env())
+        prof = py_spy(p.pid, 0, RAW / "profile-scale-scheduler.txt")
+        p.wait()
+        prof.wait()
+        profiled_seconds = time.monotonic() - t
+        self.results.setdefault("profiles_extra", {})["scale-scheduler"] = top_functions(RAW / "profile-scale-scheduler.txt")
         return {
+            "profiled_pass": {"events": extra, "seconds": profiled_seconds},
             "events": total, "users": users, "due": due, "status_counts": counts, "sizes_bytes": sizes,
             "build_s": built - started, "vacuum_analyze_s": vacuumed - built,
             "explain": probe["explain"], "claim_sql": probe["sql"], "claim_ms": probe["ms"],
-            "claim_ms_median": median(probe["ms"]), "claimed_per_call": probe["claimed"],
+            "claim_ms_median": median([ms for ms, c in zip(probe["ms"], probe["claimed"]) if c == 1000] or probe["ms"]),
+            "exec_ms": probe["exec_ms"], "exec_ms_median": median(probe["exec_ms"]), "claimed_per_call": probe["claimed"],
+            "sql_ms": probe["sql_ms"], "sql_ms_median": median(probe["sql_ms"]),
+            "query_ms": probe["query_ms"], "query_ms_median": median(probe["query_ms"]), "query_rows": probe["query_rows"],
             "scheduler_once_s": sched_seconds, "scheduler_idle_once_s": idle_seconds,
             "scheduler_claimed": claimed, "deliveries_total": queued,
             "scheduler_rate": claimed / sched_seconds,
@@ -634,11 +666,13 @@ class Bench:
             events = self.conn.execute("SELECT count(*) FROM scheduling_event WHERE status = 'PENDING'").fetchone()[0]
             return {"seconds": seconds, "users": users, "pending_events": events, "output": r.stdout.strip()}
 
-        runs = [self.attempt(one, i) for i in range(self.s["runs"])]
+        runs = [self.attempt(one, i) for i in range(self.s["import_runs"])]
         return {"rows": n, "runs": runs, "seconds": median(r["seconds"] for r in runs),
                 "rate": n / median(r["seconds"] for r in runs)}
 
     def gunicorn(self, settings_module: str) -> subprocess.Popen:
+        global API_PORT
+        API_PORT = free_port()
         env = self.env(DJANGO_SETTINGS_MODULE=settings_module)
         p = self.procs.spawn("gunicorn", ["-m", "gunicorn", "config.wsgi", "-w", "2", "-b", f"127.0.0.1:{API_PORT}",
                                           "--log-level", "warning"], env)
@@ -880,7 +914,13 @@ def top_functions(path: Path, top: int = 12) -> dict:
     def rows(d):
         return [(f, round(100 * c / total, 1)) for f, c in sorted(d.items(), key=lambda kv: -kv[1])[:top]]
     # Inclusive: only the product's own functions and its direct libraries are informative.
-    own = {f: c for f, c in incl.items() if re.search(r"\((delivery|scheduling|users|config|django|requests|urllib3|psycopg|rest_framework)/", f)}
+    own = {
+        f: c for f, c in incl.items()
+        if (re.search(r"\((delivery|scheduling|users|config)/", f) and "management/commands" not in f
+            and not re.match(r"(Worker|Scheduler)\.run ", f))
+        or re.match(r"(QuerySet\.(bulk_update|bulk_create|update|__iter__|delete)|Session\.request|Cursor\.execute|"
+                    r"SQLCompiler\.as_sql|SQLUpdateCompiler\.as_sql|Q\.__or__|Case\.as_sql) ", f)
+    }
     return {"samples": total, "self": rows(self_counts), "inclusive": rows(own)}
 
 
@@ -918,6 +958,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--size", choices=SIZES, default="full")
     parser.add_argument("--only", default=",".join(WORKLOADS))
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=N",
+                        help="Override one size, e.g. --set scale_events=2000000.")
     parser.add_argument("--merge", action="store_true", help="Keep other workloads' results from raw/results.json.")
     parser.add_argument("--report-only", action="store_true", help="Re-render REPORT.md from raw/results.json.")
     args = parser.parse_args()
@@ -933,6 +975,11 @@ def main() -> int:
         except OSError:
             raise SystemExit("another bench run holds bench/results/raw/.lock; it shares the bench databases")
         bench = Bench(args.size)
+        for item in args.set:
+            key, _, value = item.partition("=")
+            if key not in bench.s:
+                raise SystemExit(f"unknown size {key}; one of {', '.join(bench.s)}")
+            bench.s[key] = int(value)
         if args.merge and (RAW / "results.json").exists():
             old = json.loads((RAW / "results.json").read_text())
             bench.results = {**old, **{k: v for k, v in bench.results.items() if k not in ("sizes",)}}

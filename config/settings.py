@@ -212,9 +212,9 @@ DELIVERY_RETRY_BASE = parse_duration(env("DELIVERY_RETRY_BASE", default="10s"))
 DELIVERY_RETRY_MAX = parse_duration(env("DELIVERY_RETRY_MAX", default="1h"))
 # DELIVERY_MAX_ATTEMPTS: attempts before a delivery is given up as DEAD.
 DELIVERY_MAX_ATTEMPTS = env.int("DELIVERY_MAX_ATTEMPTS", default=8)
-# DELIVERY_LEASE_MARGIN: a worker's lease on a delivery lasts the time its
-# requests may take (WEBHOOK_TIMEOUT per round of --concurrency sends) plus this
-# margin; a worker that dies is replaced after at most that long.
+# DELIVERY_LEASE_MARGIN: a worker's lease on a delivery lasts WEBHOOK_TIMEOUT plus
+# this margin and is renewed every third of that while the worker lives; the
+# deliveries of a worker that dies are taken over after at most that long.
 DELIVERY_LEASE_MARGIN = parse_duration(env("DELIVERY_LEASE_MARGIN", default="30s"))
 
 # --- Logging -------------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import random
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -132,7 +131,7 @@ def deliveries_claim(
     *,
     worker: str,
     limit: int,
-    lease: timedelta | Callable[[int], timedelta],
+    lease: timedelta,
     now: datetime | None = None,
 ) -> list[ClaimedDelivery]:
     """Lease up to `limit` due deliveries to `worker` in one short transaction.
@@ -140,8 +139,7 @@ def deliveries_claim(
     Due means QUEUED with `next_attempt_at <= now`, or SENDING with an expired
     lease (its worker was lost: the attempt it started is logged as abandoned).
     Rows other workers hold are skipped, never waited for. The HTTP call happens
-    after this commits; nothing stays locked across the network. `lease` is a
-    duration, or a function of how many rows were claimed that returns one.
+    after this commits; nothing stays locked across the network.
     """
     now = now or timezone.now()
     if limit <= 0:
@@ -169,7 +167,7 @@ def deliveries_claim(
             status=DeliveryStatus.SENDING,
             attempts=F("attempts") + 1,
             locked_by=worker,
-            locked_until=now + (lease(len(ids)) if callable(lease) else lease),
+            locked_until=now + lease,
             attempt_started_at=now,
             updated_at=now,
         )
@@ -200,6 +198,14 @@ def deliveries_claim(
             for row in sorted(rows, key=lambda r: r["next_attempt_at"])
         ]
     return claimed
+
+
+def deliveries_renew_leases(*, worker: str, lease: timedelta) -> int:
+    """Extend every lease `worker` still holds: a live worker never loses its claims."""
+    now = timezone.now()
+    return Delivery.objects.filter(status=DeliveryStatus.SENDING, locked_by=worker).update(
+        locked_until=now + lease
+    )
 
 
 def _abandon_expired(*, expired: list[dict], now: datetime) -> list[uuid.UUID]:
@@ -361,34 +367,7 @@ def _record(
         ]
     )
 
-    updates = []
-    for r in delivered:
-        updates.append(
-            Delivery(id=r.delivery.id, status=DeliveryStatus.DELIVERED, delivered_at=r.finished_at,
-                     next_attempt_at=r.finished_at, last_status_code=r.status_code, last_error="")
-        )
-    for r in retrying:
-        delay = retry_delay(attempt=r.delivery.attempt, retry_after=r.retry_after)
-        updates.append(
-            Delivery(id=r.delivery.id, status=DeliveryStatus.QUEUED, delivered_at=None,
-                     next_attempt_at=now + timedelta(seconds=delay), last_status_code=r.status_code,
-                     last_error=r.describe())
-        )
-    for r in dead:
-        updates.append(
-            Delivery(id=r.delivery.id, status=DeliveryStatus.DEAD, delivered_at=None,
-                     next_attempt_at=r.finished_at, last_status_code=r.status_code,
-                     last_error=_dead_reason(r))
-        )
-    for update in updates:
-        update.locked_by = ""
-        update.locked_until = None
-        update.updated_at = now
-    Delivery.objects.bulk_update(
-        updates,
-        ["status", "delivered_at", "next_attempt_at", "last_status_code", "last_error",
-         "locked_by", "locked_until", "updated_at"],
-    )
+    _apply_outcomes(delivered=delivered, retrying=retrying, dead=dead, now=now)
 
     if update_events:
         def processing(rs):
@@ -399,7 +378,7 @@ def _record(
             events=processing(delivered),
             source=EventStatus.PROCESSING,
             target=EventStatus.COMPLETED,
-            per_event={r.delivery.event_id: {"executed_at": r.finished_at} for r in delivered},
+            executed_at=now,
         )
         events_transition_many(
             events=processing(dead),
@@ -416,10 +395,58 @@ def _record(
     summary.delivered += len(delivered)
     summary.retrying += len(retrying)
     summary.dead += len(dead)
-    for r in kept:
-        state = "delivered" if r in delivered else "retrying" if r in retrying else "dead"
-        log = logger.warning if state != "delivered" else logger.info
-        log("Delivery attempt %s", state, extra=_log_fields(r))
+    for state, group in (("delivered", delivered), ("retrying", retrying), ("dead", dead)):
+        log = logger.info if state == "delivered" else logger.warning
+        for r in group:
+            log("Delivery attempt %s", state, extra=_log_fields(r))
+
+
+def _apply_outcomes(*, delivered: list, retrying: list, dead: list, now: datetime) -> None:
+    """Write the deliveries' new states, releasing their leases.
+
+    Delivered rows, the bulk of the traffic, share every new value but the
+    status code, so they take one plain UPDATE per status code; the rarer
+    retries and deaths carry per-row times and errors (bulk_update).
+    """
+    released = {"locked_by": "", "locked_until": None, "updated_at": now}
+    by_status_code: dict[int | None, list] = {}
+    for r in delivered:
+        by_status_code.setdefault(r.status_code, []).append(r.delivery.id)
+    for status_code, ids in by_status_code.items():
+        Delivery.objects.filter(id__in=ids).update(
+            status=DeliveryStatus.DELIVERED,
+            delivered_at=now,
+            next_attempt_at=now,
+            last_status_code=status_code,
+            last_error="",
+            **released,
+        )
+    rows = [
+        Delivery(
+            id=r.delivery.id,
+            status=DeliveryStatus.QUEUED,
+            next_attempt_at=now + timedelta(seconds=retry_delay(attempt=r.delivery.attempt, retry_after=r.retry_after)),
+            last_status_code=r.status_code,
+            last_error=r.describe(),
+            **released,
+        )
+        for r in retrying
+    ] + [
+        Delivery(
+            id=r.delivery.id,
+            status=DeliveryStatus.DEAD,
+            next_attempt_at=now,
+            last_status_code=r.status_code,
+            last_error=_dead_reason(r),
+            **released,
+        )
+        for r in dead
+    ]
+    if rows:
+        Delivery.objects.bulk_update(
+            rows,
+            ["status", "next_attempt_at", "last_status_code", "last_error", "locked_by", "locked_until", "updated_at"],
+        )
 
 
 def _dead_reason(result: SendResult) -> str:

@@ -512,9 +512,15 @@ def events_transition_many(
                 f"Event {event.id} (version {event.version}) cannot move from "
                 f"{event.status} to {target}."
             )
-    matches = Q()
+    # Each row must still carry the version we read. Rows are grouped by that
+    # version (a batch nearly always shares one), so the condition stays
+    # `version = v AND id IN (...)` rather than one OR term per row.
+    ids_by_version: dict[int, list] = {}
     for event in events:
-        matches |= Q(id=event.id, version=event.version)
+        ids_by_version.setdefault(event.version, []).append(event.id)
+    matches = Q()
+    for version, ids in ids_by_version.items():
+        matches |= Q(version=version, id__in=ids)
     per_event = per_event or {}
     varying: dict = {}
     for field in {f for values in per_event.values() for f in values}:

@@ -16,7 +16,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from delivery.models import AttemptOutcome, Delivery, DeliveryStatus
+from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus
 from delivery.sink import Reply
 from delivery.tests.conftest import create_due_users, process_env, start_process
 from delivery.worker import Worker
@@ -120,13 +120,18 @@ def test_sigkill_mid_delivery_is_resent_with_the_same_key_after_the_lease(delive
     assert Event.objects.get(pk=delivery.event_id).status == EventStatus.COMPLETED
 
 
-def test_sigterm_during_sends_exits_0_loses_nothing_and_leaves_nothing_sending(delivery_settings, sink, tmp_path):
+@pytest.mark.parametrize("concurrency", ["1", "4"])
+def test_sigterm_during_sends_exits_0_loses_nothing_and_leaves_nothing_sending(
+    delivery_settings, sink, tmp_path, concurrency
+):
     create_due_users(40)
     events_claim_due()
     sink.default = Reply(status=200, delay=0.3)
     env = process_env(delivery_settings)
 
-    worker = start_process(["run_worker", "--concurrency", "4", "--batch-size", "20"], env, tmp_path / "w.log")
+    worker = start_process(
+        ["run_worker", "--concurrency", concurrency, "--batch-size", "20"], env, tmp_path / "w.log"
+    )
     wait_until(lambda: len(sink.received) >= 4, 30, "sends to be under way")
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=30) == 0
@@ -144,6 +149,30 @@ def test_sigterm_during_sends_exits_0_loses_nothing_and_leaves_nothing_sending(d
 
     counts = assert_everything_delivered_once(sink, 40)
     assert max(counts.values()) == 1
+
+
+def test_a_live_worker_renews_its_leases_so_a_slow_batch_is_not_taken_over(delivery_settings, sink, tmp_path):
+    # Lease = 4 s timeout + 1 s margin; the batch of three 3-second sends takes 9 s.
+    delivery_settings.WEBHOOK_TIMEOUT = timedelta(seconds=4)
+    create_due_users(3)
+    events_claim_due()
+    sink.default = Reply(status=200, delay=3)
+    env = process_env(delivery_settings)
+
+    slow = start_process(["run_worker", "--concurrency", "1", "--batch-size", "3"], env, tmp_path / "slow.log")
+    wait_until(lambda: len(sink.received) == 1, 30, "the slow batch to start")
+    thief = start_process(["run_worker", "--concurrency", "1"], env, tmp_path / "thief.log")
+    try:
+        wait_until(
+            lambda: Delivery.objects.filter(status=DeliveryStatus.DELIVERED).count() == 3,
+            60,
+            "the slow batch to finish",
+        )
+    finally:
+        assert stop_all([slow, thief]) == [0, 0]
+
+    assert sorted(Counter(sink.keys()).values()) == [1, 1, 1]
+    assert not DeliveryAttempt.objects.filter(outcome=AttemptOutcome.ABANDONED).exists()
 
 
 def test_killed_database_connections_do_not_stop_the_scheduler_or_worker(delivery_settings, sink, tmp_path):

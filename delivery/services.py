@@ -14,6 +14,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from config.bulk import copy_models
 from config.wakeup import WORKER_CHANNEL, notify
 from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus
 from scheduling.exceptions import InvalidStateTransition, OptimisticLockError
@@ -45,7 +46,7 @@ def deliveries_enqueue(*, events: list[Event], now: datetime) -> int:
     """Queue one delivery per event (PROCESSING, payload rendered) and wake the workers."""
     if not events:
         return 0
-    Delivery.objects.bulk_create(
+    copy_models(
         [
             Delivery(
                 event_id=event.id,
@@ -343,7 +344,7 @@ def _record(
         else:
             dead.append(result)
 
-    DeliveryAttempt.objects.bulk_create(
+    copy_models(
         [
             DeliveryAttempt(
                 delivery_id=r.delivery.id,

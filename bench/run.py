@@ -440,7 +440,7 @@ class Bench:
             time.sleep(1.5)  # past Django's start-up, into the steady state
             for name, pid in names.items():
                 profilers.append(py_spy(pid, profile, RAW / f"profile-burst-{name}.txt"))
-        counts = reader.wait_for(expected, timeout=n / 15 + 120)
+        counts = reader.wait_for(expected, timeout=min(n / 15 + 120, 900))
         for p in profilers:
             p.wait()
         peak = sampler.finish()
@@ -773,7 +773,7 @@ class Bench:
             state["seen"] = seen
 
         pg_started = self.pg_started()
-        counts = reader.wait_for(expected, timeout=n / 100 + 300, on_tick=on_tick, tick=0.5)
+        counts = reader.wait_for(expected, timeout=min(n / 100 + 300, 1200), on_tick=on_tick, tick=0.5)
         restarted = self.pg_started() != pg_started
         sampler.finish()
         self.procs.stop([worker])
@@ -1004,7 +1004,10 @@ def main() -> int:
             raise KeyboardInterrupt
 
         signal.signal(signal.SIGTERM, on_signal)
-        bench.run([w.strip() for w in args.only.split(",") if w.strip()])
+        try:
+            bench.run([w.strip() for w in args.only.split(",") if w.strip()])
+        except KeyboardInterrupt:
+            log("interrupted: rendering the report from what was measured")
     report.render(json.loads((RAW / "results.json").read_text()), RESULTS)
     log(f"report: {RESULTS / 'REPORT.md'}")
     return 0

@@ -6,12 +6,13 @@ import hashlib
 import logging
 import uuid
 from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, NamedTuple
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Case, Exists, F, Max, OuterRef, Q, Subquery, Value, When
 from django.utils import timezone
 
@@ -379,8 +380,24 @@ _EVENT_COLUMNS = (
 )
 
 
+def _write_user_batch(user_rows: list[tuple], event_rows: list[tuple]) -> int:
+    from users.models import User
+
+    with transaction.atomic():
+        copy_rows(User, _USER_COLUMNS, user_rows)
+        copy_rows(Event, _EVENT_COLUMNS, event_rows)
+    return len(user_rows)
+
+
+def _write_in_background(user_rows: list[tuple], event_rows: list[tuple]) -> int:
+    try:
+        return _write_user_batch(user_rows, event_rows)
+    finally:
+        connection.close()  # this thread's own connection
+
+
 def users_bulk_create_with_events(
-    *, rows: Iterable[dict], now: datetime | None = None, batch_size: int = 5000
+    *, rows: Iterable[dict], now: datetime | None = None, batch_size: int = 20000
 ) -> int:
     """Create users and their first events in batches, bypassing signals.
 
@@ -388,15 +405,22 @@ def users_bulk_create_with_events(
     batch is one transaction holding both the users and their events, so a
     crash never leaves a user without its event. The events are computed by the
     same handlers as every other path. Returns how many users were created.
-    """
-    from users.models import User
 
+    Outside a transaction, a writer thread commits batch N over its own
+    connection while this thread computes batch N+1 (Python and PostgreSQL
+    each took half of a 1M-row import, in turn). At most one batch waits, and
+    a failed batch stops the import with its error. Inside a transaction (the
+    caller's, or a test's) every batch is written on the caller's connection.
+    """
     now = now or timezone.now()
+    pipelined = not connection.in_atomic_block
+    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="import-writer") if pipelined else None
+    pending: Future | None = None
     created = 0
     batch: list[_Recipient] = []
 
     def flush() -> None:
-        nonlocal created
+        nonlocal created, pending
         user_rows = [
             (r.id, r.first_name, r.last_name, r.date_of_birth, r.timezone, now, now) for r in batch
         ]
@@ -416,18 +440,26 @@ def users_bulk_create_with_events(
                         now, now,
                     )
                 )
-        with transaction.atomic():
-            copy_rows(User, _USER_COLUMNS, user_rows)
-            copy_rows(Event, _EVENT_COLUMNS, event_rows)
-        created += len(batch)
         batch.clear()
+        if writer is None:
+            created += _write_user_batch(user_rows, event_rows)
+            return
+        if pending is not None:
+            created += pending.result()  # backpressure, and errors surface here
+        pending = writer.submit(_write_in_background, user_rows, event_rows)
 
-    for row in rows:
-        batch.append(_Recipient(id=uuid.uuid4(), **row))
-        if len(batch) >= batch_size:
+    try:
+        for row in rows:
+            batch.append(_Recipient(id=uuid.uuid4(), **row))
+            if len(batch) >= batch_size:
+                flush()
+        if batch:
             flush()
-    if batch:
-        flush()
+        if pending is not None:
+            created += pending.result()
+    finally:
+        if writer is not None:
+            writer.shutdown(wait=True)
     return created
 
 

@@ -238,3 +238,17 @@ def test_birth_date_already_today_in_kiritimati_is_accepted_in_the_import(tmp_pa
 
     assert list(User.objects.values_list("first_name", flat=True)) == ["Early"]
     assert stderr.startswith("line 3:")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_batches_are_written_by_the_pipelined_writer(tmp_path):
+    # Outside any transaction the importer writes batch N on a second connection
+    # while it computes batch N+1; every user still lands with exactly one event.
+    lines = "\n".join(f"First{i},Last{i},1985-0{1 + i % 9}-1{i % 9},Asia/Kathmandu" for i in range(23))
+    path = write_csv(tmp_path, "first_name,last_name,date_of_birth,timezone\n" + lines + "\n")
+
+    run_import(path, "--batch-size", "5")
+
+    assert User.objects.count() == 23
+    assert Event.objects.filter(status=EventStatus.PENDING).count() == 23
+    assert Event.objects.values("user").distinct().count() == 23

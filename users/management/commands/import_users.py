@@ -43,7 +43,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("file", help="CSV file path, or - for standard input")
-        parser.add_argument("--batch-size", type=int, default=5000)
+        parser.add_argument(
+            "--batch-size", type=int, default=20000, help="Users per transaction (default 20,000)."
+        )
         parser.add_argument(
             "--skip-invalid",
             action="store_true",

@@ -219,3 +219,19 @@ def install(site: admin.AdminSite) -> None:
 
     site.get_urls = get_urls
     site._console_installed = True
+
+
+class ReadOnlyInlineMixin:
+    """Inlines that show history: no adding, editing or deleting rows in place."""
+
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

@@ -51,21 +51,7 @@ class LeaseFilter(admin.SimpleListFilter):
         return queryset
 
 
-class ReadOnlyInlineMixin:
-    extra = 0
-    can_delete = False
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
-class DeliveryAttemptInline(ReadOnlyInlineMixin, admin.TabularInline):
+class DeliveryAttemptInline(console.ReadOnlyInlineMixin, admin.TabularInline):
     model = DeliveryAttempt
     fields = [
         "number",

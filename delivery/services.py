@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import random
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -42,23 +42,23 @@ class ClaimedDelivery:
     max_attempts: int
 
 
+def _new_delivery(*, event: Event, now: datetime) -> Delivery:
+    """The outbox row for an event whose payload is rendered: due now, to today's receiver."""
+    return Delivery(
+        event_id=event.id,
+        idempotency_key=event.idempotency_key,
+        endpoint_url=settings.WEBHOOK_URL,
+        payload=event.delivery_payload,
+        next_attempt_at=now,
+        max_attempts=settings.DELIVERY_MAX_ATTEMPTS,
+    )
+
+
 def deliveries_enqueue(*, events: list[Event], now: datetime) -> int:
     """Queue one delivery per event (PROCESSING, payload rendered) and wake the workers."""
     if not events:
         return 0
-    copy_models(
-        [
-            Delivery(
-                event_id=event.id,
-                idempotency_key=event.idempotency_key,
-                endpoint_url=settings.WEBHOOK_URL,
-                payload=event.delivery_payload,
-                next_attempt_at=now,
-                max_attempts=settings.DELIVERY_MAX_ATTEMPTS,
-            )
-            for event in events
-        ]
-    )
+    copy_models([_new_delivery(event=event, now=now) for event in events])
     notify(WORKER_CHANNEL)
     return len(events)
 
@@ -67,14 +67,8 @@ def delivery_requeue_for_event(*, event: Event, now: datetime) -> Delivery:
     """Queue an operator-resent event's one delivery again, or create it if it had none."""
     delivery = Delivery.objects.select_for_update().filter(event_id=event.id).first()
     if delivery is None:
-        delivery = Delivery.objects.create(
-            event_id=event.id,
-            idempotency_key=event.idempotency_key,
-            endpoint_url=settings.WEBHOOK_URL,
-            payload=event.delivery_payload,
-            next_attempt_at=now,
-            max_attempts=settings.DELIVERY_MAX_ATTEMPTS,
-        )
+        delivery = _new_delivery(event=event, now=now)
+        delivery.save(force_insert=True)
     else:
         if delivery.status != DeliveryStatus.DEAD:
             raise InvalidStateTransition(
@@ -278,7 +272,6 @@ class RecordSummary:
     retrying: int = 0
     dead: int = 0
     lease_lost: int = 0
-    outcomes: dict = field(default_factory=dict)
 
 
 def deliveries_record(*, worker: str, results: list[SendResult]) -> RecordSummary:

@@ -16,12 +16,10 @@ from users.forms import RecipientAdminForm
 from users.models import User
 
 
-class EventInline(admin.TabularInline):
+class EventInline(console.ReadOnlyInlineMixin, admin.TabularInline):
     """The recipient's events, newest first; read-only (they change through the services)."""
 
     model = Event
-    extra = 0
-    can_delete = False
     show_change_link = True
     ordering = ["-occurrence_date", "-created_at"]
     fields = [
@@ -35,15 +33,6 @@ class EventInline(admin.TabularInline):
         "failure_reason",
     ]
     readonly_fields = fields
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     @admin.display(description="status")
     def status_badge(self, event: Event):

@@ -5,19 +5,23 @@ from scheduling.models import Event
 from users.models import User
 from users.validators import clean_name, clean_timezone, clean_user_fields
 
+# What every representation of an event shows; `next_event` shows just this.
+NEXT_EVENT_FIELDS = [
+    "id",
+    "event_type",
+    "status",
+    "occurrence_date",
+    "target_timestamp_utc",
+    "target_timestamp_local",
+    "target_timezone",
+    "idempotency_key",
+]
+
 
 class EventSerializer(serializers.ModelSerializer):
     class Meta:
         model = Event
-        fields = [
-            "id",
-            "event_type",
-            "status",
-            "occurrence_date",
-            "target_timestamp_utc",
-            "target_timestamp_local",
-            "target_timezone",
-            "idempotency_key",
+        fields = NEXT_EVENT_FIELDS + [
             "executed_at",
             "failure_reason",
             "retry_count",
@@ -31,16 +35,7 @@ class EventSerializer(serializers.ModelSerializer):
 class NextEventSerializer(serializers.ModelSerializer):
     class Meta:
         model = Event
-        fields = [
-            "id",
-            "event_type",
-            "status",
-            "occurrence_date",
-            "target_timestamp_utc",
-            "target_timestamp_local",
-            "target_timezone",
-            "idempotency_key",
-        ]
+        fields = NEXT_EVENT_FIELDS
         read_only_fields = fields
 
 

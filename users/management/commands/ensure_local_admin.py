@@ -33,11 +33,15 @@ class Command(BaseCommand):
             CREDENTIALS_FILE.chmod(0o600)
         else:
             Token.objects.get_or_create(user=operator)
+        token_key = Token.objects.get(user=operator).key
         if CREDENTIALS_FILE.exists():
             self.stdout.write(CREDENTIALS_FILE.read_text().rstrip())
         else:
-            token = Token.objects.get(user=operator)
             self.stdout.write(
                 f"admin user: {username} (password set earlier; "
-                f"`manage.py changepassword {username}` to reset)\nAPI token: {token.key}"
+                f"`manage.py changepassword {username}` to reset)\nAPI token: {token_key}"
             )
+        self.stdout.write(
+            "Log in to the admin with the user and password above; call the API with\n"
+            f'  curl -H "Authorization: Token {token_key}" http://127.0.0.1:8000/api/v1/users/'
+        )

@@ -1,4 +1,5 @@
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -27,3 +28,9 @@ def anonymous_client() -> APIClient:
 def fast_password_hashing(settings):
     # The real hasher costs ~0.25 s per operator created; tests do not need its strength.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def pytest_configure(config):
+    # WhiteNoise serves STATIC_ROOT and warns on every request when a fresh
+    # clone has not run collectstatic yet; the tests do not need the files.
+    settings.STATIC_ROOT.mkdir(parents=True, exist_ok=True)

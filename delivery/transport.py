@@ -169,7 +169,9 @@ class WebhookTransport:
         except ValueError:
             length = None
         if length is not None and length <= _READ_WHOLE_BODY_UP_TO:
-            raw = response.content
+            # Read to the end so the connection goes back to the pool; straight
+            # from the stream, without requests' chunking generator.
+            raw = response.raw.read(decode_content=True) or b""
         else:
             raw = response.raw.read(limit, decode_content=True) or b""
             response.close()

@@ -62,7 +62,7 @@ class Worker:
         self,
         *,
         concurrency: int = 8,
-        batch_size: int = 100,
+        batch_size: int = 200,
         interval: float = 1.0,
         once: bool = False,
         stop: threading.Event | None = None,

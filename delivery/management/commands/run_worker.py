@@ -12,7 +12,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--concurrency", type=int, default=8, help="Parallel sends (threads). Default 8.")
-        parser.add_argument("--batch-size", type=int, default=100, help="Most deliveries claimed at once. Default 100.")
+        parser.add_argument("--batch-size", type=int, default=200, help="Most deliveries claimed at once. Default 200.")
         parser.add_argument("--interval", type=float, default=1.0, help="Longest idle sleep in seconds. Default 1.")
         parser.add_argument("--once", action="store_true", help="Deliver everything due now, then exit.")
 

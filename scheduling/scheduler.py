@@ -23,7 +23,13 @@ from config.runtime import (
 from config.wakeup import SCHEDULER_CHANNEL, Listener
 from scheduling.models import ProcessKind
 from scheduling.selectors import next_pending_target, overdue_summary
-from scheduling.services import events_claim_due, events_create_missing, heartbeat_beat, heartbeat_start
+from scheduling.services import (
+    RECONCILE_CHUNK,
+    events_claim_due,
+    events_create_missing,
+    heartbeat_beat,
+    heartbeat_start,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -54,8 +60,11 @@ class Scheduler:
     def run(self) -> int:
         self._with_database(self._log_backlog)
         self._with_database(self._heartbeat, start=True)
-        last_beat = last_reconcile = time.monotonic()
-        self._with_database(self._reconcile)
+        last_beat = time.monotonic()
+        last_reconcile = float("-inf")  # reconcile on the first turn, before sleeping
+        if self.once:
+            while self._with_database(self._reconcile) == RECONCILE_CHUNK and not self.stop.is_set():
+                pass
         while not self.stop.is_set():
             claimed = self._with_database(self._claim_all_due)
             if claimed is None:  # database unavailable; already waited
@@ -64,8 +73,10 @@ class Scheduler:
                 break
             now = time.monotonic()
             if now - last_reconcile >= self.reconcile_every:
-                self._with_database(self._reconcile)
-                last_reconcile = now
+                repaired = self._with_database(self._reconcile)
+                # A full chunk may mean more users to repair: do the next chunk on
+                # the next turn of the loop, between claims, not in five minutes.
+                last_reconcile = now - self.reconcile_every if repaired == RECONCILE_CHUNK else now
             if now - last_beat >= HEARTBEAT_EVERY:
                 self._with_database(self._heartbeat)
                 last_beat = now
@@ -139,12 +150,13 @@ class Scheduler:
             return _BUSY_RETRY
         return min(self.interval, wait)
 
-    def _reconcile(self) -> None:
-        created = events_create_missing()
+    def _reconcile(self) -> int:
+        created = events_create_missing(limit=RECONCILE_CHUNK)
         if created:
             logger.warning(
                 "Reconciled %s user(s) that had no pending event", created, extra={"scheduler": self.name}
             )
+        return created
 
     def _heartbeat(self, *, start: bool = False, stopped: bool = False) -> None:
         if start:

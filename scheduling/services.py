@@ -463,8 +463,14 @@ def users_bulk_create_with_events(
     return created
 
 
-def events_create_missing(*, now: datetime | None = None, limit: int = 1000) -> int:
-    """Give every user without a PENDING event one (rows created by signal-less paths)."""
+RECONCILE_CHUNK = 1000
+
+
+def events_create_missing(*, now: datetime | None = None, limit: int = RECONCILE_CHUNK) -> int:
+    """Give up to `limit` users without a PENDING event one (rows from signal-less paths).
+
+    Returns how many were created; a full chunk means there may be more.
+    """
     from users.models import User
 
     now = now or timezone.now()

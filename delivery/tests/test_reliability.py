@@ -284,3 +284,30 @@ def test_the_scheduler_sleeps_until_the_next_target_instead_of_a_whole_interval(
         assert 0 <= lateness < 2
     finally:
         assert stop_all(processes) == [0, 0]
+
+
+def test_reconcile_repairs_orphans_chunk_after_chunk_without_waiting_for_the_interval(
+    delivery_settings, monkeypatch
+):
+    import threading
+
+    from scheduling import scheduler as scheduler_module
+    from scheduling.scheduler import Scheduler
+    from users.models import User
+
+    monkeypatch.setattr(scheduler_module, "RECONCILE_CHUNK", 3)
+    User.objects.bulk_create(  # no signals: no events
+        [User(first_name=f"Orphan{i}", last_name="X", date_of_birth="1990-01-01", timezone="UTC") for i in range(10)]
+    )
+    stop = threading.Event()
+    scheduler = Scheduler(interval=0.05, stop=stop)  # reconcile interval stays at 5 minutes
+    thread = threading.Thread(target=scheduler.run)
+    thread.start()
+    try:
+        wait_until(
+            lambda: Event.objects.filter(status=EventStatus.PENDING).count() == 10, 20, "every orphan to be repaired"
+        )
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert not thread.is_alive()

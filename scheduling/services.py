@@ -334,6 +334,20 @@ def _sync_one_type(*, user: User, event_type: str, now: datetime, result: SyncRe
     result.skipped += 1
 
 
+def events_create_first(*, user: User, now: datetime | None = None) -> list[Event]:
+    """A new user's first PENDING events: nothing to look up, nothing to reconcile."""
+    now = now or timezone.now()
+    events = []
+    for event_type, handler in REGISTRY.items():
+        occurrence = handler.next_occurrence(user=user, now=now)
+        event = _event_from_occurrence(user=user, event_type=event_type, occurrence=occurrence)
+        event.save(force_insert=True)
+        _wake_scheduler_if_due_soon(event.target_timestamp_utc)
+        events.append(event)
+    user.pending_events = events  # what the API renders as next_event
+    return events
+
+
 def event_sync_for_user(*, user: User, now: datetime | None = None) -> SyncResult:
     """Make the user's PENDING events follow from their current data.
 

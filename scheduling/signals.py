@@ -3,12 +3,15 @@
 from django.db.models.signals import post_save
 
 
-def _sync_events_after_user_save(sender, instance, raw: bool = False, **kwargs) -> None:
+def _sync_events_after_user_save(sender, instance, created: bool = False, raw: bool = False, **kwargs) -> None:
     if raw:  # loaddata: fixtures carry their own events
         return
-    from scheduling.services import event_sync_for_user
+    from scheduling.services import event_sync_for_user, events_create_first
 
-    event_sync_for_user(user=instance)
+    if created:
+        events_create_first(user=instance)
+    else:
+        event_sync_for_user(user=instance)
 
 
 def connect() -> None:

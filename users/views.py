@@ -33,8 +33,8 @@ class UserViewSet(viewsets.ModelViewSet):
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         self.perform_create(serializer)
-        user = self.get_queryset().get(pk=serializer.instance.pk)
-        return Response(self.get_serializer(user).data, status=status.HTTP_201_CREATED)
+        # The new user carries its just-created events (pending_events): no re-read.
+        return Response(self.get_serializer(serializer.instance).data, status=status.HTTP_201_CREATED)
 
     def perform_destroy(self, instance):
         services.user_delete(user=instance)

@@ -341,7 +341,7 @@ def test_user_create_service_creates_exactly_one_pending_event():
 @pytest.mark.django_db(transaction=True)
 def test_user_is_not_stored_when_its_event_cannot_be_created():
     # given event creation breaks
-    with mock.patch.object(services, "event_create_next", side_effect=RuntimeError("boom")):
+    with mock.patch.object(services, "events_create_first", side_effect=RuntimeError("boom")):
         # when a user is created
         with pytest.raises(RuntimeError, match="boom"):
             user_create(
@@ -355,7 +355,7 @@ def test_user_is_not_stored_when_its_event_cannot_be_created():
 
 @pytest.mark.django_db(transaction=True)
 def test_factory_user_is_not_stored_when_its_event_cannot_be_created():
-    with mock.patch.object(services, "event_create_next", side_effect=RuntimeError("boom")):
+    with mock.patch.object(services, "events_create_first", side_effect=RuntimeError("boom")):
         with pytest.raises(RuntimeError):
             UserFactory()
 

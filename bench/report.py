@@ -128,7 +128,7 @@ def headline_rows(res):
                          ">= 4x", ok(r >= 4)])
         big = b["summary"].get(b.get("big"))
         if big:
-            rows.append([f"burst: {f(big['n'])} due events, all delivered ({len(big['rates'])} run)", f"{f(big['seconds'], 1)} s, {f(big['rate'])}/s end to end, "
+            rows.append([f"burst: {f(big['n'])} due events, all delivered ({len(big['rates'])} run{'s' if len(big['rates']) > 1 else ''})", f"{f(big['seconds'], 1)} s, {f(big['rate'])}/s end to end, "
                          f"duplicates {big['duplicates']}, missing {big['missing']}", "duplicates 0",
                          ok(big["duplicates"] == 0 and big["missing"] == 0)])
         dups = sum(v["duplicates"] for v in b["summary"].values())

@@ -207,7 +207,7 @@ def section_receiver(res):
                       "aiohttp": "aiohttp, 32 in flight"}[mode], f(rate), ", ".join(f(r["rate"]) for r in runs),
                      f"{rate / req:.2f}x", sum(r["duplicates"] for r in runs), sum(r["missing"] for r in runs)])
     L.append(table(["client", "req/s (median)", "runs", "vs requests", "dup", "missing"], rows))
-    L.append(f"\n**Baseline (b), procrastinate {res.get('procrastinate_version', '3.x')}**: one job per webhook, the "
+    L.append(f"\n**Baseline (b), procrastinate {_version('procrastinate')}**: one job per webhook, the "
              f"same POST, {f(s_of(res, 'proc_n'))} jobs deferred in advance, `run_worker(wait=False)`; time from start "
              "to the last key at the receiver (`bench/proc_peer.py`).\n")
     rows = []
@@ -220,6 +220,15 @@ def section_receiver(res):
                     "missing", "peak RSS MiB"], rows))
     L.append(f"\nBest procrastinate configuration: **{b['proc_best']['config']}** at {f(b['proc_best']['rate'])} jobs/s.\n")
     return L
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "(not installed)"
 
 
 def s_of(res, key):

@@ -20,6 +20,14 @@ def api_client(operator) -> APIClient:
 
 
 @pytest.fixture
+def console(client, django_user_model):
+    """A test client logged in to the admin as a superuser operator."""
+    operator = django_user_model.objects.create_superuser(username="ops-alice", password="unused-Pass-1!")
+    client.force_login(operator)
+    return client
+
+
+@pytest.fixture
 def anonymous_client() -> APIClient:
     return APIClient()
 

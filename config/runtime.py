@@ -59,6 +59,25 @@ def refresh_connection() -> None:
         close_old_connections()
 
 
+def wait_out_database_outage(
+    backoff: Backoff, exc: Exception, *, doing: str, once: bool, stop: threading.Event, extra: dict
+) -> None:
+    """The database is away: log, drop the connection, and pause before the next try.
+
+    A --once run gives up (DatabaseUnavailable) after ONCE_MAX_DB_FAILURES in a
+    row; a long-running process keeps trying, pausing longer each time.
+    """
+    delay = backoff.failed()
+    if once and backoff.failures >= ONCE_MAX_DB_FAILURES:
+        raise DatabaseUnavailable(f"Database unavailable during {doing}: {exc}") from exc
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    logger.error(
+        "Database unavailable during %s; retrying in %.1f s", doing, delay, extra={**extra, "error": reason[:300]}
+    )
+    reset_connection_after_error()
+    stop.wait(delay)
+
+
 def reset_connection_after_error() -> None:
     """Drop a broken connection; Django opens a fresh one on the next query."""
     if connection.in_atomic_block:

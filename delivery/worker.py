@@ -17,12 +17,11 @@ from django.utils import timezone
 
 from config.runtime import (
     DB_ERRORS,
-    ONCE_MAX_DB_FAILURES,
     Backoff,
-    DatabaseUnavailable,
     process_name,
     refresh_connection,
     reset_connection_after_error,
+    wait_out_database_outage,
 )
 from config.wakeup import WORKER_CHANNEL, Listener
 from delivery.models import Delivery, DeliveryStatus
@@ -232,17 +231,9 @@ class Worker:
         return min(self.interval, max(0.0, (next_due - timezone.now()).total_seconds()))
 
     def _database_unavailable(self, doing: str, exc: Exception) -> None:
-        delay = self.db_backoff.failed()
-        if self.once and self.db_backoff.failures >= ONCE_MAX_DB_FAILURES:
-            raise DatabaseUnavailable(f"Database unavailable during {doing}: {exc}") from exc
-        logger.error(
-            "Database unavailable during %s; retrying in %.1f s",
-            doing,
-            delay,
-            extra={"worker": self.name, "error": str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__},
+        wait_out_database_outage(
+            self.db_backoff, exc, doing=doing, once=self.once, stop=self.stop, extra={"worker": self.name}
         )
-        reset_connection_after_error()
-        self.stop.wait(delay)
 
     # --- stopping -----------------------------------------------------------------
 

@@ -13,12 +13,10 @@ from django.utils import timezone
 
 from config.runtime import (
     DB_ERRORS,
-    ONCE_MAX_DB_FAILURES,
     Backoff,
-    DatabaseUnavailable,
     process_name,
     refresh_connection,
-    reset_connection_after_error,
+    wait_out_database_outage,
 )
 from config.wakeup import SCHEDULER_CHANNEL, Listener
 from scheduling.models import ProcessKind
@@ -98,16 +96,9 @@ class Scheduler:
             self.backoff.reset()
             return result
         except DB_ERRORS as exc:
-            delay = self.backoff.failed()
-            if self.once and self.backoff.failures >= ONCE_MAX_DB_FAILURES:
-                raise DatabaseUnavailable(f"Database unavailable in {step.__name__}: {exc}") from exc
-            logger.error(
-                "Database unavailable; retrying in %.1f s",
-                delay,
-                extra={"scheduler": self.name, "step": step.__name__, "error": str(exc).strip()[:300]},
+            wait_out_database_outage(
+                self.backoff, exc, doing=step.__name__, once=self.once, stop=self.stop, extra={"scheduler": self.name}
             )
-            reset_connection_after_error()
-            self.stop.wait(delay)
             return None
 
     def _log_backlog(self) -> None:

@@ -20,12 +20,6 @@ CHANGELIST = "admin:delivery_delivery_changelist"
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def console(client, django_user_model):
-    operator = django_user_model.objects.create_superuser(username="ops-alice", password="unused-Pass-1!")
-    client.force_login(operator)
-    return client
-
 
 def changelist(console, **params):
     response = console.get(reverse(CHANGELIST), params)

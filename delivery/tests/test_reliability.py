@@ -35,6 +35,16 @@ def wait_until(condition, timeout: float, what: str, interval: float = 0.1):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def wait_for_outcomes_recorded(*, timeout: float) -> None:
+    """Every delivery DELIVERED and no event still PROCESSING."""
+    wait_until(
+        lambda: not Delivery.objects.exclude(status=DeliveryStatus.DELIVERED).exists()
+        and not Event.objects.filter(status=EventStatus.PROCESSING).exists(),
+        timeout,
+        "every outcome to be recorded",
+    )
+
+
 def stop_all(processes, timeout: float = 30) -> list[int]:
     """SIGTERM every process and return the exit codes; one that hangs is killed (-9)."""
     for process in processes:
@@ -71,11 +81,7 @@ def test_two_schedulers_and_four_workers_deliver_2000_events_exactly_once(delive
     ]
     try:
         assert sink.wait_for(2000, timeout=180), f"only {len(set(sink.keys()))} of 2000 arrived"
-        wait_until(
-            lambda: not Delivery.objects.exclude(status=DeliveryStatus.DELIVERED).exists(),
-            30,
-            "every outcome to be recorded",
-        )
+        wait_for_outcomes_recorded(timeout=30)
     finally:
         exit_codes = stop_all(processes)
 
@@ -196,12 +202,7 @@ def test_killed_database_connections_do_not_stop_the_scheduler_or_worker(deliver
             time.sleep(0.7)
         assert terminated >= 4  # both processes' connections, more than once
         assert sink.wait_for(400, timeout=120), f"only {len(set(sink.keys()))} of 400 arrived"
-        wait_until(
-            lambda: not Delivery.objects.exclude(status=DeliveryStatus.DELIVERED).exists()
-            and not Event.objects.filter(status=EventStatus.PROCESSING).exists(),
-            60,
-            "every outcome to be recorded",
-        )
+        wait_for_outcomes_recorded(timeout=60)
     finally:
         exit_codes = stop_all(processes)
 
@@ -230,12 +231,7 @@ def test_postgresql_restart_under_running_processes_loses_nothing(delivery_setti
             timeout=60,
         )
         assert sink.wait_for(300, timeout=120), f"only {len(set(sink.keys()))} of 300 arrived"
-        wait_until(
-            lambda: not Delivery.objects.exclude(status=DeliveryStatus.DELIVERED).exists()
-            and not Event.objects.filter(status=EventStatus.PROCESSING).exists(),
-            60,
-            "every outcome to be recorded",
-        )
+        wait_for_outcomes_recorded(timeout=60)
     finally:
         exit_codes = stop_all(processes)
 

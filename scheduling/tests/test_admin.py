@@ -24,15 +24,6 @@ CHANGELIST = "admin:scheduling_event_changelist"
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def console(client, django_user_model):
-    """A test client logged in as a superuser operator named ops-alice."""
-    operator = django_user_model.objects.create_superuser(
-        username="ops-alice", email="alice@example.com", password="not-used-here-9!"
-    )
-    client.force_login(operator)
-    return client
-
 
 def pending_of(user) -> Event:
     return user.events.get(status=EventStatus.PENDING)

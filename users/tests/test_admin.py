@@ -19,13 +19,6 @@ CHANGELIST = "admin:users_user_changelist"
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def console(client, django_user_model):
-    """A test client logged in as a superuser operator."""
-    operator = django_user_model.objects.create_superuser(username="ops-alice", password="unused-Pass-1!")
-    client.force_login(operator)
-    return client
-
 
 def changelist(console, **params):
     response = console.get(reverse(CHANGELIST), params)

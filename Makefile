@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 # The suite runs on PostgreSQL; pytest-django creates and drops test_<name>.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/birthday_scheduler
 
-.PHONY: run test venv check-db lint clean bench
+.PHONY: run test venv check-db lint clean bench browser
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,7 +20,7 @@ run: venv
 	$(PY) manage.py migrate --noinput --verbosity 0
 	$(PY) manage.py collectstatic --noinput -v0
 	$(PY) manage.py ensure_local_admin
-	$(PY) -m config.run_local
+	$(PY) -m runtime.local
 
 check-db: venv
 	@DATABASE_URL=$(or $(DATABASE_URL),$(TEST_DATABASE_URL)) $(PY) -m config.check_db
@@ -28,7 +28,12 @@ check-db: venv
 lint: venv
 	$(VENV)/bin/ruff check . --exclude bench
 
-test: venv check-db lint
+# The browser tests drive Debian's chromium through Playwright (never
+# `playwright install`, which downloads a browser from the internet).
+browser:
+	@test -x /usr/bin/chromium || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
+
+test: venv browser check-db lint
 	DATABASE_URL=$(or $(DATABASE_URL),$(TEST_DATABASE_URL)) $(PY) manage.py check
 	DATABASE_URL=$(or $(DATABASE_URL),$(TEST_DATABASE_URL)) $(PY) manage.py makemigrations --check --dry-run
 	DATABASE_URL=$(or $(DATABASE_URL),$(TEST_DATABASE_URL)) $(PY) -m pytest --create-db $(PYTEST_ARGS)

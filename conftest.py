@@ -42,3 +42,34 @@ def pytest_configure(config):
     # WhiteNoise serves STATIC_ROOT and warns on every request when a fresh
     # clone has not run collectstatic yet; the tests do not need the files.
     settings.STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+
+
+@pytest.fixture
+def production_plan():
+    """EXPLAIN what a production function actually runs: `plan(fn, containing)` -> (sql, plan).
+
+    `fn` runs once inside a transaction that is rolled back; the first statement
+    it executed that contains `containing` is captured (with its parameters
+    bound, as PostgreSQL received it) and EXPLAINed, with sequential scans
+    forbidden if a tiny test table made one look cheaper.
+    """
+    from django.db import connection, transaction
+    from django.test.utils import CaptureQueriesContext
+
+    def plan(fn, containing: str) -> tuple[str, str]:
+        with transaction.atomic():
+            with CaptureQueriesContext(connection) as captured:
+                fn()
+            transaction.set_rollback(True)
+        sql = next(q["sql"] for q in captured.captured_queries if containing in q["sql"])
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("EXPLAIN " + sql)
+            text = "\n".join(row[0] for row in cursor.fetchall())
+            if "Seq Scan" in text:
+                cursor.execute("SET LOCAL enable_seqscan = off")
+                cursor.execute("EXPLAIN " + sql)
+                text = "\n".join(row[0] for row in cursor.fetchall())
+            transaction.set_rollback(True)
+        return sql, text
+
+    return plan

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import email.utils
-import enum
 import json
 import threading
 import time
 import urllib.request
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -15,8 +15,7 @@ import requests
 from standardwebhooks.webhooks import Webhook
 
 from config import __version__
-from delivery.models import DeliveryAttempt
-from delivery.services import ClaimedDelivery
+from delivery.models import AttemptOutcome, DeliveryAttempt
 
 USER_AGENT = f"birthday-scheduler/{__version__} (+webhooks)"
 # Statuses that say "try again later" rather than "never".
@@ -26,16 +25,32 @@ TRANSIENT_STATUSES = frozenset({408, 425, 429})
 _READ_WHOLE_BODY_UP_TO = 64 * 1024
 
 
-class Outcome(enum.Enum):
-    DELIVERED = "delivered"
-    TRANSIENT = "transient"
-    PERMANENT = "permanent"
+@dataclass(frozen=True)
+class ClaimedDelivery:
+    """What a worker needs to send one delivery, read while claiming it."""
+
+    id: uuid.UUID
+    event_id: uuid.UUID
+    idempotency_key: str
+    endpoint_url: str
+    # The JSON body as stored (sent as it is: no decoding and encoding again).
+    body: str
+    attempt: int
+    max_attempts: int
+
+    @property
+    def user_id(self) -> str | None:
+        """For log lines only: read from the body, which names the recipient."""
+        try:
+            return json.loads(self.body).get("user_id")
+        except (ValueError, AttributeError):
+            return None
 
 
 @dataclass
 class SendResult:
     delivery: ClaimedDelivery
-    outcome: Outcome
+    outcome: AttemptOutcome
     started_at: datetime
     finished_at: datetime
     duration_ms: int
@@ -50,13 +65,13 @@ class SendResult:
         return self.error or "unknown error"
 
 
-def classify_status(status_code: int) -> Outcome:
+def classify_status(status_code: int) -> AttemptOutcome:
     if 200 <= status_code < 300:
-        return Outcome.DELIVERED
+        return AttemptOutcome.DELIVERED
     if status_code >= 500 or status_code in TRANSIENT_STATUSES:
-        return Outcome.TRANSIENT
+        return AttemptOutcome.TRANSIENT_FAILURE
     # Redirects are not followed, and any other 4xx will not get better by itself.
-    return Outcome.PERMANENT
+    return AttemptOutcome.PERMANENT_FAILURE
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
@@ -110,11 +125,11 @@ class WebhookTransport:
         return headers
 
     def send(self, delivery: ClaimedDelivery) -> SendResult:
-        body = json.dumps(delivery.payload, separators=(",", ":"), ensure_ascii=False)
+        body = delivery.body
         started_at = datetime.now(UTC)
         started = time.perf_counter()
 
-        def finish(outcome: Outcome, **fields) -> SendResult:
+        def finish(outcome: AttemptOutcome, **fields) -> SendResult:
             elapsed = time.perf_counter() - started
             return SendResult(
                 delivery=delivery,
@@ -135,11 +150,11 @@ class WebhookTransport:
                 stream=True,
             )
         except requests.Timeout:
-            return finish(Outcome.TRANSIENT, error=f"Timed out after {self.timeout:g} s")
+            return finish(AttemptOutcome.TRANSIENT_FAILURE, error=f"Timed out after {self.timeout:g} s")
         except requests.ConnectionError as exc:
-            return finish(Outcome.TRANSIENT, error=f"Connection error: {_short(exc)}")
+            return finish(AttemptOutcome.TRANSIENT_FAILURE, error=f"Connection error: {_short(exc)}")
         except requests.RequestException as exc:
-            return finish(Outcome.PERMANENT, error=f"Request failed: {_short(exc)}")
+            return finish(AttemptOutcome.PERMANENT_FAILURE, error=f"Request failed: {_short(exc)}")
 
         try:
             excerpt = self._read_excerpt(response)
@@ -149,9 +164,9 @@ class WebhookTransport:
         outcome = classify_status(response.status_code)
         retry_after = None
         error = ""
-        if outcome == Outcome.TRANSIENT:
+        if outcome == AttemptOutcome.TRANSIENT_FAILURE:
             retry_after = parse_retry_after(response.headers.get("Retry-After"))
-        if outcome != Outcome.DELIVERED:
+        if outcome != AttemptOutcome.DELIVERED:
             error = response.reason or ""
         return finish(
             outcome,

@@ -12,35 +12,35 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from django.conf import settings
 from django.db import OperationalError
-from django.db.models import Min
 from django.utils import timezone
 
-from config.runtime import (
+from delivery.selectors import next_retry_at
+from delivery.services.leases import deliveries_claim, deliveries_release, deliveries_renew_leases
+from delivery.services.record import deliveries_record
+from delivery.transport import ClaimedDelivery, SendResult, WebhookTransport
+from runtime.database import (
     DB_ERRORS,
     Backoff,
-    process_name,
     refresh_connection,
     reset_connection_after_error,
     wait_out_database_outage,
 )
-from config.wakeup import WORKER_CHANNEL, Listener
-from delivery.models import Delivery, DeliveryStatus
-from delivery.services import (
-    ClaimedDelivery,
-    deliveries_claim,
-    deliveries_record,
-    deliveries_release,
-    deliveries_renew_leases,
-)
-from delivery.transport import SendResult, WebhookTransport
-from scheduling.models import ProcessKind
-from scheduling.services import heartbeat_beat, heartbeat_start
+from runtime.heartbeats import heartbeat_beat, heartbeat_start
+from runtime.models import ProcessKind
+from runtime.process import process_name
+from runtime.wakeup import WORKER_CHANNEL, Listener
 
 logger = logging.getLogger(__name__)
 
 HEARTBEAT_EVERY = 5.0
 # Results are written in batches; a result waits at most this long to be written.
 RECORD_LINGER = 0.05
+# After losing the database, a worker takes over nobody's expired leases for
+# this long once it is back. Every lease may have expired during an outage
+# longer than a lease, but their workers are alive: they reconnect within the
+# back-off cap (2 s), renew their leases and record what they sent. Taking the
+# leases over first would send those messages a second time.
+TAKEOVER_GRACE = 6.0
 
 
 class Worker:
@@ -85,6 +85,9 @@ class Worker:
         self.oldest_unrecorded = 0.0
         self.counts = {"processed": 0, "succeeded": 0, "failed": 0}
         self.db_backoff = Backoff()
+        # Set while the database is (or just was) away: see TAKEOVER_GRACE.
+        self.recovering = False
+        self.take_over_after = 0.0
         self.listener = Listener(WORKER_CHANNEL, self.stop)
         self.last_beat = self.last_renewal = time.monotonic()
 
@@ -146,12 +149,42 @@ class Worker:
     def _claim(self, limit: int) -> list[ClaimedDelivery] | None:
         try:
             refresh_connection()
-            claimed = deliveries_claim(worker=self.name, limit=limit, lease=self.lease)
+            if self.recovering:
+                self._recover()
+                if self.recovering:
+                    return None
+            claimed = deliveries_claim(
+                worker=self.name,
+                limit=limit,
+                lease=self.lease,
+                take_over_expired=time.monotonic() >= self.take_over_after,
+            )
             self.db_backoff.reset()
             return claimed
         except DB_ERRORS as exc:
             self._database_unavailable("claim", exc)
             return None
+
+    def _recover(self) -> None:
+        """Back from a database outage: keep what is ours before taking anything new.
+
+        Renew every lease this worker holds and record the outcomes it kept, so
+        that no other worker takes those deliveries over and sends them again.
+        """
+        renewed = deliveries_renew_leases(worker=self.name, lease=self.lease)
+        self.last_renewal = time.monotonic()
+        self._heartbeat()
+        self.last_beat = time.monotonic()
+        if self.unrecorded:
+            self._record_if_ready(force=True)
+            if self.unrecorded:
+                return  # still failing; _database_unavailable has waited
+        self.recovering = False
+        logger.info(
+            "Database back: renewed %s lease(s), recorded held outcomes",
+            renewed,
+            extra={"worker": self.name},
+        )
 
     def _collect(self, *, wait: float) -> None:
         try:
@@ -199,7 +232,7 @@ class Worker:
         self.unrecorded = []
 
     def _release(self, deliveries: list[ClaimedDelivery]) -> None:
-        released = deliveries_release(worker=self.name, ids=[d.id for d in deliveries])
+        released = deliveries_release(worker=self.name, claimed=deliveries)
         if deliveries:
             logger.info("Handed back %s unstarted deliveries", released, extra={"worker": self.name})
 
@@ -212,6 +245,7 @@ class Worker:
                 deliveries_renew_leases(worker=self.name, lease=self.lease)
             except DB_ERRORS as exc:
                 logger.warning("Leases not renewed", extra={"worker": self.name, "error": str(exc).strip()})
+                self._lost_database()
                 reset_connection_after_error()
         if now - self.last_beat >= HEARTBEAT_EVERY:
             self.last_beat = now
@@ -220,9 +254,7 @@ class Worker:
     def _idle_wait(self) -> float:
         """Sleep until the next retry is due, never longer than --interval."""
         try:
-            next_due = Delivery.objects.filter(status=DeliveryStatus.QUEUED).aggregate(
-                first=Min("next_attempt_at")
-            )["first"]
+            next_due = next_retry_at()
         except DB_ERRORS as exc:
             self._database_unavailable("look ahead", exc)
             return 0
@@ -230,7 +262,12 @@ class Worker:
             return self.interval
         return min(self.interval, max(0.0, (next_due - timezone.now()).total_seconds()))
 
+    def _lost_database(self) -> None:
+        self.recovering = True
+        self.take_over_after = time.monotonic() + TAKEOVER_GRACE
+
     def _database_unavailable(self, doing: str, exc: Exception) -> None:
+        self._lost_database()
         wait_out_database_outage(
             self.db_backoff, exc, doing=doing, once=self.once, stop=self.stop, extra={"worker": self.name}
         )
@@ -286,8 +323,12 @@ class Worker:
                     kind=ProcessKind.WORKER, name=self.name, host=socket.gethostname(), pid=os.getpid()
                 )
             else:
-                heartbeat_beat(name=self.name, stopped=stopped, **self.counts)
+                heartbeat_beat(
+                    kind=ProcessKind.WORKER, name=self.name, host=socket.gethostname(), pid=os.getpid(),
+                    stopped=stopped, **self.counts,
+                )
         except DB_ERRORS as exc:
             logger.warning("Heartbeat not written", extra={"worker": self.name, "error": str(exc).strip()})
+            self._lost_database()
             reset_connection_after_error()
 

@@ -46,10 +46,11 @@ class Event(models.Model):
     target_timezone = models.CharField(max_length=64)
     executed_at = models.DateTimeField(null=True, blank=True)
     failure_reason = models.TextField(blank=True, default="")
-    retry_count = models.PositiveIntegerField(default=0)
+    # Bumped by every conditional UPDATE (scheduling.services.transitions).
     version = models.PositiveIntegerField(default=1)
     idempotency_key = models.CharField(max_length=32, unique=True)
-    delivery_payload = models.JSONField(null=True, blank=True)
+    # What was sent and how many attempts it took live on the event's delivery
+    # (delivery.Delivery.payload and .attempts), the one record of both.
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -93,36 +94,3 @@ class Event(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_event_type_display()} {self.occurrence_date} ({self.status})"
-
-
-class ProcessKind(models.TextChoices):
-    SCHEDULER = "scheduler", "Scheduler"
-    WORKER = "worker", "Worker"
-
-
-class ProcessHeartbeat(models.Model):
-    """One row per running scheduler or worker process, refreshed every few seconds."""
-
-    Kind = ProcessKind
-    # Silent for longer than this, a process is shown as lost.
-    LOST_AFTER_SECONDS = 60
-
-    id = models.BigAutoField(primary_key=True)
-    kind = models.CharField(max_length=16, choices=ProcessKind.choices)
-    name = models.CharField(max_length=200, unique=True, help_text="host:pid:random")
-    host = models.CharField(max_length=200)
-    pid = models.PositiveIntegerField()
-    started_at = models.DateTimeField()
-    last_seen_at = models.DateTimeField()
-    stopped_at = models.DateTimeField(null=True, blank=True)
-    # Work done since start: events claimed (scheduler) or deliveries sent (worker).
-    processed = models.PositiveBigIntegerField(default=0)
-    succeeded = models.PositiveBigIntegerField(default=0)
-    failed = models.PositiveBigIntegerField(default=0)
-
-    class Meta:
-        ordering = ["-last_seen_at"]
-        indexes = [models.Index(fields=["last_seen_at"], name="heartbeat_last_seen_idx")]
-
-    def __str__(self) -> str:
-        return f"{self.kind} {self.name}"

@@ -1,27 +1,19 @@
-"""Reads of events, for the API, the admin and the scheduler."""
+"""Reads of events, for the API, the console and the scheduler."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from django.db.models import Case, CharField, Count, Max, Min, Q, QuerySet, Value, When
+from django.db.models import Count, Max, Min, Q, QuerySet
 from django.db.models.functions import TruncHour
 
-from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus
-from scheduling.models import Event, EventStatus, ProcessHeartbeat
+from scheduling.models import Event, EventStatus
 
 
 def event_list_for_user(*, user_id) -> QuerySet[Event]:
     """A user's events, newest occurrence first."""
     return Event.objects.filter(user_id=user_id).order_by("-occurrence_date", "-created_at")
-
-
-def events_pending_due(*, now: datetime) -> QuerySet[Event]:
-    """PENDING events whose time has come, in target order (served by event_pending_due_idx)."""
-    return Event.objects.filter(
-        status=EventStatus.PENDING, target_timestamp_utc__lte=now
-    ).order_by("target_timestamp_utc")
 
 
 def next_pending_target(*, after: datetime | None = None) -> datetime | None:
@@ -62,68 +54,6 @@ def event_status_counts() -> dict[str, int]:
         }
     )
     return {status: row[status.lower()] for status in EventStatus.values}
-
-
-def delivery_outcome_counts(*, now: datetime) -> dict[str, int]:
-    """Deliveries that ended DELIVERED or DEAD, and attempts made, in the last hour and day.
-
-    A delivery's updated_at is when it reached its final state; the range scan on
-    (status, updated_at) reads only the last day's finished rows. Attempts are
-    counted by finished_at (attempt_finished_idx).
-    """
-    hour_ago, day_ago = now - timedelta(hours=1), now - timedelta(days=1)
-    finished = Delivery.objects.filter(
-        status__in=[DeliveryStatus.DELIVERED, DeliveryStatus.DEAD], updated_at__gt=day_ago
-    ).aggregate(
-        delivered_hour=Count(
-            "id", filter=Q(status=DeliveryStatus.DELIVERED, updated_at__gt=hour_ago)
-        ),
-        delivered_day=Count("id", filter=Q(status=DeliveryStatus.DELIVERED)),
-        dead_hour=Count("id", filter=Q(status=DeliveryStatus.DEAD, updated_at__gt=hour_ago)),
-        dead_day=Count("id", filter=Q(status=DeliveryStatus.DEAD)),
-    )
-    attempts = DeliveryAttempt.objects.filter(finished_at__gt=day_ago).aggregate(
-        attempts_hour=Count("id", filter=Q(finished_at__gt=hour_ago)),
-        attempts_day=Count("id"),
-        failed_attempts_hour=Count(
-            "id",
-            filter=Q(finished_at__gt=hour_ago) & ~Q(outcome=AttemptOutcome.DELIVERED),
-        ),
-        failed_attempts_day=Count("id", filter=~Q(outcome=AttemptOutcome.DELIVERED)),
-    )
-    return {**finished, **attempts}
-
-
-def delivery_backlog_counts() -> dict[str, int]:
-    """Deliveries waiting (QUEUED) and under a worker's lease (SENDING)."""
-    return Delivery.objects.filter(
-        status__in=[DeliveryStatus.QUEUED, DeliveryStatus.SENDING]
-    ).aggregate(
-        queued=Count("id", filter=Q(status=DeliveryStatus.QUEUED)),
-        sending=Count("id", filter=Q(status=DeliveryStatus.SENDING)),
-    )
-
-
-def processes_recent(*, now: datetime, within: timedelta = timedelta(days=1)) -> QuerySet:
-    """Scheduler and worker heartbeats seen `within`, annotated with state.
-
-    state is "stopped" (shut down cleanly), "lost" (silent for more than
-    ProcessHeartbeat.LOST_AFTER_SECONDS without stopping: killed, or its host
-    died) or "running". Older rows are left out: every restart leaves one behind.
-    """
-    lost_before = now - timedelta(seconds=ProcessHeartbeat.LOST_AFTER_SECONDS)
-    return (
-        ProcessHeartbeat.objects.filter(last_seen_at__gte=now - within)
-        .annotate(
-            state=Case(
-                When(stopped_at__isnull=False, then=Value("stopped")),
-                When(last_seen_at__lt=lost_before, then=Value("lost")),
-                default=Value("running"),
-                output_field=CharField(),
-            )
-        )
-        .order_by("kind", "-last_seen_at")
-    )
 
 
 def pending_per_hour(*, start: datetime, hours: int = 24) -> list[tuple[datetime, int]]:

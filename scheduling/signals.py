@@ -2,12 +2,13 @@
 
 from django.db.models.signals import post_save
 
+from scheduling.services.sync import event_sync_for_user, events_create_first
+from users.models import User
+
 
 def _sync_events_after_user_save(sender, instance, created: bool = False, raw: bool = False, **kwargs) -> None:
     if raw:  # loaddata: fixtures carry their own events
         return
-    from scheduling.services import event_sync_for_user, events_create_first
-
     if created:
         events_create_first(user=instance)
     else:
@@ -15,8 +16,4 @@ def _sync_events_after_user_save(sender, instance, created: bool = False, raw: b
 
 
 def connect() -> None:
-    from users.models import User
-
-    post_save.connect(
-        _sync_events_after_user_save, sender=User, dispatch_uid="scheduling.sync_user_events"
-    )
+    post_save.connect(_sync_events_after_user_save, sender=User, dispatch_uid="scheduling.sync_user_events")

@@ -1,6 +1,7 @@
 from django.db.models import Prefetch, QuerySet
 
 from scheduling.models import Event, EventStatus
+from scheduling.selectors import event_list_for_user
 from users.models import User
 
 
@@ -15,3 +16,8 @@ def user_list() -> QuerySet[User]:
             to_attr="pending_events",
         )
     )
+
+
+def user_events(*, user_id) -> QuerySet[Event]:
+    """A user's events, newest first, each with its delivery (for retry_count), in one query."""
+    return event_list_for_user(user_id=user_id).select_related("delivery")

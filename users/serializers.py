@@ -19,6 +19,14 @@ NEXT_EVENT_FIELDS = [
 
 
 class EventSerializer(serializers.ModelSerializer):
+    # Attempts after the first, counted by the event's delivery: the one record
+    # of attempts (users.selectors.user_events joins it in the same query).
+    retry_count = serializers.SerializerMethodField()
+
+    def get_retry_count(self, event: Event) -> int:
+        delivery = getattr(event, "delivery", None)
+        return max(delivery.attempts - 1, 0) if delivery is not None else 0
+
     class Meta:
         model = Event
         fields = NEXT_EVENT_FIELDS + [

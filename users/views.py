@@ -2,9 +2,8 @@ from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from scheduling.selectors import event_list_for_user
 from users import services
-from users.selectors import user_list
+from users.selectors import user_events, user_list
 from users.serializers import EventSerializer, UserSerializer
 
 
@@ -42,5 +41,5 @@ class UserViewSet(viewsets.ModelViewSet):
     @action(detail=True, methods=["get"])
     def events(self, request, pk=None):
         user = self.get_object()
-        page = self.paginate_queryset(event_list_for_user(user_id=user.pk))
+        page = self.paginate_queryset(user_events(user_id=user.pk))
         return self.get_paginated_response(EventSerializer(page, many=True).data)

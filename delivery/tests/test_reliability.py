@@ -17,11 +17,13 @@ from django.db import connection
 from django.utils import timezone
 
 from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus
+from delivery.services.enqueue import deliveries_enqueue_due
 from delivery.sink import Reply
 from delivery.tests.conftest import create_due_users, process_env, start_process
 from delivery.worker import Worker
-from scheduling.models import Event, EventStatus, ProcessHeartbeat
-from scheduling.services import event_deliver_now, events_claim_due
+from runtime.models import ProcessHeartbeat
+from scheduling.models import Event, EventStatus
+from scheduling.services.sync import event_deliver_now
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -95,7 +97,7 @@ def test_two_schedulers_and_four_workers_deliver_2000_events_exactly_once(delive
 def test_sigkill_mid_delivery_is_resent_with_the_same_key_after_the_lease(delivery_settings, sink, tmp_path):
     delivery_settings.WEBHOOK_TIMEOUT = timedelta(seconds=3)
     create_due_users(1)
-    events_claim_due()
+    deliveries_enqueue_due()
     delivery = Delivery.objects.get()
     # The receiver holds the first request (the worker is killed meanwhile), then accepts.
     sink.script(delivery.idempotency_key, Reply(status=200, delay=20), Reply(status=200))
@@ -131,7 +133,7 @@ def test_sigterm_during_sends_exits_0_loses_nothing_and_leaves_nothing_sending(
     delivery_settings, sink, tmp_path, concurrency
 ):
     create_due_users(40)
-    events_claim_due()
+    deliveries_enqueue_due()
     sink.default = Reply(status=200, delay=0.3)
     env = process_env(delivery_settings)
 
@@ -161,7 +163,7 @@ def test_a_live_worker_renews_its_leases_so_a_slow_batch_is_not_taken_over(deliv
     # Lease = 4 s timeout + 1 s margin; the batch of three 3-second sends takes 9 s.
     delivery_settings.WEBHOOK_TIMEOUT = timedelta(seconds=4)
     create_due_users(3)
-    events_claim_due()
+    deliveries_enqueue_due()
     sink.default = Reply(status=200, delay=3)
     env = process_env(delivery_settings)
 
@@ -287,8 +289,8 @@ def test_reconcile_repairs_orphans_chunk_after_chunk_without_waiting_for_the_int
 ):
     import threading
 
-    from scheduling import scheduler as scheduler_module
-    from scheduling.scheduler import Scheduler
+    from delivery import scheduler as scheduler_module
+    from delivery.scheduler import Scheduler
     from users.models import User
 
     monkeypatch.setattr(scheduler_module, "RECONCILE_CHUNK", 3)

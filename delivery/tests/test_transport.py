@@ -1,6 +1,7 @@
 """The webhook transport's rules: classification, Retry-After, backoff, headers."""
 
 import json
+import random
 import uuid
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -10,19 +11,32 @@ import requests
 import responses
 from standardwebhooks.webhooks import Webhook
 
-from delivery.services import ClaimedDelivery, retry_delay
-from delivery.transport import USER_AGENT, Outcome, WebhookTransport, classify_status, parse_retry_after
+from delivery.models import AttemptOutcome
+from delivery.retry import RetryPolicy
+from delivery.retry import retry_delay as policy_delay
+from delivery.transport import (
+    USER_AGENT,
+    ClaimedDelivery,
+    WebhookTransport,
+    classify_status,
+    parse_retry_after,
+)
+
+
+def retry_delay(*, attempt: int, retry_after: float | None = None) -> float:
+    """Seconds before the next try, with the settings' policy and real jitter."""
+    return policy_delay(
+        attempt=attempt, retry_after=retry_after, policy=RetryPolicy.from_settings(), jitter=random.uniform
+    ).total_seconds()
 
 
 def claimed(url="https://receiver.example/hook") -> ClaimedDelivery:
     return ClaimedDelivery(
         id=uuid.uuid4(),
         event_id=uuid.uuid4(),
-        event_version=2,
-        user_id=uuid.uuid4(),
         idempotency_key="event-0123456789abcdef",
         endpoint_url=url,
-        payload={"message": "Hey, Ada Lovelace it's your birthday"},
+        body=json.dumps({"message": "Hey, Ada Lovelace it's your birthday"}),
         attempt=1,
         max_attempts=8,
     )
@@ -30,17 +44,17 @@ def claimed(url="https://receiver.example/hook") -> ClaimedDelivery:
 
 @pytest.mark.parametrize("status", [200, 201, 202, 204, 299])
 def test_2xx_is_delivered(status):
-    assert classify_status(status) == Outcome.DELIVERED
+    assert classify_status(status) == AttemptOutcome.DELIVERED
 
 
 @pytest.mark.parametrize("status", [408, 425, 429, 500, 502, 503, 504])
 def test_timeouts_throttling_and_server_errors_are_transient(status):
-    assert classify_status(status) == Outcome.TRANSIENT
+    assert classify_status(status) == AttemptOutcome.TRANSIENT_FAILURE
 
 
 @pytest.mark.parametrize("status", [301, 302, 400, 401, 403, 404, 410, 422])
 def test_redirects_and_other_client_errors_are_permanent(status):
-    assert classify_status(status) == Outcome.PERMANENT
+    assert classify_status(status) == AttemptOutcome.PERMANENT_FAILURE
 
 
 def test_retry_after_in_seconds_and_as_http_date():
@@ -83,7 +97,7 @@ def test_send_posts_json_with_idempotency_key_and_user_agent_and_follows_no_redi
     assert request.headers["Content-Type"] == "application/json"
     assert request.headers["X-Idempotency-Key"] == "event-0123456789abcdef"
     assert request.headers["User-Agent"] == USER_AGENT
-    assert result.outcome == Outcome.PERMANENT
+    assert result.outcome == AttemptOutcome.PERMANENT_FAILURE
     assert result.status_code == 302
 
 
@@ -107,7 +121,7 @@ def test_connection_error_is_transient():
 
     result = WebhookTransport(timeout=5).send(claimed())
 
-    assert result.outcome == Outcome.TRANSIENT
+    assert result.outcome == AttemptOutcome.TRANSIENT_FAILURE
     assert "Connection" in result.error or "refused" in result.error
 
 
@@ -117,5 +131,5 @@ def test_response_excerpt_is_cut_to_2_kib():
 
     result = WebhookTransport(timeout=5).send(claimed())
 
-    assert result.outcome == Outcome.TRANSIENT
+    assert result.outcome == AttemptOutcome.TRANSIENT_FAILURE
     assert len(result.response_excerpt) == 2048

@@ -1,6 +1,6 @@
 """The event-type registry: adding a type means one new module and one line here."""
 
-from scheduling.handlers.base import EventHandler, Occurrence, local_send_instant
+from scheduling.handlers.base import EventHandler, Occurrence, Recipient, RecipientRow, local_send_instant
 from scheduling.handlers.birthday import BirthdayHandler
 from scheduling.models import EventType
 
@@ -16,4 +16,4 @@ def get_handler(event_type: str) -> EventHandler:
         raise LookupError(f"No handler registered for event type {event_type!r}") from None
 
 
-__all__ = ["REGISTRY", "EventHandler", "Occurrence", "get_handler", "local_send_instant"]
+__all__ = ["REGISTRY", "EventHandler", "Occurrence", "Recipient", "RecipientRow", "get_handler", "local_send_instant"]

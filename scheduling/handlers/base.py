@@ -2,17 +2,35 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
 from functools import lru_cache
-from typing import TYPE_CHECKING, Protocol
+from typing import NamedTuple, Protocol
 
 from django.conf import settings
 
 from users.validators import load_timezone
 
-if TYPE_CHECKING:
-    from users.models import User
+
+class Recipient(Protocol):
+    """What a handler reads of a recipient: a users.User, or a RecipientRow on the bulk paths."""
+
+    id: uuid.UUID
+    first_name: str
+    last_name: str
+    date_of_birth: date
+    timezone: str
+
+
+class RecipientRow(NamedTuple):
+    """A recipient as plain values, for the paths that move thousands (no model instances)."""
+
+    id: uuid.UUID
+    first_name: str
+    last_name: str
+    date_of_birth: date
+    timezone: str
 
 
 @dataclass(frozen=True)
@@ -60,12 +78,12 @@ class EventHandler(Protocol):
     event_type: str
 
     def next_occurrence(
-        self, *, user: User, now: datetime, after_date: date | None = None
+        self, *, user: Recipient, now: datetime, after_date: date | None = None
     ) -> Occurrence:
         """The first occurrence whose send time has not passed, after `after_date`."""
 
-    def occurrence_matches(self, *, user: User, occurrence_date: date) -> bool:
+    def occurrence_matches(self, *, user: Recipient, occurrence_date: date) -> bool:
         """Whether an occurrence date still follows from the user's current data."""
 
-    def render_message(self, *, user: User) -> str:
+    def render_message(self, *, user: Recipient) -> str:
         """The message text, rendered from the user as they are now."""

@@ -2,14 +2,10 @@ from __future__ import annotations
 
 import calendar
 from datetime import date, datetime
-from typing import TYPE_CHECKING
 
-from scheduling.handlers.base import Occurrence, local_send_instant
+from scheduling.handlers.base import Occurrence, Recipient, local_send_instant
 from scheduling.models import EventType
 from users.validators import load_timezone
-
-if TYPE_CHECKING:
-    from users.models import User
 
 
 def birthday_in_year(date_of_birth: date, year: int) -> date:
@@ -24,7 +20,7 @@ class BirthdayHandler:
     message_template = "Hey, {first_name} {last_name} it's your birthday"
 
     def next_occurrence(
-        self, *, user: User, now: datetime, after_date: date | None = None
+        self, *, user: Recipient, now: datetime, after_date: date | None = None
     ) -> Occurrence:
         # Start a year before the user's local year so zones far ahead of or
         # behind UTC (Kiritimati, Pago Pago) never miss an occurrence at the
@@ -42,10 +38,10 @@ class BirthdayHandler:
                 return occurrence
         raise AssertionError("a birthday occurs every year")  # pragma: no cover
 
-    def occurrence_matches(self, *, user: User, occurrence_date: date) -> bool:
+    def occurrence_matches(self, *, user: Recipient, occurrence_date: date) -> bool:
         return birthday_in_year(user.date_of_birth, occurrence_date.year) == occurrence_date
 
-    def render_message(self, *, user: User) -> str:
+    def render_message(self, *, user: Recipient) -> str:
         return self.message_template.format(
             first_name=user.first_name, last_name=user.last_name
         )

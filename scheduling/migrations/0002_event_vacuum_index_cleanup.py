@@ -1,6 +1,6 @@
 from django.db import migrations
 
-from config.migration_operations import always_clean_indexes_on_vacuum
+from runtime.migration_operations import always_clean_indexes_on_vacuum
 
 
 class Migration(migrations.Migration):

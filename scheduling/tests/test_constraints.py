@@ -6,8 +6,9 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 from django.db import IntegrityError, connection, transaction
 
+from delivery.services.enqueue import deliveries_enqueue_due
 from scheduling.models import Event, EventStatus, EventType
-from scheduling.services import idempotency_key_for
+from scheduling.services.occurrences import idempotency_key_for
 from users.models import User
 from users.tests.factories import UserFactory
 
@@ -229,7 +230,7 @@ def _fields(event: Event) -> dict:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_claim_query_uses_the_partial_pending_index():
+def test_claim_query_uses_the_partial_pending_index(production_plan):
     # given a few thousand events, nearly all finished, written the way a running
     # system writes them: each year's birthdays after the previous year's
     now = datetime(2027, 6, 1, tzinfo=UTC)
@@ -249,22 +250,18 @@ def test_claim_query_uses_the_partial_pending_index():
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE scheduling_event")
 
-    claim = Event.objects.filter(status="PENDING", target_timestamp_utc__lte=now).order_by(
-        "target_timestamp_utc"
-    )[:100]
-
-    # when the planner is asked how it would run the claim query
-    plan = claim.explain()
-    if "event_pending_due_idx" not in plan and "Seq Scan" in plan:
-        # tiny tables can make a sequential scan look cheaper; forbid it and ask again
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute("SET LOCAL enable_seqscan = off")
-            plan = claim.explain()
+    # when the planner is asked how it would run the scheduler's claim, as the
+    # production code sends it
+    sql, plan = production_plan(lambda: deliveries_enqueue_due(now=now, batch_size=100), "SKIP LOCKED")
 
     # then it reads the partial index of PENDING rows
     assert "event_pending_due_idx" in plan, plan
-    # and the query returns the due PENDING rows in target order
-    rows = list(claim)
-    assert len(rows) == 100
-    assert all(r.status == EventStatus.PENDING and r.target_timestamp_utc <= now for r in rows)
-    assert [r.target_timestamp_utc for r in rows] == sorted(r.target_timestamp_utc for r in rows)
+    # and the claim takes the 100 due PENDING rows with the earliest targets
+    due = list(
+        Event.objects.filter(status=EventStatus.PENDING, target_timestamp_utc__lte=now)
+        .order_by("target_timestamp_utc")
+        .values_list("id", flat=True)[:100]
+    )
+    assert deliveries_enqueue_due(now=now, batch_size=100).claimed == 100
+    claimed = Event.objects.filter(id__in=due).exclude(status=EventStatus.PENDING).count()
+    assert claimed == 100

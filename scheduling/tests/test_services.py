@@ -10,16 +10,13 @@ import pytest
 from freezegun import freeze_time
 
 from config.logging import TextFormatter
-from scheduling import services
+from scheduling import signals
 from scheduling.exceptions import InvalidStateTransition, OptimisticLockError
+from scheduling.handlers import local_send_instant
 from scheduling.models import Event, EventStatus, EventType
-from scheduling.services import (
-    event_complete,
-    event_fail,
-    event_start_processing,
-    events_create_missing,
-    idempotency_key_for,
-)
+from scheduling.services.occurrences import idempotency_key_for
+from scheduling.services.sync import event_deliver_now, event_reschedule, events_create_missing
+from scheduling.services.transitions import EVENT_TRANSITIONS, Actor, events_transition
 from users.models import User
 from users.services import user_create, user_update
 from users.tests.factories import UserFactory
@@ -33,13 +30,36 @@ PENDING, PROCESSING, COMPLETED, FAILED = (
 )
 
 
+# The automatic paths, as production makes them: the scheduler's claim moves
+# PENDING events, the worker's record moves PROCESSING ones (both call
+# events_transition, which is what these tests drive).
+def start_processing(event: Event) -> Event:
+    events_transition(events=[event], source=event.status, target=PROCESSING, actor=Actor.SCHEDULER)
+    return event
+
+
+def complete(event: Event) -> Event:
+    events_transition(
+        events=[event], source=event.status, target=COMPLETED, actor=Actor.WORKER,
+        changes={"executed_at": datetime.now(UTC)},
+    )
+    return event
+
+
+def fail(event: Event, *, reason: str) -> Event:
+    events_transition(
+        events=[event], source=event.status, target=FAILED, actor=Actor.WORKER, per_event={"failure_reason": [reason]}
+    )
+    return event
+
+
 def do_transition(event: Event, target: str) -> Event:
     if target == PROCESSING:
-        return event_start_processing(event=event, delivery_payload={"message": "hi"})
+        return start_processing(event)
     if target == COMPLETED:
-        return event_complete(event=event)
+        return complete(event)
     if target == FAILED:
-        return event_fail(event=event, reason="too late")
+        return fail(event, reason="too late")
     raise AssertionError(f"no service moves an event to {target}")
 
 
@@ -47,7 +67,7 @@ def event_in(status: str) -> Event:
     """A user's event walked through the state machine to `status`."""
     event = Event.objects.get(user=UserFactory(), status=PENDING)
     if status in (PROCESSING, COMPLETED, FAILED):
-        event = event_start_processing(event=event)
+        event = start_processing(event)
     if status in (COMPLETED, FAILED):
         event = do_transition(event, status)
     return Event.objects.get(id=event.id)
@@ -90,13 +110,22 @@ def test_valid_transition_bumps_the_version_by_one_and_persists(source, target):
     assert (stored.status, stored.version) == (target, version + 1)
 
 
+def test_every_move_belongs_to_exactly_one_actor_and_only_the_operator_reopens_a_failed_event():
+    assert set(EVENT_TRANSITIONS.values()) == {Actor.SCHEDULER, Actor.WORKER, Actor.OPERATOR}
+    assert [move for move, actor in EVENT_TRANSITIONS.items() if actor is Actor.OPERATOR] == [(FAILED, PROCESSING)]
+    assert all(target != PENDING for _, target in EVENT_TRANSITIONS)
+
+
 @pytest.mark.django_db
-def test_start_processing_stores_the_delivery_payload():
-    event = event_in(PENDING)
+def test_a_move_made_by_the_wrong_actor_is_refused():
+    event = event_in(FAILED)
+    before = db_row(event)
 
-    event_start_processing(event=event, delivery_payload={"message": "Hey"})
+    with pytest.raises(InvalidStateTransition) as excinfo:
+        events_transition(events=[event], source=FAILED, target=PROCESSING, actor=Actor.SCHEDULER)
 
-    assert Event.objects.get(id=event.id).delivery_payload == {"message": "Hey"}
+    assert "by the scheduler" in str(excinfo.value)
+    assert db_row(event) == before
 
 
 @pytest.mark.django_db
@@ -104,7 +133,7 @@ def test_start_processing_stores_the_delivery_payload():
 def test_complete_records_the_execution_time():
     event = event_in(PROCESSING)
 
-    event_complete(event=event)
+    complete(event)
 
     assert Event.objects.get(id=event.id).executed_at == datetime(2027, 5, 5, 13, 0, 5, tzinfo=UTC)
 
@@ -113,7 +142,7 @@ def test_complete_records_the_execution_time():
 def test_fail_records_the_reason():
     event = event_in(PROCESSING)
 
-    event_fail(event=event, reason="receiver gone")
+    fail(event, reason="receiver gone")
 
     stored = Event.objects.get(id=event.id)
     assert stored.failure_reason == "receiver gone"
@@ -158,7 +187,7 @@ def test_pending_to_pending_is_not_a_transition_either():
     before = db_row(event)
 
     with pytest.raises(InvalidStateTransition):
-        services._event_transition(event=event, source=PENDING, target=PENDING)
+        events_transition(events=[event], source=PENDING, target=PENDING, actor=Actor.SCHEDULER)
 
     assert db_row(event) == before
 
@@ -167,10 +196,10 @@ def test_pending_to_pending_is_not_a_transition_either():
 def test_reschedule_of_a_non_pending_event_is_refused():
     event = event_in(PROCESSING)
     before = db_row(event)
-    occurrence = services.local_send_instant(event.occurrence_date, "Asia/Tokyo")
+    occurrence = local_send_instant(event.occurrence_date, "Asia/Tokyo")
 
     with pytest.raises(InvalidStateTransition) as excinfo:
-        services.event_reschedule(event=event, occurrence=occurrence)
+        event_reschedule(event=event, occurrence=occurrence)
 
     assert str(event.id) in str(excinfo.value)
     assert db_row(event) == before
@@ -188,9 +217,9 @@ def test_second_of_two_copies_loses_the_optimistic_lock():
     assert first.version == second.version == 1
 
     # when both try to claim it
-    event_start_processing(event=first)
+    start_processing(first)
     with pytest.raises(OptimisticLockError) as excinfo:
-        event_start_processing(event=second, delivery_payload={"loser": True})
+        start_processing(second)
 
     # then the first won and the loser's error names the event and the version it expected
     message = str(excinfo.value)
@@ -198,7 +227,6 @@ def test_second_of_two_copies_loses_the_optimistic_lock():
     assert "version 1" in message
     stored = Event.objects.get(id=first.id)
     assert (stored.status, stored.version) == (PROCESSING, 2)
-    assert stored.delivery_payload is None
     # and the loser's in-memory copy was not advanced
     assert (second.status, second.version) == (PENDING, 1)
 
@@ -214,7 +242,7 @@ def test_copy_loaded_before_a_reschedule_cannot_be_claimed_although_still_pendin
 
     # when the stale copy is claimed
     with pytest.raises(OptimisticLockError) as excinfo:
-        event_start_processing(event=stale)
+        start_processing(stale)
 
     # then only the version told them apart, and the event is still PENDING
     assert f"version {stale.version}" in str(excinfo.value)
@@ -230,9 +258,9 @@ def test_stale_copy_cannot_complete_an_event_someone_else_failed():
     worker_b = Event.objects.get(id=event.id)
 
     # when one fails it and the other (stale) tries to complete it
-    event_fail(event=worker_a, reason="too late")
+    fail(worker_a, reason="too late")
     with pytest.raises(OptimisticLockError) as excinfo:
-        event_complete(event=worker_b)
+        complete(worker_b)
 
     # then the event stays FAILED
     assert f"version {worker_b.version}" in str(excinfo.value)
@@ -246,10 +274,10 @@ def test_reschedule_with_a_stale_version_loses_the_lock():
     user = UserFactory(date_of_birth=date(1990, 5, 5), timezone="America/New_York")
     stale = Event.objects.get(user=user)
     user_update(user=user, data={"timezone": "Asia/Tokyo"})  # bumps the version
-    occurrence = services.local_send_instant(stale.occurrence_date, "Europe/London")
+    occurrence = local_send_instant(stale.occurrence_date, "Europe/London")
 
     with pytest.raises(OptimisticLockError) as excinfo:
-        services.event_reschedule(event=stale, occurrence=occurrence)
+        event_reschedule(event=stale, occurrence=occurrence)
 
     assert str(stale.id) in str(excinfo.value)
     assert Event.objects.get(id=stale.id).target_timezone == "Asia/Tokyo"
@@ -341,7 +369,7 @@ def test_user_create_service_creates_exactly_one_pending_event():
 @pytest.mark.django_db(transaction=True)
 def test_user_is_not_stored_when_its_event_cannot_be_created():
     # given event creation breaks
-    with mock.patch.object(services, "events_create_first", side_effect=RuntimeError("boom")):
+    with mock.patch.object(signals, "events_create_first", side_effect=RuntimeError("boom")):
         # when a user is created
         with pytest.raises(RuntimeError, match="boom"):
             user_create(
@@ -355,7 +383,7 @@ def test_user_is_not_stored_when_its_event_cannot_be_created():
 
 @pytest.mark.django_db(transaction=True)
 def test_factory_user_is_not_stored_when_its_event_cannot_be_created():
-    with mock.patch.object(services, "events_create_first", side_effect=RuntimeError("boom")):
+    with mock.patch.object(signals, "events_create_first", side_effect=RuntimeError("boom")):
         with pytest.raises(RuntimeError):
             UserFactory()
 
@@ -378,7 +406,7 @@ def test_editing_a_user_leaves_a_processing_event_alone_and_logs_a_warning(sched
     # given a user whose 2027-05-05 birthday has been claimed by the scheduler
     with freeze_time("2027-05-01T00:00:00Z"):
         user = UserFactory(date_of_birth=date(1990, 5, 5), timezone="America/New_York")
-    processing = event_start_processing(event=Event.objects.get(user=user))
+    processing = start_processing(Event.objects.get(user=user))
     before = db_row(processing)
 
     # when the user's zone and date of birth are edited while it is being delivered
@@ -400,7 +428,7 @@ def test_next_pending_occurrence_after_a_processing_one_follows_the_new_data():
     # given a user whose 2027-05-05 birthday is PROCESSING and who has no PENDING event
     with freeze_time("2027-05-01T00:00:00Z"):
         user = UserFactory(date_of_birth=date(1990, 5, 5), timezone="America/New_York")
-    processing = event_start_processing(event=Event.objects.get(user=user))
+    processing = start_processing(Event.objects.get(user=user))
     assert not Event.objects.filter(user=user, status=PENDING).exists()
 
     # when the date of birth and zone are corrected
@@ -421,7 +449,7 @@ def test_timezone_edit_during_processing_does_not_reschedule_the_same_birthday_a
     # given the 2027-05-05 birthday is being delivered
     with freeze_time("2027-05-01T00:00:00Z"):
         user = UserFactory(date_of_birth=date(1990, 5, 5), timezone="America/New_York")
-    event_start_processing(event=Event.objects.get(user=user))
+    start_processing(Event.objects.get(user=user))
 
     # when only the zone changes
     with freeze_time("2027-05-05T13:00:01Z"):
@@ -492,8 +520,8 @@ def test_events_create_missing_schedules_after_the_last_handled_occurrence():
     # given a user whose 2027 birthday is COMPLETED and who has no PENDING event
     with freeze_time("2027-05-01T00:00:00Z"):
         user = UserFactory(date_of_birth=date(1990, 5, 5), timezone="UTC")
-    event = event_start_processing(event=Event.objects.get(user=user))
-    event_complete(event=event)
+    event = start_processing(Event.objects.get(user=user))
+    complete(event)
 
     # when the reconciliation runs before that birthday's send time has even passed
     with freeze_time("2027-05-02T00:00:00Z"):
@@ -508,7 +536,6 @@ def test_events_create_missing_schedules_after_the_last_handled_occurrence():
 def test_deliver_now_is_not_undone_when_the_user_is_saved_again():
     from django.utils import timezone as django_timezone
 
-    from scheduling.services import event_deliver_now
     from users.services import user_update
 
     user = UserFactory(timezone="Europe/London")

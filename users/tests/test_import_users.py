@@ -8,7 +8,7 @@ from django.core.management import CommandError, call_command
 from freezegun import freeze_time
 
 from scheduling.models import Event, EventStatus
-from scheduling.services import idempotency_key_for
+from scheduling.services.occurrences import idempotency_key_for
 from users.models import User
 
 UTC = UTC

@@ -3,8 +3,9 @@ import threading
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from config.runtime import install_stop_signals
 from delivery.worker import Worker
+from runtime.database import DatabaseUnavailable
+from runtime.process import install_stop_signals
 
 
 class Command(BaseCommand):
@@ -25,5 +26,8 @@ class Command(BaseCommand):
         restore_signals = install_stop_signals(stop, what="the worker")
         try:
             Worker(concurrency=concurrency, batch_size=batch_size, interval=interval, once=once, stop=stop).run()
+        except DatabaseUnavailable as exc:
+            # A --once run (cron, tests) that cannot reach PostgreSQL: one line, exit 1.
+            raise CommandError(str(exc).splitlines()[0]) from None
         finally:
             restore_signals()

@@ -10,9 +10,9 @@ from django.contrib.messages import get_messages
 from django.urls import reverse
 from django.utils import timezone
 
+from console.tests.console_data import completed_event, delivery_for, failed_event, past_event
 from delivery.models import AttemptOutcome, Delivery, DeliveryStatus
 from scheduling.models import EventStatus
-from scheduling.tests.console_data import completed_event, delivery_for, failed_event, past_event
 from users.tests.factories import UserFactory
 
 CHANGELIST = "admin:delivery_delivery_changelist"

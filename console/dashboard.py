@@ -1,10 +1,4 @@
-"""The operator console: titles, the dashboard page, and the status badges the admins share.
-
-Django's default admin.site is kept (the project's INSTALLED_APPS names
-django.contrib.admin, not a custom AdminConfig); `install()` adds the dashboard
-URL to it and is called once from scheduling/admin.py, which admin autodiscovery
-imports before config/urls.py reads `admin.site.urls`.
-"""
+"""The operator dashboard: backlog, outcomes, live processes and the next 24 hours of sends."""
 
 from __future__ import annotations
 
@@ -13,73 +7,14 @@ from datetime import datetime, timedelta
 
 from django.contrib import admin
 from django.template.response import TemplateResponse
-from django.urls import path
 from django.utils import timezone
-from django.utils.html import format_html
 
-from scheduling import selectors
-from scheduling.models import EventStatus, ProcessHeartbeat, ProcessKind
-
-TITLE = "Birthday scheduler operations"
-
-# Status -> badge colour. Shared by events, deliveries, attempts and processes.
-BADGE_COLOURS = {
-    # events
-    "PENDING": "#4a6f8a",
-    "PROCESSING": "#b7791f",
-    "COMPLETED": "#2f855a",
-    "FAILED": "#c53030",
-    # deliveries
-    "QUEUED": "#4a6f8a",
-    "SENDING": "#b7791f",
-    "DELIVERED": "#2f855a",
-    "DEAD": "#c53030",
-    # attempts
-    "TRANSIENT_FAILURE": "#b7791f",
-    "PERMANENT_FAILURE": "#c53030",
-    "ABANDONED": "#6b46c1",
-    # processes
-    "running": "#2f855a",
-    "lost": "#c53030",
-    "stopped": "#718096",
-    # an overdue PENDING event
-    "OVERDUE": "#dd6b20",
-}
-
-
-def badge(value: str, label: str | None = None):
-    """A coloured pill for a status value (white text, so readable in both themes)."""
-    return format_html(
-        '<span class="bs-badge" style="background:{}">{}</span>',
-        BADGE_COLOURS.get(value, "#718096"),
-        label or value,
-    )
-
-
-def humanize_delay(delta: timedelta) -> str:
-    """'3 d 4 h', '2 h 05 min', '12 min', '40 s'."""
-    seconds = int(delta.total_seconds())
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days} d {hours} h"
-    if hours:
-        return f"{hours} h {minutes:02d} min"
-    if minutes:
-        return f"{minutes} min"
-    return f"{secs} s"
-
-
-def split_local_time(iso: str) -> tuple[str, str]:
-    """'2027-03-14T09:00:00.5-04:00' -> ('2027-03-14 09:00', '-04:00'), whatever the precision."""
-    try:
-        local = datetime.fromisoformat(iso)
-    except ValueError:
-        return iso, ""
-    offset = local.isoformat()[-6:] if local.utcoffset() is not None else ""
-    return local.strftime("%Y-%m-%d %H:%M"), offset
-
+from console.widgets import badge, humanize_delay
+from delivery import selectors as delivery_selectors
+from runtime.models import ProcessHeartbeat, ProcessKind
+from runtime.selectors import processes_recent
+from scheduling import selectors as event_selectors
+from scheduling.models import EventStatus
 
 # --- the chart -----------------------------------------------------------------------
 
@@ -165,11 +100,11 @@ def _nice_ceiling(value: int) -> int:
 def dashboard_view(request, *, site: admin.AdminSite):
     """One page with what an operator checks first: backlog, outcomes, processes, what's next."""
     now = timezone.now()
-    backlog = selectors.overdue_summary(now=now)
-    status_counts = selectors.event_status_counts()
+    backlog = event_selectors.overdue_summary(now=now)
+    status_counts = event_selectors.event_status_counts()
     this_hour = now.replace(minute=0, second=0, microsecond=0)
-    chart = hourly_chart(selectors.pending_per_hour(start=this_hour, hours=24))
-    processes = list(selectors.processes_recent(now=now))
+    chart = hourly_chart(event_selectors.pending_per_hour(start=this_hour, hours=24))
+    processes = list(processes_recent(now=now))
     for process in processes:
         process.silent_for = humanize_delay(now - process.last_seen_at)
     context = {
@@ -183,8 +118,8 @@ def dashboard_view(request, *, site: admin.AdminSite):
         "events_total": sum(status_counts.values()),
         "backlog": backlog,
         "backlog_late_by": humanize_delay(now - backlog.oldest) if backlog.oldest else None,
-        "outcomes": selectors.delivery_outcome_counts(now=now),
-        "delivery_backlog": selectors.delivery_backlog_counts(),
+        "outcomes": delivery_selectors.delivery_outcome_counts(now=now),
+        "delivery_backlog": delivery_selectors.delivery_backlog_counts(),
         "processes": processes,
         "missing_kinds": [
             kind
@@ -199,39 +134,3 @@ def dashboard_view(request, *, site: admin.AdminSite):
     return TemplateResponse(request, "admin/dashboard.html", context)
 
 
-def install(site: admin.AdminSite) -> None:
-    """Title the console and add /<ADMIN_URL>dashboard/ (named admin:dashboard) to `site`."""
-    site.site_header = TITLE
-    site.site_title = TITLE
-    site.index_title = TITLE
-    if getattr(site, "_console_installed", False):
-        return
-    original_get_urls = site.get_urls
-
-    def dashboard(request):
-        return dashboard_view(request, site=site)
-
-    def get_urls():
-        return [
-            path("dashboard/", site.admin_view(dashboard), name="dashboard"),
-            *original_get_urls(),
-        ]
-
-    site.get_urls = get_urls
-    site._console_installed = True
-
-
-class ReadOnlyInlineMixin:
-    """Inlines that show history: no adding, editing or deleting rows in place."""
-
-    extra = 0
-    can_delete = False
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

@@ -13,10 +13,11 @@ from django.test import override_settings
 from django.urls import clear_url_caches, reverse
 from django.utils import timezone
 
+from console.tests.console_data import completed_event, failed_event, heartbeat
 from delivery.models import Delivery, DeliveryStatus
-from scheduling.models import Event, EventStatus, ProcessKind
-from scheduling.services import events_claim_due
-from scheduling.tests.console_data import completed_event, failed_event, heartbeat
+from delivery.services.enqueue import deliveries_enqueue_due
+from runtime.models import ProcessKind
+from scheduling.models import Event, EventStatus
 from users.tests.factories import UserFactory
 
 CHANGELIST = "admin:scheduling_event_changelist"
@@ -172,7 +173,7 @@ def test_a_pending_events_form_has_no_editable_field_and_a_post_changes_nothing(
     assert response.status_code == 200
     assert list(response.context["adminform"].form.fields) == []
     event.refresh_from_db()
-    assert (event.status, event.retry_count, event.version) == (EventStatus.PENDING, 0, 1)
+    assert (event.status, event.version) == (EventStatus.PENDING, 1)
 
 
 def test_events_cannot_be_added_or_deleted_from_the_console(console):
@@ -267,7 +268,7 @@ def test_deliver_now_makes_a_pending_event_due_at_once_and_the_scheduler_sends_i
     assert event.target_timestamp_utc <= timezone.now()
     assert any("Deliver now: 1 event due now" in m for m in messages_of(response))
     assert "ops-alice" in LogEntry.objects.get(object_id=str(event.pk)).get_change_message()
-    assert events_claim_due().queued == 1
+    assert deliveries_enqueue_due().queued == 1
     assert Delivery.objects.get(event=event).status == DeliveryStatus.QUEUED
 
 
@@ -286,7 +287,7 @@ def test_deliver_now_refuses_events_that_are_not_pending(console):
 def test_deliver_now_after_the_scheduler_claimed_it_never_creates_a_second_delivery(console):
     event = pending_of(UserFactory())
     run_action(console, "deliver_now", [event])
-    events_claim_due()
+    deliveries_enqueue_due()
 
     response = run_action(console, "deliver_now", [event])
 

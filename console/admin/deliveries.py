@@ -8,10 +8,9 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-import config.admin as console
-from delivery import services
+from console import widgets
 from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt
-from scheduling.admin import parse_uuid, run_operator_action
+from delivery.services.operator import delivery_resend
 
 
 class AttemptOutcomeFilter(admin.SimpleListFilter):
@@ -51,7 +50,7 @@ class LeaseFilter(admin.SimpleListFilter):
         return queryset
 
 
-class DeliveryAttemptInline(console.ReadOnlyInlineMixin, admin.TabularInline):
+class DeliveryAttemptInline(widgets.ReadOnlyInlineMixin, admin.TabularInline):
     model = DeliveryAttempt
     fields = [
         "number",
@@ -68,7 +67,7 @@ class DeliveryAttemptInline(console.ReadOnlyInlineMixin, admin.TabularInline):
 
     @admin.display(description="outcome")
     def outcome_badge(self, attempt: DeliveryAttempt):
-        return console.badge(attempt.outcome, attempt.get_outcome_display())
+        return widgets.badge(attempt.outcome, attempt.get_outcome_display())
 
     @admin.display(description="duration")
     def duration(self, attempt: DeliveryAttempt) -> str:
@@ -139,7 +138,7 @@ class DeliveryAdmin(admin.ModelAdmin):
 
     def get_search_results(self, request, queryset, search_term):
         term = search_term.strip()
-        as_uuid = parse_uuid(term)
+        as_uuid = widgets.parse_uuid(term)
         if as_uuid is not None:
             return queryset.filter(Q(id=as_uuid) | Q(event_id=as_uuid)), False
         if term:
@@ -167,7 +166,7 @@ class DeliveryAdmin(admin.ModelAdmin):
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, delivery: Delivery):
-        return console.badge(delivery.status, delivery.get_status_display())
+        return widgets.badge(delivery.status, delivery.get_status_display())
 
     @admin.display(description="attempts", ordering="attempts")
     def attempts_used(self, delivery: Delivery) -> str:
@@ -195,7 +194,7 @@ class DeliveryAdmin(admin.ModelAdmin):
 
     @admin.action(description="Resend selected DEAD deliveries", permissions=["change"])
     def resend(self, request, queryset):
-        run_operator_action(
-            self, request, queryset, service=services.delivery_resend, verb="Resend", kwarg="delivery"
+        widgets.run_operator_action(
+            self, request, queryset, service=delivery_resend, verb="Resend", kwarg="delivery"
         )
 

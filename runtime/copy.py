@@ -22,7 +22,9 @@ def copy_rows(model: type[models.Model], columns: Sequence[str], rows: Sequence[
     if connection.vendor != "postgresql":
         model.objects.bulk_create([model(**dict(zip(columns, row, strict=True))) for row in rows])
         return
-    quoted = ", ".join(connection.ops.quote_name(model._meta.get_field(c).column) for c in columns)
+    fields = [model._meta.get_field(c) for c in columns]
+    quoted = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    json_positions = [i for i, f in enumerate(fields) if isinstance(f, models.JSONField)]
     with connection.cursor() as cursor:
         raw_cursor = cursor.cursor
         # The queued writer sends from a background thread, so PostgreSQL
@@ -30,31 +32,13 @@ def copy_rows(model: type[models.Model], columns: Sequence[str], rows: Sequence[
         with raw_cursor.copy(
             f"COPY {model._meta.db_table} ({quoted}) FROM STDIN", writer=QueuedLibpqWriter(raw_cursor)
         ) as copy:
+            if not json_positions:
+                for row in rows:
+                    copy.write_row(row)
+                return
             for row in rows:
-                copy.write_row(row)
-
-
-def copy_models(objects: Sequence[models.Model]) -> None:
-    """Insert unsaved model instances (auto_now fields and defaults applied)."""
-    if not objects:
-        return
-    model = type(objects[0])
-    if connection.vendor != "postgresql":
-        model.objects.bulk_create(objects)
-        return
-    fields = [
-        field
-        for field in model._meta.concrete_fields
-        if not (field.primary_key and isinstance(field, models.AutoField))
-    ]
-    json_fields = {field.attname for field in fields if isinstance(field, models.JSONField)}
-    rows = []
-    for obj in objects:
-        row = []
-        for field in fields:
-            value = field.pre_save(obj, add=True)
-            if value is not None and field.attname in json_fields:
-                value = Jsonb(value)
-            row.append(value)
-        rows.append(tuple(row))
-    copy_rows(model, [field.attname for field in fields], rows)
+                values = list(row)
+                for i in json_positions:
+                    if values[i] is not None:
+                        values[i] = Jsonb(values[i])
+                copy.write_row(values)

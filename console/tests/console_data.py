@@ -14,9 +14,10 @@ from django.conf import settings
 from django.utils import timezone
 
 from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus
+from runtime.models import ProcessHeartbeat, ProcessKind
 from scheduling.handlers import local_send_instant
-from scheduling.models import Event, EventStatus, EventType, ProcessHeartbeat, ProcessKind
-from scheduling.services import idempotency_key_for
+from scheduling.models import Event, EventStatus, EventType
+from scheduling.services.occurrences import idempotency_key_for
 from users.models import User
 from users.validators import load_timezone
 
@@ -39,7 +40,6 @@ def past_event(user: User, *, status: str, years_ago: int = 1, **fields) -> Even
         idempotency_key=idempotency_key_for(
             user_id=user.id, event_type=EventType.BIRTHDAY, occurrence_date=occurrence_date
         ),
-        delivery_payload={"message": f"Hey, {user.full_name} it's your birthday"},
         **fields,
     )
 
@@ -64,7 +64,7 @@ def delivery_for(
         event=event,
         idempotency_key=event.idempotency_key,
         endpoint_url=settings.WEBHOOK_URL or "http://127.0.0.1:9/hook",
-        payload=event.delivery_payload or {},
+        payload={"message": f"Hey, {event.user.full_name} it's your birthday"},
         status=status,
         attempts=len(attempts),
         max_attempts=max(len(attempts), 3),

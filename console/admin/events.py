@@ -3,61 +3,25 @@
 from __future__ import annotations
 
 import re
-import uuid
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-import config.admin as console
-from scheduling import services
-from scheduling.exceptions import SchedulingError
+from console import widgets
+from delivery.services.operator import event_resend
 from scheduling.models import Event, EventStatus
-
-# The dashboard URL and the console's titles; admin autodiscovery imports this
-# module before config/urls.py reads admin.site.urls.
-console.install(admin.site)
+from scheduling.services.sync import event_deliver_now
 
 EVENT_KEY = re.compile(r"^event-[0-9a-f]{16}$")
 
 
-def parse_uuid(term: str) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(term.strip())
-    except ValueError:
-        return None
-
-
-def run_operator_action(
-    modeladmin, request, queryset, *, service, verb: str, kwarg: str, outcome: str = "queued"
-) -> None:
-    """Call `service` for each selected row, log what succeeded, report each refusal.
-
-    Each row is its own unit: a refusal (wrong state, or changed by someone else
-    meanwhile) does not stop the others. The services enforce the state machine
-    and the one-delivery-per-occurrence rule; the admin only reports.
-    """
-    operator = request.user.get_username()
-    done = 0
-    for obj in queryset:
-        try:
-            service(**{kwarg: obj}, operator=operator)
-        except SchedulingError as exc:
-            modeladmin.message_user(
-                request, f"{verb} refused for {obj}: {exc}", level=messages.ERROR
-            )
-            continue
-        modeladmin.log_change(request, obj, f"{verb} by operator {operator}.")
-        done += 1
-    if done:
-        modeladmin.message_user(
-            request,
-            f"{verb}: {done} {modeladmin.opts.verbose_name if done == 1 else modeladmin.opts.verbose_name_plural} "
-            f"{outcome}.",
-            level=messages.SUCCESS,
-        )
+def retries_of(event: Event) -> int:
+    """Attempts after the first, counted by the event's delivery (the one record of attempts)."""
+    delivery = getattr(event, "delivery", None) if event.pk else None
+    return max(delivery.attempts - 1, 0) if delivery is not None else 0
 
 
 class OverdueFilter(admin.SimpleListFilter):
@@ -87,10 +51,11 @@ class EventAdmin(admin.ModelAdmin):
         "target_utc",
         "target_local",
         "status_badge",
-        "retry_count",
+        "retries",
         "lateness",
     ]
-    list_select_related = ["user"]
+    # The delivery (a reverse one-to-one) joins in the same query, for `retries`.
+    list_select_related = ["user", "delivery"]
     # Latest send time first. Filtered by status (how operators mostly look), this
     # is a backward scan of event_status_target_idx instead of a sort of every
     # row in that status; the model's default (-occurrence_date, -created_at) has
@@ -113,13 +78,13 @@ class EventAdmin(admin.ModelAdmin):
         ),
         (
             "Outcome",
-            {"fields": ["delivery_link", "executed_at", "failure_reason", "retry_count"]},
+            {"fields": ["delivery_link", "executed_at", "failure_reason", "retries"]},
         ),
         (
             "Internals",
             {
                 "classes": ["collapse"],
-                "fields": ["idempotency_key", "version", "delivery_payload", "created_at", "updated_at"],
+                "fields": ["idempotency_key", "version", "created_at", "updated_at"],
             },
         ),
     ]
@@ -151,7 +116,7 @@ class EventAdmin(admin.ModelAdmin):
         term = search_term.strip()
         if EVENT_KEY.match(term):
             return queryset.filter(idempotency_key=term), False
-        as_uuid = parse_uuid(term)
+        as_uuid = widgets.parse_uuid(term)
         if as_uuid is not None:
             return queryset.filter(Q(id=as_uuid) | Q(user_id=as_uuid)), False
         return super().get_search_results(request, queryset, search_term)
@@ -173,7 +138,7 @@ class EventAdmin(admin.ModelAdmin):
     @admin.display(description="target (local)")
     def target_local(self, event: Event):
         # The stored ISO text keeps the offset in force at that instant.
-        wall, offset = console.split_local_time(event.target_timestamp_local)
+        wall, offset = widgets.split_local_time(event.target_timestamp_local)
         return format_html(
             '{} <span class="bs-muted">{}</span><br><span class="bs-muted">{}</span>',
             wall,
@@ -183,7 +148,7 @@ class EventAdmin(admin.ModelAdmin):
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, event: Event):
-        return console.badge(event.status, event.get_status_display())
+        return widgets.badge(event.status, event.get_status_display())
 
     @admin.display(description="late by")
     def lateness(self, event: Event):
@@ -191,9 +156,13 @@ class EventAdmin(admin.ModelAdmin):
         if event.status == EventStatus.PENDING and event.target_timestamp_utc < now:
             return format_html(
                 '<span class="bs-late">{}</span>',
-                console.humanize_delay(now - event.target_timestamp_utc),
+                widgets.humanize_delay(now - event.target_timestamp_utc),
             )
         return "—"
+
+    @admin.display(description="retries")
+    def retries(self, event: Event) -> int:
+        return retries_of(event)
 
     @admin.display(description="delivery")
     def delivery_link(self, event: Event):
@@ -204,7 +173,7 @@ class EventAdmin(admin.ModelAdmin):
             '<a href="{}">{}</a> {} <span class="bs-muted">{} of {} attempts used</span>',
             reverse("admin:delivery_delivery_change", args=[delivery.pk]),
             delivery.idempotency_key,
-            console.badge(delivery.status, delivery.get_status_display()),
+            widgets.badge(delivery.status, delivery.get_status_display()),
             delivery.attempts,
             delivery.max_attempts,
         )
@@ -213,17 +182,17 @@ class EventAdmin(admin.ModelAdmin):
 
     @admin.action(description="Resend selected FAILED events", permissions=["change"])
     def resend(self, request, queryset):
-        run_operator_action(
-            self, request, queryset, service=services.event_resend, verb="Resend", kwarg="event"
+        widgets.run_operator_action(
+            self, request, queryset, service=event_resend, verb="Resend", kwarg="event"
         )
 
     @admin.action(description="Deliver selected PENDING events now", permissions=["change"])
     def deliver_now(self, request, queryset):
-        run_operator_action(
+        widgets.run_operator_action(
             self,
             request,
             queryset,
-            service=services.event_deliver_now,
+            service=event_deliver_now,
             verb="Deliver now",
             kwarg="event",
             # The scheduler, woken at once, claims and queues it.

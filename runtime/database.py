@@ -1,13 +1,9 @@
-"""What the long-running processes (run_scheduler, run_worker) share."""
+"""The database side of a long-running process: telling an outage from a bug, waiting it out."""
 
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import socket
 import threading
-import uuid
 
 from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connection
 
@@ -17,15 +13,16 @@ logger = logging.getLogger(__name__)
 DB_ERRORS = (OperationalError, InterfaceError)
 
 
-def process_name() -> str:
-    """A name unique to this process: host, pid and a random suffix (pids are reused)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-
-
 class Backoff:
-    """Growing pauses while the database is unreachable: 0.5 s doubling up to 10 s."""
+    """Growing pauses while the database is unreachable: 0.5 s doubling up to 2 s.
 
-    def __init__(self, first: float = 0.5, cap: float = 10.0) -> None:
+    The cap is short on purpose: after an outage every worker must be back
+    within a second or two, to record what it sent and renew its leases before
+    anyone may take them over (see delivery.worker's takeover grace). A failed
+    connection attempt costs one TCP round trip, so trying every 2 s is cheap.
+    """
+
+    def __init__(self, first: float = 0.5, cap: float = 2.0) -> None:
         self.first, self.cap, self.current = first, cap, first
         self.failures = 0  # in a row
 
@@ -86,25 +83,3 @@ def reset_connection_after_error() -> None:
         connection.close()
     except DatabaseError:
         pass
-
-
-def install_stop_signals(stop: threading.Event, *, what: str):
-    """First SIGTERM/SIGINT: set `stop` (drain and exit 0). Second: exit at once.
-
-    Returns a function that puts the previous handlers back.
-    """
-
-    def handle(signum, frame):
-        if stop.is_set():
-            logger.warning("Second %s: exiting now", signal.Signals(signum).name)
-            os._exit(1)
-        logger.info("%s received: %s is finishing its work", signal.Signals(signum).name, what)
-        stop.set()
-
-    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
-
-    def restore() -> None:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-    return restore

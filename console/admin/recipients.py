@@ -7,16 +7,16 @@ from django.db.models import Prefetch
 from django.utils import timezone
 from django.utils.html import format_html
 
-import config.admin as console
+from console import widgets
+from console.admin.events import retries_of
+from console.forms import RecipientAdminForm
 from delivery.models import Delivery
-from scheduling.admin import parse_uuid
 from scheduling.models import Event, EventStatus
 from users import services
-from users.forms import RecipientAdminForm
 from users.models import User
 
 
-class EventInline(console.ReadOnlyInlineMixin, admin.TabularInline):
+class EventInline(widgets.ReadOnlyInlineMixin, admin.TabularInline):
     """The recipient's events, newest first; read-only (they change through the services)."""
 
     model = Event
@@ -28,7 +28,7 @@ class EventInline(console.ReadOnlyInlineMixin, admin.TabularInline):
         "target_timestamp_utc",
         "target_timestamp_local",
         "status_badge",
-        "retry_count",
+        "retries",
         "executed_at",
         "failure_reason",
     ]
@@ -36,7 +36,14 @@ class EventInline(console.ReadOnlyInlineMixin, admin.TabularInline):
 
     @admin.display(description="status")
     def status_badge(self, event: Event):
-        return console.badge(event.status, event.get_status_display())
+        return widgets.badge(event.status, event.get_status_display())
+
+    @admin.display(description="retries")
+    def retries(self, event: Event) -> int:
+        return retries_of(event)
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("delivery")
 
 
 @admin.register(User)
@@ -88,7 +95,7 @@ class RecipientAdmin(admin.ModelAdmin):
         )
 
     def get_search_results(self, request, queryset, search_term):
-        as_uuid = parse_uuid(search_term)
+        as_uuid = widgets.parse_uuid(search_term)
         if as_uuid is not None:
             return queryset.filter(id=as_uuid), False
         return super().get_search_results(request, queryset, search_term)
@@ -126,7 +133,7 @@ class RecipientAdmin(admin.ModelAdmin):
         event = self._next(user)
         if event is None:
             return "—"
-        wall, offset = console.split_local_time(event.target_timestamp_local)
+        wall, offset = widgets.split_local_time(event.target_timestamp_local)
         return format_html('{} <span class="bs-muted">{}</span>', wall, offset)
 
     @admin.display(description="next birthday (UTC)")
@@ -140,5 +147,5 @@ class RecipientAdmin(admin.ModelAdmin):
         if event is None:
             return "—"
         if event.target_timestamp_utc < timezone.now():
-            return console.badge("OVERDUE", "Pending, overdue")
-        return console.badge(event.status, event.get_status_display())
+            return widgets.badge("OVERDUE", "Pending, overdue")
+        return widgets.badge(event.status, event.get_status_display())

@@ -18,9 +18,9 @@ from django.urls import reverse
 from django.utils import timezone
 from playwright.sync_api import sync_playwright
 
+from console.tests.console_data import populate_demo
 from delivery.sink import WebhookSink
 from scheduling.models import Event, EventStatus
-from scheduling.tests.console_data import populate_demo
 
 # Playwright's sync API keeps an asyncio loop in this thread; Django's ORM sees
 # it and refuses synchronous queries unless told the test knows what it does.

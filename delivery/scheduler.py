@@ -1,4 +1,4 @@
-"""The scheduler loop: sleep until the next event is due, claim it, hand it to delivery."""
+"""The scheduler loop: sleep until the next event is due, then turn due events into queued deliveries."""
 
 from __future__ import annotations
 
@@ -11,23 +11,14 @@ import time
 from django.conf import settings
 from django.utils import timezone
 
-from config.runtime import (
-    DB_ERRORS,
-    Backoff,
-    process_name,
-    refresh_connection,
-    wait_out_database_outage,
-)
-from config.wakeup import SCHEDULER_CHANNEL, Listener
-from scheduling.models import ProcessKind
+from delivery.services.enqueue import deliveries_enqueue_due
+from runtime.database import DB_ERRORS, Backoff, refresh_connection, wait_out_database_outage
+from runtime.heartbeats import heartbeat_beat, heartbeat_start
+from runtime.models import ProcessKind
+from runtime.process import process_name
+from runtime.wakeup import SCHEDULER_CHANNEL, Listener
 from scheduling.selectors import next_pending_target, overdue_summary
-from scheduling.services import (
-    RECONCILE_CHUNK,
-    events_claim_due,
-    events_create_missing,
-    heartbeat_beat,
-    heartbeat_start,
-)
+from scheduling.services.sync import RECONCILE_CHUNK, events_create_missing
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +104,7 @@ class Scheduler:
     def _claim_all_due(self) -> int:
         total = 0
         while not self.stop.is_set():
-            result = events_claim_due(now=timezone.now(), batch_size=self.batch_size)
+            result = deliveries_enqueue_due(now=timezone.now(), batch_size=self.batch_size)
             total += result.claimed
             self.counts["processed"] += result.claimed
             self.counts["succeeded"] += result.queued
@@ -153,4 +144,7 @@ class Scheduler:
         if start:
             heartbeat_start(kind=ProcessKind.SCHEDULER, name=self.name, host=socket.gethostname(), pid=os.getpid())
         else:
-            heartbeat_beat(name=self.name, stopped=stopped, **self.counts)
+            heartbeat_beat(
+                kind=ProcessKind.SCHEDULER, name=self.name, host=socket.gethostname(), pid=os.getpid(),
+                stopped=stopped, **self.counts,
+            )

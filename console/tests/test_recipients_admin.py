@@ -9,8 +9,8 @@ from django.contrib.admin.models import ADDITION, LogEntry
 from django.urls import reverse
 from django.utils import timezone
 
+from console.tests.console_data import completed_event, failed_event
 from scheduling.models import Event, EventStatus
-from scheduling.tests.console_data import completed_event, failed_event
 from users.models import User
 from users.tests.factories import UserFactory
 

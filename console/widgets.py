@@ -1,0 +1,122 @@
+"""What the console's pages share: status badges, durations, local times, read-only inlines."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+
+from django.contrib import messages
+from django.utils.html import format_html
+
+from scheduling.exceptions import SchedulingError
+
+# Status -> badge colour. Shared by events, deliveries, attempts and processes.
+BADGE_COLOURS = {
+    # events
+    "PENDING": "#4a6f8a",
+    "PROCESSING": "#b7791f",
+    "COMPLETED": "#2f855a",
+    "FAILED": "#c53030",
+    # deliveries
+    "QUEUED": "#4a6f8a",
+    "SENDING": "#b7791f",
+    "DELIVERED": "#2f855a",
+    "DEAD": "#c53030",
+    # attempts
+    "TRANSIENT_FAILURE": "#b7791f",
+    "PERMANENT_FAILURE": "#c53030",
+    "ABANDONED": "#6b46c1",
+    # processes
+    "running": "#2f855a",
+    "lost": "#c53030",
+    "stopped": "#718096",
+    # an overdue PENDING event
+    "OVERDUE": "#dd6b20",
+}
+
+
+def badge(value: str, label: str | None = None):
+    """A coloured pill for a status value (white text, so readable in both themes)."""
+    return format_html(
+        '<span class="bs-badge" style="background:{}">{}</span>',
+        BADGE_COLOURS.get(value, "#718096"),
+        label or value,
+    )
+
+
+def humanize_delay(delta: timedelta) -> str:
+    """'3 d 4 h', '2 h 05 min', '12 min', '40 s'."""
+    seconds = int(delta.total_seconds())
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days} d {hours} h"
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    if minutes:
+        return f"{minutes} min"
+    return f"{secs} s"
+
+
+def split_local_time(iso: str) -> tuple[str, str]:
+    """'2027-03-14T09:00:00.5-04:00' -> ('2027-03-14 09:00', '-04:00'), whatever the precision."""
+    try:
+        local = datetime.fromisoformat(iso)
+    except ValueError:
+        return iso, ""
+    offset = local.isoformat()[-6:] if local.utcoffset() is not None else ""
+    return local.strftime("%Y-%m-%d %H:%M"), offset
+
+
+def parse_uuid(term: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(term.strip())
+    except ValueError:
+        return None
+
+
+def run_operator_action(
+    modeladmin, request, queryset, *, service, verb: str, kwarg: str, outcome: str = "queued"
+) -> None:
+    """Call `service` for each selected row, log what succeeded, report each refusal.
+
+    Each row is its own unit: a refusal (wrong state, or changed by someone else
+    meanwhile) does not stop the others. The services enforce the state machine
+    and the one-delivery-per-occurrence rule; the admin only reports.
+    """
+    operator = request.user.get_username()
+    done = 0
+    for obj in queryset:
+        try:
+            service(**{kwarg: obj}, operator=operator)
+        except SchedulingError as exc:
+            modeladmin.message_user(
+                request, f"{verb} refused for {obj}: {exc}", level=messages.ERROR
+            )
+            continue
+        modeladmin.log_change(request, obj, f"{verb} by operator {operator}.")
+        done += 1
+    if done:
+        modeladmin.message_user(
+            request,
+            f"{verb}: {done} {modeladmin.opts.verbose_name if done == 1 else modeladmin.opts.verbose_name_plural} "
+            f"{outcome}.",
+            level=messages.SUCCESS,
+        )
+
+
+class ReadOnlyInlineMixin:
+    """Inlines that show history: no adding, editing or deleting rows in place."""
+
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

@@ -1,0 +1,78 @@
+"""The retry decision: what happens to a delivery after an attempt. Pure, so it is tested as a table.
+
+Capped exponential back-off with full jitter (AWS Architecture Blog, "Exponential
+Backoff and Jitter"): the n-th retry waits a uniform random time in
+[0, min(cap, base * 2^(n-1))]. A receiver's Retry-After is honoured up to the
+cap, so a receiver asking for a day cannot park a birthday greeting for a day.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+
+from delivery.models import AttemptOutcome, DeliveryStatus
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    base: timedelta
+    cap: timedelta
+
+    @classmethod
+    def from_settings(cls) -> RetryPolicy:
+        return cls(base=settings.DELIVERY_RETRY_BASE, cap=settings.DELIVERY_RETRY_MAX)
+
+
+@dataclass(frozen=True)
+class Decision:
+    status: str  # DELIVERED, QUEUED (try again after `delay`) or DEAD
+    delay: timedelta  # before the next attempt (QUEUED only)
+    reason: str  # the delivery's last_error, and the event's failure reason when DEAD
+
+
+def retry_delay(
+    *, attempt: int, retry_after: float | None, policy: RetryPolicy, jitter: Callable[[float, float], float]
+) -> timedelta:
+    """How long before the next try after failed attempt number `attempt` (1-based)."""
+    cap = policy.cap.total_seconds()
+    if retry_after is not None:
+        return timedelta(seconds=min(max(retry_after, 0.0), cap))
+    ceiling = min(cap, policy.base.total_seconds() * 2 ** max(attempt - 1, 0))
+    return timedelta(seconds=jitter(0.0, ceiling))
+
+
+def decide(
+    *,
+    outcome: str,
+    attempt: int,
+    max_attempts: int,
+    description: str,
+    retry_after: float | None = None,
+    policy: RetryPolicy,
+    jitter: Callable[[float, float], float] = random.uniform,
+) -> Decision:
+    """What follows attempt number `attempt` of `max_attempts`, which ended in `outcome`.
+
+    `description` says what happened ("HTTP 503 (Service Unavailable)", "Timed
+    out after 10 s"). A lost worker's attempt (ABANDONED) is tried again at
+    once: nothing says the receiver is unwell, and the lease already cost a wait.
+    """
+    if outcome == AttemptOutcome.DELIVERED:
+        return Decision(status=DeliveryStatus.DELIVERED, delay=timedelta(0), reason="")
+    if outcome == AttemptOutcome.PERMANENT_FAILURE:
+        return Decision(status=DeliveryStatus.DEAD, delay=timedelta(0), reason=f"Permanent failure: {description}")
+    if attempt >= max_attempts:
+        return Decision(
+            status=DeliveryStatus.DEAD,
+            delay=timedelta(0),
+            reason=f"Gave up after {attempt} attempts; last: {description}",
+        )
+    if outcome == AttemptOutcome.ABANDONED:
+        return Decision(status=DeliveryStatus.QUEUED, delay=timedelta(0), reason=description)
+    delay = retry_delay(attempt=attempt, retry_after=retry_after, policy=policy, jitter=jitter)
+    return Decision(status=DeliveryStatus.QUEUED, delay=delay, reason=description)

@@ -1,0 +1,54 @@
+"""Reads of deliveries and attempts, for the console and the worker."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.db.models import Count, Min, Q
+
+from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus
+
+
+def next_retry_at() -> datetime | None:
+    """When the earliest QUEUED delivery is due (an idle worker sleeps until then)."""
+    return Delivery.objects.filter(status=DeliveryStatus.QUEUED).aggregate(first=Min("next_attempt_at"))["first"]
+
+
+def delivery_outcome_counts(*, now: datetime) -> dict[str, int]:
+    """Deliveries that ended DELIVERED or DEAD, and attempts made, in the last hour and day.
+
+    A delivery's updated_at is when it reached its final state; the range scan on
+    (status, updated_at) reads only the last day's finished rows. Attempts are
+    counted by finished_at (attempt_finished_idx).
+    """
+    hour_ago, day_ago = now - timedelta(hours=1), now - timedelta(days=1)
+    finished = Delivery.objects.filter(
+        status__in=[DeliveryStatus.DELIVERED, DeliveryStatus.DEAD], updated_at__gt=day_ago
+    ).aggregate(
+        delivered_hour=Count(
+            "id", filter=Q(status=DeliveryStatus.DELIVERED, updated_at__gt=hour_ago)
+        ),
+        delivered_day=Count("id", filter=Q(status=DeliveryStatus.DELIVERED)),
+        dead_hour=Count("id", filter=Q(status=DeliveryStatus.DEAD, updated_at__gt=hour_ago)),
+        dead_day=Count("id", filter=Q(status=DeliveryStatus.DEAD)),
+    )
+    attempts = DeliveryAttempt.objects.filter(finished_at__gt=day_ago).aggregate(
+        attempts_hour=Count("id", filter=Q(finished_at__gt=hour_ago)),
+        attempts_day=Count("id"),
+        failed_attempts_hour=Count(
+            "id",
+            filter=Q(finished_at__gt=hour_ago) & ~Q(outcome=AttemptOutcome.DELIVERED),
+        ),
+        failed_attempts_day=Count("id", filter=~Q(outcome=AttemptOutcome.DELIVERED)),
+    )
+    return {**finished, **attempts}
+
+
+def delivery_backlog_counts() -> dict[str, int]:
+    """Deliveries waiting (QUEUED) and under a worker's lease (SENDING)."""
+    return Delivery.objects.filter(
+        status__in=[DeliveryStatus.QUEUED, DeliveryStatus.SENDING]
+    ).aggregate(
+        queued=Count("id", filter=Q(status=DeliveryStatus.QUEUED)),
+        sending=Count("id", filter=Q(status=DeliveryStatus.SENDING)),
+    )

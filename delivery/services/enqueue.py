@@ -1,0 +1,168 @@
+"""The scheduler's claim: due events become queued deliveries, a batch per transaction.
+
+Per batch, on PostgreSQL: one SELECT locks the due events (FOR UPDATE SKIP
+LOCKED, so schedulers share the work without waiting on each other) and
+returns what Python needs as tuples; one UPDATE moves them to PROCESSING (and
+one more moves the rare too-late ones to FAILED); one COPY writes their
+deliveries; one INSERT writes every claimed recipient's next occurrence. The
+messages and the next occurrences are computed in Python, by the event-type
+handlers and zoneinfo, so PostgreSQL's own time-zone data never decides a
+send time.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from delivery.models import Delivery, DeliveryStatus
+from delivery.payload import webhook_payload
+from runtime.copy import copy_rows
+from runtime.sql import insert_rows, skip_locked, typed_rows
+from runtime.wakeup import WORKER_CHANNEL, notify
+from scheduling.handlers import RecipientRow
+from scheduling.models import Event, EventStatus
+from scheduling.services.occurrences import PENDING_EVENT_COLUMNS, next_occurrence, pending_event_row
+from scheduling.services.transitions import Actor, EventRef, events_transition
+from users.models import User
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class EnqueueResult:
+    queued: int = 0
+    too_late: int = 0
+
+    @property
+    def claimed(self) -> int:
+        return self.queued + self.too_late
+
+
+_E = {f.name: f for f in Event._meta.concrete_fields}
+_U = {f.name: f for f in User._meta.concrete_fields}
+# What the claim returns per event, in this order.
+_CLAIMED_FIELDS = [
+    _E["id"], _E["version"], _E["event_type"], _E["occurrence_date"], _E["target_timestamp_utc"],
+    _E["idempotency_key"], _U["id"], _U["first_name"], _U["last_name"], _U["date_of_birth"], _U["timezone"],
+    _E["occurrence_date"],
+]
+DELIVERY_COLUMNS = (
+    "id", "event_id", "idempotency_key", "endpoint_url", "payload", "status", "attempts", "max_attempts",
+    "next_attempt_at", "locked_by", "last_error", "created_at", "updated_at",
+)
+
+
+def queued_delivery_row(*, event_id: uuid.UUID, idempotency_key: str, payload: dict, now: datetime) -> tuple:
+    """A new delivery, due now, to today's receiver, as a tuple in the order of DELIVERY_COLUMNS."""
+    return (
+        uuid.uuid4(), event_id, idempotency_key, settings.WEBHOOK_URL, payload, DeliveryStatus.QUEUED.value, 0,
+        settings.DELIVERY_MAX_ATTEMPTS, now, "", "", now, now,
+    )
+
+
+def _claim_sql() -> str:
+    event, user = Event._meta.db_table, User._meta.db_table
+    # The latest occurrence already handled (claimed, sent, failed) per claimed
+    # event: the next occurrence must come after it, whatever the data says now.
+    # One probe of the (user, event_type, occurrence_date) unique index per row.
+    return (
+        "SELECT e.id, e.version, e.event_type, e.occurrence_date, e.target_timestamp_utc, e.idempotency_key, "
+        "u.id, u.first_name, u.last_name, u.date_of_birth, u.timezone, "
+        f"(SELECT max(h.occurrence_date) FROM {event} h WHERE h.user_id = e.user_id "
+        "AND h.event_type = e.event_type AND h.status <> %s) "
+        f"FROM {event} e JOIN {user} u ON u.id = e.user_id "
+        "WHERE e.status = %s AND e.target_timestamp_utc <= %s "
+        f"ORDER BY e.target_timestamp_utc LIMIT %s{skip_locked(of='e')}"
+    )
+
+
+def _hours(delta: timedelta) -> str:
+    return f"{delta.total_seconds() / 3600:.1f} h"
+
+
+def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500) -> EnqueueResult:
+    """Claim up to `batch_size` due PENDING events and queue their deliveries, in one transaction.
+
+    Events overdue by more than EVENT_MAX_LATENESS are FAILED instead of sent.
+    Every claimed recipient gets their next occurrence as the new PENDING event.
+    """
+    now = now or timezone.now()
+    max_lateness = settings.EVENT_MAX_LATENESS
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _claim_sql(),
+                [
+                    EventStatus.PENDING,
+                    EventStatus.PENDING,
+                    _E["target_timestamp_utc"].get_db_prep_value(now, connection),
+                    batch_size,
+                ],
+            )
+            claimed = typed_rows(cursor.fetchall(), _CLAIMED_FIELDS)
+        if not claimed:
+            return EnqueueResult()
+        on_time, too_late = [], []
+        for row in claimed:
+            (on_time if now - row[4] <= max_lateness else too_late).append(row)
+
+        events_transition(
+            events=[EventRef(row[0], row[1]) for row in on_time],
+            source=EventStatus.PENDING,
+            target=EventStatus.PROCESSING,
+            actor=Actor.SCHEDULER,
+            now=now,
+        )
+        events_transition(
+            events=[EventRef(row[0], row[1]) for row in too_late],
+            source=EventStatus.PENDING,
+            target=EventStatus.FAILED,
+            actor=Actor.SCHEDULER,
+            now=now,
+            per_event={
+                "failure_reason": [
+                    f"Not sent: {_hours(now - row[4])} late, more than EVENT_MAX_LATENESS ({_hours(max_lateness)})."
+                    for row in too_late
+                ]
+            },
+        )
+
+        deliveries, upcoming = [], []
+        for event_id, _version, event_type, occurrence_date, target, key, *user, latest_handled in claimed:
+            recipient = RecipientRow(*user)
+            if now - target <= max_lateness:
+                payload = webhook_payload(
+                    event_id=event_id,
+                    event_type=event_type,
+                    occurrence_date=occurrence_date,
+                    target_utc=target,
+                    recipient=recipient,
+                )
+                deliveries.append(queued_delivery_row(event_id=event_id, idempotency_key=key, payload=payload, now=now))
+            after = max(latest_handled or occurrence_date, occurrence_date)
+            occurrence = next_occurrence(recipient=recipient, event_type=event_type, now=now, after_date=after)
+            upcoming.append(pending_event_row(user_id=recipient.id, event_type=event_type, occurrence=occurrence, now=now))
+        copy_rows(Delivery, DELIVERY_COLUMNS, deliveries)
+        # A next occurrence may already exist (a recipient's edit or the
+        # reconcile created it between our lock and this insert): that row stands.
+        insert_rows(Event, PENDING_EVENT_COLUMNS, upcoming, ignore_conflicts=True)
+        if deliveries:
+            notify(WORKER_CHANNEL)
+    for row in too_late:
+        logger.warning(
+            "Event too late to send; marked FAILED",
+            extra={
+                "event_id": str(row[0]),
+                "user_id": str(row[6]),
+                "idempotency_key": row[5],
+                "target": row[4].isoformat(),
+            },
+        )
+    return EnqueueResult(queued=len(on_time), too_late=len(too_late))

@@ -1,0 +1,154 @@
+"""The worker's side of a lease: claim due deliveries, renew, hand back, take over a lost worker's."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from delivery.models import AttemptOutcome, Delivery, DeliveryStatus
+from delivery.retry import RetryPolicy, decide
+from delivery.services.record import AttemptRecord, attempts_apply
+from delivery.services.transitions import Due, NewLease, Rows, deliveries_transition
+from delivery.transport import ClaimedDelivery
+from runtime.sql import skip_locked, typed_rows
+from runtime.wakeup import WORKER_CHANNEL, notify
+
+logger = logging.getLogger(__name__)
+
+_F = {f.attname: f for f in Delivery._meta.concrete_fields}
+_CLAIM_RETURNS = ("id", "event_id", "idempotency_key", "endpoint_url", "payload", "attempts", "max_attempts",
+                  "next_attempt_at")
+_EXPIRED_FIELDS = ("id", "attempts", "max_attempts", "locked_by", "locked_until", "attempt_started_at")
+
+
+def deliveries_claim(
+    *,
+    worker: str,
+    limit: int,
+    lease: timedelta,
+    now: datetime | None = None,
+    take_over_expired: bool = True,
+) -> list[ClaimedDelivery]:
+    """Lease up to `limit` due deliveries to `worker` in one short transaction.
+
+    Due means QUEUED with `next_attempt_at <= now`; with `take_over_expired`,
+    deliveries whose worker was lost (lease expired, nobody renewed it) are
+    first put back in the queue, their attempt logged as abandoned. Rows other
+    workers hold are skipped, never waited for. The HTTP calls happen after this
+    commits: nothing stays locked across the network.
+    """
+    now = now or timezone.now()
+    if limit <= 0:
+        return []
+    with transaction.atomic():
+        if take_over_expired:
+            _take_over_expired(now=now, limit=limit)
+        rows = deliveries_transition(
+            source=DeliveryStatus.QUEUED,
+            target=DeliveryStatus.SENDING,
+            select=Due(now=now, limit=limit),
+            now=now,
+            lease=NewLease(worker=worker, until=now + lease),
+            returning=_CLAIM_RETURNS,
+        )
+    rows.sort(key=lambda row: row[7])
+    return [
+        ClaimedDelivery(
+            id=row[0],
+            event_id=row[1],
+            idempotency_key=row[2],
+            endpoint_url=row[3],
+            # jsonb comes back as text (Django's psycopg loader), sent as it is.
+            body=row[4],
+            attempt=row[5],
+            max_attempts=row[6],
+        )
+        for row in rows
+    ]
+
+
+def _take_over_expired(*, now: datetime, limit: int) -> int:
+    """Put deliveries whose lease expired back in the queue (or DEAD with no attempt left)."""
+    table = Delivery._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {', '.join(_EXPIRED_FIELDS)} FROM {table} WHERE status = %s AND locked_until < %s "
+            f"ORDER BY locked_until LIMIT %s{skip_locked()}",
+            [DeliveryStatus.SENDING, _F["locked_until"].get_db_prep_value(now, connection), limit],
+        )
+        expired = typed_rows(cursor.fetchall(), [_F[name] for name in _EXPIRED_FIELDS])
+    if not expired:
+        return 0
+    policy = RetryPolicy.from_settings()
+    records = []
+    for delivery_id, attempt, max_attempts, lost_worker, locked_until, started_at in expired:
+        started_at = started_at or locked_until
+        records.append(
+            AttemptRecord(
+                delivery_id=delivery_id,
+                attempt=attempt,
+                worker=lost_worker,
+                started_at=started_at,
+                finished_at=now,
+                duration_ms=max(0, int((now - started_at).total_seconds() * 1000)),
+                outcome=AttemptOutcome.ABANDONED,
+                status_code=None,
+                error=(
+                    f"Worker {lost_worker} lost its lease (expired {locked_until.isoformat()}) "
+                    "before recording an outcome."
+                ),
+                response_excerpt="",
+                decision=decide(
+                    outcome=AttemptOutcome.ABANDONED,
+                    attempt=attempt,
+                    max_attempts=max_attempts,
+                    description="worker lost mid-attempt",
+                    policy=policy,
+                ),
+            )
+        )
+        logger.warning(
+            "Took back a delivery whose worker was lost",
+            extra={"delivery_id": str(delivery_id), "lost_worker": lost_worker, "attempt": attempt},
+        )
+    return len(attempts_apply(records=records, now=now, expired_before=now))
+
+
+def deliveries_renew_leases(*, worker: str, lease: timedelta) -> int:
+    """Extend every lease `worker` still holds: a live worker never loses its claims.
+
+    Not a change of status, so not a transition: only `locked_until` moves.
+    """
+    now = timezone.now()
+    return Delivery.objects.filter(status=DeliveryStatus.SENDING, locked_by=worker).update(
+        locked_until=now + lease
+    )
+
+
+def deliveries_release(*, worker: str, claimed: list[ClaimedDelivery]) -> int:
+    """Hand back claims that were never started (graceful shutdown): QUEUED again, due now.
+
+    The attempt they were claimed for never happened, so it is not counted.
+    """
+    if not claimed:
+        return 0
+    now = timezone.now()
+    with transaction.atomic():
+        released = deliveries_transition(
+            source=DeliveryStatus.SENDING,
+            target=DeliveryStatus.QUEUED,
+            select=Rows(
+                ids=[d.id for d in claimed],
+                attempts=[d.attempt for d in claimed],
+                held_by=worker,
+                values={"attempts": [d.attempt - 1 for d in claimed]},
+            ),
+            now=now,
+            changes={"attempt_started_at": None, "next_attempt_at": now},
+        )
+        if released:
+            notify(WORKER_CHANNEL)
+    return len(released)

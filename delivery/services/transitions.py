@@ -1,0 +1,152 @@
+"""The Delivery state machine: which moves exist, and the one lease-checked UPDATE that does them.
+
+Every write of Delivery.status goes through `deliveries_transition`: one
+UPDATE for a whole batch, conditional on the expected status and, for a row
+under lease (SENDING), on the lease: either the caller holds it (same worker,
+same attempt number) or it has expired. Leaving SENDING always releases the
+lease; entering it always takes a new one and counts an attempt, so the
+`delivery_sending_has_lease` constraint can never be broken by a path that
+forgot a column.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+
+from delivery.models import Delivery, DeliveryStatus
+from runtime.sql import rows_relation, skip_locked, typed_rows
+from scheduling.exceptions import InvalidStateTransition
+
+QUEUED, SENDING, DELIVERED, DEAD = (
+    DeliveryStatus.QUEUED,
+    DeliveryStatus.SENDING,
+    DeliveryStatus.DELIVERED,
+    DeliveryStatus.DEAD,
+)
+
+# The state machine. Every other move is refused with InvalidStateTransition.
+DELIVERY_TRANSITIONS: Mapping[tuple[str, str], str] = {
+    (QUEUED, SENDING): "claim: a worker leases it for one attempt",
+    (SENDING, DELIVERED): "record: the receiver accepted it",
+    (SENDING, QUEUED): "record: a transient failure, tried again later; release: handed back unstarted; "
+    "take over: its worker was lost, tried again now",
+    (SENDING, DEAD): "record: a permanent failure, or the last attempt failed",
+    (DEAD, QUEUED): "resend: an operator queues it again, under the same key",
+}
+
+
+@dataclass(frozen=True)
+class Due:
+    """Select QUEUED rows due by `now`, oldest first, skipping rows others hold."""
+
+    now: datetime
+    limit: int
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Select the rows named by id, each with the attempt number the caller knows it at.
+
+    Under lease (source SENDING), `held_by` (this worker holds the lease) or
+    `expired_before` (nobody renewed it since) says whose lease may be ended.
+    `values` carries one value per row for columns that differ between rows.
+    """
+
+    ids: Sequence[uuid.UUID]
+    attempts: Sequence[int | None]
+    held_by: str | None = None
+    expired_before: datetime | None = None
+    values: Mapping[str, Sequence[Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NewLease:
+    worker: str
+    until: datetime
+
+
+_F = {f.attname: f for f in Delivery._meta.concrete_fields}
+
+
+def _prep(name: str, value: Any) -> Any:
+    return _F[name].get_db_prep_value(value, connection)
+
+
+def deliveries_transition(
+    *,
+    source: str,
+    target: str,
+    select: Due | Rows,
+    now: datetime,
+    lease: NewLease | None = None,
+    changes: Mapping[str, Any] | None = None,
+    returning: Sequence[str] = ("id",),
+) -> list[tuple]:
+    """Move the selected deliveries from `source` to `target`; return `returning` of each row moved.
+
+    Rows that no longer match (another worker took the lease over, an operator
+    resent, the status moved on) are simply not moved: the caller sees which
+    were from what comes back.
+    """
+    if (source, target) not in DELIVERY_TRANSITIONS:
+        raise InvalidStateTransition(f"A delivery cannot move from {source} to {target}.")
+    under_lease = isinstance(select, Rows) and (select.held_by is not None or select.expired_before is not None)
+    if (source == SENDING) != under_lease:
+        raise InvalidStateTransition(
+            f"{source} -> {target}: a delivery under lease is moved only by its holder or after the lease expired."
+        )
+    if (target == SENDING) != (lease is not None):
+        raise InvalidStateTransition(f"{source} -> {target}: entering SENDING takes a lease, and only then.")
+
+    assignments = ["status = %s", "updated_at = %s"]
+    params: list = [target, _prep("updated_at", now)]
+    if lease is not None:
+        assignments += ["attempts = d.attempts + 1", "locked_by = %s", "locked_until = %s", "attempt_started_at = %s"]
+        params += [lease.worker, _prep("locked_until", lease.until), _prep("attempt_started_at", now)]
+    elif source == SENDING:
+        assignments += ["locked_by = ''", "locked_until = NULL"]
+    for name, value in (changes or {}).items():
+        assignments.append(f"{_F[name].column} = %s")
+        params.append(_prep(name, value))
+
+    conditions = ["d.status = %s"]
+    condition_params: list = [source]
+    table = Delivery._meta.db_table
+    if isinstance(select, Due):
+        relation = (
+            f"(SELECT id AS v_id FROM {table} WHERE status = %s AND next_attempt_at <= %s "
+            f"ORDER BY next_attempt_at LIMIT %s{skip_locked()}) AS v"
+        )
+        relation_params = [QUEUED, _prep("next_attempt_at", select.now), select.limit]
+    else:
+        # Relation columns are prefixed so RETURNING can name the table's own
+        # columns unqualified (all SQLite allows there).
+        columns = [("v_id", _F["id"]), ("v_attempt", _F["attempts"])]
+        columns += [(f"v_{name}", _F[name]) for name in select.values]
+        rows = list(zip(select.ids, select.attempts, *select.values.values(), strict=True))
+        if not rows:
+            return []
+        relation, relation_params = rows_relation("v", columns, rows)
+        assignments += [f"{_F[name].column} = v.v_{name}" for name in select.values]
+        conditions.append("(v.v_attempt IS NULL OR d.attempts = v.v_attempt)")
+        if select.held_by is not None:
+            conditions.append("d.locked_by = %s")
+            condition_params.append(select.held_by)
+        if select.expired_before is not None:
+            conditions.append("d.locked_until < %s")
+            condition_params.append(_prep("locked_until", select.expired_before))
+
+    sql = (
+        f"UPDATE {table} AS d SET {', '.join(assignments)} FROM {relation} "
+        f"WHERE d.id = v.v_id AND {' AND '.join(conditions)} "
+        f"RETURNING {', '.join(_F[name].column for name in returning)}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, *relation_params, *condition_params])
+        return typed_rows(cursor.fetchall(), [_F[name] for name in returning])

@@ -1,0 +1,9 @@
+"""Writes to events, one module per concern.
+
+- transitions: the state machine (which moves exist, who may make them) and
+  the one conditional UPDATE that makes every move.
+- occurrences: the next occurrence of an event for a recipient, and its key.
+- sync: keeping a recipient's PENDING events in step with their data
+  (create, reschedule, replace, repair), and the operator's "deliver now".
+- bulk: creating many recipients with their first events (the CSV import).
+"""

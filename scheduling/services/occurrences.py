@@ -1,0 +1,66 @@
+"""An event's next occurrence for a recipient, and the key that names it."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from datetime import date, datetime
+
+from django.db.models import Max
+
+from scheduling.handlers import Occurrence, Recipient, get_handler
+from scheduling.models import Event, EventStatus
+
+
+def idempotency_key_for(*, user_id: uuid.UUID, event_type: str, occurrence_date: date) -> str:
+    """`event-` + 16 hex of SHA-256 over (user, type, local date): stable across zone edits."""
+    material = f"{user_id}:{event_type}:{occurrence_date.isoformat()}"
+    return "event-" + hashlib.sha256(material.encode()).hexdigest()[:16]
+
+
+def last_handled_occurrence(*, user_id: uuid.UUID, event_type: str) -> date | None:
+    """The latest occurrence already claimed, sent or failed: the next one must come after it."""
+    return (
+        Event.objects.filter(user_id=user_id, event_type=event_type)
+        .exclude(status=EventStatus.PENDING)
+        .aggregate(latest=Max("occurrence_date"))["latest"]
+    )
+
+
+def next_occurrence(
+    *, recipient: Recipient, event_type: str, now: datetime, after_date: date | None = None
+) -> Occurrence:
+    """The first occurrence whose send time has not passed, after `after_date` if given."""
+    return get_handler(event_type).next_occurrence(user=recipient, now=now, after_date=after_date)
+
+
+def pending_event_row(*, user_id: uuid.UUID, event_type: str, occurrence: Occurrence, now: datetime) -> tuple:
+    """A new PENDING event as a tuple in the order of PENDING_EVENT_COLUMNS (for set-based inserts)."""
+    return (
+        uuid.uuid4(),
+        user_id,
+        event_type,
+        EventStatus.PENDING.value,
+        occurrence.occurrence_date,
+        occurrence.target_utc,
+        occurrence.target_local.isoformat(),
+        occurrence.timezone_name,
+        "",
+        1,
+        idempotency_key_for(user_id=user_id, event_type=event_type, occurrence_date=occurrence.occurrence_date),
+        now,
+        now,
+    )
+
+
+PENDING_EVENT_COLUMNS = (
+    "id", "user_id", "event_type", "status", "occurrence_date", "target_timestamp_utc",
+    "target_timestamp_local", "target_timezone", "failure_reason", "version",
+    "idempotency_key", "created_at", "updated_at",
+)
+
+
+def pending_event(*, user_id: uuid.UUID, event_type: str, occurrence: Occurrence, now: datetime) -> Event:
+    """A new, unsaved PENDING event (for the single-row paths that return the model)."""
+    row = pending_event_row(user_id=user_id, event_type=event_type, occurrence=occurrence, now=now)
+    return Event(**dict(zip(PENDING_EVENT_COLUMNS, row, strict=True)))

@@ -1,0 +1,248 @@
+"""Keeping each recipient's PENDING events in step with their data."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import IntegrityError, transaction
+from django.db.models import Exists, F, OuterRef
+from django.utils import timezone
+
+from runtime.wakeup import SCHEDULER_CHANNEL, notify
+from scheduling.exceptions import InvalidStateTransition, OptimisticLockError
+from scheduling.handlers import REGISTRY, Occurrence, get_handler, local_send_instant
+from scheduling.models import Event, EventStatus
+from scheduling.services.occurrences import last_handled_occurrence, next_occurrence, pending_event
+from users.models import User
+from users.validators import load_timezone
+
+logger = logging.getLogger(__name__)
+
+# How often a user save retries reconciling its events after losing a race to
+# the scheduler (each retry re-reads the rows the winner committed).
+_SYNC_ATTEMPTS = 5
+# Events due sooner than this after a write wake the scheduler at once.
+_WAKE_HORIZON = timedelta(seconds=60)
+# Users repaired per call of events_create_missing.
+RECONCILE_CHUNK = 1000
+
+
+def _wake_scheduler_if_due_soon(target: datetime) -> None:
+    # The scheduler sleeps until the earliest target it knew of, and never longer
+    # than a second or so; only an event due before it next looks needs a wake-up.
+    if target <= timezone.now() + _WAKE_HORIZON:
+        notify(SCHEDULER_CHANNEL, target.isoformat())
+
+
+def event_create_next(*, user: User, event_type: str, now: datetime | None = None) -> Event:
+    """Create the user's next PENDING event of this type from their current data."""
+    now = now or timezone.now()
+    occurrence = next_occurrence(
+        recipient=user,
+        event_type=event_type,
+        now=now,
+        after_date=last_handled_occurrence(user_id=user.id, event_type=event_type),
+    )
+    event = pending_event(user_id=user.id, event_type=event_type, occurrence=occurrence, now=now)
+    event.save(force_insert=True)
+    _wake_scheduler_if_due_soon(event.target_timestamp_utc)
+    return event
+
+
+def events_create_first(*, user: User, now: datetime | None = None) -> list[Event]:
+    """A new user's first PENDING events: nothing to look up, nothing to reconcile."""
+    now = now or timezone.now()
+    events = []
+    for event_type in REGISTRY:
+        occurrence = next_occurrence(recipient=user, event_type=event_type, now=now)
+        event = pending_event(user_id=user.id, event_type=event_type, occurrence=occurrence, now=now)
+        event.save(force_insert=True)
+        _wake_scheduler_if_due_soon(event.target_timestamp_utc)
+        events.append(event)
+    user.pending_events = events  # what the API renders as next_event
+    return events
+
+
+def event_reschedule(*, event: Event, occurrence: Occurrence) -> Event:
+    """Move a PENDING event to a new instant, keeping its occurrence date and key.
+
+    Not a change of status, so not a transition: the same conditional UPDATE
+    on (id, PENDING, version), bumping the version, so a scheduler holding the
+    old version cannot claim it afterwards.
+    """
+    if event.status != EventStatus.PENDING:
+        raise InvalidStateTransition(
+            f"Event {event.id} (version {event.version}) is {event.status}; "
+            "only PENDING events can be rescheduled."
+        )
+    changes = {
+        "target_timestamp_utc": occurrence.target_utc,
+        "target_timestamp_local": occurrence.target_local.isoformat(),
+        "target_timezone": occurrence.timezone_name,
+    }
+    updated = Event.objects.filter(
+        id=event.id, status=EventStatus.PENDING, version=event.version
+    ).update(version=F("version") + 1, updated_at=timezone.now(), **changes)
+    if updated != 1:
+        raise OptimisticLockError(
+            f"Event {event.id} was changed by someone else: expected status PENDING "
+            f"at version {event.version}."
+        )
+    event.version += 1
+    for field, value in changes.items():
+        setattr(event, field, value)
+    _wake_scheduler_if_due_soon(occurrence.target_utc)
+    return event
+
+
+def event_deliver_now(*, event: Event, operator: str) -> Event:
+    """Operator action: make a PENDING event due immediately (same occurrence and key)."""
+    if event.status != EventStatus.PENDING:
+        raise InvalidStateTransition(
+            f"Only PENDING events can be delivered now; event {event.id} (version "
+            f"{event.version}) is {event.status}."
+        )
+    now = timezone.now()
+    event_reschedule(
+        event=event,
+        occurrence=Occurrence(
+            occurrence_date=event.occurrence_date,
+            target_utc=now,
+            target_local=now.astimezone(load_timezone(event.target_timezone)),
+            timezone_name=event.target_timezone,
+        ),
+    )
+    logger.info(
+        "Operator %s made event due now",
+        operator,
+        extra={"operator": operator, "event_id": str(event.id), "idempotency_key": event.idempotency_key},
+    )
+    return event
+
+
+def _event_discard_pending(*, event: Event) -> None:
+    # A pending event that no longer follows from the user's data was never
+    # sent and never will be; it is replaced, not kept as history.
+    deleted, _ = Event.objects.filter(
+        id=event.id, status=EventStatus.PENDING, version=event.version
+    ).delete()
+    if not deleted:
+        raise OptimisticLockError(
+            f"Event {event.id} was changed by someone else: expected status PENDING "
+            f"at version {event.version}."
+        )
+
+
+@dataclass
+class SyncResult:
+    created: int = 0
+    rescheduled: int = 0
+    replaced: int = 0
+    skipped: int = 0
+
+    @property
+    def changed(self) -> int:
+        return self.created + self.rescheduled + self.replaced
+
+
+def _sync_one_type(*, user: User, event_type: str, now: datetime, result: SyncResult) -> None:
+    handler = get_handler(event_type)
+    for processing in Event.objects.filter(
+        user=user, event_type=event_type, status=EventStatus.PROCESSING
+    ).only("id"):
+        # Its delivery is already under way with the data it was claimed with.
+        logger.warning(
+            "Event is PROCESSING; leaving it alone",
+            extra={"event_id": str(processing.id), "user_id": str(user.id)},
+        )
+        result.skipped += 1
+
+    for _attempt in range(_SYNC_ATTEMPTS):
+        pending = Event.objects.filter(
+            user=user, event_type=event_type, status=EventStatus.PENDING
+        ).first()
+        try:
+            if pending is None:
+                with transaction.atomic():
+                    event_create_next(user=user, event_type=event_type, now=now)
+                result.created += 1
+            elif not handler.occurrence_matches(
+                user=user, occurrence_date=pending.occurrence_date
+            ):
+                with transaction.atomic():
+                    _event_discard_pending(event=pending)
+                    event_create_next(user=user, event_type=event_type, now=now)
+                result.replaced += 1
+            elif pending.target_timezone != user.timezone:
+                # Only a zone change moves the instant. Comparing the stored
+                # target with a recomputed one would also undo an operator's
+                # "deliver now" whenever the user is saved.
+                event_reschedule(
+                    event=pending,
+                    occurrence=local_send_instant(pending.occurrence_date, user.timezone),
+                )
+                result.rescheduled += 1
+            return
+        except (OptimisticLockError, IntegrityError) as exc:
+            # The scheduler claimed the event (or created the next one) between
+            # our read and our write. Read again: what it committed is now
+            # visible, and the next occurrence must follow the new data.
+            logger.info(
+                "Lost a race while rescheduling; reading again",
+                extra={"user_id": str(user.id), "error": str(exc)},
+            )
+    logger.warning(
+        "Gave up rescheduling after repeated conflicts",
+        extra={"user_id": str(user.id), "event_type": event_type},
+    )
+    result.skipped += 1
+
+
+def event_sync_for_user(*, user: User, now: datetime | None = None) -> SyncResult:
+    """Make the user's PENDING events follow from their current data.
+
+    No pending event: create one. The date of birth changed so the pending
+    occurrence is no longer a birthday: replace it. Only the zone changed: keep
+    the occurrence date and key, move the instant; if that instant has passed
+    the event is simply due. Names are read at delivery, so a
+    rename changes nothing here. PROCESSING events are never touched.
+    """
+    now = now or timezone.now()
+    result = SyncResult()
+    for event_type in REGISTRY:
+        _sync_one_type(user=user, event_type=event_type, now=now, result=result)
+    if result.changed or result.skipped:
+        logger.info(
+            "Synchronised events for user: %s created, %s rescheduled, %s replaced, %s skipped",
+            result.created,
+            result.rescheduled,
+            result.replaced,
+            result.skipped,
+            extra={"user_id": str(user.id)},
+        )
+    return result
+
+
+def events_create_missing(*, now: datetime | None = None, limit: int = RECONCILE_CHUNK) -> int:
+    """Give up to `limit` users without a PENDING event one (rows from signal-less paths).
+
+    Returns how many were created; a full chunk means there may be more.
+    """
+    now = now or timezone.now()
+    created = 0
+    for event_type in REGISTRY:
+        has_pending = Event.objects.filter(
+            user=OuterRef("pk"), event_type=event_type, status=EventStatus.PENDING
+        )
+        orphans = User.objects.filter(~Exists(has_pending))[:limit]
+        for user in orphans:
+            try:
+                with transaction.atomic():
+                    event_create_next(user=user, event_type=event_type, now=now)
+                created += 1
+            except IntegrityError:
+                # Created concurrently (by a user save or another scheduler).
+                continue
+    return created

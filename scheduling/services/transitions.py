@@ -1,0 +1,154 @@
+"""The event state machine: which moves exist, who may make them, and the one UPDATE that does.
+
+Every change of Event.status goes through `events_transition`: one conditional
+UPDATE for a whole batch, matching each row on its id, the expected status and
+(where the caller read it) the version, and bumping the version. Of two
+processes holding the same version only one can win; the other learns it from
+OptimisticLockError.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+from django.utils import timezone
+
+from runtime.sql import rows_relation
+from scheduling.exceptions import InvalidStateTransition, OptimisticLockError
+from scheduling.models import Event, EventStatus
+
+
+class Actor(enum.StrEnum):
+    """Who makes a move. Each move belongs to one actor, so no path can take another's."""
+
+    SCHEDULER = "scheduler"
+    WORKER = "worker"
+    OPERATOR = "operator"
+
+
+PENDING, PROCESSING, COMPLETED, FAILED = (
+    EventStatus.PENDING,
+    EventStatus.PROCESSING,
+    EventStatus.COMPLETED,
+    EventStatus.FAILED,
+)
+
+# The state machine. Every other move is refused with InvalidStateTransition.
+EVENT_TRANSITIONS: Mapping[tuple[str, str], Actor] = {
+    # Claimed when due: its delivery is queued in the same transaction.
+    (PENDING, PROCESSING): Actor.SCHEDULER,
+    # Claimed later than EVENT_MAX_LATENESS: never sent, failed at once.
+    (PENDING, FAILED): Actor.SCHEDULER,
+    # Its delivery was accepted by the receiver.
+    (PROCESSING, COMPLETED): Actor.WORKER,
+    # Its delivery died (a permanent failure, or every attempt used).
+    (PROCESSING, FAILED): Actor.WORKER,
+    # Sent again under the same idempotency key (support cases: the receiver
+    # was down for days, a bug was fixed). Only an operator may, so no
+    # automatic path (scheduler, worker, user edits) can ever take it.
+    (FAILED, PROCESSING): Actor.OPERATOR,
+}
+
+
+class EventRef:
+    """An event as a caller read it: its id, and the version read (None: status alone decides)."""
+
+    __slots__ = ("id", "version")
+
+    def __init__(self, id: uuid.UUID, version: int | None = None) -> None:  # noqa: A002 - the column's name
+        self.id = id
+        self.version = version
+
+
+_ID = Event._meta.get_field("id")
+_VERSION = Event._meta.get_field("version")
+
+
+def events_transition(
+    *,
+    events: Sequence[EventRef | Event],
+    source: str,
+    target: str,
+    actor: Actor,
+    now: datetime | None = None,
+    changes: Mapping[str, Any] | None = None,
+    per_event: Mapping[str, Sequence[Any]] | None = None,
+    strict: bool = True,
+) -> list[uuid.UUID]:
+    """Move `events` from `source` to `target` with one conditional UPDATE; return the ids moved.
+
+    `changes` sets the same value on every row; `per_event` gives one value per
+    event (in the order of `events`) for columns that differ between rows. With
+    `strict`, a row that no longer matches (another process moved it, or a
+    newer version exists) raises OptimisticLockError and, in the caller's
+    transaction, nothing moves; without it the ids that did move are returned
+    and the caller decides.
+    """
+    if EVENT_TRANSITIONS.get((source, target)) is not actor:
+        first = events[0] if events else None
+        raise InvalidStateTransition(
+            f"Event {getattr(first, 'id', '')} (version {getattr(first, 'version', '')}) cannot move from "
+            f"{source} to {target}"
+            + (f" by the {actor}." if (source, target) in EVENT_TRANSITIONS else ".")
+        )
+    for event in events:
+        if isinstance(event, Event) and event.status != source:
+            raise InvalidStateTransition(
+                f"Event {event.id} (version {event.version}) cannot move from {event.status} to {target}."
+            )
+    if not events:
+        return []
+    now = now or timezone.now()
+    changes = dict(changes or {})
+    per_event = dict(per_event or {})
+    # The relation's columns are prefixed so that RETURNING can name the
+    # table's own columns unqualified (SQLite allows nothing else there).
+    columns = [("v_id", _ID), ("v_version", _VERSION)]
+    columns += [(f"v_{name}", Event._meta.get_field(name)) for name in per_event]
+    rows = list(
+        zip(
+            [event.id for event in events],
+            [event.version for event in events],
+            *per_event.values(),
+            strict=True,
+        )
+    )
+    relation, relation_params = rows_relation("v", columns, rows)
+    assignments = ["status = %s", "version = e.version + 1", "updated_at = %s"]
+    params: list = [target, Event._meta.get_field("updated_at").get_db_prep_value(now, connection)]
+    for name, value in changes.items():
+        field = Event._meta.get_field(name)
+        assignments.append(f"{field.column} = %s")
+        params.append(field.get_db_prep_value(value, connection))
+    assignments += [f"{Event._meta.get_field(name).column} = v.v_{name}" for name in per_event]
+    sql = (
+        f"UPDATE {Event._meta.db_table} AS e SET {', '.join(assignments)} FROM {relation} "
+        "WHERE e.id = v.v_id AND e.status = %s AND (v.v_version IS NULL OR e.version = v.v_version) RETURNING id"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, *relation_params, source])
+        moved = [_ID.to_python(row[0]) for row in cursor.fetchall()]
+    if strict and len(moved) != len(events):
+        moved_ids = set(moved)
+        lost = [event for event in events if event.id not in moved_ids]
+        raise OptimisticLockError(
+            f"{len(lost)} of {len(events)} events changed since they were read (expected status {source}); "
+            f"first: event {lost[0].id} at version {lost[0].version}."
+        )
+    for event in events:
+        if isinstance(event, Event):
+            event.status = target
+            event.version += 1
+            event.updated_at = now
+            for name, value in changes.items():
+                setattr(event, name, value)
+    for name, values in per_event.items():
+        for event, value in zip(events, values, strict=True):
+            if isinstance(event, Event):
+                setattr(event, name, value)
+    return moved

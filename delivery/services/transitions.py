@@ -118,12 +118,17 @@ def deliveries_transition(
     conditions = ["d.status = %s"]
     condition_params: list = [source]
     table = Delivery._meta.db_table
+    cte, cte_params = "", []
     if isinstance(select, Due):
-        relation = (
-            f"(SELECT id AS v_id FROM {table} WHERE status = %s AND next_attempt_at <= %s "
-            f"ORDER BY next_attempt_at LIMIT %s{skip_locked()}) AS v"
+        # A materialised CTE, not a sub-select in FROM: PostgreSQL may run a
+        # sub-select once per outer row of a nested loop, and with SKIP LOCKED
+        # each run returns other rows, so LIMIT would stop limiting.
+        cte = (
+            f"WITH v AS MATERIALIZED (SELECT id AS v_id FROM {table} WHERE status = %s AND next_attempt_at <= %s "
+            f"ORDER BY next_attempt_at LIMIT %s{skip_locked()}) "
         )
-        relation_params = [QUEUED, _prep("next_attempt_at", select.now), select.limit]
+        cte_params = [QUEUED, _prep("next_attempt_at", select.now), select.limit]
+        relation, relation_params = "v", []
     else:
         # Relation columns are prefixed so RETURNING can name the table's own
         # columns unqualified (all SQLite allows there).
@@ -143,10 +148,10 @@ def deliveries_transition(
             condition_params.append(_prep("locked_until", select.expired_before))
 
     sql = (
-        f"UPDATE {table} AS d SET {', '.join(assignments)} FROM {relation} "
+        f"{cte}UPDATE {table} AS d SET {', '.join(assignments)} FROM {relation} "
         f"WHERE d.id = v.v_id AND {' AND '.join(conditions)} "
         f"RETURNING {', '.join(_F[name].column for name in returning)}"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, *relation_params, *condition_params])
+        cursor.execute(sql, [*cte_params, *params, *relation_params, *condition_params])
         return typed_rows(cursor.fetchall(), [_F[name] for name in returning])

@@ -6,7 +6,9 @@ twice except under the same idempotency key.
 
 import shutil
 import signal
+import socket
 import subprocess
+import sys
 import time
 from collections import Counter
 from datetime import timedelta
@@ -309,3 +311,24 @@ def test_reconcile_repairs_orphans_chunk_after_chunk_without_waiting_for_the_int
         stop.set()
         thread.join(timeout=10)
     assert not thread.is_alive()
+
+
+@pytest.mark.parametrize("command", ["run_worker", "run_scheduler"])
+def test_once_with_the_database_unreachable_exits_1_with_one_clear_line(settings, tmp_path, command):
+    # given nothing listens where the database should be
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = process_env(settings, DATABASE_URL=f"postgres://postgres@127.0.0.1:{port}/nowhere", WEBHOOK_URL="http://127.0.0.1:9/")
+
+    # when a --once run is started
+    result = subprocess.run(
+        [sys.executable, "manage.py", command, "--once"],
+        cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True, timeout=120,
+    )
+
+    # then it gives up with exit code 1 and says why on one line, without a traceback
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "Database unavailable" in result.stderr
+    assert "CommandError: Database unavailable" in result.stderr.strip().splitlines()[-1]

@@ -1,0 +1,73 @@
+"""The retry decision, as a table: (outcome, attempt, Retry-After) in, (status, delay, reason) out."""
+
+from datetime import timedelta
+
+import pytest
+
+from delivery.models import AttemptOutcome, DeliveryStatus
+from delivery.retry import Decision, RetryPolicy, decide
+
+POLICY = RetryPolicy(base=timedelta(seconds=10), cap=timedelta(hours=1))
+
+
+def top_of_range(low: float, high: float) -> float:
+    """A jitter that always picks the longest wait, so the table is exact."""
+    return high
+
+
+DELIVERED, TRANSIENT, PERMANENT, ABANDONED = (
+    AttemptOutcome.DELIVERED,
+    AttemptOutcome.TRANSIENT_FAILURE,
+    AttemptOutcome.PERMANENT_FAILURE,
+    AttemptOutcome.ABANDONED,
+)
+QUEUED, DEAD = DeliveryStatus.QUEUED, DeliveryStatus.DEAD
+
+
+@pytest.mark.parametrize(
+    "outcome, attempt, max_attempts, retry_after, expected",
+    [
+        # delivered at any attempt: done
+        (DELIVERED, 1, 8, None, Decision(DeliveryStatus.DELIVERED, timedelta(0), "")),
+        (DELIVERED, 8, 8, None, Decision(DeliveryStatus.DELIVERED, timedelta(0), "")),
+        # transient: exponential, 10 s * 2^(n-1), capped at the hour
+        (TRANSIENT, 1, 8, None, Decision(QUEUED, timedelta(seconds=10), "HTTP 503")),
+        (TRANSIENT, 2, 8, None, Decision(QUEUED, timedelta(seconds=20), "HTTP 503")),
+        (TRANSIENT, 7, 8, None, Decision(QUEUED, timedelta(seconds=640), "HTTP 503")),
+        (TRANSIENT, 12, 20, None, Decision(QUEUED, timedelta(hours=1), "HTTP 503")),
+        # Retry-After wins over the back-off, up to the cap
+        (TRANSIENT, 1, 8, 120.0, Decision(QUEUED, timedelta(seconds=120), "HTTP 503")),
+        (TRANSIENT, 1, 8, 86400.0, Decision(QUEUED, timedelta(hours=1), "HTTP 503")),
+        (TRANSIENT, 1, 8, -5.0, Decision(QUEUED, timedelta(0), "HTTP 503")),
+        # the last attempt failing is final
+        (TRANSIENT, 8, 8, None, Decision(DEAD, timedelta(0), "Gave up after 8 attempts; last: HTTP 503")),
+        # permanent at once, whatever the attempt
+        (PERMANENT, 1, 8, None, Decision(DEAD, timedelta(0), "Permanent failure: HTTP 503")),
+        # a lost worker's attempt is tried again at once, unless it was the last
+        (ABANDONED, 3, 8, None, Decision(QUEUED, timedelta(0), "HTTP 503")),
+        (ABANDONED, 8, 8, None, Decision(DEAD, timedelta(0), "Gave up after 8 attempts; last: HTTP 503")),
+    ],
+)
+def test_retry_decision(outcome, attempt, max_attempts, retry_after, expected):
+    decision = decide(
+        outcome=outcome,
+        attempt=attempt,
+        max_attempts=max_attempts,
+        description="HTTP 503",
+        retry_after=retry_after,
+        policy=POLICY,
+        jitter=top_of_range,
+    )
+
+    assert decision == expected
+
+
+def test_the_jitter_spreads_each_wait_over_zero_to_the_exponential_ceiling():
+    seen = []
+
+    decide(
+        outcome=TRANSIENT, attempt=3, max_attempts=8, description="", policy=POLICY,
+        jitter=lambda low, high: seen.append((low, high)) or 0.0,
+    )
+
+    assert seen == [(0.0, 40.0)]

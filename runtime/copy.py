@@ -8,17 +8,27 @@ caller's transaction. Signals are not sent, as with bulk_create.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from django.db import connection, models
 from psycopg.copy import QueuedLibpqWriter
 from psycopg.types.json import Jsonb
 
 
-def copy_rows(model: type[models.Model], columns: Sequence[str], rows: Sequence[tuple]) -> None:
-    """Insert plain tuples whose values follow `columns` (attribute names)."""
+def copy_rows(
+    model: type[models.Model], columns: Sequence[str], rows: Sequence[tuple], *, same_for_all: Mapping[str, Any] | None = None
+) -> None:
+    """Insert plain tuples whose values follow `columns` (attribute names).
+
+    `same_for_all` gives columns whose value is the same on every row.
+    """
     if not rows:
         return
+    if same_for_all:
+        columns = [*columns, *same_for_all]
+        shared = tuple(same_for_all.values())
+        rows = [row + shared for row in rows]
     if connection.vendor != "postgresql":
         model.objects.bulk_create([model(**dict(zip(columns, row, strict=True))) for row in rows])
         return

@@ -10,11 +10,15 @@ thing on both.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from datetime import UTC
+from typing import Any
 
+import psycopg
 from django.db import connection, models
 from django.utils import timezone
+from psycopg.types.json import Jsonb
 
 
 def is_postgresql() -> bool:
@@ -28,6 +32,33 @@ def skip_locked(*, of: str = "") -> str:
     return f" FOR UPDATE OF {of} SKIP LOCKED" if of else " FOR UPDATE SKIP LOCKED"
 
 
+def execute(sql: str, params: Sequence) -> list[tuple] | None:
+    """Run one set-based statement in the current transaction; return its rows, if it has any.
+
+    On PostgreSQL the parameters are bound on the server: Django's cursors bind
+    them on the client, quoting every element of every array in Python, which
+    cost more than the statement itself on a batch of 1,000 (profiled: 70 ms of
+    a 1,000-event claim). Errors come out as Django's database errors, and the
+    statement is logged, with its parameters, where Django logs queries (DEBUG,
+    CaptureQueriesContext), so tests can EXPLAIN exactly what ran.
+    """
+    if not is_postgresql():
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall() if cursor.description else None
+    connection.ensure_connection()
+    with connection.wrap_database_errors:
+        started = time.monotonic()
+        with psycopg.Cursor(connection.connection) as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall() if cursor.description else None
+        if connection.queries_logged:
+            elapsed = f"{time.monotonic() - started:.3f}"
+            bound = psycopg.ClientCursor(connection.connection).mogrify(sql.replace("%b", "%s"), params)
+            connection.queries_log.append({"sql": bound, "time": elapsed})
+    return rows
+
+
 def rows_relation(alias: str, columns: Sequence[tuple[str, models.Field]], rows: Sequence[tuple]) -> tuple[str, list]:
     """A FROM-clause relation named `alias` whose columns hold `rows`, and its parameters.
 
@@ -35,8 +66,11 @@ def rows_relation(alias: str, columns: Sequence[tuple[str, models.Field]], rows:
     """
     names = [name for name, _ in columns]
     if is_postgresql():
-        arrays = ", ".join(f"%s::{field.db_type(connection)}[]" for _, field in columns)
+        arrays = ", ".join(f"%b::{field.db_type(connection)}[]" for _, field in columns)
         values = [list(column) for column in zip(*rows, strict=True)] if rows else [[] for _ in columns]
+        for i, (_, field) in enumerate(columns):
+            if isinstance(field, models.JSONField):
+                values[i] = [None if v is None else Jsonb(v) for v in values[i]]
         return f"unnest({arrays}) AS {alias}({', '.join(names)})", values
     params: list = []
     for row in rows:
@@ -69,22 +103,32 @@ def typed_rows(rows: list[tuple], fields: Sequence[models.Field]) -> list[tuple]
 
 
 def insert_rows(
-    model: type[models.Model], columns: Sequence[str], rows: Sequence[tuple], *, ignore_conflicts: bool = False
+    model: type[models.Model],
+    columns: Sequence[str],
+    rows: Sequence[tuple],
+    *,
+    same_for_all: Mapping[str, Any] | None = None,
+    ignore_conflicts: bool = False,
 ) -> int:
     """Insert plain tuples whose values follow `columns` (attribute names) in one statement.
 
-    Returns how many rows went in (with `ignore_conflicts`, rows that would break a
-    unique constraint are skipped, as `ON CONFLICT DO NOTHING`).
+    `same_for_all` gives columns whose value is the same on every row: sent once,
+    not once per row (dumping arrays is most of this function's client time).
+    Returns how many rows went in (with `ignore_conflicts`, rows that would break
+    a unique constraint are skipped, as `ON CONFLICT DO NOTHING`).
     """
     if not rows:
         return 0
+    same_for_all = same_for_all or {}
     fields = [model._meta.get_field(name) for name in columns]
-    relation, params = rows_relation("v", list(zip([f.column for f in fields], fields, strict=True)), rows)
-    quoted = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    constant_fields = [model._meta.get_field(name) for name in same_for_all]
+    relation, params = rows_relation("v", [(f"v_{f.column}", f) for f in fields], rows)
+    target = ", ".join(connection.ops.quote_name(f.column) for f in [*fields, *constant_fields])
+    selected = ", ".join([f"v.v_{f.column}" for f in fields] + ["%s"] * len(constant_fields))
+    constants = [f.get_db_prep_value(value, connection) for f, value in zip(constant_fields, same_for_all.values(), strict=True)]
     # `WHERE true`: SQLite needs it to tell ON CONFLICT from a join's ON.
-    sql = f"INSERT INTO {model._meta.db_table} ({quoted}) SELECT {quoted} FROM {relation} WHERE true"
+    sql = f"INSERT INTO {model._meta.db_table} ({target}) SELECT {selected} FROM {relation} WHERE true"
     if ignore_conflicts:
         sql += " ON CONFLICT DO NOTHING"
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.rowcount
+    inserted = execute(sql + " RETURNING 1", [*constants, *params])
+    return len(inserted)

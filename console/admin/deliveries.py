@@ -100,7 +100,7 @@ class DeliveryAdmin(admin.ModelAdmin):
     list_filter = ["status", LeaseFilter, AttemptOutcomeFilter]
     # Matched exactly (an indexed lookup) in get_search_results; listing the
     # field here is what shows the search box.
-    search_fields = ["=idempotency_key"]
+    search_fields = ["=event__idempotency_key"]
     search_help_text = "An idempotency key (event-…), a delivery id or an event id."
     show_full_result_count = False
     list_per_page = 50
@@ -142,7 +142,8 @@ class DeliveryAdmin(admin.ModelAdmin):
         if as_uuid is not None:
             return queryset.filter(Q(id=as_uuid) | Q(event_id=as_uuid)), False
         if term:
-            return queryset.filter(idempotency_key=term), False
+            # Through the event, whose key is indexed (the delivery's copy is not).
+            return queryset.filter(event__idempotency_key=term), False
         return queryset, False
 
     # --- columns ------------------------------------------------------------------

@@ -23,12 +23,17 @@ from django.utils import timezone
 
 from delivery.models import Delivery, DeliveryStatus
 from delivery.payload import webhook_payload
-from runtime.copy import copy_rows
+from runtime.ids import uuid7
 from runtime.sql import insert_rows, skip_locked, typed_rows
 from runtime.wakeup import WORKER_CHANNEL, notify
 from scheduling.handlers import RecipientRow
 from scheduling.models import Event, EventStatus
-from scheduling.services.occurrences import PENDING_EVENT_COLUMNS, next_occurrence, pending_event_row
+from scheduling.services.occurrences import (
+    PENDING_EVENT_COLUMNS,
+    next_occurrence,
+    pending_event_defaults,
+    pending_event_row,
+)
 from scheduling.services.transitions import Actor, EventRef, events_transition
 from users.models import User
 
@@ -51,32 +56,35 @@ _U = {f.name: f for f in User._meta.concrete_fields}
 _CLAIMED_FIELDS = [
     _E["id"], _E["version"], _E["event_type"], _E["occurrence_date"], _E["target_timestamp_utc"],
     _E["idempotency_key"], _U["id"], _U["first_name"], _U["last_name"], _U["date_of_birth"], _U["timezone"],
-    _E["occurrence_date"],
 ]
-DELIVERY_COLUMNS = (
-    "id", "event_id", "idempotency_key", "endpoint_url", "payload", "status", "attempts", "max_attempts",
-    "next_attempt_at", "locked_by", "last_error", "created_at", "updated_at",
-)
+DELIVERY_COLUMNS = ("id", "event_id", "idempotency_key", "payload")
 
 
-def queued_delivery_row(*, event_id: uuid.UUID, idempotency_key: str, payload: dict, now: datetime) -> tuple:
-    """A new delivery, due now, to today's receiver, as a tuple in the order of DELIVERY_COLUMNS."""
-    return (
-        uuid.uuid4(), event_id, idempotency_key, settings.WEBHOOK_URL, payload, DeliveryStatus.QUEUED.value, 0,
-        settings.DELIVERY_MAX_ATTEMPTS, now, "", "", now, now,
-    )
+def queued_delivery_row(*, event_id: uuid.UUID, idempotency_key: str, payload: dict) -> tuple:
+    """A new delivery's own values, in the order of DELIVERY_COLUMNS (the rest: queued_delivery_defaults)."""
+    return (uuid7(), event_id, idempotency_key, payload)
+
+
+def queued_delivery_defaults(*, now: datetime) -> dict:
+    """What every new delivery shares: due now, to today's receiver, with a full budget of attempts."""
+    return {
+        "endpoint_url": settings.WEBHOOK_URL,
+        "status": DeliveryStatus.QUEUED.value,
+        "attempts": 0,
+        "max_attempts": settings.DELIVERY_MAX_ATTEMPTS,
+        "next_attempt_at": now,
+        "locked_by": "",
+        "last_error": "",
+        "created_at": now,
+        "updated_at": now,
+    }
 
 
 def _claim_sql() -> str:
     event, user = Event._meta.db_table, User._meta.db_table
-    # The latest occurrence already handled (claimed, sent, failed) per claimed
-    # event: the next occurrence must come after it, whatever the data says now.
-    # One probe of the (user, event_type, occurrence_date) unique index per row.
     return (
         "SELECT e.id, e.version, e.event_type, e.occurrence_date, e.target_timestamp_utc, e.idempotency_key, "
-        "u.id, u.first_name, u.last_name, u.date_of_birth, u.timezone, "
-        f"(SELECT max(h.occurrence_date) FROM {event} h WHERE h.user_id = e.user_id "
-        "AND h.event_type = e.event_type AND h.status <> %s) "
+        "u.id, u.first_name, u.last_name, u.date_of_birth, u.timezone "
         f"FROM {event} e JOIN {user} u ON u.id = e.user_id "
         "WHERE e.status = %s AND e.target_timestamp_utc <= %s "
         f"ORDER BY e.target_timestamp_utc LIMIT %s{skip_locked(of='e')}"
@@ -100,7 +108,6 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
             cursor.execute(
                 _claim_sql(),
                 [
-                    EventStatus.PENDING,
                     EventStatus.PENDING,
                     _E["target_timestamp_utc"].get_db_prep_value(now, connection),
                     batch_size,
@@ -135,7 +142,7 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
         )
 
         deliveries, upcoming = [], []
-        for event_id, _version, event_type, occurrence_date, target, key, *user, latest_handled in claimed:
+        for event_id, _version, event_type, occurrence_date, target, key, *user in claimed:
             recipient = RecipientRow(*user)
             if now - target <= max_lateness:
                 payload = webhook_payload(
@@ -145,14 +152,23 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
                     target_utc=target,
                     recipient=recipient,
                 )
-                deliveries.append(queued_delivery_row(event_id=event_id, idempotency_key=key, payload=payload, now=now))
-            after = max(latest_handled or occurrence_date, occurrence_date)
-            occurrence = next_occurrence(recipient=recipient, event_type=event_type, now=now, after_date=after)
-            upcoming.append(pending_event_row(user_id=recipient.id, event_type=event_type, occurrence=occurrence, now=now))
-        copy_rows(Delivery, DELIVERY_COLUMNS, deliveries)
+                deliveries.append(queued_delivery_row(event_id=event_id, idempotency_key=key, payload=payload))
+            # After the occurrence just claimed: every path that creates a PENDING
+            # event puts it after the user's last handled one, so nothing handled
+            # comes later. Were that ever broken, the insert below would meet
+            # the unique (user, type, date) key and skip the row, and the
+            # scheduler's reconcile (which reads the history) gives the user
+            # their next event within SCHEDULER_RECONCILE_INTERVAL.
+            occurrence = next_occurrence(
+                recipient=recipient, event_type=event_type, now=now, after_date=occurrence_date
+            )
+            upcoming.append(pending_event_row(user_id=recipient.id, event_type=event_type, occurrence=occurrence))
+        insert_rows(Delivery, DELIVERY_COLUMNS, deliveries, same_for_all=queued_delivery_defaults(now=now))
         # A next occurrence may already exist (a recipient's edit or the
         # reconcile created it between our lock and this insert): that row stands.
-        insert_rows(Event, PENDING_EVENT_COLUMNS, upcoming, ignore_conflicts=True)
+        insert_rows(
+            Event, PENDING_EVENT_COLUMNS, upcoming, same_for_all=pending_event_defaults(now=now), ignore_conflicts=True
+        )
         if deliveries:
             notify(WORKER_CHANNEL)
     for row in too_late:

@@ -10,9 +10,9 @@ from django.utils import timezone
 
 from delivery.models import Delivery, DeliveryStatus
 from delivery.payload import webhook_payload
-from delivery.services.enqueue import DELIVERY_COLUMNS, queued_delivery_row
+from delivery.services.enqueue import DELIVERY_COLUMNS, queued_delivery_defaults, queued_delivery_row
 from delivery.services.transitions import Rows, deliveries_transition
-from runtime.copy import copy_rows
+from runtime.sql import insert_rows
 from runtime.wakeup import WORKER_CHANNEL, notify
 from scheduling.exceptions import InvalidStateTransition
 from scheduling.models import Event, EventStatus
@@ -73,10 +73,11 @@ def _delivery_requeue(*, event: Event) -> None:
     )
     delivery = Delivery.objects.select_for_update().filter(event_id=event.id).first()
     if delivery is None:
-        copy_rows(
+        insert_rows(
             Delivery,
             DELIVERY_COLUMNS,
-            [queued_delivery_row(event_id=event.id, idempotency_key=event.idempotency_key, payload=payload, now=now)],
+            [queued_delivery_row(event_id=event.id, idempotency_key=event.idempotency_key, payload=payload)],
+            same_for_all=queued_delivery_defaults(now=now),
         )
     else:
         moved = deliveries_transition(

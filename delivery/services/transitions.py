@@ -20,7 +20,7 @@ from typing import Any
 from django.db import connection
 
 from delivery.models import Delivery, DeliveryStatus
-from runtime.sql import rows_relation, skip_locked, typed_rows
+from runtime.sql import execute, rows_relation, skip_locked, typed_rows
 from scheduling.exceptions import InvalidStateTransition
 
 QUEUED, SENDING, DELIVERED, DEAD = (
@@ -152,6 +152,5 @@ def deliveries_transition(
         f"WHERE d.id = v.v_id AND {' AND '.join(conditions)} "
         f"RETURNING {', '.join(_F[name].column for name in returning)}"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*cte_params, *params, *relation_params, *condition_params])
-        return typed_rows(cursor.fetchall(), [_F[name] for name in returning])
+    rows = execute(sql, [*cte_params, *params, *relation_params, *condition_params])
+    return typed_rows(rows, [_F[name] for name in returning])

@@ -61,8 +61,16 @@ def local_send_instant(occurrence_date: date, timezone_name: str) -> Occurrence:
     02:30 on a spring-forward night becomes 03:30. A wall time that happens twice
     (DST overlap) takes the first, which is also fold=0.
     """
+    return _local_send_instant(occurrence_date, timezone_name, send_time())
+
+
+# The recipients claimed together share a handful of (date, zone) pairs (today's
+# birthdays, a year on), so the scheduler's claim resolves each pair once
+# instead of once per recipient. Occurrence is frozen, so sharing it is safe.
+@lru_cache(maxsize=16384)
+def _local_send_instant(occurrence_date: date, timezone_name: str, at: time) -> Occurrence:
     zone = load_timezone(timezone_name)
-    wall = datetime.combine(occurrence_date, send_time()).replace(tzinfo=zone, fold=0)
+    wall = datetime.combine(occurrence_date, at).replace(tzinfo=zone, fold=0)
     target_utc = wall.astimezone(UTC)
     return Occurrence(
         occurrence_date=occurrence_date,

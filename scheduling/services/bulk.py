@@ -13,22 +13,27 @@ from django.utils import timezone
 from runtime.copy import copy_rows
 from scheduling.handlers import REGISTRY, RecipientRow
 from scheduling.models import Event
-from scheduling.services.occurrences import PENDING_EVENT_COLUMNS, next_occurrence, pending_event_row
+from scheduling.services.occurrences import (
+    PENDING_EVENT_COLUMNS,
+    next_occurrence,
+    pending_event_defaults,
+    pending_event_row,
+)
 from users.models import User
 
 _USER_COLUMNS = ("id", "first_name", "last_name", "date_of_birth", "timezone", "created_at", "updated_at")
 
 
-def _write_user_batch(user_rows: list[tuple], event_rows: list[tuple]) -> int:
+def _write_user_batch(user_rows: list[tuple], event_rows: list[tuple], now: datetime) -> int:
     with transaction.atomic():
         copy_rows(User, _USER_COLUMNS, user_rows)
-        copy_rows(Event, PENDING_EVENT_COLUMNS, event_rows)
+        copy_rows(Event, PENDING_EVENT_COLUMNS, event_rows, same_for_all=pending_event_defaults(now=now))
     return len(user_rows)
 
 
-def _write_in_background(user_rows: list[tuple], event_rows: list[tuple]) -> int:
+def _write_in_background(user_rows: list[tuple], event_rows: list[tuple], now: datetime) -> int:
     try:
-        return _write_user_batch(user_rows, event_rows)
+        return _write_user_batch(user_rows, event_rows, now)
     finally:
         connection.close()  # this thread's own connection
 
@@ -66,18 +71,17 @@ def users_bulk_create_with_events(
                 user_id=recipient.id,
                 event_type=event_type,
                 occurrence=next_occurrence(recipient=recipient, event_type=event_type, now=now),
-                now=now,
             )
             for recipient in batch
             for event_type in REGISTRY
         ]
         batch.clear()
         if writer is None:
-            created += _write_user_batch(user_rows, event_rows)
+            created += _write_user_batch(user_rows, event_rows, now)
             return
         if pending is not None:
             created += pending.result()  # backpressure, and errors surface here
-        pending = writer.submit(_write_in_background, user_rows, event_rows)
+        pending = writer.submit(_write_in_background, user_rows, event_rows, now)
 
     try:
         for row in rows:

@@ -8,6 +8,7 @@ from datetime import date, datetime
 
 from django.db.models import Max
 
+from runtime.ids import uuid7
 from scheduling.handlers import Occurrence, Recipient, get_handler
 from scheduling.models import Event, EventStatus
 
@@ -34,33 +35,35 @@ def next_occurrence(
     return get_handler(event_type).next_occurrence(user=recipient, now=now, after_date=after_date)
 
 
-def pending_event_row(*, user_id: uuid.UUID, event_type: str, occurrence: Occurrence, now: datetime) -> tuple:
-    """A new PENDING event as a tuple in the order of PENDING_EVENT_COLUMNS (for set-based inserts)."""
+def pending_event_row(*, user_id: uuid.UUID, event_type: str, occurrence: Occurrence) -> tuple:
+    """A new PENDING event's own values, in the order of PENDING_EVENT_COLUMNS (for set-based inserts).
+
+    What every new PENDING event shares is in pending_event_defaults.
+    """
     return (
-        uuid.uuid4(),
+        uuid7(),
         user_id,
         event_type,
-        EventStatus.PENDING.value,
         occurrence.occurrence_date,
         occurrence.target_utc,
         occurrence.target_local.isoformat(),
         occurrence.timezone_name,
-        "",
-        1,
         idempotency_key_for(user_id=user_id, event_type=event_type, occurrence_date=occurrence.occurrence_date),
-        now,
-        now,
     )
 
 
 PENDING_EVENT_COLUMNS = (
-    "id", "user_id", "event_type", "status", "occurrence_date", "target_timestamp_utc",
-    "target_timestamp_local", "target_timezone", "failure_reason", "version",
-    "idempotency_key", "created_at", "updated_at",
+    "id", "user_id", "event_type", "occurrence_date", "target_timestamp_utc", "target_timestamp_local",
+    "target_timezone", "idempotency_key",
 )
+
+
+def pending_event_defaults(*, now: datetime) -> dict:
+    """What every new PENDING event shares."""
+    return {"status": EventStatus.PENDING.value, "failure_reason": "", "version": 1, "created_at": now, "updated_at": now}
 
 
 def pending_event(*, user_id: uuid.UUID, event_type: str, occurrence: Occurrence, now: datetime) -> Event:
     """A new, unsaved PENDING event (for the single-row paths that return the model)."""
-    row = pending_event_row(user_id=user_id, event_type=event_type, occurrence=occurrence, now=now)
-    return Event(**dict(zip(PENDING_EVENT_COLUMNS, row, strict=True)))
+    row = pending_event_row(user_id=user_id, event_type=event_type, occurrence=occurrence)
+    return Event(**dict(zip(PENDING_EVENT_COLUMNS, row, strict=True)), **pending_event_defaults(now=now))

@@ -18,7 +18,7 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from runtime.sql import rows_relation
+from runtime.sql import execute, rows_relation
 from scheduling.exceptions import InvalidStateTransition, OptimisticLockError
 from scheduling.models import Event, EventStatus
 
@@ -130,9 +130,7 @@ def events_transition(
         f"UPDATE {Event._meta.db_table} AS e SET {', '.join(assignments)} FROM {relation} "
         "WHERE e.id = v.v_id AND e.status = %s AND (v.v_version IS NULL OR e.version = v.v_version) RETURNING id"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, *relation_params, source])
-        moved = [_ID.to_python(row[0]) for row in cursor.fetchall()]
+    moved = [_ID.to_python(row[0]) for row in execute(sql, [*params, *relation_params, source])]
     if strict and len(moved) != len(events):
         moved_ids = set(moved)
         lost = [event for event in events if event.id not in moved_ids]

@@ -1,0 +1,23 @@
+"""Time-ordered UUIDs (version 7, RFC 9562) for rows written in bulk.
+
+A random (version 4) primary key sends every insert to a random page of the
+key's index; on a table larger than PostgreSQL's shared buffers each of those
+is a page read and, after a checkpoint, a full page image in the WAL. Version 7
+keys start with the time in milliseconds, so rows written together sit
+together in the index, and rows claimed together (a year later, in target
+order) were mostly written together. Python 3.11 has no uuid.uuid7.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+
+def uuid7() -> uuid.UUID:
+    """48 bits of Unix time in ms, version 7, 74 random bits, the RFC 4122 variant."""
+    ms = time.time_ns() // 1_000_000
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (ms & 0xFFFF_FFFF_FFFF) << 80 | 0x7 << 76 | (rand >> 68 & 0xFFF) << 64 | 0b10 << 62 | rand & ((1 << 62) - 1)
+    return uuid.UUID(int=value)

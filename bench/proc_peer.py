@@ -4,7 +4,9 @@
     python -m bench.proc_peer defer sync|async N PREFIX
     python -m bench.proc_peer work CONCURRENCY     (exits once the queue is empty)
 
-Env: BENCH_PROC_DSN (its own database), BENCH_URL (the receiver).
+Env: BENCH_PROC_DSN (its own database), BENCH_URL (the receiver). The sync task posts
+with the same tuned requests session as bench/raw_client.py (and the product's
+transport); the harness may start several `work` processes on one queue.
 """
 
 import asyncio
@@ -16,7 +18,7 @@ import threading
 
 import procrastinate
 
-from bench.raw_client import bodies
+from bench.raw_client import bodies, post_tuned, tuned_session
 
 URL = os.environ.get("BENCH_URL", "")
 app = procrastinate.App(
@@ -29,18 +31,16 @@ _aio = {}
 
 
 def _session():
-    import requests
-
+    # One session per thread, tuned as the product's transport tunes its own
+    # (trust_env off, proxies read once): the same per-call costs on both sides.
     if not hasattr(_local, "s"):
-        _local.s = requests.Session()
+        _local.s = tuned_session()
     return _local.s
 
 
 @app.task(name="post_sync")
 def post_sync(key: str, body: str) -> None:
-    _session().post(
-        URL, data=body.encode(), headers={"Content-Type": "application/json", "X-Idempotency-Key": key}, timeout=10
-    ).content
+    post_tuned(_session(), URL, body.encode(), key)
 
 
 @app.task(name="post_async")

@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.product_main run_worker --concurrency 8
 
 Same as `manage.py ...`. With BENCH_PATCH_LISTENER=1 it first replaces
-config.wakeup.Listener.wait by a copy that drains queued notifications only
+runtime.wakeup.Listener.wait by a copy that drains queued notifications only
 after the first notifies() generator has closed: in the committed code the
 drain runs *inside* that generator, whose psycopg Connection.lock (a plain,
 non-reentrant Lock) is still held, so the process deadlocks on the first
@@ -20,7 +20,7 @@ import time
 def _patch_listener() -> None:
     import psycopg
 
-    from config import wakeup
+    from runtime import wakeup
 
     def wait(self, timeout: float) -> bool:
         deadline = time.monotonic() + max(0.0, timeout)

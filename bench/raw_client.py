@@ -4,6 +4,8 @@
 
 Prints one JSON line: {"mode", "n", "seconds", "rate"}. The bodies and headers
 are shaped like the product's (JSON payload, Content-Type, X-Idempotency-Key).
+The requests client is tuned as the product's transport is (delivery/transport.py:
+trust_env off with proxies read once, stream=True, the body read from the raw stream).
 """
 
 import asyncio
@@ -28,13 +30,46 @@ def bodies(n: int, prefix: str):
         yield f"{prefix}-{i}", body
 
 
-def run_requests(url, n, prefix):
+# As delivery/transport.py: bodies up to this size are read whole, straight from the stream.
+READ_WHOLE_BODY_UP_TO = 64 * 1024
+EXCERPT_BYTES = 2048  # DeliveryAttempt.RESPONSE_EXCERPT_BYTES
+
+
+def tuned_session():
+    """A requests.Session set up as the product's transport sets up its own (delivery/transport.py).
+
+    requests re-reads proxy variables and .netrc on every call unless trust_env is
+    off; the product reads the proxies once, so the baseline does the same.
+    """
+    import urllib.request
+
     import requests
 
     session = requests.Session()
+    session.trust_env = False
+    session.proxies.update({scheme: u for scheme, u in urllib.request.getproxies().items() if scheme != "no"})
+    return session
+
+
+def post_tuned(session, url, body: bytes, key: str) -> bytes:
+    """One POST the way the product's transport sends it: stream=True, no redirects, raw body read."""
+    r = session.post(url, data=body, headers={"Content-Type": "application/json", "X-Idempotency-Key": key},
+                     timeout=10, allow_redirects=False, stream=True)
+    try:
+        length = int(r.headers.get("Content-Length", ""))
+    except ValueError:
+        length = None
+    if length is not None and length <= READ_WHOLE_BODY_UP_TO:
+        return r.raw.read(decode_content=True) or b""
+    raw = r.raw.read(EXCERPT_BYTES, decode_content=True) or b""
+    r.close()
+    return raw
+
+
+def run_requests(url, n, prefix):
+    session = tuned_session()
     for key, body in bodies(n, prefix):
-        r = session.post(url, data=body, headers={"Content-Type": "application/json", "X-Idempotency-Key": key}, timeout=10)
-        r.content
+        post_tuned(session, url, body, key)
 
 
 def run_urllib3(url, n, prefix):

@@ -6,7 +6,7 @@ import psycopg
 
 TRUNCATE = """
 TRUNCATE users_user, scheduling_event, delivery_delivery, delivery_deliveryattempt,
-         scheduling_processheartbeat CASCADE
+         runtime_processheartbeat CASCADE
 """
 
 # One user per i; born on today's date some years ago (Feb 29 folds to Feb 28).
@@ -25,11 +25,11 @@ EID = "md5(%(tag)s || ':e:' || i)::uuid"
 # One PENDING event per user, target given per i by an SQL expression.
 EVENTS = """
 INSERT INTO scheduling_event (id, user_id, event_type, status, occurrence_date, target_timestamp_utc,
-    target_timestamp_local, target_timezone, executed_at, failure_reason, retry_count, version,
-    idempotency_key, delivery_payload, created_at, updated_at)
+    target_timestamp_local, target_timezone, executed_at, failure_reason, version,
+    idempotency_key, created_at, updated_at)
 SELECT {eid}, {uid}, 'BIRTHDAY', %(status)s, (t AT TIME ZONE 'UTC')::date, t,
-       to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS') || '+00:00', 'UTC', NULL, '', 0, 1,
-       'bench-' || substr(md5(%(tag)s || ':k:' || i), 1, 24), NULL, now(), now()
+       to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS') || '+00:00', 'UTC', NULL, '', 1,
+       'bench-' || substr(md5(%(tag)s || ':k:' || i), 1, 24), now(), now()
 FROM (SELECT i, {target} AS t FROM generate_series(%(lo)s::int, %(hi)s::int) AS i) s
 """
 

@@ -7,12 +7,20 @@ import os
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from delivery.services.enqueue import deliveries_enqueue_due
-from runtime.database import DB_ERRORS, Backoff, refresh_connection, wait_out_database_outage
+from runtime.database import (
+    DB_ERRORS,
+    Backoff,
+    refresh_connection,
+    reset_connection_after_error,
+    wait_out_database_outage,
+)
 from runtime.heartbeats import heartbeat_beat, heartbeat_start
 from runtime.models import ProcessKind
 from runtime.process import process_name
@@ -32,11 +40,15 @@ class Scheduler:
         self,
         *,
         batch_size: int = 500,
+        claimers: int = 2,
         interval: float = 1.0,
         once: bool = False,
         stop: threading.Event | None = None,
     ) -> None:
         self.batch_size = batch_size
+        self.claimers = max(1, claimers)
+        self.pool: ThreadPoolExecutor | None = None
+        self.counts_lock = threading.Lock()
         self.interval = interval
         self.once = once
         self.stop = stop or threading.Event()
@@ -74,6 +86,10 @@ class Scheduler:
                 continue
             if sleep_for > 0:
                 self.listener.wait(sleep_for)
+        if self.pool is not None:
+            for _ in range(self.claimers):  # each claim thread closes its own connection
+                self.pool.submit(connection.close)
+            self.pool.shutdown(wait=True)
         self._with_database(self._heartbeat, stopped=True)
         self.listener.close()
         logger.info("Scheduler stopped", extra={"scheduler": self.name, **self.counts})
@@ -102,24 +118,56 @@ class Scheduler:
         )
 
     def _claim_all_due(self) -> int:
+        """Claim batch after batch until a batch comes back short (nothing more is due).
+
+        With a backlog (the first batch was full) and claimers > 1, that many
+        threads claim side by side, each on its own connection: SKIP LOCKED
+        gives them different rows, and while one waits for PostgreSQL (its
+        statements and its commit) another computes its batch, so both cores
+        work (Python and PostgreSQL took turns on one thread, profiled).
+        """
+        first = self._claim_batch()
+        if first < self.batch_size:
+            return first
+        if self.claimers == 1 or connection.in_atomic_block:
+            # Inside a transaction (a test's) other connections could not see its rows.
+            return first + self._claim_until_drained(own_connection=False)
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(max_workers=self.claimers, thread_name_prefix="claim")
+        futures = [self.pool.submit(self._claim_until_drained, own_connection=True) for _ in range(self.claimers)]
+        return first + sum(future.result() for future in futures)
+
+    def _claim_until_drained(self, *, own_connection: bool) -> int:
         total = 0
-        while not self.stop.is_set():
-            result = deliveries_enqueue_due(now=timezone.now(), batch_size=self.batch_size)
-            total += result.claimed
+        try:
+            while not self.stop.is_set():
+                if own_connection:
+                    refresh_connection()
+                claimed = self._claim_batch()
+                total += claimed
+                if claimed < self.batch_size:
+                    break
+        except DB_ERRORS:
+            if own_connection:
+                reset_connection_after_error()
+            raise
+        return total
+
+    def _claim_batch(self) -> int:
+        result = deliveries_enqueue_due(now=timezone.now(), batch_size=self.batch_size)
+        with self.counts_lock:
             self.counts["processed"] += result.claimed
             self.counts["succeeded"] += result.queued
             self.counts["failed"] += result.too_late
-            if result.claimed:
+        if result.claimed:
                 logger.info(
                     "Claimed %s due event(s): %s queued for delivery, %s too late",
                     result.claimed,
                     result.queued,
                     result.too_late,
-                    extra={"scheduler": self.name},
-                )
-            if result.claimed < self.batch_size:
-                break
-        return total
+                extra={"scheduler": self.name},
+            )
+        return result.claimed
 
     def _time_until_next_event(self) -> float:
         now = timezone.now()

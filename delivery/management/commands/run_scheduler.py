@@ -14,19 +14,23 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--batch-size", type=int, default=500, help="Most events claimed per transaction.")
         parser.add_argument(
+            "--claimers", type=int, default=2,
+            help="Threads that claim side by side when a backlog is due (each holds a connection). Default 2.",
+        )
+        parser.add_argument(
             "--interval", type=float, default=1.0, help="Longest sleep in seconds between looks. Default 1."
         )
         parser.add_argument("--once", action="store_true", help="Claim everything due now, then exit.")
 
-    def handle(self, *args, batch_size, interval, once, **options):
+    def handle(self, *args, batch_size, claimers, interval, once, **options):
         if not settings.WEBHOOK_URL:
             raise CommandError("WEBHOOK_URL is not set: queued deliveries would have nowhere to go.")
-        if batch_size < 1 or interval <= 0:
-            raise CommandError("--batch-size must be at least 1 and --interval above 0.")
+        if batch_size < 1 or claimers < 1 or interval <= 0:
+            raise CommandError("--batch-size and --claimers must be at least 1, --interval above 0.")
         stop = threading.Event()
         restore_signals = install_stop_signals(stop, what="the scheduler")
         try:
-            Scheduler(batch_size=batch_size, interval=interval, once=once, stop=stop).run()
+            Scheduler(batch_size=batch_size, claimers=claimers, interval=interval, once=once, stop=stop).run()
         except DatabaseUnavailable as exc:
             # A --once run (cron, tests) that cannot reach PostgreSQL: one line, exit 1.
             raise CommandError(str(exc).splitlines()[0]) from None

@@ -36,11 +36,13 @@ HEARTBEAT_EVERY = 5.0
 # Results are written in batches; a result waits at most this long to be written.
 RECORD_LINGER = 0.05
 # After losing the database, a worker takes over nobody's expired leases for
-# this long once it is back. Every lease may have expired during an outage
-# longer than a lease, but their workers are alive: they reconnect within the
-# back-off cap (2 s), renew their leases and record what they sent. Taking the
-# leases over first would send those messages a second time.
-TAKEOVER_GRACE = 6.0
+# WEBHOOK_TIMEOUT + this long once it is back. Every lease may have expired
+# during an outage longer than a lease, but their workers are alive: they
+# reconnect within the back-off cap (2 s, so three caps cover a slow
+# reconnect), renew their leases and record what they sent, at the latest
+# once the request each is waiting on ends. Taking the leases over first would
+# send those messages a second time.
+TAKEOVER_GRACE_BEYOND_TIMEOUT = 6.0
 
 
 class Worker:
@@ -85,7 +87,7 @@ class Worker:
         self.oldest_unrecorded = 0.0
         self.counts = {"processed": 0, "succeeded": 0, "failed": 0}
         self.db_backoff = Backoff()
-        # Set while the database is (or just was) away: see TAKEOVER_GRACE.
+        # Set while the database is (or just was) away: see TAKEOVER_GRACE_BEYOND_TIMEOUT.
         self.recovering = False
         self.take_over_after = 0.0
         self.listener = Listener(WORKER_CHANNEL, self.stop)
@@ -264,7 +266,7 @@ class Worker:
 
     def _lost_database(self) -> None:
         self.recovering = True
-        self.take_over_after = time.monotonic() + TAKEOVER_GRACE
+        self.take_over_after = time.monotonic() + self.timeout + TAKEOVER_GRACE_BEYOND_TIMEOUT
 
     def _database_unavailable(self, doing: str, exc: Exception) -> None:
         self._lost_database()

@@ -1,5 +1,6 @@
 """Create a local operator account and API token for `make run`, once."""
 
+import os
 import secrets
 from pathlib import Path
 
@@ -43,5 +44,6 @@ class Command(BaseCommand):
             )
         self.stdout.write(
             "Log in to the admin with the user and password above; call the API with\n"
-            f'  curl -H "Authorization: Token {token_key}" http://127.0.0.1:8000/api/v1/users/'
+            f'  curl -H "Authorization: Token {token_key}" '
+            f'http://{os.environ.get("RUN_HOST", "127.0.0.1")}:{os.environ.get("RUN_PORT", "8000")}/api/v1/users/'
         )

@@ -1,0 +1,315 @@
+"""A database outage longer than the lease, with deliveries in flight: nothing sent twice, nothing lost.
+
+The defect this guards against: 500 deliveries in flight, 1 scheduler + 2
+workers, PostgreSQL stopped for 45 s while the lease was 40 s. The workers kept
+sending what they had already claimed but could not record the outcomes; the
+first worker to reconnect took back, as "lost", deliveries that the other had
+already sent (it was still in its back-off) and sent them again.
+
+The test plays that for real, at a smaller scale and with a 3 s lease: real
+run_scheduler and run_worker processes, a real local receiver that answers in
+100-600 ms so both workers have sends in flight, and a PRIVATE PostgreSQL
+cluster (initdb into a temporary folder, its own port) that the test stops for
+clearly longer than the lease and starts again. The shared cluster the rest of
+the suite uses is never stopped: other tests and other people may be using it.
+
+The defect needs the two workers to notice the outage at different moments, as
+workers on different hosts do, so that their back-offs end at different times.
+Two identical workers on one machine usually notice it within the same few
+milliseconds and wake in lockstep; against the code that had the defect, the
+test then failed only about three runs in four. So the workers differ the way
+a real deployment may: one sends 4 at a time (it notices the outage within a
+send), the other sends one by one (--concurrency 1: it notices only when its
+batch of 10 ends, up to a few seconds later). Against the defective code this
+failed every run, with 20 messages sent twice.
+
+It then counts what arrived at the receiver (every key once, none twice) and
+reads the private database (every event COMPLETED, every delivery DELIVERED).
+"""
+
+import glob
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from delivery.models import Delivery, DeliveryAttempt
+from delivery.sink import Reply
+from delivery.tests.conftest import BASE_DIR, process_env, start_process
+from scheduling.models import Event
+
+pytestmark = pytest.mark.slow
+
+RECIPIENTS = 300
+OUTAGE_SECONDS = 8.0  # the lease is WEBHOOK_TIMEOUT 2 s + DELIVERY_LEASE_MARGIN 1 s = 3 s
+DATABASE_NAME = "birthday_outage"
+
+# Runs inside `manage.py shell` against the private cluster: 300 recipients, all due now.
+CREATE_DUE_RECIPIENTS = f"""
+from datetime import date, timedelta
+from django.utils import timezone
+try:
+    from scheduling.services.bulk import users_bulk_create_with_events
+except ImportError:
+    from scheduling.services import users_bulk_create_with_events
+from scheduling.models import Event
+
+zones = ("America/New_York", "Europe/London", "Asia/Kathmandu", "Pacific/Chatham")
+rows = [
+    {{
+        "first_name": f"User{{i}}",
+        "last_name": "Outage",
+        "date_of_birth": date(1980 + i % 30, 1 + i % 12, 1 + i % 28),
+        "timezone": zones[i % 4],
+    }}
+    for i in range({RECIPIENTS})
+]
+users_bulk_create_with_events(rows=rows)
+Event.objects.filter(status=Event.Status.PENDING).update(
+    target_timestamp_utc=timezone.now() - timedelta(seconds=1)
+)
+"""
+
+
+def wait_until(condition, timeout: float, what: str, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def eventually(condition, timeout: float, interval: float = 0.25) -> bool:
+    """Like wait_until, but says whether it happened: the assertions that follow explain what did not."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval)
+    return False
+
+
+def stop_all(processes, timeout: float = 30) -> list[int]:
+    """SIGTERM every process and return the exit codes; one that hangs is killed (-9)."""
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    codes = []
+    for process in processes:
+        try:
+            codes.append(process.wait(timeout=max(0.1, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            codes.append(process.wait())
+    return codes
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def postgresql_bin_dir() -> Path | None:
+    """The newest installed PostgreSQL's binaries (Debian layout), or None."""
+    found = [Path(d) for d in glob.glob("/usr/lib/postgresql/*/bin") if (Path(d) / "pg_ctl").exists()]
+    if not found:
+        return None
+    return max(found, key=lambda d: int(d.parent.name) if d.parent.name.isdigit() else 0)
+
+
+class PrivateCluster:
+    """A throwaway PostgreSQL cluster run as the `postgres` OS user (it refuses to run as root)."""
+
+    def __init__(self, bin_dir: Path, root: Path) -> None:
+        self.bin_dir = bin_dir
+        self.root = root
+        self.data = root / "data"
+        self.sockets = root / "sockets"
+        self.log = root / "postgresql.log"
+        self.port = free_port()
+        self.url = f"postgres://postgres@127.0.0.1:{self.port}/{DATABASE_NAME}"
+
+    def _as_postgres(self, program: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        command = [str(self.bin_dir / program), *args]
+        if os.geteuid() == 0:
+            command = ["runuser", "-u", "postgres", "--", *command]
+        return subprocess.run(command, cwd=self.root, check=True, capture_output=True, text=True, timeout=timeout)
+
+    def init(self) -> None:
+        self._as_postgres(
+            "initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"
+        )
+
+    def start(self) -> None:
+        options = (
+            f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.sockets}"
+            " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        )
+        self._as_postgres("pg_ctl", "start", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60", "-o", options)
+
+    def stop(self, mode: str = "fast") -> None:
+        self._as_postgres("pg_ctl", "stop", "-D", str(self.data), "-m", mode, "-w", "-t", "60")
+
+    def is_running(self) -> bool:
+        command = [str(self.bin_dir / "pg_ctl"), "status", "-D", str(self.data)]
+        if os.geteuid() == 0:
+            command = ["runuser", "-u", "postgres", "--", *command]
+        return subprocess.run(command, cwd=self.root, capture_output=True, timeout=30).returncode == 0
+
+    def connect(self, dbname: str = DATABASE_NAME) -> psycopg.Connection:
+        return psycopg.connect(
+            host="127.0.0.1", port=self.port, user="postgres", dbname=dbname, autocommit=True, connect_timeout=5
+        )
+
+    def query(self, sql: str, params=None) -> list[tuple]:
+        with self.connect() as conn:
+            return conn.execute(sql, params).fetchall()
+
+
+def manage(args: list[str], database_url: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1"}
+    result = subprocess.run(
+        [sys.executable, str(BASE_DIR / "manage.py"), *args],
+        cwd=BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert result.returncode == 0, f"manage.py {args[0]} failed:\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+@pytest.fixture
+def private_postgres(tmp_path):
+    """A migrated database in a PostgreSQL cluster of this test's own, stopped however the test ends.
+
+    The data folder lives in its own temporary folder owned by `postgres`, not
+    under tmp_path: pytest's base temporary folder is root-only (0700), so the
+    `postgres` user could not reach anything inside it. The server log is
+    copied into tmp_path at the end for post-mortems.
+    """
+    bin_dir = postgresql_bin_dir()
+    if bin_dir is None:
+        pytest.skip("needs PostgreSQL server binaries (/usr/lib/postgresql/*/bin) for a private cluster")
+    root = Path(tempfile.mkdtemp(prefix="outage-pg-"))
+    cluster = PrivateCluster(bin_dir, root)
+    cluster.sockets.mkdir()
+    if os.geteuid() == 0:
+        shutil.chown(root, "postgres", "postgres")
+        shutil.chown(cluster.sockets, "postgres", "postgres")
+    try:
+        cluster.init()
+        cluster.start()
+        with cluster.connect(dbname="postgres") as conn:
+            conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
+        manage(["migrate", "--noinput"], cluster.url)
+        yield cluster
+    finally:
+        if cluster.data.exists() and cluster.is_running():
+            try:
+                cluster.stop(mode="immediate")
+            except subprocess.SubprocessError:
+                pass
+        if cluster.log.exists():
+            shutil.copy(cluster.log, tmp_path / "postgresql.log")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_postgresql_down_longer_than_the_lease_with_sends_in_flight_sends_nothing_twice_and_loses_nothing(
+    private_postgres, delivery_settings, sink, tmp_path
+):
+    # Given 300 due recipients in the private database, a 3 s lease, a receiver that
+    # answers in 100-600 ms, and two workers that notice an outage at different moments.
+    cluster = private_postgres
+    manage(["shell", "-c", CREATE_DUE_RECIPIENTS], cluster.url)
+    event_table, delivery_table = Event._meta.db_table, Delivery._meta.db_table
+    expected = {key for (key,) in cluster.query(f"SELECT idempotency_key FROM {event_table}")}
+    assert len(expected) == RECIPIENTS
+    delivery_settings.WEBHOOK_TIMEOUT = timedelta(seconds=2)
+    delivery_settings.DELIVERY_LEASE_MARGIN = timedelta(seconds=1)
+    lease = (delivery_settings.WEBHOOK_TIMEOUT + delivery_settings.DELIVERY_LEASE_MARGIN).total_seconds()
+    assert OUTAGE_SECONDS > 2 * lease
+    latency = random.Random(20_045)
+    sink.respond = lambda received: Reply(status=200, delay=latency.uniform(0.1, 0.6))
+    env = process_env(delivery_settings, DATABASE_URL=cluster.url)
+    processes = [start_process(["run_scheduler", "--batch-size", "50"], env, tmp_path / "scheduler.log")]
+    processes += [
+        start_process(["run_worker", "--concurrency", "4", "--batch-size", "40"], env, tmp_path / "pooled.log"),
+        start_process(["run_worker", "--concurrency", "1", "--batch-size", "10"], env, tmp_path / "serial.log"),
+    ]
+
+    def in_flight() -> dict[str, int]:
+        return dict(
+            cluster.query(
+                f"SELECT locked_by, count(*) FROM {delivery_table} WHERE status = 'SENDING' GROUP BY locked_by"
+            )
+        )
+
+    try:
+        wait_until(
+            lambda: len(sink.received) >= 30 and len(in_flight()) == 2, 60, "both workers to be sending"
+        )
+        sending_when_stopped = sum(in_flight().values())
+
+        # When PostgreSQL goes away for well over a lease while sends are in flight...
+        cluster.stop(mode="fast")
+        arrived_when_stopped = len(set(sink.keys()))
+        time.sleep(OUTAGE_SECONDS)
+        arrived_during_outage = len(set(sink.keys())) - arrived_when_stopped
+        cluster.start()
+
+        # ...and comes back: everything is delivered and recorded, with time for stragglers.
+        if sink.wait_for(RECIPIENTS, timeout=90):
+            eventually(
+                lambda: cluster.query(
+                    f"SELECT count(*) FROM {delivery_table} WHERE status <> 'DELIVERED'"
+                )[0][0] == 0,
+                timeout=60,
+            )
+            time.sleep(2)  # a resend already on its way would arrive now
+    finally:
+        exit_codes = stop_all(processes)
+
+    # Then every process stopped cleanly, and the outage began with messages still to send...
+    assert exit_codes == [0, 0, 0], exit_codes
+    assert arrived_when_stopped < RECIPIENTS
+
+    # ...every message arrived (nothing lost)...
+    counts = Counter(sink.keys())
+    missing = expected - set(counts)
+    assert not missing, f"{len(missing)} of {RECIPIENTS} messages never arrived"
+    assert set(counts) == expected, f"unexpected keys: {sorted(set(counts) - expected)[:5]}"
+
+    # ...and none arrived twice (nothing sent twice).
+    twice = {key: n for key, n in counts.items() if n > 1}
+    taken_back = cluster.query(
+        f"SELECT count(*) FROM {DeliveryAttempt._meta.db_table} WHERE outcome = 'ABANDONED'"
+    )[0][0]
+    assert not twice, (
+        f"{len(twice)} of {RECIPIENTS} messages were sent more than once "
+        f"({sum(twice.values()) - len(twice)} extra sends; {taken_back} leases taken back after the outage "
+        f"(attempts logged ABANDONED); {sending_when_stopped} deliveries were SENDING just before "
+        f"PostgreSQL stopped, {arrived_when_stopped} messages had arrived, {arrived_during_outage} more "
+        f"arrived during the {OUTAGE_SECONDS:.0f} s outage): {sorted(twice)[:5]}"
+    )
+
+    # The private database agrees: every due event COMPLETED (next year's is PENDING), every delivery DELIVERED.
+    events = dict(cluster.query(f"SELECT status, count(*) FROM {event_table} GROUP BY status"))
+    assert events == {"COMPLETED": RECIPIENTS, "PENDING": RECIPIENTS}, events
+    deliveries = dict(cluster.query(f"SELECT status, count(*) FROM {delivery_table} GROUP BY status"))
+    assert deliveries == {"DELIVERED": RECIPIENTS}, deliveries

@@ -2,8 +2,8 @@
 
 from django.db.models.signals import post_save
 
+from scheduling.models import Event
 from scheduling.services.sync import event_sync_for_user, events_create_first
-from users.models import User
 
 
 def _sync_events_after_user_save(sender, instance, created: bool = False, raw: bool = False, **kwargs) -> None:
@@ -16,4 +16,10 @@ def _sync_events_after_user_save(sender, instance, created: bool = False, raw: b
 
 
 def connect() -> None:
-    post_save.connect(_sync_events_after_user_save, sender=User, dispatch_uid="scheduling.sync_user_events")
+    # The recipient model, as the event's foreign key names it (scheduling does
+    # not import the users app, which builds on it).
+    post_save.connect(
+        _sync_events_after_user_save,
+        sender=Event._meta.get_field("user").related_model,
+        dispatch_uid="scheduling.sync_user_events",
+    )

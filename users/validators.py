@@ -3,10 +3,12 @@
 import re
 from datetime import date, datetime, timedelta
 from functools import lru_cache
-from zoneinfo import ZoneInfo, available_timezones
+from zoneinfo import available_timezones
 
 from django.core.exceptions import ValidationError
 from django.utils import timezone as django_timezone
+
+from scheduling.timezones import load_timezone
 
 NAME_MAX_LENGTH = 100
 EARLIEST_DATE_OF_BIRTH = date(1900, 1, 1)
@@ -17,12 +19,6 @@ _UTC_OFFSET = re.compile(r"^(UTC|GMT)?\s*[+-]\d", re.IGNORECASE)
 def _known_timezone_names() -> frozenset[str]:
     # available_timezones() walks the tz database on disk; read it once.
     return frozenset(available_timezones())
-
-
-@lru_cache(maxsize=1024)
-def load_timezone(name: str) -> ZoneInfo:
-    """Return the ZoneInfo for an already validated IANA name (cached)."""
-    return ZoneInfo(name)
 
 
 def clean_name(value: str, *, field_label: str) -> str:

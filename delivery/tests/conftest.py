@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from delivery.sink import Reply, WebhookSink
 from scheduling.models import Event
-from scheduling.services.bulk import users_bulk_create_with_events
+from users.services import users_bulk_create_with_events
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 

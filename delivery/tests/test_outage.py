@@ -59,10 +59,7 @@ DATABASE_NAME = "birthday_outage"
 CREATE_DUE_RECIPIENTS = f"""
 from datetime import date, timedelta
 from django.utils import timezone
-try:
-    from scheduling.services.bulk import users_bulk_create_with_events
-except ImportError:
-    from scheduling.services import users_bulk_create_with_events
+from users.services import users_bulk_create_with_events
 from scheduling.models import Event
 
 zones = ("America/New_York", "Europe/London", "Asia/Kathmandu", "Pacific/Chatham")

@@ -10,7 +10,7 @@ from typing import NamedTuple, Protocol
 
 from django.conf import settings
 
-from users.validators import load_timezone
+from scheduling.timezones import load_timezone
 
 
 class Recipient(Protocol):

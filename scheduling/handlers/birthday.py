@@ -5,7 +5,7 @@ from datetime import date, datetime
 
 from scheduling.handlers.base import Occurrence, Recipient, local_send_instant
 from scheduling.models import EventType
-from users.validators import load_timezone
+from scheduling.timezones import load_timezone
 
 
 def birthday_in_year(date_of_birth: date, year: int) -> date:

@@ -5,5 +5,7 @@
 - occurrences: the next occurrence of an event for a recipient, and its key.
 - sync: keeping a recipient's PENDING events in step with their data
   (create, reschedule, replace, repair), and the operator's "deliver now".
-- bulk: creating many recipients with their first events (the CSV import).
+
+The bulk import of recipients with their first events is users.services
+(users build on scheduling; scheduling does not import users).
 """

@@ -12,11 +12,10 @@ from django.utils import timezone
 
 from runtime.wakeup import SCHEDULER_CHANNEL, notify
 from scheduling.exceptions import InvalidStateTransition, OptimisticLockError
-from scheduling.handlers import REGISTRY, Occurrence, get_handler, local_send_instant
+from scheduling.handlers import REGISTRY, Occurrence, Recipient, get_handler, local_send_instant
 from scheduling.models import Event, EventStatus
 from scheduling.services.occurrences import last_handled_occurrence, next_occurrence, pending_event
-from users.models import User
-from users.validators import load_timezone
+from scheduling.timezones import load_timezone
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +35,7 @@ def _wake_scheduler_if_due_soon(target: datetime) -> None:
         notify(SCHEDULER_CHANNEL, target.isoformat())
 
 
-def event_create_next(*, user: User, event_type: str, now: datetime | None = None) -> Event:
+def event_create_next(*, user: Recipient, event_type: str, now: datetime | None = None) -> Event:
     """Create the user's next PENDING event of this type from their current data."""
     now = now or timezone.now()
     occurrence = next_occurrence(
@@ -51,7 +50,7 @@ def event_create_next(*, user: User, event_type: str, now: datetime | None = Non
     return event
 
 
-def events_create_first(*, user: User, now: datetime | None = None) -> list[Event]:
+def events_create_first(*, user: Recipient, now: datetime | None = None) -> list[Event]:
     """A new user's first PENDING events: nothing to look up, nothing to reconcile."""
     now = now or timezone.now()
     events = []
@@ -147,7 +146,7 @@ class SyncResult:
         return self.created + self.rescheduled + self.replaced
 
 
-def _sync_one_type(*, user: User, event_type: str, now: datetime, result: SyncResult) -> None:
+def _sync_one_type(*, user: Recipient, event_type: str, now: datetime, result: SyncResult) -> None:
     handler = get_handler(event_type)
     for processing in Event.objects.filter(
         user=user, event_type=event_type, status=EventStatus.PROCESSING
@@ -200,7 +199,7 @@ def _sync_one_type(*, user: User, event_type: str, now: datetime, result: SyncRe
     result.skipped += 1
 
 
-def event_sync_for_user(*, user: User, now: datetime | None = None) -> SyncResult:
+def event_sync_for_user(*, user: Recipient, now: datetime | None = None) -> SyncResult:
     """Make the user's PENDING events follow from their current data.
 
     No pending event: create one. The date of birth changed so the pending
@@ -225,6 +224,12 @@ def event_sync_for_user(*, user: User, now: datetime | None = None) -> SyncResul
     return result
 
 
+def _recipients():
+    # The recipient model, as the event's foreign key names it: scheduling
+    # reads recipients but does not import the app that owns them.
+    return Event._meta.get_field("user").related_model
+
+
 def events_create_missing(*, now: datetime | None = None, limit: int = RECONCILE_CHUNK) -> int:
     """Give up to `limit` users without a PENDING event one (rows from signal-less paths).
 
@@ -236,7 +241,7 @@ def events_create_missing(*, now: datetime | None = None, limit: int = RECONCILE
         has_pending = Event.objects.filter(
             user=OuterRef("pk"), event_type=event_type, status=EventStatus.PENDING
         )
-        orphans = User.objects.filter(~Exists(has_pending))[:limit]
+        orphans = _recipients().objects.filter(~Exists(has_pending))[:limit]
         for user in orphans:
             try:
                 with transaction.atomic():

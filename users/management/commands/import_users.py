@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
-from scheduling.services.bulk import users_bulk_create_with_events
+from users.services import users_bulk_create_with_events
 from users.validators import clean_user_fields
 
 REQUIRED_COLUMNS = ("first_name", "last_name", "date_of_birth", "timezone")

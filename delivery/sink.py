@@ -26,6 +26,7 @@ class Received:
     raw_body: bytes
     received_at: float  # time.time()
     status: int = 200
+    client_port: int = 0  # the sender's port: the same one for every request on a kept-alive connection
 
 
 @dataclass
@@ -71,6 +72,7 @@ class WebhookSink:
                     headers={k: v for k, v in self.headers.items()},
                     raw_body=raw,
                     received_at=time.time(),
+                    client_port=self.client_address[1],
                 )
                 reply = sink.respond(received)
                 received.status = reply.status

@@ -2,18 +2,18 @@
 
 import json
 import random
+import socket
 import uuid
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
 import pytest
-import requests
-import responses
 from standardwebhooks.webhooks import Webhook
 
 from delivery.models import AttemptOutcome
 from delivery.retry import RetryPolicy
 from delivery.retry import retry_delay as policy_delay
+from delivery.sink import Reply
 from delivery.transport import (
     USER_AGENT,
     ClaimedDelivery,
@@ -85,15 +85,14 @@ def test_retry_after_is_honoured_up_to_the_cap(settings):
     assert retry_delay(attempt=1, retry_after=86400) == 60
 
 
-@responses.activate
-def test_send_posts_json_with_idempotency_key_and_user_agent_and_follows_no_redirect():
-    responses.post("https://receiver.example/hook", status=302, headers={"Location": "https://elsewhere.example/"})
+def test_send_posts_json_with_idempotency_key_and_user_agent_and_follows_no_redirect(sink):
+    sink.default = Reply(status=302, headers={"Location": "http://127.0.0.1:9/elsewhere"})
 
-    result = WebhookTransport(timeout=5).send(claimed())
+    result = WebhookTransport(timeout=5).send(claimed(sink.url))
 
-    request = responses.calls[0].request
-    assert len(responses.calls) == 1
-    assert json.loads(request.body) == {"message": "Hey, Ada Lovelace it's your birthday"}
+    assert len(sink.received) == 1
+    request = sink.received[0]
+    assert json.loads(request.raw_body) == {"message": "Hey, Ada Lovelace it's your birthday"}
     assert request.headers["Content-Type"] == "application/json"
     assert request.headers["X-Idempotency-Key"] == "event-0123456789abcdef"
     assert request.headers["User-Agent"] == USER_AGENT
@@ -101,35 +100,52 @@ def test_send_posts_json_with_idempotency_key_and_user_agent_and_follows_no_redi
     assert result.status_code == 302
 
 
-@responses.activate
-def test_signed_requests_verify_with_the_standard_webhooks_library():
+def test_signed_requests_verify_with_the_standard_webhooks_library(sink):
     secret = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-    responses.post("https://receiver.example/hook", status=204)
+    sink.default = Reply(status=204, body=b"")
 
-    WebhookTransport(timeout=5, secret=secret).send(claimed())
+    WebhookTransport(timeout=5, secret=secret).send(claimed(sink.url))
 
-    request = responses.calls[0].request
+    request = sink.received[0]
     headers = {k: v for k, v in request.headers.items()}
     assert headers["webhook-id"] == "event-0123456789abcdef"
-    verified = Webhook(secret).verify(request.body, headers)
+    verified = Webhook(secret).verify(request.raw_body, headers)
     assert verified == {"message": "Hey, Ada Lovelace it's your birthday"}
 
 
-@responses.activate
 def test_connection_error_is_transient():
-    responses.post("https://receiver.example/hook", body=requests.exceptions.ConnectionError("refused"))
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
 
-    result = WebhookTransport(timeout=5).send(claimed())
+    result = WebhookTransport(timeout=5).send(claimed(f"http://127.0.0.1:{port}/hook"))
 
     assert result.outcome == AttemptOutcome.TRANSIENT_FAILURE
     assert "Connection" in result.error or "refused" in result.error
 
 
-@responses.activate
-def test_response_excerpt_is_cut_to_2_kib():
-    responses.post("https://receiver.example/hook", status=500, body="x" * 10000)
+def test_response_excerpt_is_cut_to_2_kib(sink):
+    sink.default = Reply(status=500, body=b"x" * 10000)
 
-    result = WebhookTransport(timeout=5).send(claimed())
+    result = WebhookTransport(timeout=5).send(claimed(sink.url))
 
     assert result.outcome == AttemptOutcome.TRANSIENT_FAILURE
     assert len(result.response_excerpt) == 2048
+
+
+def test_a_hanging_receiver_is_a_timeout(sink):
+    sink.default = Reply(delay=1.5)
+
+    result = WebhookTransport(timeout=0.3).send(claimed(sink.url))
+
+    assert result.outcome == AttemptOutcome.TRANSIENT_FAILURE
+    assert result.error == "Timed out after 0.3 s"
+
+
+def test_connections_are_kept_alive_between_posts(sink):
+    transport = WebhookTransport(timeout=5)
+
+    for _ in range(3):
+        assert transport.send(claimed(sink.url)).outcome == AttemptOutcome.DELIVERED
+
+    assert len({r.client_port for r in sink.received}) == 1

@@ -5,8 +5,7 @@
     python -m bench.proc_peer work CONCURRENCY     (exits once the queue is empty)
 
 Env: BENCH_PROC_DSN (its own database), BENCH_URL (the receiver). The sync task posts
-with the same tuned requests session as bench/raw_client.py (and the product's
-transport); the harness may start several `work` processes on one queue.
+through a urllib3 pool exactly as bench/raw_client.py and the product's transport do; the harness may start several `work` processes on one queue.
 """
 
 import asyncio
@@ -18,7 +17,7 @@ import threading
 
 import procrastinate
 
-from bench.raw_client import bodies, post_tuned, tuned_session
+from bench.raw_client import bodies, post_pool, tuned_pool
 
 URL = os.environ.get("BENCH_URL", "")
 app = procrastinate.App(
@@ -30,17 +29,18 @@ _local = threading.local()
 _aio = {}
 
 
-def _session():
-    # One session per thread, tuned as the product's transport tunes its own
-    # (trust_env off, proxies read once): the same per-call costs on both sides.
-    if not hasattr(_local, "s"):
-        _local.s = tuned_session()
-    return _local.s
+def _pool():
+    # One urllib3 connection pool per thread, used as the product's transport
+    # uses its own: the same HTTP client and per-call costs on both sides.
+    if not hasattr(_local, "pool"):
+        _local.pool = tuned_pool(URL)
+    return _local.pool
 
 
 @app.task(name="post_sync")
 def post_sync(key: str, body: str) -> None:
-    post_tuned(_session(), URL, body.encode(), key)
+    pool, target = _pool()
+    post_pool(pool, target, body.encode(), key)
 
 
 @app.task(name="post_async")

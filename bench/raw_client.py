@@ -72,13 +72,37 @@ def run_requests(url, n, prefix):
         post_tuned(session, url, body, key)
 
 
-def run_urllib3(url, n, prefix):
+def tuned_pool(url):
+    """A urllib3 connection pool and request target, as the product's transport uses them."""
     import urllib3
 
-    pool = urllib3.PoolManager(maxsize=1)
+    return urllib3.connection_from_url(url, maxsize=1, block=False), urllib3.util.parse_url(url).request_uri
+
+
+def post_pool(pool, target, body: bytes, key: str) -> bytes:
+    """One POST the way the product's transport sends it (delivery/transport.py)."""
+    import urllib3
+
+    r = pool.urlopen("POST", target, body=body, headers={"Content-Type": "application/json", "X-Idempotency-Key": key},
+                     timeout=urllib3.Timeout(connect=10, read=10), retries=False, redirect=False, preload_content=False)
+    try:
+        length = int(r.headers.get("Content-Length", ""))
+    except ValueError:
+        length = None
+    if length is not None and length <= READ_WHOLE_BODY_UP_TO:
+        data = r.read()
+        r.release_conn()
+        return data
+    data = r.read(EXCERPT_BYTES)
+    r.close()
+    r.release_conn()
+    return data
+
+
+def run_urllib3(url, n, prefix):
+    pool, target = tuned_pool(url)
     for key, body in bodies(n, prefix):
-        r = pool.request("POST", url, body=body, headers={"Content-Type": "application/json", "X-Idempotency-Key": key}, timeout=10)
-        r.data
+        post_pool(pool, target, body, key)
 
 
 def run_aiohttp(url, n, prefix, in_flight=32):

@@ -15,7 +15,8 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -50,9 +51,25 @@ class EnqueueResult:
         return self.queued + self.too_late
 
 
+class ClaimedEvent(NamedTuple):
+    """A claimed event and its recipient, as the claim's SELECT returns them."""
+
+    id: uuid.UUID
+    version: int
+    event_type: str
+    occurrence_date: date
+    target: datetime
+    idempotency_key: str
+    user_id: uuid.UUID
+    first_name: str
+    last_name: str
+    date_of_birth: date
+    timezone: str
+
+
 _E = {f.name: f for f in Event._meta.concrete_fields}
 _U = {f.name: f for f in User._meta.concrete_fields}
-# What the claim returns per event, in this order.
+# What the claim returns per event, in the order of ClaimedEvent.
 _CLAIMED_FIELDS = [
     _E["id"], _E["version"], _E["event_type"], _E["occurrence_date"], _E["target_timestamp_utc"],
     _E["idempotency_key"], _U["id"], _U["first_name"], _U["last_name"], _U["date_of_birth"], _U["timezone"],
@@ -116,43 +133,48 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
             claimed = typed_rows(cursor.fetchall(), _CLAIMED_FIELDS)
         if not claimed:
             return EnqueueResult()
+        claimed = [ClaimedEvent._make(row) for row in claimed]
         on_time, too_late = [], []
-        for row in claimed:
-            (on_time if now - row[4] <= max_lateness else too_late).append(row)
+        for event in claimed:
+            (on_time if now - event.target <= max_lateness else too_late).append(event)
 
         events_transition(
-            events=[EventRef(row[0], row[1]) for row in on_time],
+            events=[EventRef(event.id, event.version) for event in on_time],
             source=EventStatus.PENDING,
             target=EventStatus.PROCESSING,
             actor=Actor.SCHEDULER,
             now=now,
         )
         events_transition(
-            events=[EventRef(row[0], row[1]) for row in too_late],
+            events=[EventRef(event.id, event.version) for event in too_late],
             source=EventStatus.PENDING,
             target=EventStatus.FAILED,
             actor=Actor.SCHEDULER,
             now=now,
             per_event={
                 "failure_reason": [
-                    f"Not sent: {_hours(now - row[4])} late, more than EVENT_MAX_LATENESS ({_hours(max_lateness)})."
-                    for row in too_late
+                    f"Not sent: {_hours(now - event.target)} late, more than EVENT_MAX_LATENESS ({_hours(max_lateness)})."
+                    for event in too_late
                 ]
             },
         )
 
         deliveries, upcoming = [], []
-        for event_id, _version, event_type, occurrence_date, target, key, *user in claimed:
-            recipient = RecipientRow(*user)
-            if now - target <= max_lateness:
+        for event in claimed:
+            recipient = RecipientRow(
+                event.user_id, event.first_name, event.last_name, event.date_of_birth, event.timezone
+            )
+            if now - event.target <= max_lateness:
                 payload = webhook_payload(
-                    event_id=event_id,
-                    event_type=event_type,
-                    occurrence_date=occurrence_date,
-                    target_utc=target,
+                    event_id=event.id,
+                    event_type=event.event_type,
+                    occurrence_date=event.occurrence_date,
+                    target_utc=event.target,
                     recipient=recipient,
                 )
-                deliveries.append(queued_delivery_row(event_id=event_id, idempotency_key=key, payload=payload))
+                deliveries.append(
+                    queued_delivery_row(event_id=event.id, idempotency_key=event.idempotency_key, payload=payload)
+                )
             # After the occurrence just claimed: every path that creates a PENDING
             # event puts it after the user's last handled one, so nothing handled
             # comes later. Were that ever broken, the insert below would meet
@@ -160,9 +182,9 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
             # scheduler's reconcile (which reads the history) gives the user
             # their next event within SCHEDULER_RECONCILE_INTERVAL.
             occurrence = next_occurrence(
-                recipient=recipient, event_type=event_type, now=now, after_date=occurrence_date
+                recipient=recipient, event_type=event.event_type, now=now, after_date=event.occurrence_date
             )
-            upcoming.append(pending_event_row(user_id=recipient.id, event_type=event_type, occurrence=occurrence))
+            upcoming.append(pending_event_row(user_id=recipient.id, event_type=event.event_type, occurrence=occurrence))
         insert_rows(Delivery, DELIVERY_COLUMNS, deliveries, same_for_all=queued_delivery_defaults(now=now))
         # A next occurrence may already exist (a recipient's edit or the
         # reconcile created it between our lock and this insert): that row stands.
@@ -171,14 +193,14 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
         )
         if deliveries:
             notify(WORKER_CHANNEL)
-    for row in too_late:
+    for event in too_late:
         logger.warning(
             "Event too late to send; marked FAILED",
             extra={
-                "event_id": str(row[0]),
-                "user_id": str(row[6]),
-                "idempotency_key": row[5],
-                "target": row[4].isoformat(),
+                "event_id": str(event.id),
+                "user_id": str(event.user_id),
+                "idempotency_key": event.idempotency_key,
+                "target": event.target.isoformat(),
             },
         )
     return EnqueueResult(queued=len(on_time), too_late=len(too_late))

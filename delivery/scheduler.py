@@ -53,6 +53,8 @@ class Scheduler:
         self.once = once
         self.stop = stop or threading.Event()
         self.name = process_name()
+        # What this process's heartbeat row says about it.
+        self.identity = {"kind": ProcessKind.SCHEDULER, "name": self.name, "host": socket.gethostname(), "pid": os.getpid()}
         self.listener = Listener(SCHEDULER_CHANNEL, self.stop)
         self.backoff = Backoff()
         self.counts = {"processed": 0, "succeeded": 0, "failed": 0}
@@ -190,9 +192,6 @@ class Scheduler:
 
     def _heartbeat(self, *, start: bool = False, stopped: bool = False) -> None:
         if start:
-            heartbeat_start(kind=ProcessKind.SCHEDULER, name=self.name, host=socket.gethostname(), pid=os.getpid())
+            heartbeat_start(**self.identity)
         else:
-            heartbeat_beat(
-                kind=ProcessKind.SCHEDULER, name=self.name, host=socket.gethostname(), pid=os.getpid(),
-                stopped=stopped, **self.counts,
-            )
+            heartbeat_beat(**self.identity, stopped=stopped, **self.counts)

@@ -74,6 +74,8 @@ class Worker:
         self.once = once
         self.stop = stop or threading.Event()
         self.name = process_name()
+        # What this process's heartbeat row says about it.
+        self.identity = {"kind": ProcessKind.WORKER, "name": self.name, "host": socket.gethostname(), "pid": os.getpid()}
         self.timeout = settings.WEBHOOK_TIMEOUT.total_seconds()
         self.lease = settings.WEBHOOK_TIMEOUT + settings.DELIVERY_LEASE_MARGIN
         self.renew_every = max(0.5, self.lease.total_seconds() / 3)
@@ -321,14 +323,9 @@ class Worker:
     def _heartbeat(self, *, start: bool = False, stopped: bool = False) -> None:
         try:
             if start:
-                heartbeat_start(
-                    kind=ProcessKind.WORKER, name=self.name, host=socket.gethostname(), pid=os.getpid()
-                )
+                heartbeat_start(**self.identity)
             else:
-                heartbeat_beat(
-                    kind=ProcessKind.WORKER, name=self.name, host=socket.gethostname(), pid=os.getpid(),
-                    stopped=stopped, **self.counts,
-                )
+                heartbeat_beat(**self.identity, stopped=stopped, **self.counts)
         except DB_ERRORS as exc:
             logger.warning("Heartbeat not written", extra={"worker": self.name, "error": str(exc).strip()})
             self._lost_database()

@@ -1,6 +1,7 @@
 """A real local HTTP receiver and helpers to make events due, for the pipeline tests."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -115,3 +116,38 @@ def start_process(command: list[str], env: dict, log_path: Path) -> subprocess.P
         stdout=log,
         stderr=subprocess.STDOUT,
     )
+
+
+def wait_until(condition, timeout: float, what: str, interval: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def eventually(condition, timeout: float, interval: float = 0.25) -> bool:
+    """Like wait_until, but says whether it happened: the assertions that follow explain what did not."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval)
+    return False
+
+
+def stop_all(processes, timeout: float = 30) -> list[int]:
+    """SIGTERM every process and return the exit codes; one that hangs is killed (-9)."""
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    codes = []
+    for process in processes:
+        try:
+            codes.append(process.wait(timeout=max(0.1, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            codes.append(process.wait())
+    return codes

@@ -31,7 +31,6 @@ import glob
 import os
 import random
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -46,7 +45,7 @@ import pytest
 
 from delivery.models import Delivery, DeliveryAttempt
 from delivery.sink import Reply
-from delivery.tests.conftest import BASE_DIR, process_env, start_process
+from delivery.tests.conftest import BASE_DIR, eventually, process_env, start_process, stop_all, wait_until
 from scheduling.models import Event
 
 pytestmark = pytest.mark.slow
@@ -77,41 +76,6 @@ Event.objects.filter(status=Event.Status.PENDING).update(
     target_timestamp_utc=timezone.now() - timedelta(seconds=1)
 )
 """
-
-
-def wait_until(condition, timeout: float, what: str, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-def eventually(condition, timeout: float, interval: float = 0.25) -> bool:
-    """Like wait_until, but says whether it happened: the assertions that follow explain what did not."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(interval)
-    return False
-
-
-def stop_all(processes, timeout: float = 30) -> list[int]:
-    """SIGTERM every process and return the exit codes; one that hangs is killed (-9)."""
-    for process in processes:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    codes = []
-    for process in processes:
-        try:
-            codes.append(process.wait(timeout=max(0.1, deadline - time.monotonic())))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            codes.append(process.wait())
-    return codes
 
 
 def free_port() -> int:

@@ -21,22 +21,13 @@ from django.utils import timezone
 from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus
 from delivery.services.enqueue import deliveries_enqueue_due
 from delivery.sink import Reply
-from delivery.tests.conftest import create_due_users, process_env, start_process
+from delivery.tests.conftest import create_due_users, process_env, start_process, stop_all, wait_until
 from delivery.worker import Worker
 from runtime.models import ProcessHeartbeat
 from scheduling.models import Event, EventStatus
 from scheduling.services.sync import event_deliver_now
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-
-def wait_until(condition, timeout: float, what: str, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def wait_for_outcomes_recorded(*, timeout: float) -> None:
@@ -47,22 +38,6 @@ def wait_for_outcomes_recorded(*, timeout: float) -> None:
         timeout,
         "every outcome to be recorded",
     )
-
-
-def stop_all(processes, timeout: float = 30) -> list[int]:
-    """SIGTERM every process and return the exit codes; one that hangs is killed (-9)."""
-    for process in processes:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    codes = []
-    for process in processes:
-        try:
-            codes.append(process.wait(timeout=max(0.1, deadline - time.monotonic())))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            codes.append(process.wait())
-    return codes
 
 
 def assert_everything_delivered_once(sink, expected: int):

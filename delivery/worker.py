@@ -136,7 +136,8 @@ class Worker:
         """Top up the pool, collect what finished, record in batches."""
         free = self.batch_size - len(self.in_flight)
         claimed: int | None = None
-        # Claim in batches (per-row claims cost ~16x more: QUEUE-NOTES 1), but do
+        # Claim in batches (claiming 100 rows at a time is ~16x cheaper per row
+        # than one at a time, measured with pgbench), but do
         # not wait for the whole batch to finish before claiming more.
         if free >= max(1, self.batch_size // 2) or not self.in_flight:
             deliveries = self._claim(free)

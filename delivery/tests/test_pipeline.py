@@ -235,7 +235,7 @@ def test_after_downtime_overdue_events_are_sent_and_too_late_ones_failed(deliver
 def test_scheduler_logs_the_backlog_at_start(delivery_settings, caplog):
     make_due([new_user().events.get()], ago=timedelta(hours=2))
 
-    with caplog.at_level("INFO", logger="scheduling.scheduler"):
+    with caplog.at_level("INFO", logger="delivery.scheduler"):
         run_scheduler_once()
 
     started = [r for r in caplog.records if "Scheduler started" in r.getMessage()]

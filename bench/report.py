@@ -61,7 +61,7 @@ def render(res: dict, out_dir: Path) -> None:
     ]))
     L.append(
         "\nThe machine is shared: other engineers' test suites may run at the same time, which is one reason runs "
-        "vary (QUEUE-NOTES 7: 15-35 %). Client, receiver, PostgreSQL and the product share the same 2 cores.\n"
+        "vary (15-35 % between runs of the same workload, measured on this kind of machine). Client, receiver, PostgreSQL and the product share the same 2 cores.\n"
     )
 
     lc = res.get("listener_check", {})

@@ -7,7 +7,7 @@ import os
 import socket
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 from django.conf import settings
 from django.db import connection
@@ -137,6 +137,9 @@ class Scheduler:
         if self.pool is None:
             self.pool = ThreadPoolExecutor(max_workers=self.claimers, thread_name_prefix="claim")
         futures = [self.pool.submit(self._claim_until_drained, own_connection=True) for _ in range(self.claimers)]
+        # Every claimer finishes before an error (the database went away) is
+        # raised, so the outage back-off never runs beside a claimer still at work.
+        wait(futures)
         return first + sum(future.result() for future in futures)
 
     def _claim_until_drained(self, *, own_connection: bool) -> int:

@@ -109,16 +109,16 @@ def insert_rows(
     *,
     same_for_all: Mapping[str, Any] | None = None,
     ignore_conflicts: bool = False,
-) -> int:
+) -> None:
     """Insert plain tuples whose values follow `columns` (attribute names) in one statement.
 
     `same_for_all` gives columns whose value is the same on every row: sent once,
     not once per row (dumping arrays is most of this function's client time).
-    Returns how many rows went in (with `ignore_conflicts`, rows that would break
-    a unique constraint are skipped, as `ON CONFLICT DO NOTHING`).
+    With `ignore_conflicts`, rows that would break a unique constraint are
+    skipped, as `ON CONFLICT DO NOTHING`.
     """
     if not rows:
-        return 0
+        return
     same_for_all = same_for_all or {}
     fields = [model._meta.get_field(name) for name in columns]
     constant_fields = [model._meta.get_field(name) for name in same_for_all]
@@ -130,5 +130,4 @@ def insert_rows(
     sql = f"INSERT INTO {model._meta.db_table} ({target}) SELECT {selected} FROM {relation} WHERE true"
     if ignore_conflicts:
         sql += " ON CONFLICT DO NOTHING"
-    inserted = execute(sql + " RETURNING 1", [*constants, *params])
-    return len(inserted)
+    execute(sql, [*constants, *params])

@@ -18,7 +18,6 @@ from runtime.wakeup import WORKER_CHANNEL, notify
 
 logger = logging.getLogger(__name__)
 
-_F = {f.attname: f for f in Delivery._meta.concrete_fields}
 _CLAIM_RETURNS = ("id", "event_id", "idempotency_key", "endpoint_url", "payload", "attempts", "max_attempts",
                   "next_attempt_at")
 _EXPIRED_FIELDS = ("id", "attempts", "max_attempts", "locked_by", "locked_until", "attempt_started_at")
@@ -77,9 +76,9 @@ def _take_over_expired(*, now: datetime, limit: int) -> int:
         cursor.execute(
             f"SELECT {', '.join(_EXPIRED_FIELDS)} FROM {table} WHERE status = %s AND locked_until < %s "
             f"ORDER BY locked_until LIMIT %s{skip_locked()}",
-            [DeliveryStatus.SENDING, _F["locked_until"].get_db_prep_value(now, connection), limit],
+            [DeliveryStatus.SENDING, Delivery._meta.get_field("locked_until").get_db_prep_value(now, connection), limit],
         )
-        expired = typed_rows(cursor.fetchall(), [_F[name] for name in _EXPIRED_FIELDS])
+        expired = typed_rows(cursor.fetchall(), [Delivery._meta.get_field(name) for name in _EXPIRED_FIELDS])
     if not expired:
         return 0
     policy = RetryPolicy.from_settings()

@@ -39,7 +39,9 @@ class UserViewSet(viewsets.ModelViewSet):
         services.user_delete(user=instance)
 
     @action(detail=True, methods=["get"])
-    def events(self, request, pk=None):
+    def events(self, request, pk=None, format=None):
+        # `format` arrives from the router's suffix routes (`/events.json`, `/events.api`);
+        # the renderer has already been chosen from it by then.
         user = self.get_object()
         page = self.paginate_queryset(user_events(user_id=user.pk))
         return self.get_paginated_response(EventSerializer(page, many=True).data)

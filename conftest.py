@@ -1,13 +1,34 @@
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from django.db.models import Q
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
+
+# What an API operator account is granted: every recipient permission and reading events.
+OPERATOR_PERMISSIONS = (
+    "users.view_user",
+    "users.add_user",
+    "users.change_user",
+    "users.delete_user",
+    "scheduling.view_event",
+)
+
+
+def permissions_named(*names: str):
+    query = Q(pk__in=[])
+    for name in names:
+        app_label, codename = name.split(".")
+        query |= Q(content_type__app_label=app_label, codename=codename)
+    return Permission.objects.filter(query)
 
 
 @pytest.fixture
 def operator(db):
-    return get_user_model().objects.create_user(username="operator", password="s3cret-pass!")
+    account = get_user_model().objects.create_user(username="operator", password="s3cret-pass!")
+    account.user_permissions.set(permissions_named(*OPERATOR_PERMISSIONS))
+    return account
 
 
 @pytest.fixture

@@ -175,7 +175,9 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # Django's model permissions (view / add / change / delete recipient), granted
+    # to operator accounts or groups in the admin; superusers hold them all.
+    "DEFAULT_PERMISSION_CLASSES": ["config.permissions.ModelPermissions"],
     "DEFAULT_PAGINATION_CLASS": "config.pagination.StandardPagination",
     "DEFAULT_RENDERER_CLASSES": [
         "rest_framework.renderers.JSONRenderer",

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.urls import path
 
 from console.dashboard import dashboard_view
 
 TITLE = "Birthday scheduler operations"
+# The dashboard summarises events and deliveries, so it shows to whoever may read both.
+DASHBOARD_PERMISSIONS = ("scheduling.view_event", "delivery.view_delivery")
 
 
 class ConsoleAdminSite(admin.AdminSite):
@@ -21,5 +24,13 @@ class ConsoleAdminSite(admin.AdminSite):
             *super().get_urls(),
         ]
 
+    def each_context(self, request):
+        return {**super().each_context(request), "can_view_dashboard": self.can_view_dashboard(request)}
+
+    def can_view_dashboard(self, request) -> bool:
+        return request.user.has_perms(DASHBOARD_PERMISSIONS)
+
     def dashboard(self, request):
+        if not self.can_view_dashboard(request):
+            raise PermissionDenied
         return dashboard_view(request, site=self)

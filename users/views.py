@@ -1,10 +1,18 @@
-from rest_framework import status, viewsets
+from rest_framework import permissions, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 
 from users import services
 from users.selectors import user_events, user_list
 from users.serializers import EventSerializer, UserSerializer
+
+
+class CanViewEvents(permissions.BasePermission):
+    """A recipient's events are event rows: reading them needs `scheduling.view_event` too."""
+
+    def has_permission(self, request, view) -> bool:
+        return request.user.has_perm("scheduling.view_event")
 
 
 class UserViewSet(viewsets.ModelViewSet):
@@ -38,7 +46,7 @@ class UserViewSet(viewsets.ModelViewSet):
     def perform_destroy(self, instance):
         services.user_delete(user=instance)
 
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], permission_classes=[*api_settings.DEFAULT_PERMISSION_CLASSES, CanViewEvents])
     def events(self, request, pk=None, format=None):
         # `format` arrives from the router's suffix routes (`/events.json`, `/events.api`);
         # the renderer has already been chosen from it by then.

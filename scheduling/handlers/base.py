@@ -90,8 +90,5 @@ class EventHandler(Protocol):
     ) -> Occurrence:
         """The first occurrence whose send time has not passed, after `after_date`."""
 
-    def occurrence_matches(self, *, user: Recipient, occurrence_date: date) -> bool:
-        """Whether an occurrence date still follows from the user's current data."""
-
     def render_message(self, *, user: Recipient) -> str:
         """The message text, rendered from the user as they are now."""

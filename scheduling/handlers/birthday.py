@@ -38,9 +38,6 @@ class BirthdayHandler:
                 return occurrence
         raise AssertionError("a birthday occurs every year")  # pragma: no cover
 
-    def occurrence_matches(self, *, user: Recipient, occurrence_date: date) -> bool:
-        return birthday_in_year(user.date_of_birth, occurrence_date.year) == occurrence_date
-
     def render_message(self, *, user: Recipient) -> str:
         return self.message_template.format(
             first_name=user.first_name, last_name=user.last_name

@@ -9,7 +9,7 @@ from datetime import date, datetime
 from django.db.models import Max
 
 from runtime.ids import uuid7
-from scheduling.handlers import Occurrence, Recipient, get_handler
+from scheduling.handlers import Occurrence, Recipient, get_handler, local_send_instant
 from scheduling.models import Event, EventStatus
 
 
@@ -33,6 +33,37 @@ def next_occurrence(
 ) -> Occurrence:
     """The first occurrence whose send time has not passed, after `after_date` if given."""
     return get_handler(event_type).next_occurrence(user=recipient, now=now, after_date=after_date)
+
+
+def scheduled_occurrence(
+    *, recipient: Recipient, event_type: str, now: datetime, pending_date: date | None = None
+) -> Occurrence:
+    """The occurrence the recipient's PENDING event of this type must be for, from their current data.
+
+    The first occurrence after the last one handled whose send time has not
+    passed. One exception: the occurrence already pending (`pending_date`)
+    stays when only its send time has passed (a move to a zone where 09:00 came
+    earlier, or a scheduler running late); it was never sent, so it is due now.
+    Whether the pending occurrence still follows from the data is asked of the
+    handler's next_occurrence, the rule every new event is computed by.
+    """
+    after_date = last_handled_occurrence(user_id=recipient.id, event_type=event_type)
+    upcoming = next_occurrence(recipient=recipient, event_type=event_type, now=now, after_date=after_date)
+    if pending_date is None or pending_date >= upcoming.occurrence_date:
+        # Equal: the pending occurrence stands. Later: an earlier one is still
+        # ahead (a zone where the day's send has not come yet) and nothing was
+        # sent for it, so keeping the later one would skip a birthday.
+        return upcoming
+    # Earlier: it stays only if, counting from its own send instant in the
+    # recipient's zone, it is the next occurrence; a date that is no longer an
+    # occurrence (the date of birth changed) gives way to the upcoming one.
+    as_of_pending = next_occurrence(
+        recipient=recipient,
+        event_type=event_type,
+        now=local_send_instant(pending_date, recipient.timezone).target_utc,
+        after_date=after_date,
+    )
+    return as_of_pending if as_of_pending.occurrence_date == pending_date else upcoming
 
 
 def pending_event_row(*, user_id: uuid.UUID, event_type: str, occurrence: Occurrence) -> tuple:

@@ -12,9 +12,9 @@ from django.utils import timezone
 
 from runtime.wakeup import SCHEDULER_CHANNEL, notify
 from scheduling.exceptions import InvalidStateTransition, OptimisticLockError
-from scheduling.handlers import REGISTRY, Occurrence, Recipient, get_handler, local_send_instant
+from scheduling.handlers import REGISTRY, Occurrence, Recipient
 from scheduling.models import Event, EventStatus
-from scheduling.services.occurrences import last_handled_occurrence, next_occurrence, pending_event
+from scheduling.services.occurrences import next_occurrence, pending_event, scheduled_occurrence
 from scheduling.timezones import load_timezone
 
 logger = logging.getLogger(__name__)
@@ -35,19 +35,18 @@ def _wake_scheduler_if_due_soon(target: datetime) -> None:
         notify(SCHEDULER_CHANNEL, target.isoformat())
 
 
-def event_create_next(*, user: Recipient, event_type: str, now: datetime | None = None) -> Event:
-    """Create the user's next PENDING event of this type from their current data."""
-    now = now or timezone.now()
-    occurrence = next_occurrence(
-        recipient=user,
-        event_type=event_type,
-        now=now,
-        after_date=last_handled_occurrence(user_id=user.id, event_type=event_type),
-    )
+def _event_insert(*, user: Recipient, event_type: str, occurrence: Occurrence, now: datetime) -> Event:
     event = pending_event(user_id=user.id, event_type=event_type, occurrence=occurrence, now=now)
     event.save(force_insert=True)
     _wake_scheduler_if_due_soon(event.target_timestamp_utc)
     return event
+
+
+def event_create_next(*, user: Recipient, event_type: str, now: datetime | None = None) -> Event:
+    """Create the user's next PENDING event of this type from their current data."""
+    now = now or timezone.now()
+    occurrence = scheduled_occurrence(recipient=user, event_type=event_type, now=now)
+    return _event_insert(user=user, event_type=event_type, occurrence=occurrence, now=now)
 
 
 def events_create_first(*, user: Recipient, now: datetime | None = None) -> list[Event]:
@@ -56,10 +55,7 @@ def events_create_first(*, user: Recipient, now: datetime | None = None) -> list
     events = []
     for event_type in REGISTRY:
         occurrence = next_occurrence(recipient=user, event_type=event_type, now=now)
-        event = pending_event(user_id=user.id, event_type=event_type, occurrence=occurrence, now=now)
-        event.save(force_insert=True)
-        _wake_scheduler_if_due_soon(event.target_timestamp_utc)
-        events.append(event)
+        events.append(_event_insert(user=user, event_type=event_type, occurrence=occurrence, now=now))
     user.pending_events = events  # what the API renders as next_event
     return events
 
@@ -147,7 +143,6 @@ class SyncResult:
 
 
 def _sync_one_type(*, user: Recipient, event_type: str, now: datetime, result: SyncResult) -> None:
-    handler = get_handler(event_type)
     for processing in Event.objects.filter(
         user=user, event_type=event_type, status=EventStatus.PROCESSING
     ).only("id"):
@@ -162,26 +157,28 @@ def _sync_one_type(*, user: Recipient, event_type: str, now: datetime, result: S
         pending = Event.objects.filter(
             user=user, event_type=event_type, status=EventStatus.PENDING
         ).first()
+        occurrence = scheduled_occurrence(
+            recipient=user,
+            event_type=event_type,
+            now=now,
+            pending_date=pending.occurrence_date if pending else None,
+        )
         try:
             if pending is None:
                 with transaction.atomic():
-                    event_create_next(user=user, event_type=event_type, now=now)
+                    _event_insert(user=user, event_type=event_type, occurrence=occurrence, now=now)
                 result.created += 1
-            elif not handler.occurrence_matches(
-                user=user, occurrence_date=pending.occurrence_date
-            ):
+            elif occurrence.occurrence_date != pending.occurrence_date:
                 with transaction.atomic():
                     _event_discard_pending(event=pending)
-                    event_create_next(user=user, event_type=event_type, now=now)
+                    _event_insert(user=user, event_type=event_type, occurrence=occurrence, now=now)
                 result.replaced += 1
             elif pending.target_timezone != user.timezone:
-                # Only a zone change moves the instant. Comparing the stored
-                # target with a recomputed one would also undo an operator's
-                # "deliver now" whenever the user is saved.
-                event_reschedule(
-                    event=pending,
-                    occurrence=local_send_instant(pending.occurrence_date, user.timezone),
-                )
+                # Same occurrence, so the same key; only a zone change moves the
+                # instant. Comparing the stored target with a recomputed one
+                # would also undo an operator's "deliver now" whenever the user
+                # is saved.
+                event_reschedule(event=pending, occurrence=occurrence)
                 result.rescheduled += 1
             return
         except (OptimisticLockError, IntegrityError) as exc:
@@ -202,11 +199,15 @@ def _sync_one_type(*, user: Recipient, event_type: str, now: datetime, result: S
 def event_sync_for_user(*, user: Recipient, now: datetime | None = None) -> SyncResult:
     """Make the user's PENDING events follow from their current data.
 
-    No pending event: create one. The date of birth changed so the pending
-    occurrence is no longer a birthday: replace it. Only the zone changed: keep
-    the occurrence date and key, move the instant; if that instant has passed
-    the event is simply due. Names are read at delivery, so a
-    rename changes nothing here. PROCESSING events are never touched.
+    The occurrence comes from scheduled_occurrence: the next one after the
+    last handled (sent, failed or being sent) whose send time has not passed,
+    or the pending one if only its send time has passed. No pending event:
+    create one. The pending occurrence is not that one (the date of birth
+    changed, or a new zone puts an unsent birthday still ahead): replace it.
+    Same occurrence in another zone: keep the date and key, move the instant;
+    if that instant has passed the event is simply due. Names are read at
+    delivery, so a rename changes nothing here. PROCESSING events are never
+    touched.
     """
     now = now or timezone.now()
     result = SyncResult()

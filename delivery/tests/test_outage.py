@@ -274,3 +274,40 @@ def test_postgresql_down_longer_than_the_lease_with_sends_in_flight_sends_nothin
     assert events == {"COMPLETED": RECIPIENTS, "PENDING": RECIPIENTS}, events
     deliveries = dict(cluster.query(f"SELECT status, count(*) FROM {delivery_table} GROUP BY status"))
     assert deliveries == {"DELIVERED": RECIPIENTS}, deliveries
+
+
+def test_postgresql_restart_under_running_processes_loses_nothing(private_postgres, delivery_settings, sink, tmp_path):
+    # A restart of the private cluster (the shared one is never restarted: other
+    # tests and people use it) while a scheduler and a worker are mid-backlog.
+    cluster = private_postgres
+    manage(["shell", "-c", CREATE_DUE_RECIPIENTS], cluster.url)
+    event_table, delivery_table = Event._meta.db_table, Delivery._meta.db_table
+    sink.default = Reply(status=200, delay=0.03)
+    env = process_env(delivery_settings, DATABASE_URL=cluster.url)
+    processes = [
+        start_process(["run_scheduler", "--batch-size", "50"], env, tmp_path / "s.log"),
+        start_process(["run_worker", "--concurrency", "4", "--batch-size", "20"], env, tmp_path / "w.log"),
+    ]
+    try:
+        wait_until(lambda: len(sink.received) >= 20, 30, "work to be under way")
+        cluster.stop(mode="fast")
+        cluster.start()
+        assert sink.wait_for(RECIPIENTS, timeout=120), f"only {len(set(sink.keys()))} of {RECIPIENTS} arrived"
+        wait_until(
+            lambda: cluster.query(
+                f"SELECT count(*) FROM {delivery_table} WHERE status <> 'DELIVERED'"
+            )[0][0] == 0
+            and cluster.query(f"SELECT count(*) FROM {event_table} WHERE status = 'PROCESSING'")[0][0] == 0,
+            60,
+            "every outcome to be recorded",
+        )
+    finally:
+        exit_codes = stop_all(processes)
+
+    assert exit_codes == [0, 0]
+    counts = Counter(sink.keys())
+    assert len(counts) == RECIPIENTS, f"{RECIPIENTS - len(counts)} events never arrived"
+    deliveries = dict(cluster.query(f"SELECT status, count(*) FROM {delivery_table} GROUP BY status"))
+    assert deliveries == {"DELIVERED": RECIPIENTS}, deliveries
+    events = dict(cluster.query(f"SELECT status, count(*) FROM {event_table} GROUP BY status"))
+    assert events == {"COMPLETED": RECIPIENTS, "PENDING": RECIPIENTS}, events

@@ -4,7 +4,6 @@ Every test counts what arrived at the receiver: nothing lost, nothing delivered
 twice except under the same idempotency key.
 """
 
-import shutil
 import signal
 import socket
 import subprocess
@@ -189,33 +188,6 @@ def test_killed_database_connections_do_not_stop_the_scheduler_or_worker(deliver
     assert_everything_delivered_once(sink, 400)
     logs = (tmp_path / "s.log").read_text() + (tmp_path / "w.log").read_text()
     assert "Database unavailable" in logs or "Notification connection lost" in logs
-
-
-@pytest.mark.skipif(shutil.which("pg_ctlcluster") is None, reason="needs a local PostgreSQL cluster to restart")
-def test_postgresql_restart_under_running_processes_loses_nothing(delivery_settings, sink, tmp_path):
-    create_due_users(300)
-    sink.default = Reply(status=200, delay=0.03)
-    env = process_env(delivery_settings)
-    processes = [
-        start_process(["run_scheduler", "--batch-size", "50"], env, tmp_path / "s.log"),
-        start_process(["run_worker", "--concurrency", "4", "--batch-size", "20"], env, tmp_path / "w.log"),
-    ]
-    try:
-        wait_until(lambda: len(sink.received) >= 20, 30, "work to be under way")
-        connection.close()
-        version = sorted(p.name for p in Path("/etc/postgresql").iterdir())[0]
-        subprocess.run(
-            ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"],
-            check=True,
-            timeout=60,
-        )
-        assert sink.wait_for(300, timeout=120), f"only {len(set(sink.keys()))} of 300 arrived"
-        wait_for_outcomes_recorded(timeout=60)
-    finally:
-        exit_codes = stop_all(processes)
-
-    assert exit_codes == [0, 0]
-    assert_everything_delivered_once(sink, 300)
 
 
 def test_an_idle_scheduler_and_worker_are_woken_by_notifications_not_their_interval(

@@ -16,13 +16,20 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 
 venv: $(VENV)/.installed
 
-run: venv
+# With debug off every process needs a secret key (config/secret_key.py); a fresh
+# machine gets a random one of its own, kept out of git in var/.
+SECRET_KEY_FILE := var/secret-key
+$(SECRET_KEY_FILE):
+	mkdir -p var
+	umask 077 && $(PYTHON) -c "import secrets; print(secrets.token_urlsafe(50))" > $@
+
+run: venv $(SECRET_KEY_FILE)
 	$(PY) manage.py migrate --noinput --verbosity 0
 	$(PY) manage.py collectstatic --noinput -v0
 	$(PY) manage.py ensure_local_admin
 	$(PY) -m runtime.local
 
-check-db: venv
+check-db: venv $(SECRET_KEY_FILE)
 	@DATABASE_URL=$(or $(DATABASE_URL),$(TEST_DATABASE_URL)) $(PY) -m config.check_db
 
 lint: venv
@@ -33,7 +40,7 @@ lint: venv
 browser:
 	@test -x /usr/bin/chromium || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
 
-test: venv browser check-db lint
+test: venv $(SECRET_KEY_FILE) browser check-db lint
 	DATABASE_URL=$(or $(DATABASE_URL),$(TEST_DATABASE_URL)) $(PY) manage.py check
 	DATABASE_URL=$(or $(DATABASE_URL),$(TEST_DATABASE_URL)) $(PY) manage.py makemigrations --check --dry-run
 	DATABASE_URL=$(or $(DATABASE_URL),$(TEST_DATABASE_URL)) $(PY) -m pytest --create-db $(PYTEST_ARGS)
@@ -45,7 +52,7 @@ clean:
 # (bench/.venv, never the product's), then runs every workload against throwaway
 # databases and writes bench/results/REPORT.md. BENCH_ARGS="--size small" for a quick pass.
 BENCH_VENV := bench/.venv
-bench: venv
+bench: venv $(SECRET_KEY_FILE)
 	@command -v nginx >/dev/null && command -v wrk >/dev/null && test -e /usr/lib/nginx/modules/ngx_http_echo_module.so || \
 		(apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y nginx wrk libnginx-mod-http-echo)
 	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)

@@ -5,11 +5,14 @@ Each variable is documented where it is read and listed with its default in
 developer's `make run`, the test suite and a production deployment.
 """
 
+from ipaddress import ip_network
 from pathlib import Path
 
 import environ
 
+from config import __version__
 from config.durations import parse_duration
+from config.secret_key import check_secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -23,12 +26,19 @@ if env_file.exists():
 
 # DJANGO_DEBUG: show tracebacks in the browser. Never on in production.
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
-# DJANGO_SECRET_KEY: signs sessions and CSRF tokens. The default is for local use
-# only; production must set its own.
-SECRET_KEY = env(
-    "DJANGO_SECRET_KEY",
-    default="insecure-local-development-key-change-me-in-production",
-)
+# DJANGO_SECRET_KEY: signs sessions, CSRF tokens and password-reset links. Without
+# it, the key is read from DJANGO_SECRET_KEY_FILE (default var/secret-key, which
+# `make run` and `make test` fill with a random key on first use; a mounted secret
+# in a container). With debug off, a missing, short or well-known key stops every
+# process at start-up: a key anyone can read lets them forge an operator's session.
+SECRET_KEY = env("DJANGO_SECRET_KEY", default="")
+SECRET_KEY_FILE = Path(env("DJANGO_SECRET_KEY_FILE", default=str(BASE_DIR / "var" / "secret-key")))
+if not SECRET_KEY and SECRET_KEY_FILE.is_file():
+    SECRET_KEY = SECRET_KEY_FILE.read_text().strip()
+if not SECRET_KEY and DEBUG:
+    SECRET_KEY = "django-insecure-debug-only-key-never-used-with-debug-off"
+if not DEBUG:
+    check_secret_key(SECRET_KEY, source=SECRET_KEY_FILE)
 # DJANGO_ALLOWED_HOSTS: comma-separated host names the web server answers to.
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost"])
 # DJANGO_CSRF_TRUSTED_ORIGINS: origins (scheme://host) allowed to POST forms.
@@ -43,12 +53,16 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework.authtoken",
+    "drf_spectacular",
+    # Swagger UI's JavaScript and CSS as static files: the docs page needs no CDN.
+    "drf_spectacular_sidecar",
     "axes",
     "runtime",
     "users",
     "scheduling",
     "delivery",
     "console",
+    "monitoring",
 ]
 
 MIDDLEWARE = [
@@ -152,6 +166,25 @@ AUTH_PASSWORD_VALIDATORS = [
 # DJANGO_SECURE_COOKIES: mark session and CSRF cookies Secure (behind HTTPS).
 SESSION_COOKIE_SECURE = env.bool("DJANGO_SECURE_COOKIES", default=False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+# DJANGO_SECURE_SSL_REDIRECT: redirect plain-HTTP requests to HTTPS.
+SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=False)
+# DJANGO_SECURE_HSTS_SECONDS: how long browsers must use HTTPS only (0: no HSTS
+# header). Start small (3600) and raise it to a year once HTTPS is known good;
+# DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS and DJANGO_SECURE_HSTS_PRELOAD extend it.
+SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = env.bool("DJANGO_SECURE_HSTS_PRELOAD", default=False)
+
+# TRUSTED_PROXY_COUNT: reverse proxies in front of the web server that append to
+# X-Forwarded-For (1 behind one nginx). The client's address is read through
+# them, so lock-outs and throttles apply to the client, not to the proxy every
+# client shares; 0 ignores the header, which clients could forge.
+TRUSTED_PROXY_COUNT = env.int("TRUSTED_PROXY_COUNT", default=0)
+# With a TLS proxy in front, requests reach Django over plain HTTP; the proxy's
+# X-Forwarded-Proto says whether the client used HTTPS (for the redirect and the
+# Secure cookies). Only trusted when there is a proxy to set it.
+if TRUSTED_PROXY_COUNT:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 # ADMIN_URL: where the operator console lives; change it to keep scanners away.
 ADMIN_URL = env("ADMIN_URL", default="admin/").strip("/") + "/"
@@ -162,17 +195,35 @@ AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=5)
 AXES_COOLOFF_TIME = env.float("AXES_COOLOFF_MINUTES", default=15) / 60  # hours
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "config.client_address.client_address"
 
 # API_MAX_BODY_BYTES: the largest request body the API accepts (413 above it).
 API_MAX_BODY_BYTES = env.int("API_MAX_BODY_BYTES", default=64 * 1024)
 # Django's own ceiling on bodies read into memory, as a second line of defence.
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES
 
+# CACHE_URL: where rate-limit counters live. The default, a table in the
+# database, is shared by every web process on every host, so a limit means the
+# same however many there are (a per-process memory cache would multiply it by
+# the process count); rediscache://host:6379/0 takes that load off PostgreSQL.
+CACHES = {"default": env.cache("CACHE_URL", default="dbcache://django_cache")}
+
+# API_THROTTLE_ACCOUNT: requests per operator account; API_THROTTLE_ANONYMOUS: per
+# client address without an account (the public schema and docs);
+# API_THROTTLE_FAILED_AUTHENTICATION: wrong tokens per client address before it
+# is refused outright. Over a limit the API answers 429 with Retry-After. Rates
+# are "<count>/<second|minute|hour|day>".
+API_THROTTLE_RATES = {
+    "user": env("API_THROTTLE_ACCOUNT", default="1200/minute"),
+    "anon": env("API_THROTTLE_ANONYMOUS", default="120/minute"),
+    "failed_authentication": env("API_THROTTLE_FAILED_AUTHENTICATION", default="20/minute"),
+}
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first: its WWW-Authenticate header is what makes DRF answer 401
         # (not 403) to a request without credentials.
-        "rest_framework.authentication.TokenAuthentication",
+        "config.authentication.ThrottledTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     # Django's model permissions (view / add / change / delete recipient), granted
@@ -184,8 +235,52 @@ REST_FRAMEWORK = {
         "rest_framework.renderers.BrowsableAPIRenderer",
     ],
     "DEFAULT_PARSER_CLASSES": ["config.parsers.JSONBodyParser"],
+    "DEFAULT_THROTTLE_CLASSES": [
+        "config.throttling.AccountThrottle",
+        "config.throttling.AnonymousThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": API_THROTTLE_RATES,
     "EXCEPTION_HANDLER": "config.exceptions.api_exception_handler",
     "UNAUTHENTICATED_USER": None,
+    "DEFAULT_SCHEMA_CLASS": "config.openapi.AutoSchema",
+}
+
+# The OpenAPI 3 description of the API, served at /api/v1/schema/ (Swagger UI at
+# /api/v1/docs/) and generated from the serializers and views themselves.
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Birthday scheduler API",
+    "VERSION": __version__,
+    "DESCRIPTION": (
+        "Recipients of the birthday webhook: each gets a message once per birthday, at "
+        "the same local time (09:00 unless configured otherwise) in their own IANA time "
+        "zone.\n\n"
+        "Every operation needs an operator's credentials: a DRF token "
+        "(`Authorization: Token <key>`) or the session of an operator logged in to the "
+        "admin (unsafe methods then also need the `X-CSRFToken` header), and the "
+        "matching model permission (view, add, change or delete recipient; reading "
+        "events also needs view event). Request and response bodies are JSON with "
+        "snake_case fields. Lists are paginated (`count`, `next`, `previous`, "
+        "`results`; `?page=` and `?page_size=` up to 500).\n\n"
+        "Errors are JSON: a 400 for invalid fields maps each bad field (or "
+        "`non_field_errors`) to a list of messages; every other error is "
+        "`{\"detail\": \"...\"}`."
+    ),
+    # Public, on purpose: the schema describes only the API's shape (which the
+    # README publishes too), never data, and a client developer needs it before
+    # holding a token. Every operation it describes still requires credentials.
+    # No authentication classes either, so a stale token or session cannot turn
+    # the documentation itself into a 401 or 403.
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SERVE_AUTHENTICATION": [],
+    # The schema endpoint is not part of the API it describes.
+    "SERVE_INCLUDE_SCHEMA": False,
+    # Separate request and response components: `id`, `next_event` and the
+    # timestamps are then required in responses and absent from request bodies,
+    # which is what a client (and a generated client) must rely on.
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
 }
 
 # --- The scheduler ---------------------------------------------------------------
@@ -221,6 +316,29 @@ DELIVERY_MAX_ATTEMPTS = env.int("DELIVERY_MAX_ATTEMPTS", default=8)
 # this margin and is renewed every third of that while the worker lives; the
 # deliveries of a worker that dies are taken over after at most that long.
 DELIVERY_LEASE_MARGIN = parse_duration(env("DELIVERY_LEASE_MARGIN", default="30s"))
+
+# --- Health and metrics ----------------------------------------------------------------
+
+# METRICS_TOKEN: a bearer token (Authorization: Bearer <token>) that may read
+# /metrics from any address. Empty: no token is accepted.
+METRICS_TOKEN = env("METRICS_TOKEN", default="")
+# METRICS_ALLOWED_NETWORKS: comma-separated networks (CIDR) that may read /metrics
+# without the token; empty: none. The client address is read as everywhere else
+# (config.client_address, through TRUSTED_PROXY_COUNT proxies). A bad entry stops
+# every process at start-up rather than leave /metrics open or shut by surprise.
+METRICS_ALLOWED_NETWORKS = [
+    ip_network(network) for network in env.list("METRICS_ALLOWED_NETWORKS", default=["127.0.0.1/32", "::1/128"])
+]
+# METRICS_PORT: the port on which run_scheduler and run_worker serve their own
+# metrics (0: they do not; --metrics-port overrides it, one port per process on a
+# host); METRICS_ADDRESS: the address they listen on (0.0.0.0 to be scraped from
+# another host).
+METRICS_PORT = env.int("METRICS_PORT", default=0)
+METRICS_ADDRESS = env("METRICS_ADDRESS", default="127.0.0.1")
+# With DJANGO_SECURE_SSL_REDIRECT on, probes and scrapers still get their answer
+# over plain HTTP: a load balancer checks each replica directly, not through TLS,
+# and a redirect would mark every replica down.
+SECURE_REDIRECT_EXEMPT = [r"^health/", r"^metrics$"]
 
 # --- Logging -------------------------------------------------------------------------
 

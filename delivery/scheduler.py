@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from delivery.metrics import CLAIM_BATCH_DURATION
 from delivery.services.enqueue import deliveries_enqueue_due
 from runtime.database import (
     DB_ERRORS,
@@ -59,11 +60,11 @@ class Scheduler:
         self.backoff = Backoff()
         self.counts = {"processed": 0, "succeeded": 0, "failed": 0}
         self.reconcile_every = settings.SCHEDULER_RECONCILE_INTERVAL.total_seconds()
+        self.last_beat = time.monotonic()
 
     def run(self) -> int:
         self._with_database(self._log_backlog)
         self._with_database(self._heartbeat, start=True)
-        last_beat = time.monotonic()
         last_reconcile = float("-inf")  # reconcile on the first turn, before sleeping
         if self.once:
             while self._with_database(self._reconcile) == RECONCILE_CHUNK and not self.stop.is_set():
@@ -80,9 +81,7 @@ class Scheduler:
                 # A full chunk may mean more users to repair: do the next chunk on
                 # the next turn of the loop, between claims, not in five minutes.
                 last_reconcile = now - self.reconcile_every if repaired == RECONCILE_CHUNK else now
-            if now - last_beat >= HEARTBEAT_EVERY:
-                self._with_database(self._heartbeat)
-                last_beat = now
+            self._with_database(self._beat_if_due)
             sleep_for = self._with_database(self._time_until_next_event)
             if sleep_for is None:
                 continue
@@ -159,19 +158,26 @@ class Scheduler:
         return total
 
     def _claim_batch(self) -> int:
+        started = time.perf_counter()
         result = deliveries_enqueue_due(now=timezone.now(), batch_size=self.batch_size)
         with self.counts_lock:
             self.counts["processed"] += result.claimed
             self.counts["succeeded"] += result.queued
             self.counts["failed"] += result.too_late
         if result.claimed:
-                logger.info(
-                    "Claimed %s due event(s): %s queued for delivery, %s too late",
-                    result.claimed,
-                    result.queued,
-                    result.too_late,
+            # Only batches that found work: the empty look at every wake-up would drown them.
+            CLAIM_BATCH_DURATION.labels(kind=ProcessKind.SCHEDULER).observe(time.perf_counter() - started)
+            logger.info(
+                "Claimed %s due event(s): %s queued for delivery, %s too late",
+                result.claimed,
+                result.queued,
+                result.too_late,
                 extra={"scheduler": self.name},
             )
+        # Draining a large backlog can take minutes; the heartbeat must not fall
+        # silent meanwhile, or the console, the metrics and check_process would
+        # call a scheduler at work lost.
+        self._beat_if_due()
         return result.claimed
 
     def _time_until_next_event(self) -> float:
@@ -192,6 +198,15 @@ class Scheduler:
                 "Reconciled %s user(s) that had no pending event", created, extra={"scheduler": self.name}
             )
         return created
+
+    def _beat_if_due(self) -> None:
+        """Write the heartbeat if HEARTBEAT_EVERY has passed (from the loop or any claim thread)."""
+        with self.counts_lock:
+            now = time.monotonic()
+            if now - self.last_beat < HEARTBEAT_EVERY:
+                return
+            self.last_beat = now
+        self._heartbeat()
 
     def _heartbeat(self, *, start: bool = False, stopped: bool = False) -> None:
         if start:

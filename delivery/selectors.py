@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db.models import Count, Min, Q
@@ -52,3 +53,50 @@ def delivery_backlog_counts() -> dict[str, int]:
         queued=Count("id", filter=Q(status=DeliveryStatus.QUEUED)),
         sending=Count("id", filter=Q(status=DeliveryStatus.SENDING)),
     )
+
+
+def delivery_status_counts() -> dict[str, int]:
+    """How many deliveries are in each status (every status present, zero if none).
+
+    One index-only scan of (status, updated_at): COUNT(*) needs no column the
+    index lacks, so the rows themselves are not read.
+    """
+    counts = dict.fromkeys(DeliveryStatus.values, 0)
+    counts.update(
+        Delivery.objects.values("status").annotate(count=Count("*")).order_by().values_list("status", "count")
+    )
+    return counts
+
+
+@dataclass(frozen=True)
+class DueSummary:
+    count: int
+    oldest: datetime | None
+
+
+def delivery_due_summary(*, now: datetime) -> DueSummary:
+    """QUEUED deliveries whose next attempt is due, and the earliest such time.
+
+    A range of delivery_queued_due_idx, the index the workers claim from.
+    """
+    row = Delivery.objects.filter(status=DeliveryStatus.QUEUED, next_attempt_at__lte=now).aggregate(
+        count=Count("*"), oldest=Min("next_attempt_at")
+    )
+    return DueSummary(count=row["count"], oldest=row["oldest"])
+
+
+def attempt_outcome_counts(*, since: datetime) -> dict[str, int]:
+    """Attempts that finished after `since`, by outcome (every outcome present, zero if none).
+
+    Read from the attempt log, so it covers every worker, including attempts
+    logged as abandoned by the worker that took over from a lost one.
+    """
+    counts = dict.fromkeys(AttemptOutcome.values, 0)
+    counts.update(
+        DeliveryAttempt.objects.filter(finished_at__gt=since)
+        .values("outcome")
+        .annotate(count=Count("*"))
+        .order_by()
+        .values_list("outcome", "count")
+    )
+    return counts

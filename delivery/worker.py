@@ -14,6 +14,7 @@ from django.conf import settings
 from django.db import OperationalError
 from django.utils import timezone
 
+from delivery.metrics import ATTEMPT_DURATION, CLAIM_BATCH_DURATION
 from delivery.selectors import next_retry_at
 from delivery.services.leases import deliveries_claim, deliveries_release, deliveries_renew_leases
 from delivery.services.record import deliveries_record
@@ -158,12 +159,15 @@ class Worker:
                 self._recover()
                 if self.recovering:
                     return None
+            started = time.perf_counter()
             claimed = deliveries_claim(
                 worker=self.name,
                 limit=limit,
                 lease=self.lease,
                 take_over_expired=time.monotonic() >= self.take_over_after,
             )
+            if claimed:  # only batches that found work: an idle worker's empty polls would drown them
+                CLAIM_BATCH_DURATION.labels(kind=ProcessKind.WORKER).observe(time.perf_counter() - started)
             self.db_backoff.reset()
             return claimed
         except DB_ERRORS as exc:
@@ -207,6 +211,7 @@ class Worker:
                 self._add_result(future.result())
 
     def _add_result(self, result: SendResult) -> None:
+        ATTEMPT_DURATION.labels(outcome=result.outcome).observe(result.duration_ms / 1000)
         if not self.unrecorded:
             self.oldest_unrecorded = time.monotonic()
         self.unrecorded.append(result)

@@ -1,12 +1,13 @@
-"""Reads of process heartbeats, for the operator console."""
+"""Reads of process heartbeats, for the operator console, the metrics and check_process."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Case, CharField, QuerySet, Value, When
+from django.db.models import Case, CharField, Count, Q, QuerySet, Value, When
 
-from runtime.models import ProcessHeartbeat
+from runtime.models import ProcessHeartbeat, ProcessKind
 
 
 def processes_recent(*, now: datetime, within: timedelta = timedelta(days=1)) -> QuerySet:
@@ -28,4 +29,57 @@ def processes_recent(*, now: datetime, within: timedelta = timedelta(days=1)) ->
             )
         )
         .order_by("kind", "-last_seen_at")
+    )
+
+
+def _fresh(*, now: datetime, max_age: timedelta) -> Q:
+    """Still running (never stopped cleanly) and heard from within `max_age`."""
+    return Q(stopped_at__isnull=True, last_seen_at__gte=now - max_age)
+
+
+def process_live_counts(*, now: datetime) -> dict[str, int]:
+    """Running processes of each kind (every kind present, zero if none).
+
+    Running as the console means it: not stopped and seen within
+    ProcessHeartbeat.LOST_AFTER_SECONDS. A range of process_last_seen_idx.
+    """
+    counts = dict.fromkeys(ProcessKind.values, 0)
+    counts.update(
+        ProcessHeartbeat.objects.filter(
+            _fresh(now=now, max_age=timedelta(seconds=ProcessHeartbeat.LOST_AFTER_SECONDS))
+        )
+        .values("kind")
+        .annotate(count=Count("*"))
+        .order_by()
+        .values_list("kind", "count")
+    )
+    return counts
+
+
+@dataclass(frozen=True)
+class Liveness:
+    fresh: int  # matching processes running and heard from within max_age
+    newest: ProcessHeartbeat | None  # the matching process heard from last, fresh or not
+
+
+def process_liveness(
+    *,
+    kind: str,
+    now: datetime,
+    max_age: timedelta,
+    host: str | None = None,
+    pid: int | None = None,
+    name: str | None = None,
+) -> Liveness:
+    """Whether processes of `kind` (on `host`, with `pid`, named `name`) write fresh heartbeats."""
+    matching = ProcessHeartbeat.objects.filter(kind=kind)
+    if host is not None:
+        matching = matching.filter(host=host)
+    if pid is not None:
+        matching = matching.filter(pid=pid)
+    if name is not None:
+        matching = matching.filter(name=name)
+    return Liveness(
+        fresh=matching.filter(_fresh(now=now, max_age=max_age)).count(),
+        newest=matching.order_by("-last_seen_at").first(),
     )

@@ -18,6 +18,11 @@ class User(models.Model):
     timezone = models.CharField(
         max_length=64, help_text="IANA time zone name, e.g. America/New_York."
     )
+    # Counts the writes that changed the recipient's own fields; the API sends it as
+    # the ETag and honours If-Match with it, so a client can update without
+    # overwriting an edit it has not seen. The bulk import's COPY leaves it to the
+    # database default.
+    version = models.PositiveIntegerField(default=1, db_default=1, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

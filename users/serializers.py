@@ -1,4 +1,6 @@
+from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from scheduling.models import Event
@@ -17,11 +19,45 @@ NEXT_EVENT_FIELDS = [
     "idempotency_key",
 ]
 
+# What each event field means: the API's OpenAPI description and OPTIONS show it.
+EVENT_FIELD_HELP = {
+    "id": "The event's id.",
+    "event_type": "What is celebrated.",
+    "status": (
+        "PENDING: waiting for its send time. PROCESSING: its message is queued or being "
+        "sent. COMPLETED: the receiver accepted the message. FAILED: given up, too late "
+        "to send or out of attempts (failure_reason says which); an operator may resend it."
+    ),
+    "occurrence_date": (
+        "The birthday celebrated, in the recipient's calendar (Feb 28 for a Feb 29 "
+        "birthday in a common year)."
+    ),
+    "target_timestamp_utc": "When the message is due, in UTC.",
+    "target_timestamp_local": (
+        "The same instant as local wall time with its UTC offset (ISO 8601), such as "
+        "2027-03-14T09:00:00-04:00."
+    ),
+    "target_timezone": "The IANA time zone the send time was computed in.",
+    "idempotency_key": (
+        "Sent with every attempt as X-Idempotency-Key (and webhook-id): one key per "
+        "birthday, unchanged by retries, resends and time zone changes."
+    ),
+    "executed_at": "When the receiver accepted the message; null until then.",
+    "failure_reason": "Why the event FAILED; empty otherwise.",
+    "version": "Bumped by every change of status.",
+    "created_at": "When the event was scheduled.",
+    "updated_at": "When the event last changed.",
+}
+
 
 class EventSerializer(serializers.ModelSerializer):
+    """One scheduled birthday message of a recipient's, and what became of it."""
+
     # Attempts after the first, counted by the event's delivery: the one record
     # of attempts (users.selectors.user_events joins it in the same query).
-    retry_count = serializers.SerializerMethodField()
+    retry_count = serializers.SerializerMethodField(
+        help_text="Delivery attempts after the first; 0 until a first attempt fails."
+    )
 
     def get_retry_count(self, event: Event) -> int:
         delivery = getattr(event, "delivery", None)
@@ -38,13 +74,17 @@ class EventSerializer(serializers.ModelSerializer):
             "updated_at",
         ]
         read_only_fields = fields
+        extra_kwargs = {field: {"help_text": text} for field, text in EVENT_FIELD_HELP.items()}
 
 
 class NextEventSerializer(serializers.ModelSerializer):
+    """The recipient's pending event: the next birthday message and when it is due."""
+
     class Meta:
         model = Event
         fields = NEXT_EVENT_FIELDS
         read_only_fields = fields
+        extra_kwargs = {field: {"help_text": EVENT_FIELD_HELP[field]} for field in fields}
 
 
 class StrictCharField(serializers.CharField):
@@ -66,12 +106,30 @@ _STANDALONE_RULES = {
 
 
 class UserSerializer(serializers.ModelSerializer):
-    """Parses and renders users; the rules themselves live in users.validators."""
+    """A recipient of the birthday message."""
 
-    first_name = StrictCharField(max_length=1000, trim_whitespace=False)
-    last_name = StrictCharField(max_length=1000, trim_whitespace=False)
-    timezone = StrictCharField(max_length=200)
-    next_event = serializers.SerializerMethodField()
+    # Parses and renders users; the rules themselves live in users.validators.
+    first_name = StrictCharField(
+        max_length=1000,
+        trim_whitespace=False,
+        help_text="Surrounding whitespace is trimmed; 1 to 100 characters must remain.",
+    )
+    last_name = StrictCharField(
+        max_length=1000,
+        trim_whitespace=False,
+        help_text="Surrounding whitespace is trimmed; 1 to 100 characters must remain.",
+    )
+    timezone = StrictCharField(
+        max_length=200,
+        help_text=(
+            "An IANA time zone name, such as America/New_York; the message goes out at "
+            f"{settings.EVENT_SEND_TIME} there. UTC offsets such as +05:00 are refused: "
+            "they do not follow daylight saving time."
+        ),
+    )
+    next_event = serializers.SerializerMethodField(
+        help_text="The pending event: the next birthday message and when it is due."
+    )
 
     class Meta:
         model = User
@@ -82,10 +140,26 @@ class UserSerializer(serializers.ModelSerializer):
             "date_of_birth",
             "timezone",
             "next_event",
+            "version",
             "created_at",
             "updated_at",
         ]
-        read_only_fields = ["id", "next_event", "created_at", "updated_at"]
+        read_only_fields = ["id", "next_event", "version", "created_at", "updated_at"]
+        extra_kwargs = {
+            "id": {"help_text": "The recipient's id, assigned on creation."},
+            "date_of_birth": {
+                "help_text": (
+                    "A real date (YYYY-MM-DD) from 1900-01-01 up to today in the "
+                    "recipient's own time zone. A Feb 29 birthday is celebrated on "
+                    "Feb 28 in common years."
+                )
+            },
+            "version": {
+                "help_text": "Bumped by every change to the recipient's fields; the ETag carries it."
+            },
+            "created_at": {"help_text": "When the recipient was created."},
+            "updated_at": {"help_text": "When the recipient was last changed."},
+        }
 
     def to_internal_value(self, data):
         if not isinstance(data, dict):
@@ -121,6 +195,7 @@ class UserSerializer(serializers.ModelSerializer):
             raise serializers.ValidationError(exc.message_dict) from None
         return {field: cleaned[field] for field in attrs}
 
+    @extend_schema_field(NextEventSerializer(allow_null=True))
     def get_next_event(self, user: User):
         pending = getattr(user, "pending_events", None)
         if pending is None:

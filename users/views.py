@@ -1,9 +1,13 @@
 from rest_framework import permissions, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 
+from config.preconditions import PreconditionFailed, etag_for, if_match_versions
 from users import services
+from users.models import User
+from users.schema import user_schema
 from users.selectors import user_events, user_list
 from users.serializers import EventSerializer, UserSerializer
 
@@ -15,6 +19,7 @@ class CanViewEvents(permissions.BasePermission):
         return request.user.has_perm("scheduling.view_event")
 
 
+@user_schema
 class UserViewSet(viewsets.ModelViewSet):
     """Recipients: create, list, read, replace, patch, delete, and their events."""
 
@@ -28,23 +33,50 @@ class UserViewSet(viewsets.ModelViewSet):
         serializer.instance = services.user_create(**serializer.validated_data)
 
     def perform_update(self, serializer):
-        services.user_update(user=serializer.instance, data=serializer.validated_data)
+        services.user_update(
+            user=serializer.instance,
+            data=serializer.validated_data,
+            expected_versions=if_match_versions(self.request.headers.get("If-Match")),
+        )
+
+    def perform_destroy(self, instance):
+        services.user_delete(
+            user=instance, expected_versions=if_match_versions(self.request.headers.get("If-Match"))
+        )
+
+    def handle_exception(self, exc):
+        if isinstance(exc, services.VersionMismatch):
+            exc = PreconditionFailed(
+                f"The recipient has changed since the version given in If-Match; it is now at "
+                f"version {exc.current_version} (ETag {etag_for(version=exc.current_version)})."
+            )
+        elif isinstance(exc, User.DoesNotExist):  # deleted while this request waited for its lock
+            exc = NotFound()
+        return super().handle_exception(exc)
+
+    def retrieve(self, request, *args, **kwargs):
+        return self._with_etag(super().retrieve(request, *args, **kwargs))
 
     def update(self, request, *args, **kwargs):
         super().update(request, *args, **kwargs)
         # Render from a fresh read so next_event shows the rescheduled event.
         user = self.get_queryset().get(pk=kwargs["pk"])
-        return Response(self.get_serializer(user).data)
+        return self._with_etag(Response(self.get_serializer(user).data))
 
     def create(self, request, *args, **kwargs):
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         self.perform_create(serializer)
         # The new user carries its just-created events (pending_events): no re-read.
-        return Response(self.get_serializer(serializer.instance).data, status=status.HTTP_201_CREATED)
+        response = Response(self.get_serializer(serializer.instance).data, status=status.HTTP_201_CREATED)
+        return self._with_etag(response)
 
-    def perform_destroy(self, instance):
-        services.user_delete(user=instance)
+    @staticmethod
+    def _with_etag(response: Response) -> Response:
+        # The ETag versions the recipient's own fields, what PUT/PATCH/DELETE change;
+        # next_event is derived from them and moves on as messages are sent.
+        response["ETag"] = etag_for(version=response.data["version"])
+        return response
 
     @action(detail=True, methods=["get"], permission_classes=[*api_settings.DEFAULT_PERMISSION_CLASSES, CanViewEvents])
     def events(self, request, pk=None, format=None):

@@ -101,10 +101,13 @@ class RecipientAdmin(admin.ModelAdmin):
         return super().get_search_results(request, queryset, search_term)
 
     def save_model(self, request, obj, form, change):
-        fields = {f: form.cleaned_data[f] for f in services.USER_FIELDS}
         if change:
-            services.user_update(user=obj, data=fields)
+            # Only what the operator changed: an API edit made while the form was
+            # open keeps its fields.
+            changed = {f: form.cleaned_data[f] for f in services.USER_FIELDS if f in form.changed_data}
+            services.user_update(user=obj, data=changed)
         else:
+            fields = {f: form.cleaned_data[f] for f in services.USER_FIELDS}
             obj.pk = services.user_create(**fields).pk
 
     def get_deleted_objects(self, objs, request):

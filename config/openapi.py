@@ -1,0 +1,237 @@
+"""What the OpenAPI description says of every API operation: credentials, errors and their bodies.
+
+These come from project-wide machinery (the authentication classes and permissions,
+the body-size middleware, the JSON parser, pagination, throttling and the exception
+handler), not from any one view, so they are described once here rather than on
+each view. drf-spectacular uses `AutoSchema` for every view (REST_FRAMEWORK's
+DEFAULT_SCHEMA_CLASS), and finds the authentication extensions by their target
+classes once this module is imported.
+"""
+
+from django.conf import settings
+from drf_spectacular import openapi
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.plumbing import (
+    ResolvedComponent,
+    build_array_type,
+    build_basic_type,
+    get_view_model,
+)
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from rest_framework import serializers
+
+# Methods whose request carries a body, and so can be refused for what is in it.
+BODY_METHODS = ("POST", "PUT", "PATCH")
+
+
+class TokenScheme(OpenApiAuthenticationExtension):
+    target_class = "rest_framework.authentication.TokenAuthentication"
+    # config.authentication's throttled subclass included.
+    match_subclasses = True
+    name = "tokenAuth"
+    # Above drf-spectacular's own extension for the class, which says less.
+    priority = 1
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "apiKey",
+            "in": "header",
+            "name": "Authorization",
+            "description": (
+                "`Token <key>`: an operator's DRF token "
+                "(`python manage.py drf_create_token <operator>`)."
+            ),
+        }
+
+
+class SessionScheme(OpenApiAuthenticationExtension):
+    target_class = "rest_framework.authentication.SessionAuthentication"
+    name = "cookieAuth"
+    priority = 1
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "apiKey",
+            "in": "cookie",
+            "name": settings.SESSION_COOKIE_NAME,
+            "description": (
+                "The session of an operator logged in to the admin. Requests that "
+                f"change data also need the `X-CSRFToken` header, set to the "
+                f"`{settings.CSRF_COOKIE_NAME}` cookie's value."
+            ),
+        }
+
+
+class ErrorSerializer(serializers.Serializer):
+    """Any refusal other than invalid fields: one message saying why."""
+
+    detail = serializers.CharField(help_text="What went wrong, for a person to read.")
+
+
+def _messages(description: str) -> dict:
+    return {**build_array_type(build_basic_type(OpenApiTypes.STR)), "description": description}
+
+
+VALIDATION_ERROR_SCHEMA = {
+    "type": "object",
+    "description": (
+        "Every invalid field of the body, each with its messages. Unknown fields are "
+        "listed too (`Unknown field.`), so a misspelt field is never silently ignored."
+    ),
+    "properties": {
+        "non_field_errors": _messages(
+            "Problems with the body as a whole, such as a body that is not a JSON object."
+        ),
+    },
+    "additionalProperties": _messages("Why this field was refused."),
+    "example": {
+        "timezone": [
+            "'UTC+5' is a UTC offset, not a time zone: offsets do not follow daylight "
+            "saving time. Use an IANA name such as Asia/Kathmandu."
+        ],
+        "date_of_birth": ["Date of birth must not be before 1900-01-01."],
+    },
+}
+
+RESPONSE_HEADERS = [
+    OpenApiParameter(
+        "WWW-Authenticate",
+        OpenApiTypes.STR,
+        OpenApiParameter.HEADER,
+        response=["401"],
+        required=True,
+        description="`Token`: the scheme to authenticate with.",
+    ),
+    OpenApiParameter(
+        "Retry-After",
+        OpenApiTypes.INT,
+        OpenApiParameter.HEADER,
+        response=["429"],
+        required=True,
+        description="Seconds to wait before the next request can be accepted.",
+    ),
+]
+
+
+# config.preconditions: an operation that declares IF_MATCH honours it (and so
+# gets a 412, and a 400 for a header that is not a list of entity tags); one that
+# sends the version back declares the ETag header on its success statuses.
+IF_MATCH = OpenApiParameter(
+    "If-Match",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    description=(
+        'Optional: `*` or a list of ETags, such as `"3"`. The request is carried out '
+        "only if the resource is still at one of these versions; otherwise it answers "
+        "412 and changes nothing. Weak tags (`W/\"3\"`) never match."
+    ),
+)
+
+
+def etag_header(*statuses: int) -> OpenApiParameter:
+    return OpenApiParameter(
+        "ETag",
+        OpenApiTypes.STR,
+        OpenApiParameter.HEADER,
+        response=[str(status) for status in statuses],
+        required=True,
+        description=(
+            'The version of the resource in this response, such as `"3"`: send it '
+            "back in If-Match so that a change applies only to this version."
+        ),
+    )
+
+
+class AutoSchema(openapi.AutoSchema):
+    """drf-spectacular's inspector, plus the error responses every API operation can give."""
+
+    def get_override_parameters(self):
+        return [*super().get_override_parameters(), *RESPONSE_HEADERS]
+
+    def _honours_if_match(self) -> bool:
+        return IF_MATCH in self.get_override_parameters()
+
+    def _get_response_bodies(self, direction="response"):
+        responses = super()._get_response_bodies(direction)
+        for status, description, schema in self._error_responses():
+            # What a view declares itself is more precise than the general case.
+            if status not in responses:
+                responses[status] = self._get_response_for_code(
+                    OpenApiResponse(schema, description), status, direction=direction
+                )
+        return responses
+
+    def _error_responses(self) -> list[tuple[str, str, dict]]:
+        error = self.resolve_serializer(ErrorSerializer, "response").ref
+        bad_if_match = "an If-Match header that is not `*` or a list of quoted entity tags (`detail`)"
+        responses = []
+        if self.method in BODY_METHODS:
+            validation = ResolvedComponent(
+                name="ValidationError",
+                type=ResolvedComponent.SCHEMA,
+                object="ValidationError",
+                schema=VALIDATION_ERROR_SCHEMA,
+            )
+            self.registry.register_on_missing(validation)
+            causes = [
+                "invalid fields (each listed with its messages)",
+                "a body that is not valid JSON (`detail`)",
+            ]
+            if self._honours_if_match():
+                causes.append(bad_if_match)
+            responses.append(
+                (
+                    "400",
+                    f"The request was refused and nothing changed: {', '.join(causes[:-1])} "
+                    f"or {causes[-1]}.",
+                    {"oneOf": [validation.ref, error]},
+                )
+            )
+        elif self._honours_if_match():
+            responses.append(("400", f"Refused, nothing changed: {bad_if_match}.", error))
+        responses += [
+            ("401", "No credentials, or a token that does not exist.", error),
+            (
+                "403",
+                "The account lacks the model permission this operation needs, or a "
+                "session-authenticated request that changes data came without its CSRF token.",
+                error,
+            ),
+        ]
+        not_found = []
+        if "{id}" in self.path:
+            not_found.append(f"No {get_view_model(self.view)._meta.verbose_name} has this id.")
+        if self._is_list_view() and self._get_paginator():
+            not_found.append("The page number is past the last page or not a number.")
+        if not_found:
+            responses.append(("404", " ".join(not_found), error))
+        if self._honours_if_match():
+            responses.append(
+                (
+                    "412",
+                    "If-Match names no version the resource is at: it has changed since it "
+                    "was read. Nothing was changed; read it again for its current ETag.",
+                    error,
+                )
+            )
+        if self.method in BODY_METHODS:
+            responses += [
+                (
+                    "411",
+                    "The body was sent with `Transfer-Encoding` (chunked) instead of a "
+                    "`Content-Length` header.",
+                    error,
+                ),
+                ("413", f"The body is larger than {settings.API_MAX_BODY_BYTES} bytes.", error),
+                ("415", "The body is not `application/json`.", error),
+            ]
+        responses.append(
+            (
+                "429",
+                "Too many requests from this account, or too many wrong tokens from this "
+                "address: wait `Retry-After` seconds, then try again.",
+                error,
+            )
+        )
+        return responses

@@ -1,0 +1,45 @@
+"""API rate limits: DRF's throttles, keyed by the client address the trusted proxies report."""
+
+from rest_framework.throttling import AnonRateThrottle, SimpleRateThrottle, UserRateThrottle
+
+from config.client_address import client_address
+
+
+class ClientAddressMixin:
+    def get_ident(self, request) -> str:
+        return client_address(request)
+
+
+class AnonymousThrottle(ClientAddressMixin, AnonRateThrottle):
+    """Requests without an account (the public schema and docs), per client address."""
+
+
+class AccountThrottle(ClientAddressMixin, UserRateThrottle):
+    """Requests of one operator account, wherever they come from."""
+
+
+class FailedAuthenticationThrottle(ClientAddressMixin, SimpleRateThrottle):
+    """Wrong tokens and passwords from one client address: guessing gets slow, then refused.
+
+    Counted only when credentials fail (see config.authentication), so a client
+    that authenticates is never slowed by it; but once an address has used up
+    its failures, even right credentials from it wait for the window to pass.
+    """
+
+    scope = "failed_authentication"
+
+    def get_cache_key(self, request, view) -> str:
+        return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
+
+    def allow_request(self, request, view) -> bool:
+        self.key = self.get_cache_key(request, view)
+        self.history = self.cache.get(self.key, [])
+        self.now = self.timer()
+        while self.history and self.history[-1] <= self.now - self.duration:
+            self.history.pop()
+        return len(self.history) < self.num_requests
+
+    def record_failure(self) -> None:
+        """Count one failure (after allow_request has read this address's history)."""
+        self.history.insert(0, self.now)
+        self.cache.set(self.key, self.history, self.duration)

@@ -1,0 +1,107 @@
+"""The database-wide gauges of /metrics, read when Prometheus scrapes.
+
+Seven aggregate queries per scrape, each reading a range of an index (most of
+them index-only, see the selectors), never a whole table: 0.26-0.31 s in all
+with 2.5 million events and 2 million deliveries. Nothing is kept between
+scrapes: every web replica answers the same, so Prometheus scrapes one. What
+each process measures about itself (attempt and claim durations) is not here
+but on that process's own port (delivery.metrics).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+
+from django.db import DatabaseError
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from delivery.selectors import attempt_outcome_counts, delivery_due_summary, delivery_status_counts
+from runtime.models import ProcessHeartbeat
+from runtime.selectors import process_live_counts
+from scheduling.selectors import event_status_counts, overdue_summary
+
+logger = logging.getLogger(__name__)
+
+# The window of birthday_delivery_attempts_last_hour.
+ATTEMPTS_WINDOW = timedelta(hours=1)
+
+
+class DatabaseCollector:
+    """Yields the birthday_* gauges as of `now`; birthday_database_up 0 alone if the database fails."""
+
+    def __init__(self, *, now: datetime) -> None:
+        self.now = now
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            # Read everything before yielding anything, so a failure half-way
+            # never produces a partial scrape.
+            families, up = list(self._families()), 1
+        except DatabaseError as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            logger.warning("Metrics: database unavailable", extra={"error": reason[:300]})
+            families, up = [], 0
+        yield _gauge("birthday_database_up", "1 if the database answered this scrape's queries, else 0.", up)
+        yield from families
+
+    def _families(self) -> Iterator[Metric]:
+        now = self.now
+        yield _labelled(
+            "birthday_events", "Events in each status.", "status", event_status_counts()
+        )
+        overdue = overdue_summary(now=now)
+        yield _gauge(
+            "birthday_events_due",
+            "PENDING events whose target time has passed: the scheduler's backlog.",
+            overdue.count,
+        )
+        yield _gauge(
+            "birthday_events_oldest_due_age_seconds",
+            "Seconds since the target time of the oldest due PENDING event (0 when none is due).",
+            _age(now, overdue.oldest),
+        )
+        yield _labelled(
+            "birthday_deliveries", "Deliveries in each status.", "status", delivery_status_counts()
+        )
+        due = delivery_due_summary(now=now)
+        yield _gauge(
+            "birthday_deliveries_due",
+            "QUEUED deliveries whose next attempt time has passed: the workers' backlog.",
+            due.count,
+        )
+        yield _gauge(
+            "birthday_deliveries_oldest_due_age_seconds",
+            "Seconds since the oldest due QUEUED delivery became due (0 when none is due).",
+            _age(now, due.oldest),
+        )
+        yield _labelled(
+            "birthday_processes_live",
+            f"Scheduler and worker processes running, with a heartbeat under "
+            f"{ProcessHeartbeat.LOST_AFTER_SECONDS} s old.",
+            "kind",
+            process_live_counts(now=now),
+        )
+        yield _labelled(
+            "birthday_delivery_attempts_last_hour",
+            "Delivery attempts that finished in the last hour, by outcome, from every worker "
+            "(abandoned: logged when a lost worker's lease was taken over).",
+            "outcome",
+            attempt_outcome_counts(since=now - ATTEMPTS_WINDOW),
+        )
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=value)
+
+
+def _labelled(name: str, documentation: str, label: str, values: dict[str, int]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, documentation, labels=[label])
+    for label_value, value in values.items():
+        family.add_metric([label_value], value)
+    return family
+
+
+def _age(now: datetime, since: datetime | None) -> float:
+    return max(0.0, (now - since).total_seconds()) if since else 0.0

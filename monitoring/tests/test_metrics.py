@@ -1,0 +1,198 @@
+"""/metrics: who may read it, and what the database-wide gauges say about a small known data set."""
+
+from datetime import timedelta
+from ipaddress import ip_network
+
+import pytest
+from django.db import OperationalError, connection
+from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
+
+from delivery.models import Delivery, DeliveryStatus
+from delivery.scheduler import Scheduler
+from delivery.selectors import delivery_status_counts
+from delivery.sink import Reply
+from delivery.tests.conftest import make_due
+from delivery.worker import Worker
+from runtime.heartbeats import heartbeat_start
+from runtime.models import ProcessHeartbeat, ProcessKind
+from scheduling.selectors import event_status_counts
+from users.tests.factories import UserFactory
+
+pytestmark = pytest.mark.django_db
+
+OUTSIDER = "203.0.113.9"
+
+
+def samples(response) -> dict[tuple[str, tuple], float]:
+    """{(name, ((label, value), ...)): value} for every sample in a text-format response."""
+    assert response["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(response.content.decode())
+        for sample in family.samples
+    }
+
+
+# --- who may read it ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def metrics_settings(settings):
+    settings.METRICS_TOKEN = ""
+    settings.METRICS_ALLOWED_NETWORKS = [ip_network("127.0.0.1/32"), ip_network("::1/128")]
+    settings.TRUSTED_PROXY_COUNT = 0
+    return settings
+
+
+def test_an_address_outside_the_allowed_networks_is_refused_403_without_a_token_configured(client, metrics_settings):
+    response = client.get("/metrics", REMOTE_ADDR=OUTSIDER)
+
+    assert response.status_code == 403
+    assert b"birthday_" not in response.content
+
+
+def test_with_a_token_configured_a_request_without_it_is_asked_for_it(client, metrics_settings):
+    metrics_settings.METRICS_TOKEN = "s3cret-scrape-token"
+
+    missing = client.get("/metrics", REMOTE_ADDR=OUTSIDER)
+    wrong = client.get("/metrics", REMOTE_ADDR=OUTSIDER, HTTP_AUTHORIZATION="Bearer not-the-token")
+    other_scheme = client.get("/metrics", REMOTE_ADDR=OUTSIDER, HTTP_AUTHORIZATION="Token s3cret-scrape-token")
+
+    for response in (missing, wrong, other_scheme):
+        assert response.status_code == 401
+        assert response["WWW-Authenticate"] == 'Bearer realm="metrics"'
+
+
+def test_the_token_is_accepted_from_any_address(client, metrics_settings):
+    metrics_settings.METRICS_TOKEN = "s3cret-scrape-token"
+
+    response = client.get("/metrics", REMOTE_ADDR=OUTSIDER, HTTP_AUTHORIZATION="Bearer s3cret-scrape-token")
+
+    assert response.status_code == 200
+    assert ("birthday_database_up", ()) in samples(response)
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "::1", "::ffff:127.0.0.1"])
+def test_an_allowed_address_needs_no_token(client, metrics_settings, address):
+    metrics_settings.METRICS_TOKEN = "s3cret-scrape-token"
+
+    assert client.get("/metrics", REMOTE_ADDR=address).status_code == 200
+
+
+def test_a_request_forwarded_by_a_proxy_nobody_declared_is_not_trusted_by_its_address(client, metrics_settings):
+    # nginx on the same host: every client arrives from 127.0.0.1.
+    response = client.get("/metrics", REMOTE_ADDR="127.0.0.1", HTTP_X_FORWARDED_FOR=OUTSIDER)
+
+    assert response.status_code == 403
+
+
+def test_behind_a_declared_proxy_the_client_address_decides(client, metrics_settings):
+    metrics_settings.TRUSTED_PROXY_COUNT = 1
+    metrics_settings.METRICS_ALLOWED_NETWORKS = [ip_network("10.0.0.0/8")]
+
+    inside = client.get("/metrics", REMOTE_ADDR="127.0.0.1", HTTP_X_FORWARDED_FOR="10.1.2.3")
+    outside = client.get("/metrics", REMOTE_ADDR="127.0.0.1", HTTP_X_FORWARDED_FOR=f"10.1.2.3, {OUTSIDER}")
+
+    assert inside.status_code == 200
+    assert outside.status_code == 403
+
+
+@pytest.mark.parametrize("address", ["", "not-an-address"])
+def test_a_request_without_a_usable_address_is_refused_not_an_error(client, metrics_settings, address):
+    assert client.get("/metrics", REMOTE_ADDR=address).status_code == 403
+
+
+def test_no_allowed_networks_means_the_token_only(client, metrics_settings):
+    metrics_settings.METRICS_ALLOWED_NETWORKS = []
+
+    assert client.get("/metrics", REMOTE_ADDR="127.0.0.1").status_code == 403
+
+
+# --- what it says -------------------------------------------------------------------------
+
+
+def test_the_gauges_count_a_small_data_set_exactly(client, metrics_settings, delivery_settings, sink):
+    # A transient failure waits an hour for its retry: it cannot be retried within this test.
+    delivery_settings.DELIVERY_RETRY_MAX = timedelta(hours=1)
+    delivered, dead, retrying, waiting = (user.events.get() for user in UserFactory.create_batch(4))
+    sink.script(dead.idempotency_key, Reply(status=400))
+    sink.script(retrying.idempotency_key, Reply(status=503, headers={"Retry-After": "3600"}))
+    make_due([delivered, dead, retrying])
+    Scheduler(once=True).run()  # 3 claimed, 3 next-year events created
+    Worker(once=True).run()  # delivered 200, dead 400, retrying 503
+    now = timezone.now()
+    Delivery.objects.filter(status=DeliveryStatus.QUEUED).update(next_attempt_at=now - timedelta(seconds=30))
+    make_due([waiting], ago=timedelta(seconds=600))
+    heartbeat_start(kind=ProcessKind.WORKER, name="host-a:11:aaaaaa", host="host-a", pid=11)
+    heartbeat_start(kind=ProcessKind.SCHEDULER, name="host-b:12:bbbbbb", host="host-b", pid=12)
+    ProcessHeartbeat.objects.filter(name="host-b:12:bbbbbb").update(last_seen_at=now - timedelta(minutes=5))
+
+    values = samples(client.get("/metrics"))
+
+    def value(name, **labels):
+        return values[(name, tuple(sorted(labels.items())))]
+
+    assert value("birthday_database_up") == 1
+    assert {status: value("birthday_events", status=status) for status in ("PENDING", "PROCESSING", "COMPLETED", "FAILED")} == {
+        "PENDING": 4, "PROCESSING": 1, "COMPLETED": 1, "FAILED": 1,
+    }
+    assert value("birthday_events_due") == 1
+    assert 600 <= value("birthday_events_oldest_due_age_seconds") < 660
+    assert {status: value("birthday_deliveries", status=status) for status in DeliveryStatus.values} == {
+        "QUEUED": 1, "SENDING": 0, "DELIVERED": 1, "DEAD": 1,
+    }
+    assert value("birthday_deliveries_due") == 1
+    assert 30 <= value("birthday_deliveries_oldest_due_age_seconds") < 90
+    # The once-runs above stopped (their heartbeats say so); host-b's scheduler went silent.
+    assert value("birthday_processes_live", kind="worker") == 1
+    assert value("birthday_processes_live", kind="scheduler") == 0
+    assert {
+        outcome: value("birthday_delivery_attempts_last_hour", outcome=outcome)
+        for outcome in ("DELIVERED", "TRANSIENT_FAILURE", "PERMANENT_FAILURE", "ABANDONED")
+    } == {"DELIVERED": 1, "TRANSIENT_FAILURE": 1, "PERMANENT_FAILURE": 1, "ABANDONED": 0}
+
+
+def test_a_scraper_that_asks_for_openmetrics_gets_it(client, metrics_settings):
+    response = client.get("/metrics", HTTP_ACCEPT="application/openmetrics-text; version=1.0.0")
+
+    assert response["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
+    assert response.content.endswith(b"# EOF\n")
+
+
+def test_an_empty_database_reports_zeros_and_nothing_due(client, metrics_settings):
+    values = samples(client.get("/metrics"))
+
+    assert values[("birthday_events", (("status", "PENDING"),))] == 0
+    assert values[("birthday_events_due", ())] == 0
+    assert values[("birthday_events_oldest_due_age_seconds", ())] == 0
+    assert values[("birthday_deliveries_oldest_due_age_seconds", ())] == 0
+    assert values[("birthday_processes_live", (("kind", "scheduler"),))] == 0
+
+
+def test_a_database_outage_is_a_gauge_not_a_failed_scrape(client, metrics_settings, monkeypatch):
+    def refuse():
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(connection, "ensure_connection", refuse)
+
+    response = client.get("/metrics")
+
+    assert response.status_code == 200
+    assert samples(response) == {("birthday_database_up", ()): 0}
+
+
+@pytest.mark.parametrize(
+    ("count", "statement", "indexes"),
+    [
+        # Either partial index of PENDING rows will do: both hold nothing else.
+        (event_status_counts, "= 'PENDING'", ("event_pending_due_idx", "event_one_pending_per_user_type")),
+        (event_status_counts, "GROUP BY", ("event_history_idx",)),
+        (delivery_status_counts, "GROUP BY", ("delivery_status_updated_idx",)),
+    ],
+)
+def test_the_whole_table_counts_read_an_index_not_the_table(production_plan, count, statement, indexes):
+    _, plan = production_plan(count, statement)
+
+    assert "Seq Scan" not in plan
+    assert any(index in plan for index in indexes), plan

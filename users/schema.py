@@ -1,0 +1,90 @@
+"""The OpenAPI description of the recipients API: what each operation does, takes and answers.
+
+The serializers describe the fields (their help_text) and config.openapi the errors
+every operation shares; this adds what is particular to these operations. Applied
+to UserViewSet as the decorator `user_schema` (which imports this module, and so
+registers the serializer extension too).
+"""
+
+from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
+
+from config.openapi import IF_MATCH, etag_header
+from users.serializers import EventSerializer, UserSerializer
+
+
+class UserSerializerSchema(OpenApiSerializerExtension):
+    target_class = UserSerializer
+
+    def map_serializer(self, auto_schema, direction):
+        schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        if direction == "request":
+            # The serializer refuses a field it does not know (400) instead of ignoring it.
+            schema["additionalProperties"] = False
+        return schema
+
+
+RESCHEDULING = (
+    "The next event follows the new data at once: a new date of birth replaces the "
+    "pending event with the new next occurrence; a new time zone keeps the occurrence "
+    "date (and idempotency key) and moves the send time, due at once if it has passed; "
+    "a new name changes no event (the message is rendered when it is sent). An event "
+    "already being sent is left as it is. Send the ETag you read in If-Match so that "
+    "an edit made meanwhile by someone else is not overwritten."
+)
+
+NEW_RECIPIENT = OpenApiExample(
+    "A recipient",
+    value={
+        "first_name": "Ada",
+        "last_name": "Lovelace",
+        "date_of_birth": "1990-12-10",
+        "timezone": "Europe/London",
+    },
+    request_only=True,
+)
+
+user_schema = extend_schema_view(
+    list=extend_schema(
+        summary="List recipients",
+        description="All recipients, oldest first, each with their next event.",
+    ),
+    create=extend_schema(
+        summary="Create a recipient",
+        description=(
+            "Creates the recipient and, in the same transaction, their next birthday "
+            "event (`next_event`). All four fields are required; any other field is refused."
+        ),
+        parameters=[etag_header(201)],
+        examples=[NEW_RECIPIENT],
+    ),
+    retrieve=extend_schema(summary="Read a recipient", parameters=[etag_header(200)]),
+    update=extend_schema(
+        summary="Replace a recipient",
+        description=f"All four fields are required. {RESCHEDULING}",
+        parameters=[IF_MATCH, etag_header(200)],
+        examples=[NEW_RECIPIENT],
+    ),
+    partial_update=extend_schema(
+        summary="Change some of a recipient's fields",
+        description=f"Only the fields sent change. {RESCHEDULING}",
+        parameters=[IF_MATCH, etag_header(200)],
+        examples=[
+            OpenApiExample("A move to Tokyo", value={"timezone": "Asia/Tokyo"}, request_only=True)
+        ],
+    ),
+    destroy=extend_schema(
+        summary="Delete a recipient",
+        description="Their events and deliveries are deleted with them.",
+        parameters=[IF_MATCH],
+    ),
+    events=extend_schema(
+        summary="List a recipient's events",
+        description=(
+            "Every birthday of the recipient's that was scheduled, newest first: the "
+            "pending one, and what became of each earlier one. Needs the `view event` "
+            "permission as well as `view recipient`."
+        ),
+        responses=EventSerializer(many=True),
+    ),
+)

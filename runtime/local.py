@@ -62,6 +62,8 @@ def main() -> int:
     admin_url = os.environ.get("ADMIN_URL", "admin/").strip("/")
     lines = [
         f"API:       http://{HOST}:{PORT}/api/v1/users/",
+        f"API docs:  http://{HOST}:{PORT}/api/v1/docs/ (OpenAPI: /api/v1/schema/)",
+        f"Health:    http://{HOST}:{PORT}/health/ready  Metrics: http://{HOST}:{PORT}/metrics",
         f"Admin:     http://{HOST}:{PORT}/{admin_url}/",
         f"Webhooks:  POSTed to {env['WEBHOOK_URL']}",
     ]

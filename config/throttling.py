@@ -1,5 +1,7 @@
 """API rate limits: DRF's throttles, keyed by the client address the trusted proxies report."""
 
+import time
+
 from rest_framework.throttling import AnonRateThrottle, SimpleRateThrottle, UserRateThrottle
 
 from config.client_address import client_address
@@ -8,6 +10,15 @@ from config.client_address import client_address
 class ClientAddressMixin:
     def get_ident(self, request) -> str:
         return client_address(request)
+
+    def timer(self) -> float:
+        # DRF captures `timer = time.time` as a class attribute when its module is
+        # first imported (lazily, on the first API request). If a clock fake such
+        # as the suite's freezegun is active at that moment, the attribute holds
+        # the fake, a Python function, which then binds as a method and fails
+        # with a TypeError on every request from then on. Looking time.time up
+        # at each call cannot capture anything.
+        return time.time()
 
 
 class AnonymousThrottle(ClientAddressMixin, AnonRateThrottle):

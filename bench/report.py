@@ -90,6 +90,7 @@ def render(res: dict, out_dir: Path) -> None:
     L += section_burst(res, out_dir)
     L += section_timeliness(res, out_dir)
     L += section_scale(res)
+    L += section_retention(res)
     L += section_import(res)
     L += section_api(res)
     L += section_endurance(res, out_dir)
@@ -193,6 +194,15 @@ def headline_rows(res):
                      f"{f(sc['scheduler_rate'])} events/s ({f(sc['scheduler_rate_excl_startup'])}/s excl. start-up)",
                      ">= 15,000/s", ok(sc["scheduler_rate"] >= 15_000)])
         rows.append(["table scale: claim uses event_pending_due_idx", str(sc["uses_partial_index"]), "yes", ok(sc["uses_partial_index"])])
+    rt = res.get("retention", {})
+    if "prune_s" in rt:
+        rows.append([f"retention ({f(rt['events'])} events, {f(rt['handled_old'])} handled and old): claim batch of 1,000 "
+                     "while prune_history runs vs while it is paused (medians)",
+                     f"{f(rt['claim_ms_with'], 1)} vs {f(rt['claim_ms_without'], 1)} ms = **{f(rt['ratio'], 2)}x**",
+                     "<= 1.20x", ok(rt["ratio"] <= 1.2) if rt["ratio"] else "n/a"])
+        rows.append(["retention: prune_history to the end (events, deliveries and attempts)",
+                     f"{f(rt['prune_rows_per_s'])} rows/s ({f(rt['prune_events_per_s'])} events/s), "
+                     f"{f(rt['prune_s'], 1)} s", "-", "-"])
     im = res.get("import", {})
     if "seconds" in im:
         rows.append([f"import_users {f(im['rows'])} rows (events included)", f"{f(im['seconds'], 1)} s ({f(im['rate'])} rows/s)",
@@ -463,6 +473,58 @@ def section_scale(res):
     return L
 
 
+def section_retention(res):
+    L = ["## 3b. History retention\n"]
+    e = err(res, "retention")
+    if e:
+        return L + [e]
+    rt = res["retention"]
+    p = rt["pruned"]
+    L.append(
+        f"{f(rt['events'])} events over {f(rt['users'])} users, built with SQL: nine handled occurrences per user two to "
+        f"ten years back ({f(rt['handled_old'])}, all older than HISTORY_RETENTION = 400 days; 1 in 50 FAILED), each "
+        f"with its delivery and one attempt, and one PENDING event each, all due. Build {f(rt['build_s'])} s, VACUUM "
+        f"ANALYZE {f(rt['vacuum_analyze_s'])} s. Then `manage.py prune_history` (batches of 1,000 events) ran to the "
+        "end while a second process called `deliveries_enqueue_due(batch_size=1000)` every "
+        f"{f(rt['claim_every_ms'] / 1000, 1)} s (`bench/probe_retention.py`), until the due events ran out. At first "
+        f"the pruner was paused (SIGSTOP) and resumed (SIGCONT) every {rt['window_s']} s: a claim batch that ran "
+        "entirely inside one of those windows counts as with or without pruning, so both sides are measured in the "
+        "same minutes of a shared machine; then it ran on to the end. Each recipient keeps their latest handled "
+        "occurrence: the newest of the old ones, or none of them once a claim has made a newer one PROCESSING.\n"
+    )
+    L.append(table(["measure", "value"], [
+        ["claim batch of 1,000 while pruning, median", f"{f(rt['claim_ms_with'], 1)} ms ({rt['claims_with']} batches)"],
+        ["claim batch of 1,000 while the pruner is paused, median",
+         f"{f(rt['claim_ms_without'], 1)} ms ({rt['claims_without']} batches)"],
+        ["ratio with / without (target <= 1.20)", f"**{f(rt['ratio'], 2)}x**"],
+        ["for information: every claim batch while pruning, the turns and the rest of the run, median",
+         f"{f(rt['claim_ms_pruning_all'], 1)} ms ({rt['claims_pruning_all']} batches)"],
+        ["deleted", f"{f(p['events'])} events, {f(p['deliveries'])} deliveries, {f(p['attempts'])} attempts in "
+                    f"{f(p['batches'])} batches"],
+        ["prune time (running, pauses excluded)", f"{f(rt['prune_s'], 1)} s (paused {f(rt['paused_s'], 1)} s)"],
+        ["prune rate", f"{f(rt['prune_rows_per_s'])} rows/s, {f(rt['prune_events_per_s'])} events/s"],
+        ["status counts before / after", f"{rt['status_counts_before']} / {rt['status_counts_after']}"],
+        ["recipients left without a handled occurrence (must be 0)", f(rt["users_without_handled_after"])],
+        ["selection reads event_history_idx (both batches)", str(rt["uses_history_index"])],
+    ]))
+    L.append("\nRelation sizes (`pg_relation_size`). A DELETE frees no space by itself; VACUUM makes the dead rows' "
+             f"space reusable (it took {f(rt['vacuum_s'], 1)} s here) but gives back to the file system only empty pages "
+             "at the end of a table, so the figures after VACUUM show what stays allocated, not what is in use. The "
+             "claims add a PROCESSING event, a next PENDING one and a delivery per claimed recipient.\n")
+    L.append(table(["relation", "before", "after pruning", "after VACUUM"], [
+        [k, f"{v / 2**20:,.1f} MiB", f"{rt['sizes_after'].get(k, 0) / 2**20:,.1f} MiB",
+         f"{rt['sizes_vacuumed'].get(k, 0) / 2**20:,.1f} MiB"] for k, v in rt["sizes_before"].items()
+    ]))
+    for i, b in enumerate(rt["plan"]["batches"]):
+        L.append(f"\nBatch {i + 1} of a rolled-back run ({len(b['statements'])} statements, {f(b['ms'], 1)} ms, "
+                 f"{f(b['events'])} events, {f(b['deliveries'])} deliveries, {f(b['attempts'])} attempts); its selection "
+                 "with `EXPLAIN (ANALYZE, BUFFERS)`:\n")
+        L.append("```sql\n" + b["select"] + "\n```\n")
+        L.append("```\n" + b["explain"] + "\n```\n")
+    L.append("")
+    return L
+
+
 def section_import(res):
     L = ["## 4. Bulk import\n"]
     e = err(res, "import")
@@ -589,6 +651,7 @@ def section_sizes(res):
          "100,000"],
         ["timeliness", f"{f(s.get('timeliness_n'))} events over {f(s.get('timeliness_window'))} s, x{s.get('runs')}", "2,000 over 2 min"],
         ["table scale", f"{f(s.get('scale_events'))} events", "10,000,000"],
+        ["history retention", f"{f(s.get('retention_events'))} events", "10,000,000"],
         ["bulk import", f"{f(s.get('import_rows'))} rows, {s.get('import_runs')} run(s)", "1,000,000"],
         ["endurance", f"{f(s.get('endurance_n'))} webhooks (1 run)", "500,000 (200,000 allowed)"],
     ]))

@@ -40,8 +40,10 @@ BENCH_PY = sys.executable
 RESULTS = ROOT / "bench" / "results"
 RAW = RESULTS / "raw"
 PG = "postgres://postgres@127.0.0.1:5432"
-DB = "bench_scheduler"
-PROC_DB = "bench_procrastinate"
+# BENCH_DATABASE_PREFIX: another checkout's bench on the same server must use other
+# databases, or each run's setup and teardown would drop the other's.
+DB = os.environ.get("BENCH_DATABASE_PREFIX", "bench") + "_scheduler"
+PROC_DB = os.environ.get("BENCH_DATABASE_PREFIX", "bench") + "_procrastinate"
 DSN = f"{PG}/{DB}"
 PROC_DSN = f"{PG}/{PROC_DB}"
 API_PORT = 0  # picked free when gunicorn starts
@@ -52,11 +54,13 @@ SIZES = {
         runs=3, raw_n=3000, proc_n=1000, proc_big_n=4000, burst_n=2000, burst_big_n=4000, burst_slow_n=300,
         timeliness_n=200, timeliness_window=20, scale_events=300_000, import_rows=20_000,
         api_seconds=3, endurance_n=12_000, endurance_first=2_000, profile_seconds=5, big_runs=1, import_runs=2,
+        retention_events=500_000, retention_claim_every_ms=1000, retention_window_s=6, retention_pairs=6,
     ),
     "full": dict(
         runs=3, raw_n=10_000, proc_n=3_000, proc_big_n=100_000, burst_n=10_000, burst_big_n=100_000, big_runs=1, burst_slow_n=1_000,
         timeliness_n=1_000, timeliness_window=60, scale_events=10_000_000, import_rows=1_000_000, import_runs=1,
         api_seconds=10, endurance_n=200_000, endurance_first=20_000, profile_seconds=10,
+        retention_events=10_000_000, retention_claim_every_ms=2000, retention_window_s=20, retention_pairs=10,
     ),
 }
 
@@ -68,7 +72,7 @@ def proc_label(mode: str, concurrency: int, processes: int) -> str:
     return f"{mode} c={concurrency}" + (f" x{processes}" if processes > 1 else "")
 
 
-WORKLOADS = ["ceiling", "baselines", "burst", "timeliness", "scale", "import", "api", "profiles", "endurance"]
+WORKLOADS = ["ceiling", "baselines", "burst", "timeliness", "scale", "retention", "import", "api", "profiles", "endurance"]
 
 
 def log(msg: str) -> None:
@@ -593,42 +597,7 @@ class Bench:
         log(f"scale: building {total:,} events over {users:,} users ({due:,} due)")
         started = time.monotonic()
         conn = self.conn
-        # Sequential UUIDs keep the bulk load append-only (random keys would only make the build slower).
-        uid = "('00000000-0000-4000-8000-' || lpad(to_hex(i), 12, '0'))::uuid"
-        chunk = 100_000
-        for lo in range(1, users + 1, chunk):
-            hi = min(users, lo + chunk - 1)
-            args = {"lo": lo, "hi": hi, "due": due}
-            with conn.transaction():
-                conn.execute("SET LOCAL session_replication_role = replica")
-                conn.execute(f"""
-                    INSERT INTO users_user (id, first_name, last_name, date_of_birth, timezone, created_at, updated_at)
-                    SELECT {uid}, 'First' || i, 'Last' || i, date '1960-01-01' + mod(i, 15000), 'UTC', now(), now()
-                    FROM generate_series(%(lo)s::int, %(hi)s::int) i""", args)
-                # Nine past years, COMPLETED.
-                conn.execute(f"""
-                    INSERT INTO scheduling_event (id, user_id, event_type, status, occurrence_date, target_timestamp_utc,
-                        target_timestamp_local, target_timezone, executed_at, failure_reason, version,
-                        idempotency_key, created_at, updated_at)
-                    SELECT ('00000000-0000-4000-9000-' || lpad(to_hex(i * 16 + y), 12, '0'))::uuid, {uid}, 'BIRTHDAY',
-                        'COMPLETED', d, d + time '09:00', to_char(d, 'YYYY-MM-DD') || 'T09:00:00+00:00', 'UTC',
-                        d + time '09:00:01', '', 3, 'h-' || lpad(to_hex(i * 16 + y), 20, '0'),
-                        now(), now()
-                    FROM generate_series(%(lo)s::int, %(hi)s::int) i, generate_series(1, 9) y,
-                         LATERAL (SELECT (current_date - make_interval(years => y))::date - mod(i, 300) AS d) dd""",
-                    args)
-                # One PENDING each: the first `due` are due (within the last hour), the rest later this year.
-                conn.execute(f"""
-                    INSERT INTO scheduling_event (id, user_id, event_type, status, occurrence_date, target_timestamp_utc,
-                        target_timestamp_local, target_timezone, executed_at, failure_reason, version,
-                        idempotency_key, created_at, updated_at)
-                    SELECT ('00000000-0000-4000-a000-' || lpad(to_hex(i), 12, '0'))::uuid, {uid}, 'BIRTHDAY', 'PENDING',
-                        (t AT TIME ZONE 'UTC')::date, t,
-                        to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS') || '+00:00', 'UTC', NULL, '', 1,
-                        'p-' || lpad(to_hex(i), 20, '0'), now(), now()
-                    FROM (SELECT i, CASE WHEN i <= %(due)s THEN now() - make_interval(secs => mod(i, 3600))
-                                         ELSE now() + make_interval(days => 1 + mod(i, 360)) END AS t
-                          FROM generate_series(%(lo)s::int, %(hi)s::int) i) s""", args)
+        sql.yearly_history(conn, users=users, due=due)
         built = time.monotonic()
         log(f"scale: built in {built - started:.0f} s; VACUUM ANALYZE")
         conn.execute("VACUUM ANALYZE users_user")
@@ -639,8 +608,11 @@ class Bench:
             SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c
             WHERE c.relname IN ('scheduling_event', 'event_pending_due_idx', 'event_history_idx',
                                 'scheduling_event_pkey', 'users_user')""").fetchall())
+        # The nine past years stay: this workload measures the claim, and run_scheduler --once
+        # would otherwise spend part of each run pruning them (the retention workload measures that).
+        env = self.env(HISTORY_RETENTION="36500d")
         log("scale: EXPLAIN and timed claims")
-        probe = subprocess.run([PRODUCT_PY, "-m", "bench.probe_claim", "1000", "7"], cwd=ROOT, env=self.env(),
+        probe = subprocess.run([PRODUCT_PY, "-m", "bench.probe_claim", "1000", "7"], cwd=ROOT, env=env,
                                capture_output=True, text=True)
         if probe.returncode:
             raise psycopg.OperationalError(probe.stderr[-500:]) if "Operational" in probe.stderr else RuntimeError(probe.stderr)
@@ -650,7 +622,7 @@ class Bench:
         ).fetchone()[0]
         log(f"scale: run_scheduler --once over {remaining:,} due events")
         t = time.monotonic()
-        r = self.manage("run_scheduler", "--once")
+        r = self.manage("run_scheduler", "--once", env=env)
         sched_seconds = time.monotonic() - t
         if r.returncode:
             raise psycopg.OperationalError(r.stderr[-500:]) if "Operational" in r.stderr else RuntimeError(r.stdout + r.stderr)
@@ -660,7 +632,7 @@ class Bench:
         ).fetchone()[0]
         # The same command with no work: Django's start-up and the scheduler's fixed costs.
         t = time.monotonic()
-        self.manage("run_scheduler", "--once")
+        self.manage("run_scheduler", "--once", env=env)
         idle_seconds = time.monotonic() - t
         claimed = remaining - left
         # A second, profiled pass on 20,000 freshly due events in the same big table.
@@ -669,7 +641,7 @@ class Bench:
         conn.execute("ANALYZE scheduling_event")
         log(f"scale: profiled run_scheduler --once over {extra:,} more due events")
         t = time.monotonic()
-        p = self.procs.spawn("scheduler", ["-m", "bench.product_main", "run_scheduler", "--once"], self.env())
+        p = self.procs.spawn("scheduler", ["-m", "bench.product_main", "run_scheduler", "--once"], env)
         prof = py_spy(p.pid, 0, RAW / "profile-scale-scheduler.txt")
         p.wait()
         prof.wait()
@@ -689,6 +661,121 @@ class Bench:
             "scheduler_rate": claimed / sched_seconds,
             "scheduler_rate_excl_startup": claimed / max(0.001, sched_seconds - idle_seconds),
             "uses_partial_index": "event_pending_due_idx" in probe["explain"],
+        }
+
+    def relation_sizes(self) -> dict[str, int]:
+        return dict(self.conn.execute("""
+            SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c
+            WHERE c.relname IN ('scheduling_event', 'event_pending_due_idx', 'event_one_pending_per_user_type',
+                                'event_history_idx', 'delivery_delivery', 'delivery_deliveryattempt')
+            ORDER BY c.relname""").fetchall())
+
+    def w_retention(self) -> dict:
+        """prune_history to the end over nine years of handled history per recipient, all older than
+        HISTORY_RETENTION, while claim batches of 1,000 go on at a steady pace beside it.
+
+        The pruner is paused (SIGSTOP) and resumed (SIGCONT) every `retention_window_s`: claims
+        while it is paused are the ones "without pruning", measured in the same minutes as those
+        "with", so the comparison holds on a shared machine whose load drifts. A paused pruner
+        holds at most one batch's row locks, on old handled events no claim touches.
+        """
+        total = self.s["retention_events"]
+        users = total // 10
+        conn = self.conn
+        self.truncate()
+        log(f"retention: building {total:,} events over {users:,} users, {users * 9:,} handled and older than "
+            "the retention, each with its delivery and one attempt")
+        started = time.monotonic()
+        # Two to ten years back, so every handled row is older than 400 days; 1 in 50 FAILED.
+        # Every PENDING event is due, so the claims go on as long as they can.
+        sql.yearly_history(conn, users=users, due=users, first_year=2, failed_every=50, deliveries=True)
+        built = time.monotonic()
+        log(f"retention: built in {built - started:.0f} s; VACUUM ANALYZE")
+        conn.execute("VACUUM ANALYZE users_user, scheduling_event, delivery_delivery, delivery_deliveryattempt")
+        vacuumed = time.monotonic()
+        counts_before = dict(conn.execute("SELECT status, count(*) FROM scheduling_event GROUP BY status").fetchall())
+        sizes_before = self.relation_sizes()
+        env = self.env(HISTORY_RETENTION="400d")
+        log("retention: EXPLAIN of the first two batches' selection (rolled back)")
+        r = subprocess.run([PRODUCT_PY, "-m", "bench.probe_retention", "plan", "1000"], cwd=ROOT, env=env,
+                           capture_output=True, text=True)
+        if r.returncode:
+            raise psycopg.OperationalError(r.stderr[-500:]) if "Operational" in r.stderr else RuntimeError(r.stderr)
+        plan = json.loads(r.stdout.strip().splitlines()[-1])
+        log("retention: prune_history, paused and resumed in turns, while claim batches go on")
+        every = self.s["retention_claim_every_ms"]
+        claims = subprocess.Popen(
+            [PRODUCT_PY, "-m", "bench.probe_retention", "claims", "1000", str(every), "0"],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        prune_log = RAW / "prune_history.log"
+        logged = prune_log.stat().st_size if prune_log.exists() else 0
+        prune = self.procs.spawn("prune_history", ["manage.py", "prune_history", "--batch-size", "1000"], env)
+        # Windows start when the pruner has started pruning (its first line), past Django's start-up.
+        while prune.poll() is None and "Deleting" not in prune_log.read_text()[logged:]:
+            time.sleep(0.05)
+        windows = []  # (start, end, pruning) in epoch seconds
+        pruning, start = True, time.time()
+        while prune.poll() is None:
+            try:
+                prune.wait(timeout=self.s["retention_window_s"])
+            except subprocess.TimeoutExpired:
+                # Turns while claims go on, `retention_pairs` of them; then on to the end.
+                alternating = claims.poll() is None and len(windows) < 2 * self.s["retention_pairs"]
+                if alternating or not pruning:
+                    prune.send_signal(signal.SIGSTOP if pruning else signal.SIGCONT)
+                    windows.append((start, time.time(), pruning))
+                    start, pruning = time.time(), not pruning
+        windows.append((start, time.time(), pruning))
+        if claims.poll() is None:
+            claims.send_signal(signal.SIGTERM)
+        out, errors = claims.communicate(timeout=120)
+        text = prune_log.read_text()[logged:]
+        if prune.returncode or claims.returncode:
+            raise psycopg.OperationalError(text[-500:] + errors[-500:]) if "Operational" in text + errors \
+                else RuntimeError(text[-500:] + errors[-500:])
+        done = re.findall(r"Deleted ([\d,]+) events, ([\d,]+) deliveries, ([\d,]+) attempts in ([\d,]+) batches, "
+                          r"([\d.]+) s\.", text)[-1]
+        events, deliveries, attempts, batches = (int(x.replace(",", "")) for x in done[:4])
+        paused_s = sum(b - a for a, b, on in windows if not on)
+        # The command's own clock runs while it is paused too.
+        prune_s = float(done[4]) - paused_s
+        calls = json.loads(out.strip().splitlines()[-1])["calls"]
+
+        def within(spans, pruning_or_not):
+            return [c["ms"] for c in calls for a, b, on in spans
+                    if on == pruning_or_not and a <= c["at"] and c["at"] + c["ms"] / 1000 <= b and c["claimed"] == 1000]
+
+        # The last window, after the turns, is compared with nothing.
+        with_pruning, without = within(windows[:-1], True), within(windows[:-1], False)
+        all_pruning = within(windows, True)
+        sizes_after = self.relation_sizes()
+        counts_after = dict(conn.execute("SELECT status, count(*) FROM scheduling_event GROUP BY status").fetchall())
+        # Nobody may lose their latest handled occurrence: it is what rescheduling reads.
+        unhandled = conn.execute("""
+            SELECT count(*) FROM users_user u WHERE NOT EXISTS (
+                SELECT 1 FROM scheduling_event e WHERE e.user_id = u.id AND e.status <> 'PENDING')""").fetchone()[0]
+        t = time.monotonic()
+        conn.execute("VACUUM scheduling_event, delivery_delivery, delivery_deliveryattempt")
+        vacuum_s = time.monotonic() - t
+        sizes_vacuumed = self.relation_sizes()
+        ms_with, ms_without = median(with_pruning), median(without)
+        rows = events + deliveries + attempts
+        return {
+            "events": total, "users": users, "handled_old": users * 9, "build_s": built - started,
+            "vacuum_analyze_s": vacuumed - built, "status_counts_before": counts_before,
+            "status_counts_after": counts_after, "users_without_handled_after": unhandled,
+            "sizes_before": sizes_before, "sizes_after": sizes_after, "sizes_vacuumed": sizes_vacuumed,
+            "vacuum_s": vacuum_s, "plan": plan,
+            "uses_history_index": all("event_history_idx" in b["explain"] for b in plan["batches"]),
+            "claim_every_ms": every, "window_s": self.s["retention_window_s"], "windows": windows,
+            "claims": calls, "claims_with": len(with_pruning), "claims_without": len(without),
+            "claim_ms_with": ms_with, "claim_ms_without": ms_without,
+            "claims_pruning_all": len(all_pruning), "claim_ms_pruning_all": median(all_pruning),
+            "ratio": ms_with / ms_without if ms_with and ms_without else None,
+            "pruned": {"events": events, "deliveries": deliveries, "attempts": attempts, "batches": batches},
+            "prune_s": prune_s, "paused_s": paused_s, "prune_rows_per_s": rows / prune_s,
+            "prune_events_per_s": events / prune_s,
         }
 
     def w_import(self) -> dict:
@@ -906,7 +993,7 @@ class Bench:
                 t = time.monotonic()
                 try:
                     fn = getattr(self, f"w_{name}")
-                    whole = name == "scale"
+                    whole = name in ("scale", "retention")
                     self.results[name] = self.attempt(fn) if whole else fn()
                 except Exception:  # noqa: BLE001  one failed workload must not lose the others
                     self.results[name] = {"error": traceback.format_exc()}

@@ -87,3 +87,76 @@ def pending_keys(conn) -> dict[str, float]:
         "SELECT idempotency_key, extract(epoch FROM target_timestamp_utc) FROM scheduling_event WHERE status = 'PENDING'"
     ).fetchall()
     return {k: float(t) for k, t in rows}
+
+
+# Sequential UUIDs keep the bulk load append-only (random keys would only make the build slower).
+def _seq_uuid(kind: str, n: str) -> str:
+    return f"('00000000-0000-4000-{kind}-' || lpad(to_hex({n}), 12, '0'))::uuid"
+
+
+def yearly_history(
+    conn, *, users: int, due: int, first_year: int = 1, failed_every: int = 0, deliveries: bool = False,
+    chunk: int = 100_000,
+) -> None:
+    """`users` users, each with nine past yearly occurrences handled and one PENDING.
+
+    The handled ones are `first_year` to `first_year` + 8 years back (minus up to 299
+    days), COMPLETED, or FAILED for every `failed_every`-th; with `deliveries`, each
+    has its delivery (DELIVERED, or DEAD) and one attempt. The first `due` users'
+    PENDING events are due (within the last hour), the rest later this year.
+    """
+    uid = _seq_uuid("8000", "i")
+    status = f"CASE WHEN mod(i + y, {failed_every}) = 0 THEN 'FAILED' ELSE 'COMPLETED' END" if failed_every else "'COMPLETED'"
+    history = f"""
+        FROM generate_series(%(lo)s::int, %(hi)s::int) i, generate_series(1, 9) y,
+             LATERAL (SELECT (current_date - make_interval(years => y + {first_year - 1}))::date - mod(i, 300) AS d,
+                             {status} AS status) dd"""
+    for lo in range(1, users + 1, chunk):
+        hi = min(users, lo + chunk - 1)
+        args = {"lo": lo, "hi": hi, "due": due}
+        with conn.transaction():
+            conn.execute("SET LOCAL session_replication_role = replica")
+            conn.execute(f"""
+                INSERT INTO users_user (id, first_name, last_name, date_of_birth, timezone, created_at, updated_at)
+                SELECT {uid}, 'First' || i, 'Last' || i, date '1960-01-01' + mod(i, 15000), 'UTC', now(), now()
+                FROM generate_series(%(lo)s::int, %(hi)s::int) i""", args)
+            conn.execute(f"""
+                INSERT INTO scheduling_event (id, user_id, event_type, status, occurrence_date, target_timestamp_utc,
+                    target_timestamp_local, target_timezone, executed_at, failure_reason, version,
+                    idempotency_key, created_at, updated_at)
+                SELECT {_seq_uuid("9000", "i * 16 + y")}, {uid}, 'BIRTHDAY',
+                    status, d, d + time '09:00', to_char(d, 'YYYY-MM-DD') || 'T09:00:00+00:00', 'UTC',
+                    d + time '09:00:01', '', 3, 'h-' || lpad(to_hex(i * 16 + y), 20, '0'),
+                    now(), now()
+                {history}""", args)
+            if deliveries:
+                conn.execute(f"""
+                    INSERT INTO delivery_delivery (id, event_id, idempotency_key, endpoint_url, payload, status, attempts,
+                        max_attempts, next_attempt_at, locked_until, locked_by, attempt_started_at, last_status_code,
+                        last_error, delivered_at, created_at, updated_at)
+                    SELECT {_seq_uuid("b000", "i * 16 + y")}, {_seq_uuid("9000", "i * 16 + y")},
+                        'h-' || lpad(to_hex(i * 16 + y), 20, '0'), 'http://127.0.0.1:9/webhook',
+                        jsonb_build_object('message', 'Hey, First' || i || ' Last' || i || ' it''s your birthday',
+                                           'event_type', 'BIRTHDAY', 'occurrence_date', d::text),
+                        CASE status WHEN 'FAILED' THEN 'DEAD' ELSE 'DELIVERED' END, 1, 8, d + time '09:00', NULL, '',
+                        NULL, CASE status WHEN 'FAILED' THEN 400 ELSE 200 END, '',
+                        CASE status WHEN 'FAILED' THEN NULL ELSE d + time '09:00:01' END, d + time '09:00', d + time '09:00:01'
+                    {history}""", args)
+                conn.execute(f"""
+                    INSERT INTO delivery_deliveryattempt (delivery_id, number, worker, started_at, finished_at, duration_ms,
+                        outcome, status_code, error, response_excerpt)
+                    SELECT {_seq_uuid("b000", "i * 16 + y")}, 1, 'bench', d + time '09:00', d + time '09:00:01', 12,
+                        CASE status WHEN 'FAILED' THEN 'PERMANENT_FAILURE' ELSE 'DELIVERED' END,
+                        CASE status WHEN 'FAILED' THEN 400 ELSE 200 END, '', ''
+                    {history}""", args)
+            conn.execute(f"""
+                INSERT INTO scheduling_event (id, user_id, event_type, status, occurrence_date, target_timestamp_utc,
+                    target_timestamp_local, target_timezone, executed_at, failure_reason, version,
+                    idempotency_key, created_at, updated_at)
+                SELECT {_seq_uuid("a000", "i")}, {uid}, 'BIRTHDAY', 'PENDING',
+                    (t AT TIME ZONE 'UTC')::date, t,
+                    to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS') || '+00:00', 'UTC', NULL, '', 1,
+                    'p-' || lpad(to_hex(i), 20, '0'), now(), now()
+                FROM (SELECT i, CASE WHEN i <= %(due)s THEN now() - make_interval(secs => mod(i, 3600))
+                                     ELSE now() + make_interval(days => 1 + mod(i, 360)) END AS t
+                      FROM generate_series(%(lo)s::int, %(hi)s::int) i) s""", args)

@@ -296,6 +296,12 @@ EVENT_MAX_LATENESS = parse_duration(env("EVENT_MAX_LATENESS", default="48h"))
 SCHEDULER_RECONCILE_INTERVAL = parse_duration(
     env("SCHEDULER_RECONCILE_INTERVAL", default="5m")
 )
+# HISTORY_RETENTION: how long COMPLETED and FAILED events (by target time) are kept,
+# with their deliveries and attempts; older ones are deleted by the scheduler
+# between claims and by `manage.py prune_history`. Each recipient's latest
+# handled occurrence of each type is kept whatever its age: rescheduling reads it
+# (scheduling.services.occurrences.last_handled_occurrence).
+HISTORY_RETENTION = parse_duration(env("HISTORY_RETENTION", default="400d"))
 
 # --- Delivery ----------------------------------------------------------------------
 

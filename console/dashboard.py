@@ -14,7 +14,7 @@ from delivery import selectors as delivery_selectors
 from runtime.models import ProcessHeartbeat, ProcessKind
 from runtime.selectors import processes_recent
 from scheduling import selectors as event_selectors
-from scheduling.models import EventStatus
+from scheduling.models import EventStatus, EventType
 
 # --- the chart -----------------------------------------------------------------------
 
@@ -104,6 +104,7 @@ def dashboard_view(request, *, site: admin.AdminSite):
     status_counts = event_selectors.event_status_counts()
     this_hour = now.replace(minute=0, second=0, microsecond=0)
     chart = hourly_chart(event_selectors.pending_per_hour(start=this_hour, hours=24))
+    per_type = event_selectors.pending_per_type(start=this_hour, hours=24)
     processes = list(processes_recent(now=now))
     for process in processes:
         process.silent_for = humanize_delay(now - process.last_seen_at)
@@ -128,6 +129,7 @@ def dashboard_view(request, *, site: admin.AdminSite):
         ],
         "lost_after": ProcessHeartbeat.LOST_AFTER_SECONDS,
         "chart": chart,
+        "chart_by_type": [(EventType(event_type).label, event_type, count) for event_type, count in per_type.items()],
         "chart_until": this_hour + timedelta(hours=24),
         "process_badges": {state: badge(state) for state in ("running", "lost", "stopped")},
     }

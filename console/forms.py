@@ -17,6 +17,10 @@ class RecipientAdminForm(forms.ModelForm):
         help_texts = {
             "timezone": "IANA time zone name, e.g. America/New_York or Asia/Kathmandu "
             "(not an offset such as +05:45: offsets do not follow daylight saving time).",
+            "anniversary_date": "Optional: the wedding date. With it the recipient also gets a "
+            "wedding anniversary message every year.",
+            "external_id": "Optional: the client's own id for this recipient, held by no other "
+            "(imports and API clients find the recipient by it).",
         }
 
     def clean(self) -> dict:

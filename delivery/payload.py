@@ -1,4 +1,4 @@
-"""The webhook body: the one place an event's message is rendered for sending."""
+"""The webhook body: what is sent for an event, its message rendered by scheduling.messages."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import uuid
 from datetime import date, datetime
 
 from scheduling.handlers import Recipient, get_handler
+from scheduling.messages import render_message
 
 
 def webhook_payload(
@@ -15,10 +16,17 @@ def webhook_payload(
     occurrence_date: date,
     target_utc: datetime,
     recipient: Recipient,
+    template: str,
 ) -> dict:
-    """The JSON body for one occurrence, with the message rendered from the recipient as they are now."""
+    """The JSON body for one occurrence, with the message rendered from the recipient as they are now.
+
+    `template` is the type's current one (scheduling.selectors.message_templates,
+    read once per batch by the caller).
+    """
     return {
-        "message": get_handler(event_type).render_message(user=recipient),
+        "message": render_message(
+            template=template, handler=get_handler(event_type), user=recipient, occurrence_date=occurrence_date
+        ),
         "event_id": str(event_id),
         "event_type": event_type,
         "user_id": str(recipient.id),

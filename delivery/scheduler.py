@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from delivery.metrics import CLAIM_BATCH_DURATION
 from delivery.services.enqueue import deliveries_enqueue_due
+from delivery.services.retention import PrunePosition, history_cutoff, history_prune
 from runtime.database import (
     DB_ERRORS,
     Backoff,
@@ -34,6 +35,19 @@ logger = logging.getLogger(__name__)
 HEARTBEAT_EVERY = 5.0
 # When due rows exist but another scheduler holds them, look again this soon.
 _BUSY_RETRY = 0.05
+# Deleting old history (delivery.services.retention) between claims: a pass at most
+# every PRUNE_EVERY, only when nothing is due for at least PRUNE_MIN_IDLE, for at most
+# PRUNE_TIME_BOX and never past the next known target; a wake-up (an event made due
+# now) ends the pass after the batch in progress and is claimed at once. A batch of
+# 1,000 events with their deliveries and attempts took 27-54 ms rolled back, and
+# 95-135 ms committed beside claims, in the retention bench (2 cores under load): a
+# batch of 500 fits PRUNE_MIN_IDLE about three times. A pass cut short resumes where
+# it stopped. A day's handled events (about 2,700 for a million recipients) fit in
+# one pass; a backlog of millions is prune_history's.
+PRUNE_EVERY = 60.0
+PRUNE_TIME_BOX = 0.5
+PRUNE_MIN_IDLE = 0.2
+PRUNE_BATCH_SIZE = 500
 
 
 class Scheduler:
@@ -61,6 +75,9 @@ class Scheduler:
         self.counts = {"processed": 0, "succeeded": 0, "failed": 0}
         self.reconcile_every = settings.SCHEDULER_RECONCILE_INTERVAL.total_seconds()
         self.last_beat = time.monotonic()
+        self.last_prune = float("-inf")
+        self.prune_from: PrunePosition | None = None  # None: the next pass starts from the beginning
+        self.woken = False  # a notification came during a prune pass: claim, do not sleep
 
     def run(self) -> int:
         self._with_database(self._log_backlog)
@@ -74,6 +91,8 @@ class Scheduler:
             if claimed is None:  # database unavailable; already waited
                 continue
             if self.once:
+                # Cron runs --once again and again: it prunes too, one time-boxed pass.
+                self._with_database(self._prune_history, idle=PRUNE_TIME_BOX)
                 break
             now = time.monotonic()
             if now - last_reconcile >= self.reconcile_every:
@@ -86,7 +105,10 @@ class Scheduler:
             if sleep_for is None:
                 continue
             if sleep_for > 0:
-                self.listener.wait(sleep_for)
+                pruning = self._with_database(self._prune_history, idle=sleep_for) or 0.0
+                if not self.woken:
+                    self.listener.wait(sleep_for - pruning)
+                self.woken = False
         if self.pool is not None:
             for _ in range(self.claimers):  # each claim thread closes its own connection
                 self.pool.submit(connection.close)
@@ -198,6 +220,37 @@ class Scheduler:
                 "Reconciled %s user(s) that had no pending event", created, extra={"scheduler": self.name}
             )
         return created
+
+    def _prune_history(self, *, idle: float) -> float:
+        """Delete old history in part of an idle spell of `idle` seconds; return the seconds it took."""
+        started = time.monotonic()
+        if idle < PRUNE_MIN_IDLE or started - self.last_prune < PRUNE_EVERY:
+            return 0.0
+        self.last_prune = started
+        totals = history_prune(
+            cutoff=history_cutoff(now=timezone.now()),
+            seconds=min(idle, PRUNE_TIME_BOX),
+            batch_size=PRUNE_BATCH_SIZE,
+            start=self.prune_from,
+            interrupted=self._woken_during_prune,
+        )
+        self.prune_from = totals.next
+        if totals.events:
+            logger.info(
+                "Pruned history: %s event(s), %s deliveries, %s attempts",
+                totals.events,
+                totals.deliveries,
+                totals.attempts,
+                extra={"scheduler": self.name},
+            )
+        return time.monotonic() - started
+
+    def _woken_during_prune(self) -> bool:
+        # A short look (1 ms) at the notification connection between batches; a --once
+        # run never sleeps, so it has nothing to look for.
+        if not self.once:
+            self.woken = self.woken or self.listener.wait(0.001)
+        return self.woken
 
     def _beat_if_due(self) -> None:
         """Write the heartbeat if HEARTBEAT_EVERY has passed (from the loop or any claim thread)."""

@@ -35,7 +35,9 @@ def copy_rows(
     fields = [model._meta.get_field(c) for c in columns]
     quoted = ", ".join(connection.ops.quote_name(f.column) for f in fields)
     json_positions = [i for i, f in enumerate(fields) if isinstance(f, models.JSONField)]
-    with connection.cursor() as cursor:
+    # The raw cursor's errors come out as Django's (an IntegrityError for a
+    # duplicate key), as every other write's do.
+    with connection.cursor() as cursor, connection.wrap_database_errors:
         raw_cursor = cursor.cursor
         # The queued writer sends from a background thread, so PostgreSQL
         # ingests one block while Python formats the next.

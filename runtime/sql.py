@@ -33,7 +33,17 @@ def skip_locked(*, of: str = "") -> str:
 
 
 def execute(sql: str, params: Sequence) -> list[tuple] | None:
-    """Run one set-based statement in the current transaction; return its rows, if it has any.
+    """Run one set-based statement in the current transaction; return its rows, if it has any (see _execute)."""
+    return _execute(sql, params)[0]
+
+
+def execute_count(sql: str, params: Sequence) -> int:
+    """Run one set-based statement that returns no rows (a DELETE); return how many rows it touched."""
+    return _execute(sql, params)[1]
+
+
+def _execute(sql: str, params: Sequence) -> tuple[list[tuple] | None, int]:
+    """One statement in the current transaction: its rows (None if it returns none) and its row count.
 
     On PostgreSQL the parameters are bound on the server: Django's cursors bind
     them on the client, quoting every element of every array in Python, which
@@ -45,18 +55,19 @@ def execute(sql: str, params: Sequence) -> list[tuple] | None:
     if not is_postgresql():
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
-            return cursor.fetchall() if cursor.description else None
+            return (cursor.fetchall() if cursor.description else None), cursor.rowcount
     connection.ensure_connection()
     with connection.wrap_database_errors:
         started = time.monotonic()
         with psycopg.Cursor(connection.connection) as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall() if cursor.description else None
+            count = cursor.rowcount
         if connection.queries_logged:
             elapsed = f"{time.monotonic() - started:.3f}"
             bound = psycopg.ClientCursor(connection.connection).mogrify(sql.replace("%b", "%s"), params)
             connection.queries_log.append({"sql": bound, "time": elapsed})
-    return rows
+    return rows, count
 
 
 def rows_relation(alias: str, columns: Sequence[tuple[str, models.Field]], rows: Sequence[tuple]) -> tuple[str, list]:

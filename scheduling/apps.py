@@ -8,4 +8,4 @@ class SchedulingConfig(AppConfig):
     def ready(self) -> None:
         from scheduling import signals
 
-        signals.connect()
+        signals.connect(app_config=self)

@@ -1,11 +1,11 @@
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
 from runtime.ids import uuid7
-
-
-class EventType(models.TextChoices):
-    BIRTHDAY = "BIRTHDAY", "Birthday"
+from scheduling.event_types import EventType
+from scheduling.handlers import REGISTRY
+from scheduling.messages import MESSAGE_TEMPLATE_MAX_LENGTH, template_errors
 
 
 class EventStatus(models.TextChoices):
@@ -95,3 +95,46 @@ class Event(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_event_type_display()} {self.occurrence_date} ({self.status})"
+
+
+class MessageTemplate(models.Model):
+    """The text operators chose for one event type's messages, rendered when each event is claimed.
+
+    One row per registered type (created by migrate, holding the handler's
+    default: scheduling.services.messages); a type without a row gets the default.
+    """
+
+    event_type = models.CharField(max_length=32, choices=EventType.choices, unique=True)
+    # Placeholders as in str.format ({first_name}), checked against the type's
+    # handler by clean(); varchar, so PostgreSQL also enforces the length.
+    body = models.CharField(
+        max_length=MESSAGE_TEMPLATE_MAX_LENGTH,
+        help_text="Placeholders in braces, e.g. {first_name}; write {{ or }} for a literal brace. "
+        "Applies to the events claimed after it is saved, not to messages already queued.",
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+    # The operator's username, kept as text so the record outlives the account;
+    # blank while the row still holds the default migrate wrote.
+    updated_by = models.CharField(max_length=150, blank=True, default="")
+
+    class Meta:
+        ordering = ["event_type"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(event_type__in=EventType.values), name="message_template_event_type_valid"
+            ),
+            # At least one non-whitespace character (TRIM() strips only spaces).
+            models.CheckConstraint(condition=Q(body__regex=r"\S"), name="message_template_body_not_blank"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_event_type_display()} message"
+
+    def clean(self) -> None:
+        handler = REGISTRY.get(self.event_type)
+        # An unknown type or an empty body is already the field's own error.
+        if handler is None or not self.body:
+            return
+        errors = template_errors(template=self.body, placeholders=handler.placeholders)
+        if errors:
+            raise ValidationError({"body": errors})

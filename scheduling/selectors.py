@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 from django.db.models import Count, Max, Min, Q, QuerySet
 from django.db.models.functions import TruncHour
 
-from scheduling.models import Event, EventStatus
+from scheduling.handlers import REGISTRY, get_handler
+from scheduling.messages import render_message, template_errors
+from scheduling.models import Event, EventStatus, MessageTemplate
+
+logger = logging.getLogger(__name__)
 
 
 def event_list_for_user(*, user_id) -> QuerySet[Event]:
@@ -23,6 +28,62 @@ def next_pending_target(*, after: datetime | None = None) -> datetime | None:
         qs = qs.filter(target_timestamp_utc__gt=after)
     first = qs.order_by("target_timestamp_utc").values_list("target_timestamp_utc", flat=True)[:1]
     return next(iter(first), None)
+
+
+def message_templates() -> dict[str, str]:
+    """The template every registered event type is rendered with now, in one query.
+
+    The scheduler reads it once per claim batch, so every scheduler process
+    renders with an operator's change from its next batch on, with no cache to
+    invalidate. A type without a row gets its handler's default, and so does a
+    stored template that no longer fits its handler (a later release dropped a
+    placeholder, or a write went around the model's validation): one bad row
+    must not stop every message of its type.
+    """
+    stored = dict(MessageTemplate.objects.values_list("event_type", "body"))
+    templates = {}
+    for event_type, handler in REGISTRY.items():
+        body = stored.get(event_type, handler.message_template)
+        errors = template_errors(template=body, placeholders=handler.placeholders)
+        if errors:
+            logger.error(
+                "Stored message template is not valid; sending the default",
+                extra={"event_type": event_type, "errors": errors},
+            )
+            body = handler.message_template
+        templates[event_type] = body
+    return templates
+
+
+@dataclass(frozen=True)
+class MessagePreview:
+    recipient: str
+    occurrence_date: date
+    text: str
+
+
+def message_preview(*, event_type: str) -> MessagePreview | None:
+    """The next message of this type as it would go out now: to the recipient whose PENDING
+    event is due first, in the template the scheduler would use. None if nobody has one.
+
+    A real recipient rather than an invented one: it has whatever its event type
+    reads, and the operator sees a case that is about to happen.
+    """
+    event = (
+        Event.objects.filter(status=EventStatus.PENDING, event_type=event_type)
+        .select_related("user")
+        .order_by("target_timestamp_utc")
+        .first()
+    )
+    if event is None:
+        return None
+    text = render_message(
+        template=message_templates()[event_type],
+        handler=get_handler(event_type),
+        user=event.user,
+        occurrence_date=event.occurrence_date,
+    )
+    return MessagePreview(recipient=str(event.user), occurrence_date=event.occurrence_date, text=text)
 
 
 @dataclass(frozen=True)
@@ -90,3 +151,23 @@ def pending_per_hour(*, start: datetime, hours: int = 24) -> list[tuple[datetime
         (start + timedelta(hours=i), counts.get(start + timedelta(hours=i), 0))
         for i in range(hours)
     ]
+
+
+def pending_per_type(*, start: datetime, hours: int = 24) -> dict[str, int]:
+    """PENDING events per event type due from `start` for `hours`, every registered type listed.
+
+    One GROUP BY over the same range of event_pending_due_idx as pending_per_hour.
+    """
+    counts = dict.fromkeys(REGISTRY, 0)
+    counts.update(
+        Event.objects.filter(
+            status=EventStatus.PENDING,
+            target_timestamp_utc__gte=start,
+            target_timestamp_utc__lt=start + timedelta(hours=hours),
+        )
+        .values("event_type")
+        .annotate(count=Count("*"))
+        .order_by()
+        .values_list("event_type", "count")
+    )
+    return counts

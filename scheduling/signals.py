@@ -1,8 +1,11 @@
-"""Wiring only: user saves call the scheduling services."""
+"""Wiring only: user saves and migrate call the scheduling services."""
 
-from django.db.models.signals import post_save
+from django.apps import AppConfig
+from django.apps import apps as global_apps
+from django.db.models.signals import post_migrate, post_save
 
 from scheduling.models import Event
+from scheduling.services.messages import message_templates_create_missing
 from scheduling.services.sync import event_sync_for_user, events_create_first
 
 
@@ -15,11 +18,24 @@ def _sync_events_after_user_save(sender, instance, created: bool = False, raw: b
         event_sync_for_user(user=instance)
 
 
-def connect() -> None:
+# `apps` is the migration state's after migrate; flush (which test cases run)
+# sends none, and the installed models are the state then.
+def _create_missing_message_templates(sender, using: str, apps=global_apps, **kwargs) -> None:
+    try:
+        model = apps.get_model("scheduling", "MessageTemplate")
+    except LookupError:  # migrated back to before the table existed
+        return
+    message_templates_create_missing(model=model, using=using)
+
+
+def connect(*, app_config: AppConfig) -> None:
     # The recipient model, as the event's foreign key names it (scheduling does
     # not import the users app, which builds on it).
     post_save.connect(
         _sync_events_after_user_save,
         sender=Event._meta.get_field("user").related_model,
         dispatch_uid="scheduling.sync_user_events",
+    )
+    post_migrate.connect(
+        _create_missing_message_templates, sender=app_config, dispatch_uid="scheduling.message_templates"
     )

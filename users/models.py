@@ -5,7 +5,16 @@ from django.db.models import Q
 from django.db.models.functions import Length
 from django.db.models.lookups import GreaterThan
 
-from users.validators import EARLIEST_DATE_OF_BIRTH, NAME_MAX_LENGTH, clean_user_fields
+from users.validators import (
+    EARLIEST_DATE,
+    EXTERNAL_ID_MAX_LENGTH,
+    NAME_MAX_LENGTH,
+    clean_user_fields,
+)
+
+# The unique constraint on external_id, named where a violation of it is told apart
+# from other integrity errors (users.services).
+EXTERNAL_ID_UNIQUE = "user_external_id_unique"
 
 
 class User(models.Model):
@@ -18,6 +27,14 @@ class User(models.Model):
     timezone = models.CharField(
         max_length=64, help_text="IANA time zone name, e.g. America/New_York."
     )
+    # The client's own id for the recipient, so that an import run again, or a
+    # client's sync, finds the row it made instead of adding another. NULL, not
+    # "", when the client gave none: the unique constraint below admits any
+    # number of NULLs but only one "".
+    external_id = models.CharField(max_length=EXTERNAL_ID_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
+    # The wedding date; NULL for a recipient who has none, and so no anniversary
+    # event (scheduling.handlers.anniversary).
+    anniversary_date = models.DateField(null=True, blank=True)
     # Counts the writes that changed the recipient's own fields; the API sends it as
     # the ETag and honours If-Match with it, so a client can update without
     # overwriting an edit it has not seen. The bulk import's COPY leaves it to the
@@ -52,8 +69,22 @@ class User(models.Model):
                 name="user_timezone_not_blank",
             ),
             models.CheckConstraint(
-                condition=Q(date_of_birth__gte=EARLIEST_DATE_OF_BIRTH),
+                condition=Q(date_of_birth__gte=EARLIEST_DATE),
                 name="user_date_of_birth_from_1900",
+            ),
+            models.CheckConstraint(
+                condition=Q(anniversary_date__gte=EARLIEST_DATE),
+                name="user_anniversary_date_from_1900",
+            ),
+            # NULLs are distinct, so any number of recipients may have no id. A
+            # constraint rather than unique=True: PostgreSQL then builds the one
+            # index, without a second one for LIKE that no lookup uses.
+            models.UniqueConstraint(fields=["external_id"], name=EXTERNAL_ID_UNIQUE),
+            models.CheckConstraint(
+                # Trimmed and never blank: " a1" or "" would be a second spelling
+                # of "a1" or of no id, and escape the unique constraint.
+                condition=Q(external_id__regex=r"^\S") & Q(external_id__regex=r"\S$"),
+                name="user_external_id_trimmed",
             ),
         ]
 
@@ -74,6 +105,8 @@ class User(models.Model):
                 "last_name": self.last_name,
                 "date_of_birth": self.date_of_birth,
                 "timezone": self.timezone,
+                "external_id": self.external_id,
+                "anniversary_date": self.anniversary_date,
             }
         )
         for field, value in cleaned.items():

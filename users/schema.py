@@ -7,7 +7,8 @@ registers the serializer extension too).
 """
 
 from drf_spectacular.extensions import OpenApiSerializerExtension
-from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, extend_schema_view
 
 from config.openapi import IF_MATCH, etag_header
 from users.serializers import EventSerializer, UserSerializer
@@ -21,16 +22,22 @@ class UserSerializerSchema(OpenApiSerializerExtension):
         if direction == "request":
             # The serializer refuses a field it does not know (400) instead of ignoring it.
             schema["additionalProperties"] = False
+        else:
+            # A request may leave the optional fields out; a response always has
+            # every field, null where the recipient has no value.
+            schema["required"] = sorted(schema["properties"])
         return schema
 
 
 RESCHEDULING = (
-    "The next event follows the new data at once: a new date of birth replaces the "
-    "pending event with the new next occurrence; a new time zone keeps the occurrence "
-    "date (and idempotency key) and moves the send time, due at once if it has passed; "
-    "a new name changes no event (the message is rendered when it is sent). An event "
-    "already being sent is left as it is. Send the ETag you read in If-Match so that "
-    "an edit made meanwhile by someone else is not overwritten."
+    "The next events follow the new data at once: a new date of birth (or anniversary "
+    "date) replaces the pending birthday (or anniversary) event with the new next "
+    "occurrence; a first anniversary_date schedules an anniversary event, and null "
+    "removes the pending one; a new time zone keeps each occurrence date (and "
+    "idempotency key) and moves the send time, due at once if it has passed; a new name "
+    "changes no event (the message is rendered when it is sent). An event already being "
+    "sent is left as it is. Send the ETag you read in If-Match so that an edit made "
+    "meanwhile by someone else is not overwritten."
 )
 
 NEW_RECIPIENT = OpenApiExample(
@@ -40,20 +47,39 @@ NEW_RECIPIENT = OpenApiExample(
         "last_name": "Lovelace",
         "date_of_birth": "1990-12-10",
         "timezone": "Europe/London",
+        "external_id": "crm-1042",
+        "anniversary_date": "2015-06-20",
     },
     request_only=True,
+)
+
+REQUIRED_FIELDS = (
+    "first_name, last_name, date_of_birth and timezone are required; external_id (400 if "
+    "another recipient holds it) and anniversary_date are optional; any other field is refused."
+)
+
+EXTERNAL_ID_FILTER = OpenApiParameter(
+    "external_id",
+    OpenApiTypes.STR,
+    OpenApiParameter.QUERY,
+    description=(
+        "Only the recipient holding this external id (surrounding whitespace is ignored): "
+        "a list of one, or of none if nobody holds it."
+    ),
 )
 
 user_schema = extend_schema_view(
     list=extend_schema(
         summary="List recipients",
-        description="All recipients, oldest first, each with their next event.",
+        description="All recipients, oldest first, each with their next events.",
+        parameters=[EXTERNAL_ID_FILTER],
     ),
     create=extend_schema(
         summary="Create a recipient",
         description=(
             "Creates the recipient and, in the same transaction, their next birthday "
-            "event (`next_event`). All four fields are required; any other field is refused."
+            "event (`next_event`) and, with an anniversary_date, their next anniversary "
+            f"event (both in `next_events`). {REQUIRED_FIELDS}"
         ),
         parameters=[etag_header(201)],
         examples=[NEW_RECIPIENT],
@@ -61,7 +87,7 @@ user_schema = extend_schema_view(
     retrieve=extend_schema(summary="Read a recipient", parameters=[etag_header(200)]),
     update=extend_schema(
         summary="Replace a recipient",
-        description=f"All four fields are required. {RESCHEDULING}",
+        description=f"{REQUIRED_FIELDS} {RESCHEDULING}",
         parameters=[IF_MATCH, etag_header(200)],
         examples=[NEW_RECIPIENT],
     ),
@@ -81,9 +107,9 @@ user_schema = extend_schema_view(
     events=extend_schema(
         summary="List a recipient's events",
         description=(
-            "Every birthday of the recipient's that was scheduled, newest first: the "
-            "pending one, and what became of each earlier one. Needs the `view event` "
-            "permission as well as `view recipient`."
+            "Every event of the recipient's that was scheduled (birthdays and wedding "
+            "anniversaries), newest first: the pending ones, and what became of each "
+            "earlier one. Needs the `view event` permission as well as `view recipient`."
         ),
         responses=EventSerializer(many=True),
     ),

@@ -3,9 +3,16 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from scheduling.models import Event
+from scheduling.models import Event, EventType
 from users.models import User
-from users.validators import clean_name, clean_timezone, clean_user_fields
+from users.services import USER_FIELDS
+from users.validators import (
+    EXTERNAL_ID_MAX_LENGTH,
+    clean_external_id,
+    clean_name,
+    clean_timezone,
+    clean_user_fields,
+)
 
 # What every representation of an event shows; `next_event` shows just this.
 NEXT_EVENT_FIELDS = [
@@ -22,15 +29,15 @@ NEXT_EVENT_FIELDS = [
 # What each event field means: the API's OpenAPI description and OPTIONS show it.
 EVENT_FIELD_HELP = {
     "id": "The event's id.",
-    "event_type": "What is celebrated.",
+    "event_type": "What is celebrated: BIRTHDAY, or ANNIVERSARY (a wedding anniversary).",
     "status": (
         "PENDING: waiting for its send time. PROCESSING: its message is queued or being "
         "sent. COMPLETED: the receiver accepted the message. FAILED: given up, too late "
         "to send or out of attempts (failure_reason says which); an operator may resend it."
     ),
     "occurrence_date": (
-        "The birthday celebrated, in the recipient's calendar (Feb 28 for a Feb 29 "
-        "birthday in a common year)."
+        "The day celebrated, in the recipient's calendar (Feb 28 for a Feb 29 birthday "
+        "or wedding in a common year)."
     ),
     "target_timestamp_utc": "When the message is due, in UTC.",
     "target_timestamp_local": (
@@ -40,7 +47,8 @@ EVENT_FIELD_HELP = {
     "target_timezone": "The IANA time zone the send time was computed in.",
     "idempotency_key": (
         "Sent with every attempt as X-Idempotency-Key (and webhook-id): one key per "
-        "birthday, unchanged by retries, resends and time zone changes."
+        "occurrence (a birthday, an anniversary), unchanged by retries, resends and time "
+        "zone changes."
     ),
     "executed_at": "When the receiver accepted the message; null until then.",
     "failure_reason": "Why the event FAILED; empty otherwise.",
@@ -51,7 +59,7 @@ EVENT_FIELD_HELP = {
 
 
 class EventSerializer(serializers.ModelSerializer):
-    """One scheduled birthday message of a recipient's, and what became of it."""
+    """One scheduled message of a recipient's (a birthday or wedding anniversary), and what became of it."""
 
     # Attempts after the first, counted by the event's delivery: the one record
     # of attempts (users.selectors.user_events joins it in the same query).
@@ -78,7 +86,7 @@ class EventSerializer(serializers.ModelSerializer):
 
 
 class NextEventSerializer(serializers.ModelSerializer):
-    """The recipient's pending event: the next birthday message and when it is due."""
+    """A pending event of the recipient's: the next message of its type and when it is due."""
 
     class Meta:
         model = Event
@@ -102,11 +110,12 @@ _STANDALONE_RULES = {
     "first_name": lambda value: clean_name(value, field_label="First name"),
     "last_name": lambda value: clean_name(value, field_label="Last name"),
     "timezone": clean_timezone,
+    "external_id": clean_external_id,
 }
 
 
 class UserSerializer(serializers.ModelSerializer):
-    """A recipient of the birthday message."""
+    """A recipient of the birthday message (and, with a wedding date, the anniversary one)."""
 
     # Parses and renders users; the rules themselves live in users.validators.
     first_name = StrictCharField(
@@ -127,8 +136,28 @@ class UserSerializer(serializers.ModelSerializer):
             "they do not follow daylight saving time."
         ),
     )
+    external_id = StrictCharField(
+        max_length=1000,
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        trim_whitespace=False,
+        help_text=(
+            "Optional: the client's own id for the recipient, held by no other recipient "
+            "(400 if another holds it). Surrounding whitespace is trimmed; 1 to "
+            f"{EXTERNAL_ID_MAX_LENGTH} characters must remain, or none: null or an empty "
+            "string means the recipient has none. A PUT without it leaves it as it is. "
+            "Find a recipient by it with `GET /api/v1/users/?external_id=…`."
+        ),
+    )
     next_event = serializers.SerializerMethodField(
-        help_text="The pending event: the next birthday message and when it is due."
+        help_text="The pending birthday event: the next birthday message and when it is due."
+    )
+    next_events = serializers.SerializerMethodField(
+        help_text=(
+            "Every pending event, soonest first: the next birthday and, for a recipient "
+            "with an anniversary_date, the next wedding anniversary."
+        )
     )
 
     class Meta:
@@ -139,12 +168,15 @@ class UserSerializer(serializers.ModelSerializer):
             "last_name",
             "date_of_birth",
             "timezone",
+            "external_id",
+            "anniversary_date",
             "next_event",
+            "next_events",
             "version",
             "created_at",
             "updated_at",
         ]
-        read_only_fields = ["id", "next_event", "version", "created_at", "updated_at"]
+        read_only_fields = ["id", "next_event", "next_events", "version", "created_at", "updated_at"]
         extra_kwargs = {
             "id": {"help_text": "The recipient's id, assigned on creation."},
             "date_of_birth": {
@@ -152,6 +184,14 @@ class UserSerializer(serializers.ModelSerializer):
                     "A real date (YYYY-MM-DD) from 1900-01-01 up to today in the "
                     "recipient's own time zone. A Feb 29 birthday is celebrated on "
                     "Feb 28 in common years."
+                )
+            },
+            "anniversary_date": {
+                "help_text": (
+                    "Optional: the wedding date, by the same rules as date_of_birth. With it "
+                    "the recipient also gets a wedding anniversary message every year, at the "
+                    "same local time as the birthday one (a Feb 29 wedding on Feb 28 in common "
+                    "years); null removes it. A PUT without it leaves it as it is."
                 )
             },
             "version": {
@@ -185,20 +225,29 @@ class UserSerializer(serializers.ModelSerializer):
         raise serializers.ValidationError(errors)
 
     def validate(self, attrs):
-        merged = {
-            field: attrs.get(field, getattr(self.instance, field, None))
-            for field in ("first_name", "last_name", "date_of_birth", "timezone")
-        }
+        merged = {field: attrs.get(field, getattr(self.instance, field, None)) for field in USER_FIELDS}
         try:
             cleaned = clean_user_fields(merged)
         except DjangoValidationError as exc:
             raise serializers.ValidationError(exc.message_dict) from None
         return {field: cleaned[field] for field in attrs}
 
-    @extend_schema_field(NextEventSerializer(allow_null=True))
-    def get_next_event(self, user: User):
+    @staticmethod
+    def _pending(user: User) -> list[Event]:
+        # Prefetched by users.selectors.user_list, or just created (events_create_first).
         pending = getattr(user, "pending_events", None)
         if pending is None:
             pending = list(user.events.filter(status=Event.Status.PENDING))
-        return NextEventSerializer(pending[0]).data if pending else None
+        return sorted(pending, key=lambda event: event.target_timestamp_utc)
+
+    # Still the birthday alone, as it was before there were other event types:
+    # the clients that read it are not handed an anniversary instead.
+    @extend_schema_field(NextEventSerializer(allow_null=True))
+    def get_next_event(self, user: User):
+        birthday = next((e for e in self._pending(user) if e.event_type == EventType.BIRTHDAY), None)
+        return NextEventSerializer(birthday).data if birthday else None
+
+    @extend_schema_field(NextEventSerializer(many=True))
+    def get_next_events(self, user: User):
+        return NextEventSerializer(self._pending(user), many=True).data
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import date, datetime
 
-from django.db import connection, transaction
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from runtime.copy import copy_rows
@@ -21,15 +23,48 @@ from scheduling.services.occurrences import (
     pending_event_defaults,
     pending_event_row,
 )
-from users.models import User
+from users.models import EXTERNAL_ID_UNIQUE, User
+from users.selectors import users_by_external_id
 from users.validators import clean_user_fields
 
 logger = logging.getLogger(__name__)
 
-USER_FIELDS = ("first_name", "last_name", "date_of_birth", "timezone")
+USER_FIELDS = ("first_name", "last_name", "date_of_birth", "timezone", "external_id", "anniversary_date")
 
 
-def user_create(*, first_name: str, last_name: str, date_of_birth, timezone: str) -> User:
+class ExternalIdTaken(ValidationError):
+    """Another recipient holds the external id: the database's unique constraint refused a second.
+
+    A ValidationError of the field, so the API answers 400 naming it. The
+    constraint decides, not a read before the write: two clients writing the
+    same id at once would both pass a read.
+    """
+
+    def __init__(self, message: str):
+        super().__init__({"external_id": [message]})
+
+
+def _is_external_id_conflict(exc: IntegrityError) -> bool:
+    # PostgreSQL names the constraint the row broke; SQLite (make run) names the column.
+    diag = getattr(exc.__cause__, "diag", None)
+    if diag is not None:
+        return diag.constraint_name == EXTERNAL_ID_UNIQUE
+    return f"{User._meta.db_table}.external_id" in str(exc)
+
+
+def _taken(external_id: str) -> ExternalIdTaken:
+    return ExternalIdTaken(f"External id {external_id!r} is already used by another recipient.")
+
+
+def user_create(
+    *,
+    first_name: str,
+    last_name: str,
+    date_of_birth: date,
+    timezone: str,
+    external_id: str | None = None,
+    anniversary_date: date | None = None,
+) -> User:
     """Validate and create a user; its first event is created in the same transaction."""
     cleaned = clean_user_fields(
         {
@@ -37,10 +72,17 @@ def user_create(*, first_name: str, last_name: str, date_of_birth, timezone: str
             "last_name": last_name,
             "date_of_birth": date_of_birth,
             "timezone": timezone,
+            "external_id": external_id,
+            "anniversary_date": anniversary_date,
         }
     )
     user = User(**cleaned)
-    user.save(force_insert=True)
+    try:
+        user.save(force_insert=True)
+    except IntegrityError as exc:
+        if not _is_external_id_conflict(exc):
+            raise
+        raise _taken(cleaned["external_id"]) from exc
     logger.info("Created user", extra={"user_id": str(user.id)})
     return user
 
@@ -77,16 +119,21 @@ def user_update(*, user: User, data: dict, expected_versions: Collection[int] | 
     unknown = set(data) - set(USER_FIELDS)
     if unknown:
         raise ValueError(f"Unknown user fields: {', '.join(sorted(unknown))}")
-    with transaction.atomic():
-        current = _lock_current(user=user, expected_versions=expected_versions)
-        merged = {field: data.get(field, getattr(current, field)) for field in USER_FIELDS}
-        cleaned = clean_user_fields(merged)
-        changed = [field for field in USER_FIELDS if cleaned[field] != getattr(current, field)]
-        if changed:
-            for field in changed:
-                setattr(current, field, cleaned[field])
-            current.version += 1
-            current.save(update_fields=[*changed, "version", "updated_at"])
+    try:
+        with transaction.atomic():
+            current = _lock_current(user=user, expected_versions=expected_versions)
+            merged = {field: data.get(field, getattr(current, field)) for field in USER_FIELDS}
+            cleaned = clean_user_fields(merged)
+            changed = [field for field in USER_FIELDS if cleaned[field] != getattr(current, field)]
+            if changed:
+                for field in changed:
+                    setattr(current, field, cleaned[field])
+                current.version += 1
+                current.save(update_fields=[*changed, "version", "updated_at"])
+    except IntegrityError as exc:
+        if not _is_external_id_conflict(exc):
+            raise
+        raise _taken(cleaned["external_id"]) from exc
     logger.info("Updated user", extra={"user_id": str(current.id), "fields": changed})
     return current
 
@@ -100,7 +147,8 @@ def user_delete(*, user: User, expected_versions: Collection[int] | None = None)
 
 # --- the bulk import ----------------------------------------------------------
 
-_USER_COLUMNS = ("id", "first_name", "last_name", "date_of_birth", "timezone", "created_at", "updated_at")
+# A row is a RecipientRow's values (what the handlers read), then the rest.
+_USER_COLUMNS = (*RecipientRow._fields, "external_id", "created_at", "updated_at")
 
 
 def _write_user_batch(user_rows: list[tuple], event_rows: list[tuple], now: datetime) -> int:
@@ -122,10 +170,11 @@ def users_bulk_create_with_events(
 ) -> int:
     """Create users and their first events in batches, bypassing signals.
 
-    `rows` must already be cleaned (users.validators.clean_user_fields). Each
-    batch is one transaction holding both the users and their events, so a
-    crash never leaves a user without its event. The events are computed by the
-    same handlers as every other path. Returns how many users were created.
+    `rows` must already be cleaned (users.validators.clean_user_fields); an
+    optional field a row lacks is stored as NULL. Each batch is one
+    transaction holding both the users and their events, so a crash never
+    leaves a user without its event. The events are computed by the same
+    handlers as every other path. Returns how many users were created.
 
     Outside a transaction, a writer thread commits batch N over its own
     connection while this thread computes batch N+1 (Python and PostgreSQL
@@ -138,21 +187,17 @@ def users_bulk_create_with_events(
     writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="import-writer") if pipelined else None
     pending: Future | None = None
     created = 0
-    batch: list[RecipientRow] = []
+    batch: list[tuple[RecipientRow, str | None]] = []
 
     def flush() -> None:
         nonlocal created, pending
-        user_rows = [
-            (r.id, r.first_name, r.last_name, r.date_of_birth, r.timezone, now, now) for r in batch
-        ]
+        user_rows = [(*recipient, external_id, now, now) for recipient, external_id in batch]
         event_rows = [
-            pending_event_row(
-                user_id=recipient.id,
-                event_type=event_type,
-                occurrence=next_occurrence(recipient=recipient, event_type=event_type, now=now),
-            )
-            for recipient in batch
+            pending_event_row(user_id=recipient.id, event_type=event_type, occurrence=occurrence)
+            for recipient, _ in batch
             for event_type in REGISTRY
+            # None: no occurrence of this type (no anniversary date), so no event.
+            if (occurrence := next_occurrence(recipient=recipient, event_type=event_type, now=now)) is not None
         ]
         batch.clear()
         if writer is None:
@@ -164,7 +209,15 @@ def users_bulk_create_with_events(
 
     try:
         for row in rows:
-            batch.append(RecipientRow(id=uuid.uuid4(), **row))
+            recipient = RecipientRow(
+                id=uuid.uuid4(),
+                first_name=row["first_name"],
+                last_name=row["last_name"],
+                date_of_birth=row["date_of_birth"],
+                timezone=row["timezone"],
+                anniversary_date=row.get("anniversary_date"),
+            )
+            batch.append((recipient, row.get("external_id")))
             if len(batch) >= batch_size:
                 flush()
         if batch:
@@ -175,3 +228,65 @@ def users_bulk_create_with_events(
         if writer is not None:
             writer.shutdown(wait=True)
     return created
+
+
+@dataclass
+class ImportResult:
+    created: int = 0
+    updated: int = 0
+    unchanged: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.created + self.updated + self.unchanged
+
+
+def _chunks(rows: Sequence[dict], size: int) -> Iterator[Sequence[dict]]:
+    for start in range(0, len(rows), size):
+        yield rows[start : start + size]
+
+
+def users_import(*, rows: Sequence[dict], now: datetime | None = None, batch_size: int = 20000) -> ImportResult:
+    """Create each row's recipient, or update the one that already has the row's external_id.
+
+    `rows` are cleaned (users.validators.clean_user_fields), no external_id
+    twice among them, and each holds only the fields to write: an update
+    leaves a field the row lacks as stored. Rows whose external_id no
+    recipient has, and rows without one, take the bulk path
+    (users_bulk_create_with_events). A row whose external_id exists goes
+    through user_update, so its events are rescheduled exactly as an API
+    edit's; a row equal to what is stored writes nothing.
+
+    So an import that died part-way can simply run again: the rows of the
+    batches it committed are found by their external_id and left as they
+    are. If another writer creates one of the batch's external_ids after the
+    batch looked them up (two imports of one file at once), the unique
+    constraint refuses the batch whole: ExternalIdTaken, never a duplicate.
+    """
+    result = ImportResult()
+
+    def new_rows() -> Iterator[dict]:
+        # Looked up a batch at a time, while the writer thread commits the
+        # previous batch's new rows; no external_id is in two batches.
+        for chunk in _chunks(rows, batch_size):
+            stored = users_by_external_id(external_ids=[row["external_id"] for row in chunk if row.get("external_id")])
+            for row in chunk:
+                current = stored.get(row.get("external_id"))
+                if current is None:
+                    yield row
+                elif any(value != getattr(current, field) for field, value in row.items()):
+                    user_update(user=current, data=row)
+                    result.updated += 1
+                else:
+                    result.unchanged += 1
+
+    try:
+        result.created = users_bulk_create_with_events(rows=new_rows(), now=now, batch_size=batch_size)
+    except IntegrityError as exc:
+        if not _is_external_id_conflict(exc):
+            raise
+        raise ExternalIdTaken(
+            "A recipient with an external id of this batch was created by another writer (an import "
+            "or API client at the same time) after the batch looked its ids up; the batch was not written."
+        ) from exc
+    return result

@@ -11,7 +11,9 @@ from django.utils import timezone as django_timezone
 from scheduling.timezones import load_timezone
 
 NAME_MAX_LENGTH = 100
-EARLIEST_DATE_OF_BIRTH = date(1900, 1, 1)
+EXTERNAL_ID_MAX_LENGTH = 255
+# The earliest date of birth, and of a wedding.
+EARLIEST_DATE = date(1900, 1, 1)
 _UTC_OFFSET = re.compile(r"^(UTC|GMT)?\s*[+-]\d", re.IGNORECASE)
 
 
@@ -53,12 +55,31 @@ def clean_timezone(value: str) -> str:
     return name
 
 
-def clean_date_of_birth(value: date, *, timezone_name: str | None) -> date:
-    """Check a birth date is a real date from 1900-01-01 up to today in the user's zone."""
+def clean_external_id(value: str | None) -> str | None:
+    """Trim a client's own id for the recipient; blank means none (None, stored as NULL).
+
+    NULL rather than "": the unique constraint lets any number of recipients
+    have no id, but would let only one have "".
+    """
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValidationError("External id must be a string.")
+    trimmed = value.strip()
+    if len(trimmed) > EXTERNAL_ID_MAX_LENGTH:
+        raise ValidationError(
+            f"External id must be at most {EXTERNAL_ID_MAX_LENGTH} characters "
+            f"(got {len(trimmed)})."
+        )
+    return trimmed or None
+
+
+def clean_past_date(value: date, *, label: str, timezone_name: str | None) -> date:
+    """Check a date of birth or wedding is a real date from 1900-01-01 up to today in the user's zone."""
     if isinstance(value, datetime) or not isinstance(value, date):
-        raise ValidationError("Date of birth must be a calendar date (YYYY-MM-DD).")
-    if value < EARLIEST_DATE_OF_BIRTH:
-        raise ValidationError("Date of birth must not be before 1900-01-01.")
+        raise ValidationError(f"{label} must be a calendar date (YYYY-MM-DD).")
+    if value < EARLIEST_DATE:
+        raise ValidationError(f"{label} must not be before {EARLIEST_DATE.isoformat()}.")
     if timezone_name:
         today_there = django_timezone.now().astimezone(load_timezone(timezone_name)).date()
     else:
@@ -67,14 +88,17 @@ def clean_date_of_birth(value: date, *, timezone_name: str | None) -> date:
         today_there = (django_timezone.now() + timedelta(hours=14)).date()
     if value > today_there:
         raise ValidationError(
-            f"Date of birth {value.isoformat()} is in the future "
+            f"{label} {value.isoformat()} is in the future "
             f"(today is {today_there.isoformat()} in {timezone_name or 'any time zone'})."
         )
     return value
 
 
 def clean_user_fields(data: dict) -> dict:
-    """Validate all four fields together; raise one ValidationError naming each bad field."""
+    """Validate every field together; raise one ValidationError naming each bad field.
+
+    The optional fields (external_id, anniversary_date) are None when `data` lacks them.
+    """
     errors: dict[str, list[str]] = {}
     cleaned: dict = {}
     for field, label in (("first_name", "First name"), ("last_name", "Last name")):
@@ -83,15 +107,25 @@ def clean_user_fields(data: dict) -> dict:
         except ValidationError as exc:
             errors[field] = exc.messages
     try:
+        cleaned["external_id"] = clean_external_id(data.get("external_id"))
+    except ValidationError as exc:
+        errors["external_id"] = exc.messages
+    try:
         cleaned["timezone"] = clean_timezone(data.get("timezone"))
     except ValidationError as exc:
         errors["timezone"] = exc.messages
-    try:
-        cleaned["date_of_birth"] = clean_date_of_birth(
-            data.get("date_of_birth"), timezone_name=cleaned.get("timezone")
-        )
-    except ValidationError as exc:
-        errors["date_of_birth"] = exc.messages
+    for field, label, required in (
+        ("date_of_birth", "Date of birth", True),
+        ("anniversary_date", "Anniversary date", False),
+    ):
+        value = data.get(field)
+        if value is None and not required:
+            cleaned[field] = None
+            continue
+        try:
+            cleaned[field] = clean_past_date(value, label=label, timezone_name=cleaned.get("timezone"))
+        except ValidationError as exc:
+            errors[field] = exc.messages
     if errors:
         raise ValidationError(errors)
     return cleaned

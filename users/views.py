@@ -27,6 +27,8 @@ class UserViewSet(viewsets.ModelViewSet):
     http_method_names = ["get", "post", "put", "patch", "delete", "head", "options"]
 
     def get_queryset(self):
+        if self.action == "list":
+            return user_list(external_id=self.request.query_params.get("external_id"))
         return user_list()
 
     def perform_create(self, serializer):

@@ -11,7 +11,7 @@ from console import widgets
 from console.admin.events import retries_of
 from console.forms import RecipientAdminForm
 from delivery.models import Delivery
-from scheduling.models import Event, EventStatus
+from scheduling.models import Event, EventStatus, EventType
 from users import services
 from users.models import User
 
@@ -54,19 +54,22 @@ class RecipientAdmin(admin.ModelAdmin):
         "last_name",
         "timezone",
         "date_of_birth",
+        "anniversary_date",
+        "external_id",
         "next_birthday_local",
         "next_birthday_utc",
         "next_status",
     ]
     list_display_links = ["first_name", "last_name"]
-    search_fields = ["first_name", "last_name"]
-    search_help_text = "First or last name (or both), or a recipient id."
+    # An external id matches whole (it is an id, not text to search in).
+    search_fields = ["first_name", "last_name", "=external_id"]
+    search_help_text = "First or last name (or both), an external id, or a recipient id."
     list_filter = ["timezone"]
     show_full_result_count = False
     list_per_page = 50
     inlines = [EventInline]
     fieldsets = [
-        (None, {"fields": ["first_name", "last_name", "date_of_birth", "timezone"]}),
+        (None, {"fields": ["first_name", "last_name", "date_of_birth", "timezone", "anniversary_date", "external_id"]}),
         ("Record", {"fields": ["id", "created_at", "updated_at"]}),
     ]
     readonly_fields = ["id", "created_at", "updated_at"]
@@ -128,8 +131,8 @@ class RecipientAdmin(admin.ModelAdmin):
 
     @staticmethod
     def _next(user: User) -> Event | None:
-        pending = getattr(user, "pending_events", None)
-        return pending[0] if pending else None
+        # The birthday, as the columns say; the change page lists every event.
+        return next((e for e in getattr(user, "pending_events", []) if e.event_type == EventType.BIRTHDAY), None)
 
     @admin.display(description="next birthday (local)")
     def next_birthday_local(self, user: User):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from datetime import timedelta
+from datetime import date, timedelta
 
 import pytest
 from django.conf import settings
@@ -103,6 +103,17 @@ def test_filter_by_type_lists_birthdays(console):
     response = changelist(console, event_type__exact="BIRTHDAY")
 
     assert listed_ids(response) == {pending_of(user).pk}
+
+
+def test_filter_by_type_tells_anniversaries_from_birthdays(console):
+    user = UserFactory(anniversary_date=date(2015, 6, 20))
+    UserFactory()
+    anniversary = user.events.get(event_type="ANNIVERSARY")
+
+    response = changelist(console, event_type__exact="ANNIVERSARY")
+
+    assert listed_ids(response) == {anniversary.pk}
+    assert "Wedding anniversary" in response.content.decode()
 
 
 def test_overdue_filter_separates_past_due_pending_events_from_upcoming_ones(console):
@@ -334,6 +345,21 @@ def test_dashboard_counts_events_backlog_and_deliveries(console):
     html = response.content.decode()
     assert "3 h 10 min" in html
     assert '<td class="num" data-status="COMPLETED">2</td>' in html
+
+
+def test_dashboard_breaks_the_next_24_hours_of_sends_down_by_event_type(console):
+    now = timezone.now()
+    for birthday_in, anniversary_in in ((2, 3), (5, 48)):
+        user = UserFactory(anniversary_date=date(2015, 6, 20))
+        user.events.filter(event_type="BIRTHDAY").update(target_timestamp_utc=now + timedelta(hours=birthday_in))
+        user.events.filter(event_type="ANNIVERSARY").update(target_timestamp_utc=now + timedelta(hours=anniversary_in))
+
+    response = console.get(reverse("admin:dashboard"))
+
+    assert response.context["chart_by_type"] == [("Birthday", "BIRTHDAY", 2), ("Wedding anniversary", "ANNIVERSARY", 1)]
+    html = response.content.decode()
+    assert '<strong data-event-type="BIRTHDAY">2</strong>' in html
+    assert '<strong data-event-type="ANNIVERSARY">1</strong>' in html
 
 
 def test_dashboard_shows_running_lost_and_stopped_processes(console):

@@ -67,6 +67,19 @@ def test_list_shows_zone_birth_date_and_the_next_birthday_in_local_and_utc_time(
     assert 'class="bs-badge"' in html and "Pending" in html
 
 
+def test_list_shows_the_wedding_date_and_the_next_birthday_even_when_the_anniversary_comes_first(console):
+    user = UserFactory(anniversary_date=date(2015, 6, 20))
+    birthday = user.events.get(event_type="BIRTHDAY")
+    sooner = timezone.now() + timedelta(hours=1)
+    user.events.filter(event_type="ANNIVERSARY").update(target_timestamp_utc=sooner)
+
+    html = changelist(console).content.decode()
+
+    assert "June 20, 2015" in html
+    assert birthday.target_timestamp_utc.strftime("%Y-%m-%d %H:%M") in html
+    assert sooner.strftime("%Y-%m-%d %H:%M") not in html
+
+
 def test_list_flags_an_overdue_next_birthday(console):
     user = UserFactory()
     Event.objects.filter(user=user).update(target_timestamp_utc=timezone.now() - timedelta(hours=1))
@@ -99,6 +112,16 @@ def test_search_by_id(console):
     UserFactory()
 
     assert listed(changelist(console, q=str(ada.pk))) == {ada.pk}
+
+
+def test_list_shows_the_external_id_and_finds_a_recipient_by_it_whole(console):
+    crm = UserFactory(external_id="crm-1042")
+    UserFactory(external_id="crm-10420")
+    UserFactory()
+
+    assert "crm-1042" in changelist(console).content.decode()
+    assert listed(changelist(console, q="crm-1042")) == {crm.pk}
+    assert listed(changelist(console, q="crm-104")) == set()
 
 
 def test_filter_by_time_zone(console):
@@ -176,6 +199,23 @@ def test_a_blank_name_is_refused_on_its_field(console):
 
     assert list(response.context["adminform"].form.errors) == ["last_name"]
     assert not User.objects.exists()
+
+
+def test_an_external_id_another_recipient_holds_is_refused_on_its_field(console):
+    UserFactory(external_id="crm-1042")
+
+    response = console.post(reverse("admin:users_user_add"), form_data(external_id=" crm-1042 "))
+
+    assert response.status_code == 200
+    assert list(response.context["adminform"].form.errors) == ["external_id"]
+    assert User.objects.count() == 1
+
+
+def test_adding_with_an_external_id_stores_it_trimmed_and_a_blank_one_as_none(console):
+    console.post(reverse("admin:users_user_add"), form_data(external_id=" crm-1 "))
+    console.post(reverse("admin:users_user_add"), form_data(external_id="  "))
+
+    assert set(User.objects.values_list("external_id", flat=True)) == {"crm-1", None}
 
 
 def test_editing_the_zone_moves_the_pending_event_and_keeps_its_key(console):

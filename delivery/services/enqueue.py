@@ -3,11 +3,11 @@
 Per batch, on PostgreSQL: one SELECT locks the due events (FOR UPDATE SKIP
 LOCKED, so schedulers share the work without waiting on each other) and
 returns what Python needs as tuples; one UPDATE moves them to PROCESSING (and
-one more moves the rare too-late ones to FAILED); one COPY writes their
-deliveries; one INSERT writes every claimed recipient's next occurrence. The
-messages and the next occurrences are computed in Python, by the event-type
-handlers and zoneinfo, so PostgreSQL's own time-zone data never decides a
-send time.
+one more moves the rare too-late ones to FAILED); one small SELECT reads the
+message templates; one COPY writes their deliveries; one INSERT writes every
+claimed recipient's next occurrence. The messages and the next occurrences are
+computed in Python, by the event-type handlers and zoneinfo, so PostgreSQL's
+own time-zone data never decides a send time.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from runtime.sql import insert_rows, skip_locked, typed_rows
 from runtime.wakeup import WORKER_CHANNEL, notify
 from scheduling.handlers import RecipientRow
 from scheduling.models import Event, EventStatus
+from scheduling.selectors import message_templates
 from scheduling.services.occurrences import (
     PENDING_EVENT_COLUMNS,
     next_occurrence,
@@ -60,20 +61,19 @@ class ClaimedEvent(NamedTuple):
     occurrence_date: date
     target: datetime
     idempotency_key: str
-    user_id: uuid.UUID
-    first_name: str
-    last_name: str
-    date_of_birth: date
-    timezone: str
+    recipient: RecipientRow
 
 
 _E = {f.name: f for f in Event._meta.concrete_fields}
 _U = {f.name: f for f in User._meta.concrete_fields}
-# What the claim returns per event, in the order of ClaimedEvent.
-_CLAIMED_FIELDS = [
-    _E["id"], _E["version"], _E["event_type"], _E["occurrence_date"], _E["target_timestamp_utc"],
-    _E["idempotency_key"], _U["id"], _U["first_name"], _U["last_name"], _U["date_of_birth"], _U["timezone"],
+_EVENT_FIELDS = [
+    _E["id"], _E["version"], _E["event_type"], _E["occurrence_date"], _E["target_timestamp_utc"], _E["idempotency_key"],
 ]
+# Every recipient field a handler may read, by RecipientRow's names: an event
+# type whose handler reads another field adds it there, not here.
+_RECIPIENT_FIELDS = [_U[name] for name in RecipientRow._fields]
+# What the claim returns per event, in the order of ClaimedEvent.
+_CLAIMED_FIELDS = _EVENT_FIELDS + _RECIPIENT_FIELDS
 DELIVERY_COLUMNS = ("id", "event_id", "idempotency_key", "payload")
 
 
@@ -101,8 +101,8 @@ def _claim_sql() -> str:
     event, user = Event._meta.db_table, User._meta.db_table
     return (
         "SELECT e.id, e.version, e.event_type, e.occurrence_date, e.target_timestamp_utc, e.idempotency_key, "
-        "u.id, u.first_name, u.last_name, u.date_of_birth, u.timezone "
-        f"FROM {event} e JOIN {user} u ON u.id = e.user_id "
+        + ", ".join(f"u.{field.column}" for field in _RECIPIENT_FIELDS)
+        + f" FROM {event} e JOIN {user} u ON u.id = e.user_id "
         "WHERE e.status = %s AND e.target_timestamp_utc <= %s "
         f"ORDER BY e.target_timestamp_utc LIMIT %s{skip_locked(of='e')}"
     )
@@ -133,7 +133,8 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
             claimed = typed_rows(cursor.fetchall(), _CLAIMED_FIELDS)
         if not claimed:
             return EnqueueResult()
-        claimed = [ClaimedEvent._make(row) for row in claimed]
+        split = len(_EVENT_FIELDS)
+        claimed = [ClaimedEvent(*row[:split], RecipientRow._make(row[split:])) for row in claimed]
         on_time, too_late = [], []
         for event in claimed:
             (on_time if now - event.target <= max_lateness else too_late).append(event)
@@ -159,11 +160,12 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
             },
         )
 
+        # Once per batch, in the batch's transaction: an operator's change
+        # applies to every event claimed after it was saved, and to none queued before.
+        templates = message_templates()
         deliveries, upcoming = [], []
         for event in claimed:
-            recipient = RecipientRow(
-                event.user_id, event.first_name, event.last_name, event.date_of_birth, event.timezone
-            )
+            recipient = event.recipient
             if now - event.target <= max_lateness:
                 payload = webhook_payload(
                     event_id=event.id,
@@ -171,6 +173,7 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
                     occurrence_date=event.occurrence_date,
                     target_utc=event.target,
                     recipient=recipient,
+                    template=templates[event.event_type],
                 )
                 deliveries.append(
                     queued_delivery_row(event_id=event.id, idempotency_key=event.idempotency_key, payload=payload)
@@ -184,7 +187,11 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
             occurrence = next_occurrence(
                 recipient=recipient, event_type=event.event_type, now=now, after_date=event.occurrence_date
             )
-            upcoming.append(pending_event_row(user_id=recipient.id, event_type=event.event_type, occurrence=occurrence))
+            # None: the recipient has no occurrence of this type any more, so no next one.
+            if occurrence is not None:
+                upcoming.append(
+                    pending_event_row(user_id=recipient.id, event_type=event.event_type, occurrence=occurrence)
+                )
         insert_rows(Delivery, DELIVERY_COLUMNS, deliveries, same_for_all=queued_delivery_defaults(now=now))
         # A next occurrence may already exist (a recipient's edit or the
         # reconcile created it between our lock and this insert): that row stands.
@@ -198,7 +205,7 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
             "Event too late to send; marked FAILED",
             extra={
                 "event_id": str(event.id),
-                "user_id": str(event.user_id),
+                "user_id": str(event.recipient.id),
                 "idempotency_key": event.idempotency_key,
                 "target": event.target.isoformat(),
             },

@@ -16,6 +16,7 @@ from runtime.sql import insert_rows
 from runtime.wakeup import WORKER_CHANNEL, notify
 from scheduling.exceptions import InvalidStateTransition
 from scheduling.models import Event, EventStatus
+from scheduling.selectors import message_templates
 from scheduling.services.transitions import Actor, events_transition
 
 logger = logging.getLogger(__name__)
@@ -26,10 +27,16 @@ def event_resend(*, event: Event, operator: str) -> Event:
 
     Its one delivery is queued again (or created, if the event failed before it
     had one) with a fresh budget of attempts, to today's receiver, with the
-    message rendered from the recipient as they are now; never a second delivery.
+    message rendered from the recipient and the type's template as they are
+    now; never a second delivery.
     """
     with transaction.atomic():
-        event = Event.objects.select_for_update().select_related("user").get(pk=event.pk)
+        current = Event.objects.select_for_update().select_related("user").filter(pk=event.pk).first()
+        if current is None:
+            # Deleted since the operator saw it: old history pruned
+            # (delivery.services.retention), or the recipient deleted.
+            raise InvalidStateTransition(f"Event {event.id} no longer exists; there is nothing to resend.")
+        event = current
         if event.status != EventStatus.FAILED:
             raise InvalidStateTransition(
                 f"Only FAILED events can be resent; event {event.id} (version "
@@ -70,6 +77,7 @@ def _delivery_requeue(*, event: Event) -> None:
         occurrence_date=event.occurrence_date,
         target_utc=event.target_timestamp_utc,
         recipient=event.user,
+        template=message_templates()[event.event_type],
     )
     delivery = Delivery.objects.select_for_update().filter(event_id=event.id).first()
     if delivery is None:

@@ -15,7 +15,7 @@ from delivery.sink import Reply
 from delivery.tests.conftest import create_due_users, make_due
 from delivery.transport import USER_AGENT
 from delivery.worker import Worker
-from scheduling.models import Event, EventStatus
+from scheduling.models import Event, EventStatus, EventType
 from users.services import user_create, user_update
 
 pytestmark = pytest.mark.django_db
@@ -287,6 +287,39 @@ def test_timezone_change_keeps_the_key_the_receiver_sees(delivery_settings, sink
     run_worker_once()
 
     assert sink.keys() == [key]
+
+
+def test_an_anniversary_is_delivered_end_to_end_and_the_next_one_is_scheduled(delivery_settings, sink):
+    # given a married recipient whose anniversary is due, and whose birthday is not
+    user = new_user(anniversary_date=date(2015, 6, 20))
+    anniversary = user.events.get(event_type=EventType.ANNIVERSARY)
+    birthday = Event.objects.values().get(user=user, event_type=EventType.BIRTHDAY)
+    make_due([anniversary])
+
+    # when the scheduler and the worker run
+    call_command("run_scheduler", once=True)
+    call_command("run_worker", once=True)
+
+    # then the receiver got the anniversary message once, under its own key
+    assert len(sink.received) == 1
+    received = sink.received[0]
+    assert received.body == {
+        "message": "Hey, Ada Lovelace happy anniversary",
+        "event_id": str(anniversary.id),
+        "event_type": "ANNIVERSARY",
+        "user_id": str(user.id),
+        "occurrence_date": anniversary.occurrence_date.isoformat(),
+        "target_timestamp_utc": Event.objects.get(pk=anniversary.pk).target_timestamp_utc.isoformat(),
+    }
+    assert received.headers["X-Idempotency-Key"] == anniversary.idempotency_key
+    anniversary.refresh_from_db()
+    assert anniversary.status == EventStatus.COMPLETED
+    assert Delivery.objects.get(event=anniversary).status == DeliveryStatus.DELIVERED
+    # and next year's anniversary is pending at 09:00 local, the birthday untouched
+    upcoming = user.events.get(event_type=EventType.ANNIVERSARY, status=EventStatus.PENDING)
+    assert upcoming.occurrence_date == anniversary.occurrence_date.replace(year=anniversary.occurrence_date.year + 1)
+    assert upcoming.target_timestamp_local.startswith(f"{upcoming.occurrence_date.isoformat()}T09:00:00")
+    assert Event.objects.values().get(id=birthday["id"]) == birthday
 
 
 def test_worker_refuses_to_start_without_webhook_url(settings):

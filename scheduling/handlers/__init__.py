@@ -1,11 +1,13 @@
 """The event-type registry: adding a type means one new module and one line here."""
 
+from scheduling.event_types import EventType
+from scheduling.handlers.anniversary import AnniversaryHandler
 from scheduling.handlers.base import EventHandler, Occurrence, Recipient, RecipientRow, local_send_instant
 from scheduling.handlers.birthday import BirthdayHandler
-from scheduling.models import EventType
 
 REGISTRY: dict[str, EventHandler] = {
     EventType.BIRTHDAY: BirthdayHandler(),
+    EventType.ANNIVERSARY: AnniversaryHandler(),
 }
 
 

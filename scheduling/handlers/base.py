@@ -9,6 +9,7 @@ from functools import lru_cache
 from typing import NamedTuple, Protocol
 
 from django.conf import settings
+from django.db.models import Q
 
 from scheduling.timezones import load_timezone
 
@@ -21,16 +22,21 @@ class Recipient(Protocol):
     last_name: str
     date_of_birth: date
     timezone: str
+    anniversary_date: date | None
 
 
 class RecipientRow(NamedTuple):
-    """A recipient as plain values, for the paths that move thousands (no model instances)."""
+    """A recipient as plain values, for the paths that move thousands (no model instances).
+
+    Its fields are the recipient's columns the scheduler's claim reads, by name.
+    """
 
     id: uuid.UUID
     first_name: str
     last_name: str
     date_of_birth: date
     timezone: str
+    anniversary_date: date | None
 
 
 @dataclass(frozen=True)
@@ -84,11 +90,28 @@ class EventHandler(Protocol):
     """One per event type, registered in scheduling.handlers.REGISTRY."""
 
     event_type: str
+    # The default message, used while operators have not saved their own
+    # (scheduling.models.MessageTemplate). Uses only names in `placeholders`.
+    message_template: str
+    # The names a message of this type may use ({first_name}, ...); templates
+    # are validated against them when saved (scheduling.messages).
+    placeholders: frozenset[str]
+    # The recipients who have occurrences of this type (Q() for everyone), as a
+    # filter on the recipient model, for the paths that look for them in SQL.
+    applies_to: Q
 
     def next_occurrence(
         self, *, user: Recipient, now: datetime, after_date: date | None = None
-    ) -> Occurrence:
-        """The first occurrence whose send time has not passed, after `after_date`."""
+    ) -> Occurrence | None:
+        """The first occurrence whose send time has not passed, after `after_date`.
 
-    def render_message(self, *, user: Recipient) -> str:
-        """The message text, rendered from the user as they are now."""
+        None if the recipient has no occurrence of this type (not in `applies_to`,
+        such as no anniversary date): then they have no PENDING event of it.
+        """
+
+    def message_values(self, *, user: Recipient, occurrence_date: date) -> dict[str, object]:
+        """The value of every name in `placeholders`, for the user as they are now on this occurrence.
+
+        Called once per claimed event on the scheduler's claim: plain arithmetic
+        on the arguments, never a query.
+        """

@@ -3,42 +3,59 @@ from __future__ import annotations
 import calendar
 from datetime import date, datetime
 
+from django.db.models import Q
+
+from scheduling.event_types import EventType
 from scheduling.handlers.base import Occurrence, Recipient, local_send_instant
-from scheduling.models import EventType
 from scheduling.timezones import load_timezone
 
 
 def birthday_in_year(date_of_birth: date, year: int) -> date:
-    """The day a birthday is celebrated in `year`: Feb 29 falls on Feb 28 in common years."""
+    """The day a birthday (or any yearly date) is celebrated in `year`: Feb 29 falls on Feb 28 in common years."""
     if (date_of_birth.month, date_of_birth.day) == (2, 29) and not calendar.isleap(year):
         return date(year, 2, 28)
     return date_of_birth.replace(year=year)
 
 
+def next_yearly_occurrence(
+    *, since: date, timezone_name: str, now: datetime, after_date: date | None = None
+) -> Occurrence:
+    """The first yearly return of the day `since` (a birth, a wedding) whose send time has not
+    passed, after `after_date`. The day itself is not one: the first is a year later.
+    """
+    # Start a year before the user's local year so zones far ahead of or
+    # behind UTC (Kiritimati, Pago Pago) never miss an occurrence at the
+    # turn of the year.
+    first_year = max(since.year + 1, now.astimezone(load_timezone(timezone_name)).year - 1)
+    if after_date is not None:
+        first_year = max(first_year, after_date.year)
+    for year in range(first_year, first_year + 10):
+        occurrence = local_send_instant(birthday_in_year(since, year), timezone_name)
+        if after_date is not None and occurrence.occurrence_date <= after_date:
+            continue
+        if occurrence.target_utc >= now:
+            return occurrence
+    raise AssertionError("a yearly date occurs every year")  # pragma: no cover
+
+
 class BirthdayHandler:
     event_type = EventType.BIRTHDAY
     message_template = "Hey, {first_name} {last_name} it's your birthday"
+    placeholders = frozenset({"first_name", "last_name", "age"})
+    applies_to = Q()  # everyone has a date of birth
 
     def next_occurrence(
         self, *, user: Recipient, now: datetime, after_date: date | None = None
     ) -> Occurrence:
-        # Start a year before the user's local year so zones far ahead of or
-        # behind UTC (Kiritimati, Pago Pago) never miss an occurrence at the
-        # turn of the year; the first birthday is the one after the birth date.
-        first_year = max(user.date_of_birth.year + 1, now.astimezone(load_timezone(user.timezone)).year - 1)
-        if after_date is not None:
-            first_year = max(first_year, after_date.year)
-        for year in range(first_year, first_year + 10):
-            occurrence = local_send_instant(
-                birthday_in_year(user.date_of_birth, year), user.timezone
-            )
-            if after_date is not None and occurrence.occurrence_date <= after_date:
-                continue
-            if occurrence.target_utc >= now:
-                return occurrence
-        raise AssertionError("a birthday occurs every year")  # pragma: no cover
-
-    def render_message(self, *, user: Recipient) -> str:
-        return self.message_template.format(
-            first_name=user.first_name, last_name=user.last_name
+        return next_yearly_occurrence(
+            since=user.date_of_birth, timezone_name=user.timezone, now=now, after_date=after_date
         )
+
+    def message_values(self, *, user: Recipient, occurrence_date: date) -> dict[str, object]:
+        # The occurrence is the birthday in its own year (Feb 28 for a Feb 29
+        # birthday in a common year), so the age reached is the years between.
+        return {
+            "first_name": user.first_name,
+            "last_name": user.last_name,
+            "age": occurrence_date.year - user.date_of_birth.year,
+        }

@@ -30,14 +30,17 @@ def last_handled_occurrence(*, user_id: uuid.UUID, event_type: str) -> date | No
 
 def next_occurrence(
     *, recipient: Recipient, event_type: str, now: datetime, after_date: date | None = None
-) -> Occurrence:
-    """The first occurrence whose send time has not passed, after `after_date` if given."""
+) -> Occurrence | None:
+    """The first occurrence whose send time has not passed, after `after_date` if given.
+
+    None if the recipient has no occurrence of this type (no anniversary date).
+    """
     return get_handler(event_type).next_occurrence(user=recipient, now=now, after_date=after_date)
 
 
 def scheduled_occurrence(
     *, recipient: Recipient, event_type: str, now: datetime, pending_date: date | None = None
-) -> Occurrence:
+) -> Occurrence | None:
     """The occurrence the recipient's PENDING event of this type must be for, from their current data.
 
     The first occurrence after the last one handled whose send time has not
@@ -45,11 +48,13 @@ def scheduled_occurrence(
     stays when only its send time has passed (a move to a zone where 09:00 came
     earlier, or a scheduler running late); it was never sent, so it is due now.
     Whether the pending occurrence still follows from the data is asked of the
-    handler's next_occurrence, the rule every new event is computed by.
+    handler's next_occurrence, the rule every new event is computed by. None:
+    the recipient has no occurrence of this type (no anniversary date), so no
+    PENDING event of it either.
     """
     after_date = last_handled_occurrence(user_id=recipient.id, event_type=event_type)
     upcoming = next_occurrence(recipient=recipient, event_type=event_type, now=now, after_date=after_date)
-    if pending_date is None or pending_date >= upcoming.occurrence_date:
+    if upcoming is None or pending_date is None or pending_date >= upcoming.occurrence_date:
         # Equal: the pending occurrence stands. Later: an earlier one is still
         # ahead (a zone where the day's send has not come yet) and nothing was
         # sent for it, so keeping the later one would skip a birthday.
@@ -63,6 +68,7 @@ def scheduled_occurrence(
         now=local_send_instant(pending_date, recipient.timezone).target_utc,
         after_date=after_date,
     )
+    # Not None: whether a recipient has occurrences does not depend on the instant.
     return as_of_pending if as_of_pending.occurrence_date == pending_date else upcoming
 
 

@@ -42,21 +42,27 @@ def _event_insert(*, user: Recipient, event_type: str, occurrence: Occurrence, n
     return event
 
 
-def event_create_next(*, user: Recipient, event_type: str, now: datetime | None = None) -> Event:
-    """Create the user's next PENDING event of this type from their current data."""
+def event_create_next(*, user: Recipient, event_type: str, now: datetime | None = None) -> Event | None:
+    """Create the user's next PENDING event of this type from their current data.
+
+    None if they have no occurrence of this type (no anniversary date).
+    """
     now = now or timezone.now()
     occurrence = scheduled_occurrence(recipient=user, event_type=event_type, now=now)
+    if occurrence is None:
+        return None
     return _event_insert(user=user, event_type=event_type, occurrence=occurrence, now=now)
 
 
 def events_create_first(*, user: Recipient, now: datetime | None = None) -> list[Event]:
-    """A new user's first PENDING events: nothing to look up, nothing to reconcile."""
+    """A new user's first PENDING events, one per type they have occurrences of: nothing to look up."""
     now = now or timezone.now()
     events = []
     for event_type in REGISTRY:
         occurrence = next_occurrence(recipient=user, event_type=event_type, now=now)
-        events.append(_event_insert(user=user, event_type=event_type, occurrence=occurrence, now=now))
-    user.pending_events = events  # what the API renders as next_event
+        if occurrence is not None:
+            events.append(_event_insert(user=user, event_type=event_type, occurrence=occurrence, now=now))
+    user.pending_events = events  # what the API renders as next_event and next_events
     return events
 
 
@@ -135,11 +141,12 @@ class SyncResult:
     created: int = 0
     rescheduled: int = 0
     replaced: int = 0
+    removed: int = 0
     skipped: int = 0
 
     @property
     def changed(self) -> int:
-        return self.created + self.rescheduled + self.replaced
+        return self.created + self.rescheduled + self.replaced + self.removed
 
 
 def _sync_one_type(*, user: Recipient, event_type: str, now: datetime, result: SyncResult) -> None:
@@ -164,7 +171,13 @@ def _sync_one_type(*, user: Recipient, event_type: str, now: datetime, result: S
             pending_date=pending.occurrence_date if pending else None,
         )
         try:
-            if pending is None:
+            if occurrence is None:
+                # No occurrence of this type any more (the anniversary date was
+                # cleared): the pending one is discarded, as a replaced one is.
+                if pending is not None:
+                    _event_discard_pending(event=pending)
+                    result.removed += 1
+            elif pending is None:
                 with transaction.atomic():
                     _event_insert(user=user, event_type=event_type, occurrence=occurrence, now=now)
                 result.created += 1
@@ -204,6 +217,8 @@ def event_sync_for_user(*, user: Recipient, now: datetime | None = None) -> Sync
     or the pending one if only its send time has passed. No pending event:
     create one. The pending occurrence is not that one (the date of birth
     changed, or a new zone puts an unsent birthday still ahead): replace it.
+    No occurrence of the type at all (the anniversary date was cleared):
+    remove the pending one.
     Same occurrence in another zone: keep the date and key, move the instant;
     if that instant has passed the event is simply due. Names are read at
     delivery, so a rename changes nothing here. PROCESSING events are never
@@ -215,10 +230,11 @@ def event_sync_for_user(*, user: Recipient, now: datetime | None = None) -> Sync
         _sync_one_type(user=user, event_type=event_type, now=now, result=result)
     if result.changed or result.skipped:
         logger.info(
-            "Synchronised events for user: %s created, %s rescheduled, %s replaced, %s skipped",
+            "Synchronised events for user: %s created, %s rescheduled, %s replaced, %s removed, %s skipped",
             result.created,
             result.rescheduled,
             result.replaced,
+            result.removed,
             result.skipped,
             extra={"user_id": str(user.id)},
         )
@@ -232,22 +248,29 @@ def _recipients():
 
 
 def events_create_missing(*, now: datetime | None = None, limit: int = RECONCILE_CHUNK) -> int:
-    """Give up to `limit` users without a PENDING event one (rows from signal-less paths).
+    """Per event type, give up to `limit` users the PENDING event of it they lack (rows from
+    signal-less paths), among the users the type applies to.
 
     Returns how many were created; a full chunk means there may be more.
     """
     now = now or timezone.now()
     created = 0
-    for event_type in REGISTRY:
+    for event_type, handler in REGISTRY.items():
         has_pending = Event.objects.filter(
             user=OuterRef("pk"), event_type=event_type, status=EventStatus.PENDING
         )
-        orphans = _recipients().objects.filter(~Exists(has_pending))[:limit]
-        for user in orphans:
+        # Only among the recipients the type applies to: the others never get
+        # one, and would fill every chunk.
+        orphans = _recipients().objects.filter(handler.applies_to, ~Exists(has_pending)).values_list("pk", flat=True)
+        for user_id in orphans[:limit]:
             try:
                 with transaction.atomic():
-                    event_create_next(user=user, event_type=event_type, now=now)
-                created += 1
+                    # Read under the lock a user edit takes first: an edit made
+                    # meanwhile (a cleared anniversary date) is then either what
+                    # this follows, or sees this event and follows it.
+                    user = _recipients().objects.select_for_update().filter(pk=user_id).first()
+                    if user is not None and event_create_next(user=user, event_type=event_type, now=now):
+                        created += 1
             except IntegrityError:
                 # Created concurrently (by a user save or another scheduler).
                 continue

@@ -146,7 +146,7 @@ def test_invalid_event_type_is_refused(user):
     event = Event.objects.get(user=user)
 
     with raises_violation_of("event_type_valid"):
-        Event.objects.filter(id=event.id).update(event_type="ANNIVERSARY")
+        Event.objects.filter(id=event.id).update(event_type="NAME_DAY")
 
 
 def test_version_zero_is_refused(user):

@@ -162,8 +162,3 @@ def test_the_day_of_birth_itself_is_not_a_birthday():
 
     assert result.occurrence_date == date(2027, 11, 22)
 
-
-def test_message_renders_names():
-    user = SimpleNamespace(first_name="Ada", last_name="Lovelace")
-
-    assert get_handler(EventType.BIRTHDAY).render_message(user=user) == "Hey, Ada Lovelace it's your birthday"

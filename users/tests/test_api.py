@@ -778,3 +778,245 @@ def test_names_must_be_strings_not_numbers_or_structures(api_client, bad_value):
     assert response.status_code == 400
     assert "first_name" in response.json()
     assert stored_counts() == before
+
+
+# --- external_id: the client's own id ----------------------------------------------------
+
+
+def test_external_id_is_stored_trimmed_and_shown(api_client):
+    response = api_client.post(USERS_URL, valid_payload(external_id="  crm-1042 "), format="json")
+
+    assert response.status_code == 201, response.content
+    assert response.json()["external_id"] == "crm-1042"
+    assert User.objects.get().external_id == "crm-1042"
+    assert api_client.get(detail_url(response.json()["id"])).json()["external_id"] == "crm-1042"
+
+
+@pytest.mark.parametrize("value", [None, "", "   "])
+def test_a_blank_or_null_external_id_is_stored_as_none(api_client, value):
+    response = api_client.post(USERS_URL, valid_payload(external_id=value), format="json")
+
+    assert response.status_code == 201, response.content
+    assert response.json()["external_id"] is None
+    assert User.objects.get().external_id is None
+
+
+def test_recipients_without_an_external_id_do_not_collide(api_client):
+    for _ in range(2):
+        assert api_client.post(USERS_URL, valid_payload(external_id=""), format="json").status_code == 201
+    assert api_client.post(USERS_URL, valid_payload(), format="json").status_code == 201
+
+    assert User.objects.filter(external_id__isnull=True).count() == 3
+
+
+def test_creating_with_an_external_id_another_recipient_holds_is_400_and_stores_nothing(api_client):
+    UserFactory(external_id="crm-1042")
+    before = stored_counts()
+
+    response = api_client.post(USERS_URL, valid_payload(external_id=" crm-1042"), format="json")
+
+    assert response.status_code == 400, response.content
+    assert set(response.json()) == {"external_id"}
+    assert "already used by another recipient" in response.json()["external_id"][0]
+    assert stored_counts() == before
+
+
+@pytest.mark.parametrize("method", ["patch", "put"])
+def test_changing_to_an_external_id_another_recipient_holds_is_400_and_changes_nothing(api_client, method):
+    UserFactory(external_id="crm-1")
+    user = UserFactory(first_name="Grace", external_id="crm-2")
+    user_before = User.objects.values().get(id=user.id)
+    event_before = Event.objects.values().get(user=user)
+    payload = valid_payload(first_name="Ada", external_id="crm-1") if method == "put" else {"external_id": "crm-1"}
+
+    response = getattr(api_client, method)(detail_url(user.id), payload, format="json")
+
+    assert response.status_code == 400, response.content
+    assert set(response.json()) == {"external_id"}
+    assert User.objects.values().get(id=user.id) == user_before
+    assert Event.objects.values().get(user=user) == event_before
+
+
+def test_patch_sets_and_clears_the_external_id(api_client):
+    user = UserFactory()
+
+    set_ = api_client.patch(detail_url(user.id), {"external_id": "crm-7"}, format="json")
+    cleared = api_client.patch(detail_url(user.id), {"external_id": None}, format="json")
+
+    assert set_.status_code == 200 and set_.json()["external_id"] == "crm-7"
+    assert (set_.json()["version"], cleared.json()["version"]) == (2, 3)
+    assert cleared.json()["external_id"] is None
+    user.refresh_from_db()
+    assert user.external_id is None
+
+
+def test_put_without_the_external_id_leaves_it_as_it_is(api_client):
+    user = UserFactory(external_id="crm-7")
+
+    response = api_client.put(detail_url(user.id), valid_payload(first_name="Alan"), format="json")
+
+    assert response.status_code == 200, response.content
+    assert response.json()["external_id"] == "crm-7"
+
+
+@pytest.mark.parametrize("value, message", [("x" * 256, "at most 255"), (42, "valid string"), (["crm-1"], "valid string")])
+def test_a_bad_external_id_is_refused(api_client, value, message):
+    body = assert_refused_and_nothing_stored(api_client, valid_payload(external_id=value), bad_fields={"external_id"})
+    assert message in body["external_id"][0]
+
+
+def test_an_external_id_of_255_characters_after_trimming_is_accepted(api_client):
+    response = api_client.post(USERS_URL, valid_payload(external_id=" " + "x" * 255 + " "), format="json")
+
+    assert response.status_code == 201, response.content
+    assert User.objects.get().external_id == "x" * 255
+
+
+def test_a_recipient_is_found_by_its_external_id(api_client):
+    UserFactory(external_id="crm-1")
+    wanted = UserFactory(external_id="crm-2")
+    UserFactory()
+
+    body = api_client.get(USERS_URL, {"external_id": " crm-2 "}).json()
+
+    assert body["count"] == 1
+    assert [u["id"] for u in body["results"]] == [str(wanted.id)]
+    assert body["results"][0]["next_event"]["status"] == "PENDING"
+
+
+@pytest.mark.parametrize("value", ["crm-404", "", "CRM-1", "crm\x00-1"])
+def test_an_external_id_nobody_holds_finds_an_empty_list(api_client, value):
+    UserFactory(external_id="crm-1")
+    UserFactory()
+
+    response = api_client.get(USERS_URL, {"external_id": value})
+
+    assert response.status_code == 200
+    assert response.json()["count"] == 0 and response.json()["results"] == []
+
+
+# --- anniversary_date: a second event type --------------------------------------------------
+
+
+def events_by_type(user) -> dict[str, Event]:
+    return {event.event_type: event for event in pending_events(user)}
+
+
+@freeze_time("2027-01-10T12:00:00Z")
+def test_post_with_a_wedding_date_schedules_both_events_and_next_event_stays_the_birthday(api_client):
+    # given a wedding day that comes before the birthday
+    payload = valid_payload(date_of_birth="1990-05-05", anniversary_date="2015-02-20")
+
+    # when the recipient is created
+    response = api_client.post(USERS_URL, payload, format="json")
+
+    # then next_event is still the birthday, and next_events lists both, soonest first
+    assert response.status_code == 201, response.content
+    body = response.json()
+    events = events_by_type(User.objects.get())
+    assert body["anniversary_date"] == "2015-02-20"
+    assert body["next_event"]["id"] == str(events["BIRTHDAY"].id)
+    assert [(e["event_type"], e["occurrence_date"]) for e in body["next_events"]] == [
+        ("ANNIVERSARY", "2027-02-20"),
+        ("BIRTHDAY", "2027-05-05"),
+    ]
+    assert body["next_events"][0]["target_timestamp_local"] == "2027-02-20T09:00:00-05:00"
+    assert body["next_events"][0]["idempotency_key"] == events["ANNIVERSARY"].idempotency_key
+    # and a read shows the same
+    read = api_client.get(detail_url(body["id"])).json()
+    assert (read["next_event"], read["next_events"]) == (body["next_event"], body["next_events"])
+
+
+@freeze_time("2027-01-10T12:00:00Z")
+def test_a_recipient_without_a_wedding_date_has_one_pending_event(api_client):
+    body = api_client.post(USERS_URL, valid_payload(), format="json").json()
+
+    assert body["anniversary_date"] is None
+    assert [e["event_type"] for e in body["next_events"]] == ["BIRTHDAY"]
+    assert body["next_events"][0] == body["next_event"]
+
+
+@freeze_time("2027-01-10T12:00:00Z")
+def test_the_list_shows_next_event_as_the_birthday_and_next_events_for_each_recipient(api_client):
+    UserFactory(date_of_birth=date(1990, 5, 5), anniversary_date=date(2015, 2, 20))
+
+    (listed,) = api_client.get(USERS_URL).json()["results"]
+
+    assert listed["next_event"]["event_type"] == "BIRTHDAY"
+    assert [e["event_type"] for e in listed["next_events"]] == ["ANNIVERSARY", "BIRTHDAY"]
+
+
+@freeze_time("2027-01-10T12:00:00Z")
+def test_patch_sets_changes_and_clears_the_wedding_date_and_the_anniversary_follows(api_client):
+    user = UserFactory(date_of_birth=date(1990, 5, 5))
+    birthday = Event.objects.values().get(user=user)
+
+    set_ = api_client.patch(detail_url(user.id), {"anniversary_date": "2015-06-20"}, format="json")
+    first = events_by_type(user)["ANNIVERSARY"]
+    changed = api_client.patch(detail_url(user.id), {"anniversary_date": "2016-09-03"}, format="json")
+    second = events_by_type(user)["ANNIVERSARY"]
+    cleared = api_client.patch(detail_url(user.id), {"anniversary_date": None}, format="json")
+
+    assert [r.status_code for r in (set_, changed, cleared)] == [200, 200, 200]
+    assert first.occurrence_date == date(2027, 6, 20)
+    assert [e["id"] for e in set_.json()["next_events"]] == [str(birthday["id"]), str(first.id)]
+    assert (second.occurrence_date, Event.objects.filter(id=first.id).exists()) == (date(2027, 9, 3), False)
+    assert second.idempotency_key != first.idempotency_key
+    assert cleared.json()["anniversary_date"] is None
+    assert [e["event_type"] for e in cleared.json()["next_events"]] == ["BIRTHDAY"]
+    assert list(Event.objects.filter(user=user).values()) == [birthday]
+
+
+@freeze_time("2027-01-10T12:00:00Z")
+def test_a_zone_change_keeps_both_events_occurrence_and_key(api_client):
+    user = UserFactory(date_of_birth=date(1990, 5, 5), anniversary_date=date(2004, 2, 29), timezone="America/New_York")
+    before = events_by_type(user)
+
+    response = api_client.patch(detail_url(user.id), {"timezone": "Asia/Tokyo"}, format="json")
+
+    assert response.status_code == 200, response.content
+    after = events_by_type(user)
+    for event_type in ("BIRTHDAY", "ANNIVERSARY"):
+        assert (after[event_type].id, after[event_type].occurrence_date, after[event_type].idempotency_key) == (
+            before[event_type].id, before[event_type].occurrence_date, before[event_type].idempotency_key
+        )
+        assert after[event_type].target_timezone == "Asia/Tokyo"
+    assert after["ANNIVERSARY"].target_timestamp_local == "2027-02-28T09:00:00+09:00"
+
+
+def test_put_without_the_wedding_date_leaves_it_and_its_anniversary(api_client):
+    user = UserFactory(anniversary_date=date(2015, 6, 20))
+    anniversary = events_by_type(user)["ANNIVERSARY"]
+
+    response = api_client.put(detail_url(user.id), valid_payload(first_name="Alan"), format="json")
+
+    assert response.status_code == 200, response.content
+    assert response.json()["anniversary_date"] == "2015-06-20"
+    assert events_by_type(user)["ANNIVERSARY"].id == anniversary.id
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("1899-12-31", "Anniversary date must not be before 1900-01-01."),
+        ("2023-02-29", "Date has wrong format"),
+        ("20/06/2015", "Date has wrong format"),
+        (20150620, "Date has wrong format"),
+    ],
+)
+def test_a_bad_wedding_date_is_refused(api_client, value, message):
+    body = assert_refused_and_nothing_stored(api_client, valid_payload(anniversary_date=value), bad_fields={"anniversary_date"})
+    assert message in body["anniversary_date"][0]
+
+
+@freeze_time("2026-11-22T12:00:00Z")
+def test_a_wedding_date_in_the_future_in_the_recipients_zone_is_refused_and_today_there_is_not(api_client):
+    # it is already the 23rd in Kiritimati, still the 22nd in New York
+    body = assert_refused_and_nothing_stored(
+        api_client, valid_payload(anniversary_date="2026-11-23", timezone="America/New_York"), bad_fields={"anniversary_date"}
+    )
+    accepted = api_client.post(USERS_URL, valid_payload(anniversary_date="2026-11-23", timezone="Pacific/Kiritimati"), format="json")
+
+    assert "is in the future" in body["anniversary_date"][0]
+    assert accepted.status_code == 201, accepted.content
+    assert events_by_type(User.objects.get())["ANNIVERSARY"].occurrence_date == date(2027, 11, 23)

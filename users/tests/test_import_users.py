@@ -9,10 +9,13 @@ from freezegun import freeze_time
 
 from scheduling.models import Event, EventStatus
 from scheduling.services.occurrences import idempotency_key_for
+from users import services
 from users.models import User
+from users.services import user_create, user_update
 
 UTC = UTC
 HEADER = "first_name,last_name,date_of_birth,timezone\n"
+HEADER_WITH_IDS = "external_id,first_name,last_name,date_of_birth,timezone\n"
 
 pytestmark = pytest.mark.django_db
 
@@ -252,3 +255,223 @@ def test_outside_a_transaction_batches_are_written_by_the_pipelined_writer(tmp_p
     assert User.objects.count() == 23
     assert Event.objects.filter(status=EventStatus.PENDING).count() == 23
     assert Event.objects.values("user").distinct().count() == 23
+
+
+# --- external_id: imports that can run again ------------------------------------------------
+
+
+CRM_ROWS = (
+    HEADER_WITH_IDS
+    + "crm-1,Ada,Lovelace,1990-05-05,Europe/London\n"
+    + "crm-2,Alan,Turing,1980-06-23,Europe/London\n"
+    + "crm-3,Grace,Hopper,1906-12-09,America/New_York\n"
+    + "crm-4,Edsger,Dijkstra,1930-05-11,Europe/Amsterdam\n"
+)
+
+
+def users_and_events() -> dict:
+    return {
+        user["external_id"]: (user, list(Event.objects.filter(user_id=user["id"]).values().order_by("occurrence_date")))
+        for user in User.objects.values()
+    }
+
+
+@freeze_time("2026-11-22T12:00:00Z")
+def test_an_import_run_again_finds_its_rows_by_external_id_and_changes_nothing(tmp_path):
+    # given a file of rows with external ids, imported once
+    path = write_csv(tmp_path, CRM_ROWS)
+    first, _ = run_import(path)
+    before = users_and_events()
+
+    # when the same file is imported again
+    second, _ = run_import(path)
+
+    # then nobody was created twice and no row changed
+    assert "Imported 4 user(s)" in first and "4 created, 0 updated, 0 unchanged" in first
+    assert "Imported 4 user(s)" in second and "0 created, 0 updated, 4 unchanged" in second
+    assert users_and_events() == before
+    assert Event.objects.filter(status=EventStatus.PENDING).count() == 4
+
+
+@freeze_time("2026-11-22T12:00:00Z")
+def test_rows_without_an_external_id_are_created_each_time_as_before(tmp_path):
+    path = write_csv(tmp_path, HEADER_WITH_IDS + "crm-1,Ada,Lovelace,1990-05-05,UTC\n , Alan,Turing,1980-06-23,UTC\n")
+
+    run_import(path)
+    stdout, _ = run_import(path)
+
+    assert "1 created, 0 updated, 1 unchanged" in stdout
+    assert User.objects.filter(external_id="crm-1").count() == 1
+    assert User.objects.filter(last_name="Turing", external_id__isnull=True).count() == 2
+
+
+def test_a_changed_row_updates_its_recipient_and_reschedules_exactly_as_an_api_edit(tmp_path):
+    # given four recipients imported with external ids, and a twin of each made
+    # through the service the API calls
+    with freeze_time("2026-11-22T12:00:00Z"):
+        run_import(write_csv(tmp_path, CRM_ROWS, "first.csv"))
+        twins = {
+            crm: user_create(first_name=first, last_name=last, date_of_birth=date.fromisoformat(born), timezone=zone)
+            for crm, first, last, born, zone in (line.split(",") for line in CRM_ROWS.splitlines()[1:])
+        }
+    before = users_and_events()
+
+    # when a file moves crm-1 to Tokyo, corrects crm-2's date of birth and renames
+    # crm-3, leaving crm-4 as it was; and an API edit makes the same changes to the twins
+    changed = (
+        HEADER_WITH_IDS
+        + "crm-1,Ada,Lovelace,1990-05-05,Asia/Tokyo\n"
+        + "crm-2,Alan,Turing,1980-08-10,Europe/London\n"
+        + "crm-3,Grace,Murray Hopper,1906-12-09,America/New_York\n"
+        + "crm-4,Edsger,Dijkstra,1930-05-11,Europe/Amsterdam\n"
+    )
+    with freeze_time("2027-01-10T12:00:00Z"):
+        stdout, _ = run_import(write_csv(tmp_path, changed, "second.csv"))
+        for crm, patch in (
+            ("crm-1", {"timezone": "Asia/Tokyo"}),
+            ("crm-2", {"date_of_birth": date(1980, 8, 10)}),
+            ("crm-3", {"last_name": "Murray Hopper"}),
+        ):
+            user_update(user=twins[crm], data=patch)
+
+    # then three recipients were updated and one left alone
+    assert "0 created, 3 updated, 1 unchanged" in stdout
+    after = users_and_events()
+    assert after["crm-4"] == before["crm-4"]
+    assert [after[crm][0]["version"] for crm in ("crm-1", "crm-2", "crm-3", "crm-4")] == [2, 2, 2, 1]
+    assert after["crm-3"][1] == before["crm-3"][1]  # a rename touches no event
+    # the move keeps the occurrence and its key and moves the instant
+    (moved,) = after["crm-1"][1]
+    assert (moved["id"], moved["idempotency_key"]) == (before["crm-1"][1][0]["id"], before["crm-1"][1][0]["idempotency_key"])
+    assert moved["target_timestamp_local"] == "2027-05-05T09:00:00+09:00"
+    # the new date of birth replaces the pending event
+    (replaced,) = after["crm-2"][1]
+    assert replaced["id"] != before["crm-2"][1][0]["id"]
+    assert replaced["occurrence_date"] == date(2027, 8, 10)
+    # and each imported recipient's events are scheduled exactly as its API-edited twin's
+    schedule = ["event_type", "status", "occurrence_date", "target_timestamp_utc", "target_timestamp_local", "target_timezone", "version"]
+    for crm, twin in twins.items():
+        assert list(Event.objects.filter(user=twin).values(*schedule)) == [
+            {field: event[field] for field in schedule} for event in after[crm][1]
+        ]
+
+
+@freeze_time("2026-11-22T12:00:00Z")
+def test_an_external_id_twice_in_a_file_is_reported_by_line_and_nothing_is_imported(tmp_path):
+    path = write_csv(
+        tmp_path,
+        HEADER_WITH_IDS
+        + "crm-1,Ada,Lovelace,1990-05-05,UTC\n"
+        + "crm-2,Alan,Turing,1980-06-23,UTC\n"
+        + " crm-1 ,Grace,Hopper,1906-12-09,UTC\n"
+        + "crm-1,,Dijkstra,1930-05-11,UTC\n",
+    )
+
+    message, stderr = run_failing_import(path)
+
+    assert stderr.splitlines() == [
+        "line 4: external_id: 'crm-1' is also on line 2; each id may appear once.",
+        "line 5: first_name: First name must not be blank.; external_id: 'crm-1' is also on line 2; each id may appear once.",
+    ]
+    assert "2 bad row(s) out of 4" in message
+    assert User.objects.count() == 0
+
+
+def another_writer_creates_crm_1_after_the_import_looked_it_up(monkeypatch):
+    user_create(first_name="Other", last_name="Writer", date_of_birth=date(1970, 1, 1), timezone="UTC", external_id="crm-1")
+    monkeypatch.setattr(services, "users_by_external_id", lambda **_: {})
+
+
+@freeze_time("2026-11-22T12:00:00Z")
+def test_an_external_id_created_meanwhile_by_another_writer_stops_the_batch_without_a_duplicate(tmp_path, monkeypatch):
+    path = write_csv(tmp_path, CRM_ROWS)
+    another_writer_creates_crm_1_after_the_import_looked_it_up(monkeypatch)
+
+    message, _ = run_failing_import(path)
+
+    assert "created by another writer" in message and "Run the import again" in message
+    assert list(User.objects.values_list("first_name", flat=True)) == ["Other"]
+    assert Event.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_pipelined_writer_stops_at_an_external_id_created_meanwhile_too(tmp_path, monkeypatch):
+    # batches of one: the first (crm-1) fails on the writer thread, after the next was computed
+    path = write_csv(tmp_path, CRM_ROWS)
+    another_writer_creates_crm_1_after_the_import_looked_it_up(monkeypatch)
+
+    message, _ = run_failing_import(path, "--batch-size", "1")
+
+    assert "created by another writer" in message
+    assert User.objects.filter(external_id="crm-1").count() == 1
+    assert User.objects.filter(external_id="crm-4").count() == 0
+
+
+# --- anniversary_date: an optional column --------------------------------------------------
+
+
+def anniversaries(user) -> list[tuple]:
+    return list(
+        Event.objects.filter(user=user, event_type="ANNIVERSARY").values_list("status", "occurrence_date", "target_timestamp_local")
+    )
+
+
+@freeze_time("2026-11-22T12:00:00Z")
+def test_the_anniversary_date_column_schedules_an_anniversary_for_the_rows_with_a_date(tmp_path):
+    path = write_csv(
+        tmp_path,
+        "first_name,last_name,date_of_birth,timezone,anniversary_date\n"
+        + "Ada,Lovelace,1990-05-05,Europe/London, 2004-02-29 \n"
+        + "Alan,Turing,1980-06-23,Europe/London,\n",
+    )
+
+    stdout, _ = run_import(path)
+
+    assert "2 created" in stdout
+    ada, alan = User.objects.get(last_name="Lovelace"), User.objects.get(last_name="Turing")
+    assert (ada.anniversary_date, alan.anniversary_date) == (date(2004, 2, 29), None)
+    assert anniversaries(ada) == [(EventStatus.PENDING, date(2027, 2, 28), "2027-02-28T09:00:00+00:00")]
+    assert list(Event.objects.filter(user=alan).values_list("event_type", flat=True)) == ["BIRTHDAY"]
+
+
+@freeze_time("2026-11-22T12:00:00Z")
+def test_a_bad_anniversary_date_is_reported_by_line_and_nothing_is_imported(tmp_path):
+    path = write_csv(
+        tmp_path,
+        "first_name,last_name,date_of_birth,timezone,anniversary_date\n"
+        + "Ada,Lovelace,1990-05-05,UTC,2015-06-20\n"
+        + "Alan,Turing,1980-06-23,UTC,2023-02-29\n"
+        + "Grace,Hopper,1906-12-09,UTC,1899-12-31\n"
+        + "Edsger,Dijkstra,1930-05-11,America/New_York,2026-11-23\n",
+    )
+
+    _, stderr = run_failing_import(path)
+
+    lines = stderr.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["line 3", "line 4", "line 5"]
+    assert all("anniversary_date" in line for line in lines)
+    assert "before 1900-01-01" in lines[1] and "in the future" in lines[2]
+    assert User.objects.count() == 0
+
+
+def test_a_rerun_sets_and_clears_wedding_dates_and_a_file_without_the_column_leaves_them(tmp_path):
+    header = "external_id,first_name,last_name,date_of_birth,timezone,anniversary_date\n"
+    with freeze_time("2026-11-22T12:00:00Z"):
+        run_import(write_csv(tmp_path, header + "crm-1,Ada,Lovelace,1990-05-05,UTC,2015-06-20\ncrm-2,Alan,Turing,1980-06-23,UTC,\n", "a.csv"))
+    ada, alan = User.objects.get(external_id="crm-1"), User.objects.get(external_id="crm-2")
+    assert len(anniversaries(ada)) == 1 and anniversaries(alan) == []
+
+    with freeze_time("2027-01-10T12:00:00Z"):
+        swapped, _ = run_import(
+            write_csv(tmp_path, header + "crm-1,Ada,Lovelace,1990-05-05,UTC,\ncrm-2,Alan,Turing,1980-06-23,UTC,2016-09-03\n", "b.csv")
+        )
+        without_column, _ = run_import(
+            write_csv(tmp_path, HEADER_WITH_IDS + "crm-1,Ada,Lovelace,1990-05-05,UTC\ncrm-2,Alan,Turing,1980-06-23,UTC\n", "c.csv")
+        )
+
+    assert "0 created, 2 updated, 0 unchanged" in swapped
+    assert "0 created, 0 updated, 2 unchanged" in without_column
+    assert anniversaries(ada) == []
+    assert anniversaries(alan) == [(EventStatus.PENDING, date(2027, 9, 3), "2027-09-03T09:00:00+00:00")]
+    alan.refresh_from_db()
+    assert alan.anniversary_date == date(2016, 9, 3)

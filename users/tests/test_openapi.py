@@ -77,6 +77,24 @@ def test_every_operation_documents_its_errors(anonymous_client):
     }
 
 
+def test_the_optional_fields_the_filter_and_every_pending_event_are_documented(anonymous_client):
+    schema = anonymous_client.get(SCHEMA_URL, {"format": "json"}).json()
+    schemas = schema["components"]["schemas"]
+    filters = {p["name"]: p for p in schema["paths"]["/api/v1/users/"]["get"]["parameters"]}
+
+    assert filters["external_id"]["in"] == "query" and filters["external_id"]["schema"]["type"] == "string"
+    for field, kind in (("external_id", "string"), ("anniversary_date", "string")):
+        assert schemas["UserRequest"]["properties"][field]["type"] == kind
+        assert schemas["UserRequest"]["properties"][field]["nullable"] is True
+        assert field not in schemas["UserRequest"]["required"]
+        assert field in schemas["User"]["required"]
+    assert schemas["UserRequest"]["properties"]["anniversary_date"]["format"] == "date"
+    next_events = schemas["User"]["properties"]["next_events"]
+    assert (next_events["type"], next_events["readOnly"]) == ("array", True)
+    assert next_events["items"] == {"$ref": "#/components/schemas/NextEvent"}
+    assert schemas["EventTypeEnum"]["enum"] == ["BIRTHDAY", "ANNIVERSARY"]
+
+
 def test_swagger_ui_is_public_and_loads_nothing_from_other_hosts(anonymous_client):
     page = anonymous_client.get(DOCS_URL)
     html = page.content.decode()

@@ -1,4 +1,4 @@
-"""Bulk-import recipients from CSV: validate every row, then create users and events in batches."""
+"""Bulk-import recipients from CSV: validate every row, then create or update them in batches."""
 
 import csv
 import sys
@@ -9,36 +9,51 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
-from users.services import users_bulk_create_with_events
+from users.services import ExternalIdTaken, users_import
 from users.validators import clean_user_fields
 
 REQUIRED_COLUMNS = ("first_name", "last_name", "date_of_birth", "timezone")
+# Written only when the file has the column: a file without it leaves the
+# stored value of a recipient it updates as it is.
+OPTIONAL_COLUMNS = ("external_id", "anniversary_date")
 # Printing a million bad rows helps nobody; the count is always reported.
 MAX_ERRORS_SHOWN = 200
 
 
-def _parse_row(row: dict) -> dict:
-    raw_date = (row.get("date_of_birth") or "").strip()
+def _parse_date(raw: str | None) -> date | str | None:
+    """A cell as a date; None if empty (no anniversary date; clears one on an update)."""
+    raw = (raw or "").strip()
+    if not raw:
+        return None
     try:
-        date_of_birth = date.fromisoformat(raw_date)
+        return date.fromisoformat(raw)
     except ValueError:
-        date_of_birth = raw_date  # clean_user_fields reports it as not a date
-    return clean_user_fields(
+        return raw  # clean_user_fields reports it as not a date
+
+
+def _parse_row(row: dict, *, columns: tuple[str, ...]) -> dict:
+    cleaned = clean_user_fields(
         {
             "first_name": row.get("first_name") or "",
             "last_name": row.get("last_name") or "",
-            "date_of_birth": date_of_birth,
+            "date_of_birth": _parse_date(row.get("date_of_birth")),
             "timezone": row.get("timezone") or "",
+            "external_id": row.get("external_id"),
+            "anniversary_date": _parse_date(row.get("anniversary_date")),
         }
     )
+    return {column: cleaned[column] for column in columns}
 
 
 class Command(BaseCommand):
     help = (
         "Import recipients from a CSV file with the columns first_name, last_name, "
-        "date_of_birth (YYYY-MM-DD) and timezone (IANA name). Every row is checked "
-        "first; if any is bad, the bad rows are listed by line number and nothing is "
-        "imported (unless --skip-invalid)."
+        "date_of_birth (YYYY-MM-DD) and timezone (IANA name), and optionally anniversary_date "
+        "(YYYY-MM-DD, a wedding date; empty for none) and external_id (the client's own id: "
+        "a row whose external_id a recipient already has updates that recipient, so the "
+        "import can be run again). Every row is checked first; if "
+        "any is bad, the bad rows are listed by line number and nothing is imported "
+        "(unless --skip-invalid)."
     )
 
     def add_arguments(self, parser):
@@ -78,7 +93,14 @@ class Command(BaseCommand):
             self.stdout.write(f"{len(valid_rows)} valid row(s), {len(errors)} bad; dry run, nothing imported.")
             return
 
-        created = users_bulk_create_with_events(rows=valid_rows, batch_size=batch_size)
+        try:
+            result = users_import(rows=valid_rows, batch_size=batch_size)
+        except ExternalIdTaken as exc:
+            raise CommandError(
+                f"{exc.messages[0]} The batches written before it stay. Run the import again to "
+                "finish it: rows are matched by external_id, so those already written are not "
+                "created twice (rows without an external_id would be)."
+            ) from exc
         if connection.vendor == "postgresql":
             # Fresh rows leave the planner guessing until autovacuum's first
             # ANALYZE; the claim query must not run on a guess (measured: a claim
@@ -86,10 +108,11 @@ class Command(BaseCommand):
             with connection.cursor() as cursor:
                 cursor.execute("ANALYZE users_user; ANALYZE scheduling_event;")
         finished = time.monotonic()
-        rate = created / (finished - started) if finished > started else float(created)
+        rate = result.total / (finished - started) if finished > started else float(result.total)
         self.stdout.write(
-            f"Imported {created} user(s) with their events in {finished - started:.1f} s "
-            f"({rate:,.0f} rows/s; validation {validated - started:.1f} s)"
+            f"Imported {result.total} user(s) with their events in {finished - started:.1f} s "
+            f"({rate:,.0f} rows/s; validation {validated - started:.1f} s): {result.created} created, "
+            f"{result.updated} updated, {result.unchanged} unchanged"
             + (f"; skipped {len(errors)} bad row(s)" if errors else "")
         )
 
@@ -101,21 +124,34 @@ class Command(BaseCommand):
 
     def _validate(self, stream) -> tuple[list[dict], list[tuple[int, str]]]:
         reader = csv.DictReader(stream)
-        missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
+        header = reader.fieldnames or []
+        missing = [c for c in REQUIRED_COLUMNS if c not in header]
         if missing:
             raise CommandError(
                 f"The CSV header must name the columns {', '.join(REQUIRED_COLUMNS)}; "
                 f"missing: {', '.join(missing)}."
             )
+        columns = REQUIRED_COLUMNS + tuple(c for c in OPTIONAL_COLUMNS if c in header)
         valid_rows: list[dict] = []
         errors: list[tuple[int, str]] = []
+        # The line each external id was first seen on. An id twice in one file
+        # would be one recipient written twice, the second write undoing the first.
+        first_line: dict[str, int] = {}
         for row in reader:
+            problems = []
             try:
-                valid_rows.append(_parse_row(row))
+                cleaned = _parse_row(row, columns=columns)
             except ValidationError as exc:
-                details = "; ".join(
-                    f"{field}: {' '.join(messages)}"
-                    for field, messages in exc.message_dict.items()
-                )
-                errors.append((reader.line_num, details))
+                problems = [
+                    f"{field}: {' '.join(messages)}" for field, messages in exc.message_dict.items()
+                ]
+            external_id = (row.get("external_id") or "").strip()
+            if external_id:
+                first = first_line.setdefault(external_id, reader.line_num)
+                if first != reader.line_num:
+                    problems.append(f"external_id: {external_id!r} is also on line {first}; each id may appear once.")
+            if problems:
+                errors.append((reader.line_num, "; ".join(problems)))
+            else:
+                valid_rows.append(cleaned)
         return valid_rows, errors

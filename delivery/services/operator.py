@@ -15,6 +15,7 @@ from delivery.services.transitions import Rows, deliveries_transition
 from runtime.sql import insert_rows
 from runtime.wakeup import WORKER_CHANNEL, notify
 from scheduling.exceptions import InvalidStateTransition
+from scheduling.handlers import get_handler
 from scheduling.models import Event, EventStatus
 from scheduling.selectors import message_templates
 from scheduling.services.transitions import Actor, events_transition
@@ -41,6 +42,15 @@ def event_resend(*, event: Event, operator: str) -> Event:
             raise InvalidStateTransition(
                 f"Only FAILED events can be resent; event {event.id} (version "
                 f"{event.version}) is {event.status}."
+            )
+        handler = get_handler(event.event_type)
+        if not type(event.user).objects.filter(handler.applies_to, pk=event.user_id).exists():
+            # The recipient no longer has this kind of event (their anniversary
+            # date was cleared): there is nothing to celebrate, and the message
+            # could not be rendered.
+            raise InvalidStateTransition(
+                f"Event {event.id} is a {event.get_event_type_display().lower()} the recipient no longer "
+                "has (its date was removed); there is nothing to resend."
             )
         events_transition(
             events=[event],

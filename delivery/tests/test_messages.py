@@ -13,9 +13,10 @@ from delivery.models import Delivery
 from delivery.services.enqueue import deliveries_enqueue_due
 from delivery.services.operator import event_resend
 from delivery.tests.conftest import create_due_users, make_due
+from scheduling.exceptions import InvalidStateTransition
 from scheduling.models import EventStatus, EventType, MessageTemplate
 from scheduling.services.messages import message_template_save
-from users.services import user_create
+from users.services import user_create, user_update
 
 pytestmark = pytest.mark.django_db
 
@@ -108,3 +109,18 @@ def test_an_operators_resend_renders_with_the_template_saved_since():
     event_resend(event=event, operator="ops-alice")
 
     assert queued_message(ada) == "Belated wishes, Ada!"
+
+
+def test_resending_an_anniversary_whose_date_was_removed_is_refused_and_changes_nothing():
+    # given a recipient whose failed anniversary was followed by their date being removed
+    user = new_user("Ada", "Lovelace", anniversary_date=date(2015, 6, 1))
+    anniversary = user.events.get(event_type=EventType.ANNIVERSARY, status=EventStatus.PENDING)
+    type(anniversary).objects.filter(pk=anniversary.pk).update(status=EventStatus.FAILED, failure_reason="dead")
+    user_update(user=user, data={"anniversary_date": None})
+
+    # when an operator resends it, then it is refused with the reason, and nothing moves
+    with pytest.raises(InvalidStateTransition, match="no longer has"):
+        event_resend(event=anniversary, operator="ops-alice")
+    anniversary.refresh_from_db()
+    assert anniversary.status == EventStatus.FAILED
+    assert not Delivery.objects.filter(event_id=anniversary.id).exists()

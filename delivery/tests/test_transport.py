@@ -149,3 +149,31 @@ def test_connections_are_kept_alive_between_posts(sink):
         assert transport.send(claimed(sink.url)).outcome == AttemptOutcome.DELIVERED
 
     assert len({r.client_port for r in sink.received}) == 1
+
+
+def unused_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_requests_go_through_the_proxy_the_environment_names(sink, monkeypatch):
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{unused_port()}")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+
+    result = WebhookTransport(timeout=5).send(claimed(sink.url))
+
+    # The proxy is down, so the request never reaches the receiver.
+    assert result.outcome == AttemptOutcome.TRANSIENT_FAILURE
+    assert sink.received == []
+
+
+def test_hosts_in_no_proxy_are_reached_directly(sink, monkeypatch):
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{unused_port()}")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+
+    result = WebhookTransport(timeout=5).send(claimed(sink.url))
+
+    assert result.outcome == AttemptOutcome.DELIVERED
+    assert len(sink.received) == 1

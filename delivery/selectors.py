@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from django.db.models import Count, Min, Q
 
 from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus
+from runtime.aggregates import counts_by
 
 
 def next_retry_at() -> datetime | None:
@@ -61,11 +62,7 @@ def delivery_status_counts() -> dict[str, int]:
     One index-only scan of (status, updated_at): COUNT(*) needs no column the
     index lacks, so the rows themselves are not read.
     """
-    counts = dict.fromkeys(DeliveryStatus.values, 0)
-    counts.update(
-        Delivery.objects.values("status").annotate(count=Count("*")).order_by().values_list("status", "count")
-    )
-    return counts
+    return counts_by(Delivery.objects.all(), field="status", keys=DeliveryStatus.values)
 
 
 @dataclass(frozen=True)
@@ -91,12 +88,6 @@ def attempt_outcome_counts(*, since: datetime) -> dict[str, int]:
     Read from the attempt log, so it covers every worker, including attempts
     logged as abandoned by the worker that took over from a lost one.
     """
-    counts = dict.fromkeys(AttemptOutcome.values, 0)
-    counts.update(
-        DeliveryAttempt.objects.filter(finished_at__gt=since)
-        .values("outcome")
-        .annotate(count=Count("*"))
-        .order_by()
-        .values_list("outcome", "count")
+    return counts_by(
+        DeliveryAttempt.objects.filter(finished_at__gt=since), field="outcome", keys=AttemptOutcome.values
     )
-    return counts

@@ -18,6 +18,7 @@ from django.db import DatabaseError
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from delivery.selectors import attempt_outcome_counts, delivery_due_summary, delivery_status_counts
+from runtime.database import database_error_reason
 from runtime.models import ProcessHeartbeat
 from runtime.selectors import process_live_counts
 from scheduling.selectors import event_status_counts, overdue_summary
@@ -40,8 +41,7 @@ class DatabaseCollector:
             # never produces a partial scrape.
             families, up = list(self._families()), 1
         except DatabaseError as exc:
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            logger.warning("Metrics: database unavailable", extra={"error": reason[:300]})
+            logger.warning("Metrics: database unavailable", extra={"error": database_error_reason(exc)})
             families, up = [], 0
         yield _gauge("birthday_database_up", "1 if the database answered this scrape's queries, else 0.", up)
         yield from families

@@ -9,6 +9,8 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.migrations.executor import MigrationExecutor
 
+from runtime.database import database_error_reason
+
 logger = logging.getLogger(__name__)
 
 
@@ -58,7 +60,6 @@ def readiness(*, connection: BaseDatabaseWrapper | None = None) -> Readiness:
         executor = MigrationExecutor(connection)
         plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
     except DatabaseError as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        logger.warning("Readiness: database unreachable", extra={"error": reason[:300]})
+        logger.warning("Readiness: database unreachable", extra={"error": database_error_reason(exc)})
         return Readiness(database=False)
     return Readiness(database=True, unapplied=[f"{migration.app_label}.{migration.name}" for migration, _ in plan])

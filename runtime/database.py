@@ -56,6 +56,12 @@ def refresh_connection() -> None:
         close_old_connections()
 
 
+def database_error_reason(exc: Exception) -> str:
+    """The first line of a database error, for one log line or message (its name if it has no text)."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
 def wait_out_database_outage(
     backoff: Backoff, exc: Exception, *, doing: str, once: bool, stop: threading.Event, extra: dict
 ) -> None:
@@ -67,9 +73,11 @@ def wait_out_database_outage(
     delay = backoff.failed()
     if once and backoff.failures >= ONCE_MAX_DB_FAILURES:
         raise DatabaseUnavailable(f"Database unavailable during {doing}: {exc}") from exc
-    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     logger.error(
-        "Database unavailable during %s; retrying in %.1f s", doing, delay, extra={**extra, "error": reason[:300]}
+        "Database unavailable during %s; retrying in %.1f s",
+        doing,
+        delay,
+        extra={**extra, "error": database_error_reason(exc)},
     )
     reset_connection_after_error()
     stop.wait(delay)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Case, CharField, Count, Q, QuerySet, Value, When
+from django.db.models import Case, CharField, Q, QuerySet, Value, When
 
+from runtime.aggregates import counts_by
 from runtime.models import ProcessHeartbeat, ProcessKind
 
 
@@ -43,17 +44,8 @@ def process_live_counts(*, now: datetime) -> dict[str, int]:
     Running as the console means it: not stopped and seen within
     ProcessHeartbeat.LOST_AFTER_SECONDS. A range of process_last_seen_idx.
     """
-    counts = dict.fromkeys(ProcessKind.values, 0)
-    counts.update(
-        ProcessHeartbeat.objects.filter(
-            _fresh(now=now, max_age=timedelta(seconds=ProcessHeartbeat.LOST_AFTER_SECONDS))
-        )
-        .values("kind")
-        .annotate(count=Count("*"))
-        .order_by()
-        .values_list("kind", "count")
-    )
-    return counts
+    fresh = _fresh(now=now, max_age=timedelta(seconds=ProcessHeartbeat.LOST_AFTER_SECONDS))
+    return counts_by(ProcessHeartbeat.objects.filter(fresh), field="kind", keys=ProcessKind.values)
 
 
 @dataclass(frozen=True)

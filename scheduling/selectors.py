@@ -9,6 +9,7 @@ from datetime import UTC, date, datetime, timedelta
 from django.db.models import Count, Max, Min, Q, QuerySet
 from django.db.models.functions import TruncHour
 
+from runtime.aggregates import counts_by
 from scheduling.handlers import REGISTRY, get_handler
 from scheduling.messages import render_message, template_errors
 from scheduling.models import Event, EventStatus, MessageTemplate
@@ -118,15 +119,11 @@ def event_status_counts() -> dict[str, int]:
     one filtered count over the whole table (measured on 2.5 million events:
     150-200 ms against 260-520 ms), which every metrics scrape pays.
     """
-    counts = dict.fromkeys(EventStatus.values, 0)
-    counts[EventStatus.PENDING] = Event.objects.filter(status=EventStatus.PENDING).count()
-    counts.update(
-        Event.objects.filter(~Q(status=EventStatus.PENDING))
-        .values("status")
-        .annotate(count=Count("*"))
-        .order_by()
-        .values_list("status", "count")
+    pending = Event.objects.filter(status=EventStatus.PENDING).count()
+    counts = counts_by(
+        Event.objects.filter(~Q(status=EventStatus.PENDING)), field="status", keys=EventStatus.values
     )
+    counts[EventStatus.PENDING] = pending
     return counts
 
 
@@ -158,16 +155,9 @@ def pending_per_type(*, start: datetime, hours: int = 24) -> dict[str, int]:
 
     One GROUP BY over the same range of event_pending_due_idx as pending_per_hour.
     """
-    counts = dict.fromkeys(REGISTRY, 0)
-    counts.update(
-        Event.objects.filter(
-            status=EventStatus.PENDING,
-            target_timestamp_utc__gte=start,
-            target_timestamp_utc__lt=start + timedelta(hours=hours),
-        )
-        .values("event_type")
-        .annotate(count=Count("*"))
-        .order_by()
-        .values_list("event_type", "count")
+    due_in_range = Event.objects.filter(
+        status=EventStatus.PENDING,
+        target_timestamp_utc__gte=start,
+        target_timestamp_utc__lt=start + timedelta(hours=hours),
     )
-    return counts
+    return counts_by(due_in_range, field="event_type", keys=REGISTRY)

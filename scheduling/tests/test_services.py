@@ -7,16 +7,24 @@ from datetime import UTC, date, datetime
 from unittest import mock
 
 import pytest
+from django.db import transaction
 from freezegun import freeze_time
 
 from config.logging import TextFormatter
+from runtime.sql import pipeline
 from scheduling import signals
 from scheduling.exceptions import InvalidStateTransition, OptimisticLockError
 from scheduling.handlers import local_send_instant
 from scheduling.models import Event, EventStatus, EventType
 from scheduling.services.occurrences import idempotency_key_for
 from scheduling.services.sync import event_deliver_now, event_reschedule, events_create_missing
-from scheduling.services.transitions import EVENT_TRANSITIONS, Actor, events_transition
+from scheduling.services.transitions import (
+    EVENT_TRANSITIONS,
+    Actor,
+    EventRef,
+    events_transition,
+    start_events_transition,
+)
 from users.models import User
 from users.services import user_create, user_update
 from users.tests.factories import UserFactory
@@ -229,6 +237,26 @@ def test_second_of_two_copies_loses_the_optimistic_lock():
     assert (stored.status, stored.version) == (PROCESSING, 2)
     # and the loser's in-memory copy was not advanced
     assert (second.status, second.version) == (PENDING, 1)
+
+
+@pytest.mark.django_db
+def test_a_pipelined_transition_is_checked_when_waited_for_and_a_lost_lock_undoes_the_batch():
+    # given two PENDING events, one of them read at a version that is no longer current
+    current, stale = Event.objects.get(user=UserFactory()), Event.objects.get(user=UserFactory())
+    Event.objects.filter(id=stale.id).update(version=stale.version + 1)
+
+    # when the scheduler's move is sent in a pipeline and waited for after other work
+    with pytest.raises(OptimisticLockError) as excinfo:
+        with transaction.atomic(), pipeline():
+            moved = start_events_transition(
+                events=[EventRef(current.id, current.version), EventRef(stale.id, stale.version)],
+                source=PENDING, target=PROCESSING, actor=Actor.SCHEDULER,
+            )
+            moved()
+
+    # then the lost lock is reported as in the unpipelined path, and the batch's other row did not move
+    assert f"event {stale.id} at version {stale.version}" in str(excinfo.value)
+    assert Event.objects.get(id=current.id).status == PENDING
 
 
 @pytest.mark.django_db

@@ -704,10 +704,14 @@ class Bench:
         plan = json.loads(r.stdout.strip().splitlines()[-1])
         log("retention: prune_history, paused and resumed in turns, while claim batches go on")
         every = self.s["retention_claim_every_ms"]
-        claims = subprocess.Popen(
-            [PRODUCT_PY, "-m", "bench.probe_retention", "claims", "1000", str(every), "0"],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
+        # Its output goes to files, not pipes: nobody reads a pipe while the pruner runs, and a
+        # full pipe (64 KiB) once cut the probe's one-line JSON of an hour of claims short.
+        claims_out, claims_err = RAW / "retention_claims.json", RAW / "retention_claims.err"
+        with open(claims_out, "w") as out_file, open(claims_err, "w") as err_file:
+            claims = subprocess.Popen(
+                [PRODUCT_PY, "-m", "bench.probe_retention", "claims", "1000", str(every), "0"],
+                cwd=ROOT, env=env, stdout=out_file, stderr=err_file, text=True,
+            )
         prune_log = RAW / "prune_history.log"
         logged = prune_log.stat().st_size if prune_log.exists() else 0
         prune = self.procs.spawn("prune_history", ["manage.py", "prune_history", "--batch-size", "1000"], env)
@@ -729,7 +733,8 @@ class Bench:
         windows.append((start, time.time(), pruning))
         if claims.poll() is None:
             claims.send_signal(signal.SIGTERM)
-        out, errors = claims.communicate(timeout=120)
+        claims.wait(timeout=120)
+        out, errors = claims_out.read_text(), claims_err.read_text()
         text = prune_log.read_text()[logged:]
         if prune.returncode or claims.returncode:
             raise psycopg.OperationalError(text[-500:] + errors[-500:]) if "Operational" in text + errors \

@@ -1,6 +1,7 @@
 """The event state machine: which moves exist, who may make them, and the one UPDATE that does.
 
-Every change of Event.status goes through `events_transition`: one conditional
+Every change of Event.status goes through `events_transition` (or
+`start_events_transition`, the same UPDATE sent now and checked later): one conditional
 UPDATE for a whole batch, matching each row on its id, the expected status and
 (where the caller read it) the version, and bumping the version. Of two
 processes holding the same version only one can win; the other learns it from

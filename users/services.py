@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime
 
@@ -52,8 +53,19 @@ def _is_external_id_conflict(exc: IntegrityError) -> bool:
     return f"{User._meta.db_table}.external_id" in str(exc)
 
 
-def _taken(external_id: str) -> ExternalIdTaken:
-    return ExternalIdTaken(f"External id {external_id!r} is already used by another recipient.")
+@contextmanager
+def _external_id_taken_as(message: Callable[[], str]) -> Iterator[None]:
+    """The external_id constraint refusing a write inside becomes ExternalIdTaken(message()); other errors pass."""
+    try:
+        yield
+    except IntegrityError as exc:
+        if not _is_external_id_conflict(exc):
+            raise
+        raise ExternalIdTaken(message()) from exc
+
+
+def _taken_message(external_id: str) -> str:
+    return f"External id {external_id!r} is already used by another recipient."
 
 
 def user_create(
@@ -77,12 +89,8 @@ def user_create(
         }
     )
     user = User(**cleaned)
-    try:
+    with _external_id_taken_as(lambda: _taken_message(cleaned["external_id"])):
         user.save(force_insert=True)
-    except IntegrityError as exc:
-        if not _is_external_id_conflict(exc):
-            raise
-        raise _taken(cleaned["external_id"]) from exc
     logger.info("Created user", extra={"user_id": str(user.id)})
     return user
 
@@ -119,21 +127,17 @@ def user_update(*, user: User, data: dict, expected_versions: Collection[int] | 
     unknown = set(data) - set(USER_FIELDS)
     if unknown:
         raise ValueError(f"Unknown user fields: {', '.join(sorted(unknown))}")
-    try:
-        with transaction.atomic():
-            current = _lock_current(user=user, expected_versions=expected_versions)
-            merged = {field: data.get(field, getattr(current, field)) for field in USER_FIELDS}
-            cleaned = clean_user_fields(merged)
-            changed = [field for field in USER_FIELDS if cleaned[field] != getattr(current, field)]
-            if changed:
-                for field in changed:
-                    setattr(current, field, cleaned[field])
-                current.version += 1
+    with transaction.atomic():
+        current = _lock_current(user=user, expected_versions=expected_versions)
+        merged = {field: data.get(field, getattr(current, field)) for field in USER_FIELDS}
+        cleaned = clean_user_fields(merged)
+        changed = [field for field in USER_FIELDS if cleaned[field] != getattr(current, field)]
+        if changed:
+            for field in changed:
+                setattr(current, field, cleaned[field])
+            current.version += 1
+            with _external_id_taken_as(lambda: _taken_message(cleaned["external_id"])):
                 current.save(update_fields=[*changed, "version", "updated_at"])
-    except IntegrityError as exc:
-        if not _is_external_id_conflict(exc):
-            raise
-        raise _taken(cleaned["external_id"]) from exc
     logger.info("Updated user", extra={"user_id": str(current.id), "fields": changed})
     return current
 
@@ -280,13 +284,9 @@ def users_import(*, rows: Sequence[dict], now: datetime | None = None, batch_siz
                 else:
                     result.unchanged += 1
 
-    try:
+    with _external_id_taken_as(
+        lambda: "A recipient with an external id of this batch was created by another writer (an import "
+        "or API client at the same time) after the batch looked its ids up; the batch was not written."
+    ):
         result.created = users_bulk_create_with_events(rows=new_rows(), now=now, batch_size=batch_size)
-    except IntegrityError as exc:
-        if not _is_external_id_conflict(exc):
-            raise
-        raise ExternalIdTaken(
-            "A recipient with an external id of this batch was created by another writer (an import "
-            "or API client at the same time) after the batch looked its ids up; the batch was not written."
-        ) from exc
     return result

@@ -82,15 +82,18 @@ class Scheduler:
     def run(self) -> int:
         self._with_database(self._log_backlog)
         self._with_database(self._heartbeat, start=True)
-        last_reconcile = float("-inf")  # reconcile on the first turn, before sleeping
-        if self.once:
-            while self._with_database(self._reconcile) == RECONCILE_CHUNK and not self.stop.is_set():
-                pass
+        last_reconcile = float("-inf")  # reconcile on the first turn, after the first claims
         while not self.stop.is_set():
             claimed = self._with_database(self._claim_all_due)
             if claimed is None:  # database unavailable; already waited
                 continue
             if self.once:
+                # After the claims, as in the loop below: what is due goes out
+                # first. A repaired recipient's event is never due at once (it
+                # is the next occurrence whose send time has not passed), so
+                # nothing waits for a later run.
+                while self._with_database(self._reconcile) == RECONCILE_CHUNK and not self.stop.is_set():
+                    pass
                 # Cron runs --once again and again: it prunes too, one time-boxed pass.
                 self._with_database(self._prune_history, idle=PRUNE_TIME_BOX)
                 break

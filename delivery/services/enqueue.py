@@ -28,7 +28,7 @@ from django.utils import timezone
 from delivery.models import Delivery, DeliveryStatus
 from delivery.payload import webhook_payload
 from runtime.ids import uuid7
-from runtime.sql import insert_rows, pipeline, skip_locked, typed_rows
+from runtime.sql import execute, insert_rows, pipeline, skip_locked, typed_rows
 from runtime.wakeup import WORKER_CHANNEL, notify
 from scheduling.handlers import RecipientRow
 from scheduling.models import Event, EventStatus
@@ -124,16 +124,14 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
     now = now or timezone.now()
     max_lateness = settings.EVENT_MAX_LATENESS
     with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(
+        claimed = typed_rows(
+            execute(
                 _claim_sql(),
-                [
-                    EventStatus.PENDING,
-                    _E["target_timestamp_utc"].get_db_prep_value(now, connection),
-                    batch_size,
-                ],
-            )
-            claimed = typed_rows(cursor.fetchall(), _CLAIMED_FIELDS)
+                [EventStatus.PENDING, _E["target_timestamp_utc"].get_db_prep_value(now, connection), batch_size],
+                binary=True,
+            ),
+            _CLAIMED_FIELDS,
+        )
         if not claimed:
             return EnqueueResult()
         split = len(_EVENT_FIELDS)

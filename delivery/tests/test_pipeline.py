@@ -232,6 +232,18 @@ def test_after_downtime_overdue_events_are_sent_and_too_late_ones_failed(deliver
     assert Event.objects.filter(status=EventStatus.PENDING).count() == 3
 
 
+def test_a_once_run_queues_what_is_due_before_it_repairs_recipients_without_an_event(delivery_settings):
+    due = new_user(first_name="Due").events.get()
+    make_due([due], ago=timedelta(minutes=5))
+    orphan = new_user(first_name="Orphan")
+    orphan.events.all().delete()  # as a write that went around the signals leaves a recipient
+
+    run_scheduler_once()
+
+    repaired = orphan.events.get(status=EventStatus.PENDING)
+    assert Delivery.objects.get(event=due).created_at < repaired.created_at
+
+
 def test_scheduler_logs_the_backlog_at_start(delivery_settings, caplog):
     make_due([new_user().events.get()], ago=timedelta(hours=2))
 

@@ -190,9 +190,17 @@ def headline_rows(res):
         rows.append(["table scale: its claim query alone, inside PostgreSQL (EXPLAIN ANALYZE execution time), for information",
                      f"{f(sc['exec_ms_median'], 1)} ms; on a bare cursor with rows fetched {f(sc['sql_ms_median'], 1)} ms",
                      "-", "-"])
-        rows.append(["table scale: scheduler due -> queued (run_scheduler --once, wall incl. start-up)",
-                     f"{f(sc['scheduler_rate'])} events/s ({f(sc['scheduler_rate_excl_startup'])}/s excl. start-up)",
-                     ">= 15,000/s", ok(sc["scheduler_rate"] >= 15_000)])
+        if "scheduler_queued_rate" in sc:
+            rows.append(["table scale: scheduler due -> queued (run_scheduler --once, from process start to the last "
+                         "delivery queued)",
+                         f"{f(sc['scheduler_queued_rate'])} events/s ({f(sc['scheduler_queued_s'], 1)} s); to the "
+                         f"command's exit {f(sc['scheduler_rate'])}/s ({f(sc['scheduler_once_s'], 1)} s: its repair "
+                         "and prune passes after the claims)",
+                         ">= 15,000/s", ok(sc["scheduler_queued_rate"] >= 15_000)])
+        else:  # results from before the last queued delivery was timed
+            rows.append(["table scale: scheduler due -> queued (run_scheduler --once, wall incl. start-up)",
+                         f"{f(sc['scheduler_rate'])} events/s ({f(sc['scheduler_rate_excl_startup'])}/s excl. start-up)",
+                         ">= 15,000/s", ok(sc["scheduler_rate"] >= 15_000)])
         rows.append(["table scale: claim uses event_pending_due_idx", str(sc["uses_partial_index"]), "yes", ok(sc["uses_partial_index"])])
     rt = res.get("retention", {})
     if "prune_s" in rt:
@@ -463,8 +471,11 @@ def section_scale(res):
         rows += [[f"the same through the ORM (Event + User instances), {sc['query_rows']} rows, 7 times (ms)",
                   ", ".join(f(x, 1) for x in sc["query_ms"])], ["median", f"{f(sc['query_ms_median'], 1)} ms"]]
     L.append(table(["measure", "value"], rows + [
-        ["run_scheduler --once (default --batch-size 500) over the remaining due events",
+        ["run_scheduler --once (default --batch-size 500) over the remaining due events, process start to exit",
          f"{f(sc['scheduler_claimed'])} events in {f(sc['scheduler_once_s'], 1)} s = {f(sc['scheduler_rate'])} events/s"],
+        *([["the same run, process start to the last delivery queued (due -> queued)",
+            f"{f(sc['scheduler_queued_s'], 1)} s = {f(sc['scheduler_queued_rate'])} events/s"]]
+          if "scheduler_queued_rate" in sc else []),
         ["the same command with nothing due (start-up + fixed costs)", f"{f(sc['scheduler_idle_once_s'], 1)} s"],
         ["rate excluding that start-up", f"{f(sc['scheduler_rate_excl_startup'])} events/s"],
         ["deliveries queued in total", f(sc["deliveries_total"])],

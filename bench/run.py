@@ -622,11 +622,17 @@ class Bench:
         ).fetchone()[0]
         log(f"scale: run_scheduler --once over {remaining:,} due events")
         t = time.monotonic()
+        spawned = time.time()
         r = self.manage("run_scheduler", "--once", env=env)
         sched_seconds = time.monotonic() - t
         if r.returncode:
             raise psycopg.OperationalError(r.stderr[-500:]) if "Operational" in r.stderr else RuntimeError(r.stdout + r.stderr)
         queued = conn.execute("SELECT count(*) FROM delivery_delivery").fetchone()[0]
+        # Due -> queued: from the spawn to the last delivery's created_at (the
+        # scheduler's clock, this machine's); the command's exit comes after its
+        # repair and prune passes.
+        last_queued = conn.execute("SELECT extract(epoch FROM max(created_at)) FROM delivery_delivery").fetchone()[0]
+        queued_seconds = float(last_queued) - spawned
         left = conn.execute(
             "SELECT count(*) FROM scheduling_event WHERE status = 'PENDING' AND target_timestamp_utc <= now()"
         ).fetchone()[0]
@@ -659,6 +665,7 @@ class Bench:
             "scheduler_once_s": sched_seconds, "scheduler_idle_once_s": idle_seconds,
             "scheduler_claimed": claimed, "deliveries_total": queued,
             "scheduler_rate": claimed / sched_seconds,
+            "scheduler_queued_s": queued_seconds, "scheduler_queued_rate": claimed / queued_seconds,
             "scheduler_rate_excl_startup": claimed / max(0.001, sched_seconds - idle_seconds),
             "uses_partial_index": "event_pending_due_idx" in probe["explain"],
         }

@@ -2,8 +2,10 @@
 
 The hot paths (the scheduler's claim, the worker's claim and record) move a
 whole batch per statement: `UPDATE ... FROM <rows>` and `INSERT ... SELECT`.
-PostgreSQL receives a batch as one array per column (`unnest`), which psycopg
-dumps in C; SQLite, which has no arrays, gets a VALUES list. Values are
+PostgreSQL receives a batch as one array per column (`unnest`) in binary,
+which psycopg dumps in 0.2-0.3 ms per 1,000 elements (measured on a 2-core AMD
+EPYC VM; a JSON column costs more, ~4 ms, for its json.dumps); SQLite, which
+has no arrays, gets a VALUES list. Values are
 adapted by the model fields, so a UUID or an aware datetime means the same
 thing on both.
 """

@@ -187,6 +187,12 @@ def headline_rows(res):
         rows.append([f"table scale ({f(sc['events'])} events): one whole claim batch of 1,000 "
                      f"({fn}(batch_size=1000), wall time of the call)",
                      f"{f(sc['claim_ms_median'], 1)} ms", "< 50 ms", ok(sc["claim_ms_median"] < 50)])
+        fl = sc.get("floor")
+        if fl:
+            rows.append(["table scale: the same writes made by PostgreSQL alone (bench/sql.py CLAIM_FLOOR: one "
+                         "statement, no client work), for information: the floor under the two rows above",
+                         f"batch of 1,000: {f(fl['one_ms_median'], 1)} ms; two connections at once: "
+                         f"{f(fl['two_rate'])} events/s", "-", "-"])
         rows.append(["table scale: its claim query alone, inside PostgreSQL (EXPLAIN ANALYZE execution time), for information",
                      f"{f(sc['exec_ms_median'], 1)} ms; on a bare cursor with rows fetched {f(sc['sql_ms_median'], 1)} ms",
                      "-", "-"])
@@ -480,6 +486,22 @@ def section_scale(res):
         ["rate excluding that start-up", f"{f(sc['scheduler_rate_excl_startup'])} events/s"],
         ["deliveries queued in total", f(sc["deliveries_total"])],
     ]))
+    fl = sc.get("floor")
+    if fl:
+        L.append(
+            "\nThe floor: the rows a claim batch writes (events moved to PROCESSING, each recipient's next event, "
+            "each claimed event's delivery with its JSON body), written by PostgreSQL alone in one statement "
+            "(`bench/sql.py` `CLAIM_FLOOR`), committed with `synchronous_commit` on, on the same table just before "
+            "the scheduler's run. No Python, no round trips: no claim that makes these writes on this schema can "
+            "take less on this machine.\n"
+        )
+        L.append(table(["measure", "value"], [
+            [f"one connection, batches of {f(fl['batch'])} one after the other (ms)",
+             ", ".join(f(x, 1) for x in fl["one_ms"])],
+            ["median", f"{f(fl['one_ms_median'], 1)} ms"],
+            ["two connections at once (both cores), events/s",
+             f"{f(fl['two_claimed'])} events in {f(fl['two_s'], 2)} s = {f(fl['two_rate'])} events/s"],
+        ]))
     L.append("")
     return L
 

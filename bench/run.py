@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -617,6 +618,7 @@ class Bench:
         if probe.returncode:
             raise psycopg.OperationalError(probe.stderr[-500:]) if "Operational" in probe.stderr else RuntimeError(probe.stderr)
         probe = json.loads(probe.stdout.strip().splitlines()[-1])
+        floor = self.claim_floor()
         remaining = conn.execute(
             "SELECT count(*) FROM scheduling_event WHERE status = 'PENDING' AND target_timestamp_utc <= now()"
         ).fetchone()[0]
@@ -668,6 +670,37 @@ class Bench:
             "scheduler_queued_s": queued_seconds, "scheduler_queued_rate": claimed / queued_seconds,
             "scheduler_rate_excl_startup": claimed / max(0.001, sched_seconds - idle_seconds),
             "uses_partial_index": "event_pending_due_idx" in probe["explain"],
+            "floor": floor,
+        }
+
+    def claim_floor(self, *, batch: int = 1000, calls: int = 7, per_connection: int = 5) -> dict:
+        """The claim's writes made by PostgreSQL alone (bench.sql.CLAIM_FLOOR), on the same table.
+
+        First `calls` batches one after the other on one connection (the
+        floor under the whole claim batch), then `per_connection` batches on
+        each of two connections at once (the floor under the scheduler's
+        events/s on this machine's two cores, with no Python at all).
+        """
+        log("scale: the same writes by PostgreSQL alone (claim floor)")
+        url = self.receiver.url
+        one = [sql.claim_floor(self.conn, batch=batch, url=url) for _ in range(calls)]
+        connections = [sql.connect(DSN) for _ in range(2)]
+        try:
+            with ThreadPoolExecutor(max_workers=2) as pool:
+                started = time.perf_counter()
+                done = list(pool.map(
+                    lambda c: [sql.claim_floor(c, batch=batch, url=url) for _ in range(per_connection)], connections
+                ))
+                wall = time.perf_counter() - started
+        finally:
+            for c in connections:
+                c.close()
+        claimed_two = sum(n for batches in done for _, n in batches)
+        return {
+            "batch": batch,
+            "one_ms": [ms for ms, _ in one], "one_claimed": [n for _, n in one],
+            "one_ms_median": median([ms for ms, n in one if n == batch] or [ms for ms, _ in one]),
+            "two_claimed": claimed_two, "two_s": wall, "two_rate": claimed_two / wall,
         }
 
     def relation_sizes(self) -> dict[str, int]:

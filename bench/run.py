@@ -673,7 +673,7 @@ class Bench:
             "floor": floor,
         }
 
-    def claim_floor(self, *, batch: int = 1000, calls: int = 7, per_connection: int = 5) -> dict:
+    def claim_floor(self, *, batch: int = 1000, calls: int = 7, per_connection: int = 10) -> dict:
         """The claim's writes made by PostgreSQL alone (bench.sql.CLAIM_FLOOR), on the same table.
 
         First `calls` batches one after the other on one connection (the

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -54,14 +54,14 @@ def _is_external_id_conflict(exc: IntegrityError) -> bool:
 
 
 @contextmanager
-def _external_id_taken_as(message: Callable[[], str]) -> Iterator[None]:
-    """The external_id constraint refusing a write inside becomes ExternalIdTaken(message()); other errors pass."""
+def _external_id_taken_as(message: str) -> Iterator[None]:
+    """The external_id constraint refusing a write inside becomes ExternalIdTaken(message); other errors pass."""
     try:
         yield
     except IntegrityError as exc:
         if not _is_external_id_conflict(exc):
             raise
-        raise ExternalIdTaken(message()) from exc
+        raise ExternalIdTaken(message) from exc
 
 
 def _taken_message(external_id: str) -> str:
@@ -89,7 +89,7 @@ def user_create(
         }
     )
     user = User(**cleaned)
-    with _external_id_taken_as(lambda: _taken_message(cleaned["external_id"])):
+    with _external_id_taken_as(_taken_message(cleaned["external_id"])):
         user.save(force_insert=True)
     logger.info("Created user", extra={"user_id": str(user.id)})
     return user
@@ -136,7 +136,7 @@ def user_update(*, user: User, data: dict, expected_versions: Collection[int] | 
             for field in changed:
                 setattr(current, field, cleaned[field])
             current.version += 1
-            with _external_id_taken_as(lambda: _taken_message(cleaned["external_id"])):
+            with _external_id_taken_as(_taken_message(cleaned["external_id"])):
                 current.save(update_fields=[*changed, "version", "updated_at"])
     logger.info("Updated user", extra={"user_id": str(current.id), "fields": changed})
     return current
@@ -285,7 +285,7 @@ def users_import(*, rows: Sequence[dict], now: datetime | None = None, batch_siz
                     result.unchanged += 1
 
     with _external_id_taken_as(
-        lambda: "A recipient with an external id of this batch was created by another writer (an import "
+        "A recipient with an external id of this batch was created by another writer (an import "
         "or API client at the same time) after the batch looked its ids up; the batch was not written."
     ):
         result.created = users_bulk_create_with_events(rows=new_rows(), now=now, batch_size=batch_size)

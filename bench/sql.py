@@ -91,6 +91,11 @@ def pending_keys(conn) -> dict[str, float]:
     return {k: float(t) for k, t in rows}
 
 
+def _iso_utc(timestamp_sql: str) -> str:
+    """SQL for a timestamptz as the product's target_timestamp_local text in UTC ("2026-11-24T09:00:00+00:00")."""
+    return f"to_char(({timestamp_sql}) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS') || '+00:00'"
+
+
 # Sequential UUIDs keep the bulk load append-only (random keys would only make the build slower).
 def _seq_uuid(kind: str, n: str) -> str:
     return f"('00000000-0000-4000-{kind}-' || lpad(to_hex({n}), 12, '0'))::uuid"
@@ -157,7 +162,7 @@ def yearly_history(
                     idempotency_key, created_at, updated_at)
                 SELECT {_seq_uuid("a000", "i")}, {uid}, 'BIRTHDAY', 'PENDING',
                     (t AT TIME ZONE 'UTC')::date, t,
-                    to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS') || '+00:00', 'UTC', NULL, '', 1,
+                    {_iso_utc("t")}, 'UTC', NULL, '', 1,
                     'p-' || lpad(to_hex(i), 20, '0'), now(), now()
                 FROM (SELECT i, CASE WHEN i <= %(due)s THEN now() - make_interval(secs => mod(i, 3600))
                                      ELSE now() + make_interval(days => 1 + mod(i, 360)) END AS t
@@ -192,7 +197,7 @@ upcoming AS (
         created_at, updated_at)
     SELECT {_UUID7_SQL}, c.user_id, 'BIRTHDAY', (c.occurrence_date + interval '1 year')::date,
            c.target_timestamp_utc + interval '1 year',
-           to_char((c.target_timestamp_utc + interval '1 year') AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS') || '+00:00',
+           {_iso_utc("c.target_timestamp_utc + interval '1 year'")},
            'UTC', 'event-' || substr(md5(c.id::text || ':next'), 1, 16), 'PENDING', '', 1, now(), now()
     FROM c
     ON CONFLICT DO NOTHING),
@@ -203,8 +208,7 @@ queued AS (
            jsonb_build_object('message', 'Hey, ' || u.first_name || ' ' || u.last_name || ' it''s your birthday',
                               'event_id', c.id::text, 'event_type', 'BIRTHDAY', 'user_id', c.user_id::text,
                               'occurrence_date', c.occurrence_date::text,
-                              'target_timestamp_utc', to_char(c.target_timestamp_utc AT TIME ZONE 'UTC',
-                                                              'YYYY-MM-DD"T"HH24:MI:SS') || '+00:00'),
+                              'target_timestamp_utc', {_iso_utc("c.target_timestamp_utc")}),
            'QUEUED', 0, 8, now(), '', '', now(), now()
     FROM c JOIN users_user u ON u.id = c.user_id)
 SELECT count(*) FROM moved

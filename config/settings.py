@@ -323,6 +323,24 @@ DELIVERY_MAX_ATTEMPTS = env.int("DELIVERY_MAX_ATTEMPTS", default=8)
 # deliveries of a worker that dies are taken over after at most that long.
 DELIVERY_LEASE_MARGIN = parse_duration(env("DELIVERY_LEASE_MARGIN", default="30s"))
 
+# --- The receiver's limits and health (per endpoint, over every worker) ------------------
+
+# WEBHOOK_MAX_RATE: most requests per second to the receiver from all workers on
+# all hosts together (0: no cap). Workers take their send slots from one schedule
+# in the endpoint's row.
+WEBHOOK_MAX_RATE = env.float("WEBHOOK_MAX_RATE", default=0.0)
+# WEBHOOK_MAX_IN_FLIGHT: most requests open at the receiver from all workers
+# together (0: no cap; each worker's own limit then adapts to the receiver alone).
+WEBHOOK_MAX_IN_FLIGHT = env.int("WEBHOOK_MAX_IN_FLIGHT", default=0)
+# ENDPOINT_FAILURE_THRESHOLD: endpoint failures in a row (timeouts, connection
+# errors, 5xx, 429, 401/403/404/410) after which the endpoint is FAILING: its
+# deliveries wait without spending attempts while one probe at a time tries it.
+ENDPOINT_FAILURE_THRESHOLD = env.int("ENDPOINT_FAILURE_THRESHOLD", default=5)
+# ENDPOINT_PROBE_FIRST_INTERVAL / ENDPOINT_PROBE_MAX_INTERVAL: the wait before the
+# first probe of a FAILING endpoint; it doubles after each failed probe, up to the max.
+ENDPOINT_PROBE_FIRST_INTERVAL = parse_duration(env("ENDPOINT_PROBE_FIRST_INTERVAL", default="2s"))
+ENDPOINT_PROBE_MAX_INTERVAL = parse_duration(env("ENDPOINT_PROBE_MAX_INTERVAL", default="60s"))
+
 # --- Health and metrics ----------------------------------------------------------------
 
 # METRICS_TOKEN: a bearer token (Authorization: Bearer <token>) that may read

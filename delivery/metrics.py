@@ -8,7 +8,7 @@ database says about all processes together is served by the web's /metrics.
 
 from __future__ import annotations
 
-from prometheus_client import Histogram
+from prometheus_client import Gauge, Histogram
 
 from delivery.models import AttemptOutcome
 from runtime.models import ProcessKind
@@ -26,6 +26,12 @@ CLAIM_BATCH_DURATION = Histogram(
     labelnames=("kind",),
     # A batch of 1,000 on a 10-million-event table took 265 ms (the README's figures).
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
+IN_FLIGHT_LIMIT = Gauge(
+    "birthday_worker_in_flight_limit",
+    "Requests this worker may keep open to each endpoint now: its adaptive limit (or --concurrency), "
+    "within its share of WEBHOOK_MAX_IN_FLIGHT; 0 while the endpoint is failing or paused.",
+    labelnames=("endpoint",),
 )
 
 # Every series a process can produce exists from its start, at zero: rate() and

@@ -126,3 +126,86 @@ class DeliveryAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.number} of {self.delivery_id}: {self.outcome}"
+
+
+class EndpointState(models.TextChoices):
+    # Deliveries flow at the receiver's pace.
+    HEALTHY = "HEALTHY", "Healthy"
+    # The receiver kept failing: deliveries wait without spending attempts while
+    # one probe at a time tries it; the first success makes it HEALTHY again.
+    FAILING = "FAILING", "Failing"
+    # An operator paused it: deliveries stay QUEUED until resumed.
+    PAUSED = "PAUSED", "Paused"
+
+
+class Endpoint(models.Model):
+    """A receiver (one webhook URL): its health, an operator's pause, and the fleet's shared limits.
+
+    One small row per URL that every worker reads before claiming and writes
+    when the receiver's answers change what the fleet should do, so a failing
+    or paused receiver holds back every worker, not just the one that noticed.
+    """
+
+    State = EndpointState
+
+    url = models.URLField(max_length=2000, unique=True)
+    state = models.CharField(max_length=16, choices=EndpointState.choices, default=EndpointState.HEALTHY)
+    # Endpoint-level failures since the last success (timeouts, connection errors,
+    # 5xx, 429, and 401/403/404/410 that nothing contradicts), over all workers.
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    last_success_at = models.DateTimeField(null=True, blank=True)
+    last_failure_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    failing_since = models.DateTimeField(null=True, blank=True)
+    # FAILING: when the next probe may start (a probe in flight pushes it past its lease).
+    next_probe_at = models.DateTimeField(null=True, blank=True)
+    # FAILING: the wait after the next failed probe; doubles up to ENDPOINT_PROBE_MAX_INTERVAL.
+    probe_interval = models.DurationField(null=True, blank=True)
+    # A Retry-After (429, or 503 with the header): no worker starts a request before then.
+    blocked_until = models.DateTimeField(null=True, blank=True)
+    paused_by = models.CharField(max_length=150, blank=True, default="")
+    paused_at = models.DateTimeField(null=True, blank=True)
+    # WEBHOOK_MAX_RATE's schedule (a generic cell rate algorithm): the earliest
+    # instant the next request may start; each worker reserves slots from here.
+    next_send_slot = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["url"]
+        constraints = [
+            models.CheckConstraint(condition=Q(state__in=EndpointState.values), name="endpoint_state_valid"),
+            models.CheckConstraint(
+                condition=~Q(state=EndpointState.FAILING)
+                | (Q(failing_since__isnull=False) & Q(next_probe_at__isnull=False) & Q(probe_interval__isnull=False)),
+                name="endpoint_failing_has_probe",
+            ),
+            models.CheckConstraint(
+                condition=~Q(state=EndpointState.PAUSED) | Q(paused_at__isnull=False),
+                name="endpoint_paused_has_time",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.url} ({self.state})"
+
+
+class EndpointPermit(models.Model):
+    """The share of WEBHOOK_MAX_IN_FLIGHT one worker holds for one endpoint, under a lease.
+
+    A worker raises or lowers its own row while holding the endpoint's row lock,
+    so the shares never add up to more than the cap; a worker that dies stops
+    renewing, and its share returns to the others when the lease runs out.
+    """
+
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="permits", db_index=False)
+    worker = models.CharField(max_length=200)
+    permits = models.PositiveIntegerField()
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["endpoint", "worker"], name="endpoint_permit_one_per_worker"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.worker}: {self.permits} of {self.endpoint_id}"

@@ -4,6 +4,11 @@ Capped exponential back-off with full jitter (AWS Architecture Blog, "Exponentia
 Backoff and Jitter"): the n-th retry waits a uniform random time in
 [0, min(cap, base * 2^(n-1))]. A receiver's Retry-After is honoured up to the
 cap, so a receiver asking for a day cannot park a birthday greeting for a day.
+
+What the receiver's endpoint says comes first (delivery.health): while it is
+down, or when it throttles (429, 503 with Retry-After), a delivery waits for
+it without spending an attempt and keeps its place in the due order; an
+attempt is spent only on a failure of this message to a receiver that works.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from datetime import timedelta
 
 from django.conf import settings
 
+from delivery.health import Signal, signal_of
 from delivery.models import AttemptOutcome, DeliveryStatus
 
 
@@ -31,8 +37,12 @@ class RetryPolicy:
 @dataclass(frozen=True)
 class Decision:
     status: str  # DELIVERED, QUEUED (try again after `delay`) or DEAD
-    delay: timedelta  # before the next attempt (QUEUED only)
+    # Before the next attempt (QUEUED only); None: the delivery keeps its due time.
+    delay: timedelta | None
     reason: str  # the delivery's last_error, and the event's failure reason when DEAD
+    # False: the attempt waited on the endpoint (down or throttling). It is not
+    # counted against max_attempts and the delivery keeps its due time.
+    charged: bool = True
 
 
 def retry_delay(
@@ -52,19 +62,33 @@ def decide(
     attempt: int,
     max_attempts: int,
     description: str,
+    status_code: int | None = None,
     retry_after: float | None = None,
+    endpoint_down: bool = False,
+    refused_by_message: bool = False,
     policy: RetryPolicy,
     jitter: Callable[[float, float], float] = random.uniform,
 ) -> Decision:
     """What follows attempt number `attempt` of `max_attempts`, which ended in `outcome`.
 
     `description` says what happened ("HTTP 503 (Service Unavailable)", "Timed
-    out after 10 s"). A lost worker's attempt (ABANDONED) is tried again at
-    once: nothing says the receiver is unwell, and the lease already cost a wait.
+    out after 10 s"). `endpoint_down` and `refused_by_message` are the
+    endpoint's verdict after this batch (delivery.health). A lost worker's
+    attempt (ABANDONED) is tried again at once: nothing says the receiver is
+    unwell, and the lease already cost a wait.
     """
-    if outcome == AttemptOutcome.DELIVERED:
+    signal = signal_of(outcome=outcome, status_code=status_code, retry_after=retry_after)
+    if signal == Signal.SUCCESS:
         return Decision(status=DeliveryStatus.DELIVERED, delay=timedelta(0), reason="")
-    if outcome == AttemptOutcome.PERMANENT_FAILURE:
+    if signal == Signal.THROTTLE:
+        # The receiver's own pace: the whole endpoint waits (delivery.health), this one as asked.
+        delay = None if retry_after is None else retry_delay(
+            attempt=attempt, retry_after=retry_after, policy=policy, jitter=jitter
+        )
+        return Decision(status=DeliveryStatus.QUEUED, delay=delay, reason=description, charged=False)
+    if endpoint_down and signal in (Signal.FAILURE, Signal.REFUSAL):
+        return Decision(status=DeliveryStatus.QUEUED, delay=None, reason=description, charged=False)
+    if outcome == AttemptOutcome.PERMANENT_FAILURE and (signal != Signal.REFUSAL or refused_by_message):
         return Decision(status=DeliveryStatus.DEAD, delay=timedelta(0), reason=f"Permanent failure: {description}")
     if attempt >= max_attempts:
         return Decision(

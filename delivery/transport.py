@@ -1,21 +1,24 @@
-"""The webhook transport: one POST, classified into delivered / transient / permanent."""
+"""The webhook transport: one POST, classified into delivered / transient / permanent.
+
+Sent with aiohttp on an asyncio event loop, so that thousands of open requests
+to a slow receiver cost one coroutine each instead of one thread each; the
+claim and the record stay synchronous Django code between the loop's runs.
+"""
 
 from __future__ import annotations
 
 import email.utils
 import json
-import threading
 import time
-import urllib.request
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-import urllib3
-from standardwebhooks.webhooks import Webhook
+import aiohttp
 
 from config import __version__
 from delivery.models import AttemptOutcome, DeliveryAttempt
+from delivery.signing import WebhookSigner
 
 USER_AGENT = f"birthday-scheduler/{__version__} (+webhooks)"
 # Statuses that say "try again later" rather than "never".
@@ -37,6 +40,10 @@ class ClaimedDelivery:
     body: str
     attempt: int
     max_attempts: int
+    # When it was due: a delivery handed back unsent keeps its place in the due order.
+    due_at: datetime | None = None
+    # The one attempt a FAILING endpoint lets through (delivery.health).
+    probe: bool = False
 
     @property
     def user_id(self) -> str | None:
@@ -58,6 +65,8 @@ class SendResult:
     error: str = ""
     response_excerpt: str = ""
     retry_after: float | None = None
+    # time.monotonic() when the request started: the adaptive limit's samples.
+    started: float = 0.0
 
     def describe(self) -> str:
         if self.status_code is not None:
@@ -91,127 +100,100 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
 
 
 class WebhookTransport:
-    """POSTs deliveries over keep-alive connections: one urllib3 pool per receiver per thread.
+    """POSTs deliveries over keep-alive connections from one aiohttp session.
 
-    urllib3 is the HTTP client under requests; called directly it does the same
-    keep-alive POST for about half the CPU (profiled: 82 % of a worker's time
-    went to requests' Session machinery on top of urllib3 - preparing and
-    merging settings, hooks, cookies - and a worker is CPU-bound). Proxies
-    come from the environment (HTTP_PROXY, HTTPS_PROXY, NO_PROXY), read once.
+    The session's connector sets no limit of its own: how many requests are
+    open is the worker's decision (delivery.limit). Proxies come from the
+    environment (HTTP_PROXY, HTTPS_PROXY, NO_PROXY). Open it and send from the
+    event loop it is to run on.
     """
 
-    def __init__(self, *, timeout: float, secret: str = "") -> None:
+    def __init__(self, *, timeout: float, signer: WebhookSigner | None = None) -> None:
         self.timeout = timeout
-        self._timeout = urllib3.Timeout(connect=timeout, read=timeout)
-        self._signer = Webhook(secret) if secret else None
-        self._local = threading.local()
-        # getproxies() also carries NO_PROXY under "no": kept for the bypass check
-        # in _target, never used as a proxy itself.
-        self._proxies = urllib.request.getproxies()
+        self._signer = signer
+        self._session: aiohttp.ClientSession | None = None
         self._headers = {"User-Agent": USER_AGENT, "Content-Type": "application/json"}
 
-    def _target(self, url: str) -> tuple[urllib3.HTTPConnectionPool | urllib3.ProxyManager, str]:
-        """The pool to POST `url` through, and the request target to give it (cached per thread)."""
-        targets = getattr(self._local, "targets", None)
-        if targets is None:
-            targets = self._local.targets = {}
-        target = targets.get(url)
-        if target is None:
-            parsed = urllib3.util.parse_url(url)
-            proxy = self._proxies.get(parsed.scheme or "http")
-            if proxy and not urllib.request.proxy_bypass_environment(parsed.host or "", self._proxies):
-                target = (urllib3.ProxyManager(proxy, num_pools=4, maxsize=1), url)
-            else:
-                pool = urllib3.connection_from_url(url, maxsize=1, block=False)
-                target = (pool, parsed.request_uri)
-            targets[url] = target
-        return target
+    async def open(self) -> None:
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
+            timeout=aiohttp.ClientTimeout(total=None, connect=self.timeout, sock_read=self.timeout),
+            trust_env=True,
+            auto_decompress=False,
+            # The receiver's cookies are never sent back: each message stands alone.
+            cookie_jar=aiohttp.DummyCookieJar(),
+            skip_auto_headers=("Accept-Encoding",),
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     def headers_for(self, delivery: ClaimedDelivery, body: str) -> dict[str, str]:
         headers = {**self._headers, "X-Idempotency-Key": delivery.idempotency_key}
         if self._signer is not None:
-            sent_at = datetime.now(UTC)
-            headers["webhook-id"] = delivery.idempotency_key
-            headers["webhook-timestamp"] = str(int(sent_at.timestamp()))
-            headers["webhook-signature"] = self._signer.sign(delivery.idempotency_key, sent_at, body)
+            headers.update(self._signer.headers(msg_id=delivery.idempotency_key, body=body, sent_at=datetime.now(UTC)))
         return headers
 
-    def send(self, delivery: ClaimedDelivery) -> SendResult:
+    async def send(self, delivery: ClaimedDelivery) -> SendResult:
         body = delivery.body
         started_at = datetime.now(UTC)
-        started = time.perf_counter()
+        started = time.monotonic()
 
         def finish(outcome: AttemptOutcome, **fields) -> SendResult:
-            elapsed = time.perf_counter() - started
             return SendResult(
                 delivery=delivery,
                 outcome=outcome,
                 started_at=started_at,
                 finished_at=datetime.now(UTC),
-                duration_ms=int(elapsed * 1000),
+                duration_ms=int((time.monotonic() - started) * 1000),
+                started=started,
                 **fields,
             )
 
         try:
-            pool, target = self._target(delivery.endpoint_url)
-            response = pool.urlopen(
-                "POST",
-                target,
-                body=body.encode(),
+            async with self._session.post(
+                delivery.endpoint_url,
+                data=body.encode(),
                 headers=self.headers_for(delivery, body),
-                timeout=self._timeout,
-                retries=False,
-                redirect=False,
-                preload_content=False,
-            )
-        except urllib3.exceptions.NewConnectionError as exc:
-            # Before TimeoutError: urllib3 makes it a subclass of ConnectTimeoutError.
-            return finish(AttemptOutcome.TRANSIENT_FAILURE, error=f"Connection error: {_short(exc)}")
-        except urllib3.exceptions.TimeoutError:
+                allow_redirects=False,
+            ) as response:
+                excerpt = await _read_excerpt(response)
+                status, reason, retry_after_header = response.status, response.reason, response.headers.get("Retry-After")
+        except TimeoutError:
             return finish(AttemptOutcome.TRANSIENT_FAILURE, error=f"Timed out after {self.timeout:g} s")
-        except (urllib3.exceptions.ProtocolError, urllib3.exceptions.SSLError, urllib3.exceptions.ProxyError) as exc:
-            return finish(AttemptOutcome.TRANSIENT_FAILURE, error=f"Connection error: {_short(exc)}")
-        except (urllib3.exceptions.HTTPError, ValueError) as exc:
+        except (aiohttp.InvalidURL, ValueError) as exc:
             return finish(AttemptOutcome.PERMANENT_FAILURE, error=f"Request failed: {_short(exc)}")
-
-        try:
-            excerpt = self._read_excerpt(response)
-        except urllib3.exceptions.HTTPError as exc:
-            # Headers arrived but the body did not: the status still stands.
-            excerpt = f"[body unreadable: {_short(exc)}]"
-        outcome = classify_status(response.status)
+        except (aiohttp.ClientError, OSError) as exc:
+            # Refused, reset, DNS, TLS, proxy, a connection closed mid-answer:
+            # the receiver or the way to it, not the message.
+            return finish(AttemptOutcome.TRANSIENT_FAILURE, error=f"Connection error: {_short(exc)}")
+        outcome = classify_status(status)
         retry_after = None
         error = ""
         if outcome == AttemptOutcome.TRANSIENT_FAILURE:
-            retry_after = parse_retry_after(response.headers.get("Retry-After"))
+            retry_after = parse_retry_after(retry_after_header)
         if outcome != AttemptOutcome.DELIVERED:
-            error = response.reason or ""
-        return finish(
-            outcome,
-            status_code=response.status,
-            error=error,
-            response_excerpt=excerpt,
-            retry_after=retry_after,
-        )
+            error = reason or ""
+        return finish(outcome, status_code=status, error=error, response_excerpt=excerpt, retry_after=retry_after)
 
-    @staticmethod
-    def _read_excerpt(response: urllib3.BaseHTTPResponse) -> str:
-        limit = DeliveryAttempt.RESPONSE_EXCERPT_BYTES
-        try:
-            length = int(response.headers.get("Content-Length", ""))
-        except ValueError:
-            length = None
-        if length is not None and length <= _READ_WHOLE_BODY_UP_TO:
-            # Read to the end so the connection goes back to the pool for the next POST.
-            raw = response.read()
-            response.release_conn()
+
+async def _read_excerpt(response: aiohttp.ClientResponse) -> str:
+    """The answer's first 2 KiB. Short bodies are read whole so the connection is kept for the next POST."""
+    limit = DeliveryAttempt.RESPONSE_EXCERPT_BYTES
+    try:
+        if response.content_length is not None and response.content_length <= _READ_WHOLE_BODY_UP_TO:
+            raw = await response.read()
         else:
-            raw = response.read(limit)
+            raw = await response.content.read(limit)
             response.close()  # the rest is never read: this connection is not reused
-            response.release_conn()
-        return raw[:limit].decode("utf-8", errors="replace")
+    except (aiohttp.ClientError, OSError) as exc:
+        # Headers arrived but the body did not: the status still stands.
+        return f"[body unreadable: {_short(exc)}]"
+    return raw[:limit].decode("utf-8", errors="replace")
 
 
 def _short(exc: Exception) -> str:
-    text = str(exc)
+    text = str(exc) or type(exc).__name__
     return text if len(text) <= 300 else text[:300] + "..."

@@ -1,23 +1,52 @@
-"""The delivery worker loop: claim under a lease, send outside any transaction, record."""
+"""The delivery worker loop: claim under a lease, send outside any transaction, record.
+
+One thread does everything. The claim, the record and the other database work
+are synchronous Django code; between them the thread runs an asyncio event loop
+in which every request to the receiver is a coroutine, so ten open requests
+or two thousand cost about the same. While the thread talks to PostgreSQL the
+loop is paused and the open requests simply wait in their sockets' buffers.
+
+How many requests are open to each receiver is decided per endpoint by a
+`Lane`: its adaptive limit (delivery.limit) or an operator's --concurrency,
+the fleet's share of WEBHOOK_MAX_IN_FLIGHT, the fleet's WEBHOOK_MAX_RATE
+schedule, a Retry-After the receiver asked for, and the endpoint's state
+(a failing endpoint gets one probe at a time, a paused one nothing).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
 import os
-import queue
 import socket
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime
 
 from django.conf import settings
 from django.db import OperationalError
 from django.utils import timezone
 
-from delivery.metrics import ATTEMPT_DURATION, CLAIM_BATCH_DURATION
+from delivery.health import Signal, signal_of
+from delivery.limit import AdaptiveLimit, FixedLimit
+from delivery.metrics import ATTEMPT_DURATION, CLAIM_BATCH_DURATION, IN_FLIGHT_LIMIT
+from delivery.models import Endpoint, EndpointState
 from delivery.selectors import next_retry_at
+from delivery.services.endpoints import (
+    endpoint_release_share,
+    endpoint_reserve_send_slots,
+    endpoint_return_probe,
+    endpoint_share_in_flight,
+    endpoint_take_probe,
+    endpoints_ensure,
+)
+from delivery.services.expiry import deliveries_expire_late
 from delivery.services.leases import deliveries_claim, deliveries_release, deliveries_renew_leases
 from delivery.services.record import deliveries_record
+from delivery.signing import WebhookSigner, parse_secrets
 from delivery.transport import ClaimedDelivery, SendResult, WebhookTransport
 from runtime.database import (
     DB_ERRORS,
@@ -44,15 +73,58 @@ RECORD_LINGER = 0.05
 # once the request each is waiting on ends. Taking the leases over first would
 # send those messages a second time.
 TAKEOVER_GRACE_BEYOND_TIMEOUT = 6.0
+# How often the endpoints' shared state is read again (an operator's pause, a
+# failing endpoint, a Retry-After another worker was told, the fleet's shares):
+# a pause reaches every worker within about this long.
+ENDPOINTS_EVERY = 1.0
+# How often deliveries still waiting EVENT_MAX_LATENESS after being queued are failed.
+EXPIRE_EVERY = 60.0
+# Under WEBHOOK_MAX_RATE a worker reserves this many seconds of the schedule at a time:
+# short, so slots it cannot use (it stops, the backlog ends) cost the fleet little.
+RATE_HORIZON = 0.25
+# The most the loop runs before the thread looks at leases, heartbeat and endpoints.
+LOOP_SLICE = 0.25
+# After a claim found less than it asked for, the next waits this long (or a NOTIFY).
+EMPTY_CLAIM_PAUSE = 0.2
+
+HEALTHY, FAILING, PAUSED = EndpointState.HEALTHY, EndpointState.FAILING, EndpointState.PAUSED
+
+
+@dataclass
+class Lane:
+    """This worker's traffic to one endpoint: what it holds, what is open, what may be."""
+
+    url: str
+    endpoint_id: int
+    limit: AdaptiveLimit | FixedLimit
+    state: str = HEALTHY
+    consecutive_failures: int = 0
+    next_probe_at: datetime | None = None
+    # time.monotonic() before which no request starts (a Retry-After).
+    blocked_until: float = 0.0
+    # Claimed, not yet started.
+    waiting: deque[ClaimedDelivery] = field(default_factory=deque)
+    open: int = 0
+    probing: bool = False
+    # Our part of WEBHOOK_MAX_IN_FLIGHT (None: no fleet cap).
+    share: int | None = None
+    # time.monotonic() instants reserved under WEBHOOK_MAX_RATE, earliest first.
+    slots: deque[float] = field(default_factory=deque)
+
+    def allowed(self) -> int:
+        """How many requests may be open now."""
+        return self.limit.current if self.share is None else min(self.limit.current, self.share)
+
+    def takes_claims(self, now: float) -> bool:
+        return self.state == HEALTHY and now >= self.blocked_until
+
+    def room(self, *, batch_size: int) -> int:
+        """How many more deliveries to hold: enough to fill the limit, plus one batch ready behind it."""
+        return max(0, self.allowed() + batch_size - self.open - len(self.waiting))
 
 
 class Worker:
-    """Sends due deliveries: on the main thread, or with a pool of threads.
-
-    With --concurrency 1 the main thread sends itself: on a CPU-bound machine a
-    single sender thread only adds GIL hand-offs (profiled: ~35% slower). With
-    more, each thread holds one keep-alive session and results come back
-    through a queue, so waiting for the slowest request never holds up the rest.
+    """Sends due deliveries to their receivers at each receiver's pace.
 
     A live worker renews the leases it holds every third of a lease, so a lease
     only has to outlast one request (WEBHOOK_TIMEOUT + DELIVERY_LEASE_MARGIN),
@@ -63,7 +135,7 @@ class Worker:
     def __init__(
         self,
         *,
-        concurrency: int = 8,
+        concurrency: int | None = None,
         batch_size: int = 200,
         interval: float = 1.0,
         once: bool = False,
@@ -80,12 +152,16 @@ class Worker:
         self.timeout = settings.WEBHOOK_TIMEOUT.total_seconds()
         self.lease = settings.WEBHOOK_TIMEOUT + settings.DELIVERY_LEASE_MARGIN
         self.renew_every = max(0.5, self.lease.total_seconds() / 3)
-        self.transport = WebhookTransport(timeout=self.timeout, secret=settings.WEBHOOK_SECRET)
-        self.pool = (
-            ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="send") if concurrency > 1 else None
-        )
-        self.in_flight: dict[Future, ClaimedDelivery] = {}
-        self.completed: queue.SimpleQueue[Future] = queue.SimpleQueue()
+        self.max_rate = settings.WEBHOOK_MAX_RATE
+        self.max_in_flight = settings.WEBHOOK_MAX_IN_FLIGHT
+        secrets = parse_secrets(settings.WEBHOOK_SECRET)
+        self.transport = WebhookTransport(timeout=self.timeout, signer=WebhookSigner(secrets) if secrets else None)
+        self.loop = asyncio.new_event_loop()
+        self.progress = asyncio.Event()
+        self.lanes: dict[str, Lane] = {}
+        self.tasks: dict[asyncio.Task, tuple[Lane, ClaimedDelivery, int]] = {}
+        self.started: set = set()  # ids of deliveries whose request has begun
+        self.cancelled: list[ClaimedDelivery] = []
         self.unrecorded: list[SendResult] = []
         self.oldest_unrecorded = 0.0
         self.counts = {"processed": 0, "succeeded": 0, "failed": 0}
@@ -95,64 +171,157 @@ class Worker:
         self.take_over_after = 0.0
         self.listener = Listener(WORKER_CHANNEL, self.stop)
         self.last_beat = self.last_renewal = time.monotonic()
+        self.last_endpoints = self.next_claim_at = float("-inf")
+        self.last_expiry = time.monotonic()
 
     # --- the loop ---------------------------------------------------------------
 
     def run(self) -> int:
         logger.info(
             "Worker started",
-            extra={"worker": self.name, "concurrency": self.concurrency, "batch_size": self.batch_size},
+            extra={
+                "worker": self.name,
+                "concurrency": self.concurrency or "adaptive",
+                "batch_size": self.batch_size,
+                "max_rate": self.max_rate or None,
+                "max_in_flight": self.max_in_flight or None,
+            },
         )
         self._heartbeat(start=True)
+        self.loop.run_until_complete(self.transport.open())
         try:
             while not self.stop.is_set():
-                found = self._step_sequential() if self.pool is None else self._step_concurrent()
+                if self._refresh_endpoints() is None:
+                    continue
+                found = self._claim_more()
+                self._dispatch(may_reserve=True)
+                if self.tasks:
+                    self.loop.run_until_complete(self._until_worth_returning(LOOP_SLICE))
+                elif self._waiting():
+                    self.stop.wait(min(LOOP_SLICE, max(0.01, self._until_sendable())))
+                self._record_if_ready()
                 self._keep_alive()
-                if self.in_flight or self.unrecorded or found is None or found > 0:
+                if self._waiting() or self.tasks or self.unrecorded or found is None or found > 0:
                     continue  # busy, or did not look for work this round
                 if self.once:
                     break
                 self.listener.wait(self._idle_wait())
+                self.next_claim_at = float("-inf")
         finally:
             self._drain()
+            self.loop.run_until_complete(self.transport.close())
+            self.loop.close()
         return 0
 
-    def _step_sequential(self) -> int | None:
-        """Claim a batch, send it from this thread, record it. Returns how many were claimed."""
-        claimed = self._claim(self.batch_size)
+    # --- endpoints --------------------------------------------------------------
+
+    def _lane(self, url: str, endpoint: Endpoint | None = None) -> Lane:
+        lane = self.lanes.get(url)
+        if lane is None:
+            endpoint = endpoint or endpoints_ensure(urls=[url])[url]
+            limit = FixedLimit(self.concurrency) if self.concurrency else AdaptiveLimit()
+            lane = self.lanes[url] = Lane(url=url, endpoint_id=endpoint.pk, limit=limit)
+            self._apply_state(lane, endpoint)
+        return lane
+
+    def _refresh_endpoints(self) -> bool | None:
+        """Read every endpoint's shared state once a second; None if the database is away."""
+        now = time.monotonic()
+        if now - self.last_endpoints < ENDPOINTS_EVERY:
+            return True
+        try:
+            refresh_connection()
+            if not self.lanes:
+                self._lane(settings.WEBHOOK_URL)
+            for endpoint in Endpoint.objects.all():
+                self._apply_state(self._lane(endpoint.url, endpoint), endpoint)
+            if self.max_in_flight:
+                for lane in self.lanes.values():
+                    want = lane.limit.current if (lane.waiting or lane.open or lane.state == HEALTHY) else 0
+                    lane.share = endpoint_share_in_flight(
+                        endpoint_id=lane.endpoint_id, worker=self.name, want=want, cap=self.max_in_flight,
+                        lease=self.lease, now=timezone.now(),
+                    )
+            self.last_endpoints = now
+            for lane in self.lanes.values():
+                IN_FLIGHT_LIMIT.labels(endpoint=lane.url).set(lane.allowed() if lane.state == HEALTHY else 0)
+            if now - self.last_expiry >= EXPIRE_EVERY:
+                self.last_expiry = now
+                deliveries_expire_late(now=timezone.now())
+            return True
+        except DB_ERRORS as exc:
+            self._database_unavailable("read endpoints", exc)
+            return None
+
+    def _apply_state(self, lane: Lane, endpoint: Endpoint) -> None:
+        lane.state = endpoint.state
+        lane.consecutive_failures = endpoint.consecutive_failures
+        lane.next_probe_at = endpoint.next_probe_at
+        if endpoint.blocked_until is not None:
+            remaining = (endpoint.blocked_until - timezone.now()).total_seconds()
+            lane.blocked_until = max(lane.blocked_until, time.monotonic() + remaining)
+        if lane.state != HEALTHY and lane.waiting:
+            # Failing or paused: what this worker holds unsent goes back to the
+            # queue, where it waits with the rest in its due order.
+            held = list(lane.waiting)
+            lane.waiting.clear()
+            self._release(held)
+
+    # --- claiming ---------------------------------------------------------------
+
+    def _claim_more(self) -> int | None:
+        """Top up the lanes that take deliveries, or take a failing endpoint's probe. Returns how many were claimed."""
+        now = time.monotonic()
+        if now < self.next_claim_at or self.stop.is_set():
+            return 0
+        claimed = self._claim_probes()
         if claimed is None:
             return None
-        if not claimed:
-            return 0
-        for position, delivery in enumerate(claimed):
-            if self.stop.is_set():
-                self._release(claimed[position:])
-                break
-            self._add_result(self.transport.send(delivery))
-            self._keep_alive()
-        self._record_if_ready(force=True)
-        return len(claimed)
-
-    def _step_concurrent(self) -> int | None:
-        """Top up the pool, collect what finished, record in batches."""
-        free = self.batch_size - len(self.in_flight)
-        claimed: int | None = None
+        open_lanes = [lane for lane in self.lanes.values() if lane.takes_claims(now)]
+        if not open_lanes:
+            return claimed
+        room = sum(lane.room(batch_size=self.batch_size) for lane in open_lanes)
+        held = any(lane.waiting or lane.open for lane in self.lanes.values())
         # Claim in batches (claiming 100 rows at a time is ~16x cheaper per row
-        # than one at a time, measured with pgbench), but do
-        # not wait for the whole batch to finish before claiming more.
-        if free >= max(1, self.batch_size // 2) or not self.in_flight:
-            deliveries = self._claim(free)
-            claimed = deliveries if deliveries is None else len(deliveries)
-            for delivery in deliveries or []:
-                future = self.pool.submit(self.transport.send, delivery)
-                self.in_flight[future] = delivery
-                future.add_done_callback(self.completed.put)
-        if self.in_flight:
-            self._collect(wait=RECORD_LINGER if not claimed else 0)
-        self._record_if_ready()
+        # than one at a time), but do not wait for the whole batch to finish
+        # before claiming more.
+        if room < max(1, self.batch_size // 2) and held:
+            return claimed
+        want = min(room, self.batch_size)
+        closed = [url for url, lane in self.lanes.items() if not lane.takes_claims(now)]
+        deliveries = self._claim(limit=want, skip_urls=closed)
+        if deliveries is None:
+            return None
+        for delivery in deliveries:
+            self._lane(delivery.endpoint_url).waiting.append(delivery)
+        if len(deliveries) < want:
+            self.next_claim_at = time.monotonic() + EMPTY_CLAIM_PAUSE
+        return claimed + len(deliveries)
+
+    def _claim_probes(self) -> int | None:
+        claimed = 0
+        for lane in self.lanes.values():
+            if lane.state != FAILING or lane.probing or lane.next_probe_at is None or lane.next_probe_at > timezone.now():
+                continue
+            try:
+                if not endpoint_take_probe(endpoint_id=lane.endpoint_id, now=timezone.now(), lease=self.lease):
+                    continue
+            except DB_ERRORS as exc:
+                self._database_unavailable("take a probe", exc)
+                return None
+            deliveries = self._claim(limit=1, probe_url=lane.url)
+            if deliveries is None:
+                return None
+            if not deliveries:
+                endpoint_return_probe(endpoint_id=lane.endpoint_id, now=timezone.now())
+                continue
+            logger.info("Probing failing endpoint", extra={"worker": self.name, "endpoint": lane.url})
+            lane.probing = True
+            self._start(lane, deliveries[0], slot=None)
+            claimed += 1
         return claimed
 
-    def _claim(self, limit: int) -> list[ClaimedDelivery] | None:
+    def _claim(self, *, limit: int, skip_urls=(), probe_url: str | None = None) -> list[ClaimedDelivery] | None:
         try:
             refresh_connection()
             if self.recovering:
@@ -165,6 +334,8 @@ class Worker:
                 limit=limit,
                 lease=self.lease,
                 take_over_expired=time.monotonic() >= self.take_over_after,
+                skip_urls=skip_urls,
+                probe_url=probe_url,
             )
             if claimed:  # only batches that found work: an idle worker's empty polls would drown them
                 CLAIM_BATCH_DURATION.labels(kind=ProcessKind.WORKER).observe(time.perf_counter() - started)
@@ -195,56 +366,150 @@ class Worker:
             extra={"worker": self.name},
         )
 
-    def _collect(self, *, wait: float) -> None:
-        try:
-            futures = [self.completed.get(timeout=wait)] if wait else [self.completed.get_nowait()]
-        except queue.Empty:
-            return
-        while True:
-            try:
-                futures.append(self.completed.get_nowait())
-            except queue.Empty:
-                break
-        for future in futures:
-            self.in_flight.pop(future, None)
-            if not future.cancelled():
-                self._add_result(future.result())
+    # --- sending ----------------------------------------------------------------
 
-    def _add_result(self, result: SendResult) -> None:
+    def _dispatch(self, *, may_reserve: bool) -> None:
+        """Start as many waiting deliveries as each lane allows now."""
+        now = time.monotonic()
+        for lane in self.lanes.values():
+            while lane.waiting and lane.open < lane.allowed() and lane.takes_claims(now):
+                slot = None
+                if self.max_rate:
+                    if not lane.slots and not (may_reserve and self._reserve_slots(lane)):
+                        break
+                    slot = lane.slots.popleft()
+                self._start(lane, lane.waiting.popleft(), slot=slot)
+
+    def _reserve_slots(self, lane: Lane) -> bool:
+        count = max(1, min(len(lane.waiting), lane.allowed() - lane.open, math.ceil(self.max_rate * RATE_HORIZON)))
+        try:
+            now = timezone.now()
+            first = endpoint_reserve_send_slots(endpoint_id=lane.endpoint_id, count=count, rate=self.max_rate, now=now)
+        except DB_ERRORS as exc:
+            logger.warning("Send slots not reserved", extra={"worker": self.name, "error": str(exc).strip()})
+            reset_connection_after_error()
+            return False
+        start = time.monotonic() + (first - now).total_seconds()
+        lane.slots.extend(start + i / self.max_rate for i in range(count))
+        return True
+
+    def _start(self, lane: Lane, delivery: ClaimedDelivery, *, slot: float | None) -> None:
+        lane.open += 1
+        task = self.loop.create_task(self._send(delivery, slot))
+        self.tasks[task] = (lane, delivery, lane.open)
+        task.add_done_callback(self._finished)
+
+    async def _send(self, delivery: ClaimedDelivery, slot: float | None) -> SendResult:
+        if slot is not None:
+            await asyncio.sleep(slot - time.monotonic())
+        self.started.add(delivery.id)
+        return await self.transport.send(delivery)
+
+    def _finished(self, task: asyncio.Task) -> None:
+        lane, delivery, in_flight = self.tasks.pop(task)
+        lane.open -= 1
+        self.started.discard(delivery.id)
+        if delivery.probe:
+            lane.probing = False
+        if task.cancelled():
+            self.cancelled.append(delivery)
+            return
+        result = task.result()
+        signal = signal_of(outcome=result.outcome, status_code=result.status_code, retry_after=result.retry_after)
+        lane.limit.on_sample(
+            started=result.started,
+            finished=time.monotonic(),
+            dropped=signal in (Signal.FAILURE, Signal.THROTTLE),
+            in_flight=in_flight,
+        )
+        if signal == Signal.THROTTLE and result.retry_after is not None:
+            # Every worker learns it from the endpoint's row once this is recorded; this one stops now.
+            wait = min(result.retry_after, settings.DELIVERY_RETRY_MAX.total_seconds())
+            lane.blocked_until = max(lane.blocked_until, time.monotonic() + wait)
         ATTEMPT_DURATION.labels(outcome=result.outcome).observe(result.duration_ms / 1000)
         if not self.unrecorded:
             self.oldest_unrecorded = time.monotonic()
         self.unrecorded.append(result)
+        self.progress.set()
+        self._dispatch(may_reserve=False)
+
+    async def _until_worth_returning(self, timeout: float) -> None:
+        """Run the sends until there is something to record or room to claim, or `timeout` passes."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.tasks and not self.stop.is_set():
+            if self._worth_returning():
+                return
+            self.progress.clear()
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            try:
+                await asyncio.wait_for(self.progress.wait(), remaining)
+            except TimeoutError:
+                return
+
+    def _worth_returning(self) -> bool:
+        if self.unrecorded and (
+            len(self.unrecorded) >= max(1, self.batch_size // 2)
+            or time.monotonic() - self.oldest_unrecorded >= RECORD_LINGER
+        ):
+            return True
+        now = time.monotonic()
+        if now < self.next_claim_at:
+            return False
+        room = sum(lane.room(batch_size=self.batch_size) for lane in self.lanes.values() if lane.takes_claims(now))
+        return room >= max(1, self.batch_size // 2) and not any(lane.waiting for lane in self.lanes.values())
+
+    def _waiting(self) -> bool:
+        return any(lane.waiting for lane in self.lanes.values())
+
+    def _until_sendable(self) -> float:
+        now = time.monotonic()
+        return min((lane.blocked_until - now for lane in self.lanes.values() if lane.waiting), default=0.0)
+
+    # --- recording --------------------------------------------------------------
 
     def _record_if_ready(self, *, force: bool = False) -> None:
         if not self.unrecorded:
             return
         ready = (
             force
-            or not self.in_flight
+            or not self.tasks
             or len(self.unrecorded) >= max(1, self.batch_size // 2)
             or time.monotonic() - self.oldest_unrecorded >= RECORD_LINGER
         )
         if not ready:
             return
+        healthy = [
+            url for url, lane in self.lanes.items() if lane.state == HEALTHY and lane.consecutive_failures == 0
+        ]
         try:
             refresh_connection()
-            summary = deliveries_record(worker=self.name, results=self.unrecorded)
+            summary = deliveries_record(worker=self.name, results=self.unrecorded, healthy=healthy)
             self.db_backoff.reset()
         except DB_ERRORS as exc:
             # Keep the results and write them once the database is back; if the
             # lease runs out first, another worker resends with the same key.
             self._database_unavailable("record", exc)
             return
+        for url, health in summary.verdicts.items():
+            lane = self.lanes[url]
+            lane.state, lane.consecutive_failures, lane.next_probe_at = (
+                health.state, health.consecutive_failures, health.next_probe_at
+            )
+            if lane.state != HEALTHY:
+                self.last_endpoints = float("-inf")  # hand back what waits, at once
         self.counts["processed"] += len(self.unrecorded)
         self.counts["succeeded"] += summary.delivered
         self.counts["failed"] += summary.dead
         self.unrecorded = []
 
     def _release(self, deliveries: list[ClaimedDelivery]) -> None:
+        if not deliveries:
+            return
         released = deliveries_release(worker=self.name, claimed=deliveries)
-        if deliveries:
-            logger.info("Handed back %s unstarted deliveries", released, extra={"worker": self.name})
+        logger.info("Handed back %s unstarted deliveries", released, extra={"worker": self.name})
 
     def _keep_alive(self) -> None:
         """Renew held leases and write the heartbeat when they are due (cheap otherwise)."""
@@ -286,16 +551,20 @@ class Worker:
 
     def _drain(self) -> None:
         """Let started sends finish, hand back the unstarted, record everything."""
-        unstarted = [delivery for future, delivery in self.in_flight.items() if future.cancel()]
-        if self.in_flight and len(unstarted) < len(self.in_flight):
+        unstarted = [delivery for lane in self.lanes.values() for delivery in lane.waiting]
+        for lane in self.lanes.values():
+            lane.waiting.clear()
+        for task, (_, delivery, _) in list(self.tasks.items()):
+            if delivery.id not in self.started:
+                task.cancel()
+        if self.tasks:
             logger.info(
-                "Waiting for %s in-flight sends to finish",
-                len(self.in_flight) - len(unstarted),
-                extra={"worker": self.name},
+                "Waiting for %s in-flight sends to finish", len(self.started), extra={"worker": self.name}
             )
-        if self.pool is not None:
-            self.pool.shutdown(wait=True)  # running sends end within the timeout
-        self._collect_everything()
+            # Running sends end within the timeout.
+            self.loop.run_until_complete(asyncio.wait(list(self.tasks), timeout=self.timeout + 5))
+        unstarted += self.cancelled
+        self.cancelled = []
         # The database may be briefly away; try for a while before giving up
         # (the leases then recover whatever was not written).
         deadline = time.monotonic() + max(self.timeout, 10)
@@ -311,20 +580,14 @@ class Worker:
             except DB_ERRORS:
                 reset_connection_after_error()
                 time.sleep(0.5)
+        if self.max_in_flight:
+            try:
+                endpoint_release_share(worker=self.name)
+            except DB_ERRORS:
+                reset_connection_after_error()  # the share's lease runs out by itself
         self._heartbeat(stopped=True)
         self.listener.close()
         logger.info("Worker stopped", extra={"worker": self.name, **self.counts})
-
-    def _collect_everything(self) -> None:
-        while True:
-            try:
-                future = self.completed.get_nowait()
-            except queue.Empty:
-                break
-            self.in_flight.pop(future, None)
-            if not future.cancelled():
-                self._add_result(future.result())
-        self.in_flight.clear()
 
     def _heartbeat(self, *, start: bool = False, stopped: bool = False) -> None:
         try:

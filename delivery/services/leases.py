@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from django.db import connection, transaction
@@ -30,6 +31,8 @@ def deliveries_claim(
     lease: timedelta,
     now: datetime | None = None,
     take_over_expired: bool = True,
+    skip_urls: Sequence[str] = (),
+    probe_url: str | None = None,
 ) -> list[ClaimedDelivery]:
     """Lease up to `limit` due deliveries to `worker` in one short transaction.
 
@@ -37,7 +40,9 @@ def deliveries_claim(
     deliveries whose worker was lost (lease expired, nobody renewed it) are
     first put back in the queue, their attempt logged as abandoned. Rows other
     workers hold are skipped, never waited for. The HTTP calls happen after this
-    commits: nothing stays locked across the network.
+    commits: nothing stays locked across the network. Deliveries to
+    `skip_urls` are left waiting; with `probe_url`, only that endpoint's
+    oldest due delivery is claimed, as its probe.
     """
     now = now or timezone.now()
     if limit <= 0:
@@ -48,7 +53,7 @@ def deliveries_claim(
         rows = deliveries_transition(
             source=DeliveryStatus.QUEUED,
             target=DeliveryStatus.SENDING,
-            select=Due(now=now, limit=limit),
+            select=Due(now=now, limit=1 if probe_url else limit, skip_urls=skip_urls, only_url=probe_url),
             now=now,
             lease=NewLease(worker=worker, until=now + lease),
             returning=_CLAIM_RETURNS,
@@ -64,6 +69,8 @@ def deliveries_claim(
             body=row[4],
             attempt=row[5],
             max_attempts=row[6],
+            due_at=row[7],
+            probe=probe_url is not None,
         )
         for row in rows
     ]
@@ -100,6 +107,7 @@ def _take_over_expired(*, now: datetime, limit: int) -> int:
                     "before recording an outcome."
                 ),
                 response_excerpt="",
+                max_attempts=max_attempts,
                 decision=decide(
                     outcome=AttemptOutcome.ABANDONED,
                     attempt=attempt,
@@ -128,7 +136,7 @@ def deliveries_renew_leases(*, worker: str, lease: timedelta) -> int:
 
 
 def deliveries_release(*, worker: str, claimed: list[ClaimedDelivery]) -> int:
-    """Hand back claims that were never started (graceful shutdown): QUEUED again, due now.
+    """Hand back claims that were never started (shutdown, a paused or failing endpoint): QUEUED again.
 
     The attempt they were claimed for never happened, so it is not counted.
     """
@@ -143,10 +151,14 @@ def deliveries_release(*, worker: str, claimed: list[ClaimedDelivery]) -> int:
                 ids=[d.id for d in claimed],
                 attempts=[d.attempt for d in claimed],
                 held_by=worker,
-                values={"attempts": [d.attempt - 1 for d in claimed]},
+                values={
+                    "attempts": [d.attempt - 1 for d in claimed],
+                    # Its place in the due order, so a paused endpoint's backlog drains as it was queued.
+                    "next_attempt_at": [min(d.due_at or now, now) for d in claimed],
+                },
             ),
             now=now,
-            changes={"attempt_started_at": None, "next_attempt_at": now},
+            changes={"attempt_started_at": None},
         )
         if released:
             notify(WORKER_CHANNEL)

@@ -1,7 +1,10 @@
 """Writing attempts down and applying their outcomes: a few set-based statements per batch.
 
-Per batch: one UPDATE of the deliveries for each outcome kind present
-(delivered, to retry, dead), each checked against the lease; one insert of
+Per batch: the endpoint's health first when its answers say anything new
+(delivery.health: a failure, a throttle, or the first success after failures),
+so every decision knows whether the receiver is down; then one UPDATE of the
+deliveries for each outcome kind present (delivered, to retry, waiting on the
+endpoint, dead), each checked against the lease; one insert of
 the attempt log for the rows whose lease held; one UPDATE of their events for
 each final outcome. A result whose lease was lost (another worker took the
 delivery over) changes nothing: that worker owns it now and resends it under
@@ -12,15 +15,17 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import transaction
 from django.utils import timezone
 
+from delivery.health import Answer, Health, HealthPolicy, Signal, signal_of
 from delivery.models import AttemptOutcome, DeliveryAttempt, DeliveryStatus
 from delivery.retry import Decision, RetryPolicy, decide
+from delivery.services.endpoints import Verdict, endpoint_note_success, endpoint_record_answers
 from delivery.services.transitions import Rows, deliveries_transition
 from delivery.transport import SendResult
 from runtime.copy import copy_rows
@@ -45,14 +50,18 @@ class AttemptRecord:
     error: str
     response_excerpt: str
     decision: Decision
+    max_attempts: int
 
 
 @dataclass
 class RecordSummary:
     delivered: int = 0
     retrying: int = 0
+    waiting: int = 0
     dead: int = 0
     lease_lost: int = 0
+    # The health of each endpoint this batch had to weigh, as it now stands.
+    verdicts: dict[str, Health] = field(default_factory=dict)
 
 
 _ATTEMPT_COLUMNS = (
@@ -71,19 +80,23 @@ def attempts_apply(
     lease described (`held_by` a worker, or `expired_before` a time) move.
     """
     applied: dict[uuid.UUID, uuid.UUID] = {}  # delivery id -> event id
-    by_status: dict[str, list[AttemptRecord]] = {}
+    by_status: dict[tuple[str, bool, bool], list[AttemptRecord]] = {}
     for record in records:
-        by_status.setdefault(record.decision.status, []).append(record)
-    for status, group in by_status.items():
+        key = (record.decision.status, record.decision.charged, record.decision.delay is None)
+        by_status.setdefault(key, []).append(record)
+    for (status, charged, keeps_due), group in by_status.items():
         values = {
             "last_status_code": [r.status_code for r in group],
             "last_error": [r.decision.reason for r in group],
         }
         changes = {}
-        if status == DeliveryStatus.QUEUED:
-            values["next_attempt_at"] = [now + r.decision.delay for r in group]
-        else:
+        if not charged:
+            # Waited on the endpoint: the attempt is logged but not counted against the budget.
+            values["max_attempts"] = [r.max_attempts + 1 for r in group]
+        if status != DeliveryStatus.QUEUED:
             changes["next_attempt_at"] = now
+        elif not keeps_due:
+            values["next_attempt_at"] = [now + r.decision.delay for r in group]
         if status == DeliveryStatus.DELIVERED:
             changes["delivered_at"] = now
         moved = deliveries_transition(
@@ -137,38 +150,39 @@ def attempts_apply(
     return set(applied)
 
 
-def deliveries_record(*, worker: str, results: Sequence[SendResult]) -> RecordSummary:
-    """Write down a batch of attempts and apply their outcomes, in one short transaction."""
+def deliveries_record(
+    *, worker: str, results: Sequence[SendResult], healthy: Collection[str] = ()
+) -> RecordSummary:
+    """Write down a batch of attempts and apply their outcomes, in one short transaction.
+
+    `healthy` names the endpoints this worker last saw HEALTHY with no failure
+    counted: for those, a batch of successes only moves the last success
+    forward (after the deliveries, so the endpoint's row is locked for the
+    shortest time); anything else is weighed by the endpoint's health first.
+    """
     summary = RecordSummary()
     if not results:
         return summary
     policy = RetryPolicy.from_settings()
-    records = [
-        AttemptRecord(
-            delivery_id=r.delivery.id,
-            attempt=r.delivery.attempt,
-            worker=worker,
-            started_at=r.started_at,
-            finished_at=r.finished_at,
-            duration_ms=r.duration_ms,
-            outcome=r.outcome,
-            status_code=r.status_code,
-            error=r.error,
-            response_excerpt=r.response_excerpt,
-            decision=decide(
-                outcome=r.outcome,
-                attempt=r.delivery.attempt,
-                max_attempts=r.delivery.max_attempts,
-                description=r.describe(),
-                retry_after=r.retry_after,
-                policy=policy,
-            ),
-        )
-        for r in results
-    ]
+    health_policy = HealthPolicy.from_settings()
     now = timezone.now()
+    answers = {id(r): _answer(r) for r in results}
+    by_url: dict[str, list[SendResult]] = {}
+    for result in results:
+        by_url.setdefault(result.delivery.endpoint_url, []).append(result)
     with transaction.atomic():
+        verdicts: dict[str, Verdict | None] = {}
+        for url, group in by_url.items():
+            quiet = url in healthy and all(answers[id(r)].signal == Signal.SUCCESS for r in group)
+            verdicts[url] = None if quiet else endpoint_record_answers(
+                url=url, answers=[answers[id(r)] for r in group], now=now, policy=health_policy
+            )
+        records = [_record(r, worker, answers[id(r)], verdicts[r.delivery.endpoint_url], policy) for r in results]
         applied = attempts_apply(records=records, now=now, held_by=worker)
+        for url, verdict in verdicts.items():
+            if verdict is None:
+                endpoint_note_success(url=url, at=max(r.finished_at for r in by_url[url]))
+    summary.verdicts = {url: verdict.health for url, verdict in verdicts.items() if verdict is not None}
     for result, record in zip(results, records, strict=True):
         fields = _log_fields(result)
         if record.delivery_id not in applied:
@@ -179,6 +193,9 @@ def deliveries_record(*, worker: str, results: Sequence[SendResult]) -> RecordSu
         elif record.decision.status == DeliveryStatus.DELIVERED:
             summary.delivered += 1
             logger.info("Delivery attempt delivered", extra=fields)
+        elif not record.decision.charged:
+            summary.waiting += 1
+            logger.warning("Delivery attempt waits for the endpoint (attempt not counted)", extra=fields)
         elif record.decision.status == DeliveryStatus.QUEUED:
             summary.retrying += 1
             logger.warning("Delivery attempt retrying", extra=fields)
@@ -186,6 +203,44 @@ def deliveries_record(*, worker: str, results: Sequence[SendResult]) -> RecordSu
             summary.dead += 1
             logger.warning("Delivery attempt dead", extra=fields)
     return summary
+
+
+def _answer(result: SendResult) -> Answer:
+    return Answer(
+        signal=signal_of(outcome=result.outcome, status_code=result.status_code, retry_after=result.retry_after),
+        started_at=result.started_at,
+        finished_at=result.finished_at,
+        description=result.describe(),
+        retry_after=result.retry_after,
+        probe=result.delivery.probe,
+    )
+
+
+def _record(result: SendResult, worker: str, answer: Answer, verdict: Verdict | None, policy: RetryPolicy) -> AttemptRecord:
+    return AttemptRecord(
+        delivery_id=result.delivery.id,
+        attempt=result.delivery.attempt,
+        worker=worker,
+        started_at=result.started_at,
+        finished_at=result.finished_at,
+        duration_ms=result.duration_ms,
+        outcome=result.outcome,
+        status_code=result.status_code,
+        error=result.error,
+        response_excerpt=result.response_excerpt,
+        max_attempts=result.delivery.max_attempts,
+        decision=decide(
+            outcome=result.outcome,
+            attempt=result.delivery.attempt,
+            max_attempts=result.delivery.max_attempts,
+            description=result.describe(),
+            status_code=result.status_code,
+            retry_after=result.retry_after,
+            endpoint_down=verdict is not None and verdict.down,
+            refused_by_message=verdict is not None and verdict.health.refused_by_message(answer),
+            policy=policy,
+        ),
+    )
 
 
 def _log_fields(result: SendResult) -> dict:

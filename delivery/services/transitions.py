@@ -38,15 +38,22 @@ DELIVERY_TRANSITIONS: Mapping[tuple[str, str], str] = {
     "take over: its worker was lost, tried again now",
     (SENDING, DEAD): "record: a permanent failure, or the last attempt failed",
     (DEAD, QUEUED): "resend: an operator queues it again, under the same key",
+    (QUEUED, DEAD): "expire: still waiting (on a failing or paused endpoint) EVENT_MAX_LATENESS after it was queued",
 }
 
 
 @dataclass(frozen=True)
 class Due:
-    """Select QUEUED rows due by `now`, oldest first, skipping rows others hold."""
+    """Select QUEUED rows due by `now`, oldest first, skipping rows others hold.
+
+    `skip_urls`: endpoints whose deliveries wait (failing, paused, throttled);
+    `only_url`: one endpoint's alone (a probe).
+    """
 
     now: datetime
     limit: int
+    skip_urls: Sequence[str] = ()
+    only_url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -123,11 +130,17 @@ def deliveries_transition(
         # A materialised CTE, not a sub-select in FROM: PostgreSQL may run a
         # sub-select once per outer row of a nested loop, and with SKIP LOCKED
         # each run returns other rows, so LIMIT would stop limiting.
+        endpoint_filter, endpoint_params = "", []
+        if select.only_url is not None:
+            endpoint_filter, endpoint_params = " AND endpoint_url = %s", [select.only_url]
+        elif select.skip_urls:
+            endpoint_filter = f" AND endpoint_url NOT IN ({', '.join(['%s'] * len(select.skip_urls))})"
+            endpoint_params = list(select.skip_urls)
         cte = (
-            f"WITH v AS MATERIALIZED (SELECT id AS v_id FROM {table} WHERE status = %s AND next_attempt_at <= %s "
-            f"ORDER BY next_attempt_at LIMIT %s{skip_locked()}) "
+            f"WITH v AS MATERIALIZED (SELECT id AS v_id FROM {table} WHERE status = %s AND next_attempt_at <= %s"
+            f"{endpoint_filter} ORDER BY next_attempt_at LIMIT %s{skip_locked()}) "
         )
-        cte_params = [QUEUED, _prep("next_attempt_at", select.now), select.limit]
+        cte_params = [QUEUED, _prep("next_attempt_at", select.now), *endpoint_params, select.limit]
         relation, relation_params = "v", []
     else:
         # Relation columns are prefixed so RETURNING can name the table's own

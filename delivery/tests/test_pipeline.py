@@ -129,10 +129,11 @@ def test_503_twice_then_200_is_delivered_on_the_third_attempt_with_the_same_key(
     assert event.delivery.attempts - 1 == 2  # two retries (the API's retry_count)
 
 
-def test_404_fails_the_event_at_once(delivery_settings, sink):
+def test_404_fails_the_event_at_once_when_the_receiver_accepts_other_messages(delivery_settings, sink):
     event = new_user().events.get()
-    make_due([event])
-    sink.script(event.idempotency_key, Reply(status=404))
+    others = [new_user(first_name=f"Other{i}").events.get() for i in range(3)]
+    make_due([event, *others])
+    sink.script(event.idempotency_key, Reply(status=404, delay=0.2))
 
     run_scheduler_once()
     run_worker_once()
@@ -143,7 +144,38 @@ def test_404_fails_the_event_at_once(delivery_settings, sink):
     delivery = Delivery.objects.get(event=event)
     assert delivery.status == DeliveryStatus.DEAD
     assert delivery.attempt_log.get().outcome == AttemptOutcome.PERMANENT_FAILURE
+    assert sorted(r.idempotency_key for r in sink.received) == sorted(
+        e.idempotency_key for e in [event, *others]
+    )
+
+
+def test_422_fails_the_event_at_once_even_when_nothing_else_is_sent(delivery_settings, sink):
+    event = new_user().events.get()
+    make_due([event])
+    sink.script(event.idempotency_key, Reply(status=422))
+
+    run_scheduler_once()
+    run_worker_once()
+
+    event.refresh_from_db()
+    assert event.status == EventStatus.FAILED
+    assert "422" in event.failure_reason
+    assert Delivery.objects.get(event=event).status == DeliveryStatus.DEAD
     assert len(sink.received) == 1
+
+
+def test_a_lone_404_is_the_endpoints_failure_and_is_tried_again_not_dead(delivery_settings, sink):
+    event = new_user().events.get()
+    make_due([event])
+    sink.script(event.idempotency_key, Reply(status=404))
+
+    run_scheduler_once()
+    deliver_until_settled()
+
+    event.refresh_from_db()
+    assert event.status == EventStatus.COMPLETED
+    outcomes = [(a.status_code, a.outcome) for a in Delivery.objects.get(event=event).attempt_log.all()]
+    assert outcomes == [(404, AttemptOutcome.PERMANENT_FAILURE), (200, AttemptOutcome.DELIVERED)]
 
 
 def test_a_hanging_receiver_times_out_and_is_retried(delivery_settings, sink):
@@ -374,7 +406,7 @@ def test_resending_a_dead_delivery_goes_to_the_current_receiver_under_the_same_k
 
     event = new_user().events.get()
     make_due([event])
-    sink.script(event.idempotency_key, Reply(status=410))
+    sink.script(event.idempotency_key, Reply(status=422))
     run_scheduler_once()
     run_worker_once()
     delivery = Delivery.objects.get(event=event)

@@ -1,5 +1,6 @@
 """The webhook transport's rules: classification, Retry-After, backoff, headers."""
 
+import asyncio
 import json
 import random
 import socket
@@ -13,6 +14,7 @@ from standardwebhooks.webhooks import Webhook
 from delivery.models import AttemptOutcome
 from delivery.retry import RetryPolicy
 from delivery.retry import retry_delay as policy_delay
+from delivery.signing import WebhookSigner
 from delivery.sink import Reply
 from delivery.transport import (
     USER_AGENT,
@@ -21,6 +23,23 @@ from delivery.transport import (
     classify_status,
     parse_retry_after,
 )
+
+
+def send_all(transport: WebhookTransport, *deliveries: ClaimedDelivery) -> list:
+    """Send on a fresh event loop, one after the other, over one session (as a worker does)."""
+
+    async def run():
+        await transport.open()
+        try:
+            return [await transport.send(delivery) for delivery in deliveries]
+        finally:
+            await transport.close()
+
+    return asyncio.run(run())
+
+
+def send(transport: WebhookTransport, delivery: ClaimedDelivery):
+    return send_all(transport, delivery)[0]
 
 
 def retry_delay(*, attempt: int, retry_after: float | None = None) -> float:
@@ -88,7 +107,7 @@ def test_retry_after_is_honoured_up_to_the_cap(settings):
 def test_send_posts_json_with_idempotency_key_and_user_agent_and_follows_no_redirect(sink):
     sink.default = Reply(status=302, headers={"Location": "http://127.0.0.1:9/elsewhere"})
 
-    result = WebhookTransport(timeout=5).send(claimed(sink.url))
+    result = send(WebhookTransport(timeout=5), claimed(sink.url))
 
     assert len(sink.received) == 1
     request = sink.received[0]
@@ -104,7 +123,7 @@ def test_signed_requests_verify_with_the_standard_webhooks_library(sink):
     secret = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
     sink.default = Reply(status=204, body=b"")
 
-    WebhookTransport(timeout=5, secret=secret).send(claimed(sink.url))
+    send(WebhookTransport(timeout=5, signer=WebhookSigner([secret])), claimed(sink.url))
 
     request = sink.received[0]
     headers = {k: v for k, v in request.headers.items()}
@@ -118,7 +137,7 @@ def test_connection_error_is_transient():
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
 
-    result = WebhookTransport(timeout=5).send(claimed(f"http://127.0.0.1:{port}/hook"))
+    result = send(WebhookTransport(timeout=5), claimed(f"http://127.0.0.1:{port}/hook"))
 
     assert result.outcome == AttemptOutcome.TRANSIENT_FAILURE
     assert "Connection" in result.error or "refused" in result.error
@@ -127,7 +146,7 @@ def test_connection_error_is_transient():
 def test_response_excerpt_is_cut_to_2_kib(sink):
     sink.default = Reply(status=500, body=b"x" * 10000)
 
-    result = WebhookTransport(timeout=5).send(claimed(sink.url))
+    result = send(WebhookTransport(timeout=5), claimed(sink.url))
 
     assert result.outcome == AttemptOutcome.TRANSIENT_FAILURE
     assert len(result.response_excerpt) == 2048
@@ -136,17 +155,16 @@ def test_response_excerpt_is_cut_to_2_kib(sink):
 def test_a_hanging_receiver_is_a_timeout(sink):
     sink.default = Reply(delay=1.5)
 
-    result = WebhookTransport(timeout=0.3).send(claimed(sink.url))
+    result = send(WebhookTransport(timeout=0.3), claimed(sink.url))
 
     assert result.outcome == AttemptOutcome.TRANSIENT_FAILURE
     assert result.error == "Timed out after 0.3 s"
 
 
 def test_connections_are_kept_alive_between_posts(sink):
-    transport = WebhookTransport(timeout=5)
+    results = send_all(WebhookTransport(timeout=5), *(claimed(sink.url) for _ in range(3)))
 
-    for _ in range(3):
-        assert transport.send(claimed(sink.url)).outcome == AttemptOutcome.DELIVERED
+    assert [r.outcome for r in results] == [AttemptOutcome.DELIVERED] * 3
 
     assert len({r.client_port for r in sink.received}) == 1
 
@@ -162,7 +180,7 @@ def test_requests_go_through_the_proxy_the_environment_names(sink, monkeypatch):
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.delenv("no_proxy", raising=False)
 
-    result = WebhookTransport(timeout=5).send(claimed(sink.url))
+    result = send(WebhookTransport(timeout=5), claimed(sink.url))
 
     # The proxy is down, so the request never reaches the receiver.
     assert result.outcome == AttemptOutcome.TRANSIENT_FAILURE
@@ -173,7 +191,7 @@ def test_hosts_in_no_proxy_are_reached_directly(sink, monkeypatch):
     monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{unused_port()}")
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
 
-    result = WebhookTransport(timeout=5).send(claimed(sink.url))
+    result = send(WebhookTransport(timeout=5), claimed(sink.url))
 
     assert result.outcome == AttemptOutcome.DELIVERED
     assert len(sink.received) == 1

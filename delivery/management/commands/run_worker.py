@@ -16,7 +16,11 @@ class Command(BaseCommand):
     help = "Send due webhook deliveries until stopped (SIGTERM/SIGINT drains and exits 0)."
 
     def add_arguments(self, parser):
-        parser.add_argument("--concurrency", type=int, default=8, help="Parallel sends (threads). Default 8.")
+        parser.add_argument(
+            "--concurrency", type=int, default=None,
+            help="Requests kept open to the receiver, fixed. Default: adapt to the receiver (slow start, "
+            "halved on timeouts, 5xx and 429), within WEBHOOK_MAX_IN_FLIGHT.",
+        )
         parser.add_argument("--batch-size", type=int, default=200, help="Most deliveries claimed at once. Default 200.")
         parser.add_argument("--interval", type=float, default=1.0, help="Longest idle sleep in seconds. Default 1.")
         parser.add_argument(
@@ -28,7 +32,7 @@ class Command(BaseCommand):
     def handle(self, *args, concurrency, batch_size, interval, once, metrics_port, **options):
         if not settings.WEBHOOK_URL:
             raise CommandError("WEBHOOK_URL is not set: the worker has nowhere to deliver to.")
-        if concurrency < 1 or batch_size < 1 or interval <= 0:
+        if (concurrency is not None and concurrency < 1) or batch_size < 1 or interval <= 0:
             raise CommandError("--concurrency and --batch-size must be at least 1, --interval above 0.")
         if not 0 <= metrics_port <= 65535:
             raise CommandError("--metrics-port must be a port number (0: no metrics).")

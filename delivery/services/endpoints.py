@@ -1,0 +1,231 @@
+"""The Endpoint state machine and the fleet's shared limits: health, pause, probes, rate slots, in-flight shares.
+
+Every write of Endpoint.state goes through `endpoint_transition`: one
+conditional UPDATE on the expected state. The other columns the workers
+share (the failure count, the Retry-After block, the rate schedule, the probe
+schedule) are written under the endpoint row's lock, so two workers' batches
+apply one after the other and the fleet agrees on one state.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import F, Sum
+from django.db.models.functions import Greatest
+from django.utils import timezone
+
+from delivery.health import Answer, Health, HealthPolicy, observe
+from delivery.models import Endpoint, EndpointPermit, EndpointState
+from runtime.wakeup import WORKER_CHANNEL, notify
+from scheduling.exceptions import InvalidStateTransition
+
+logger = logging.getLogger(__name__)
+
+HEALTHY, FAILING, PAUSED = EndpointState.HEALTHY, EndpointState.FAILING, EndpointState.PAUSED
+
+
+class EndpointActor(enum.StrEnum):
+    """Who moves an endpoint. Each move belongs to one actor."""
+
+    WORKER = "worker"  # recording a batch of answers
+    PROBE = "probe"  # the one attempt a FAILING endpoint lets through
+    OPERATOR = "operator"  # the console's Pause and Resume
+
+
+# The state machine. Every other move is refused with InvalidStateTransition.
+ENDPOINT_TRANSITIONS: Mapping[tuple[str, str], EndpointActor] = {
+    # ENDPOINT_FAILURE_THRESHOLD endpoint failures in a row, over all workers.
+    (HEALTHY, FAILING): EndpointActor.WORKER,
+    # The probe (or any attempt still in flight) succeeded: the backlog drains.
+    (FAILING, HEALTHY): EndpointActor.PROBE,
+    # An operator holds every delivery to it; in-flight requests finish.
+    (HEALTHY, PAUSED): EndpointActor.OPERATOR,
+    (FAILING, PAUSED): EndpointActor.OPERATOR,
+    # Resumed: HEALTHY, so the backlog drains at once; if the receiver is still
+    # down, the first answers make it FAILING again.
+    (PAUSED, HEALTHY): EndpointActor.OPERATOR,
+}
+
+_HEALTH_FIELDS = tuple(Health.__dataclass_fields__)
+
+
+def endpoint_transition(
+    *, endpoint_id: int, source: str, target: str, actor: EndpointActor, changes: Mapping[str, Any] | None = None
+) -> bool:
+    """Move the endpoint from `source` to `target` if it is still in `source`; say whether it moved."""
+    if ENDPOINT_TRANSITIONS.get((source, target)) != actor:
+        raise InvalidStateTransition(f"The {actor} cannot move an endpoint from {source} to {target}.")
+    moved = Endpoint.objects.filter(pk=endpoint_id, state=source).update(
+        state=target, updated_at=timezone.now(), **(changes or {})
+    )
+    return moved == 1
+
+
+def endpoints_ensure(*, urls: Sequence[str]) -> dict[str, Endpoint]:
+    """The endpoint row of each URL, created HEALTHY where there is none yet."""
+    found = {e.url: e for e in Endpoint.objects.filter(url__in=list(urls))}
+    for url in urls:
+        if url not in found:
+            try:
+                with transaction.atomic():
+                    found[url] = Endpoint.objects.create(url=url)
+            except IntegrityError:  # another worker created it first
+                found[url] = Endpoint.objects.get(url=url)
+    return found
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a batch's answers made of the endpoint, for the decisions about its deliveries."""
+
+    health: Health
+    down: bool
+
+
+def endpoint_record_answers(
+    *, url: str, answers: Sequence[Answer], now: datetime, policy: HealthPolicy
+) -> Verdict:
+    """Apply one worker's batch of answers to the endpoint's shared health; the caller's transaction holds it.
+
+    The row is locked for the rest of the caller's transaction, so batches from
+    several workers count failures one after the other.
+    """
+    endpoint = Endpoint.objects.select_for_update().filter(url=url).first()
+    if endpoint is None:
+        endpoints_ensure(urls=[url])
+        endpoint = Endpoint.objects.select_for_update().get(url=url)
+    before = Health(**{name: getattr(endpoint, name) for name in _HEALTH_FIELDS})
+    after = observe(health=before, answers=answers, now=now, policy=policy)
+    changes = {name: getattr(after, name) for name in _HEALTH_FIELDS if getattr(after, name) != getattr(before, name)}
+    moves = changes.pop("state", None)
+    if moves is not None:
+        actor = EndpointActor.WORKER if moves == FAILING else EndpointActor.PROBE
+        endpoint_transition(endpoint_id=endpoint.pk, source=before.state, target=moves, actor=actor, changes=changes)
+        _log_move(url=url, before=before, after=after)
+        if moves == HEALTHY:
+            notify(WORKER_CHANNEL)  # idle workers drain the backlog now, not at their next poll
+    elif changes:
+        Endpoint.objects.filter(pk=endpoint.pk).update(updated_at=now, **changes)
+    return Verdict(health=after, down=after.is_down(policy))
+
+
+def endpoint_note_success(*, url: str, at: datetime) -> None:
+    """A healthy endpoint's batch all succeeded: move its last success forward (never back)."""
+    Endpoint.objects.filter(url=url).update(last_success_at=Greatest(F("last_success_at"), at))
+
+
+def _log_move(*, url: str, before: Health, after: Health) -> None:
+    if after.state == FAILING:
+        logger.warning(
+            "Endpoint failing: %s failures in a row; deliveries wait for it, probing every %s s at most",
+            after.consecutive_failures,
+            int(after.probe_interval.total_seconds()) if after.probe_interval else 0,
+            extra={"endpoint": url, "last_error": after.last_error},
+        )
+    else:
+        logger.info(
+            "Endpoint healthy again after failing since %s",
+            before.failing_since.isoformat() if before.failing_since else "?",
+            extra={"endpoint": url},
+        )
+
+
+def endpoint_pause(*, endpoint: Endpoint, operator: str) -> Endpoint:
+    """Hold every delivery to this endpoint: its backlog stays QUEUED until resumed."""
+    now = timezone.now()
+    for source in (HEALTHY, FAILING):
+        if endpoint_transition(
+            endpoint_id=endpoint.pk,
+            source=source,
+            target=PAUSED,
+            actor=EndpointActor.OPERATOR,
+            changes={"paused_by": operator, "paused_at": now, "failing_since": None, "next_probe_at": None,
+                     "probe_interval": None},
+        ):
+            logger.warning("Endpoint paused by %s", operator, extra={"endpoint": endpoint.url, "was": source})
+            notify(WORKER_CHANNEL)
+            return Endpoint.objects.get(pk=endpoint.pk)
+    current = Endpoint.objects.get(pk=endpoint.pk)
+    raise InvalidStateTransition(f"Endpoint {current.url} is already paused (by {current.paused_by}).")
+
+
+def endpoint_resume(*, endpoint: Endpoint, operator: str) -> Endpoint:
+    """Let deliveries to this endpoint flow again; its backlog drains in due order."""
+    if not endpoint_transition(
+        endpoint_id=endpoint.pk,
+        source=PAUSED,
+        target=HEALTHY,
+        actor=EndpointActor.OPERATOR,
+        changes={"paused_by": "", "paused_at": None, "consecutive_failures": 0, "blocked_until": None},
+    ):
+        current = Endpoint.objects.get(pk=endpoint.pk)
+        raise InvalidStateTransition(f"Endpoint {current.url} is {current.state}, not paused: nothing to resume.")
+    logger.warning("Endpoint resumed by %s", operator, extra={"endpoint": endpoint.url})
+    notify(WORKER_CHANNEL)
+    return Endpoint.objects.get(pk=endpoint.pk)
+
+
+def endpoint_take_probe(*, endpoint_id: int, now: datetime, lease: timedelta) -> bool:
+    """Win the FAILING endpoint's next probe (one worker at a time); its schedule moves past the lease."""
+    return (
+        Endpoint.objects.filter(pk=endpoint_id, state=FAILING, next_probe_at__lte=now).update(
+            next_probe_at=now + lease, updated_at=now
+        )
+        == 1
+    )
+
+
+def endpoint_return_probe(*, endpoint_id: int, now: datetime) -> None:
+    """The probe won found nothing to send: the next one may start after the current interval."""
+    Endpoint.objects.filter(pk=endpoint_id, state=FAILING).update(
+        next_probe_at=now + F("probe_interval"), updated_at=now
+    )
+
+
+def endpoint_reserve_send_slots(*, endpoint_id: int, count: int, rate: float, now: datetime) -> datetime:
+    """Reserve `count` consecutive request slots at `rate` per second; return the first slot's instant.
+
+    A generic cell rate algorithm over the fleet: the row holds the next free
+    slot, every worker takes its slots from there, so requests from all of them
+    together start at most `rate` per second, however many workers there are.
+    """
+    with transaction.atomic():
+        endpoint = Endpoint.objects.select_for_update().only("next_send_slot").get(pk=endpoint_id)
+        first = max(endpoint.next_send_slot or now, now)
+        Endpoint.objects.filter(pk=endpoint_id).update(next_send_slot=first + timedelta(seconds=count / rate))
+    return first
+
+
+def endpoint_share_in_flight(
+    *, endpoint_id: int, worker: str, want: int, cap: int, lease: timedelta, now: datetime
+) -> int:
+    """Set this worker's share of the fleet's in-flight cap for the endpoint; return the share granted.
+
+    Under the endpoint's row lock: the shares of live workers (unexpired rows)
+    never add up to more than `cap`, and no worker asks for more than an equal
+    part while others want some, so a newcomer gets its part as the others
+    renew theirs.
+    """
+    with transaction.atomic():
+        Endpoint.objects.select_for_update().only("id").get(pk=endpoint_id)
+        EndpointPermit.objects.filter(endpoint_id=endpoint_id, expires_at__lte=now).delete()  # dead workers' shares
+        live = EndpointPermit.objects.filter(endpoint_id=endpoint_id).exclude(worker=worker)
+        others = live.aggregate(total=Sum("permits"))["total"] or 0
+        fair = -(-cap // (live.count() + 1))
+        granted = max(0, min(want, fair, cap - others))
+        EndpointPermit.objects.update_or_create(
+            endpoint_id=endpoint_id, worker=worker, defaults={"permits": granted, "expires_at": now + lease}
+        )
+    return granted
+
+
+def endpoint_release_share(*, worker: str) -> None:
+    """A stopping worker gives its in-flight shares back at once."""
+    EndpointPermit.objects.filter(worker=worker).delete()

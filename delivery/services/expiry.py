@@ -1,0 +1,90 @@
+"""Deliveries that waited too long: a greeting days late does more harm than good.
+
+A delivery waits without spending attempts while its endpoint is failing or
+paused, so attempts alone no longer bound how late it can arrive. The same
+rule as for our own downtime bounds it: still QUEUED EVENT_MAX_LATENESS after
+it was queued, it is DEAD and its event FAILED, with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from delivery.models import Delivery, DeliveryStatus
+from delivery.services.transitions import Rows, deliveries_transition
+from runtime.sql import skip_locked, typed_rows
+from scheduling.models import EventStatus
+from scheduling.services.transitions import Actor, EventRef, events_transition
+
+logger = logging.getLogger(__name__)
+
+EXPIRE_BATCH = 1000
+
+
+def deliveries_expire_late(*, now: datetime) -> int:
+    """Fail every QUEUED delivery queued more than EVENT_MAX_LATENESS ago; return how many.
+
+    Reads a range of delivery_queued_due_idx (a delivery queued before the
+    cutoff became due no earlier than it was queued, so only rows due before
+    the cutoff can qualify), in batches that skip rows a worker holds.
+    """
+    lateness = settings.EVENT_MAX_LATENESS
+    cutoff = now - lateness
+    table = Delivery._meta.db_table
+    fields = [Delivery._meta.get_field(name) for name in ("id", "event_id", "attempts", "last_error")]
+    expired = 0
+    while True:
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cutoff_value = fields[0].model._meta.get_field("created_at").get_db_prep_value(cutoff, connection)
+                cursor.execute(
+                    f"SELECT id, event_id, attempts, last_error FROM {table} WHERE status = %s "
+                    f"AND next_attempt_at < %s AND created_at < %s ORDER BY next_attempt_at LIMIT %s{skip_locked()}",
+                    [DeliveryStatus.QUEUED, cutoff_value, cutoff_value, EXPIRE_BATCH],
+                )
+                rows = typed_rows(cursor.fetchall(), fields)
+            if not rows:
+                return expired
+            reasons = [
+                f"Not delivered within EVENT_MAX_LATENESS ({_hours(lateness)}) of being queued: the receiver "
+                f"was failing or paused; last: {last_error or 'no attempt'}"
+                for _, _, _, last_error in rows
+            ]
+            moved = deliveries_transition(
+                source=DeliveryStatus.QUEUED,
+                target=DeliveryStatus.DEAD,
+                select=Rows(
+                    ids=[row[0] for row in rows],
+                    attempts=[row[2] for row in rows],
+                    values={"last_error": reasons},
+                ),
+                now=now,
+                returning=("id", "event_id"),
+            )
+            moved_ids = {delivery_id for delivery_id, _ in moved}
+            kept = [(row, reason) for row, reason in zip(rows, reasons, strict=True) if row[0] in moved_ids]
+            events_transition(
+                events=[EventRef(row[1]) for row, _ in kept],
+                source=EventStatus.PROCESSING,
+                target=EventStatus.FAILED,
+                actor=Actor.WORKER,
+                now=now,
+                per_event={"failure_reason": [reason for _, reason in kept]},
+                strict=False,
+            )
+        expired += len(kept)
+        logger.warning(
+            "Failed %s deliveries still waiting on their receiver past EVENT_MAX_LATENESS", len(kept),
+            extra={"cutoff": cutoff.isoformat()},
+        )
+        if len(rows) < EXPIRE_BATCH:
+            return expired
+
+
+def _hours(lateness) -> str:
+    hours = lateness.total_seconds() / 3600
+    return f"{hours:g} h"

@@ -77,7 +77,8 @@ TAKEOVER_GRACE_BEYOND_TIMEOUT = 6.0
 # failing endpoint, a Retry-After another worker was told, the fleet's shares):
 # a pause reaches every worker within about this long.
 ENDPOINTS_EVERY = 1.0
-# How often deliveries still waiting EVENT_MAX_LATENESS after being queued are failed.
+# How often deliveries still waiting EVENT_MAX_LATENESS after being queued are
+# failed (more often when the lateness itself is short).
 EXPIRE_EVERY = 60.0
 # Under WEBHOOK_MAX_RATE a worker reserves this many seconds of the schedule at a time:
 # short, so slots it cannot use (it stops, the backlog ends) cost the fleet little.
@@ -173,6 +174,7 @@ class Worker:
         self.last_beat = self.last_renewal = time.monotonic()
         self.last_endpoints = self.next_claim_at = float("-inf")
         self.last_expiry = time.monotonic()
+        self.expire_every = min(EXPIRE_EVERY, settings.EVENT_MAX_LATENESS.total_seconds() / 4)
 
     # --- the loop ---------------------------------------------------------------
 
@@ -245,7 +247,7 @@ class Worker:
             self.last_endpoints = now
             for lane in self.lanes.values():
                 IN_FLIGHT_LIMIT.labels(endpoint=lane.url).set(lane.allowed() if lane.state == HEALTHY else 0)
-            if now - self.last_expiry >= EXPIRE_EVERY:
+            if now - self.last_expiry >= self.expire_every:
                 self.last_expiry = now
                 deliveries_expire_late(now=timezone.now())
             return True

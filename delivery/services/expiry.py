@@ -9,7 +9,7 @@ it was queued, it is DEAD and its event FAILED, with the reason.
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -40,7 +40,7 @@ def deliveries_expire_late(*, now: datetime) -> int:
     while True:
         with transaction.atomic():
             with connection.cursor() as cursor:
-                cutoff_value = fields[0].model._meta.get_field("created_at").get_db_prep_value(cutoff, connection)
+                cutoff_value = Delivery._meta.get_field("created_at").get_db_prep_value(cutoff, connection)
                 cursor.execute(
                     f"SELECT id, event_id, attempts, last_error FROM {table} WHERE status = %s "
                     f"AND next_attempt_at < %s AND created_at < %s ORDER BY next_attempt_at LIMIT %s{skip_locked()}",
@@ -50,7 +50,7 @@ def deliveries_expire_late(*, now: datetime) -> int:
             if not rows:
                 return expired
             reasons = [
-                f"Not delivered within EVENT_MAX_LATENESS ({_hours(lateness)}) of being queued: the receiver "
+                f"Not delivered within EVENT_MAX_LATENESS ({_duration(lateness)}) of being queued: the receiver "
                 f"was failing or paused; last: {last_error or 'no attempt'}"
                 for _, _, _, last_error in rows
             ]
@@ -85,6 +85,9 @@ def deliveries_expire_late(*, now: datetime) -> int:
             return expired
 
 
-def _hours(lateness) -> str:
-    hours = lateness.total_seconds() / 3600
-    return f"{hours:g} h"
+def _duration(span: timedelta) -> str:
+    seconds = span.total_seconds()
+    for unit, size in (("h", 3600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g} {unit}"
+    return f"{seconds:g} s"

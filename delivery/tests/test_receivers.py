@@ -1,0 +1,257 @@
+"""Receivers as they are, for real: slow, throttling, down for longer than the retry window, capped, paused.
+
+Real run_scheduler and run_worker processes with the shipped settings unless a
+test names one, a real local receiver, and at the end a count of what arrived:
+nothing lost, nothing twice, nothing DEAD because the receiver was unwell.
+"""
+
+import time
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+
+from delivery.models import Delivery, DeliveryAttempt, DeliveryStatus, Endpoint, EndpointState
+from delivery.services.endpoints import endpoint_pause, endpoint_resume
+from delivery.sink import Reply
+from delivery.tests.conftest import (
+    create_due_users,
+    eventually,
+    process_env,
+    start_process,
+    stop_all,
+    wait_until,
+)
+from scheduling.models import Event, EventStatus
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def peak_open(received, hold: float) -> int:
+    """Most requests open at the receiver at once, each held `hold` seconds after it arrived."""
+    edges = sorted([(r.received_at, 1) for r in received] + [(r.received_at + hold, -1) for r in received])
+    peak = current = 0
+    for _, step in edges:
+        current += step
+        peak = max(peak, current)
+    return peak
+
+
+def busiest_second(received) -> int:
+    """Most requests that arrived within any one-second window."""
+    times = sorted(r.received_at for r in received)
+    most, start = 0, 0
+    for end, at in enumerate(times):
+        while at - times[start] >= 1.0:
+            start += 1
+        most = max(most, end - start + 1)
+    return most
+
+
+def assert_all_delivered_once(sink, expected: int) -> None:
+    counts = Counter(r.idempotency_key for r in sink.received if r.status == 200)
+    assert len(counts) == expected, f"{expected - len(counts)} never delivered"
+    assert max(counts.values()) == 1, [k for k, n in counts.items() if n > 1][:5]
+    assert Delivery.objects.filter(status=DeliveryStatus.DELIVERED).count() == expected
+    assert not Delivery.objects.exclude(status=DeliveryStatus.DELIVERED).exists()
+    assert Event.objects.filter(status=EventStatus.COMPLETED).count() == expected
+
+
+def start_fleet(settings, tmp_path, *, workers: int = 2, worker_args: tuple = (), **env_extra):
+    env = process_env(settings, **env_extra)
+    processes = [start_process(["run_scheduler"], env, tmp_path / "scheduler.log")]
+    processes += [
+        start_process(["run_worker", *worker_args], env, tmp_path / f"worker{i}.log") for i in range(workers)
+    ]
+    return processes
+
+
+def all_settled() -> bool:
+    return not Delivery.objects.exclude(status=DeliveryStatus.DELIVERED).exists() and not Event.objects.filter(
+        status__in=[EventStatus.PROCESSING]
+    ).exists()
+
+
+def test_a_slow_receiver_gets_hundreds_of_requests_open_with_the_shipped_settings(delivery_settings, sink, tmp_path):
+    # Given a receiver that takes 200 ms to answer and 1,500 greetings due
+    delivery_settings.WEBHOOK_TIMEOUT = timedelta(seconds=5)
+    sink.default = Reply(delay=0.2)
+    create_due_users(1500)
+
+    # When one scheduler and two workers run with no --concurrency
+    processes = start_fleet(delivery_settings, tmp_path)
+    try:
+        assert sink.wait_for(1500, timeout=120), f"only {len(set(sink.keys()))} of 1500 arrived"
+        wait_until(all_settled, 30, "every outcome recorded")
+    finally:
+        codes = stop_all(processes)
+
+    # Then each worker's limit grew far past the old fixed 8 threads, and nothing was sent twice
+    assert codes == [0, 0, 0]
+    assert_all_delivered_once(sink, 1500)
+    assert peak_open(sink.received, hold=0.2) >= 100
+
+
+def test_a_receiver_down_longer_than_the_retry_window_loses_nothing_and_kills_nothing(
+    delivery_settings, sink, tmp_path
+):
+    # Given a retry policy whose 3 attempts span about a second, and a receiver that
+    # answers 503 to everything for 8 s (far longer) before it comes back
+    delivery_settings.DELIVERY_RETRY_BASE = timedelta(milliseconds=100)
+    delivery_settings.DELIVERY_RETRY_MAX = timedelta(seconds=1)
+    create_due_users(200)
+    state = {"down_until": None}
+
+    def respond(received):
+        if state["down_until"] is None:
+            state["down_until"] = time.time() + 8
+        return Reply(status=503) if time.time() < state["down_until"] else Reply()
+
+    sink.respond = respond
+
+    # When the fleet runs through the outage (probes at most 1 s apart for the test)
+    processes = start_fleet(
+        delivery_settings, tmp_path, DELIVERY_MAX_ATTEMPTS=3,
+        ENDPOINT_PROBE_FIRST_INTERVAL="0.25s", ENDPOINT_PROBE_MAX_INTERVAL="1s",
+    )
+    try:
+        went_failing = eventually(
+            lambda: Endpoint.objects.filter(state=EndpointState.FAILING).exists(), timeout=10, interval=0.05
+        )
+        assert sink.wait_for(200, timeout=60), f"only {len(set(sink.keys()))} of 200 arrived"
+        wait_until(lambda: all_settled() and _ok_count(sink) == 200, 60, "every delivery to succeed")
+    finally:
+        codes = stop_all(processes)
+
+    # Then the endpoint went FAILING and back, nothing is DEAD, and everything arrived once with a 200
+    assert codes == [0, 0, 0]
+    assert went_failing
+    assert Endpoint.objects.get().state == EndpointState.HEALTHY
+    assert_all_delivered_once(sink, 200)
+    # While it was down, one probe at a time: far fewer requests than 200 deliveries x 3 attempts
+    during_outage = [r for r in sink.received if r.status == 503]
+    assert len(during_outage) < 200 + 40
+    assert not DeliveryAttempt.objects.filter(delivery__status=DeliveryStatus.DEAD).exists()
+
+
+def _ok_count(sink) -> int:
+    return len({r.idempotency_key for r in sink.received if r.status == 200})
+
+
+def test_a_retry_after_told_to_one_worker_holds_back_both(delivery_settings, sink, tmp_path):
+    # Given a receiver that answers its 50th request with 429 Retry-After: 3 and
+    # everything else at once, and two workers sending 2 at a time each (~40/s each)
+    create_due_users(600)
+    counter = {"n": 0}
+
+    def respond(received):
+        with sink.lock:
+            counter["n"] += 1
+            n = counter["n"]
+        return Reply(status=429, headers={"Retry-After": "3"}) if n == 50 else Reply(delay=0.05)
+
+    sink.respond = respond
+    processes = start_fleet(delivery_settings, tmp_path, worker_args=("--concurrency", "2"))
+    try:
+        assert sink.wait_for(600, timeout=120), f"only {len(set(sink.keys()))} of 600 arrived"
+        wait_until(all_settled, 30, "every outcome recorded")
+    finally:
+        codes = stop_all(processes)
+
+    # Then after the 429 (and the second or so the other worker takes to read the
+    # endpoint's row) no request reaches the receiver until the 3 s are over
+    assert codes == [0, 0, 0]
+    throttled = next(r for r in sink.received if r.status == 429)
+    quiet = [r for r in sink.received if throttled.received_at + 1.6 < r.received_at < throttled.received_at + 2.9]
+    assert quiet == []
+    assert_all_delivered_once(sink, 600)
+    # And the throttled delivery spent no attempt: it is delivered with its budget intact
+    delivery = Delivery.objects.get(idempotency_key=throttled.idempotency_key)
+    assert delivery.max_attempts == delivery_settings.DELIVERY_MAX_ATTEMPTS + 1
+
+
+def test_the_fleet_rate_cap_holds_over_two_workers(delivery_settings, sink, tmp_path):
+    # Given WEBHOOK_MAX_RATE=100 and 500 greetings due to a receiver that answers at once
+    create_due_users(500)
+
+    processes = start_fleet(delivery_settings, tmp_path, WEBHOOK_MAX_RATE=100)
+    try:
+        assert sink.wait_for(500, timeout=60), f"only {len(set(sink.keys()))} of 500 arrived"
+        wait_until(all_settled, 30, "every outcome recorded")
+    finally:
+        codes = stop_all(processes)
+
+    # Then no one-second window at the receiver holds more than 110 requests, and the cap was used
+    assert codes == [0, 0, 0]
+    assert_all_delivered_once(sink, 500)
+    assert 90 <= busiest_second(sink.received) <= 110
+    assert {r.headers.get("User-Agent") for r in sink.received}  # both workers sent (keys split between them)
+
+
+def test_the_fleet_in_flight_cap_holds_over_two_workers(delivery_settings, sink, tmp_path):
+    # Given WEBHOOK_MAX_IN_FLIGHT=20 and a receiver that holds each request 100 ms
+    sink.default = Reply(delay=0.1)
+    create_due_users(600)
+
+    processes = start_fleet(delivery_settings, tmp_path, WEBHOOK_MAX_IN_FLIGHT=20)
+    try:
+        assert sink.wait_for(600, timeout=90), f"only {len(set(sink.keys()))} of 600 arrived"
+        wait_until(all_settled, 30, "every outcome recorded")
+    finally:
+        codes = stop_all(processes)
+
+    # Then never more than 20 requests were open at once, over both workers
+    assert codes == [0, 0, 0]
+    assert_all_delivered_once(sink, 600)
+    assert 10 <= peak_open(sink.received, hold=0.1) <= 20
+
+
+def test_pause_holds_every_worker_within_seconds_and_resume_drains_the_backlog(delivery_settings, sink, tmp_path):
+    # Given two workers sending to a receiver that answers in 50 ms at 2 at a time each
+    sink.default = Reply(delay=0.05)
+    create_due_users(800)
+    processes = start_fleet(delivery_settings, tmp_path, worker_args=("--concurrency", "2"))
+    try:
+        assert sink.wait_for(50, timeout=30)
+
+        # When an operator pauses the endpoint
+        endpoint_pause(endpoint=Endpoint.objects.get(), operator="ops")
+        paused_at = sink.received[-1].received_at
+        time.sleep(4)
+        arrived_while_paused = [r for r in sink.received if r.received_at > paused_at + 2.0]
+        waiting = Delivery.objects.filter(status=DeliveryStatus.QUEUED).count()
+
+        # Then within two seconds nothing more is sent, and the backlog stays QUEUED
+        assert arrived_while_paused == []
+        assert waiting > 0
+        assert not Delivery.objects.filter(status=DeliveryStatus.SENDING).exists()
+
+        # And resuming drains it
+        endpoint_resume(endpoint=Endpoint.objects.get(), operator="ops")
+        assert sink.wait_for(800, timeout=90), f"only {len(set(sink.keys()))} of 800 arrived"
+        wait_until(all_settled, 30, "every outcome recorded")
+    finally:
+        codes = stop_all(processes)
+
+    assert codes == [0, 0, 0]
+    assert_all_delivered_once(sink, 800)
+
+
+def test_a_receiver_down_past_event_max_lateness_fails_the_events_with_the_reason(delivery_settings, sink, tmp_path):
+    # Given EVENT_MAX_LATENESS of 4 s and a receiver that never answers but 503
+    sink.default = Reply(status=503)
+    create_due_users(20)
+
+    processes = start_fleet(delivery_settings, tmp_path, workers=1, EVENT_MAX_LATENESS="4s")
+    try:
+        wait_until(
+            lambda: Event.objects.filter(status=EventStatus.FAILED).count() == 20, 40, "the events to fail"
+        )
+    finally:
+        codes = stop_all(processes)
+
+    # Then every event is FAILED naming EVENT_MAX_LATENESS, and none ran out of attempts first
+    assert codes == [0, 0]
+    reasons = set(Event.objects.filter(status=EventStatus.FAILED).values_list("failure_reason", flat=True))
+    assert all("EVENT_MAX_LATENESS" in reason for reason in reasons), reasons
+    assert not Event.objects.filter(failure_reason__startswith="Gave up").exists()

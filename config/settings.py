@@ -309,8 +309,11 @@ HISTORY_RETENTION = parse_duration(env("HISTORY_RETENTION", default="400d"))
 WEBHOOK_URL = env("WEBHOOK_URL", default="")
 # WEBHOOK_TIMEOUT: seconds to wait for the receiver (connect and read).
 WEBHOOK_TIMEOUT = parse_duration(env("WEBHOOK_TIMEOUT", default="10s"))
-# WEBHOOK_SECRET: a Standard Webhooks secret (whsec_...); when set, every request
-# is signed with the webhook-id / webhook-timestamp / webhook-signature headers.
+# WEBHOOK_SECRET: one or more Standard Webhooks secrets (whsec_...), separated by
+# spaces; when set, every request carries webhook-id / webhook-timestamp and one
+# signature per secret in webhook-signature, so a secret can be rotated without
+# downtime (README, "Rotating the signing secret"). A worker refuses to start with
+# a secret it cannot use.
 WEBHOOK_SECRET = env("WEBHOOK_SECRET", default="")
 # DELIVERY_RETRY_BASE / DELIVERY_RETRY_MAX: capped exponential backoff with full
 # jitter between attempts after a transient failure.

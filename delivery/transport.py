@@ -10,6 +10,8 @@ from __future__ import annotations
 import email.utils
 import json
 import time
+import urllib.parse
+import urllib.request
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -104,8 +106,11 @@ class WebhookTransport:
 
     The session's connector sets no limit of its own: how many requests are
     open is the worker's decision (delivery.limit). Proxies come from the
-    environment (HTTP_PROXY, HTTPS_PROXY, NO_PROXY). Open it and send from the
-    event loop it is to run on.
+    environment (HTTP_PROXY, HTTPS_PROXY, NO_PROXY), read once and decided once
+    per URL: aiohttp's own trust_env looks them (and ~/.netrc) up again for
+    every request in a thread pool, and those threads' turns at the GIL slowed
+    every send on the loop's thread. Open it and send from the event loop it
+    is to run on.
     """
 
     def __init__(self, *, timeout: float, signer: WebhookSigner | None = None) -> None:
@@ -113,12 +118,24 @@ class WebhookTransport:
         self._signer = signer
         self._session: aiohttp.ClientSession | None = None
         self._headers = {"User-Agent": USER_AGENT, "Content-Type": "application/json"}
+        # getproxies() also carries NO_PROXY under "no": kept for the bypass check, never used as a proxy.
+        self._proxies = urllib.request.getproxies()
+        self._proxy_for: dict[str, str | None] = {}
+
+    def proxy_for(self, url: str) -> str | None:
+        """The proxy the environment names for `url`, or None to go direct (cached per URL)."""
+        if url not in self._proxy_for:
+            parsed = urllib.parse.urlsplit(url)
+            proxy = self._proxies.get(parsed.scheme or "http")
+            bypass = urllib.request.proxy_bypass_environment(parsed.hostname or "", self._proxies)
+            self._proxy_for[url] = proxy if proxy and not bypass else None
+        return self._proxy_for[url]
 
     async def open(self) -> None:
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
             timeout=aiohttp.ClientTimeout(total=None, connect=self.timeout, sock_read=self.timeout),
-            trust_env=True,
+            trust_env=False,
             auto_decompress=False,
             # The receiver's cookies are never sent back: each message stands alone.
             cookie_jar=aiohttp.DummyCookieJar(),
@@ -158,6 +175,7 @@ class WebhookTransport:
                 data=body.encode(),
                 headers=self.headers_for(delivery, body),
                 allow_redirects=False,
+                proxy=self.proxy_for(delivery.endpoint_url),
             ) as response:
                 excerpt = await _read_excerpt(response)
                 status, reason, retry_after_header = response.status, response.reason, response.headers.get("Retry-After")

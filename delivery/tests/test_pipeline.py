@@ -95,9 +95,9 @@ def test_running_again_sends_nothing_more(delivery_settings, sink):
     assert len(sink.received) == 1
 
 
-def test_signed_delivery_verifies_with_standard_webhooks(delivery_settings, sink):
-    secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-    delivery_settings.WEBHOOK_SECRET = secret
+def test_a_delivery_signed_during_a_rotation_verifies_with_either_secret(delivery_settings, sink):
+    old, new = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"
+    delivery_settings.WEBHOOK_SECRET = f"{new} {old}"
     make_due([new_user().events.get()])
 
     run_scheduler_once()
@@ -105,7 +105,8 @@ def test_signed_delivery_verifies_with_standard_webhooks(delivery_settings, sink
 
     received = sink.received[0]
     assert received.headers["webhook-id"] == received.idempotency_key
-    assert Webhook(secret).verify(received.raw_body, received.headers)["message"].startswith("Hey, Ada")
+    for secret in (old, new):
+        assert Webhook(secret).verify(received.raw_body, received.headers)["message"].startswith("Hey, Ada")
 
 
 def test_503_twice_then_200_is_delivered_on_the_third_attempt_with_the_same_key(delivery_settings, sink):

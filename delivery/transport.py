@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import aiohttp
+import yarl
 
 from config import __version__
 from delivery.models import AttemptOutcome, DeliveryAttempt
@@ -121,6 +122,8 @@ class WebhookTransport:
         # getproxies() also carries NO_PROXY under "no": kept for the bypass check, never used as a proxy.
         self._proxies = urllib.request.getproxies()
         self._proxy_for: dict[str, str | None] = {}
+        # Each endpoint's URL parsed once, not once per request.
+        self._parsed: dict[str, yarl.URL] = {}
 
     def proxy_for(self, url: str) -> str | None:
         """The proxy the environment names for `url`, or None to go direct (cached per URL)."""
@@ -131,9 +134,20 @@ class WebhookTransport:
             self._proxy_for[url] = proxy if proxy and not bypass else None
         return self._proxy_for[url]
 
+    def _url(self, url: str) -> yarl.URL:
+        parsed = self._parsed.get(url)
+        if parsed is None:
+            parsed = self._parsed[url] = yarl.URL(url)
+        return parsed
+
     async def open(self) -> None:
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
+            # Deadlines per step, not one for the whole request: while the thread
+            # waits out a database outage the loop does not run, and an answer
+            # that arrived meanwhile must count as an answer when it resumes.
+            # Arriving data cancels a read deadline; a total deadline would fire
+            # first and have a delivered message sent again.
             timeout=aiohttp.ClientTimeout(total=None, connect=self.timeout, sock_read=self.timeout),
             trust_env=False,
             auto_decompress=False,
@@ -171,7 +185,7 @@ class WebhookTransport:
 
         try:
             async with self._session.post(
-                delivery.endpoint_url,
+                self._url(delivery.endpoint_url),
                 data=body.encode(),
                 headers=self.headers_for(delivery, body),
                 allow_redirects=False,

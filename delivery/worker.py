@@ -158,7 +158,8 @@ class Worker:
         secrets = parse_secrets(settings.WEBHOOK_SECRET)
         self.transport = WebhookTransport(timeout=self.timeout, signer=WebhookSigner(secrets) if secrets else None)
         self.loop = asyncio.new_event_loop()
-        self.progress = asyncio.Event()
+        # Set once the loop has been asked to stop and give the thread back (_run_sends).
+        self.returning = True
         self.lanes: dict[str, Lane] = {}
         self.tasks: dict[asyncio.Task, tuple[Lane, ClaimedDelivery, int]] = {}
         self.started: set = set()  # ids of deliveries whose request has begun
@@ -198,7 +199,7 @@ class Worker:
                 found = self._claim_more()
                 self._dispatch(may_reserve=True)
                 if self.tasks:
-                    self.loop.run_until_complete(self._until_worth_returning(LOOP_SLICE))
+                    self._run_sends(LOOP_SLICE)
                 elif self._waiting():
                     self.stop.wait(min(LOOP_SLICE, max(0.01, self._until_sendable())))
                 self._record_if_ready()
@@ -432,24 +433,26 @@ class Worker:
         if not self.unrecorded:
             self.oldest_unrecorded = time.monotonic()
         self.unrecorded.append(result)
-        self.progress.set()
         self._dispatch(may_reserve=False)
+        if not self.returning and (not self.tasks or self.stop.is_set() or self._worth_returning()):
+            self.returning = True
+            self.loop.stop()
 
-    async def _until_worth_returning(self, timeout: float) -> None:
-        """Run the sends until there is something to record or room to claim, or `timeout` passes."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while self.tasks and not self.stop.is_set():
-            if self._worth_returning():
-                return
-            self.progress.clear()
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return
-            try:
-                await asyncio.wait_for(self.progress.wait(), remaining)
-            except TimeoutError:
-                return
+    def _run_sends(self, timeout: float) -> None:
+        """Run the loop until there is something to record or room to claim, or `timeout` passes.
+
+        Each finished send asks `_worth_returning` itself (in `_finished`) and
+        stops the loop then: one check per send, no wake-up task per send.
+        """
+        if self._worth_returning():
+            return
+        self.returning = False
+        deadline = self.loop.call_later(timeout, self.loop.stop)
+        try:
+            self.loop.run_forever()
+        finally:
+            deadline.cancel()
+            self.returning = True  # the loop may next run for other reasons (the drain): never stop it then
 
     def _worth_returning(self) -> bool:
         if self.unrecorded and (

@@ -44,6 +44,9 @@ ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhos
 # DJANGO_CSRF_TRUSTED_ORIGINS: origins (scheme://host) allowed to POST forms.
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 
+# This project's own apps: installed below, and their loggers write at LOG_LEVEL.
+PROJECT_APPS = ("runtime", "users", "scheduling", "delivery", "console", "monitoring")
+
 INSTALLED_APPS = [
     "console.apps.ConsoleAdminConfig",
     "django.contrib.auth",
@@ -57,12 +60,7 @@ INSTALLED_APPS = [
     # Swagger UI's JavaScript and CSS as static files: the docs page needs no CDN.
     "drf_spectacular_sidecar",
     "axes",
-    "runtime",
-    "users",
-    "scheduling",
-    "delivery",
-    "console",
-    "monitoring",
+    *PROJECT_APPS,
 ]
 
 MIDDLEWARE = [
@@ -389,7 +387,8 @@ LOGGING = {
     },
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
+        # Every module of ours logs under its package's name; other libraries stay at WARNING.
         app: {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False}
-        for app in ("users", "scheduling", "delivery", "config")
+        for app in (*PROJECT_APPS, "config")
     },
 }

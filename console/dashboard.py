@@ -1,4 +1,4 @@
-"""The operator dashboard: backlog, outcomes, live processes and the next 24 hours of sends."""
+"""The operator dashboard: backlog, outcomes, endpoints, live processes and the next 24 hours of sends."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from console.widgets import badge, humanize_delay
 from delivery import selectors as delivery_selectors
+from delivery.models import Endpoint, EndpointState
 from runtime.models import ProcessHeartbeat, ProcessKind
 from runtime.selectors import processes_recent
 from scheduling import selectors as event_selectors
@@ -97,8 +98,36 @@ def _nice_ceiling(value: int) -> int:
 # --- the dashboard ----------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class EndpointLine:
+    """One endpoint that is not healthy, as the dashboard says it."""
+
+    endpoint: Endpoint
+    since: datetime | None  # failing since, or paused at
+    for_how_long: str
+    queued: int
+
+
+def unhealthy_endpoints(*, now: datetime) -> list[EndpointLine]:
+    """The failing and paused endpoints, with how long and what waits on them (two queries at most)."""
+    endpoints = delivery_selectors.endpoint_list(unhealthy_only=True)
+    backlog = delivery_selectors.endpoint_backlog(urls=[endpoint.url for endpoint in endpoints])
+    lines = []
+    for endpoint in endpoints:
+        since = endpoint.paused_at if endpoint.state == EndpointState.PAUSED else endpoint.failing_since
+        lines.append(
+            EndpointLine(
+                endpoint=endpoint,
+                since=since,
+                for_how_long=humanize_delay(now - since) if since else "",
+                queued=backlog[endpoint.url].queued,
+            )
+        )
+    return lines
+
+
 def dashboard_view(request, *, site: admin.AdminSite):
-    """One page with what an operator checks first: backlog, outcomes, processes, what's next."""
+    """One page with what an operator checks first: backlog, outcomes, endpoints, processes, what's next."""
     now = timezone.now()
     backlog = event_selectors.overdue_summary(now=now)
     status_counts = event_selectors.event_status_counts()
@@ -121,6 +150,7 @@ def dashboard_view(request, *, site: admin.AdminSite):
         "backlog_late_by": humanize_delay(now - backlog.oldest) if backlog.oldest else None,
         "outcomes": delivery_selectors.delivery_outcome_counts(now=now),
         "delivery_backlog": delivery_selectors.delivery_backlog_counts(),
+        "unhealthy_endpoints": unhealthy_endpoints(now=now),
         "processes": processes,
         "missing_kinds": [
             kind

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db.models import Count, Min, Q
 
-from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus
+from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus, Endpoint, EndpointState
 from runtime.aggregates import counts_by
 
 
@@ -91,3 +92,49 @@ def attempt_outcome_counts(*, since: datetime) -> dict[str, int]:
     return counts_by(
         DeliveryAttempt.objects.filter(finished_at__gt=since), field="outcome", keys=AttemptOutcome.values
     )
+
+
+# --- endpoints ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """Deliveries waiting on one endpoint: QUEUED, and SENDING under a worker's lease."""
+
+    queued: int = 0
+    sending: int = 0
+
+
+def endpoint_backlog(*, urls: Collection[str]) -> dict[str, Backlog]:
+    """What waits on each of these endpoints (every URL present, zero if nothing).
+
+    One GROUP BY over the unfinished deliveries only: each status arm can be
+    read from its partial index (claim or lease), so delivered and dead history
+    is never counted, however long it grows.
+    """
+    backlog = dict.fromkeys(urls, Backlog())
+    if not backlog:
+        return backlog
+    rows = (
+        Delivery.objects.filter(
+            Q(status=DeliveryStatus.QUEUED) | Q(status=DeliveryStatus.SENDING), endpoint_url__in=list(backlog)
+        )
+        .values("endpoint_url")
+        .annotate(
+            queued=Count("id", filter=Q(status=DeliveryStatus.QUEUED)),
+            sending=Count("id", filter=Q(status=DeliveryStatus.SENDING)),
+        )
+        .order_by()
+        .values_list("endpoint_url", "queued", "sending")
+    )
+    for url, queued, sending in rows:
+        backlog[url] = Backlog(queued=queued, sending=sending)
+    return backlog
+
+
+def endpoint_list(*, unhealthy_only: bool = False) -> list[Endpoint]:
+    """Every endpoint (one row per webhook URL, so a handful), by URL; or only the failing and paused ones."""
+    endpoints = Endpoint.objects.order_by("url")
+    if unhealthy_only:
+        endpoints = endpoints.exclude(state=EndpointState.HEALTHY)
+    return list(endpoints)

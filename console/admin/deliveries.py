@@ -9,7 +9,8 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from console import widgets
-from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt
+from console.admin.endpoints import endpoint_state_badge
+from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, Endpoint
 from delivery.services.operator import delivery_resend
 
 
@@ -107,7 +108,10 @@ class DeliveryAdmin(admin.ModelAdmin):
     inlines = [DeliveryAttemptInline]
     actions = ["resend"]
     fieldsets = [
-        (None, {"fields": ["id", "idempotency_key", "event_link", "status_badge", "attempts_used"]}),
+        (
+            None,
+            {"fields": ["id", "idempotency_key", "event_link", "status_badge", "attempts_used", "endpoint_link"]},
+        ),
         (
             "Schedule and lease",
             {"fields": ["next_attempt_at", "locked_by", "locked_until", "attempt_started_at"]},
@@ -163,6 +167,19 @@ class DeliveryAdmin(admin.ModelAdmin):
             reverse("admin:scheduling_event_change", args=[delivery.event_id]),
             delivery.event,
             delivery.event.user,
+        )
+
+    @admin.display(description="endpoint")
+    def endpoint_link(self, delivery: Delivery):
+        # A QUEUED delivery whose endpoint is failing or paused waits for it: say so here.
+        endpoint = Endpoint.objects.filter(url=delivery.endpoint_url).first()
+        if endpoint is None:
+            return format_html("{} (no worker has sent to it yet)", delivery.endpoint_url)
+        return format_html(
+            '<a href="{}">{}</a> {}',
+            reverse("admin:delivery_endpoint_change", args=[endpoint.pk]),
+            endpoint.url,
+            endpoint_state_badge(endpoint),
         )
 
     @admin.display(description="status", ordering="status")

@@ -13,7 +13,7 @@ from datetime import date, datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus
+from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus, Endpoint, EndpointState
 from runtime.models import ProcessHeartbeat, ProcessKind
 from scheduling.handlers import local_send_instant
 from scheduling.models import Event, EventStatus, EventType
@@ -119,6 +119,38 @@ def failed_event(
             finished_at=finished_at,
         )
     return event
+
+
+def endpoint(
+    url: str, *, state: str = EndpointState.HEALTHY, since: timedelta = timedelta(minutes=12),
+    paused_by: str = "ops-carol", last_error: str = "",
+) -> Endpoint:
+    """An endpoint row as the workers (FAILING) or an operator (PAUSED) would have left it, `since` ago."""
+    now = timezone.now()
+    fields: dict = {"url": url, "state": state, "last_error": last_error}
+    if state == EndpointState.FAILING:
+        fields.update(
+            consecutive_failures=7,
+            failing_since=now - since,
+            last_failure_at=now - timedelta(seconds=20),
+            next_probe_at=now + timedelta(seconds=40),
+            probe_interval=timedelta(seconds=60),
+            last_error=last_error or "HTTP 503 Service Unavailable",
+        )
+    elif state == EndpointState.PAUSED:
+        fields.update(paused_by=paused_by, paused_at=now - since)
+    return Endpoint.objects.create(**fields)
+
+
+def waiting_for(user: User, url: str, *, status: str = DeliveryStatus.QUEUED) -> Delivery:
+    """A delivery to `url` that has not finished: QUEUED, or SENDING under a worker's lease."""
+    delivery = delivery_for(past_event(user, status=EventStatus.PROCESSING), status=DeliveryStatus.QUEUED)
+    fields: dict = {"endpoint_url": url}
+    if status == DeliveryStatus.SENDING:
+        fields.update(status=status, locked_by="worker-7:311:beef", locked_until=timezone.now() + timedelta(seconds=30))
+    Delivery.objects.filter(pk=delivery.pk).update(**fields)
+    delivery.refresh_from_db()
+    return delivery
 
 
 def heartbeat(

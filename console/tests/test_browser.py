@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
+from django.db import connections
 from django.urls import reverse
 from django.utils import timezone
 from playwright.sync_api import sync_playwright
 
-from console.tests.console_data import populate_demo
+from console.tests.console_data import endpoint, populate_demo, waiting_for
+from delivery.models import EndpointState
 from delivery.sink import WebhookSink
+from delivery.worker import Worker
 from scheduling.models import Event, EventStatus
+from users.tests.factories import UserFactory
 
 # Playwright's sync API keeps an asyncio loop in this thread; Django's ORM sees
 # it and refuses synchronous queries unless told the test knows what it does.
@@ -67,6 +71,31 @@ def sink():
         yield running
 
 
+def deliver_due_in_a_thread() -> None:
+    """A worker run (--once) in a thread of its own.
+
+    Playwright's sync API keeps an asyncio loop running in this thread, and the
+    worker runs its own loop, which asyncio refuses inside another. The command
+    cannot move to a thread with it: signal handlers are installed from the
+    main thread only, so the thread runs the Worker the command would.
+    """
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            Worker(concurrency=2, once=True).run()
+        except BaseException as exc:  # reported to the test below
+            failures.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run, name="browser-test-worker")
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive(), "the worker did not finish within 60 s"
+    assert failures == []
+
+
 def log_in(page, live_server, *, username: str, password: str) -> None:
     page.goto(live_server.url + reverse("admin:login"))
     page.fill("#id_username", username)
@@ -110,7 +139,7 @@ def test_operator_logs_in_checks_the_dashboard_and_resends_a_failed_event(
     assert "Resend: 1 event queued" in page.locator("ul.messagelist").inner_text()
 
     # A worker sends it to the receiver.
-    call_command("run_worker", once=True, concurrency=2)
+    deliver_due_in_a_thread()
     assert target.idempotency_key in sink.keys()
 
     page.goto(live_server.url + reverse("admin:scheduling_event_change", args=[target.pk]))
@@ -145,3 +174,37 @@ def test_a_wrong_password_keeps_the_operator_out(page, live_server, django_user_
     assert "Please enter the correct username and password" in page.locator(".errornote").inner_text()
     page.goto(live_server.url + reverse("admin:dashboard"))
     assert "/login/" in page.url
+
+
+def test_operator_pauses_a_failing_endpoint_and_resumes_it(page, live_server, django_user_model):
+    receiver = endpoint("https://hooks.example.com/birthdays", state=EndpointState.FAILING)
+    for _ in range(2):
+        waiting_for(UserFactory(), receiver.url)
+    django_user_model.objects.create_superuser(username="ops-alice", password=PASSWORD)
+
+    # From the endpoints list, where the failing receiver and its backlog show.
+    log_in(page, live_server, username="ops-alice", password=PASSWORD)
+    page.goto(live_server.url + reverse("admin:delivery_endpoint_changelist"))
+    row = page.locator("#result_list tbody tr", has_text=receiver.url)
+    assert row.locator("td.field-state_badge").inner_text().strip() == "Failing"
+    assert row.locator("td.field-queued").inner_text().strip() == "2"
+    row.get_by_role("link", name=receiver.url).click()
+    page.wait_for_url(re.compile(rf".*/delivery/endpoint/{receiver.pk}/change/$"))
+
+    # Pause: the page comes back saying who paused it, and offers Resume.
+    page.click("#endpoint-pause")
+    page.wait_for_url(re.compile(rf".*/delivery/endpoint/{receiver.pk}/change/$"))
+    assert "Pause: 1 endpoint paused." in page.locator("ul.messagelist").inner_text()
+    assert page.locator("#endpoint-paused-by").inner_text() == "ops-alice"
+    assert page.locator(".field-state_badge .readonly").inner_text().strip() == "Paused"
+    receiver.refresh_from_db()
+    assert (receiver.state, receiver.paused_by) == (EndpointState.PAUSED, "ops-alice")
+
+    # Resume: healthy again, and Pause is offered again.
+    page.click("#endpoint-resume")
+    page.wait_for_url(re.compile(rf".*/delivery/endpoint/{receiver.pk}/change/$"))
+    assert "Resume: 1 endpoint resumed." in page.locator("ul.messagelist").inner_text()
+    assert page.locator(".field-state_badge .readonly").inner_text().strip() == "Healthy"
+    assert page.locator("#endpoint-pause").is_visible()
+    receiver.refresh_from_db()
+    assert receiver.state == EndpointState.HEALTHY

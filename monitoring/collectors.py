@@ -2,7 +2,9 @@
 
 Seven aggregate queries per scrape, each reading a range of an index (most of
 them index-only, see the selectors), never a whole table: 0.26-0.31 s in all
-with 2.5 million events and 2 million deliveries. Nothing is kept between
+with 2.5 million events and 2 million deliveries. Two more for the endpoints:
+their table (a row per webhook URL) and what waits on them (the unfinished
+deliveries only). Nothing is kept between
 scrapes: every web replica answers the same, so Prometheus scrapes one. What
 each process measures about itself (attempt and claim durations) is not here
 but on that process's own port (delivery.metrics).
@@ -17,7 +19,14 @@ from datetime import datetime, timedelta
 from django.db import DatabaseError
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from delivery.selectors import attempt_outcome_counts, delivery_due_summary, delivery_status_counts
+from delivery.models import Endpoint, EndpointState
+from delivery.selectors import (
+    attempt_outcome_counts,
+    delivery_due_summary,
+    delivery_status_counts,
+    endpoint_backlog,
+    endpoint_list,
+)
 from runtime.database import database_error_reason
 from runtime.models import ProcessHeartbeat
 from runtime.selectors import process_live_counts
@@ -90,6 +99,48 @@ class DatabaseCollector:
             "outcome",
             attempt_outcome_counts(since=now - ATTEMPTS_WINDOW),
         )
+        yield from _endpoint_families(now=now, endpoints=endpoint_list())
+
+
+def _endpoint_families(*, now: datetime, endpoints: list[Endpoint]) -> Iterator[Metric]:
+    """The birthday_endpoint_* gauges: one series per endpoint (webhook URL) and label value."""
+    waiting = endpoint_backlog(urls=[endpoint.url for endpoint in endpoints])
+    state = GaugeMetricFamily(
+        "birthday_endpoint_state",
+        "1 for the endpoint's current state (HEALTHY, FAILING, PAUSED), 0 for the others.",
+        labels=["endpoint", "state"],
+    )
+    failures = GaugeMetricFamily(
+        "birthday_endpoint_consecutive_failures",
+        "Endpoint-level failures in a row since its last success, over all workers.",
+        labels=["endpoint"],
+    )
+    queued = GaugeMetricFamily(
+        "birthday_endpoint_waiting_deliveries",
+        "QUEUED deliveries to the endpoint (due or waiting for a retry).",
+        labels=["endpoint"],
+    )
+    failing = GaugeMetricFamily(
+        "birthday_endpoint_failing_seconds",
+        "Seconds since the endpoint became FAILING (0 when it is not failing).",
+        labels=["endpoint"],
+    )
+    paused = GaugeMetricFamily(
+        "birthday_endpoint_paused_seconds",
+        "Seconds since an operator paused the endpoint (0 when it is not paused).",
+        labels=["endpoint"],
+    )
+    for endpoint in endpoints:
+        url = endpoint.url
+        # Every state's series exists, at 0 when not current, so a move is a
+        # change of value that alerts and graphs see, not a series vanishing.
+        for value in EndpointState.values:
+            state.add_metric([url, value], 1 if endpoint.state == value else 0)
+        failures.add_metric([url], endpoint.consecutive_failures)
+        queued.add_metric([url], waiting[url].queued)
+        failing.add_metric([url], _age(now, endpoint.failing_since) if endpoint.state == EndpointState.FAILING else 0)
+        paused.add_metric([url], _age(now, endpoint.paused_at) if endpoint.state == EndpointState.PAUSED else 0)
+    yield from (state, failures, queued, failing, paused)
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

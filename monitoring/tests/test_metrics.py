@@ -5,12 +5,14 @@ from ipaddress import ip_network
 
 import pytest
 from django.db import OperationalError, connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from delivery.models import Delivery, DeliveryStatus
+from delivery.models import Delivery, DeliveryStatus, Endpoint, EndpointState
 from delivery.scheduler import Scheduler
-from delivery.selectors import delivery_status_counts
+from delivery.selectors import delivery_status_counts, endpoint_backlog
+from delivery.services.endpoints import endpoint_pause
 from delivery.sink import Reply
 from delivery.tests.conftest import make_due
 from delivery.worker import Worker
@@ -196,3 +198,95 @@ def test_the_whole_table_counts_read_an_index_not_the_table(production_plan, cou
 
     assert "Seq Scan" not in plan
     assert any(index in plan for index in indexes), plan
+
+
+# --- endpoints ------------------------------------------------------------------------------
+
+RECEIVER = "https://hooks.example.com/birthdays"
+PAUSED = "https://paused.example.net/hook"
+FINE = "https://fine.example.org/hook"
+
+
+def queue_deliveries_to(url: str, count: int, *, status: str = DeliveryStatus.QUEUED) -> None:
+    """`count` claimed events whose deliveries go to `url`, in `status`."""
+    events = [user.events.get() for user in UserFactory.create_batch(count)]
+    make_due(events)
+    Scheduler(once=True).run()
+    keys = [event.idempotency_key for event in events]
+    fields = {"endpoint_url": url, "status": status}
+    if status == DeliveryStatus.SENDING:
+        fields.update(locked_by="worker-7:311:beef", locked_until=timezone.now() + timedelta(seconds=30))
+    Delivery.objects.filter(idempotency_key__in=keys).update(**fields)
+
+
+def test_each_endpoint_has_its_state_failures_backlog_and_how_long_it_has_been_down(client, metrics_settings):
+    now = timezone.now()
+    Endpoint.objects.create(
+        url=RECEIVER,
+        state=EndpointState.FAILING,
+        consecutive_failures=9,
+        failing_since=now - timedelta(minutes=10),
+        next_probe_at=now + timedelta(seconds=30),
+        probe_interval=timedelta(seconds=60),
+    )
+    endpoint_pause(endpoint=Endpoint.objects.create(url=PAUSED), operator="ops-alice")
+    Endpoint.objects.filter(url=PAUSED).update(paused_at=now - timedelta(hours=2))
+    Endpoint.objects.create(url=FINE)
+    queue_deliveries_to(RECEIVER, 3)
+    queue_deliveries_to(RECEIVER, 1, status=DeliveryStatus.SENDING)  # in flight: not waiting
+    queue_deliveries_to(PAUSED, 2)
+
+    values = samples(client.get("/metrics"))
+
+    def value(name, **labels):
+        return values[(name, tuple(sorted(labels.items())))]
+
+    assert {
+        (url, state): value("birthday_endpoint_state", endpoint=url, state=state)
+        for url in (RECEIVER, PAUSED, FINE)
+        for state in EndpointState.values
+        if value("birthday_endpoint_state", endpoint=url, state=state)
+    } == {(RECEIVER, "FAILING"): 1, (PAUSED, "PAUSED"): 1, (FINE, "HEALTHY"): 1}
+    assert sum(v for (name, _), v in values.items() if name == "birthday_endpoint_state") == 3
+    assert value("birthday_endpoint_consecutive_failures", endpoint=RECEIVER) == 9
+    assert value("birthday_endpoint_consecutive_failures", endpoint=FINE) == 0
+    waiting = {url: value("birthday_endpoint_waiting_deliveries", endpoint=url) for url in (RECEIVER, PAUSED, FINE)}
+    assert waiting == {RECEIVER: 3, PAUSED: 2, FINE: 0}
+    assert 600 <= value("birthday_endpoint_failing_seconds", endpoint=RECEIVER) < 660
+    assert value("birthday_endpoint_failing_seconds", endpoint=PAUSED) == 0
+    assert 7200 <= value("birthday_endpoint_paused_seconds", endpoint=PAUSED) < 7260
+    assert value("birthday_endpoint_paused_seconds", endpoint=RECEIVER) == 0
+    assert value("birthday_endpoint_paused_seconds", endpoint=FINE) == 0
+
+
+def test_no_endpoint_yet_means_no_endpoint_series(client, metrics_settings):
+    values = samples(client.get("/metrics"))
+
+    assert not [name for name, _ in values if name.startswith("birthday_endpoint_")]
+
+
+def test_the_endpoint_gauges_cost_two_queries_however_many_endpoints(client, metrics_settings):
+    Endpoint.objects.create(url=RECEIVER)
+    with CaptureQueriesContext(connection) as one:
+        client.get("/metrics")
+    for number in range(20):
+        Endpoint.objects.create(url=f"https://r{number}.example.com/hook")
+    queue_deliveries_to(RECEIVER, 2)
+
+    with CaptureQueriesContext(connection) as many:
+        client.get("/metrics")
+
+    assert len(many.captured_queries) == len(one.captured_queries)
+    endpoint_queries = [
+        q["sql"] for q in many.captured_queries if "delivery_endpoint" in q["sql"] or "endpoint_url" in q["sql"]
+    ]
+    assert len(endpoint_queries) == 2
+
+
+def test_what_waits_on_endpoints_is_read_from_the_unfinished_deliveries_indexes(production_plan):
+    _, plan = production_plan(lambda: endpoint_backlog(urls=[RECEIVER, PAUSED]), "GROUP BY")
+
+    assert "Seq Scan" not in plan
+    assert any(
+        index in plan for index in ("delivery_queued_due_idx", "delivery_lease_idx", "delivery_status_updated_idx")
+    ), plan

@@ -71,3 +71,72 @@ def test_the_jitter_spreads_each_wait_over_zero_to_the_exponential_ceiling():
     )
 
     assert seen == [(0.0, 40.0)]
+
+
+HOUR = timedelta(hours=1)
+
+
+def queued(delay, *, charged=True):
+    return Decision(QUEUED, delay, "answer", charged=charged)
+
+
+def dead(reason):
+    return Decision(DEAD, timedelta(0), reason)
+
+
+WAIT = queued(None, charged=False)  # waits on the endpoint: no attempt spent, due time kept
+
+
+@pytest.mark.parametrize(
+    "outcome, status_code, retry_after, endpoint_down, refused_by_message, attempt, expected",
+    [
+        # a success is a success, even from an endpoint the batch found down
+        (DELIVERED, 200, None, False, False, 1, Decision(DeliveryStatus.DELIVERED, timedelta(0), "")),
+        (DELIVERED, 204, None, True, False, 3, Decision(DeliveryStatus.DELIVERED, timedelta(0), "")),
+        # 5xx and timeouts from a working receiver: charged, backing off
+        (TRANSIENT, 500, None, False, False, 1, queued(timedelta(seconds=10))),
+        (TRANSIENT, 503, None, False, False, 3, queued(timedelta(seconds=40))),
+        (TRANSIENT, None, None, False, False, 2, queued(timedelta(seconds=20))),
+        (TRANSIENT, 502, None, False, False, 8, dead("Gave up after 8 attempts; last: answer")),
+        # throttled: the receiver's pace, never charged, whatever the attempt or the endpoint
+        (TRANSIENT, 429, None, False, False, 1, WAIT),
+        (TRANSIENT, 429, None, False, False, 8, WAIT),
+        (TRANSIENT, 429, 30.0, False, False, 1, queued(timedelta(seconds=30), charged=False)),
+        (TRANSIENT, 429, 86400.0, False, False, 1, queued(HOUR, charged=False)),
+        (TRANSIENT, 503, 30.0, False, False, 8, queued(timedelta(seconds=30), charged=False)),
+        (TRANSIENT, 429, 30.0, True, False, 1, queued(timedelta(seconds=30), charged=False)),
+        # the endpoint is down: failures and refusals wait for it, even on the last attempt
+        (TRANSIENT, 500, None, True, False, 1, WAIT),
+        (TRANSIENT, None, None, True, False, 8, WAIT),
+        (PERMANENT, 404, None, True, False, 1, WAIT),
+        (PERMANENT, 401, None, True, False, 8, WAIT),
+        # a refusal the receiver contradicted (it accepted another message): this message's own, DEAD at once
+        (PERMANENT, 401, None, False, True, 1, dead("Permanent failure: answer")),
+        (PERMANENT, 410, None, False, True, 1, dead("Permanent failure: answer")),
+        # a refusal nothing contradicts yet: charged like a 5xx until the endpoint is found down
+        (PERMANENT, 403, None, False, False, 1, queued(timedelta(seconds=10))),
+        (PERMANENT, 404, None, False, False, 2, queued(timedelta(seconds=20))),
+        (PERMANENT, 404, None, False, False, 8, dead("Gave up after 8 attempts; last: answer")),
+        # about the message itself: DEAD at once, whatever the endpoint
+        (PERMANENT, 422, None, False, False, 1, dead("Permanent failure: answer")),
+        (PERMANENT, 400, None, False, False, 1, dead("Permanent failure: answer")),
+        (PERMANENT, 422, None, True, False, 1, dead("Permanent failure: answer")),
+    ],
+)
+def test_retry_decision_weighs_the_endpoints_verdict(
+    outcome, status_code, retry_after, endpoint_down, refused_by_message, attempt, expected
+):
+    decision = decide(
+        outcome=outcome,
+        attempt=attempt,
+        max_attempts=8,
+        description="answer",
+        status_code=status_code,
+        retry_after=retry_after,
+        endpoint_down=endpoint_down,
+        refused_by_message=refused_by_message,
+        policy=POLICY,
+        jitter=top_of_range,
+    )
+
+    assert decision == expected

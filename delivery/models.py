@@ -49,6 +49,10 @@ class Delivery(models.Model):
     last_error = models.TextField(blank=True, default="")
     delivered_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # When an operator last queued it again (null: never; it was queued when
+    # created). EVENT_MAX_LATENESS counts from the later of the two. Nullable so
+    # that adding it rewrote no row of history.
+    requeued_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

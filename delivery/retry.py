@@ -56,6 +56,22 @@ def retry_delay(
     return timedelta(seconds=jitter(0.0, ceiling))
 
 
+def late_reason(*, lateness: timedelta, last: str) -> str:
+    """Why a delivery still waiting on its receiver EVENT_MAX_LATENESS after being queued is given up."""
+    return (
+        f"Not delivered within EVENT_MAX_LATENESS ({_duration(lateness)}) of being queued: the receiver "
+        f"was failing, throttling or paused; last: {last or 'no attempt'}"
+    )
+
+
+def _duration(span: timedelta) -> str:
+    seconds = span.total_seconds()
+    for unit, size in (("h", 3600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g} {unit}"
+    return f"{seconds:g} s"
+
+
 def decide(
     *,
     outcome: str,
@@ -66,6 +82,7 @@ def decide(
     retry_after: float | None = None,
     endpoint_down: bool = False,
     refused_by_message: bool = False,
+    outlived: timedelta | None = None,
     policy: RetryPolicy,
     jitter: Callable[[float, float], float] = random.uniform,
 ) -> Decision:
@@ -75,8 +92,33 @@ def decide(
     out after 10 s"). `endpoint_down` and `refused_by_message` are the
     endpoint's verdict after this batch (delivery.health). A lost worker's
     attempt (ABANDONED) is tried again at once: nothing says the receiver is
-    unwell, and the lease already cost a wait.
+    unwell, and the lease already cost a wait. `outlived` is EVENT_MAX_LATENESS
+    when the delivery was queued longer ago than that: what would wait again is
+    given up instead (a receiver that answers 429 for ever cannot keep it).
     """
+    decision = _decide(
+        outcome=outcome, attempt=attempt, max_attempts=max_attempts, description=description,
+        status_code=status_code, retry_after=retry_after, endpoint_down=endpoint_down,
+        refused_by_message=refused_by_message, policy=policy, jitter=jitter,
+    )
+    if outlived is not None and decision.status == DeliveryStatus.QUEUED:
+        return Decision(status=DeliveryStatus.DEAD, delay=timedelta(0), reason=late_reason(lateness=outlived, last=description))
+    return decision
+
+
+def _decide(
+    *,
+    outcome: str,
+    attempt: int,
+    max_attempts: int,
+    description: str,
+    status_code: int | None,
+    retry_after: float | None,
+    endpoint_down: bool,
+    refused_by_message: bool,
+    policy: RetryPolicy,
+    jitter: Callable[[float, float], float],
+) -> Decision:
     signal = signal_of(outcome=outcome, status_code=status_code, retry_after=retry_after)
     if signal == Signal.SUCCESS:
         return Decision(status=DeliveryStatus.DELIVERED, delay=timedelta(0), reason="")

@@ -45,6 +45,8 @@ class ClaimedDelivery:
     max_attempts: int
     # When it was due: a delivery handed back unsent keeps its place in the due order.
     due_at: datetime | None = None
+    # When it was queued (or an operator queued it again): EVENT_MAX_LATENESS counts from here.
+    queued_at: datetime | None = None
     # The one attempt a FAILING endpoint lets through (delivery.health).
     probe: bool = False
 

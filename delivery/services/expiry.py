@@ -9,12 +9,13 @@ it was queued, it is DEAD and its event FAILED, with the reason.
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.conf import settings
 from django.db import connection, transaction
 
 from delivery.models import Delivery, DeliveryStatus
+from delivery.retry import late_reason
 from delivery.services.transitions import Rows, deliveries_transition
 from runtime.sql import skip_locked, typed_rows
 from scheduling.models import EventStatus
@@ -28,9 +29,13 @@ EXPIRE_BATCH = 1000
 def deliveries_expire_late(*, now: datetime) -> int:
     """Fail every QUEUED delivery queued more than EVENT_MAX_LATENESS ago; return how many.
 
-    Reads a range of delivery_queued_due_idx (a delivery queued before the
-    cutoff became due no earlier than it was queued, so only rows due before
-    the cutoff can qualify), in batches that skip rows a worker holds.
+    Reads a range of delivery_queued_due_idx (a delivery is never due before
+    it was queued, so only rows due before the cutoff can qualify), in batches
+    that skip rows a worker holds. A delivery whose next attempt was put off
+    (a retry's back-off, a Retry-After: at most DELIVERY_RETRY_MAX) is found
+    that much later, unless it is tried again first: then the worker recording
+    that attempt gives it up (delivery.retry.decide, `outlived`). So a
+    receiver that throttles the same delivery for ever cannot keep it waiting.
     """
     lateness = settings.EVENT_MAX_LATENESS
     cutoff = now - lateness
@@ -43,17 +48,13 @@ def deliveries_expire_late(*, now: datetime) -> int:
                 cutoff_value = Delivery._meta.get_field("created_at").get_db_prep_value(cutoff, connection)
                 cursor.execute(
                     f"SELECT id, event_id, attempts, last_error FROM {table} WHERE status = %s "
-                    f"AND next_attempt_at < %s AND created_at < %s ORDER BY next_attempt_at LIMIT %s{skip_locked()}",
+                    f"AND next_attempt_at < %s AND COALESCE(requeued_at, created_at) < %s ORDER BY next_attempt_at LIMIT %s{skip_locked()}",
                     [DeliveryStatus.QUEUED, cutoff_value, cutoff_value, EXPIRE_BATCH],
                 )
                 rows = typed_rows(cursor.fetchall(), fields)
             if not rows:
                 return expired
-            reasons = [
-                f"Not delivered within EVENT_MAX_LATENESS ({_duration(lateness)}) of being queued: the receiver "
-                f"was failing or paused; last: {last_error or 'no attempt'}"
-                for _, _, _, last_error in rows
-            ]
+            reasons = [late_reason(lateness=lateness, last=last_error) for _, _, _, last_error in rows]
             moved = deliveries_transition(
                 source=DeliveryStatus.QUEUED,
                 target=DeliveryStatus.DEAD,
@@ -84,10 +85,3 @@ def deliveries_expire_late(*, now: datetime) -> int:
         if len(rows) < EXPIRE_BATCH:
             return expired
 
-
-def _duration(span: timedelta) -> str:
-    seconds = span.total_seconds()
-    for unit, size in (("h", 3600), ("min", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds / size:g} {unit}"
-    return f"{seconds:g} s"

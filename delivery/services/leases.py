@@ -20,7 +20,7 @@ from runtime.wakeup import WORKER_CHANNEL, notify
 logger = logging.getLogger(__name__)
 
 _CLAIM_RETURNS = ("id", "event_id", "idempotency_key", "endpoint_url", "payload", "attempts", "max_attempts",
-                  "next_attempt_at")
+                  "next_attempt_at", "created_at", "requeued_at")
 _EXPIRED_FIELDS = ("id", "attempts", "max_attempts", "locked_by", "locked_until", "attempt_started_at")
 
 
@@ -70,6 +70,7 @@ def deliveries_claim(
             attempt=row[5],
             max_attempts=row[6],
             due_at=row[7],
+            queued_at=row[9] or row[8],
             probe=probe_url is not None,
         )
         for row in rows

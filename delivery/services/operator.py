@@ -110,6 +110,7 @@ def _delivery_requeue(*, event: Event) -> None:
                 "endpoint_url": settings.WEBHOOK_URL,
                 "last_error": "",
                 "next_attempt_at": now,
+                "requeued_at": now,
                 "max_attempts": delivery.attempts + settings.DELIVERY_MAX_ATTEMPTS,
             },
         )

@@ -17,8 +17,9 @@ import logging
 import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -238,9 +239,17 @@ def _record(result: SendResult, worker: str, answer: Answer, verdict: Verdict | 
             retry_after=result.retry_after,
             endpoint_down=verdict is not None and verdict.down,
             refused_by_message=verdict is not None and verdict.health.refused_by_message(answer),
+            outlived=_outlived(result),
             policy=policy,
         ),
     )
+
+
+def _outlived(result: SendResult) -> timedelta | None:
+    """EVENT_MAX_LATENESS if the delivery was queued longer ago than that when this attempt ended."""
+    lateness = settings.EVENT_MAX_LATENESS
+    queued_at = result.delivery.queued_at
+    return lateness if queued_at is not None and result.finished_at - queued_at >= lateness else None
 
 
 def _log_fields(result: SendResult) -> dict:

@@ -70,6 +70,14 @@ def test_a_delivery_queued_less_than_the_lateness_ago_is_left_queued(queued):
     )
 
 
+def test_a_delivery_resent_less_than_the_lateness_ago_is_left_queued_however_old(queued):
+    resent = queued[0]
+    queued_ago(resent, LATENESS + timedelta(hours=5), requeued_at=timezone.now() - timedelta(hours=1))
+
+    assert deliveries_expire_late(now=timezone.now()) == 0
+    assert Delivery.objects.get(pk=resent.pk).status == DeliveryStatus.QUEUED
+
+
 def test_a_delivery_being_sent_is_left_to_its_worker_however_old(queued):
     sending, late, young = queued
     queued_ago(sending, LATENESS + timedelta(hours=2))

@@ -11,6 +11,8 @@ from standardwebhooks.webhooks import Webhook
 
 from delivery.models import AttemptOutcome, Delivery, DeliveryStatus
 from delivery.scheduler import Scheduler
+from delivery.services.expiry import deliveries_expire_late
+from delivery.services.operator import delivery_resend
 from delivery.sink import Reply
 from delivery.tests.conftest import create_due_users, make_due
 from delivery.transport import USER_AGENT
@@ -211,6 +213,47 @@ def test_429_with_retry_after_waits_as_asked(delivery_settings, sink):
     assert 29 <= wait <= 31
     run_worker_once()  # not due yet: nothing is sent
     assert len(sink.received) == 1
+
+
+def test_a_receiver_throttling_a_delivery_past_the_lateness_cannot_keep_it_waiting(delivery_settings, sink):
+    # Given a delivery queued 49 h ago whose every answer is 429 with a Retry-After: each
+    # answer puts its next attempt off again, so it never looks due long enough ago to expire
+    delivery_settings.EVENT_MAX_LATENESS = timedelta(hours=48)
+    event = new_user().events.get()
+    make_due([event])
+    run_scheduler_once()
+    Delivery.objects.filter(event=event).update(created_at=timezone.now() - timedelta(hours=49))
+    sink.script(event.idempotency_key, Reply(status=429, headers={"Retry-After": "30"}))
+
+    run_worker_once()
+
+    # Then the worker recording the answer gives it up, with the lateness as the reason
+    delivery = Delivery.objects.get(event=event)
+    event.refresh_from_db()
+    assert delivery.status == DeliveryStatus.DEAD
+    assert event.status == EventStatus.FAILED
+    assert event.failure_reason.startswith("Not delivered within EVENT_MAX_LATENESS (48 h) of being queued")
+    assert event.failure_reason.endswith("last: HTTP 429 (Too Many Requests)")
+
+
+def test_a_resent_delivery_gets_the_lateness_again_from_the_resend(delivery_settings, sink):
+    # Given a delivery queued 49 h ago, DEAD, then resent by an operator, and throttled once
+    delivery_settings.EVENT_MAX_LATENESS = timedelta(hours=48)
+    event = new_user().events.get()
+    make_due([event])
+    sink.script(event.idempotency_key, Reply(status=422), Reply(status=429, headers={"Retry-After": "30"}))
+    run_scheduler_once()
+    Delivery.objects.filter(event=event).update(created_at=timezone.now() - timedelta(hours=49))
+    run_worker_once()
+    delivery_resend(delivery=Delivery.objects.get(event=event), operator="ops")
+
+    run_worker_once()
+
+    # Then it waits as the receiver asked, neither given up by the worker nor by the expiry
+    assert deliveries_expire_late(now=timezone.now()) == 0
+    delivery = Delivery.objects.get(event=event)
+    assert (delivery.status, delivery.last_status_code) == (DeliveryStatus.QUEUED, 429)
+    assert delivery.requeued_at is not None
 
 
 def test_retry_after_beyond_the_cap_is_cut_to_the_cap(delivery_settings, sink):

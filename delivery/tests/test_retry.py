@@ -87,6 +87,32 @@ def dead(reason):
 WAIT = queued(None, charged=False)  # waits on the endpoint: no attempt spent, due time kept
 
 
+LATE = "Not delivered within EVENT_MAX_LATENESS (48 h) of being queued: the receiver was failing, throttling or paused; last: answer"
+
+
+@pytest.mark.parametrize(
+    "outcome, status_code, retry_after, endpoint_down, expected",
+    [
+        # queued longer ago than EVENT_MAX_LATENESS: whatever would wait again is given up
+        (TRANSIENT, 429, 30.0, False, dead(LATE)),
+        (TRANSIENT, 429, None, False, dead(LATE)),
+        (TRANSIENT, 500, None, True, dead(LATE)),
+        (TRANSIENT, 500, None, False, dead(LATE)),
+        # final answers stay what they are
+        (DELIVERED, 200, None, False, Decision(DeliveryStatus.DELIVERED, timedelta(0), "")),
+        (PERMANENT, 422, None, False, dead("Permanent failure: answer")),
+    ],
+)
+def test_a_delivery_that_outlived_the_lateness_does_not_wait_again(outcome, status_code, retry_after, endpoint_down, expected):
+    decision = decide(
+        outcome=outcome, attempt=1, max_attempts=8, description="answer", status_code=status_code,
+        retry_after=retry_after, endpoint_down=endpoint_down, outlived=timedelta(hours=48), policy=POLICY,
+        jitter=top_of_range,
+    )
+
+    assert decision == expected
+
+
 @pytest.mark.parametrize(
     "outcome, status_code, retry_after, endpoint_down, refused_by_message, attempt, expected",
     [

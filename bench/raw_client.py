@@ -1,8 +1,10 @@
 """Baseline (a): one Python process POSTing webhook bodies and nothing else.
 
-    python -m bench.raw_client MODE URL N PREFIX     MODE: requests | urllib3 | aiohttp
+    python -m bench.raw_client MODE URL N PREFIX [IN_FLIGHT]     MODE: requests | urllib3 | aiohttp
 
-Prints one JSON line: {"mode", "n", "seconds", "rate"}. The bodies and headers
+IN_FLIGHT: requests the aiohttp client keeps open (default 32).
+Prints one JSON line: {"mode", "n", "seconds", "rate", "in_flight", "cpu_s"} (cpu_s: the
+process's user + system CPU seconds, start-up included). The bodies and headers
 are shaped like the product's (JSON payload, Content-Type, X-Idempotency-Key).
 The requests client is tuned as the product's transport is (delivery/transport.py:
 trust_env off with proxies read once, stream=True, the body read from the raw stream).
@@ -10,6 +12,7 @@ trust_env off with proxies read once, stream=True, the body read from the raw st
 
 import asyncio
 import json
+import resource
 import sys
 import time
 
@@ -123,7 +126,17 @@ def run_aiohttp(url, n, prefix, in_flight=32):
 
 if __name__ == "__main__":
     mode, url, n, prefix = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    in_flight = int(sys.argv[5]) if len(sys.argv) > 5 else 32
+    # One fd per open connection: thousands of them need more than a default soft limit of 1,024.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < in_flight + 256:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (65536 if hard == resource.RLIM_INFINITY else min(hard, 65536), hard))
     started = time.perf_counter()
-    {"requests": run_requests, "urllib3": run_urllib3, "aiohttp": run_aiohttp}[mode](url, n, prefix)
+    if mode == "aiohttp":
+        run_aiohttp(url, n, prefix, in_flight)
+    else:
+        {"requests": run_requests, "urllib3": run_urllib3}[mode](url, n, prefix)
     seconds = time.perf_counter() - started
-    print(json.dumps({"mode": mode, "n": n, "seconds": seconds, "rate": n / seconds}))
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    print(json.dumps({"mode": mode, "n": n, "seconds": seconds, "rate": n / seconds,
+                      "in_flight": in_flight if mode == "aiohttp" else 1, "cpu_s": usage.ru_utime + usage.ru_stime}))

@@ -1,30 +1,42 @@
 """The benchmark's receiver: a Debian nginx with a generated config, counting by access log.
 
 One free port answers `return 200` at once; a second one holds every request 50 ms
-(`echo_sleep` from libnginx-mod-http-echo) before answering. Both write one line
-per request ($msec, X-Idempotency-Key, status) to one buffered access log, which
-is the benchmark's truth for what arrived.
+(`echo_sleep` from libnginx-mod-http-echo) before answering; a third one has one
+location per latency of the `receivers` workload (/ms/0, /ms/50, /ms/250, /ms/1000:
+`return 200`, or `echo_sleep` that long) and nginx's stub_status at /status. All
+write one line per request ($msec, X-Idempotency-Key, status, $request_time) to one
+buffered access log, which is the benchmark's truth for what arrived; $msec (when
+the request ended) minus $request_time (since its first byte was read) gives each
+request's interval at the receiver, hence how many were open at once.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
 ECHO_MODULE = Path("/usr/lib/nginx/modules/ngx_http_echo_module.so")
+# The `receivers` workload's latencies (ms), one location each on the third port.
+LATENCIES_MS = (0, 50, 250, 1000)
 
 CONF = """\
 {load_echo}
 user root;
 worker_processes 1;
+# At 1,000 ms and ~3,000 deliveries/s some 3,000 requests are open at once (and a
+# reference client may hold 4,096 connections): room for all of them, each one fd.
+worker_rlimit_nofile {nofile};
 pid {tmp}/nginx.pid;
 error_log {tmp}/error.log warn;
-events {{ worker_connections 4096; }}
+events {{ worker_connections {connections}; }}
 http {{
     access_log off;
     client_body_temp_path {tmp}/body;
@@ -32,7 +44,7 @@ http {{
     fastcgi_temp_path {tmp}/fastcgi;
     uwsgi_temp_path {tmp}/uwsgi;
     scgi_temp_path {tmp}/scgi;
-    log_format keys '$msec $http_x_idempotency_key $status';
+    log_format keys '$msec $http_x_idempotency_key $status $request_time';
     keepalive_requests 100000000;
     keepalive_timeout 300s;
     client_body_buffer_size 64k;
@@ -49,8 +61,22 @@ http {{
             {slow_body}
         }}
     }}
+    server {{
+        # A backlog for thousands of connections opened at once (somaxconn caps it).
+        listen 127.0.0.1:{port_lat} backlog=4096;
+        access_log {tmp}/access.log keys buffer=256k flush=100ms;
+        location = /status {{ stub_status; access_log off; }}
+{latency_locations}
+    }}
 }}
 """
+
+
+def latency_location(ms: int) -> str:
+    if ms == 0:
+        return """        location = /ms/0 { default_type application/json; return 200 '{"ok":true}'; }"""
+    return (f"        location = /ms/{ms} {{ default_type application/json; "
+            f"echo_read_request_body; echo_sleep {ms / 1000:g}; echo '{{\"ok\":true}}'; }}")
 
 
 def free_port() -> int:
@@ -66,6 +92,7 @@ class Receiver:
     def __init__(self) -> None:
         self.port = free_port()
         self.port_slow = free_port()
+        self.port_lat = free_port()
         self.tmp = Path(tempfile.mkdtemp(prefix="bench-nginx-"))
         self.log_path = self.tmp / "access.log"
         self.proc: subprocess.Popen | None = None
@@ -79,14 +106,35 @@ class Receiver:
     def url_slow(self) -> str:
         return f"http://127.0.0.1:{self.port_slow}/webhook"
 
+    def url_latency(self, ms: int) -> str:
+        """The `receivers` workload's endpoint answering 200 after `ms` (one of LATENCIES_MS)."""
+        if ms not in LATENCIES_MS:
+            raise ValueError(f"no receiver location for {ms} ms; one of {LATENCIES_MS}")
+        return f"http://127.0.0.1:{self.port_lat}/ms/{ms}"
+
+    def status(self) -> dict[str, int]:
+        """nginx stub_status: active connections, and those reading / writing / waiting (idle keep-alive)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port_lat}/status", timeout=2) as r:
+            words = r.read().decode().split()
+        return {"active": int(words[2]), "reading": int(words[11]), "writing": int(words[13]),
+                "waiting": int(words[15])}
+
     def start(self) -> "Receiver":
         if self.slow_mode is None:
             raise RuntimeError(f"{ECHO_MODULE} missing: apt-get install libnginx-mod-http-echo")
+        # Each connection is one fd; nginx may raise its own soft limit up to the hard one.
+        nofile = min(resource.getrlimit(resource.RLIMIT_NOFILE)[1], 65536)
+        if nofile == resource.RLIM_INFINITY or nofile < 0:
+            nofile = 65536
         conf = CONF.format(
             load_echo=f"load_module {ECHO_MODULE};",
             tmp=self.tmp,
             port=self.port,
             port_slow=self.port_slow,
+            port_lat=self.port_lat,
+            nofile=nofile,
+            connections=max(1024, min(16384, nofile - 64)),
+            latency_locations="\n".join(latency_location(ms) for ms in LATENCIES_MS),
             # echo_read_request_body consumes the POST body so keep-alive stays in sync.
             slow_body="echo_read_request_body; echo_sleep 0.05; echo '{\"ok\":true}';",
         )
@@ -102,6 +150,7 @@ class Receiver:
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
                 socket.create_connection(("127.0.0.1", self.port_slow), timeout=0.2).close()
+                socket.create_connection(("127.0.0.1", self.port_lat), timeout=0.2).close()
                 return self
             except OSError:
                 if self.proc.poll() is not None:
@@ -124,13 +173,17 @@ class Receiver:
 
 
 class LogReader:
-    """Reads access-log lines appended since it was made: (arrival epoch, key, status)."""
+    """Reads access-log lines appended since it was made: (arrival epoch, key, status).
+
+    `request_times[i]` is row i's $request_time (seconds the receiver held it).
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.offset = path.stat().st_size if path.exists() else 0
         self.partial = b""
         self.rows: list[tuple[float, str, int]] = []
+        self.request_times: list[float] = []
 
     def poll(self) -> int:
         if not self.path.exists():
@@ -147,8 +200,41 @@ class LogReader:
             parts = line.split(b" ")
             if len(parts) >= 3:
                 self.rows.append((float(parts[0]), parts[1].decode(), int(parts[2])))
+                self.request_times.append(float(parts[3]) if len(parts) >= 4 else 0.0)
                 new += 1
         return new
+
+    def in_flight(self, expected: set[str]) -> dict:
+        """Requests open at the receiver at once, exactly, from the log (every request for an expected key).
+
+        Each request was open over [$msec - $request_time, $msec), both to the
+        millisecond. A request held less than a millisecond (the 0 ms receiver)
+        is an empty interval and counts for nothing: there the receiver holds
+        next to nothing, and the connections sampled by stub_status say more.
+        """
+        edges: dict[int, int] = {}
+        held_ms = 0
+        first = last = None
+        for (msec, key, _), rt in zip(self.rows, self.request_times, strict=True):
+            if key not in expected:
+                continue
+            end = round(msec * 1000)
+            start = end - round(rt * 1000)
+            first = start if first is None else min(first, start)
+            last = end if last is None else max(last, end)
+            if end > start:
+                edges[start] = edges.get(start, 0) + 1
+                edges[end] = edges.get(end, 0) - 1
+                held_ms += end - start
+        peak = open_now = 0
+        for t in sorted(edges):
+            open_now += edges[t]
+            peak = max(peak, open_now)
+        return {
+            "peak": peak,
+            # Little's law: the time the receiver held requests over the span they cover.
+            "mean": held_ms / (last - first) if first is not None and last > first else None,
+        }
 
     def wait_for(self, expected: set[str], *, timeout: float, on_tick=None, tick: float = 0.1) -> dict:
         """Poll until every expected key arrived (or timeout); return the receiver's count."""
@@ -191,3 +277,32 @@ class LogReader:
             "last_arrival": max(arrivals.values()) if arrivals else None,
             "arrivals": arrivals,
         }
+
+
+class StatusSampler(threading.Thread):
+    """Samples nginx's stub_status every `every` s: the peak of open connections and of requests being served."""
+
+    def __init__(self, receiver: Receiver, every: float = 0.1) -> None:
+        super().__init__(daemon=True)
+        self.receiver = receiver
+        self.every = every
+        self.peak = {"active": 0, "writing": 0}
+        self.samples = 0
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            try:
+                st = self.receiver.status()
+            except OSError:
+                st = None
+            if st:
+                self.samples += 1
+                self.peak["active"] = max(self.peak["active"], st["active"] - 1)  # less the sampler's own
+                self.peak["writing"] = max(self.peak["writing"], st["writing"] - 1)
+            self.halt.wait(self.every)
+
+    def finish(self) -> dict:
+        self.halt.set()
+        self.join()
+        return {"peak_connections": self.peak["active"], "peak_writing": self.peak["writing"], "samples": self.samples}

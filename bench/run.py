@@ -1,10 +1,11 @@
 """`make bench`: run every workload against a throwaway database and write the report.
 
-    bench/.venv/bin/python -m bench.run [--size small|full] [--only burst,timeliness,...]
+    bench/.venv/bin/python -m bench.run [--size small|full] [--only burst,receivers,timeliness,...]
 
 Starts and stops everything itself: its own PostgreSQL databases (bench_scheduler,
-bench_procrastinate, created and dropped here), an nginx receiver on 127.0.0.1:18080
-(and :18081 with 50 ms per request), the product's processes from the product's
+bench_procrastinate, created and dropped here), an nginx receiver on free 127.0.0.1
+ports (one answering at once, one after 50 ms, one with a location per latency of
+the `receivers` workload), the product's processes from the product's
 venv (.venv), the baselines from this venv (bench/.venv). Raw data goes to
 bench/results/raw/ (not committed), the report to bench/results/REPORT.md.
 """
@@ -18,6 +19,7 @@ import os
 import platform
 import random
 import re
+import resource
 import signal
 import statistics
 import subprocess
@@ -25,6 +27,7 @@ import sys
 import threading
 import time
 import traceback
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,7 +36,7 @@ import psutil
 import psycopg
 
 from bench import sql
-from bench.receiver import Receiver, free_port
+from bench.receiver import LATENCIES_MS, Receiver, StatusSampler, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PRODUCT_PY = str(ROOT / ".venv" / "bin" / "python")
@@ -56,12 +59,14 @@ SIZES = {
         timeliness_n=200, timeliness_window=20, scale_events=300_000, import_rows=20_000,
         api_seconds=3, endurance_n=12_000, endurance_first=2_000, profile_seconds=5, big_runs=1, import_runs=2,
         retention_events=500_000, retention_claim_every_ms=1000, retention_window_s=6, retention_pairs=6,
+        receivers_n=10_000, receivers_runs=1,
     ),
     "full": dict(
         runs=3, raw_n=10_000, proc_n=3_000, proc_big_n=100_000, burst_n=10_000, burst_big_n=100_000, big_runs=1, burst_slow_n=1_000,
         timeliness_n=1_000, timeliness_window=60, scale_events=10_000_000, import_rows=1_000_000, import_runs=1,
         api_seconds=10, endurance_n=200_000, endurance_first=20_000, profile_seconds=10,
         retention_events=10_000_000, retention_claim_every_ms=2000, retention_window_s=20, retention_pairs=10,
+        receivers_n=100_000, receivers_runs=3,
     ),
 }
 
@@ -73,7 +78,12 @@ def proc_label(mode: str, concurrency: int, processes: int) -> str:
     return f"{mode} c={concurrency}" + (f" x{processes}" if processes > 1 else "")
 
 
-WORKLOADS = ["ceiling", "baselines", "burst", "timeliness", "scale", "retention", "import", "api", "profiles", "endurance"]
+# The `receivers` workload's bare aiohttp reference: requests it keeps open at each
+# receiver latency (ms), enough for at least 4,096/s at every latency (the product's
+# own cap is 2 workers x 2,000), so that the reference is held back by its CPU only.
+REFERENCE_IN_FLIGHT = {0: 64, 50: 256, 250: 1024, 1000: 4096}
+
+WORKLOADS = ["ceiling", "baselines", "burst", "receivers", "timeliness", "scale", "retention", "import", "api", "profiles", "endurance"]
 
 
 def log(msg: str) -> None:
@@ -133,6 +143,8 @@ class RssSampler(threading.Thread):
                 pass
         self.every = every
         self.peak = {name: 0 for name in self.ps}
+        # user + system CPU seconds of each process, read when sampling finishes.
+        self.cpu: dict[str, float] = {}
         self.series: list[tuple[float, dict]] = []
         self.on_sample = on_sample
         self.halt = threading.Event()
@@ -152,10 +164,60 @@ class RssSampler(threading.Thread):
                 self.on_sample(time.time(), sample)
             self.halt.wait(self.every)
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """Each process's user + system CPU seconds so far (/proc/<pid>/stat utime + stime)."""
+        out = {}
+        for name, p in self.ps.items():
+            try:
+                t = p.cpu_times()
+            except psutil.Error:
+                continue
+            out[name] = t.user + t.system
+        return out
+
     def finish(self) -> dict:
         self.halt.set()
         self.join()
+        self.cpu = self.cpu_seconds()
         return {k: v / 2**20 for k, v in self.peak.items()}
+
+
+class LimitSampler(threading.Thread):
+    """Reads each worker's birthday_worker_in_flight_limit for one endpoint from its metrics port every `every` s."""
+
+    def __init__(self, ports: dict[str, int], url: str, every: float = 1.0) -> None:
+        super().__init__(daemon=True)
+        self.ports = ports
+        self.pattern = re.compile(r'^birthday_worker_in_flight_limit\{endpoint="' + re.escape(url) + r'"\} (\S+)$', re.M)
+        self.every = every
+        self.series: list[tuple[float, dict[str, float]]] = []
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            sample = {}
+            for name, port in self.ports.items():
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
+                        m = self.pattern.search(r.read().decode())
+                except OSError:
+                    continue  # not serving yet (Django start-up), or gone
+                if m:
+                    sample[name] = float(m.group(1))
+            if sample:
+                self.series.append((time.time(), sample))
+            self.halt.wait(self.every)
+
+    def finish(self) -> dict:
+        self.halt.set()
+        self.join()
+        names = sorted({n for _, s in self.series for n in s})
+        return {
+            "peak": {n: max((s.get(n, 0) for _, s in self.series), default=None) for n in names},
+            "last": {n: next((s[n] for _, s in reversed(self.series) if n in s), None) for n in names},
+            "peak_sum": max((sum(s.values()) for _, s in self.series), default=None),
+            "samples": len(self.series),
+        }
 
 
 # --- the harness ------------------------------------------------------------------------
@@ -473,13 +535,17 @@ class Bench:
                                     "seconds": v["seconds"], "runs": v["runs"]}
         return out
 
-    def burst_once(self, *, n: int, workers: int, concurrency: int, slow: bool, profile: float = 0) -> dict:
-        tag = self.tag("burst")
+    def seed_due(self, *, tag: str, n: int) -> set[str]:
+        """Empty tables, then n users with one event each, all due a minute ago; their idempotency keys."""
         self.truncate()
         sql.users_and_events(self.conn, tag=tag, n=n, target_sql="now() - interval '1 minute'")
         self.conn.execute("ANALYZE users_user; ANALYZE scheduling_event")
         expected = set(sql.pending_keys(self.conn))
         assert len(expected) == n, (len(expected), n)
+        return expected
+
+    def burst_once(self, *, n: int, workers: int, concurrency: int, slow: bool, profile: float = 0) -> dict:
+        expected = self.seed_due(tag=self.tag("burst"), n=n)
         url = self.receiver.url_slow if slow else self.receiver.url
         env = self.env(WEBHOOK_URL=url)
         reader = self.receiver.reader()
@@ -543,6 +609,166 @@ class Bench:
         runs[big_key] = big_runs
         summary[big_key] = summarize_burst(big_runs)
         return {"runs": runs, "summary": summary, "best_matrix": best_key, "big_from": big_from, "big": big_key}
+
+    def receivers_once(self, *, n: int, latency_ms: int) -> dict:
+        """n events due at once, 1 scheduler + 2 workers as shipped (no --concurrency / --batch-size), a receiver
+        answering after latency_ms; from process start to the last delivery."""
+        expected = self.seed_due(tag=self.tag("recv"), n=n)
+        # Every run starts with no endpoint rows: no state, Retry-After or shares left from an earlier run.
+        if self.conn.execute("SELECT to_regclass('delivery_endpoint')").fetchone()[0]:
+            self.conn.execute("TRUNCATE delivery_endpoint CASCADE")
+        url = self.receiver.url_latency(latency_ms)
+        env = self.env(WEBHOOK_URL=url)
+        reader = self.receiver.reader()
+        # Each worker serves its metrics (its in-flight limit) on a port of its own; nothing else changes.
+        ports = {f"worker{i + 1}": free_port() for i in range(2)}
+        started = time.time()
+        sched = self.procs.spawn("scheduler", ["-m", "bench.product_main", "run_scheduler"], env)
+        ws = [
+            self.procs.spawn("worker", ["-m", "bench.product_main", "run_worker", "--metrics-port", str(port)], env)
+            for port in ports.values()
+        ]
+        names = {"scheduler": sched.pid, **{f"worker{i + 1}": w.pid for i, w in enumerate(ws)}}
+        sampler = RssSampler(names)
+        sampler.start()
+        status = StatusSampler(self.receiver)
+        status.start()
+        limits = LimitSampler(ports, url)
+        limits.start()
+        cpu_at_first: dict[str, float] = {}
+        procs = {"scheduler": sched, **{f"worker{i + 1}": w for i, w in enumerate(ws)}}
+
+        def on_tick(seen: int) -> None:
+            if seen and not cpu_at_first:  # start-up and the first claims: the fixed part of the CPU
+                cpu_at_first.update(sampler.cpu_seconds())
+            dead = [name for name, proc in procs.items() if proc.poll() is not None]
+            if dead:  # say so now rather than wait out the timeout
+                raise RuntimeError(f"{', '.join(dead)} exited during the run (code "
+                                   f"{', '.join(str(procs[d].returncode) for d in dead)}); see bench/results/raw/"
+                                   "scheduler.log and worker.log")
+
+        try:
+            counts = reader.wait_for(expected, timeout=min(n / 15 + 120, 900), on_tick=on_tick)
+        finally:
+            peak = sampler.finish()
+            receiver = status.finish()
+            limit = limits.finish()
+            self.procs.stop([sched, *ws])
+        arrivals = counts.pop("arrivals")
+        flight = reader.in_flight(expected)
+        seconds = (counts["last_arrival"] or time.time()) - started
+        since = sorted(t - started for t in arrivals.values())
+        delivered = counts["unique"]
+        cpu = sum(sampler.cpu.values())
+        cpu_first = sum(cpu_at_first.values()) if cpu_at_first else None
+        return {
+            "n": n, "latency_ms": latency_ms, "seconds": seconds, "rate": delivered / seconds,
+            "steady_rate": steady(counts), "peak_rss_mb": peak,
+            "peak_in_flight": flight["peak"], "mean_in_flight": flight["mean"], **receiver,
+            "worker_limit": limit,
+            "cpu_s": sampler.cpu, "cpu_s_total": cpu,
+            "cpu_ms_per_delivery": 1000 * cpu / delivered if delivered else None,
+            "cpu_s_to_first": cpu_first,
+            "cpu_ms_per_delivery_after_first": 1000 * (cpu - cpu_first) / (delivered - 1)
+            if cpu_first is not None and delivered > 1 else None,
+            "p50_s": pct(since, 50), "p99_s": pct(since, 99), **counts,
+        }
+
+    def reference_once(self, *, n: int, latency_ms: int) -> dict:
+        """The bare aiohttp client (bench/raw_client.py), one process, the same n POSTs at a fixed in-flight."""
+        in_flight = REFERENCE_IN_FLIGHT[latency_ms]
+        prefix = self.tag(f"ref{latency_ms}-")
+        url = self.receiver.url_latency(latency_ms)
+        reader = self.receiver.reader()
+        status = StatusSampler(self.receiver)
+        status.start()
+        started = time.time()
+        try:
+            r = subprocess.run(
+                [BENCH_PY, "-m", "bench.raw_client", "aiohttp", url, str(n), prefix, str(in_flight)],
+                cwd=ROOT, capture_output=True, text=True, timeout=min(n / 15 + 120, 900),
+            )
+        finally:
+            receiver = status.finish()
+        if r.returncode:
+            raise RuntimeError(f"raw_client failed ({r.returncode}):\n{r.stderr[-2000:]}")
+        res = json.loads(r.stdout.strip().splitlines()[-1])
+        expected = {f"{prefix}-{i}" for i in range(n)}
+        counts = reader.wait_for(expected, timeout=30)
+        counts.pop("arrivals")
+        flight = reader.in_flight(expected)
+        seconds = (counts["last_arrival"] or time.time()) - started
+        delivered = counts["unique"]
+        return {
+            "n": n, "latency_ms": latency_ms, "in_flight": in_flight, "seconds": seconds,
+            "rate": delivered / seconds, "client_seconds": res["seconds"], "client_rate": res["rate"],
+            "cpu_s_total": res["cpu_s"], "cpu_ms_per_delivery": 1000 * res["cpu_s"] / delivered if delivered else None,
+            "peak_in_flight": flight["peak"], "mean_in_flight": flight["mean"], **receiver, **counts,
+        }
+
+    def w_receivers(self) -> dict:
+        """The burst (n due at once, 1 scheduler + 2 workers as shipped) against receivers answering in 0, 50,
+        250 and 1,000 ms, each beside the bare aiohttp reference at the same latency; rounds interleave them."""
+        n, rounds = self.s["receivers_n"], self.s["receivers_runs"]
+        product: dict[str, list] = {str(ms): [] for ms in LATENCIES_MS}
+        reference: dict[str, list] = {str(ms): [] for ms in LATENCIES_MS}
+        load = os.getloadavg()
+        for i in range(rounds):
+            for ms in LATENCIES_MS:
+                log(f"receivers: {n:,} events due, {ms} ms receiver, 1 scheduler + 2 workers as shipped "
+                    f"(run {i + 1}/{rounds})")
+                run = self.attempt(self.receivers_once, n=n, latency_ms=ms)
+                product[str(ms)].append(run)
+                log(f"receivers: {ms} ms: {run['rate']:,.0f}/s ({run['seconds']:.1f} s), peak in flight "
+                    f"{run['peak_in_flight']}, {run['peak_connections']} connections, CPU "
+                    f"{run['cpu_ms_per_delivery'] or 0:.3f} ms/delivery, worker limits {run['worker_limit']['peak']}, "
+                    f"duplicates {run['duplicates']}, missing {run['missing']}")
+                ref = self.reference_once(n=n, latency_ms=ms)
+                reference[str(ms)].append(ref)
+                log(f"receivers: {ms} ms: aiohttp reference ({ref['in_flight']} in flight) {ref['rate']:,.0f}/s, "
+                    f"peak in flight {ref['peak_in_flight']}, missing {ref['missing']}")
+        summary = {}
+        for ms in LATENCIES_MS:
+            p, r = product[str(ms)], reference[str(ms)]
+            summary[str(ms)] = {
+                "latency_ms": ms, "n": n, "runs": len(p),
+                "seconds": median(x["seconds"] for x in p), "rate": median(x["rate"] for x in p),
+                "rates": [x["rate"] for x in p], "steady_rate": median(x["steady_rate"] for x in p),
+                "peak_in_flight": median(x["peak_in_flight"] for x in p),
+                "mean_in_flight": median(x["mean_in_flight"] for x in p),
+                "peak_connections": median(x["peak_connections"] for x in p),
+                "peak_writing": median(x["peak_writing"] for x in p),
+                "worker_limit_peak": max((v for x in p for v in x["worker_limit"]["peak"].values()), default=None),
+                "worker_limit_peak_sum": median(x["worker_limit"]["peak_sum"] for x in p),
+                "cpu_ms_per_delivery": median(x["cpu_ms_per_delivery"] for x in p),
+                "cpu_ms_per_delivery_after_first": median(x["cpu_ms_per_delivery_after_first"] for x in p),
+                "cpu_s_to_first": median(x["cpu_s_to_first"] for x in p),
+                "p50_s": median(x["p50_s"] for x in p), "p99_s": median(x["p99_s"] for x in p),
+                "duplicates": sum(x["duplicates"] for x in p), "missing": sum(x["missing"] for x in p),
+                "non_200": sum(x["non_200"] for x in p),
+                "peak_rss_mb": {k: max(x["peak_rss_mb"].get(k, 0) for x in p) for k in p[0]["peak_rss_mb"]},
+                "reference": {
+                    "in_flight": REFERENCE_IN_FLIGHT[ms], "rate": median(x["rate"] for x in r),
+                    "rates": [x["rate"] for x in r], "client_rate": median(x["client_rate"] for x in r),
+                    "seconds": median(x["seconds"] for x in r),
+                    "peak_in_flight": median(x["peak_in_flight"] for x in r),
+                    "peak_connections": median(x["peak_connections"] for x in r),
+                    "cpu_ms_per_delivery": median(x["cpu_ms_per_delivery"] for x in r),
+                    "duplicates": sum(x["duplicates"] for x in r), "missing": sum(x["missing"] for x in r),
+                },
+            }
+        zero = summary["0"]["rate"]
+        for v in summary.values():
+            v["ratio_to_zero"] = v["rate"] / zero if zero else None
+            v["reference"]["ratio_to_zero"] = (v["reference"]["rate"] / summary["0"]["reference"]["rate"]
+                                               if summary["0"]["reference"]["rate"] else None)
+            v["ratio_to_reference"] = v["rate"] / v["reference"]["rate"] if v["reference"]["rate"] else None
+        return {
+            "n": n, "runs": rounds, "latencies_ms": list(LATENCIES_MS), "product": product, "reference": reference,
+            "summary": summary, "reference_in_flight": {str(k): v for k, v in REFERENCE_IN_FLIGHT.items()},
+            "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[0], "load_at_start": load,
+            "command": self.results.get("command"),
+        }
 
     def timeliness_once(self, *, n: int, window: float) -> dict:
         tag = self.tag("time")
@@ -1177,6 +1403,7 @@ def main() -> int:
         except OSError:
             raise SystemExit("another bench run holds bench/results/raw/.lock; it shares the bench databases")
         bench = Bench(args.size)
+        bench.results["command"] = "python -m bench.run " + " ".join(sys.argv[1:])
         for item in args.set:
             key, _, value = item.partition("=")
             if key not in bench.s:

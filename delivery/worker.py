@@ -59,6 +59,7 @@ from runtime.heartbeats import heartbeat_beat, heartbeat_start
 from runtime.models import ProcessKind
 from runtime.process import process_name
 from runtime.wakeup import WORKER_CHANNEL, Listener
+from scheduling.zonedata import zone_data_version
 
 logger = logging.getLogger(__name__)
 
@@ -188,6 +189,7 @@ class Worker:
                 "batch_size": self.batch_size,
                 "max_rate": self.max_rate or None,
                 "max_in_flight": self.max_in_flight or None,
+                "zone_data": zone_data_version(),
             },
         )
         self._heartbeat(start=True)

@@ -3,7 +3,10 @@
 from functools import lru_cache
 from zoneinfo import ZoneInfo
 
+from scheduling.zonedata import zone_cache
 
+
+@zone_cache
 @lru_cache(maxsize=1024)
 def load_timezone(name: str) -> ZoneInfo:
     """Return the ZoneInfo for an already validated IANA name (cached)."""

@@ -9,6 +9,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone as django_timezone
 
 from scheduling.timezones import load_timezone
+from scheduling.zonedata import zone_cache, zone_data_refresh
 
 NAME_MAX_LENGTH = 100
 EXTERNAL_ID_MAX_LENGTH = 255
@@ -17,9 +18,11 @@ EARLIEST_DATE = date(1900, 1, 1)
 _UTC_OFFSET = re.compile(r"^(UTC|GMT)?\s*[+-]\d", re.IGNORECASE)
 
 
+@zone_cache
 @lru_cache(maxsize=1)
 def _known_timezone_names() -> frozenset[str]:
-    # available_timezones() walks the tz database on disk; read it once.
+    # available_timezones() walks the tz database on disk; read it once per
+    # version of the database (a new one can name new zones).
     return frozenset(available_timezones())
 
 
@@ -43,6 +46,9 @@ def clean_timezone(value: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValidationError("Time zone must be an IANA name such as America/New_York.")
     name = value.strip()
+    # A zone the database gained since this process started is accepted at once
+    # (and every date is then checked by the same rules the events are computed with).
+    zone_data_refresh()
     if name not in _known_timezone_names():
         if _UTC_OFFSET.match(name):
             raise ValidationError(

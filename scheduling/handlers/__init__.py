@@ -2,7 +2,14 @@
 
 from scheduling.event_types import EventType
 from scheduling.handlers.anniversary import AnniversaryHandler
-from scheduling.handlers.base import EventHandler, Occurrence, Recipient, RecipientRow, local_send_instant
+from scheduling.handlers.base import (
+    EventHandler,
+    Occurrence,
+    Recipient,
+    RecipientRow,
+    local_send_instant,
+    wall_time_instant,
+)
 from scheduling.handlers.birthday import BirthdayHandler
 
 REGISTRY: dict[str, EventHandler] = {
@@ -18,4 +25,6 @@ def get_handler(event_type: str) -> EventHandler:
         raise LookupError(f"No handler registered for event type {event_type!r}") from None
 
 
-__all__ = ["REGISTRY", "EventHandler", "Occurrence", "Recipient", "RecipientRow", "get_handler", "local_send_instant"]
+__all__ = [
+    "REGISTRY", "EventHandler", "Occurrence", "Recipient", "RecipientRow", "get_handler", "local_send_instant", "wall_time_instant",
+]

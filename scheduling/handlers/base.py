@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from scheduling.timezones import load_timezone
+from scheduling.zonedata import zone_cache
 
 
 class Recipient(Protocol):
@@ -70,18 +71,29 @@ def local_send_instant(occurrence_date: date, timezone_name: str) -> Occurrence:
     return _local_send_instant(occurrence_date, timezone_name, send_time())
 
 
+def wall_time_instant(*, wall: datetime, timezone_name: str) -> tuple[datetime, datetime]:
+    """A naive local wall time in a zone as (the UTC instant, the local time with its offset), by the rules now loaded.
+
+    In a DST gap the wall time moves forward by the gap, in an overlap it takes
+    the first (fold=0, see local_send_instant).
+    """
+    zone = load_timezone(timezone_name)
+    target_utc = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
+    return target_utc, target_utc.astimezone(zone)
+
+
 # The recipients claimed together share a handful of (date, zone) pairs (today's
 # birthdays, a year on), so the scheduler's claim resolves each pair once
-# instead of once per recipient. Occurrence is frozen, so sharing it is safe.
+# instead of once per recipient. Occurrence is frozen, so sharing it is safe;
+# the cache is dropped with the zones when the time zone database changes.
+@zone_cache
 @lru_cache(maxsize=16384)
 def _local_send_instant(occurrence_date: date, timezone_name: str, at: time) -> Occurrence:
-    zone = load_timezone(timezone_name)
-    wall = datetime.combine(occurrence_date, at).replace(tzinfo=zone, fold=0)
-    target_utc = wall.astimezone(UTC)
+    target_utc, target_local = wall_time_instant(wall=datetime.combine(occurrence_date, at), timezone_name=timezone_name)
     return Occurrence(
         occurrence_date=occurrence_date,
         target_utc=target_utc,
-        target_local=target_utc.astimezone(zone),
+        target_local=target_local,
         timezone_name=timezone_name,
     )
 

@@ -29,6 +29,8 @@ from runtime.process import process_name
 from runtime.wakeup import SCHEDULER_CHANNEL, Listener
 from scheduling.selectors import next_pending_target, overdue_summary
 from scheduling.services.sync import RECONCILE_CHUNK, events_create_missing
+from scheduling.services.zone_rules import events_follow_zone_data
+from scheduling.zonedata import zone_data, zone_data_refresh
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +50,10 @@ PRUNE_EVERY = 60.0
 PRUNE_TIME_BOX = 0.5
 PRUNE_MIN_IDLE = 0.2
 PRUNE_BATCH_SIZE = 500
+# Recomputing the PENDING events after a time zone database update
+# (scheduling.services.zone_rules): this long a turn, before the turn's claims,
+# and the loop does not sleep until the pass is complete.
+ZONE_RULES_TIME_BOX = 0.5
 
 
 class Scheduler:
@@ -78,12 +84,18 @@ class Scheduler:
         self.last_prune = float("-inf")
         self.prune_from: PrunePosition | None = None  # None: the next pass starts from the beginning
         self.woken = False  # a notification came during a prune pass: claim, do not sleep
+        # The PENDING events may follow other time zone data than this process's: look on the first turn.
+        self.zone_rules_behind = True
 
     def run(self) -> int:
+        data = zone_data()
+        logger.info("Time zone data %s from %s", data.version or "unknown", data.path, extra={"scheduler": self.name})
         self._with_database(self._log_backlog)
         self._with_database(self._heartbeat, start=True)
         last_reconcile = float("-inf")  # reconcile on the first turn, after the first claims
         while not self.stop.is_set():
+            # Before the claims: an event the new rules moved later is not claimed at its old instant.
+            self._with_database(self._follow_zone_rules)
             claimed = self._with_database(self._claim_all_due)
             if claimed is None:  # database unavailable; already waited
                 continue
@@ -105,7 +117,7 @@ class Scheduler:
                 last_reconcile = now - self.reconcile_every if repaired == RECONCILE_CHUNK else now
             self._with_database(self._beat_if_due)
             sleep_for = self._with_database(self._time_until_next_event)
-            if sleep_for is None:
+            if sleep_for is None or self.zone_rules_behind:
                 continue
             if sleep_for > 0:
                 pruning = self._with_database(self._prune_history, idle=sleep_for) or 0.0
@@ -215,6 +227,14 @@ class Scheduler:
             # Due but not claimable: another scheduler holds the rows right now.
             return _BUSY_RETRY
         return min(self.interval, wait)
+
+    def _follow_zone_rules(self) -> None:
+        if zone_data_refresh():
+            self.zone_rules_behind = True
+        if self.zone_rules_behind:
+            # --once completes the pass before it claims; the loop does part of it each turn.
+            result = events_follow_zone_data(seconds=None if self.once else ZONE_RULES_TIME_BOX)
+            self.zone_rules_behind = not result.complete
 
     def _reconcile(self) -> int:
         created = events_create_missing(limit=RECONCILE_CHUNK)

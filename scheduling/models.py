@@ -143,3 +143,39 @@ class MessageTemplate(models.Model):
         errors = template_errors(template=self.body, placeholders=handler.placeholders)
         if errors:
             raise ValidationError({"body": errors})
+
+
+class EventZoneData(models.Model):
+    """Which time zone database the PENDING events' instants follow: one row.
+
+    An event's instant is computed once, from its local wall time, by the
+    rules of the time zone database the computing process had loaded. When a
+    scheduler runs with a newer database than this row names, it recomputes
+    every PENDING event (scheduling.services.zone_rules) and records the new
+    version here once the pass is complete. One row, not a column per event:
+    a version on every event would cost a write to every pending row whenever
+    the rules change, where only the rows of the zones that changed move. A
+    pass records where it stands after each batch, so one cut short (a crash,
+    a stop) resumes there, and a batch done twice moves nothing.
+    """
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1, editable=False)
+    # Every PENDING event's instant follows this version's rules ("" before the first complete pass).
+    version = models.CharField(max_length=32, blank=True, default="")
+    # The pass in progress ("" when none): the version it moves the events to,
+    # and the last event it looked at, in the order of the claim's index (target, id).
+    pass_version = models.CharField(max_length=32, blank=True, default="")
+    pass_after_target = models.DateTimeField(null=True, blank=True)
+    pass_after_id = models.UUIDField(null=True, blank=True)
+    # Events the last pass (or the one in progress) moved, per zone: {"Asia/Almaty": 1200}.
+    moved = models.JSONField(default=dict, blank=True)
+    pass_started_at = models.DateTimeField(null=True, blank=True)
+    pass_completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "time zone data of the pending events"
+        verbose_name_plural = verbose_name
+        constraints = [models.CheckConstraint(condition=Q(id=1), name="event_zone_data_one_row")]
+
+    def __str__(self) -> str:
+        return f"Pending events follow time zone data {self.version or 'unknown'}"

@@ -244,7 +244,8 @@ class Worker:
                 for lane in self.lanes.values():
                     want = lane.limit.current if (lane.waiting or lane.open or lane.state == HEALTHY) else 0
                     lane.share = endpoint_share_in_flight(
-                        endpoint_id=lane.endpoint_id, worker=self.name, want=want, cap=self.max_in_flight,
+                        endpoint_id=lane.endpoint_id, worker=self.name, want=want, holding=lane.open,
+                        cap=self.max_in_flight,
                         lease=self.lease, now=timezone.now(),
                     )
             self.last_endpoints = now

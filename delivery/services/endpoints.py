@@ -204,14 +204,18 @@ def endpoint_reserve_send_slots(*, endpoint_id: int, count: int, rate: float, no
 
 
 def endpoint_share_in_flight(
-    *, endpoint_id: int, worker: str, want: int, cap: int, lease: timedelta, now: datetime
+    *, endpoint_id: int, worker: str, want: int, holding: int, cap: int, lease: timedelta, now: datetime
 ) -> int:
     """Set this worker's share of the fleet's in-flight cap for the endpoint; return the share granted.
 
     Under the endpoint's row lock: the shares of live workers (unexpired rows)
     never add up to more than `cap`, and no worker asks for more than an equal
     part while others want some, so a newcomer gets its part as the others
-    renew theirs.
+    renew theirs. A worker's row says the most it may have open until it
+    renews: the share granted, or the `holding` requests it still has open
+    when its share shrinks (they end by themselves, not when the share does).
+    Counting those is what keeps a newcomer from opening its part while they
+    are still open.
     """
     with transaction.atomic():
         Endpoint.objects.select_for_update().only("id").get(pk=endpoint_id)
@@ -221,7 +225,8 @@ def endpoint_share_in_flight(
         fair = -(-cap // (live.count() + 1))
         granted = max(0, min(want, fair, cap - others))
         EndpointPermit.objects.update_or_create(
-            endpoint_id=endpoint_id, worker=worker, defaults={"permits": granted, "expires_at": now + lease}
+            endpoint_id=endpoint_id, worker=worker,
+            defaults={"permits": max(granted, holding), "expires_at": now + lease},
         )
     return granted
 

@@ -306,14 +306,28 @@ def test_an_idle_endpoint_saves_no_burst_for_later(endpoint):
 # -- the fleet's in-flight cap: shares ------------------------------------------------------------------------------
 
 
-def share(endpoint, worker, *, want=100, cap=12, now=None):
+def share(endpoint, worker, *, want=100, holding=0, cap=12, now=None):
     return endpoint_share_in_flight(
-        endpoint_id=endpoint.pk, worker=worker, want=want, cap=cap, lease=LEASE, now=now or timezone.now()
+        endpoint_id=endpoint.pk, worker=worker, want=want, holding=holding, cap=cap, lease=LEASE,
+        now=now or timezone.now(),
     )
 
 
 def held(endpoint) -> dict[str, int]:
     return dict(EndpointPermit.objects.filter(endpoint=endpoint).values_list("worker", "permits"))
+
+
+def test_requests_still_open_after_a_share_shrinks_are_not_granted_to_a_newcomer(endpoint):
+    # Given w1 alone with the whole cap of 12, all 12 open, when w2 arrives
+    assert share(endpoint, "w1", cap=12) == 12
+    assert share(endpoint, "w2", cap=12) == 0
+    # When w1 renews: its share is halved, but its 12 requests are still open
+    assert share(endpoint, "w1", holding=12, cap=12) == 6
+    # Then w2 gets nothing until they have ended and w1 renews again
+    assert share(endpoint, "w2", cap=12) == 0
+    assert share(endpoint, "w1", holding=4, cap=12) == 6
+    assert share(endpoint, "w2", cap=12) == 6
+    assert sum(held(endpoint).values()) <= 12
 
 
 def test_a_lone_worker_gets_the_whole_cap_or_what_it_wants(endpoint):

@@ -106,6 +106,20 @@ def run_operator_action(
         )
 
 
+class ViewOnlyPageMixin:
+    """A model page that is a view: every field of its fieldsets read-only.
+
+    The changelist keeps the model's change permission, because the page's
+    operator actions (Resend, Pause, Resume) require it.
+    """
+
+    def get_readonly_fields(self, request, obj=None):
+        return [field for fieldset in self.fieldsets for field in fieldset[1]["fields"]]
+
+    def has_change_permission(self, request, obj=None):
+        return obj is None and super().has_change_permission(request, obj)
+
+
 class ReadOnlyInlineMixin:
     """Inlines that show history: no adding, editing or deleting rows in place."""
 

@@ -85,7 +85,8 @@ class DeliveryAttemptInline(widgets.ReadOnlyInlineMixin, admin.TabularInline):
 
 
 @admin.register(Delivery)
-class DeliveryAdmin(admin.ModelAdmin):
+class DeliveryAdmin(widgets.ViewOnlyPageMixin, admin.ModelAdmin):
+    # Nothing on a delivery is edited by hand.
     list_display = [
         "idempotency_key",
         "recipient",
@@ -123,17 +124,9 @@ class DeliveryAdmin(admin.ModelAdmin):
         ("Request", {"classes": ["collapse"], "fields": ["endpoint_url", "payload"]}),
     ]
 
-    def get_readonly_fields(self, request, obj=None):
-        return [field for fieldset in self.fieldsets for field in fieldset[1]["fields"]]
-
     def has_add_permission(self, request):
         # Deliveries are queued by the scheduler when it claims an event.
         return False
-
-    def has_change_permission(self, request, obj=None):
-        # Nothing on a delivery is edited by hand (the form is a view); the
-        # changelist keeps change permission so the Resend action is offered.
-        return obj is None and super().has_change_permission(request, obj)
 
     def has_delete_permission(self, request, obj=None):
         # Never: deleting a delivery would erase its attempt log and let the

@@ -53,7 +53,8 @@ class EndpointChangeList(ChangeList):
 
 
 @admin.register(Endpoint)
-class EndpointAdmin(admin.ModelAdmin):
+class EndpointAdmin(widgets.ViewOnlyPageMixin, admin.ModelAdmin):
+    # Health is the workers' record of the receiver's answers: nobody edits it by hand.
     list_display = [
         "url",
         "state_badge",
@@ -91,18 +92,9 @@ class EndpointAdmin(admin.ModelAdmin):
         ("Fleet limits", {"classes": ["collapse"], "fields": ["next_send_slot", "updated_at"]}),
     ]
 
-    def get_readonly_fields(self, request, obj=None):
-        return [field for fieldset in self.fieldsets for field in fieldset[1]["fields"]]
-
     def has_add_permission(self, request):
         # A worker creates an endpoint's row the first time it sends to the URL.
         return False
-
-    def has_change_permission(self, request, obj=None):
-        # Health is the workers' record of the receiver's answers: nobody edits
-        # it by hand, so the page is a view. The model-level permission stays,
-        # because it is what Pause and Resume require.
-        return obj is None and super().has_change_permission(request, obj)
 
     def has_delete_permission(self, request, obj=None):
         # A worker would create the row again at its next send, healthy,

@@ -15,7 +15,8 @@ from delivery.models import Endpoint, EndpointState
 from runtime.models import ProcessHeartbeat, ProcessKind
 from runtime.selectors import processes_recent
 from scheduling import selectors as event_selectors
-from scheduling.models import EventStatus, EventType
+from scheduling.models import EventStatus, EventType, EventZoneData
+from scheduling.zonedata import zone_data_refresh, zone_data_version
 
 # --- the chart -----------------------------------------------------------------------
 
@@ -126,6 +127,37 @@ def unhealthy_endpoints(*, now: datetime) -> list[EndpointLine]:
     return lines
 
 
+@dataclass(frozen=True)
+class ZoneDataLine:
+    """Which time zone data the pending events follow, and who computes with other data."""
+
+    events: EventZoneData
+    web: str  # the version this web process validates and computes with
+    moved: int  # events the last (or the running) pass moved
+    moved_by_zone: list[tuple[str, int]]  # the zones that moved most, most first
+    # Running processes computing with data the events neither follow nor are moving to.
+    out_of_step: list
+    web_out_of_step: bool
+
+
+def zone_data_line(*, processes: list) -> ZoneDataLine:
+    zone_data_refresh()
+    events = event_selectors.events_zone_data()
+    agreed = {events.version, events.pass_version} - {""}
+    moved = sorted(events.moved.items(), key=lambda item: (-item[1], item[0]))
+    return ZoneDataLine(
+        events=events,
+        web=zone_data_version(),
+        moved=sum(count for _, count in moved),
+        moved_by_zone=moved[:5],
+        out_of_step=[
+            process for process in processes
+            if process.state == "running" and agreed and process.zone_data and process.zone_data not in agreed
+        ],
+        web_out_of_step=bool(agreed) and zone_data_version() not in agreed,
+    )
+
+
 def dashboard_view(request, *, site: admin.AdminSite):
     """One page with what an operator checks first: backlog, outcomes, endpoints, processes, what's next."""
     now = timezone.now()
@@ -158,6 +190,7 @@ def dashboard_view(request, *, site: admin.AdminSite):
             if not any(p.kind == kind and p.state == "running" for p in processes)
         ],
         "lost_after": ProcessHeartbeat.LOST_AFTER_SECONDS,
+        "zone_data": zone_data_line(processes=processes),
         "chart": chart,
         "chart_by_type": [(EventType(event_type).label, event_type, count) for event_type, count in per_type.items()],
         "chart_until": this_hour + timedelta(hours=24),

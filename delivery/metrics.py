@@ -8,10 +8,15 @@ database says about all processes together is served by the web's /metrics.
 
 from __future__ import annotations
 
-from prometheus_client import Gauge, Histogram
+from collections.abc import Iterator
+
+from prometheus_client import REGISTRY, Gauge, Histogram
+from prometheus_client.core import InfoMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from delivery.models import AttemptOutcome
 from runtime.models import ProcessKind
+from scheduling.zonedata import zone_data_version
 
 ATTEMPT_DURATION = Histogram(
     "birthday_delivery_attempt_duration_seconds",
@@ -42,3 +47,17 @@ for _outcome in (AttemptOutcome.DELIVERED, AttemptOutcome.TRANSIENT_FAILURE, Att
     ATTEMPT_DURATION.labels(outcome=_outcome)
 for _kind in ProcessKind.values:
     CLAIM_BATCH_DURATION.labels(kind=_kind)
+
+
+class ZoneDataInfo(Collector):
+    """birthday_zone_data_info: the zone data version as of the scrape, the one the process computes with."""
+
+    def collect(self) -> Iterator[Metric]:
+        yield InfoMetricFamily(
+            "birthday_zone_data",
+            "The IANA version of the time zone database this process computes with.",
+            value={"version": zone_data_version()},
+        )
+
+
+REGISTRY.register(ZoneDataInfo())

@@ -30,7 +30,7 @@ from runtime.wakeup import SCHEDULER_CHANNEL, Listener
 from scheduling.selectors import next_pending_target, overdue_summary
 from scheduling.services.sync import RECONCILE_CHUNK, events_create_missing
 from scheduling.services.zone_rules import events_follow_zone_data
-from scheduling.zonedata import zone_data, zone_data_refresh
+from scheduling.zonedata import zone_data, zone_data_refresh, zone_data_version
 
 logger = logging.getLogger(__name__)
 
@@ -286,6 +286,6 @@ class Scheduler:
 
     def _heartbeat(self, *, start: bool = False, stopped: bool = False) -> None:
         if start:
-            heartbeat_start(**self.identity)
+            heartbeat_start(**self.identity, zone_data=zone_data_version())
         else:
-            heartbeat_beat(**self.identity, stopped=stopped, **self.counts)
+            heartbeat_beat(**self.identity, zone_data=zone_data_version(), stopped=stopped, **self.counts)

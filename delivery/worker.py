@@ -59,7 +59,7 @@ from runtime.heartbeats import heartbeat_beat, heartbeat_start
 from runtime.models import ProcessKind
 from runtime.process import process_name
 from runtime.wakeup import WORKER_CHANNEL, Listener
-from scheduling.zonedata import zone_data_version
+from scheduling.zonedata import zone_data_refresh, zone_data_version
 
 logger = logging.getLogger(__name__)
 
@@ -599,10 +599,13 @@ class Worker:
 
     def _heartbeat(self, *, start: bool = False, stopped: bool = False) -> None:
         try:
+            # The worker computes nothing with zones itself, but the version it
+            # reports follows an upgrade of its host's zone data like the scheduler's.
+            zone_data_refresh()
             if start:
-                heartbeat_start(**self.identity)
+                heartbeat_start(**self.identity, zone_data=zone_data_version())
             else:
-                heartbeat_beat(**self.identity, stopped=stopped, **self.counts)
+                heartbeat_beat(**self.identity, zone_data=zone_data_version(), stopped=stopped, **self.counts)
         except DB_ERRORS as exc:
             logger.warning("Heartbeat not written", extra={"worker": self.name, "error": str(exc).strip()})
             self._lost_database()

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 from django.db import DatabaseError
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 
 from delivery.models import Endpoint, EndpointState
 from delivery.selectors import (
@@ -30,7 +30,8 @@ from delivery.selectors import (
 from runtime.database import database_error_reason
 from runtime.models import ProcessHeartbeat
 from runtime.selectors import process_live_counts
-from scheduling.selectors import event_status_counts, overdue_summary
+from scheduling.selectors import event_status_counts, events_zone_data, overdue_summary
+from scheduling.zonedata import zone_data_refresh, zone_data_version
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +101,28 @@ class DatabaseCollector:
             attempt_outcome_counts(since=now - ATTEMPTS_WINDOW),
         )
         yield from _endpoint_families(now=now, endpoints=endpoint_list())
+        yield from _zone_data_families()
+
+
+def _zone_data_families() -> Iterator[Metric]:
+    """The time zone data this web process validates and computes with, and the data the PENDING events follow.
+
+    Schedulers and workers serve their own birthday_zone_data_info on their
+    metrics port, so one rule compares every process with the events (deploy/prometheus/alerts.yml).
+    """
+    zone_data_refresh()
+    yield InfoMetricFamily(
+        "birthday_zone_data",
+        "The IANA version of the time zone database this process computes with.",
+        value={"version": zone_data_version()},
+    )
+    events = events_zone_data()
+    yield InfoMetricFamily(
+        "birthday_events_zone_data",
+        "The IANA version whose rules every PENDING event's instant follows (unknown before a scheduler's "
+        "first pass), and the version a pass in progress moves them to (empty when none runs).",
+        value={"version": events.version or "unknown", "moving_to": events.pass_version},
+    )
 
 
 def _endpoint_families(*, now: datetime, endpoints: list[Endpoint]) -> Iterator[Metric]:

@@ -7,20 +7,32 @@ from django.utils import timezone
 from runtime.models import ProcessHeartbeat
 
 
-def heartbeat_start(*, kind: str, name: str, host: str, pid: int) -> ProcessHeartbeat:
+def heartbeat_start(*, kind: str, name: str, host: str, pid: int, zone_data: str) -> ProcessHeartbeat:
     now = timezone.now()
     beat, _ = ProcessHeartbeat.objects.update_or_create(
         name=name,
-        defaults={"kind": kind, "host": host, "pid": pid, "started_at": now, "last_seen_at": now, "stopped_at": None},
+        defaults={
+            "kind": kind, "host": host, "pid": pid, "started_at": now, "last_seen_at": now, "stopped_at": None,
+            "zone_data": zone_data,
+        },
     )
     return beat
 
 
 def heartbeat_beat(
-    *, kind: str, name: str, host: str, pid: int, processed: int, succeeded: int, failed: int, stopped: bool = False
+    *,
+    kind: str,
+    name: str,
+    host: str,
+    pid: int,
+    zone_data: str,
+    processed: int,
+    succeeded: int,
+    failed: int,
+    stopped: bool = False,
 ) -> None:
     now = timezone.now()
-    counts = {"processed": processed, "succeeded": succeeded, "failed": failed}
+    counts = {"processed": processed, "succeeded": succeeded, "failed": failed, "zone_data": zone_data}
     updated = ProcessHeartbeat.objects.filter(name=name).update(
         last_seen_at=now, stopped_at=now if stopped else None, **counts
     )

@@ -25,6 +25,9 @@ class ProcessHeartbeat(models.Model):
     processed = models.PositiveBigIntegerField(default=0)
     succeeded = models.PositiveBigIntegerField(default=0)
     failed = models.PositiveBigIntegerField(default=0)
+    # The IANA version of the time zone database the process computes with
+    # ("2025b"): a host whose tzdata was not upgraded with the others shows here.
+    zone_data = models.CharField(max_length=32, blank=True, default="", db_default="")
 
     class Meta:
         ordering = ["-last_seen_at"]

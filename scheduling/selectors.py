@@ -12,7 +12,7 @@ from django.db.models.functions import TruncHour
 from runtime.aggregates import counts_by
 from scheduling.handlers import REGISTRY, get_handler
 from scheduling.messages import render_message, template_errors
-from scheduling.models import Event, EventStatus, MessageTemplate
+from scheduling.models import Event, EventStatus, EventZoneData, MessageTemplate
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +104,14 @@ def overdue_summary(*, now: datetime) -> OverdueSummary:
         status=EventStatus.PENDING, target_timestamp_utc__lte=now
     ).aggregate(count=Count("*"), oldest=Min("target_timestamp_utc"), newest=Max("target_timestamp_utc"))
     return OverdueSummary(count=row["count"], oldest=row["oldest"], newest=row["newest"])
+
+
+def events_zone_data() -> EventZoneData:
+    """Which time zone data the PENDING events follow, and the pass moving them to newer data, if one runs.
+
+    An unsaved row when no scheduler has looked yet (version "": unknown).
+    """
+    return EventZoneData.objects.filter(pk=1).first() or EventZoneData()
 
 
 # --- the operator console's dashboard and the metrics endpoint -------------------------

@@ -155,7 +155,7 @@ def waiting_for(user: User, url: str, *, status: str = DeliveryStatus.QUEUED) ->
 
 def heartbeat(
     *, kind: str = ProcessKind.WORKER, seen_ago: timedelta = timedelta(seconds=2), stopped: bool = False,
-    host: str = "app-1", processed: int = 0, succeeded: int = 0, failed: int = 0,
+    host: str = "app-1", processed: int = 0, succeeded: int = 0, failed: int = 0, zone_data: str = "",
 ) -> ProcessHeartbeat:
     now = timezone.now()
     pid = next(_pids)
@@ -170,6 +170,7 @@ def heartbeat(
         processed=processed,
         succeeded=succeeded,
         failed=failed,
+        zone_data=zone_data,
     )
 
 

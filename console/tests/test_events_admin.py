@@ -17,7 +17,8 @@ from console.tests.console_data import completed_event, failed_event, heartbeat
 from delivery.models import Delivery, DeliveryStatus
 from delivery.services.enqueue import deliveries_enqueue_due
 from runtime.models import ProcessKind
-from scheduling.models import Event, EventStatus
+from scheduling.models import Event, EventStatus, EventZoneData
+from scheduling.zonedata import zone_data_version
 from users.tests.factories import UserFactory
 
 CHANGELIST = "admin:scheduling_event_changelist"
@@ -379,6 +380,36 @@ def test_dashboard_shows_running_lost_and_stopped_processes(console):
     assert "No worker is running" in html and "No scheduler is running" not in html
 
 
+def test_dashboard_says_which_zone_data_the_events_follow_and_which_process_computes_with_other(console):
+    current = zone_data_version()
+    EventZoneData.objects.create(version=current, moved={"Asia/Almaty": 12, "America/Mexico_City": 40},
+                                 pass_completed_at=timezone.now())
+    heartbeat(kind=ProcessKind.SCHEDULER, host="sched-1", zone_data=current)
+    heartbeat(kind=ProcessKind.WORKER, host="worker-behind", zone_data="2023d")
+    heartbeat(kind=ProcessKind.WORKER, host="worker-stopped", zone_data="2023d", stopped=True)
+
+    html = console.get(reverse("admin:dashboard")).content.decode()
+
+    assert f'<strong id="events-zone-data">{current}</strong>' in html
+    assert f'<strong id="web-zone-data">{current}</strong>' in html
+    assert "moved 52 events: America/Mexico_City 40, Asia/Almaty 12." in html
+    # Only the running process out of step is named; the one that stopped no longer computes.
+    out_of_step = html.split('id="zone-data-out-of-step"')[1].split("</p>")[0]
+    assert "worker worker-behind" in out_of_step and "(2023d)" in out_of_step and "worker-stopped" not in out_of_step
+    assert 'id="zone-data-web-out-of-step"' not in html
+
+
+def test_dashboard_shows_a_pass_in_progress_and_a_web_server_behind_the_events(console):
+    EventZoneData.objects.create(version="2023d", pass_version="2099a", moved={"Asia/Almaty": 7},
+                                 pass_started_at=timezone.now())
+
+    html = console.get(reverse("admin:dashboard")).content.decode()
+
+    assert "A scheduler is moving them to 2099a" in html and "7 moved so far" in html
+    # This web server has neither the data the events follow nor the data they move to.
+    assert 'id="zone-data-web-out-of-step"' in html
+
+
 def test_dashboard_draws_the_next_24_hours_of_sends_as_an_svg_bar_per_hour(console):
     now = timezone.now()
     soon = pending_of(UserFactory())
@@ -417,7 +448,8 @@ def test_dashboard_queries_stay_few_however_many_events(console, django_assert_m
     for _ in range(15):
         failed_event(UserFactory())
     heartbeat()
-    with django_assert_max_num_queries(12):
+    # 13: the last is the one-row read of the time zone data the events follow.
+    with django_assert_max_num_queries(13):
         console.get(reverse("admin:dashboard"))
 
 

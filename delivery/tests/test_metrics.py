@@ -12,6 +12,8 @@ from delivery.scheduler import Scheduler
 from delivery.sink import Reply
 from delivery.tests.conftest import make_due, process_env, start_process, wait_until
 from delivery.worker import Worker
+from runtime.models import ProcessHeartbeat, ProcessKind
+from scheduling.zonedata import zone_data_version
 from users.tests.factories import UserFactory
 
 
@@ -77,6 +79,18 @@ def test_the_scheduler_observes_batches_that_found_work_only(delivery_settings):
     assert sample("birthday_claim_batch_duration_seconds_count", kind="scheduler") == before + 1
 
 
+@pytest.mark.django_db
+def test_schedulers_and_workers_export_and_record_the_zone_data_they_compute_with(delivery_settings):
+    Scheduler(once=True).run()
+    Worker(once=True).run()
+
+    assert sample("birthday_zone_data_info", version=zone_data_version()) == 1
+    # and their heartbeats say it, for the console's process table
+    assert set(ProcessHeartbeat.objects.values_list("kind", "zone_data")) == {
+        (ProcessKind.SCHEDULER, zone_data_version()), (ProcessKind.WORKER, zone_data_version()),
+    }
+
+
 @pytest.mark.parametrize("command", ["run_worker", "run_scheduler"])
 def test_a_metrics_port_in_use_stops_the_command_with_one_line(delivery_settings, command):
     with socket.socket() as taken:
@@ -112,4 +126,5 @@ def test_a_running_process_serves_its_metrics_on_its_port(delivery_settings, tmp
     assert 'birthday_delivery_attempt_duration_seconds_count{outcome="TRANSIENT_FAILURE"} 0.0' in body
     assert 'birthday_claim_batch_duration_seconds_count{kind="scheduler"} 0.0' in body
     assert "process_resident_memory_bytes" in body
+    assert f'birthday_zone_data_info{{version="{zone_data_version()}"}} 1.0' in body
     assert code == 0, (tmp_path / "log").read_text()

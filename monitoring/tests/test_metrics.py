@@ -18,7 +18,9 @@ from delivery.tests.conftest import make_due
 from delivery.worker import Worker
 from runtime.heartbeats import heartbeat_start
 from runtime.models import ProcessHeartbeat, ProcessKind
+from scheduling.models import EventZoneData
 from scheduling.selectors import event_status_counts
+from scheduling.zonedata import zone_data_version
 from users.tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -126,8 +128,8 @@ def test_the_gauges_count_a_small_data_set_exactly(client, metrics_settings, del
     now = timezone.now()
     Delivery.objects.filter(status=DeliveryStatus.QUEUED).update(next_attempt_at=now - timedelta(seconds=30))
     make_due([waiting], ago=timedelta(seconds=600))
-    heartbeat_start(kind=ProcessKind.WORKER, name="host-a:11:aaaaaa", host="host-a", pid=11)
-    heartbeat_start(kind=ProcessKind.SCHEDULER, name="host-b:12:bbbbbb", host="host-b", pid=12)
+    heartbeat_start(kind=ProcessKind.WORKER, name="host-a:11:aaaaaa", host="host-a", pid=11, zone_data="2025b")
+    heartbeat_start(kind=ProcessKind.SCHEDULER, name="host-b:12:bbbbbb", host="host-b", pid=12, zone_data="2025b")
     ProcessHeartbeat.objects.filter(name="host-b:12:bbbbbb").update(last_seen_at=now - timedelta(minutes=5))
 
     values = samples(client.get("/metrics"))
@@ -153,6 +155,22 @@ def test_the_gauges_count_a_small_data_set_exactly(client, metrics_settings, del
         outcome: value("birthday_delivery_attempts_last_hour", outcome=outcome)
         for outcome in ("DELIVERED", "TRANSIENT_FAILURE", "PERMANENT_FAILURE", "ABANDONED")
     } == {"DELIVERED": 1, "TRANSIENT_FAILURE": 1, "PERMANENT_FAILURE": 1, "ABANDONED": 0}
+
+
+def test_the_web_exports_its_zone_data_and_the_data_the_pending_events_follow_and_move_to(client, metrics_settings):
+    current = zone_data_version()
+    EventZoneData.objects.create(version="2023d", pass_version=current)
+
+    values = samples(client.get("/metrics"))
+
+    assert values[("birthday_zone_data_info", (("version", current),))] == 1
+    assert values[("birthday_events_zone_data_info", (("moving_to", current), ("version", "2023d")))] == 1
+
+
+def test_before_a_scheduler_looked_the_events_zone_data_is_unknown(client, metrics_settings):
+    values = samples(client.get("/metrics"))
+
+    assert values[("birthday_events_zone_data_info", (("moving_to", ""), ("version", "unknown")))] == 1
 
 
 def test_a_scraper_that_asks_for_openmetrics_gets_it(client, metrics_settings):

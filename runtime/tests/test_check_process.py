@@ -20,7 +20,7 @@ BASE_DIR = Path(__file__).resolve().parents[2]
 
 
 def beat(name: str, *, kind: str = ProcessKind.WORKER, host: str = "host-a", pid: int = 100, ago: float = 0) -> None:
-    heartbeat_start(kind=kind, name=name, host=host, pid=pid)
+    heartbeat_start(kind=kind, name=name, host=host, pid=pid, zone_data="2025b")
     ProcessHeartbeat.objects.filter(name=name).update(last_seen_at=timezone.now() - timedelta(seconds=ago))
 
 
@@ -58,9 +58,9 @@ def test_a_silent_process_fails_with_exit_1_naming_it_and_how_long_ago():
 
 @pytest.mark.django_db
 def test_a_process_that_stopped_cleanly_is_not_running():
-    heartbeat_start(kind=ProcessKind.WORKER, name="host-a:100:aaaaaa", host="host-a", pid=100)
+    heartbeat_start(kind=ProcessKind.WORKER, name="host-a:100:aaaaaa", host="host-a", pid=100, zone_data="2025b")
     heartbeat_beat(
-        kind=ProcessKind.WORKER, name="host-a:100:aaaaaa", host="host-a", pid=100,
+        kind=ProcessKind.WORKER, name="host-a:100:aaaaaa", host="host-a", pid=100, zone_data="2025b",
         processed=0, succeeded=0, failed=0, stopped=True,
     )
 

@@ -9,9 +9,11 @@ import logging
 import os
 import zoneinfo
 from datetime import UTC, date, datetime, time, timedelta
+from io import StringIO
 
 import pytest
 import tzdata
+from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
@@ -243,3 +245,42 @@ def test_replacing_the_zone_files_under_a_running_process_drops_its_cached_zones
     assert zonedata.zone_data_refresh() is False
     assert zonedata.zone_data_version() == tzdata.IANA_VERSION
     assert load_timezone("Asia/Almaty").utcoffset(june) == timedelta(hours=5)
+
+
+# --- the operator's command ---------------------------------------------------------------
+
+
+def test_the_command_checks_then_moves_the_pending_events_to_this_hosts_data(use_zone_database):
+    # given events that follow 2023d
+    use_zone_database("old")
+    almaty = birthday(recipient())
+    with pytest.raises(CommandError, match=f"follow data not yet known, not {OLD_VERSION}"):
+        call_command("follow_zone_data", check=True, stdout=StringIO())
+    call_command("follow_zone_data", stdout=StringIO())
+    call_command("follow_zone_data", check=True, stdout=StringIO())
+
+    # when this host's data is upgraded, --check says they are behind and changes nothing
+    use_zone_database("current")
+    with pytest.raises(CommandError, match=f"follow {OLD_VERSION}, not {zonedata.zone_data_version()}"):
+        call_command("follow_zone_data", check=True, stdout=StringIO())
+    assert birthday(almaty.user).target_timestamp_utc == at(almaty, 3)
+
+    # then the command moves them, says how many per zone, and --check agrees
+    out = StringIO()
+    call_command("follow_zone_data", stdout=out)
+    assert birthday(almaty.user).target_timestamp_utc == at(almaty, 4)
+    assert f"Every PENDING event follows {zonedata.zone_data_version()}; 1 moved now.\n  Asia/Almaty: 1" in out.getvalue()
+    call_command("follow_zone_data", check=True, stdout=StringIO())
+
+
+def test_the_command_on_a_host_older_than_the_events_moves_nothing_and_fails(use_zone_database):
+    use_zone_database("current")
+    almaty = birthday(recipient())
+    events_follow_zone_data()
+
+    use_zone_database("old")
+    with pytest.raises(CommandError, match="rules only go forward"):
+        call_command("follow_zone_data", stdout=StringIO())
+
+    assert Event.objects.values().get(pk=almaty.pk)["target_timestamp_utc"] == at(almaty, 4)
+    assert EventZoneData.objects.get().version != OLD_VERSION

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -16,17 +14,10 @@ from django.utils import timezone
 from delivery.metrics import CLAIM_BATCH_DURATION
 from delivery.services.enqueue import deliveries_enqueue_due
 from delivery.services.retention import PrunePosition, history_cutoff, history_prune
-from runtime.database import (
-    DB_ERRORS,
-    Backoff,
-    refresh_connection,
-    reset_connection_after_error,
-    wait_out_database_outage,
-)
-from runtime.heartbeats import heartbeat_beat, heartbeat_start
+from runtime.database import DB_ERRORS, refresh_connection, reset_connection_after_error
+from runtime.loop import ProcessLoop, SideTask
 from runtime.models import ProcessKind
-from runtime.process import process_name
-from runtime.wakeup import SCHEDULER_CHANNEL, Listener
+from runtime.wakeup import SCHEDULER_CHANNEL
 from scheduling.selectors import next_pending_target, overdue_summary
 from scheduling.services.sync import RECONCILE_CHUNK, events_create_missing
 from scheduling.services.zone_rules import events_follow_zone_data
@@ -34,7 +25,6 @@ from scheduling.zonedata import zone_data, zone_data_refresh, zone_data_version
 
 logger = logging.getLogger(__name__)
 
-HEARTBEAT_EVERY = 5.0
 # When due rows exist but another scheduler holds them, look again this soon.
 _BUSY_RETRY = 0.05
 # Deleting old history (delivery.services.retention) between claims: a pass at most
@@ -56,7 +46,12 @@ PRUNE_BATCH_SIZE = 500
 ZONE_RULES_TIME_BOX = 0.5
 
 
-class Scheduler:
+class Scheduler(ProcessLoop):
+    """Claims due events into queued deliveries; reconciles and prunes history as side tasks."""
+
+    kind = ProcessKind.SCHEDULER
+    HEARTBEAT_COLUMNS = {"processed": "claimed", "succeeded": "queued", "failed": "too_late"}
+
     def __init__(
         self,
         *,
@@ -66,85 +61,53 @@ class Scheduler:
         once: bool = False,
         stop: threading.Event | None = None,
     ) -> None:
+        super().__init__(interval=interval, once=once, stop=stop, channel=SCHEDULER_CHANNEL)
         self.batch_size = batch_size
         self.claimers = max(1, claimers)
         self.pool: ThreadPoolExecutor | None = None
-        self.counts_lock = threading.Lock()
-        self.interval = interval
-        self.once = once
-        self.stop = stop or threading.Event()
-        self.name = process_name()
-        # What this process's heartbeat row says about it.
-        self.identity = {"kind": ProcessKind.SCHEDULER, "name": self.name, "host": socket.gethostname(), "pid": os.getpid()}
-        self.listener = Listener(SCHEDULER_CHANNEL, self.stop)
-        self.backoff = Backoff()
-        self.counts = {"processed": 0, "succeeded": 0, "failed": 0}
-        self.reconcile_every = settings.SCHEDULER_RECONCILE_INTERVAL.total_seconds()
-        self.last_beat = time.monotonic()
-        self.last_prune = float("-inf")
         self.prune_from: PrunePosition | None = None  # None: the next pass starts from the beginning
-        self.woken = False  # a notification came during a prune pass: claim, do not sleep
         # The PENDING events may follow other time zone data than this process's: look on the first turn.
         self.zone_rules_behind = True
+        # Reconciling comes after the first claims (what is due goes out first), then every interval.
+        self.side_tasks += [
+            SideTask("reconcile", settings.SCHEDULER_RECONCILE_INTERVAL.total_seconds(), self._reconcile),
+            SideTask("prune history", PRUNE_EVERY, self._prune_history, min_idle=PRUNE_MIN_IDLE),
+        ]
+
+    def reported_zone_data(self) -> str:
+        return zone_data_version()
 
     def run(self) -> int:
         data = zone_data()
         logger.info("Time zone data %s from %s", data.version or "unknown", data.path, extra={"scheduler": self.name})
-        self._with_database(self._log_backlog)
-        self._with_database(self._heartbeat, start=True)
-        last_reconcile = float("-inf")  # reconcile on the first turn, after the first claims
+        self.with_database(self._log_backlog)
+        self.heartbeat(start=True)
         while not self.stop.is_set():
             # Before the claims: an event the new rules moved later is not claimed at its old instant.
-            self._with_database(self._follow_zone_rules)
-            claimed = self._with_database(self._claim_all_due)
+            self.with_database(self._follow_zone_rules)
+            claimed = self.with_database(self._claim_all_due)
             if claimed is None:  # database unavailable; already waited
                 continue
             if self.once:
-                # After the claims, as in the loop below: what is due goes out
-                # first. A repaired recipient's event is never due at once (it
-                # is the next occurrence whose send time has not passed), so
-                # nothing waits for a later run.
-                while self._with_database(self._reconcile) == RECONCILE_CHUNK and not self.stop.is_set():
-                    pass
-                # Cron runs --once again and again: it prunes too, one time-boxed pass.
-                self._with_database(self._prune_history, idle=PRUNE_TIME_BOX)
+                # After the claims, as in the loop: what is due goes out first. A
+                # repaired recipient's event is never due at once (it is the next
+                # occurrence whose send time has not passed), so nothing waits for
+                # a later run. Cron runs --once again and again: it prunes too.
+                self.run_side_tasks_to_the_end()
                 break
-            now = time.monotonic()
-            if now - last_reconcile >= self.reconcile_every:
-                repaired = self._with_database(self._reconcile)
-                # A full chunk may mean more users to repair: do the next chunk on
-                # the next turn of the loop, between claims, not in five minutes.
-                last_reconcile = now - self.reconcile_every if repaired == RECONCILE_CHUNK else now
-            self._with_database(self._beat_if_due)
-            sleep_for = self._with_database(self._time_until_next_event)
+            self.run_side_tasks()
+            sleep_for = self.with_database(self._time_until_next_event)
             if sleep_for is None or self.zone_rules_behind:
                 continue
             if sleep_for > 0:
-                pruning = self._with_database(self._prune_history, idle=sleep_for) or 0.0
-                if not self.woken:
-                    self.listener.wait(sleep_for - pruning)
-                self.woken = False
+                self.rest(sleep_for)
         if self.pool is not None:
             for _ in range(self.claimers):  # each claim thread closes its own connection
                 self.pool.submit(connection.close)
             self.pool.shutdown(wait=True)
-        self._with_database(self._heartbeat, stopped=True)
-        self.listener.close()
-        logger.info("Scheduler stopped", extra={"scheduler": self.name, **self.counts})
+        self.close()
+        logger.info("Scheduler stopped", extra={"scheduler": self.name, **self.counted})
         return 0
-
-    def _with_database(self, step, **kwargs):
-        """Run one step; if PostgreSQL is away, log, back off and return None."""
-        try:
-            refresh_connection()
-            result = step(**kwargs)
-            self.backoff.reset()
-            return result
-        except DB_ERRORS as exc:
-            wait_out_database_outage(
-                self.backoff, exc, doing=step.__name__, once=self.once, stop=self.stop, extra={"scheduler": self.name}
-            )
-            return None
 
     def _log_backlog(self) -> None:
         summary = overdue_summary(now=timezone.now())
@@ -197,10 +160,7 @@ class Scheduler:
     def _claim_batch(self) -> int:
         started = time.perf_counter()
         result = deliveries_enqueue_due(now=timezone.now(), batch_size=self.batch_size)
-        with self.counts_lock:
-            self.counts["processed"] += result.claimed
-            self.counts["succeeded"] += result.queued
-            self.counts["failed"] += result.too_late
+        self.count(claimed=result.claimed, queued=result.queued, too_late=result.too_late)
         if result.claimed:
             # Only batches that found work: the empty look at every wake-up would drown them.
             CLAIM_BATCH_DURATION.labels(kind=ProcessKind.SCHEDULER).observe(time.perf_counter() - started)
@@ -214,7 +174,7 @@ class Scheduler:
         # Draining a large backlog can take minutes; the heartbeat must not fall
         # silent meanwhile, or the console, the metrics and check_process would
         # call a scheduler at work lost.
-        self._beat_if_due()
+        self.beat_if_due()
         return result.claimed
 
     def _time_until_next_event(self) -> float:
@@ -236,26 +196,25 @@ class Scheduler:
             result = events_follow_zone_data(seconds=None if self.once else ZONE_RULES_TIME_BOX)
             self.zone_rules_behind = not result.complete
 
-    def _reconcile(self) -> int:
+    def _reconcile(self, *, idle: float) -> bool:
+        """Create the missing pending events of a chunk of recipients; True when the chunk was full (more may wait)."""
         created = events_create_missing(limit=RECONCILE_CHUNK)
         if created:
             logger.warning(
                 "Reconciled %s user(s) that had no pending event", created, extra={"scheduler": self.name}
             )
-        return created
+        # A full chunk may mean more users to repair: the next chunk comes on
+        # the next turn of the loop, between claims, not an interval later.
+        return created == RECONCILE_CHUNK
 
-    def _prune_history(self, *, idle: float) -> float:
-        """Delete old history in part of an idle spell of `idle` seconds; return the seconds it took."""
-        started = time.monotonic()
-        if idle < PRUNE_MIN_IDLE or started - self.last_prune < PRUNE_EVERY:
-            return 0.0
-        self.last_prune = started
+    def _prune_history(self, *, idle: float) -> None:
+        """Delete old history for part of an idle spell of `idle` seconds; a pass cut short resumes next time."""
         totals = history_prune(
             cutoff=history_cutoff(now=timezone.now()),
             seconds=min(idle, PRUNE_TIME_BOX),
             batch_size=PRUNE_BATCH_SIZE,
             start=self.prune_from,
-            interrupted=self._woken_during_prune,
+            interrupted=self.woken_meanwhile,
         )
         self.prune_from = totals.next
         if totals.events:
@@ -266,26 +225,3 @@ class Scheduler:
                 totals.attempts,
                 extra={"scheduler": self.name},
             )
-        return time.monotonic() - started
-
-    def _woken_during_prune(self) -> bool:
-        # A short look (1 ms) at the notification connection between batches; a --once
-        # run never sleeps, so it has nothing to look for.
-        if not self.once:
-            self.woken = self.woken or self.listener.wait(0.001)
-        return self.woken
-
-    def _beat_if_due(self) -> None:
-        """Write the heartbeat if HEARTBEAT_EVERY has passed (from the loop or any claim thread)."""
-        with self.counts_lock:
-            now = time.monotonic()
-            if now - self.last_beat < HEARTBEAT_EVERY:
-                return
-            self.last_beat = now
-        self._heartbeat()
-
-    def _heartbeat(self, *, start: bool = False, stopped: bool = False) -> None:
-        if start:
-            heartbeat_start(**self.identity, zone_data=zone_data_version())
-        else:
-            heartbeat_beat(**self.identity, zone_data=zone_data_version(), stopped=stopped, **self.counts)

@@ -18,8 +18,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import os
-import socket
 import threading
 import time
 from collections import deque
@@ -48,22 +46,14 @@ from delivery.services.leases import deliveries_claim, deliveries_release, deliv
 from delivery.services.record import deliveries_record
 from delivery.signing import WebhookSigner, parse_secrets
 from delivery.transport import ClaimedDelivery, SendResult, WebhookTransport
-from runtime.database import (
-    DB_ERRORS,
-    Backoff,
-    refresh_connection,
-    reset_connection_after_error,
-    wait_out_database_outage,
-)
-from runtime.heartbeats import heartbeat_beat, heartbeat_start
+from runtime.database import DB_ERRORS, refresh_connection, reset_connection_after_error
+from runtime.loop import ProcessLoop, SideTask
 from runtime.models import ProcessKind
-from runtime.process import process_name
-from runtime.wakeup import WORKER_CHANNEL, Listener
+from runtime.wakeup import WORKER_CHANNEL
 from scheduling.zonedata import zone_data_refresh, zone_data_version
 
 logger = logging.getLogger(__name__)
 
-HEARTBEAT_EVERY = 5.0
 # Results are written in batches; a result waits at most this long to be written.
 RECORD_LINGER = 0.05
 # After losing the database, a worker takes over nobody's expired leases for
@@ -125,7 +115,7 @@ class Lane:
         return max(0, self.allowed() + batch_size - self.open - len(self.waiting))
 
 
-class Worker:
+class Worker(ProcessLoop):
     """Sends due deliveries to their receivers at each receiver's pace.
 
     A live worker renews the leases it holds every third of a lease, so a lease
@@ -133,6 +123,9 @@ class Worker:
     however much work waits in this process; a worker that dies is replaced
     that soon.
     """
+
+    kind = ProcessKind.WORKER
+    HEARTBEAT_COLUMNS = {"processed": "sent", "succeeded": "delivered", "failed": "dead"}
 
     def __init__(
         self,
@@ -143,17 +136,11 @@ class Worker:
         once: bool = False,
         stop: threading.Event | None = None,
     ) -> None:
+        super().__init__(interval=interval, once=once, stop=stop, channel=WORKER_CHANNEL)
         self.concurrency = concurrency
         self.batch_size = max(batch_size, 1)
-        self.interval = interval
-        self.once = once
-        self.stop = stop or threading.Event()
-        self.name = process_name()
-        # What this process's heartbeat row says about it.
-        self.identity = {"kind": ProcessKind.WORKER, "name": self.name, "host": socket.gethostname(), "pid": os.getpid()}
         self.timeout = settings.WEBHOOK_TIMEOUT.total_seconds()
         self.lease = settings.WEBHOOK_TIMEOUT + settings.DELIVERY_LEASE_MARGIN
-        self.renew_every = max(0.5, self.lease.total_seconds() / 3)
         self.max_rate = settings.WEBHOOK_MAX_RATE
         self.max_in_flight = settings.WEBHOOK_MAX_IN_FLIGHT
         secrets = parse_secrets(settings.WEBHOOK_SECRET)
@@ -167,16 +154,32 @@ class Worker:
         self.cancelled: list[ClaimedDelivery] = []
         self.unrecorded: list[SendResult] = []
         self.oldest_unrecorded = 0.0
-        self.counts = {"processed": 0, "succeeded": 0, "failed": 0}
-        self.db_backoff = Backoff()
         # Set while the database is (or just was) away: see TAKEOVER_GRACE_BEYOND_TIMEOUT.
         self.recovering = False
         self.take_over_after = 0.0
-        self.listener = Listener(WORKER_CHANNEL, self.stop)
-        self.last_beat = self.last_renewal = time.monotonic()
         self.last_endpoints = self.next_claim_at = float("-inf")
-        self.last_expiry = time.monotonic()
-        self.expire_every = min(EXPIRE_EVERY, settings.EVENT_MAX_LATENESS.total_seconds() / 4)
+        self.renew_leases = SideTask("lease renewal", max(0.5, self.lease.total_seconds() / 3), self._renew_leases)
+        self.side_tasks += [
+            self.renew_leases,
+            SideTask(
+                "expiry of late deliveries",
+                min(EXPIRE_EVERY, settings.EVENT_MAX_LATENESS.total_seconds() / 4),
+                self._expire_late,
+            ),
+        ]
+        # Both are first due an interval after the start, like the heartbeat after heartbeat(start=True).
+        for task in self.side_tasks:
+            task.last = time.monotonic()
+
+    def reported_zone_data(self) -> str:
+        # The worker computes nothing with zones itself, but the version it
+        # reports follows an upgrade of its host's zone data like the scheduler's.
+        zone_data_refresh()
+        return zone_data_version()
+
+    def database_lost(self) -> None:
+        self.recovering = True
+        self.take_over_after = time.monotonic() + self.timeout + TAKEOVER_GRACE_BEYOND_TIMEOUT
 
     # --- the loop ---------------------------------------------------------------
 
@@ -192,7 +195,7 @@ class Worker:
                 "zone_data": zone_data_version(),
             },
         )
-        self._heartbeat(start=True)
+        self.heartbeat(start=True)
         self.loop.run_until_complete(self.transport.open())
         try:
             while not self.stop.is_set():
@@ -205,7 +208,7 @@ class Worker:
                 elif self._waiting():
                     self.stop.wait(min(LOOP_SLICE, max(0.01, self._until_sendable())))
                 self._record_if_ready()
-                self._keep_alive()
+                self.run_side_tasks()
                 if self._waiting() or self.tasks or self.unrecorded or found is None or found > 0:
                     continue  # busy, or did not look for work this round
                 if self.once:
@@ -251,12 +254,9 @@ class Worker:
             self.last_endpoints = now
             for lane in self.lanes.values():
                 IN_FLIGHT_LIMIT.labels(endpoint=lane.url).set(lane.allowed() if lane.state == HEALTHY else 0)
-            if now - self.last_expiry >= self.expire_every:
-                self.last_expiry = now
-                deliveries_expire_late(now=timezone.now())
             return True
         except DB_ERRORS as exc:
-            self._database_unavailable("read endpoints", exc)
+            self.database_unavailable("read endpoints", exc)
             return None
 
     def _apply_state(self, lane: Lane, endpoint: Endpoint) -> None:
@@ -313,7 +313,7 @@ class Worker:
                 if not endpoint_take_probe(endpoint_id=lane.endpoint_id, now=timezone.now(), lease=self.lease):
                     continue
             except DB_ERRORS as exc:
-                self._database_unavailable("take a probe", exc)
+                self.database_unavailable("take a probe", exc)
                 return None
             deliveries = self._claim(limit=1, probe_url=lane.url)
             if deliveries is None:
@@ -345,10 +345,10 @@ class Worker:
             )
             if claimed:  # only batches that found work: an idle worker's empty polls would drown them
                 CLAIM_BATCH_DURATION.labels(kind=ProcessKind.WORKER).observe(time.perf_counter() - started)
-            self.db_backoff.reset()
+            self.backoff.reset()
             return claimed
         except DB_ERRORS as exc:
-            self._database_unavailable("claim", exc)
+            self.database_unavailable("claim", exc)
             return None
 
     def _recover(self) -> None:
@@ -358,13 +358,12 @@ class Worker:
         that no other worker takes those deliveries over and sends them again.
         """
         renewed = deliveries_renew_leases(worker=self.name, lease=self.lease)
-        self.last_renewal = time.monotonic()
-        self._heartbeat()
-        self.last_beat = time.monotonic()
+        self.renew_leases.last = time.monotonic()
+        self.heartbeat()
         if self.unrecorded:
             self._record_if_ready(force=True)
             if self.unrecorded:
-                return  # still failing; _database_unavailable has waited
+                return  # still failing; database_unavailable has waited
         self.recovering = False
         logger.info(
             "Database back: renewed %s lease(s), recorded held outcomes",
@@ -495,11 +494,11 @@ class Worker:
         try:
             refresh_connection()
             summary = deliveries_record(worker=self.name, results=self.unrecorded, healthy=healthy)
-            self.db_backoff.reset()
+            self.backoff.reset()
         except DB_ERRORS as exc:
             # Keep the results and write them once the database is back; if the
             # lease runs out first, another worker resends with the same key.
-            self._database_unavailable("record", exc)
+            self.database_unavailable("record", exc)
             return
         for url, health in summary.verdicts.items():
             lane = self.lanes[url]
@@ -508,9 +507,7 @@ class Worker:
             )
             if lane.state != HEALTHY:
                 self.last_endpoints = float("-inf")  # hand back what waits, at once
-        self.counts["processed"] += len(self.unrecorded)
-        self.counts["succeeded"] += summary.delivered
-        self.counts["failed"] += summary.dead
+        self.count(sent=len(self.unrecorded), delivered=summary.delivered, dead=summary.dead)
         self.unrecorded = []
 
     def _release(self, deliveries: list[ClaimedDelivery]) -> None:
@@ -519,41 +516,23 @@ class Worker:
         released = deliveries_release(worker=self.name, claimed=deliveries)
         logger.info("Handed back %s unstarted deliveries", released, extra={"worker": self.name})
 
-    def _keep_alive(self) -> None:
-        """Renew held leases and write the heartbeat when they are due (cheap otherwise)."""
-        now = time.monotonic()
-        if now - self.last_renewal >= self.renew_every:
-            self.last_renewal = now
-            try:
-                deliveries_renew_leases(worker=self.name, lease=self.lease)
-            except DB_ERRORS as exc:
-                logger.warning("Leases not renewed", extra={"worker": self.name, "error": str(exc).strip()})
-                self._lost_database()
-                reset_connection_after_error()
-        if now - self.last_beat >= HEARTBEAT_EVERY:
-            self.last_beat = now
-            self._heartbeat()
+    def _renew_leases(self, *, idle: float) -> None:
+        """Every third of a lease: the leases of what this worker holds outlast the request each waits on."""
+        deliveries_renew_leases(worker=self.name, lease=self.lease)
+
+    def _expire_late(self, *, idle: float) -> None:
+        deliveries_expire_late(now=timezone.now())
 
     def _idle_wait(self) -> float:
         """Sleep until the next retry is due, never longer than --interval."""
         try:
             next_due = next_retry_at()
         except DB_ERRORS as exc:
-            self._database_unavailable("look ahead", exc)
+            self.database_unavailable("look ahead", exc)
             return 0
         if next_due is None:
             return self.interval
         return min(self.interval, max(0.0, (next_due - timezone.now()).total_seconds()))
-
-    def _lost_database(self) -> None:
-        self.recovering = True
-        self.take_over_after = time.monotonic() + self.timeout + TAKEOVER_GRACE_BEYOND_TIMEOUT
-
-    def _database_unavailable(self, doing: str, exc: Exception) -> None:
-        self._lost_database()
-        wait_out_database_outage(
-            self.db_backoff, exc, doing=doing, once=self.once, stop=self.stop, extra={"worker": self.name}
-        )
 
     # --- stopping -----------------------------------------------------------------
 
@@ -593,21 +572,5 @@ class Worker:
                 endpoint_release_share(worker=self.name)
             except DB_ERRORS:
                 reset_connection_after_error()  # the share's lease runs out by itself
-        self._heartbeat(stopped=True)
-        self.listener.close()
-        logger.info("Worker stopped", extra={"worker": self.name, **self.counts})
-
-    def _heartbeat(self, *, start: bool = False, stopped: bool = False) -> None:
-        try:
-            # The worker computes nothing with zones itself, but the version it
-            # reports follows an upgrade of its host's zone data like the scheduler's.
-            zone_data_refresh()
-            if start:
-                heartbeat_start(**self.identity, zone_data=zone_data_version())
-            else:
-                heartbeat_beat(**self.identity, zone_data=zone_data_version(), stopped=stopped, **self.counts)
-        except DB_ERRORS as exc:
-            logger.warning("Heartbeat not written", extra={"worker": self.name, "error": str(exc).strip()})
-            self._lost_database()
-            reset_connection_after_error()
-
+        self.close()
+        logger.info("Worker stopped", extra={"worker": self.name, **self.counted})

@@ -361,19 +361,20 @@ def test_the_scheduler_prunes_only_in_a_long_enough_idle_spell_and_at_most_every
     old = [handled(user, days_ago=days, status=COMPLETED) for days in (OLDEST, OLDER)]
     handled(user, days_ago=RECENT, status=COMPLETED)
     scheduler = Scheduler()
+    prune = next(task for task in scheduler.side_tasks if task.name == "prune history")
 
     # The next target is too close: no pass.
-    assert scheduler._prune_history(idle=scheduler_module.PRUNE_MIN_IDLE / 2) == 0.0
+    scheduler.run_side_tasks(idle=scheduler_module.PRUNE_MIN_IDLE / 2)
     assert len(remaining(*old)) == 2
     # Idle long enough: a pass.
-    scheduler._prune_history(idle=1.0)
+    scheduler.run_side_tasks(idle=1.0)
     assert remaining(*old) == set()
     # More history, but the last pass was just now: none until PRUNE_EVERY has passed.
     again = handled(user, days_ago=OLD, status=COMPLETED)
-    assert scheduler._prune_history(idle=1.0) == 0.0
+    scheduler.run_side_tasks(idle=1.0)
     assert remaining(again) == {again.pk}
-    scheduler.last_prune -= scheduler_module.PRUNE_EVERY
-    scheduler._prune_history(idle=1.0)
+    prune.last -= scheduler_module.PRUNE_EVERY
+    scheduler.run_side_tasks(idle=1.0)
     assert remaining(again) == set()
 
 
@@ -392,7 +393,7 @@ def test_a_wake_up_ends_the_schedulers_pass_after_the_batch_in_progress(monkeypa
     scheduler = Scheduler()
     scheduler.listener = WokenListener()
 
-    scheduler._prune_history(idle=1.0)
+    scheduler.run_side_tasks(idle=1.0)
 
     # One batch, then the wake-up: the loop claims instead of sleeping, the pass resumes later.
     assert len(remaining(*old)) == 2

@@ -1,0 +1,69 @@
+"""The shared part of the long-running commands (run_scheduler, run_worker): options, signals, metrics port."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from runtime.database import DatabaseUnavailable
+from runtime.loop import ProcessLoop
+from runtime.metrics import MetricsPortUnavailable, metrics_served
+from runtime.process import install_stop_signals
+
+logger = logging.getLogger(__name__)
+
+
+class ProcessCommand(BaseCommand):
+    """Runs one ProcessLoop until SIGTERM/SIGINT (exit 0), or once with --once.
+
+    A subclass names what it runs (`what`, for the log), adds its own options
+    and builds its loop from them in `process`; everything else is here, once.
+    """
+
+    what: str
+    once_help: str
+
+    def add_process_arguments(self, parser) -> None:
+        """The subclass's own options."""
+
+    def process(self, *, interval: float, once: bool, stop: threading.Event, **options) -> ProcessLoop:
+        """The loop to run, from the validated options; raise CommandError for a bad one."""
+        raise NotImplementedError
+
+    def add_arguments(self, parser):
+        self.add_process_arguments(parser)
+        parser.add_argument(
+            "--interval", type=float, default=1.0,
+            help="Longest sleep in seconds between looks for work when idle. Default 1.",
+        )
+        parser.add_argument(
+            "--metrics-port", type=int, default=settings.METRICS_PORT,
+            help="Serve this process's Prometheus metrics on this port (METRICS_PORT; 0: do not).",
+        )
+        parser.add_argument("--once", action="store_true", help=self.once_help)
+
+    def handle(self, *args, interval, once, metrics_port, **options):
+        if not settings.WEBHOOK_URL:
+            raise CommandError(f"WEBHOOK_URL is not set: {self.what} would have nowhere to deliver to.")
+        if interval <= 0:
+            raise CommandError("--interval must be above 0.")
+        if not 0 <= metrics_port <= 65535:
+            raise CommandError("--metrics-port must be a port number (0: no metrics).")
+        stop = threading.Event()
+        loop = self.process(interval=interval, once=once, stop=stop, **options)
+        restore_signals = install_stop_signals(stop, what=self.what)
+        try:
+            with metrics_served(port=metrics_port, address=settings.METRICS_ADDRESS) as server:
+                if server is not None:
+                    logger.info("Serving metrics on http://%s:%s/metrics", settings.METRICS_ADDRESS, metrics_port)
+                loop.run()
+        except DatabaseUnavailable as exc:
+            # A --once run (cron, tests) that cannot reach PostgreSQL: one line, exit 1.
+            raise CommandError(str(exc).splitlines()[0]) from None
+        except MetricsPortUnavailable as exc:
+            raise CommandError(str(exc)) from None
+        finally:
+            restore_signals()

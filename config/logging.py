@@ -1,6 +1,8 @@
-"""Log formatters that carry the `extra={...}` fields (event id, key, attempt...)."""
+"""The text log formatter: one line per record, with the `extra={...}` fields (event id, key, attempt...).
 
-import json
+JSON lines come from python-json-logger (config.settings.LOGGING).
+"""
+
 import logging
 from datetime import UTC, datetime
 
@@ -28,19 +30,3 @@ class TextFormatter(logging.Formatter):
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return line
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line, for log shippers."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        payload = {
-            "time": datetime.fromtimestamp(record.created, tz=UTC).isoformat(),
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-            **_extra_fields(record),
-        }
-        if record.exc_info:
-            payload["exception"] = self.formatException(record.exc_info)
-        return json.dumps(payload, default=str)

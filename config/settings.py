@@ -377,7 +377,13 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {
         "text": {"()": "config.logging.TextFormatter"},
-        "json": {"()": "config.logging.JsonFormatter"},
+        # python-json-logger: every `extra={...}` field becomes a key of the line's object.
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": "%(levelname)s %(name)s %(message)s",
+            "rename_fields": {"levelname": "level", "name": "logger", "exc_info": "exception"},
+            "timestamp": "time",  # ISO 8601 in UTC
+        },
     },
     "handlers": {
         "console": {

@@ -5,7 +5,13 @@ key's index; on a table larger than PostgreSQL's shared buffers each of those
 is a page read and, after a checkpoint, a full page image in the WAL. Version 7
 keys start with the time in milliseconds, so rows written together sit
 together in the index, and rows claimed together (a year later, in target
-order) were mostly written together. Python 3.11 has no uuid.uuid7.
+order) were mostly written together. Python 3.11 has no uuid.uuid7 (3.14 has).
+
+Written here rather than taken from uuid-utils or uuid6: uuid6 builds its own
+UUID subclass more slowly than this; uuid-utils is faster by a little, but its
+Rust generator keeps its state across fork() (gunicorn forks its workers), so
+every child would have to reseed it by hand, where the random module reseeds
+itself in each child.
 """
 
 from __future__ import annotations

@@ -27,10 +27,10 @@ run: venv $(SECRET_KEY_FILE)
 	$(PY) manage.py migrate --noinput --verbosity 0
 	$(PY) manage.py collectstatic --noinput -v0
 	$(PY) manage.py ensure_local_admin
-	$(PY) -m runtime.local
+	$(PY) -m devtools.local
 
 check-db: venv $(SECRET_KEY_FILE)
-	@DATABASE_URL=$(or $(DATABASE_URL),$(TEST_DATABASE_URL)) $(PY) -m config.check_db
+	@DATABASE_URL=$(or $(DATABASE_URL),$(TEST_DATABASE_URL)) $(PY) -m devtools.check_db
 
 lint: venv
 	$(VENV)/bin/ruff check . --exclude bench

@@ -44,8 +44,8 @@ import psycopg
 import pytest
 
 from delivery.models import Delivery, DeliveryAttempt
-from delivery.sink import Reply
 from delivery.tests.conftest import BASE_DIR, eventually, process_env, start_process, stop_all, wait_until
+from devtools.sink import Reply
 from scheduling.models import Event
 
 pytestmark = pytest.mark.slow

@@ -25,7 +25,7 @@ SINK_PORT = int(os.environ.get("RUN_SINK_PORT", "8001"))
 def processes() -> dict[str, list[str]]:
     manage = [sys.executable, str(BASE_DIR / "manage.py")]
     return {
-        "sink": [sys.executable, "-m", "delivery.sink", "--host", HOST, "--port", str(SINK_PORT)],
+        "sink": [sys.executable, "-m", "devtools.sink", "--host", HOST, "--port", str(SINK_PORT)],
         "web": manage + ["runserver", f"{HOST}:{PORT}", "--noreload"],
         "scheduler": manage + ["run_scheduler"],
         "worker": manage + ["run_worker"],

@@ -104,9 +104,6 @@ class EmbeddedPostgres:
         self.log = root / "server.log"
         self.bin = binaries_directory()
 
-    def url(self, *, database: str) -> str:
-        return f"postgres://{self.superuser}@127.0.0.1:{self.port}/{database}"
-
     def start(self) -> None:
         """Create the cluster if there is none yet, then start it unless it already runs."""
         self._prepare_root()
@@ -116,14 +113,20 @@ class EmbeddedPostgres:
                 "--locale=C", *(["--no-sync"] if self.throwaway else []),
             )
         if self.is_running():
+            # postmaster.pid's fourth line is the port the running server listens on.
+            running_port = int((self.data / "postmaster.pid").read_text().splitlines()[3])
+            if running_port != self.port:
+                raise EmbeddedPostgresError(
+                    f"The embedded PostgreSQL of {self.data} already runs on port {running_port}, not {self.port}."
+                )
             return
         if port_is_open(host="127.0.0.1", port=self.port):
             raise EmbeddedPostgresError(
                 f"Port {self.port} is taken by another server, so the embedded PostgreSQL "
                 f"({self.data}) cannot start there; stop that server or set DATABASE_URL to it."
             )
-        # Unix sockets off: a socket path longer than 107 bytes (a deep checkout)
-        # would stop the server, and every client here connects over TCP.
+        # Unix sockets off: a socket path past the system's length limit (a deep
+        # checkout) would stop the server, and every client here connects over TCP.
         options = f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories=''"
         if self.throwaway:
             options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
@@ -135,10 +138,10 @@ class EmbeddedPostgres:
         except EmbeddedPostgresError as exc:
             raise EmbeddedPostgresError(f"{exc} Server log {self.log}: {self._log_tail()}") from None
 
-    def stop(self, *, mode: str = "fast") -> None:
-        """Stop the server if it runs: `fast` rolls back open transactions, `immediate` stops as a crash would."""
+    def stop(self) -> None:
+        """Stop the server if it runs, rolling back open transactions (pg_ctl's fast mode)."""
         if self.data.exists() and self.is_running():
-            self._run("pg_ctl", "stop", "-D", str(self.data), "-m", mode, "-w", "-t", _PG_CTL_WAIT)
+            self._run("pg_ctl", "stop", "-D", str(self.data), "-m", "fast", "-w", "-t", _PG_CTL_WAIT)
 
     def is_running(self) -> bool:
         return self._run("pg_ctl", "status", "-D", str(self.data), check=False) == 0

@@ -89,7 +89,7 @@ class PrivateCluster(EmbeddedPostgres):
 
     def __init__(self, root: Path) -> None:
         super().__init__(root=root, port=free_port(), throwaway=True)
-        self.database_url = self.url(database=DATABASE_NAME)
+        self.database_url = f"postgres://postgres@127.0.0.1:{self.port}/{DATABASE_NAME}"
 
     def connect(self, dbname: str = DATABASE_NAME) -> psycopg.Connection:
         return psycopg.connect(
@@ -134,7 +134,7 @@ def private_postgres(tmp_path):
         yield cluster
     finally:
         try:
-            cluster.stop(mode="immediate")
+            cluster.stop()
         except EmbeddedPostgresError:
             pass
         if cluster.log.exists():
@@ -179,7 +179,7 @@ def test_postgresql_down_longer_than_the_lease_with_sends_in_flight_sends_nothin
         sending_when_stopped = sum(in_flight().values())
 
         # When PostgreSQL goes away for well over a lease while sends are in flight...
-        cluster.stop(mode="fast")
+        cluster.stop()
         arrived_when_stopped = len(set(sink.keys()))
         time.sleep(OUTAGE_SECONDS)
         arrived_during_outage = len(set(sink.keys())) - arrived_when_stopped
@@ -241,7 +241,7 @@ def test_postgresql_restart_under_running_processes_loses_nothing(private_postgr
     ]
     try:
         wait_until(lambda: len(sink.received) >= 20, 30, "work to be under way")
-        cluster.stop(mode="fast")
+        cluster.stop()
         cluster.start()
         assert sink.wait_for(RECIPIENTS, timeout=120), f"only {len(set(sink.keys()))} of {RECIPIENTS} arrived"
         wait_until(

@@ -78,6 +78,18 @@ def test_a_second_start_finds_the_running_server_and_keeps_it(cluster_root):
         server.stop()
 
 
+def test_a_second_start_on_another_port_is_refused_while_the_first_runs(cluster_root):
+    server = EmbeddedPostgres(root=cluster_root, port=free_port(), throwaway=True)
+    try:
+        server.start()
+        other_port = free_port()
+
+        with pytest.raises(EmbeddedPostgresError, match=f"already runs on port {server.port}, not {other_port}"):
+            EmbeddedPostgres(root=cluster_root, port=other_port, throwaway=True).start()
+    finally:
+        server.stop()
+
+
 def test_a_port_another_server_holds_is_refused_in_one_line_naming_it(cluster_root):
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as other:
         other.bind(("127.0.0.1", 0))

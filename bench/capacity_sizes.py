@@ -15,7 +15,7 @@ in `--chunks` slices (12: a month each), each slice being
 recipient's birthday of the past year is overdue), the real `run_scheduler --once`
 (EVENT_MAX_LATENESS=400d, so none is too late) and `run_worker --once` (repeated
 until nothing is queued), then VACUUM ANALYZE (autovacuum's stand-in). The receiver
-is `delivery.sink.WebhookSink` in this process: it answers 503 one to three times
+is `devtools.sink.WebhookSink` in this process: it answers 503 one to three times
 for 2 % of the keys (retries; DELIVERY_RETRY_BASE=1s) and 410 for 0.1 % (DEAD, the
 event FAILED). Then: sizes per table and per index; WAL per phase
 (pg_current_wal_lsn; with --pg-wal, pg_waldump --stats splits records from
@@ -465,7 +465,7 @@ class Measure:
 def make_sink(src: Path):
     """The product's WebhookSink, answering 503 (1-3 times) for 2 % of keys and 410 for 0.1 %."""
     sys.path.insert(0, str(src))
-    from delivery.sink import Reply, WebhookSink
+    from devtools.sink import Reply, WebhookSink
 
     tries: dict[str, int] = defaultdict(int)
     lock = threading.Lock()

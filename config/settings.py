@@ -9,6 +9,7 @@ from ipaddress import ip_network
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 from config import __version__
 from config.durations import parse_duration
@@ -104,35 +105,21 @@ TEMPLATES = [
 
 # --- Database ----------------------------------------------------------------
 
-# DATABASE_URL: which database to use. The default is an embedded SQLite file so
-# `make run` needs no server; production and the test suite use PostgreSQL,
-# e.g. postgres://postgres@127.0.0.1:5432/birthday_scheduler.
+# DATABASE_URL: the PostgreSQL database (the only kind the code is written for).
+# Unset or empty, it is the server of this checkout's own that `make run` starts
+# (devtools/local.py, data in var/postgres; on 5433, beside any system server on
+# 5432), so manage.py commands typed while `make run` runs work on the same data.
+LOCAL_DATABASE_URL = "postgres://postgres@127.0.0.1:5433/birthday_scheduler"
 DATABASES = {
-    "default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}"),
+    "default": env.db_url_config(env.str("DATABASE_URL", default="") or LOCAL_DATABASE_URL),
 }
+if DATABASES["default"].get("ENGINE") != "django.db.backends.postgresql":
+    raise ImproperlyConfigured("DATABASE_URL must name a PostgreSQL database: postgres://user@host:port/name.")
 # DB_CONN_MAX_AGE: seconds a connection is kept open. Long-running workers
 # reconnecting for every unit of work halves their throughput (measured with
 # Django's default CONN_MAX_AGE=0 against a kept connection).
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
-
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # The web server, the scheduler and the worker write to this file at the same
-    # time. WAL lets readers run beside the one writer; IMMEDIATE transactions take
-    # the write lock at BEGIN, so a transaction never fails half-way with
-    # "database is locked" when it upgrades from reading to writing; the busy
-    # timeout makes a second writer wait for the lock instead of failing.
-    DATABASES["default"].setdefault("OPTIONS", {}).update(
-        {
-            "transaction_mode": "IMMEDIATE",
-            "timeout": 30,
-            "init_command": (
-                "PRAGMA journal_mode=WAL;"
-                "PRAGMA synchronous=NORMAL;"
-                "PRAGMA busy_timeout=30000;"
-            ),
-        }
-    )
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

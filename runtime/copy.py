@@ -1,4 +1,4 @@
-"""Fast multi-row INSERTs: COPY on PostgreSQL, bulk_create elsewhere.
+"""Fast multi-row INSERTs through PostgreSQL's COPY.
 
 Django's bulk_create spends most of its time building SQL and dumping
 parameters on the client (profiled: 80% of a 1M-row import, a third of a
@@ -29,9 +29,6 @@ def copy_rows(
         columns = [*columns, *same_for_all]
         shared = tuple(same_for_all.values())
         rows = [row + shared for row in rows]
-    if connection.vendor != "postgresql":
-        model.objects.bulk_create([model(**dict(zip(columns, row, strict=True))) for row in rows])
-        return
     fields = [model._meta.get_field(c) for c in columns]
     quoted = ", ".join(connection.ops.quote_name(f.column) for f in fields)
     json_positions = [i for i, f in enumerate(fields) if isinstance(f, models.JSONField)]

@@ -4,7 +4,7 @@ from django.db import migrations
 
 
 def always_clean_indexes_on_vacuum(table: str) -> migrations.RunPython:
-    """Make VACUUM always clean `table`'s indexes (PostgreSQL only; no-op elsewhere).
+    """Make VACUUM always clean `table`'s indexes.
 
     PostgreSQL 14+ skips index cleanup when under 2% of pages hold dead rows.
     Queue tables turn every claimed row into a dead entry of a small partial
@@ -14,11 +14,9 @@ def always_clean_indexes_on_vacuum(table: str) -> migrations.RunPython:
     """
 
     def forwards(apps, schema_editor):
-        if schema_editor.connection.vendor == "postgresql":
-            schema_editor.execute(f"ALTER TABLE {table} SET (vacuum_index_cleanup = on)")
+        schema_editor.execute(f"ALTER TABLE {table} SET (vacuum_index_cleanup = on)")
 
     def backwards(apps, schema_editor):
-        if schema_editor.connection.vendor == "postgresql":
-            schema_editor.execute(f"ALTER TABLE {table} RESET (vacuum_index_cleanup)")
+        schema_editor.execute(f"ALTER TABLE {table} RESET (vacuum_index_cleanup)")
 
     return migrations.RunPython(forwards, backwards)

@@ -1,13 +1,11 @@
-"""Set-based statements written once for PostgreSQL and the embedded SQLite of `make run`.
+"""Set-based statements for PostgreSQL.
 
 The hot paths (the scheduler's claim, the worker's claim and record) move a
 whole batch per statement: `UPDATE ... FROM <rows>` and `INSERT ... SELECT`.
 PostgreSQL receives a batch as one array per column (`unnest`) in binary,
 which psycopg dumps in 0.2-0.3 ms per 1,000 elements (measured on a 2-core AMD
-EPYC VM; a JSON column costs more, ~4 ms, for its json.dumps); SQLite, which
-has no arrays, gets a VALUES list. Values are
-adapted by the model fields, so a UUID or an aware datetime means the same
-thing on both.
+EPYC VM; a JSON column costs more, ~4 ms, for its json.dumps). Values are
+adapted by the model fields' database types.
 """
 
 from __future__ import annotations
@@ -16,24 +14,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import UTC
 from typing import Any
 
 import psycopg
 from django.db import connection, models
-from django.utils import timezone
 from psycopg.types.json import Jsonb
-
-
-def is_postgresql() -> bool:
-    return connection.vendor == "postgresql"
-
-
-def skip_locked(*, of: str = "") -> str:
-    """Row locks (on table alias `of`) that skip rows others hold; SQLite serialises writers instead."""
-    if not is_postgresql():
-        return ""
-    return f" FOR UPDATE OF {of} SKIP LOCKED" if of else " FOR UPDATE SKIP LOCKED"
 
 
 def execute(sql: str, params: Sequence, *, binary: bool = False) -> list[tuple] | None:
@@ -57,10 +42,9 @@ def pipeline() -> Iterator[None]:
     The server executes one statement while Python prepares the next; a result
     is waited for only when asked for (the function `send` returns), or at the
     block's end. An error in any statement comes out there, as Django's database
-    error, and the transaction can only be rolled back. On SQLite (no pipeline)
-    each statement runs when sent.
+    error, and the transaction can only be rolled back.
     """
-    if not is_postgresql() or getattr(_pipelines, "current", None) is not None:
+    if getattr(_pipelines, "current", None) is not None:
         yield
         return
     connection.ensure_connection()
@@ -79,8 +63,8 @@ def send(sql: str, params: Sequence, *, binary: bool = False) -> Callable[[], tu
     """Send one statement in the current transaction; the function returned waits for its rows and row count.
 
     Outside `pipeline()` the statement has run by the time this returns. The
-    rows are None for a statement that returns none. On PostgreSQL the
-    parameters are bound on the server: Django's cursors bind them on the
+    rows are None for a statement that returns none. The parameters are bound
+    on the server: Django's cursors bind them on the
     client, quoting every element of every array in Python, which cost more
     than the statement itself on a batch of 1,000 (profiled: 70 ms of a
     1,000-event claim). Errors come out as Django's database errors, and the
@@ -93,11 +77,6 @@ def send(sql: str, params: Sequence, *, binary: bool = False) -> Callable[[], tu
     timestamps go through Django's Python loader). Not for jsonb columns: they
     would arrive parsed, not as the text Django's loader gives.
     """
-    if not is_postgresql():
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            done = (cursor.fetchall() if cursor.description else None), cursor.rowcount
-        return lambda: done
     connection.ensure_connection()
     current = getattr(_pipelines, "current", None)
     started = time.monotonic()
@@ -131,41 +110,12 @@ def rows_relation(alias: str, columns: Sequence[tuple[str, models.Field]], rows:
     `columns` names each column and the model field whose type it has.
     """
     names = [name for name, _ in columns]
-    if is_postgresql():
-        arrays = ", ".join(f"%b::{field.db_type(connection)}[]" for _, field in columns)
-        values = [list(column) for column in zip(*rows, strict=True)] if rows else [[] for _ in columns]
-        for i, (_, field) in enumerate(columns):
-            if isinstance(field, models.JSONField):
-                values[i] = [None if v is None else Jsonb(v) for v in values[i]]
-        return f"unnest({arrays}) AS {alias}({', '.join(names)})", values
-    params: list = []
-    for row in rows:
-        params.extend(
-            field.get_db_prep_value(value, connection) for (_, field), value in zip(columns, row, strict=True)
-        )
-    one_row = "(" + ", ".join(["%s"] * len(columns)) + ")"
-    selected = ", ".join(f"column{i + 1} AS {name}" for i, name in enumerate(names))
-    return f"(SELECT {selected} FROM (VALUES {', '.join([one_row] * len(rows))})) AS {alias}", params
-
-
-def typed_rows(rows: list[tuple], fields: Sequence[models.Field]) -> list[tuple]:
-    """Rows fetched with raw SQL, with the Python types the ORM would give.
-
-    psycopg already returns UUIDs, dates and aware datetimes; SQLite returns
-    text, which the fields convert.
-    """
-    if is_postgresql():
-        return rows
-    converted = []
-    for row in rows:
-        values = []
-        for field, value in zip(fields, row, strict=True):
-            value = field.to_python(value) if value is not None else None
-            if isinstance(field, models.DateTimeField) and value is not None and timezone.is_naive(value):
-                value = timezone.make_aware(value, UTC)
-            values.append(value)
-        converted.append(tuple(values))
-    return converted
+    arrays = ", ".join(f"%b::{field.db_type(connection)}[]" for _, field in columns)
+    values = [list(column) for column in zip(*rows, strict=True)] if rows else [[] for _ in columns]
+    for i, (_, field) in enumerate(columns):
+        if isinstance(field, models.JSONField):
+            values[i] = [None if v is None else Jsonb(v) for v in values[i]]
+    return f"unnest({arrays}) AS {alias}({', '.join(names)})", values
 
 
 def insert_rows(
@@ -192,8 +142,7 @@ def insert_rows(
     target = ", ".join(connection.ops.quote_name(f.column) for f in [*fields, *constant_fields])
     selected = ", ".join([f"v.v_{f.column}" for f in fields] + ["%s"] * len(constant_fields))
     constants = [f.get_db_prep_value(value, connection) for f, value in zip(constant_fields, same_for_all.values(), strict=True)]
-    # `WHERE true`: SQLite needs it to tell ON CONFLICT from a join's ON.
-    sql = f"INSERT INTO {model._meta.db_table} ({target}) SELECT {selected} FROM {relation} WHERE true"
+    sql = f"INSERT INTO {model._meta.db_table} ({target}) SELECT {selected} FROM {relation}"
     if ignore_conflicts:
         sql += " ON CONFLICT DO NOTHING"
     # In a pipeline(), the insert runs while the caller goes on.

@@ -2,8 +2,8 @@
 
 NOTIFY is transactional: a notification sent inside a transaction is delivered
 when (and only if) it commits, so a worker is never woken for rows it cannot see
-yet. On databases without NOTIFY (the embedded SQLite default) `notify` does
-nothing and `Listener.wait` simply sleeps: polling is the fallback there.
+yet. While the listening connection is lost, `Listener.wait` simply sleeps:
+polling is the fallback.
 """
 
 from __future__ import annotations
@@ -30,8 +30,6 @@ _STOP_CHECK_SECONDS = 0.25
 
 def notify(channel: str, payload: str = "") -> None:
     """Send a notification on the current connection (delivered at commit)."""
-    if connection.vendor != "postgresql":
-        return
     # Through send, so that inside a runtime.sql.pipeline() it waits for nothing.
     send("SELECT pg_notify(%s, %s)", [channel, payload])
 
@@ -46,7 +44,6 @@ class Listener:
     def __init__(self, channel: str, stop: threading.Event) -> None:
         self.channel = channel
         self.stop = stop
-        self.enabled = connection.vendor == "postgresql"
         self._conn: psycopg.Connection | None = None
 
     def _connect(self) -> psycopg.Connection:
@@ -70,9 +67,6 @@ class Listener:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
-            if not self.enabled:
-                self.stop.wait(min(remaining, _STOP_CHECK_SECONDS))
-                continue
             try:
                 if self._conn is None or self._conn.closed:
                     self._conn = self._connect()

@@ -46,11 +46,9 @@ class ExternalIdTaken(ValidationError):
 
 
 def _is_external_id_conflict(exc: IntegrityError) -> bool:
-    # PostgreSQL names the constraint the row broke; SQLite (make run) names the column.
+    # PostgreSQL names the constraint the row broke (psycopg's diagnostics).
     diag = getattr(exc.__cause__, "diag", None)
-    if diag is not None:
-        return diag.constraint_name == EXTERNAL_ID_UNIQUE
-    return f"{User._meta.db_table}.external_id" in str(exc)
+    return diag is not None and diag.constraint_name == EXTERNAL_ID_UNIQUE
 
 
 @contextmanager

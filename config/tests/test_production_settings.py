@@ -100,3 +100,10 @@ def test_debug_on_runs_without_a_key(tmp_path):
     result = manage("check", tmp_path=tmp_path, DJANGO_DEBUG="true")
 
     assert result.returncode == 0, result.stderr
+
+
+def test_a_database_url_that_is_not_postgresql_stops_start_up_in_one_line(tmp_path):
+    result = manage("check", tmp_path=tmp_path, DJANGO_SECRET_KEY=STRONG_KEY, DATABASE_URL="sqlite:///db.sqlite3")
+
+    assert result.returncode == 1
+    assert result.stderr == "error: DATABASE_URL must name a PostgreSQL database: postgres://user@host:port/name.\n"

@@ -21,8 +21,8 @@ from playwright.sync_api import sync_playwright
 
 from console.tests.console_data import endpoint, populate_demo, waiting_for
 from delivery.models import EndpointState
-from delivery.sink import WebhookSink
 from delivery.worker import Worker
+from devtools.sink import WebhookSink
 from scheduling.models import Event, EventStatus
 from users.tests.factories import UserFactory
 

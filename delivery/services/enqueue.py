@@ -28,7 +28,7 @@ from django.utils import timezone
 from delivery.models import Delivery, DeliveryStatus
 from delivery.payload import webhook_payload
 from runtime.ids import uuid7
-from runtime.sql import execute, insert_rows, pipeline, skip_locked, typed_rows
+from runtime.sql import execute, insert_rows, pipeline
 from runtime.wakeup import WORKER_CHANNEL, notify
 from scheduling.handlers import RecipientRow
 from scheduling.models import Event, EventStatus
@@ -75,8 +75,6 @@ _EVENT_FIELDS = [
 # Every recipient field a handler may read, by RecipientRow's names: an event
 # type whose handler reads another field adds it there, not here.
 _RECIPIENT_FIELDS = [_U[name] for name in RecipientRow._fields]
-# What the claim returns per event, in the order of ClaimedEvent.
-_CLAIMED_FIELDS = _EVENT_FIELDS + _RECIPIENT_FIELDS
 DELIVERY_COLUMNS = ("id", "event_id", "idempotency_key", "payload")
 
 
@@ -107,7 +105,7 @@ def _claim_sql() -> str:
         + ", ".join(f"u.{field.column}" for field in _RECIPIENT_FIELDS)
         + f" FROM {event} e JOIN {user} u ON u.id = e.user_id "
         "WHERE e.status = %s AND e.target_timestamp_utc <= %s "
-        f"ORDER BY e.target_timestamp_utc LIMIT %s{skip_locked(of='e')}"
+        "ORDER BY e.target_timestamp_utc LIMIT %s FOR UPDATE OF e SKIP LOCKED"
     )
 
 
@@ -124,13 +122,10 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
     now = now or timezone.now()
     max_lateness = settings.EVENT_MAX_LATENESS
     with transaction.atomic():
-        claimed = typed_rows(
-            execute(
-                _claim_sql(),
-                [EventStatus.PENDING, _E["target_timestamp_utc"].get_db_prep_value(now, connection), batch_size],
-                binary=True,
-            ),
-            _CLAIMED_FIELDS,
+        claimed = execute(
+            _claim_sql(),
+            [EventStatus.PENDING, _E["target_timestamp_utc"].get_db_prep_value(now, connection), batch_size],
+            binary=True,
         )
         if not claimed:
             return EnqueueResult()

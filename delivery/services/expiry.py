@@ -17,7 +17,6 @@ from django.db import connection, transaction
 from delivery.models import Delivery, DeliveryStatus
 from delivery.retry import late_reason
 from delivery.services.transitions import Rows, deliveries_transition
-from runtime.sql import skip_locked, typed_rows
 from scheduling.models import EventStatus
 from scheduling.services.transitions import Actor, EventRef, events_transition
 
@@ -40,7 +39,6 @@ def deliveries_expire_late(*, now: datetime) -> int:
     lateness = settings.EVENT_MAX_LATENESS
     cutoff = now - lateness
     table = Delivery._meta.db_table
-    fields = [Delivery._meta.get_field(name) for name in ("id", "event_id", "attempts", "last_error")]
     expired = 0
     while True:
         with transaction.atomic():
@@ -48,10 +46,10 @@ def deliveries_expire_late(*, now: datetime) -> int:
                 cutoff_value = Delivery._meta.get_field("created_at").get_db_prep_value(cutoff, connection)
                 cursor.execute(
                     f"SELECT id, event_id, attempts, last_error FROM {table} WHERE status = %s "
-                    f"AND next_attempt_at < %s AND COALESCE(requeued_at, created_at) < %s ORDER BY next_attempt_at LIMIT %s{skip_locked()}",
+                    f"AND next_attempt_at < %s AND COALESCE(requeued_at, created_at) < %s ORDER BY next_attempt_at LIMIT %s FOR UPDATE SKIP LOCKED",
                     [DeliveryStatus.QUEUED, cutoff_value, cutoff_value, EXPIRE_BATCH],
                 )
-                rows = typed_rows(cursor.fetchall(), fields)
+                rows = cursor.fetchall()
             if not rows:
                 return expired
             reasons = [late_reason(lateness=lateness, last=last_error) for _, _, _, last_error in rows]

@@ -14,7 +14,6 @@ from delivery.retry import RetryPolicy, decide
 from delivery.services.record import AttemptRecord, attempts_apply
 from delivery.services.transitions import Due, NewLease, Rows, deliveries_transition
 from delivery.transport import ClaimedDelivery
-from runtime.sql import skip_locked, typed_rows
 from runtime.wakeup import WORKER_CHANNEL, notify
 
 logger = logging.getLogger(__name__)
@@ -83,10 +82,10 @@ def _take_over_expired(*, now: datetime, limit: int) -> int:
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT {', '.join(_EXPIRED_FIELDS)} FROM {table} WHERE status = %s AND locked_until < %s "
-            f"ORDER BY locked_until LIMIT %s{skip_locked()}",
+            f"ORDER BY locked_until LIMIT %s FOR UPDATE SKIP LOCKED",
             [DeliveryStatus.SENDING, Delivery._meta.get_field("locked_until").get_db_prep_value(now, connection), limit],
         )
-        expired = typed_rows(cursor.fetchall(), [Delivery._meta.get_field(name) for name in _EXPIRED_FIELDS])
+        expired = cursor.fetchall()
     if not expired:
         return 0
     policy = RetryPolicy.from_settings()

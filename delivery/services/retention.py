@@ -50,7 +50,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from delivery.models import Delivery, DeliveryAttempt
-from runtime.sql import execute, execute_count, rows_relation, skip_locked, typed_rows
+from runtime.sql import execute, execute_count, rows_relation
 from scheduling.models import Event, EventStatus
 
 # Events per batch (with their deliveries and attempts): one short transaction each.
@@ -128,7 +128,7 @@ def _select_sql(*, after: bool, lock: bool) -> str:
         f"WHERE e.status = %s AND e.target_timestamp_utc < %s{keyset} "
         f"AND e.occurrence_date < (SELECT MAX(later.occurrence_date) FROM {event} later "
         "WHERE later.user_id = e.user_id AND later.event_type = e.event_type AND later.status <> %s) "
-        f"ORDER BY e.target_timestamp_utc, e.id LIMIT %s{skip_locked(of='e') if lock else ''}"
+        f"ORDER BY e.target_timestamp_utc, e.id LIMIT %s{' FOR UPDATE OF e SKIP LOCKED' if lock else ''}"
     )
 
 
@@ -140,8 +140,7 @@ def _select_batch(*, cutoff: datetime, position: PrunePosition, batch_size: int,
         bound = target.get_db_prep_value(position.target, connection)
         params += [bound, bound, _E["id"].get_db_prep_value(position.id, connection)]
     params += [EventStatus.PENDING, batch_size]
-    rows = execute(_select_sql(after=after, lock=lock), params)
-    return typed_rows(rows, [_E["id"], target])
+    return execute(_select_sql(after=after, lock=lock), params)
 
 
 def _delete(ids: list[uuid.UUID]) -> tuple[int, int, int]:

@@ -20,7 +20,7 @@ from typing import Any
 from django.db import connection
 
 from delivery.models import Delivery, DeliveryStatus
-from runtime.sql import execute, rows_relation, skip_locked, typed_rows
+from runtime.sql import execute, rows_relation
 from scheduling.exceptions import InvalidStateTransition
 
 QUEUED, SENDING, DELIVERED, DEAD = (
@@ -138,13 +138,13 @@ def deliveries_transition(
             endpoint_params = list(select.skip_urls)
         cte = (
             f"WITH v AS MATERIALIZED (SELECT id AS v_id FROM {table} WHERE status = %s AND next_attempt_at <= %s"
-            f"{endpoint_filter} ORDER BY next_attempt_at LIMIT %s{skip_locked()}) "
+            f"{endpoint_filter} ORDER BY next_attempt_at LIMIT %s FOR UPDATE SKIP LOCKED) "
         )
         cte_params = [QUEUED, _prep("next_attempt_at", select.now), *endpoint_params, select.limit]
         relation, relation_params = "v", []
     else:
         # Relation columns are prefixed so RETURNING can name the table's own
-        # columns unqualified (all SQLite allows there).
+        # columns unqualified: an `id` of both would be ambiguous.
         columns = [("v_id", _F["id"]), ("v_attempt", _F["attempts"])]
         columns += [(f"v_{name}", _F[name]) for name in select.values]
         rows = list(zip(select.ids, select.attempts, *select.values.values(), strict=True))
@@ -165,5 +165,4 @@ def deliveries_transition(
         f"WHERE d.id = v.v_id AND {' AND '.join(conditions)} "
         f"RETURNING {', '.join(_F[name].column for name in returning)}"
     )
-    rows = execute(sql, [*cte_params, *params, *relation_params, *condition_params])
-    return typed_rows(rows, [_F[name] for name in returning])
+    return execute(sql, [*cte_params, *params, *relation_params, *condition_params])

@@ -13,7 +13,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from delivery.sink import Reply, WebhookSink
+from devtools.sink import Reply, WebhookSink
 from scheduling.models import Event
 from users.services import users_bulk_create_with_events
 

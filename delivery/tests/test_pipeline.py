@@ -13,10 +13,10 @@ from delivery.models import AttemptOutcome, Delivery, DeliveryStatus
 from delivery.scheduler import Scheduler
 from delivery.services.expiry import deliveries_expire_late
 from delivery.services.operator import delivery_resend
-from delivery.sink import Reply
 from delivery.tests.conftest import create_due_users, make_due
 from delivery.transport import USER_AGENT
 from delivery.worker import Worker
+from devtools.sink import Reply
 from scheduling.models import Event, EventStatus, EventType
 from users.services import user_create, user_update
 

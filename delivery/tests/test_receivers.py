@@ -13,7 +13,6 @@ import pytest
 
 from delivery.models import Delivery, DeliveryAttempt, DeliveryStatus, Endpoint, EndpointState
 from delivery.services.endpoints import endpoint_pause, endpoint_resume
-from delivery.sink import Reply
 from delivery.tests.conftest import (
     create_due_users,
     eventually,
@@ -22,6 +21,7 @@ from delivery.tests.conftest import (
     stop_all,
     wait_until,
 )
+from devtools.sink import Reply
 from scheduling.models import Event, EventStatus
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]

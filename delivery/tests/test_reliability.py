@@ -19,9 +19,9 @@ from django.utils import timezone
 
 from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus
 from delivery.services.enqueue import deliveries_enqueue_due
-from delivery.sink import Reply
 from delivery.tests.conftest import create_due_users, process_env, start_process, stop_all, wait_until
 from delivery.worker import Worker
+from devtools.sink import Reply
 from runtime.models import ProcessHeartbeat
 from scheduling.models import Event, EventStatus
 from scheduling.services.sync import event_deliver_now

@@ -15,7 +15,6 @@ from delivery.models import AttemptOutcome
 from delivery.retry import RetryPolicy
 from delivery.retry import retry_delay as policy_delay
 from delivery.signing import WebhookSigner
-from delivery.sink import Reply
 from delivery.transport import (
     USER_AGENT,
     ClaimedDelivery,
@@ -23,6 +22,7 @@ from delivery.transport import (
     classify_status,
     parse_retry_after,
 )
+from devtools.sink import Reply
 
 
 def send_all(transport: WebhookTransport, *deliveries: ClaimedDelivery) -> list:

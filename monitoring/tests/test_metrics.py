@@ -13,9 +13,9 @@ from delivery.models import Delivery, DeliveryStatus, Endpoint, EndpointState
 from delivery.scheduler import Scheduler
 from delivery.selectors import delivery_status_counts, endpoint_backlog
 from delivery.services.endpoints import endpoint_pause
-from delivery.sink import Reply
 from delivery.tests.conftest import make_due
 from delivery.worker import Worker
+from devtools.sink import Reply
 from runtime.heartbeats import heartbeat_start
 from runtime.models import ProcessHeartbeat, ProcessKind
 from scheduling.models import EventZoneData

@@ -131,7 +131,7 @@ def start_events_transition(
     changes = dict(changes or {})
     per_event = dict(per_event or {})
     # The relation's columns are prefixed so that RETURNING can name the
-    # table's own columns unqualified (SQLite allows nothing else there).
+    # table's own columns unqualified: an `id` of both would be ambiguous.
     columns = [("v_id", _ID), ("v_version", _VERSION)]
     columns += [(f"v_{name}", Event._meta.get_field(name)) for name in per_event]
     rows = list(

@@ -31,7 +31,7 @@ from zoneinfo import ZoneInfoNotFoundError
 from django.db import connection, transaction
 from django.utils import timezone
 
-from runtime.sql import execute, rows_relation, typed_rows
+from runtime.sql import execute, rows_relation
 from scheduling.handlers import wall_time_instant
 from scheduling.models import Event, EventStatus, EventZoneData
 from scheduling.zonedata import zone_data
@@ -46,7 +46,6 @@ _IANA_VERSION = re.compile(r"^(\d{4})([a-z]+)$")
 _F = {name: Event._meta.get_field(name) for name in (
     "id", "version", "target_timestamp_utc", "target_timezone", "target_timestamp_local", "updated_at",
 )}
-_READ_FIELDS = [_F["id"], _F["version"], _F["target_timestamp_utc"], _F["target_timezone"], _F["target_timestamp_local"]]
 
 
 @dataclass
@@ -90,7 +89,7 @@ def _batch(*, after_target: datetime, after_id: uuid.UUID, batch_size: int) -> l
     # index scan there, the row comparison breaks ties between equal targets.
     table = Event._meta.db_table
     target = _F["target_timestamp_utc"].get_db_prep_value(after_target, connection)
-    rows = execute(
+    return execute(
         f"SELECT id, version, target_timestamp_utc, target_timezone, target_timestamp_local FROM {table} "
         "WHERE status = %s AND target_timestamp_utc >= %s AND (target_timestamp_utc, id) > (%s, %s) "
         "ORDER BY target_timestamp_utc, id LIMIT %s",
@@ -98,7 +97,6 @@ def _batch(*, after_target: datetime, after_id: uuid.UUID, batch_size: int) -> l
         # Decoded in C: parsing a batch's timestamps from text was most of the pass's Python time.
         binary=True,
     )
-    return typed_rows(rows, _READ_FIELDS)
 
 
 def _move(*, rows: list[tuple], now: datetime) -> Counter:

@@ -1,9 +1,12 @@
 """`make run`: start the whole product on this machine and stop it cleanly on Ctrl-C.
 
-Starts the web server (API and admin), one scheduler, one worker and a local
-webhook sink that shows the messages as they arrive. Each process's output is
-prefixed with its name. Ctrl-C (or SIGTERM) is passed on to every child, which
-then drain and exit.
+Without a DATABASE_URL (in the environment or .env), first starts PostgreSQL of
+this checkout's own (devtools/postgres.py, data in var/postgres) at the settings'
+LOCAL_DATABASE_URL. Then migrates, collects the static files and makes sure of a
+local admin, and starts the web server (API and admin), one scheduler, one
+worker and a local webhook sink that shows the messages as they arrive. Each
+process's output is prefixed with its name. Ctrl-C (or SIGTERM) is passed on to
+every child, which then drain and exit; the embedded PostgreSQL stops last.
 """
 
 import os
@@ -16,6 +19,8 @@ from pathlib import Path
 
 import environ
 
+from devtools.postgres import EmbeddedPostgres, EmbeddedPostgresError
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 HOST = os.environ.get("RUN_HOST", "127.0.0.1")
 PORT = int(os.environ.get("RUN_PORT", "8000"))
@@ -25,7 +30,7 @@ SINK_PORT = int(os.environ.get("RUN_SINK_PORT", "8001"))
 def processes() -> dict[str, list[str]]:
     manage = [sys.executable, str(BASE_DIR / "manage.py")]
     return {
-        "sink": [sys.executable, "-m", "delivery.sink", "--host", HOST, "--port", str(SINK_PORT)],
+        "sink": [sys.executable, "-m", "devtools.sink", "--host", HOST, "--port", str(SINK_PORT)],
         "web": manage + ["runserver", f"{HOST}:{PORT}", "--noreload"],
         "scheduler": manage + ["run_scheduler"],
         "worker": manage + ["run_worker"],
@@ -38,13 +43,64 @@ def _pump(name: str, stream) -> None:
         sys.stdout.flush()
 
 
+def embedded_postgres_start() -> EmbeddedPostgres:
+    """Start the PostgreSQL of LOCAL_DATABASE_URL from var/postgres, with its database."""
+    # The settings own the URL, so that manage.py typed by hand finds the same
+    # server; they are imported only for it (the children read them themselves).
+    from config.settings import LOCAL_DATABASE_URL
+
+    config = environ.Env.db_url_config(LOCAL_DATABASE_URL)
+    server = EmbeddedPostgres(root=BASE_DIR / "var" / "postgres", port=int(config["PORT"]), superuser=config["USER"])
+    server.start()
+    server.database_ensure(name=config["NAME"])
+    print(f"PostgreSQL: {LOCAL_DATABASE_URL} (embedded, data in var/postgres)", flush=True)
+    return server
+
+
+def prepare(env: dict[str, str]) -> None:
+    """Bring the database and the static files up to date, and print the local admin's credentials."""
+    manage = [sys.executable, str(BASE_DIR / "manage.py")]
+    for command in (
+        ["migrate", "--noinput", "--verbosity", "0"],
+        ["collectstatic", "--noinput", "-v0"],
+        ["ensure_local_admin"],
+    ):
+        subprocess.run(manage + command, cwd=BASE_DIR, env=env, check=True)
+
+
 def main() -> int:
-    # Settings in .env count as set, so a WEBHOOK_URL there is not overridden below.
+    # Until the processes run, SIGTERM stops this like Ctrl-C does, through the
+    # `finally` that stops the embedded PostgreSQL.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # Settings in .env count as set, so a WEBHOOK_URL or DATABASE_URL there is not overridden below.
     if (BASE_DIR / ".env").exists():
         environ.Env.read_env(str(BASE_DIR / ".env"))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     # Without a receiver of your own, messages go to the local sink.
     env.setdefault("WEBHOOK_URL", f"http://{HOST}:{SINK_PORT}/webhook")
+    server = None
+    if not env.get("DATABASE_URL"):
+        try:
+            server = embedded_postgres_start()
+        except EmbeddedPostgresError as exc:
+            print(exc, file=sys.stderr, flush=True)
+            return 1
+    try:
+        prepare(env)
+        return supervise(env)
+    except subprocess.CalledProcessError as exc:
+        print(f"{' '.join(exc.cmd[1:])} failed (exit {exc.returncode}).", file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        if server is not None:
+            server.stop()
+            print("PostgreSQL stopped.", flush=True)
+
+
+def supervise(env: dict[str, str]) -> int:
+    """Start every process, pass Ctrl-C on to them, and return once all have exited."""
     children: dict[str, subprocess.Popen] = {}
     for name, command in processes().items():
         child = subprocess.Popen(

@@ -1,6 +1,6 @@
 """A local webhook receiver: shows what the product sends, and plays the receiver in tests.
 
-`python -m delivery.sink --port 8001` prints every message it receives and lists
+`python -m devtools.sink --port 8001` prints every message it receives and lists
 the latest on http://127.0.0.1:8001/. Tests use `WebhookSink` in-process with a
 `respond` hook to answer 500s, hang, or ask for a Retry-After.
 """

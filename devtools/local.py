@@ -4,7 +4,8 @@ Without a DATABASE_URL (in the environment or .env), first starts PostgreSQL of
 this checkout's own (devtools/postgres.py, data in var/postgres) at the settings'
 LOCAL_DATABASE_URL. Then migrates, collects the static files and makes sure of a
 local admin, and starts the web server (API and admin), one scheduler, one
-worker and a local webhook sink that shows the messages as they arrive. Each
+worker and a local webhook sink that shows the messages as they arrive; on an
+empty database, a first recipient's greeting is sent at once (devtools/demo.py). Each
 process's output is prefixed with its name. Ctrl-C (or SIGTERM) is passed on to
 every child, which then drain and exit; the embedded PostgreSQL stops last.
 """
@@ -114,6 +115,13 @@ def supervise(env: dict[str, str]) -> int:
         )
         children[name] = child
         threading.Thread(target=_pump, args=(name, child.stdout), daemon=True).start()
+
+    # On an empty database, a first recipient whose greeting goes out at once.
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "devtools.demo"], cwd=BASE_DIR, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    threading.Thread(target=_pump, args=("demo", demo.stdout), daemon=True).start()
 
     admin_url = os.environ.get("ADMIN_URL", "admin/").strip("/")
     lines = [

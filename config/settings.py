@@ -264,7 +264,7 @@ SPECTACULAR_SETTINGS = {
         "`{\"detail\": \"...\"}`."
     ),
     # Public, on purpose: the schema describes only the API's shape (which the
-    # README publishes too), never data, and a client developer needs it before
+    # docs/api.md publishes too), never data, and a client developer needs it before
     # holding a token. Every operation it describes still requires credentials.
     # No authentication classes either, so a stale token or session cannot turn
     # the documentation itself into a 401 or 403.
@@ -310,7 +310,7 @@ WEBHOOK_TIMEOUT = parse_duration(env("WEBHOOK_TIMEOUT", default="10s"))
 # WEBHOOK_SECRET: one or more Standard Webhooks secrets (whsec_...), separated by
 # spaces; when set, every request carries webhook-id / webhook-timestamp and one
 # signature per secret in webhook-signature, so a secret can be rotated without
-# downtime (README, "Rotating the signing secret"). A worker refuses to start with
+# downtime (docs/operations.md, "Rotating the signing secret"). A worker refuses to start with
 # a secret it cannot use.
 WEBHOOK_SECRET = env("WEBHOOK_SECRET", default="")
 # DELIVERY_RETRY_BASE / DELIVERY_RETRY_MAX: capped exponential backoff with full

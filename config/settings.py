@@ -116,8 +116,8 @@ DATABASES = {
 if DATABASES["default"].get("ENGINE") != "django.db.backends.postgresql":
     raise ImproperlyConfigured("DATABASE_URL must name a PostgreSQL database: postgres://user@host:port/name.")
 # DB_CONN_MAX_AGE: seconds a connection is kept open. Long-running workers
-# reconnecting for every unit of work halves their throughput (measured with
-# Django's default CONN_MAX_AGE=0 against a kept connection).
+# reconnecting for every unit of work (Django's default, CONN_MAX_AGE=0) would
+# spend a large share of their time connecting instead of working.
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 
@@ -251,7 +251,7 @@ SPECTACULAR_SETTINGS = {
         "`{\"detail\": \"...\"}`."
     ),
     # Public, on purpose: the schema describes only the API's shape (which the
-    # README publishes too), never data, and a client developer needs it before
+    # docs/api.md publishes too), never data, and a client developer needs it before
     # holding a token. Every operation it describes still requires credentials.
     # No authentication classes either, so a stale token or session cannot turn
     # the documentation itself into a 401 or 403.
@@ -297,7 +297,7 @@ WEBHOOK_TIMEOUT = parse_duration(env("WEBHOOK_TIMEOUT", default="10s"))
 # WEBHOOK_SECRET: one or more Standard Webhooks secrets (whsec_...), separated by
 # spaces; when set, every request carries webhook-id / webhook-timestamp and one
 # signature per secret in webhook-signature, so a secret can be rotated without
-# downtime (README, "Rotating the signing secret"). A worker refuses to start with
+# downtime (docs/operations.md, "Rotating the signing secret"). A worker refuses to start with
 # a secret it cannot use.
 WEBHOOK_SECRET = env("WEBHOOK_SECRET", default="")
 # DELIVERY_RETRY_BASE / DELIVERY_RETRY_MAX: capped exponential backoff with full

@@ -5,8 +5,8 @@ carries a signature made with each of them, space-separated in one
 `webhook-signature` header as the Standard Webhooks specification allows, so a
 receiver verifying with any one of the secrets accepts it. That is what makes a
 rotation free of downtime: the new secret is added beside the old, the receiver
-moves over at its own pace, then the old one is removed (README, "Rotating the
-signing secret").
+moves over at its own pace, then the old one is removed (docs/operations.md,
+"Rotating the signing secret").
 """
 
 from __future__ import annotations

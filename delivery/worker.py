@@ -288,9 +288,9 @@ class Worker(ProcessLoop):
             return claimed
         room = sum(lane.room(batch_size=self.batch_size) for lane in open_lanes)
         held = any(lane.waiting or lane.open for lane in self.lanes.values())
-        # Claim in batches (claiming 100 rows at a time is ~16x cheaper per row
-        # than one at a time), but do not wait for the whole batch to finish
-        # before claiming more.
+        # Claim in batches (a claim's fixed cost is shared by every row it
+        # takes, so many at a time cost far less per row than one at a time),
+        # but do not wait for the whole batch to finish before claiming more.
         if room < max(1, self.batch_size // 2) and held:
             return claimed
         want = min(room, self.batch_size)

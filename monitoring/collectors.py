@@ -1,8 +1,10 @@
 """The database-wide gauges of /metrics, read when Prometheus scrapes.
 
 Seven aggregate queries per scrape, each reading a range of an index (most of
-them index-only, see the selectors), never a whole table: 0.26-0.31 s in all
-with 2.5 million events and 2 million deliveries. Two more for the endpoints:
+them index-only, see the selectors), never a whole table. The ranges still grow
+with the history kept, so a scrape of a large database takes a noticeable
+fraction of a second: scrape every minute, not every few seconds. Two more for
+the endpoints:
 their table (a row per webhook URL) and what waits on them (the unfinished
 deliveries only). Nothing is kept between
 scrapes: every web replica answers the same, so Prometheus scrapes one. What

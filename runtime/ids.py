@@ -28,7 +28,7 @@ def uuid7() -> uuid.UUID:
 
     The random bits come from the random module, not os.urandom: an id must be
     unique, not unguessable (RFC 9562 leaves that choice to the application),
-    and a system call per id was 16 % of the scheduler's samples (py-spy). The
+    and a system call per id was a visible share of the scheduler's profile. The
     generator is seeded from os.urandom at start and reseeded in every forked
     child, so processes do not share sequences.
     """

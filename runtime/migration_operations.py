@@ -8,9 +8,8 @@ def always_clean_indexes_on_vacuum(table: str) -> migrations.RunPython:
 
     PostgreSQL 14+ skips index cleanup when under 2% of pages hold dead rows.
     Queue tables turn every claimed row into a dead entry of a small partial
-    index; without cleanup each claim reads ever more dead index pages
-    (measured on PostgreSQL 15: after 9,000 single-row claims a claim read 36
-    index pages instead of 4, and a plain VACUUM did not fix it).
+    index; without cleanup each claim reads ever more dead index pages, and
+    a plain VACUUM under that threshold leaves them where they are.
     """
 
     def forwards(apps, schema_editor):

@@ -3,9 +3,8 @@
 The hot paths (the scheduler's claim, the worker's claim and record) move a
 whole batch per statement: `UPDATE ... FROM <rows>` and `INSERT ... SELECT`.
 PostgreSQL receives a batch as one array per column (`unnest`) in binary,
-which psycopg dumps in 0.2-0.3 ms per 1,000 elements (measured on a 2-core AMD
-EPYC VM; a JSON column costs more, ~4 ms, for its json.dumps). Values are
-adapted by the model fields' database types.
+which psycopg dumps cheaply (a JSON column costs more, for its json.dumps).
+Values are adapted by the model fields' database types.
 """
 
 from __future__ import annotations
@@ -66,15 +65,15 @@ def send(sql: str, params: Sequence, *, binary: bool = False) -> Callable[[], tu
     rows are None for a statement that returns none. The parameters are bound
     on the server: Django's cursors bind them on the
     client, quoting every element of every array in Python, which cost more
-    than the statement itself on a batch of 1,000 (profiled: 70 ms of a
-    1,000-event claim). Errors come out as Django's database errors, and the
+    than the statement itself on a batch of 1,000 (profiled in the
+    scheduler's claim). Errors come out as Django's database errors, and the
     statement is logged, with its parameters, where Django logs queries (DEBUG,
     CaptureQueriesContext), so tests can EXPLAIN exactly what ran.
 
     With `binary`, PostgreSQL returns the rows in its binary format, which
-    psycopg decodes in C: the scheduler's claim fetched its 1,000 rows of
-    twelve columns in 6.4 ms instead of 12.1 ms on a 2-core AMD EPYC VM (text
-    timestamps go through Django's Python loader). Not for jsonb columns: they
+    psycopg decodes in C: the scheduler's claim fetches its batch markedly
+    faster than as text, whose timestamps go through Django's Python
+    loader. Not for jsonb columns: they
     would arrive parsed, not as the text Django's loader gives.
     """
     connection.ensure_connection()

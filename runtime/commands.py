@@ -53,9 +53,9 @@ class ProcessCommand(BaseCommand):
         if not 0 <= metrics_port <= 65535:
             raise CommandError("--metrics-port must be a port number (0: no metrics).")
         stop = threading.Event()
-        loop = self.process(interval=interval, once=once, stop=stop, **options)
         restore_signals = install_stop_signals(stop, what=self.what)
         try:
+            loop = self.process(interval=interval, once=once, stop=stop, **options)
             with metrics_served(port=metrics_port, address=settings.METRICS_ADDRESS) as server:
                 if server is not None:
                     logger.info("Serving metrics on http://%s:%s/metrics", settings.METRICS_ADDRESS, metrics_port)

@@ -19,7 +19,7 @@ from runtime.copy import copy_rows
 from scheduling.handlers import REGISTRY, RecipientRow
 from scheduling.models import Event
 from scheduling.services.occurrences import (
-    PENDING_EVENT_COLUMNS,
+    PendingEventRow,
     next_occurrence,
     pending_event_defaults,
     pending_event_row,
@@ -158,7 +158,7 @@ _USER_COLUMNS = (*RecipientRow._fields, "external_id", "created_at", "updated_at
 def _write_user_batch(user_rows: list[tuple], event_rows: list[tuple], now: datetime) -> int:
     with transaction.atomic():
         copy_rows(User, _USER_COLUMNS, user_rows)
-        copy_rows(Event, PENDING_EVENT_COLUMNS, event_rows, same_for_all=pending_event_defaults(now=now))
+        copy_rows(Event, PendingEventRow._fields, event_rows, same_for_all=pending_event_defaults(now=now))
     return len(user_rows)
 
 

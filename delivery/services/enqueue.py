@@ -34,7 +34,7 @@ from scheduling.handlers import RecipientRow
 from scheduling.models import Event, EventStatus
 from scheduling.selectors import message_templates
 from scheduling.services.occurrences import (
-    PENDING_EVENT_COLUMNS,
+    PendingEventRow,
     next_occurrence,
     pending_event_defaults,
     pending_event_row,
@@ -196,7 +196,7 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
             # reconcile created it between our lock and this insert): that row stands.
             insert_rows(
                 Event,
-                PENDING_EVENT_COLUMNS,
+                PendingEventRow._fields,
                 upcoming,
                 same_for_all=pending_event_defaults(now=now),
                 ignore_conflicts=True,

@@ -246,7 +246,7 @@ def _next_pending_events(*, claimed: list[ClaimedEvent], now: datetime) -> list[
         recipient = event.recipient
         # After the occurrence just claimed: every path that creates a PENDING
         # event puts it after the user's last handled one, so nothing handled
-        # comes later. Were that ever broken, the insert below would meet
+        # comes later. Were that ever broken, their insert would meet
         # the unique (user, type, date) key and skip the row, and the
         # scheduler's reconcile (which reads the history) gives the user
         # their next event within SCHEDULER_RECONCILE_INTERVAL.

@@ -10,16 +10,17 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime
+from typing import NamedTuple
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from runtime.copy import copy_rows
-from scheduling.handlers import REGISTRY, RecipientRow
+from scheduling.handlers import REGISTRY
 from scheduling.models import Event
 from scheduling.services.occurrences import (
-    PENDING_EVENT_COLUMNS,
+    PendingEventRow,
     next_occurrence,
     pending_event_defaults,
     pending_event_row,
@@ -149,22 +150,22 @@ def user_delete(*, user: User, expected_versions: Collection[int] | None = None)
 
 # --- the bulk import ----------------------------------------------------------
 
-# A row is a RecipientRow's values (what the handlers read), then the rest.
-_USER_COLUMNS = (*RecipientRow._fields, "external_id", "created_at", "updated_at")
+class ImportedUserRow(NamedTuple):
+    """A new recipient as the import writes it: its fields are the columns written.
 
+    It holds every field a handler reads (scheduling.handlers.Recipient), so
+    the recipient's first events are computed from the row itself.
+    """
 
-def _write_user_batch(user_rows: list[tuple], event_rows: list[tuple], now: datetime) -> int:
-    with transaction.atomic():
-        copy_rows(User, _USER_COLUMNS, user_rows)
-        copy_rows(Event, PENDING_EVENT_COLUMNS, event_rows, same_for_all=pending_event_defaults(now=now))
-    return len(user_rows)
-
-
-def _write_in_background(user_rows: list[tuple], event_rows: list[tuple], now: datetime) -> int:
-    try:
-        return _write_user_batch(user_rows, event_rows, now)
-    finally:
-        connection.close()  # this thread's own connection
+    id: uuid.UUID
+    first_name: str
+    last_name: str
+    date_of_birth: date
+    timezone: str
+    anniversary_date: date | None
+    external_id: str | None
+    created_at: datetime
+    updated_at: datetime
 
 
 def users_bulk_create_with_events(
@@ -185,51 +186,102 @@ def users_bulk_create_with_events(
     caller's, or a test's) every batch is written on the caller's connection.
     """
     now = now or timezone.now()
-    pipelined = not connection.in_atomic_block
-    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="import-writer") if pipelined else None
-    pending: Future | None = None
-    created = 0
-    batch: list[tuple[RecipientRow, str | None]] = []
-
-    def flush() -> None:
-        nonlocal created, pending
-        user_rows = [(*recipient, external_id, now, now) for recipient, external_id in batch]
-        event_rows = [
-            pending_event_row(user_id=recipient.id, event_type=event_type, occurrence=occurrence)
-            for recipient, _ in batch
-            for event_type in REGISTRY
-            # None: no occurrence of this type (no anniversary date), so no event.
-            if (occurrence := next_occurrence(recipient=recipient, event_type=event_type, now=now)) is not None
-        ]
-        batch.clear()
-        if writer is None:
-            created += _write_user_batch(user_rows, event_rows, now)
-            return
-        if pending is not None:
-            created += pending.result()  # backpressure, and errors surface here
-        pending = writer.submit(_write_in_background, user_rows, event_rows, now)
-
+    writer = _ImportWriter(now=now, in_background=not connection.in_atomic_block)
     try:
-        for row in rows:
-            recipient = RecipientRow(
+        for users in _user_batches(rows=rows, now=now, batch_size=batch_size):
+            writer.write(users=users, events=_first_events(users=users, now=now))
+        return writer.wait()
+    finally:
+        writer.close()
+
+
+def _user_batches(*, rows: Iterable[dict], now: datetime, batch_size: int) -> Iterator[list[ImportedUserRow]]:
+    """The rows as new recipients, `batch_size` at a time, each read only when its batch is next."""
+    batch: list[ImportedUserRow] = []
+    for row in rows:
+        batch.append(
+            ImportedUserRow(
                 id=uuid.uuid4(),
                 first_name=row["first_name"],
                 last_name=row["last_name"],
                 date_of_birth=row["date_of_birth"],
                 timezone=row["timezone"],
                 anniversary_date=row.get("anniversary_date"),
+                external_id=row.get("external_id"),
+                created_at=now,
+                updated_at=now,
             )
-            batch.append((recipient, row.get("external_id")))
-            if len(batch) >= batch_size:
-                flush()
-        if batch:
-            flush()
-        if pending is not None:
-            created += pending.result()
+        )
+        if len(batch) >= batch_size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _first_events(*, users: list[ImportedUserRow], now: datetime) -> list[PendingEventRow]:
+    """Each new recipient's first occurrence of every event type, as a PENDING event."""
+    return [
+        pending_event_row(user_id=user.id, event_type=event_type, occurrence=occurrence)
+        for user in users
+        for event_type in REGISTRY
+        # None: no occurrence of this type (no anniversary date), so no event.
+        if (occurrence := next_occurrence(recipient=user, event_type=event_type, now=now)) is not None
+    ]
+
+
+class _ImportWriter:
+    """Commits the import's batches, each in a transaction of its own, and counts the users written.
+
+    `in_background`: on a writer thread with its own connection, one batch
+    behind the caller; otherwise on the caller's connection, at once.
+    """
+
+    def __init__(self, *, now: datetime, in_background: bool) -> None:
+        self.now = now
+        self.created = 0
+        self.thread = (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="import-writer") if in_background else None
+        )
+        self.pending: Future[int] | None = None
+
+    def write(self, *, users: list[ImportedUserRow], events: list[PendingEventRow]) -> None:
+        """Write a batch: at once inside a transaction, else once the previous batch is committed."""
+        if self.thread is None:
+            self.created += _write_user_batch(users, events, self.now)
+            return
+        if self.pending is not None:
+            self.created += self.pending.result()  # backpressure, and errors surface here
+        self.pending = self.thread.submit(_write_in_background, users, events, self.now)
+
+    def wait(self) -> int:
+        """Wait for the last batch to be committed; return how many users were created."""
+        if self.pending is not None:
+            self.created += self.pending.result()
+            self.pending = None
+        return self.created
+
+    def close(self) -> None:
+        if self.thread is not None:
+            self.thread.shutdown(wait=True)
+
+
+def _write_user_batch(
+    user_rows: list[ImportedUserRow], event_rows: list[PendingEventRow], now: datetime
+) -> int:
+    with transaction.atomic():
+        copy_rows(User, ImportedUserRow._fields, user_rows)
+        copy_rows(Event, PendingEventRow._fields, event_rows, same_for_all=pending_event_defaults(now=now))
+    return len(user_rows)
+
+
+def _write_in_background(
+    user_rows: list[ImportedUserRow], event_rows: list[PendingEventRow], now: datetime
+) -> int:
+    try:
+        return _write_user_batch(user_rows, event_rows, now)
     finally:
-        if writer is not None:
-            writer.shutdown(wait=True)
-    return created
+        connection.close()  # this thread's own connection
 
 
 @dataclass

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import NamedTuple
@@ -34,7 +35,7 @@ from scheduling.handlers import RecipientRow
 from scheduling.models import Event, EventStatus
 from scheduling.selectors import message_templates
 from scheduling.services.occurrences import (
-    PENDING_EVENT_COLUMNS,
+    PendingEventRow,
     next_occurrence,
     pending_event_defaults,
     pending_event_row,
@@ -56,31 +57,44 @@ class EnqueueResult:
 
 
 class ClaimedEvent(NamedTuple):
-    """A claimed event and its recipient, as the claim's SELECT returns them."""
+    """A claimed event and its recipient, as the claim's SELECT returns them.
+
+    Each field but the recipient names the event's column it holds.
+    """
 
     id: uuid.UUID
     version: int
     event_type: str
     occurrence_date: date
-    target: datetime
+    target_timestamp_utc: datetime
     idempotency_key: str
     recipient: RecipientRow
 
 
 _E = {f.name: f for f in Event._meta.concrete_fields}
 _U = {f.name: f for f in User._meta.concrete_fields}
-_EVENT_FIELDS = [
-    _E["id"], _E["version"], _E["event_type"], _E["occurrence_date"], _E["target_timestamp_utc"], _E["idempotency_key"],
-]
+_EVENT_FIELDS = [_E[name] for name in ClaimedEvent._fields if name != "recipient"]
 # Every recipient field a handler may read, by RecipientRow's names: an event
 # type whose handler reads another field adds it there, not here.
 _RECIPIENT_FIELDS = [_U[name] for name in RecipientRow._fields]
-DELIVERY_COLUMNS = ("id", "event_id", "idempotency_key", "payload")
 
 
-def queued_delivery_row(*, event_id: uuid.UUID, idempotency_key: str, payload: dict) -> tuple:
-    """A new delivery's own values, in the order of DELIVERY_COLUMNS (the rest: queued_delivery_defaults)."""
-    return (uuid7(), event_id, idempotency_key, payload)
+class QueuedDeliveryRow(NamedTuple):
+    """A new delivery's own values, for set-based inserts: its fields are the columns written.
+
+    What every new delivery shares is in queued_delivery_defaults.
+    """
+
+    id: uuid.UUID
+    event_id: uuid.UUID
+    idempotency_key: str
+    payload: dict
+
+
+def queued_delivery_row(*, event_id: uuid.UUID, idempotency_key: str, payload: dict) -> QueuedDeliveryRow:
+    """A new delivery of the event's `payload`, as a row to insert."""
+    # By position, in the fields' order: one call per row of a batch, and keywords cost more.
+    return QueuedDeliveryRow(uuid7(), event_id, idempotency_key, payload)
 
 
 def queued_delivery_defaults(*, now: datetime) -> dict:
@@ -98,21 +112,6 @@ def queued_delivery_defaults(*, now: datetime) -> dict:
     }
 
 
-def _claim_sql() -> str:
-    event, user = Event._meta.db_table, User._meta.db_table
-    return (
-        "SELECT e.id, e.version, e.event_type, e.occurrence_date, e.target_timestamp_utc, e.idempotency_key, "
-        + ", ".join(f"u.{field.column}" for field in _RECIPIENT_FIELDS)
-        + f" FROM {event} e JOIN {user} u ON u.id = e.user_id "
-        "WHERE e.status = %s AND e.target_timestamp_utc <= %s "
-        "ORDER BY e.target_timestamp_utc LIMIT %s FOR UPDATE OF e SKIP LOCKED"
-    )
-
-
-def _hours(delta: timedelta) -> str:
-    return f"{delta.total_seconds() / 3600:.1f} h"
-
-
 def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500) -> EnqueueResult:
     """Claim up to `batch_size` due PENDING events and queue their deliveries, in one transaction.
 
@@ -120,21 +119,11 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
     Every claimed recipient gets their next occurrence as the new PENDING event.
     """
     now = now or timezone.now()
-    max_lateness = settings.EVENT_MAX_LATENESS
     with transaction.atomic():
-        claimed = execute(
-            _claim_sql(),
-            [EventStatus.PENDING, _E["target_timestamp_utc"].get_db_prep_value(now, connection), batch_size],
-            binary=True,
-        )
+        claimed = _due_events_lock(now=now, batch_size=batch_size)
         if not claimed:
             return EnqueueResult()
-        split = len(_EVENT_FIELDS)
-        claimed = [ClaimedEvent(*row[:split], RecipientRow._make(row[split:])) for row in claimed]
-        on_time, too_late = [], []
-        for event in claimed:
-            (on_time if now - event.target <= max_lateness else too_late).append(event)
-
+        on_time, too_late = _split_by_lateness(events=claimed, now=now)
         # Once per batch, in the batch's transaction: an operator's change
         # applies to every event claimed after it was saved, and to none queued before.
         templates = message_templates()
@@ -144,88 +133,158 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
         # occurrences' INSERT is the costliest statement, hence sent before the
         # rendering rather than after it.
         with pipeline():
-            processing = start_events_transition(
-                events=[EventRef(event.id, event.version) for event in on_time],
-                source=EventStatus.PENDING,
-                target=EventStatus.PROCESSING,
-                actor=Actor.SCHEDULER,
-                now=now,
-            )
-            failed = start_events_transition(
-                events=[EventRef(event.id, event.version) for event in too_late],
-                source=EventStatus.PENDING,
-                target=EventStatus.FAILED,
-                actor=Actor.SCHEDULER,
-                now=now,
-                per_event={
-                    "failure_reason": [
-                        f"Not sent: {_hours(now - event.target)} late, "
-                        f"more than EVENT_MAX_LATENESS ({_hours(max_lateness)})."
-                        for event in too_late
-                    ]
-                },
-            )
+            moved_to_processing = _start_move_to_processing(events=on_time, now=now)
+            moved_to_failed = _start_move_to_failed(events=too_late, now=now)
             # The next occurrences first, and their INSERT (the batch's costliest
             # statement: five index entries a row) sent as soon as they are
             # known, so PostgreSQL runs it while Python renders the messages;
             # sent after the UPDATE above, so the claimed events are no longer
             # PENDING when their next ones arrive.
-            upcoming = []
-            for event in claimed:
-                recipient = event.recipient
-                # After the occurrence just claimed: every path that creates a PENDING
-                # event puts it after the user's last handled one, so nothing handled
-                # comes later. Were that ever broken, the insert below would meet
-                # the unique (user, type, date) key and skip the row, and the
-                # scheduler's reconcile (which reads the history) gives the user
-                # their next event within SCHEDULER_RECONCILE_INTERVAL.
-                occurrence = next_occurrence(
-                    recipient=recipient, event_type=event.event_type, now=now, after_date=event.occurrence_date
-                )
-                # None: the recipient has no occurrence of this type any more, so no next one.
-                if occurrence is not None:
-                    upcoming.append(
-                        pending_event_row(user_id=recipient.id, event_type=event.event_type, occurrence=occurrence)
-                    )
+            upcoming = _next_pending_events(claimed=claimed, now=now)
             # A next occurrence may already exist (a recipient's edit or the
             # reconcile created it between our lock and this insert): that row stands.
             insert_rows(
                 Event,
-                PENDING_EVENT_COLUMNS,
+                PendingEventRow._fields,
                 upcoming,
                 same_for_all=pending_event_defaults(now=now),
                 ignore_conflicts=True,
             )
-            deliveries = [
-                queued_delivery_row(
-                    event_id=event.id,
-                    idempotency_key=event.idempotency_key,
-                    payload=webhook_payload(
-                        event_id=event.id,
-                        event_type=event.event_type,
-                        occurrence_date=event.occurrence_date,
-                        target_utc=event.target,
-                        recipient=event.recipient,
-                        template=templates[event.event_type],
-                    ),
-                )
-                for event in on_time
-            ]
-            insert_rows(Delivery, DELIVERY_COLUMNS, deliveries, same_for_all=queued_delivery_defaults(now=now))
+            deliveries = _rendered_deliveries(events=on_time, templates=templates)
+            insert_rows(
+                Delivery,
+                QueuedDeliveryRow._fields,
+                deliveries,
+                same_for_all=queued_delivery_defaults(now=now),
+            )
             if deliveries:
                 notify(WORKER_CHANNEL)
             # Every claimed row is locked by this transaction, so both moves
             # succeed; were one ever refused, OptimisticLockError rolls all back.
-            processing()
-            failed()
-    for event in too_late:
+            moved_to_processing()
+            moved_to_failed()
+    _too_late_log(events=too_late)
+    return EnqueueResult(queued=len(on_time), too_late=len(too_late))
+
+
+def _due_events_lock(*, now: datetime, batch_size: int) -> list[ClaimedEvent]:
+    """Lock up to `batch_size` due PENDING events, soonest first, skipping those other schedulers hold."""
+    rows = execute(
+        _claim_sql(),
+        [EventStatus.PENDING, _E["target_timestamp_utc"].get_db_prep_value(now, connection), batch_size],
+        binary=True,
+    )
+    split = len(_EVENT_FIELDS)
+    return [ClaimedEvent(*row[:split], RecipientRow._make(row[split:])) for row in rows]
+
+
+def _claim_sql() -> str:
+    event, user = Event._meta.db_table, User._meta.db_table
+    columns = [f"e.{field.column}" for field in _EVENT_FIELDS]
+    columns += [f"u.{field.column}" for field in _RECIPIENT_FIELDS]
+    return (
+        f"SELECT {', '.join(columns)} FROM {event} e JOIN {user} u ON u.id = e.user_id "
+        "WHERE e.status = %s AND e.target_timestamp_utc <= %s "
+        "ORDER BY e.target_timestamp_utc LIMIT %s FOR UPDATE OF e SKIP LOCKED"
+    )
+
+
+def _split_by_lateness(
+    *, events: list[ClaimedEvent], now: datetime
+) -> tuple[list[ClaimedEvent], list[ClaimedEvent]]:
+    """The events still to send, and those overdue by more than EVENT_MAX_LATENESS."""
+    max_lateness = settings.EVENT_MAX_LATENESS
+    on_time, too_late = [], []
+    for event in events:
+        (on_time if now - event.target_timestamp_utc <= max_lateness else too_late).append(event)
+    return on_time, too_late
+
+
+def _start_move_to_processing(*, events: list[ClaimedEvent], now: datetime) -> Callable[[], list[uuid.UUID]]:
+    """Send the UPDATE that moves the events to PROCESSING; the function returned checks it."""
+    return start_events_transition(
+        events=[EventRef(event.id, event.version) for event in events],
+        source=EventStatus.PENDING,
+        target=EventStatus.PROCESSING,
+        actor=Actor.SCHEDULER,
+        now=now,
+    )
+
+
+def _start_move_to_failed(*, events: list[ClaimedEvent], now: datetime) -> Callable[[], list[uuid.UUID]]:
+    """Send the UPDATE that fails the too-late events, saying how late; the function returned checks it."""
+    max_lateness = settings.EVENT_MAX_LATENESS
+    return start_events_transition(
+        events=[EventRef(event.id, event.version) for event in events],
+        source=EventStatus.PENDING,
+        target=EventStatus.FAILED,
+        actor=Actor.SCHEDULER,
+        now=now,
+        per_event={
+            "failure_reason": [
+                f"Not sent: {_hours(now - event.target_timestamp_utc)} late, "
+                f"more than EVENT_MAX_LATENESS ({_hours(max_lateness)})."
+                for event in events
+            ]
+        },
+    )
+
+
+def _hours(delta: timedelta) -> str:
+    return f"{delta.total_seconds() / 3600:.1f} h"
+
+
+def _next_pending_events(*, claimed: list[ClaimedEvent], now: datetime) -> list[PendingEventRow]:
+    """Each claimed recipient's next occurrence of the event's type, as a new PENDING event."""
+    upcoming = []
+    for event in claimed:
+        recipient = event.recipient
+        # After the occurrence just claimed: every path that creates a PENDING
+        # event puts it after the user's last handled one, so nothing handled
+        # comes later. Were that ever broken, their insert would meet
+        # the unique (user, type, date) key and skip the row, and the
+        # scheduler's reconcile (which reads the history) gives the user
+        # their next event within SCHEDULER_RECONCILE_INTERVAL.
+        occurrence = next_occurrence(
+            recipient=recipient, event_type=event.event_type, now=now, after_date=event.occurrence_date
+        )
+        # None: the recipient has no occurrence of this type any more, so no next one.
+        if occurrence is not None:
+            upcoming.append(
+                pending_event_row(user_id=recipient.id, event_type=event.event_type, occurrence=occurrence)
+            )
+    return upcoming
+
+
+def _rendered_deliveries(
+    *, events: list[ClaimedEvent], templates: Mapping[str, str]
+) -> list[QueuedDeliveryRow]:
+    """A delivery for each event, its message rendered from the recipient and the type's template."""
+    return [
+        queued_delivery_row(
+            event_id=event.id,
+            idempotency_key=event.idempotency_key,
+            payload=webhook_payload(
+                event_id=event.id,
+                event_type=event.event_type,
+                occurrence_date=event.occurrence_date,
+                target_utc=event.target_timestamp_utc,
+                recipient=event.recipient,
+                template=templates[event.event_type],
+            ),
+        )
+        for event in events
+    ]
+
+
+def _too_late_log(*, events: list[ClaimedEvent]) -> None:
+    for event in events:
         logger.warning(
             "Event too late to send; marked FAILED",
             extra={
                 "event_id": str(event.id),
                 "user_id": str(event.recipient.id),
                 "idempotency_key": event.idempotency_key,
-                "target": event.target.isoformat(),
+                "target": event.target_timestamp_utc.isoformat(),
             },
         )
-    return EnqueueResult(queued=len(on_time), too_late=len(too_late))

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from delivery.models import Delivery, DeliveryStatus
 from delivery.payload import webhook_payload
-from delivery.services.enqueue import DELIVERY_COLUMNS, queued_delivery_defaults, queued_delivery_row
+from delivery.services.enqueue import QueuedDeliveryRow, queued_delivery_defaults, queued_delivery_row
 from delivery.services.transitions import Rows, deliveries_transition
 from runtime.sql import insert_rows
 from runtime.wakeup import WORKER_CHANNEL, notify
@@ -93,7 +93,7 @@ def _delivery_requeue(*, event: Event) -> None:
     if delivery is None:
         insert_rows(
             Delivery,
-            DELIVERY_COLUMNS,
+            QueuedDeliveryRow._fields,
             [queued_delivery_row(event_id=event.id, idempotency_key=event.idempotency_key, payload=payload)],
             same_for_all=queued_delivery_defaults(now=now),
         )

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import transaction
@@ -65,10 +66,19 @@ class RecordSummary:
     verdicts: dict[str, Health] = field(default_factory=dict)
 
 
-_ATTEMPT_COLUMNS = (
-    "delivery_id", "number", "worker", "started_at", "finished_at", "duration_ms", "outcome",
-    "status_code", "error", "response_excerpt",
-)
+class AttemptLogRow(NamedTuple):
+    """One attempt as the attempt log stores it: its fields are the columns written."""
+
+    delivery_id: uuid.UUID
+    number: int
+    worker: str
+    started_at: datetime
+    finished_at: datetime
+    duration_ms: int
+    outcome: str
+    status_code: int | None
+    error: str
+    response_excerpt: str
 
 
 def attempts_apply(
@@ -81,57 +91,85 @@ def attempts_apply(
     lease described (`held_by` a worker, or `expired_before` a time) move.
     """
     applied: dict[uuid.UUID, uuid.UUID] = {}  # delivery id -> event id
-    by_status: dict[tuple[str, bool, bool], list[AttemptRecord]] = {}
-    for record in records:
-        key = (record.decision.status, record.decision.charged, record.decision.delay is None)
-        by_status.setdefault(key, []).append(record)
-    for (status, charged, keeps_due), group in by_status.items():
-        values = {
-            "last_status_code": [r.status_code for r in group],
-            "last_error": [r.decision.reason for r in group],
-        }
-        changes = {}
-        if not charged:
-            # Waited on the endpoint: the attempt is logged but not counted against the budget.
-            values["max_attempts"] = [r.max_attempts + 1 for r in group]
-        if status != DeliveryStatus.QUEUED:
-            changes["next_attempt_at"] = now
-        elif not keeps_due:
-            values["next_attempt_at"] = [now + r.decision.delay for r in group]
-        if status == DeliveryStatus.DELIVERED:
-            changes["delivered_at"] = now
-        moved = deliveries_transition(
-            source=DeliveryStatus.SENDING,
-            target=status,
-            select=Rows(
-                ids=[r.delivery_id for r in group],
-                attempts=[r.attempt for r in group],
-                held_by=held_by,
-                expired_before=expired_before,
-                values=values,
-            ),
-            now=now,
-            changes=changes,
-            returning=("id", "event_id"),
+    for (status, charged, keeps_due), group in _by_move(records=records).items():
+        moved = _deliveries_move(
+            records=group, status=status, charged=charged, keeps_due=keeps_due, now=now, held_by=held_by,
+            expired_before=expired_before,
         )
         applied.update(moved)
-
     kept = [r for r in records if r.delivery_id in applied]
-    copy_rows(
-        DeliveryAttempt,
-        _ATTEMPT_COLUMNS,
-        [
-            (r.delivery_id, r.attempt, r.worker, r.started_at, r.finished_at, r.duration_ms, r.outcome,
-             r.status_code, r.error, r.response_excerpt)
-            for r in kept
-        ],
+    _attempts_log(records=kept)
+    _events_follow(records=kept, event_ids=applied, now=now)
+    return set(applied)
+
+
+def _by_move(*, records: Sequence[AttemptRecord]) -> dict[tuple[str, bool, bool], list[AttemptRecord]]:
+    """The records by the one UPDATE that moves their deliveries: (status, charged, keeps due)."""
+    by_move: dict[tuple[str, bool, bool], list[AttemptRecord]] = {}
+    for record in records:
+        key = (record.decision.status, record.decision.charged, record.decision.delay is None)
+        by_move.setdefault(key, []).append(record)
+    return by_move
+
+
+def _deliveries_move(
+    *, records: list[AttemptRecord], status: str, charged: bool, keeps_due: bool, now: datetime,
+    held_by: str | None, expired_before: datetime | None,
+) -> list[tuple]:
+    """Move the records' deliveries still under the lease to `status`; return (id, event id) of each moved."""
+    values = {
+        "last_status_code": [r.status_code for r in records],
+        "last_error": [r.decision.reason for r in records],
+    }
+    changes = {}
+    if not charged:
+        # Waited on the endpoint: the attempt is logged but not counted against the budget.
+        values["max_attempts"] = [r.max_attempts + 1 for r in records]
+    if status != DeliveryStatus.QUEUED:
+        changes["next_attempt_at"] = now
+    elif not keeps_due:
+        values["next_attempt_at"] = [now + r.decision.delay for r in records]
+    if status == DeliveryStatus.DELIVERED:
+        changes["delivered_at"] = now
+    return deliveries_transition(
+        source=DeliveryStatus.SENDING,
+        target=status,
+        select=Rows(
+            ids=[r.delivery_id for r in records],
+            attempts=[r.attempt for r in records],
+            held_by=held_by,
+            expired_before=expired_before,
+            values=values,
+        ),
+        now=now,
+        changes=changes,
+        returning=("id", "event_id"),
     )
+
+
+def _attempts_log(*, records: list[AttemptRecord]) -> None:
+    """Append the attempts to the attempt log, in one COPY."""
+    # By position, in the fields' order: one row per attempt, and keywords cost more.
+    rows = [
+        AttemptLogRow(
+            r.delivery_id, r.attempt, r.worker, r.started_at, r.finished_at, r.duration_ms, r.outcome,
+            r.status_code, r.error, r.response_excerpt,
+        )
+        for r in records
+    ]
+    copy_rows(DeliveryAttempt, AttemptLogRow._fields, rows)
+
+
+def _events_follow(
+    *, records: list[AttemptRecord], event_ids: Mapping[uuid.UUID, uuid.UUID], now: datetime
+) -> None:
+    """The events of the delivered and the dead deliveries become COMPLETED and FAILED."""
     # The event follows its delivery. Its version is not checked: while the
     # delivery is under lease nothing else may move the event (user edits skip
     # PROCESSING events; a resend needs a DEAD delivery).
     for target, status in ((EventStatus.COMPLETED, DeliveryStatus.DELIVERED), (EventStatus.FAILED, DeliveryStatus.DEAD)):
-        group = [r for r in kept if r.decision.status == status]
-        events = [EventRef(applied[r.delivery_id]) for r in group]
+        group = [r for r in records if r.decision.status == status]
+        events = [EventRef(event_ids[r.delivery_id]) for r in group]
         moved = events_transition(
             events=events,
             source=EventStatus.PROCESSING,
@@ -148,7 +186,6 @@ def attempts_apply(
                 len(events) - len(moved),
                 extra={"event_ids": [str(e.id) for e in events if e.id not in set(moved)][:20]},
             )
-    return set(applied)
 
 
 def deliveries_record(

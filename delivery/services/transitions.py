@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connection
 
@@ -101,6 +101,28 @@ def deliveries_transition(
     resent, the status moved on) are simply not moved: the caller sees which
     were from what comes back.
     """
+    _check_transition(source=source, target=target, select=select, lease=lease)
+    assignments, params = _shared_assignments(
+        source=source, target=target, now=now, lease=lease, changes=changes
+    )
+    selection = _due_selection(select=select) if isinstance(select, Due) else _rows_selection(select=select)
+    if selection is None:
+        return []
+    assignments += selection.assignments
+    conditions = ["d.status = %s", *selection.conditions]
+    sql = (
+        f"{selection.cte}UPDATE {Delivery._meta.db_table} AS d SET {', '.join(assignments)} "
+        f"FROM {selection.relation} WHERE d.id = v.v_id AND {' AND '.join(conditions)} "
+        f"RETURNING {', '.join(_F[name].column for name in returning)}"
+    )
+    rows = execute(
+        sql, [*selection.cte_params, *params, *selection.relation_params, source, *selection.condition_params]
+    )
+    return rows
+
+
+def _check_transition(*, source: str, target: str, select: Due | Rows, lease: NewLease | None) -> None:
+    """Refuse a move the state machine has not, and one that takes or ends a lease where it must not."""
     if (source, target) not in DELIVERY_TRANSITIONS:
         raise InvalidStateTransition(f"A delivery cannot move from {source} to {target}.")
     under_lease = isinstance(select, Rows) and (select.held_by is not None or select.expired_before is not None)
@@ -111,6 +133,15 @@ def deliveries_transition(
     if (target == SENDING) != (lease is not None):
         raise InvalidStateTransition(f"{source} -> {target}: entering SENDING takes a lease, and only then.")
 
+
+def _shared_assignments(
+    *, source: str, target: str, now: datetime, lease: NewLease | None, changes: Mapping[str, Any] | None
+) -> tuple[list[str], list]:
+    """The SET clause's assignments of the values every row shares, and their parameters.
+
+    The new status; the lease taken (and an attempt counted) on entering
+    SENDING, or released on leaving it; then `changes`.
+    """
     assignments = ["status = %s", "updated_at = %s"]
     params: list = [target, _prep("updated_at", now)]
     if lease is not None:
@@ -121,48 +152,76 @@ def deliveries_transition(
     for name, value in (changes or {}).items():
         assignments.append(f"{_F[name].column} = %s")
         params.append(_prep(name, value))
+    return assignments, params
 
-    conditions = ["d.status = %s"]
-    condition_params: list = [source]
+
+class _Selection(NamedTuple):
+    """Which rows the UPDATE moves: a WITH clause, the relation v (FROM) with v.v_id, and conditions on d.
+
+    `assignments` set columns from the relation's per-row values.
+    """
+
+    cte: str
+    cte_params: list
+    relation: str
+    relation_params: list
+    assignments: list[str]
+    conditions: list[str]
+    condition_params: list
+
+
+def _due_selection(*, select: Due) -> _Selection:
+    """The oldest QUEUED rows due by `select.now`, up to its limit, skipping rows others hold."""
     table = Delivery._meta.db_table
-    cte, cte_params = "", []
-    if isinstance(select, Due):
-        # A materialised CTE, not a sub-select in FROM: PostgreSQL may run a
-        # sub-select once per outer row of a nested loop, and with SKIP LOCKED
-        # each run returns other rows, so LIMIT would stop limiting.
-        endpoint_filter, endpoint_params = "", []
-        if select.only_url is not None:
-            endpoint_filter, endpoint_params = " AND endpoint_url = %s", [select.only_url]
-        elif select.skip_urls:
-            endpoint_filter = f" AND endpoint_url NOT IN ({', '.join(['%s'] * len(select.skip_urls))})"
-            endpoint_params = list(select.skip_urls)
-        cte = (
-            f"WITH v AS MATERIALIZED (SELECT id AS v_id FROM {table} WHERE status = %s AND next_attempt_at <= %s"
-            f"{endpoint_filter} ORDER BY next_attempt_at LIMIT %s FOR UPDATE SKIP LOCKED) "
-        )
-        cte_params = [QUEUED, _prep("next_attempt_at", select.now), *endpoint_params, select.limit]
-        relation, relation_params = "v", []
-    else:
-        # Relation columns are prefixed so RETURNING can name the table's own
-        # columns unqualified: an `id` of both would be ambiguous.
-        columns = [("v_id", _F["id"]), ("v_attempt", _F["attempts"])]
-        columns += [(f"v_{name}", _F[name]) for name in select.values]
-        rows = list(zip(select.ids, select.attempts, *select.values.values(), strict=True))
-        if not rows:
-            return []
-        relation, relation_params = rows_relation("v", columns, rows)
-        assignments += [f"{_F[name].column} = v.v_{name}" for name in select.values]
-        conditions.append("(v.v_attempt IS NULL OR d.attempts = v.v_attempt)")
-        if select.held_by is not None:
-            conditions.append("d.locked_by = %s")
-            condition_params.append(select.held_by)
-        if select.expired_before is not None:
-            conditions.append("d.locked_until < %s")
-            condition_params.append(_prep("locked_until", select.expired_before))
-
-    sql = (
-        f"{cte}UPDATE {table} AS d SET {', '.join(assignments)} FROM {relation} "
-        f"WHERE d.id = v.v_id AND {' AND '.join(conditions)} "
-        f"RETURNING {', '.join(_F[name].column for name in returning)}"
+    # A materialised CTE, not a sub-select in FROM: PostgreSQL may run a
+    # sub-select once per outer row of a nested loop, and with SKIP LOCKED
+    # each run returns other rows, so LIMIT would stop limiting.
+    endpoint_filter, endpoint_params = "", []
+    if select.only_url is not None:
+        endpoint_filter, endpoint_params = " AND endpoint_url = %s", [select.only_url]
+    elif select.skip_urls:
+        endpoint_filter = f" AND endpoint_url NOT IN ({', '.join(['%s'] * len(select.skip_urls))})"
+        endpoint_params = list(select.skip_urls)
+    cte = (
+        f"WITH v AS MATERIALIZED (SELECT id AS v_id FROM {table} WHERE status = %s AND next_attempt_at <= %s"
+        f"{endpoint_filter} ORDER BY next_attempt_at LIMIT %s FOR UPDATE SKIP LOCKED) "
     )
-    return execute(sql, [*cte_params, *params, *relation_params, *condition_params])
+    cte_params = [QUEUED, _prep("next_attempt_at", select.now), *endpoint_params, select.limit]
+    return _Selection(
+        cte=cte,
+        cte_params=cte_params,
+        relation="v",
+        relation_params=[],
+        assignments=[],
+        conditions=[],
+        condition_params=[],
+    )
+
+
+def _rows_selection(*, select: Rows) -> _Selection | None:
+    """The rows named by id, each at the attempt number given, under the lease described; None if none are."""
+    # Relation columns are prefixed so RETURNING can name the table's own
+    # columns unqualified: an `id` of both would be ambiguous.
+    columns = [("v_id", _F["id"]), ("v_attempt", _F["attempts"])]
+    columns += [(f"v_{name}", _F[name]) for name in select.values]
+    rows = list(zip(select.ids, select.attempts, *select.values.values(), strict=True))
+    if not rows:
+        return None
+    relation, relation_params = rows_relation("v", columns, rows)
+    conditions = ["(v.v_attempt IS NULL OR d.attempts = v.v_attempt)"]
+    condition_params: list = []
+    if select.held_by is not None:
+        conditions.append("d.locked_by = %s")
+        condition_params.append(select.held_by)
+    if select.expired_before is not None:
+        conditions.append("d.locked_until < %s")
+        condition_params.append(_prep("locked_until", select.expired_before))
+    return _Selection(
+        cte="",
+        cte_params=[],
+        relation=relation,
+        relation_params=relation_params,
+        assignments=[f"{_F[name].column} = v.v_{name}" for name in select.values],
+        conditions=conditions,
+        condition_params=condition_params,
+    )

@@ -16,7 +16,7 @@ from scheduling.zonedata import zone_cache
 
 
 class Recipient(Protocol):
-    """What a handler reads of a recipient: a users.User, or a RecipientRow on the bulk paths."""
+    """What a handler reads of a recipient: a users.User, or a row of its values on the bulk paths."""
 
     id: uuid.UUID
     first_name: str

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from datetime import date, datetime
+from typing import NamedTuple
 
 from django.db.models import Max
 
@@ -72,12 +73,26 @@ def scheduled_occurrence(
     return as_of_pending if as_of_pending.occurrence_date == pending_date else upcoming
 
 
-def pending_event_row(*, user_id: uuid.UUID, event_type: str, occurrence: Occurrence) -> tuple:
-    """A new PENDING event's own values, in the order of PENDING_EVENT_COLUMNS (for set-based inserts).
+class PendingEventRow(NamedTuple):
+    """A new PENDING event's own values, for set-based inserts: its fields are the columns written.
 
     What every new PENDING event shares is in pending_event_defaults.
     """
-    return (
+
+    id: uuid.UUID
+    user_id: uuid.UUID
+    event_type: str
+    occurrence_date: date
+    target_timestamp_utc: datetime
+    target_timestamp_local: str
+    target_timezone: str
+    idempotency_key: str
+
+
+def pending_event_row(*, user_id: uuid.UUID, event_type: str, occurrence: Occurrence) -> PendingEventRow:
+    """A new PENDING event for the recipient's `occurrence`, as a row to insert."""
+    # By position, in the fields' order: one call per row of a batch, and keywords cost more.
+    return PendingEventRow(
         uuid7(),
         user_id,
         event_type,
@@ -89,12 +104,6 @@ def pending_event_row(*, user_id: uuid.UUID, event_type: str, occurrence: Occurr
     )
 
 
-PENDING_EVENT_COLUMNS = (
-    "id", "user_id", "event_type", "occurrence_date", "target_timestamp_utc", "target_timestamp_local",
-    "target_timezone", "idempotency_key",
-)
-
-
 def pending_event_defaults(*, now: datetime) -> dict:
     """What every new PENDING event shares."""
     return {"status": EventStatus.PENDING.value, "failure_reason": "", "version": 1, "created_at": now, "updated_at": now}
@@ -103,4 +112,4 @@ def pending_event_defaults(*, now: datetime) -> dict:
 def pending_event(*, user_id: uuid.UUID, event_type: str, occurrence: Occurrence, now: datetime) -> Event:
     """A new, unsaved PENDING event (for the single-row paths that return the model)."""
     row = pending_event_row(user_id=user_id, event_type=event_type, occurrence=occurrence)
-    return Event(**dict(zip(PENDING_EVENT_COLUMNS, row, strict=True)), **pending_event_defaults(now=now))
+    return Event(**row._asdict(), **pending_event_defaults(now=now))

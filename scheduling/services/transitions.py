@@ -113,6 +113,30 @@ def start_events_transition(
     transaction, nothing moves; without it the ids that did move are returned
     and the caller decides.
     """
+    _check_transition(events=events, source=source, target=target, actor=actor)
+    if not events:
+        return lambda: []
+    now = now or timezone.now()
+    changes = dict(changes or {})
+    per_event = dict(per_event or {})
+    sql, params = _transition_update(
+        events=events, source=source, target=target, now=now, changes=changes, per_event=per_event
+    )
+    sent = send(sql, params)
+
+    def moved() -> list[uuid.UUID]:
+        rows, _count = sent()
+        ids = [_ID.to_python(row[0]) for row in rows]
+        if strict and len(ids) != len(events):
+            raise _lost_events_error(events=events, moved_ids=ids, source=source)
+        _instances_follow(events=events, target=target, now=now, changes=changes, per_event=per_event)
+        return ids
+
+    return moved
+
+
+def _check_transition(*, events: Sequence[EventRef | Event], source: str, target: str, actor: Actor) -> None:
+    """Refuse a move the state machine has not, or not for `actor`, and model instances not at `source`."""
     if EVENT_TRANSITIONS.get((source, target)) is not actor:
         first = events[0] if events else None
         raise InvalidStateTransition(
@@ -125,11 +149,18 @@ def start_events_transition(
             raise InvalidStateTransition(
                 f"Event {event.id} (version {event.version}) cannot move from {event.status} to {target}."
             )
-    if not events:
-        return lambda: []
-    now = now or timezone.now()
-    changes = dict(changes or {})
-    per_event = dict(per_event or {})
+
+
+def _transition_update(
+    *,
+    events: Sequence[EventRef | Event],
+    source: str,
+    target: str,
+    now: datetime,
+    changes: Mapping[str, Any],
+    per_event: Mapping[str, Sequence[Any]],
+) -> tuple[str, list]:
+    """The conditional UPDATE that moves `events`, returning the ids it moved, and its parameters."""
     # The relation's columns are prefixed so that RETURNING can name the
     # table's own columns unqualified: an `id` of both would be ambiguous.
     columns = [("v_id", _ID), ("v_version", _VERSION)]
@@ -154,29 +185,37 @@ def start_events_transition(
         f"UPDATE {Event._meta.db_table} AS e SET {', '.join(assignments)} FROM {relation} "
         "WHERE e.id = v.v_id AND e.status = %s AND (v.v_version IS NULL OR e.version = v.v_version) RETURNING id"
     )
-    sent = send(sql, [*params, *relation_params, source])
+    return sql, [*params, *relation_params, source]
 
-    def moved() -> list[uuid.UUID]:
-        rows, _count = sent()
-        ids = [_ID.to_python(row[0]) for row in rows]
-        if strict and len(ids) != len(events):
-            moved_ids = set(ids)
-            lost = [event for event in events if event.id not in moved_ids]
-            raise OptimisticLockError(
-                f"{len(lost)} of {len(events)} events changed since they were read (expected status {source}); "
-                f"first: event {lost[0].id} at version {lost[0].version}."
-            )
-        for event in events:
+
+def _lost_events_error(
+    *, events: Sequence[EventRef | Event], moved_ids: list[uuid.UUID], source: str
+) -> OptimisticLockError:
+    moved = set(moved_ids)
+    lost = [event for event in events if event.id not in moved]
+    return OptimisticLockError(
+        f"{len(lost)} of {len(events)} events changed since they were read (expected status {source}); "
+        f"first: event {lost[0].id} at version {lost[0].version}."
+    )
+
+
+def _instances_follow(
+    *,
+    events: Sequence[EventRef | Event],
+    target: str,
+    now: datetime,
+    changes: Mapping[str, Any],
+    per_event: Mapping[str, Sequence[Any]],
+) -> None:
+    """The model instances among `events` take the values their rows now hold."""
+    for event in events:
+        if isinstance(event, Event):
+            event.status = target
+            event.version += 1
+            event.updated_at = now
+            for name, value in changes.items():
+                setattr(event, name, value)
+    for name, values in per_event.items():
+        for event, value in zip(events, values, strict=True):
             if isinstance(event, Event):
-                event.status = target
-                event.version += 1
-                event.updated_at = now
-                for name, value in changes.items():
-                    setattr(event, name, value)
-        for name, values in per_event.items():
-            for event, value in zip(events, values, strict=True):
-                if isinstance(event, Event):
-                    setattr(event, name, value)
-        return ids
-
-    return moved
+                setattr(event, name, value)

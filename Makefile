@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 # The suite runs on PostgreSQL; pytest-django creates and drops test_<name>.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/birthday_scheduler
 
-.PHONY: run test venv check-db lint clean bench browser
+.PHONY: run test venv check-db lint clean bench browser pgbouncer
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,7 +40,12 @@ lint: venv
 browser:
 	@test -x /usr/bin/chromium || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
 
-test: venv $(SECRET_KEY_FILE) browser check-db lint
+# The PgBouncer tests start Debian's pgbouncer themselves, on ports of their own
+# (never through the system service, whatever its state).
+pgbouncer:
+	@test -x /usr/sbin/pgbouncer || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y pgbouncer)
+
+test: venv $(SECRET_KEY_FILE) browser pgbouncer check-db lint
 	DATABASE_URL=$(or $(DATABASE_URL),$(TEST_DATABASE_URL)) $(PY) manage.py check
 	DATABASE_URL=$(or $(DATABASE_URL),$(TEST_DATABASE_URL)) $(PY) manage.py makemigrations --check --dry-run
 	DATABASE_URL=$(or $(DATABASE_URL),$(TEST_DATABASE_URL)) $(PY) -m pytest --create-db $(PYTEST_ARGS)

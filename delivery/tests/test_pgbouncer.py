@@ -30,6 +30,7 @@ from django.db import connection
 
 from delivery.models import Delivery, DeliveryStatus
 from delivery.sink import Reply
+from delivery.tests import test_outage
 from delivery.tests.conftest import (
     create_due_users,
     process_env,
@@ -400,3 +401,106 @@ def test_the_same_statement_on_changing_server_connections_runs_because_nothing_
     # ...then as configured every run succeeds; prepared, a run meets a server
     # connection that never saw the statement.
     assert outcome in result.stdout, result.stdout + result.stderr
+
+
+# Run by `manage.py shell` through PgBouncer: the server connection under a
+# transaction is terminated (as a PostgreSQL restart does), then a COPY is sent.
+COPY_AFTER_LOSING_THE_SERVER = """
+import os, time, psycopg
+from django.db import OperationalError, connection, transaction
+from runtime.copy import copy_rows
+from runtime.models import ProcessHeartbeat
+
+direct = psycopg.connect(os.environ["DIRECT"], autocommit=True)
+try:
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        direct.execute("SELECT pg_terminate_backend(%s)", [cursor.fetchone()[0]])
+        time.sleep(0.5)
+        copy_rows(ProcessHeartbeat, ["name"], [("copy-after-loss",)])
+    print("copied")
+except OperationalError as exc:
+    print("database away:", exc)
+except Exception as exc:
+    print("other error:", type(exc).__name__, exc)
+"""
+
+
+def test_a_copy_on_a_server_connection_lost_behind_pgbouncer_is_the_database_going_away(settings, pgbouncer):
+    # Given a transaction through PgBouncer whose server connection is terminated...
+    env = pooled_env(settings, pgbouncer, WEBHOOK_URL="http://127.0.0.1:9/")
+    env["DIRECT"] = env["DATABASE_LISTEN_URL"].replace("postgres://", "postgresql://")
+
+    # When the transaction goes on with a COPY (a worker recording outcomes)...
+    result = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", COPY_AFTER_LOSING_THE_SERVER],
+        cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True, timeout=120,
+    )
+
+    # ...then it fails as an outage the processes wait out, not as a bug that stops them.
+    assert "database away" in result.stdout, result.stdout + result.stderr
+
+# The private cluster of test_outage, which this module stops and starts too (the
+# shared one is never restarted).
+private_postgres = test_outage.private_postgres
+
+
+def test_a_postgresql_restart_behind_pgbouncer_mid_delivery_loses_nothing_and_sends_nothing_twice(
+    private_postgres, pgbouncer_for, delivery_settings, sink, tmp_path
+):
+    # Given 300 due recipients in a private cluster, PgBouncer in front of it, and
+    # a scheduler and two workers through PgBouncer with sends in flight.
+    cluster = private_postgres
+    test_outage.manage(["shell", "-c", test_outage.CREATE_DUE_RECIPIENTS], cluster.url)
+    bouncer = pgbouncer_for("127.0.0.1", cluster.port)
+    recipients = test_outage.RECIPIENTS
+    latency = random.Random(1918)
+    sink.respond = lambda received: Reply(status=200, delay=latency.uniform(0.03, 0.15))
+    env = process_env(
+        delivery_settings,
+        DATABASE_URL=bouncer.url(test_outage.DATABASE_NAME),
+        DATABASE_TRANSACTION_POOLING="true",
+        DATABASE_LISTEN_URL=cluster.url,
+    )
+    processes = [start_process(["run_scheduler", "--batch-size", "50"], env, tmp_path / "s.log")]
+    processes += [
+        start_process(["run_worker", "--concurrency", "4", "--batch-size", "20"], env, tmp_path / f"w{i}.log")
+        for i in range(2)
+    ]
+    delivery_table, event_table = Delivery._meta.db_table, Event._meta.db_table
+
+    def count(sql: str) -> int:
+        return cluster.query(sql)[0][0]
+
+    try:
+        wait_until(
+            lambda: len(sink.received) >= 30
+            and count(f"SELECT count(DISTINCT locked_by) FROM {delivery_table} WHERE status = 'SENDING'") == 2,
+            60,
+            "both workers to be sending",
+        )
+        # When PostgreSQL restarts under PgBouncer, for longer than a lease...
+        cluster.stop(mode="fast")
+        arrived_at_stop = len(set(sink.keys()))
+        time.sleep(test_outage.OUTAGE_SECONDS)
+        cluster.start()
+
+        # ...everything is still delivered and recorded, with time for a resend to show.
+        assert sink.wait_for(recipients, timeout=120), f"only {len(set(sink.keys()))} of {recipients} arrived"
+        wait_until(
+            lambda: count(f"SELECT count(*) FROM {delivery_table} WHERE status <> 'DELIVERED'") == 0,
+            60,
+            "every outcome to be recorded",
+        )
+        time.sleep(2)
+    finally:
+        exit_codes = stop_all(processes)
+
+    assert arrived_at_stop < recipients
+    assert exit_codes == [0, 0, 0]
+    counts = Counter(sink.keys())
+    assert len(counts) == recipients, f"{recipients - len(counts)} messages never arrived"
+    twice = sorted(key for key, n in counts.items() if n > 1)
+    assert not twice, f"{len(twice)} messages arrived more than once: {twice[:5]}"
+    events = dict(cluster.query(f"SELECT status, count(*) FROM {event_table} GROUP BY status"))
+    assert events == {"COMPLETED": recipients, "PENDING": recipients}, events

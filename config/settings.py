@@ -126,6 +126,9 @@ DATABASE_TRANSACTION_POOLING = env.bool("DATABASE_TRANSACTION_POOLING", default=
 if DATABASE_TRANSACTION_POOLING:
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Django's, with lost connections behind a pooler reported as such
+    # (runtime/postgresql/base.py says how they otherwise look).
+    DATABASES["default"]["ENGINE"] = "runtime.postgresql"
     # Never server-side prepared statements, pooled or not (Django's default,
     # stated here so that nobody turns them on for speed): psycopg prepares a
     # statement on the server after a few runs, and a transaction pooler then

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import psycopg
 from django.db import connection, models
 from psycopg.copy import QueuedLibpqWriter
 from psycopg.types.json import Jsonb
@@ -40,29 +39,18 @@ def copy_rows(
     # duplicate key), as every other write's do.
     with connection.cursor() as cursor, connection.wrap_database_errors:
         raw_cursor = cursor.cursor
-        try:
-            _copy(raw_cursor, f"COPY {model._meta.db_table} ({quoted}) FROM STDIN", rows, json_positions)
-        except psycopg.ProgrammingError as exc:
-            # Behind PgBouncer, a server connection lost mid-transaction (PostgreSQL
-            # restarting) answers the COPY with the pooler's error and closes:
-            # psycopg calls that a misuse of COPY. It is the database going away,
-            # and is raised as such, so that the loops wait it out.
-            if raw_cursor.connection.closed:
-                raise psycopg.OperationalError(f"connection lost at COPY ({exc})") from exc
-            raise
-
-
-def _copy(raw_cursor: psycopg.Cursor, statement: str, rows: Sequence[tuple], json_positions: list[int]) -> None:
-    # The queued writer sends from a background thread, so PostgreSQL
-    # ingests one block while Python formats the next.
-    with raw_cursor.copy(statement, writer=QueuedLibpqWriter(raw_cursor)) as copy:
-        if not json_positions:
+        # The queued writer sends from a background thread, so PostgreSQL
+        # ingests one block while Python formats the next.
+        with raw_cursor.copy(
+            f"COPY {model._meta.db_table} ({quoted}) FROM STDIN", writer=QueuedLibpqWriter(raw_cursor)
+        ) as copy:
+            if not json_positions:
+                for row in rows:
+                    copy.write_row(row)
+                return
             for row in rows:
-                copy.write_row(row)
-            return
-        for row in rows:
-            values = list(row)
-            for i in json_positions:
-                if values[i] is not None:
-                    values[i] = Jsonb(values[i])
-            copy.write_row(values)
+                values = list(row)
+                for i in json_positions:
+                    if values[i] is not None:
+                        values[i] = Jsonb(values[i])
+                copy.write_row(values)

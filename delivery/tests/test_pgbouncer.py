@@ -404,12 +404,14 @@ def test_the_same_statement_on_changing_server_connections_runs_because_nothing_
 
 
 # Run by `manage.py shell` through PgBouncer: the server connection under a
-# transaction is terminated (as a PostgreSQL restart does), then a COPY is sent.
-COPY_AFTER_LOSING_THE_SERVER = """
+# transaction is terminated (as a PostgreSQL restart does), then the transaction
+# goes on with NEXT: a COPY (a worker recording outcomes) or the next statement.
+AFTER_LOSING_THE_SERVER = """
 import os, time, psycopg
 from django.db import OperationalError, connection, transaction
 from runtime.copy import copy_rows
 from runtime.models import ProcessHeartbeat
+from runtime.sql import execute
 
 direct = psycopg.connect(os.environ["DIRECT"], autocommit=True)
 try:
@@ -417,8 +419,11 @@ try:
         cursor.execute("SELECT pg_backend_pid()")
         direct.execute("SELECT pg_terminate_backend(%s)", [cursor.fetchone()[0]])
         time.sleep(0.5)
-        copy_rows(ProcessHeartbeat, ["name"], [("copy-after-loss",)])
-    print("copied")
+        if os.environ["NEXT"] == "copy":
+            copy_rows(ProcessHeartbeat, ["name"], [("after-loss",)])
+        else:
+            execute("SELECT 1", [])
+    print("went on")
 except OperationalError as exc:
     print("database away:", exc)
 except Exception as exc:
@@ -426,19 +431,23 @@ except Exception as exc:
 """
 
 
-def test_a_copy_on_a_server_connection_lost_behind_pgbouncer_is_the_database_going_away(settings, pgbouncer):
+@pytest.mark.parametrize("next_step", ["copy", "statement"])
+def test_a_server_connection_lost_under_a_transaction_behind_pgbouncer_is_the_database_going_away(
+    settings, pgbouncer, next_step
+):
     # Given a transaction through PgBouncer whose server connection is terminated...
-    env = pooled_env(settings, pgbouncer, WEBHOOK_URL="http://127.0.0.1:9/")
+    env = pooled_env(settings, pgbouncer, WEBHOOK_URL="http://127.0.0.1:9/", NEXT=next_step)
     env["DIRECT"] = env["DATABASE_LISTEN_URL"].replace("postgres://", "postgresql://")
 
-    # When the transaction goes on with a COPY (a worker recording outcomes)...
+    # When the transaction goes on...
     result = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", COPY_AFTER_LOSING_THE_SERVER],
+        [sys.executable, "manage.py", "shell", "-c", AFTER_LOSING_THE_SERVER],
         cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True, timeout=120,
     )
 
     # ...then it fails as an outage the processes wait out, not as a bug that stops them.
     assert "database away" in result.stdout, result.stdout + result.stderr
+
 
 # The private cluster of test_outage, which this module stops and starts too (the
 # shared one is never restarted).

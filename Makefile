@@ -10,7 +10,7 @@ PIP := $(VENV)/bin/pip
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/birthday_scheduler
 SUITE_DATABASE_URL := $(or $(DATABASE_URL),$(TEST_DATABASE_URL))
 
-.PHONY: run test suite venv lint clean bench browser
+.PHONY: run test suite venv lint clean bench browser pgbouncer
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,7 +40,12 @@ lint: venv
 browser:
 	@test -x /usr/bin/chromium || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
 
-test: venv $(SECRET_KEY_FILE) browser lint
+# The PgBouncer tests start Debian's pgbouncer themselves, on ports of their own
+# (never through the system service, whatever its state).
+pgbouncer:
+	@test -x /usr/sbin/pgbouncer || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y pgbouncer)
+
+test: venv $(SECRET_KEY_FILE) browser pgbouncer lint
 	@$(PY) -m devtools.suite_database $(SUITE_DATABASE_URL) -- $(MAKE) --no-print-directory suite
 
 # make test's checks and suite, against the DATABASE_URL that make test sets.

@@ -120,6 +120,35 @@ if DATABASES["default"].get("ENGINE") != "django.db.backends.postgresql":
 # spend a large share of their time connecting instead of working.
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# DATABASE_TRANSACTION_POOLING: DATABASE_URL goes through a pooler in transaction
+# mode (PgBouncer's pool_mode = transaction), which lends each transaction
+# whichever server connection is free: nothing may outlive a transaction on the
+# server. The code keeps none (no session SET, no advisory lock, no temporary
+# table, no cursor WITH HOLD); LISTEN is what needs a session, hence
+# DATABASE_LISTEN_URL below. Django's server-side cursors (QuerySet.iterator()
+# outside a transaction) would be lost between transactions, so they are off.
+DATABASE_TRANSACTION_POOLING = env.bool("DATABASE_TRANSACTION_POOLING", default=False)
+if DATABASE_TRANSACTION_POOLING:
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+# Django's, with lost connections behind a pooler reported as such
+# (runtime/postgresql/base.py says how they otherwise look).
+DATABASES["default"]["ENGINE"] = "runtime.postgresql"
+# Never server-side prepared statements, pooled or not (Django's default,
+# stated here so that nobody turns them on for speed): psycopg prepares a
+# statement on the server after a few runs, and a transaction pooler then
+# sends a later run to a server connection that never saw it ("prepared
+# statement does not exist"). They would save only the planning, a fraction
+# of a percent of a claim or record batch (docs/capacity.md, section 3).
+DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = None
+# DATABASE_LISTEN_URL: where schedulers and workers LISTEN for wake-ups (a new due
+# event, queued deliveries), on a connection of their own that must keep its
+# session: the database server itself (or a session-mode pool), never a
+# transaction pooler. Empty: DATABASE_URL's server, or, with
+# DATABASE_TRANSACTION_POOLING, no notifications at all: the processes then find
+# new work by looking every --interval (scheduled events are still claimed on
+# time; what an operator or the API makes due now waits up to one interval at
+# the scheduler and one more at the worker).
+DATABASE_LISTEN = env.db("DATABASE_LISTEN_URL") if env("DATABASE_LISTEN_URL", default="") else None
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

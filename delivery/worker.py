@@ -157,6 +157,8 @@ class Worker(ProcessLoop):
         # Set while the database is (or just was) away: see TAKEOVER_GRACE_BEYOND_TIMEOUT.
         self.recovering = False
         self.take_over_after = 0.0
+        # When the loop last moved on from one step to the next (see _held_up).
+        self.progress_at = 0.0
         self.last_endpoints = self.next_claim_at = float("-inf")
         self.renew_leases = SideTask("lease renewal", max(0.5, self.lease.total_seconds() / 3), self._renew_leases)
         self.side_tasks += [
@@ -197,8 +199,10 @@ class Worker(ProcessLoop):
         )
         self.heartbeat(start=True)
         self.loop.run_until_complete(self.transport.open())
+        self.progress_at = time.monotonic()
         try:
             while not self.stop.is_set():
+                self._held_up()
                 if self._refresh_endpoints() is None:
                     continue
                 found = self._claim_more()
@@ -214,6 +218,7 @@ class Worker(ProcessLoop):
                 if self.once:
                     break
                 self.listener.wait(self._idle_wait())
+                self.progress_at = time.monotonic()  # sleeping is not being held up
                 self.next_claim_at = float("-inf")
         finally:
             self._drain()
@@ -328,6 +333,7 @@ class Worker(ProcessLoop):
         return claimed
 
     def _claim(self, *, limit: int, skip_urls=(), probe_url: str | None = None) -> list[ClaimedDelivery] | None:
+        self._held_up()
         try:
             refresh_connection()
             if self.recovering:
@@ -350,6 +356,27 @@ class Worker(ProcessLoop):
         except DB_ERRORS as exc:
             self.database_unavailable("claim", exc)
             return None
+
+    def _held_up(self) -> None:
+        """A step that held the thread past a lease renewal without an error was an outage too.
+
+        Behind PgBouncer a statement sent while PostgreSQL is away may wait for
+        a server connection instead of failing (its query_wait_timeout): the
+        worker sees a slow step, not an outage, while the workers that did see
+        one are in their back-off, their leases expiring. Taking those over now
+        would send their messages again, so the same grace applies as after an
+        error. Its own leases were not renewed either: _recover renews them.
+        """
+        now = time.monotonic()
+        held = now - self.progress_at
+        self.progress_at = now
+        if held > self.renew_leases.every and not self.recovering:
+            logger.warning(
+                "A database step held the worker %.1f s: taking over no lease until its grace has passed",
+                held,
+                extra={"worker": self.name},
+            )
+            self.database_lost()
 
     def _recover(self) -> None:
         """Back from a database outage: keep what is ours before taking anything new.

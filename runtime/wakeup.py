@@ -2,8 +2,11 @@
 
 NOTIFY is transactional: a notification sent inside a transaction is delivered
 when (and only if) it commits, so a worker is never woken for rows it cannot see
-yet. While the listening connection is lost, `Listener.wait` simply sleeps:
-polling is the fallback.
+yet. NOTIFY needs no session and goes wherever the work goes, through a
+transaction pooler too; LISTEN does need one, so the listening connection goes
+to DATABASE_LISTEN_URL when set (config/settings.py). While the listening
+connection is lost, and behind a transaction pooler with no
+DATABASE_LISTEN_URL, `Listener.wait` simply sleeps: polling is the fallback.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import threading
 import time
 
 import psycopg
+from django.conf import settings
 from django.db import connection
 
 from runtime.sql import send
@@ -34,6 +38,18 @@ def notify(channel: str, payload: str = "") -> None:
     send("SELECT pg_notify(%s, %s)", [channel, payload])
 
 
+def listen_settings() -> dict | None:
+    """Where to LISTEN (a DATABASES-style dict), or None when there is nowhere: poll."""
+    if settings.DATABASE_LISTEN is not None:
+        return settings.DATABASE_LISTEN
+    if settings.DATABASE_TRANSACTION_POOLING:
+        # A LISTEN through the pooler would hold for one transaction only: the
+        # server connection then serves other clients, and its notifications
+        # reach nobody who is waiting for them.
+        return None
+    return connection.settings_dict
+
+
 class Listener:
     """A dedicated autocommit connection that LISTENs on one channel.
 
@@ -44,10 +60,18 @@ class Listener:
     def __init__(self, channel: str, stop: threading.Event) -> None:
         self.channel = channel
         self.stop = stop
+        self.target = listen_settings()
+        self.enabled = self.target is not None
+        if not self.enabled:
+            logger.info(
+                "Transaction pooling without DATABASE_LISTEN_URL: no notifications, "
+                "looking for new work every --interval",
+                extra={"channel": channel},
+            )
         self._conn: psycopg.Connection | None = None
 
     def _connect(self) -> psycopg.Connection:
-        settings_dict = connection.settings_dict
+        settings_dict = self.target
         conn = psycopg.connect(
             dbname=settings_dict["NAME"],
             user=settings_dict["USER"] or None,
@@ -67,6 +91,9 @@ class Listener:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
+            if not self.enabled:
+                self.stop.wait(min(remaining, _STOP_CHECK_SECONDS))
+                continue
             try:
                 if self._conn is None or self._conn.closed:
                     self._conn = self._connect()

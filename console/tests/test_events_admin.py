@@ -130,15 +130,21 @@ def test_overdue_filter_separates_past_due_pending_events_from_upcoming_ones(con
     assert late.pk not in not_due and failed.pk not in not_due
 
 
-def test_date_hierarchy_narrows_to_a_year_of_target_times(console):
-    user = UserFactory()
-    last_year = completed_event(user)
-    year = last_year.target_timestamp_utc.year
+def test_the_target_time_filter_lists_a_window_around_now_whatever_the_status(console):
+    # It stands where the date hierarchy stood, which listed the years present by reading every event.
+    late = make_overdue(pending_of(UserFactory()), by=timedelta(hours=3))
+    sent = completed_event(UserFactory())
+    Event.objects.filter(pk=sent.pk).update(target_timestamp_utc=timezone.now() - timedelta(hours=5))
+    last_year = completed_event(UserFactory())
+    upcoming = pending_of(UserFactory())
+    Event.objects.filter(pk=upcoming.pk).update(target_timestamp_utc=timezone.now() + timedelta(hours=2))
 
-    response = changelist(console, target_timestamp_utc__year=year)
+    past_day = listed_ids(changelist(console, target="past_24h"))
+    next_day = listed_ids(changelist(console, target="next_24h"))
 
-    assert last_year.pk in listed_ids(response)
-    assert pending_of(user).pk not in listed_ids(response)
+    assert past_day == {late.pk, sent.pk}
+    assert next_day == {upcoming.pk}
+    assert last_year.pk not in past_day | next_day
 
 
 @pytest.mark.parametrize("term", ["Hopper", "Grace Hopper", "grace"])

@@ -19,9 +19,14 @@ from users.selectors import user_timezones_in_use
 
 
 class EventInline(widgets.ReadOnlyInlineMixin, admin.TabularInline):
-    """The recipient's events, newest first; read-only (they change through the services)."""
+    """The recipient's latest events, newest first; read-only (they change through the services)."""
 
     model = Event
+    # Years of them are history: the latest only, and the events list has them all.
+    formset = widgets.LatestRowsFormSet
+    verbose_name_plural = (
+        f"events (the latest {widgets.LatestRowsFormSet.shown}; the events list has every one: search the recipient's id)"
+    )
     show_change_link = True
     ordering = ["-occurrence_date", "-created_at"]
     fields = [

@@ -26,6 +26,7 @@ from rest_framework.test import APIClient
 
 from console.pagination import COUNT_BOUND, BoundedPaginator
 from console.tests.console_data import completed_event, delivery_for, endpoint, failed_event
+from console.widgets import LatestRowsFormSet
 from delivery.models import AttemptOutcome, Delivery, DeliveryStatus
 from scheduling.models import Event, EventStatus, EventType, MessageTemplate
 from users.tests.factories import UserFactory
@@ -321,3 +322,17 @@ def test_deliveries_in_one_status_come_last_changed_first_and_otherwise_newest_f
 
     assert [d.pk for d in in_status.result_list] == [older.pk, newer.pk]
     assert [d.pk for d in across.result_list] == [newer.pk, older.pk]
+
+
+def test_a_recipient_page_shows_the_latest_events_however_many_years_there_are(console):
+    user = UserFactory()
+    for years_ago in range(1, 26):
+        completed_event(user, years_ago=years_ago)
+
+    response = console.get(f"{A}users/user/{user.pk}/change/")
+
+    (inline,) = response.context["inline_admin_formsets"]
+    shown = [form.original for form in inline]
+    assert len(shown) == LatestRowsFormSet.shown
+    assert shown == sorted(shown, key=lambda e: e.occurrence_date, reverse=True)
+    assert shown[0].status == EventStatus.PENDING

@@ -145,10 +145,11 @@ class EventAdmin(BoundedListAdmin):
     def get_ordering(self, request):
         # In one status, latest send time first: a backward scan of that
         # status's partial index (event_pending_due_idx, event_history_idx).
-        # Across statuses no index holds the send time, and one would cost
-        # every claim two more index writes (bench/results/REPORT-history.md);
-        # the key is time-ordered (uuid7), so its index gives the events
-        # scheduled last first.
+        # Across statuses no index holds the send time, and one would be
+        # written on the claim's hot path, at each next event's insert and at
+        # each status change (bench/results/REPORT-history.md); the key is
+        # time-ordered (uuid7), so its index gives the events scheduled last
+        # first, for nothing.
         return ["-target_timestamp_utc"] if status_chosen(request) else ["-id"]
 
     def get_sortable_by(self, request):

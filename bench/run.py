@@ -59,14 +59,14 @@ SIZES = {
         timeliness_n=200, timeliness_window=20, scale_events=300_000, import_rows=20_000,
         api_seconds=3, endurance_n=12_000, endurance_first=2_000, profile_seconds=5, big_runs=1, import_runs=2,
         retention_events=500_000, retention_claim_every_ms=1000, retention_window_s=6, retention_pairs=6,
-        receivers_n=10_000, receivers_runs=1,
+        receivers_n=10_000, receivers_runs=1, history_users=20_000, history_blocks=3,
     ),
     "full": dict(
         runs=3, raw_n=10_000, proc_n=3_000, proc_big_n=100_000, burst_n=10_000, burst_big_n=100_000, big_runs=1, burst_slow_n=1_000,
         timeliness_n=1_000, timeliness_window=60, scale_events=10_000_000, import_rows=1_000_000, import_runs=1,
         api_seconds=10, endurance_n=200_000, endurance_first=20_000, profile_seconds=10,
         retention_events=10_000_000, retention_claim_every_ms=2000, retention_window_s=20, retention_pairs=10,
-        receivers_n=100_000, receivers_runs=3,
+        receivers_n=100_000, receivers_runs=3, history_users=280_000, history_blocks=3,
     ),
 }
 
@@ -83,7 +83,8 @@ def proc_label(mode: str, concurrency: int, processes: int) -> str:
 # own cap is 2 workers x 2,000), so that the reference is held back by its CPU only.
 REFERENCE_IN_FLIGHT = {0: 64, 50: 256, 250: 1024, 1000: 4096}
 
-WORKLOADS = ["ceiling", "baselines", "burst", "receivers", "timeliness", "scale", "retention", "import", "api", "profiles", "endurance"]
+WORKLOADS = ["ceiling", "baselines", "burst", "receivers", "timeliness", "scale", "retention", "history", "import", "api",
+             "profiles", "endurance"]
 
 
 def log(msg: str) -> None:
@@ -1049,6 +1050,47 @@ class Bench:
             "prune_events_per_s": events / prune_s,
         }
 
+    def history_reads(self) -> dict:
+        """Each operator read timed in-process by the product (bench/probe_history.py): median of 5."""
+        r = subprocess.run([PRODUCT_PY, "-m", "bench.probe_history", "5"], cwd=ROOT, env=self.env(),
+                           capture_output=True, text=True, timeout=3600)
+        if r.returncode:
+            raise psycopg.OperationalError(r.stderr[-500:]) if "Operational" in r.stderr else RuntimeError(r.stderr[-2000:])
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    def w_history(self) -> dict:
+        """Operator reads (issue 19) on the same recipients with 9 and with 9 x (1 + blocks) years of handled history.
+
+        bench.sql.yearly_history builds `history_users` recipients, each with nine handled yearly
+        occurrences (a delivery and an attempt each; 1 in 50 FAILED and DEAD) and one PENDING (1,000
+        of them due); the reads are timed; bench.sql.older_history adds nine older years per block to the
+        same recipients, and the reads are timed again. Flat: the ratio at most 1.5.
+        """
+        users, blocks = self.s["history_users"], self.s["history_blocks"]
+        conn = self.conn
+        self.truncate()
+        sizes = []
+        log(f"history: {users:,} recipients with nine handled years each")
+        started = time.monotonic()
+        sql.yearly_history(conn, users=users, due=1000, failed_every=50, deliveries=True)
+        for step in range(2):
+            if step:
+                log(f"history: {blocks * 9} older years for the same recipients")
+                for block in range(1, blocks + 1):
+                    sql.older_history(conn, users=users, block=block, failed_every=50)
+            conn.execute("VACUUM ANALYZE users_user, scheduling_event, delivery_delivery, delivery_deliveryattempt")
+            built = time.monotonic() - started
+            events = conn.execute("SELECT count(*) FROM scheduling_event").fetchone()[0]
+            log(f"history: {events:,} events (built in {built:.0f} s); timing the reads")
+            sizes.append({"events": events, "build_s": built, "relations": self.relation_sizes(),
+                          "reads": self.history_reads()})
+            started = time.monotonic()
+        small, large = sizes
+        ratios = {name: large["reads"][name]["median_ms"] / r["median_ms"] for name, r in small["reads"].items()}
+        return {"users": users, "sizes": sizes, "ratios": ratios,
+                "worst_ratio": max(ratios.values()),
+                "slowest_ms": max(r["median_ms"] for size in sizes for r in size["reads"].values())}
+
     def w_import(self) -> dict:
         n = self.s["import_rows"]
         path = RAW / f"import-{n}.csv"
@@ -1264,7 +1306,7 @@ class Bench:
                 t = time.monotonic()
                 try:
                     fn = getattr(self, f"w_{name}")
-                    whole = name in ("scale", "retention")
+                    whole = name in ("scale", "retention", "history")
                     self.results[name] = self.attempt(fn) if whole else fn()
                 except Exception:  # noqa: BLE001  one failed workload must not lose the others
                     self.results[name] = {"error": traceback.format_exc()}

@@ -169,6 +169,56 @@ def yearly_history(
                       FROM generate_series(%(lo)s::int, %(hi)s::int) i) s""", args)
 
 
+def older_history(conn, *, users: int, block: int, failed_every: int = 0, chunk: int = 100_000) -> None:
+    """Nine more handled years for each of `users` users that yearly_history made, before theirs.
+
+    Block 1 is 10 to 18 years back, block 2 19 to 27, and so on (minus up to 299
+    days); each event with its delivery and one attempt, as yearly_history's
+    `deliveries`. Rows of another block have other ids and keys, so blocks add up:
+    the same recipients with more years of history.
+    """
+    first_year = 1 + 9 * block
+    kind = f"{block:04x}"
+    status = f"CASE WHEN mod(i + y, {failed_every}) = 0 THEN 'FAILED' ELSE 'COMPLETED' END" if failed_every else "'COMPLETED'"
+    history = f"""
+        FROM generate_series(%(lo)s::int, %(hi)s::int) i, generate_series(1, 9) y,
+             LATERAL (SELECT (current_date - make_interval(years => y + {first_year - 1}))::date - mod(i, 300) AS d,
+                             {status} AS status) dd"""
+    event_id = f"('00000000-{kind}-4000-9000-' || lpad(to_hex(i * 16 + y), 12, '0'))::uuid"
+    delivery_id = f"('00000000-{kind}-4000-b000-' || lpad(to_hex(i * 16 + y), 12, '0'))::uuid"
+    key = f"'h{block}-' || lpad(to_hex(i * 16 + y), 20, '0')"
+    for lo in range(1, users + 1, chunk):
+        hi = min(users, lo + chunk - 1)
+        args = {"lo": lo, "hi": hi}
+        with conn.transaction():
+            conn.execute("SET LOCAL session_replication_role = replica")
+            conn.execute(f"""
+                INSERT INTO scheduling_event (id, user_id, event_type, status, occurrence_date, target_timestamp_utc,
+                    target_timestamp_local, target_timezone, executed_at, failure_reason, version,
+                    idempotency_key, created_at, updated_at)
+                SELECT {event_id}, {_seq_uuid("8000", "i")}, 'BIRTHDAY', status, d, d + time '09:00',
+                    to_char(d, 'YYYY-MM-DD') || 'T09:00:00+00:00', 'UTC', d + time '09:00:01', '', 3, {key}, now(), now()
+                {history}""", args)
+            conn.execute(f"""
+                INSERT INTO delivery_delivery (id, event_id, idempotency_key, endpoint_url, payload, status, attempts,
+                    max_attempts, next_attempt_at, locked_until, locked_by, attempt_started_at, last_status_code,
+                    last_error, delivered_at, created_at, updated_at)
+                SELECT {delivery_id}, {event_id}, {key}, 'http://127.0.0.1:9/webhook',
+                    jsonb_build_object('message', 'Hey, First' || i || ' Last' || i || ' it''s your birthday',
+                                       'event_type', 'BIRTHDAY', 'occurrence_date', d::text),
+                    CASE status WHEN 'FAILED' THEN 'DEAD' ELSE 'DELIVERED' END, 1, 8, d + time '09:00', NULL, '',
+                    NULL, CASE status WHEN 'FAILED' THEN 400 ELSE 200 END, '',
+                    CASE status WHEN 'FAILED' THEN NULL ELSE d + time '09:00:01' END, d + time '09:00', d + time '09:00:01'
+                {history}""", args)
+            conn.execute(f"""
+                INSERT INTO delivery_deliveryattempt (delivery_id, number, worker, started_at, finished_at, duration_ms,
+                    outcome, status_code, error, response_excerpt)
+                SELECT {delivery_id}, 1, 'bench', d + time '09:00', d + time '09:00:01', 12,
+                    CASE status WHEN 'FAILED' THEN 'PERMANENT_FAILURE' ELSE 'DELIVERED' END,
+                    CASE status WHEN 'FAILED' THEN 400 ELSE 200 END, '', ''
+                {history}""", args)
+
+
 # A time-ordered UUID made in SQL (48-bit milliseconds, then random), like the
 # product's uuid7: its rows land at the right-hand end of the key indexes too.
 _UUID7_SQL = ("encode(overlay(uuid_send(gen_random_uuid()) placing "

@@ -6,6 +6,7 @@ import uuid
 from datetime import datetime, timedelta
 
 from django.contrib import messages
+from django.forms.models import BaseInlineFormSet
 from django.utils.html import format_html
 
 from scheduling.exceptions import SchedulingError
@@ -134,3 +135,14 @@ class ReadOnlyInlineMixin:
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+class LatestRowsFormSet(BaseInlineFormSet):
+    """An inline's first `shown` rows in its ordering, not all: a page costs the same however long the history behind it."""
+
+    shown = 10
+
+    def get_queryset(self):
+        if not hasattr(self, "_latest"):
+            self._latest = super().get_queryset()[: self.shown]
+        return self._latest

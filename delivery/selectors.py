@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from django.db.models import Count, Min, Q
 
 from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus, Endpoint, EndpointState
-from runtime.aggregates import counts_by
+from runtime.aggregates import counts_by, estimated_counts_by
 
 
 def next_retry_at() -> datetime | None:
@@ -57,13 +57,25 @@ def delivery_backlog_counts() -> dict[str, int]:
     )
 
 
-def delivery_status_counts() -> dict[str, int]:
-    """How many deliveries are in each status (every status present, zero if none).
+def delivery_status_estimates() -> dict[str, int]:
+    """PostgreSQL's estimate of the deliveries in each status (runtime.aggregates.estimated_counts_by): no row read.
 
-    One index-only scan of (status, updated_at): COUNT(*) needs no column the
-    index lacks, so the rows themselves are not read.
+    For the finished history (DELIVERED, DEAD), whose exact count would read
+    all of it on every scrape; delivery_backlog_counts counts the unfinished
+    ones exactly, delivery_finished_counts what finished lately.
     """
-    return counts_by(Delivery.objects.all(), field="status", keys=DeliveryStatus.values)
+    return estimated_counts_by(Delivery, field="status", keys=DeliveryStatus.values)
+
+
+def delivery_finished_counts(*, since: datetime) -> dict[str, int]:
+    """Deliveries that became DELIVERED or DEAD after `since` (both present, zero if none).
+
+    A delivery's updated_at is when it reached its final state; each status is
+    a range of (status, updated_at) from `since`, so only what finished lately
+    is read. A DEAD delivery resent since is QUEUED again and not counted.
+    """
+    finished = [DeliveryStatus.DELIVERED, DeliveryStatus.DEAD]
+    return counts_by(Delivery.objects.filter(status__in=finished, updated_at__gt=since), field="status", keys=finished)
 
 
 @dataclass(frozen=True)

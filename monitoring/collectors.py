@@ -1,15 +1,16 @@
 """The database-wide gauges of /metrics, read when Prometheus scrapes.
 
-Seven aggregate queries per scrape, each reading a range of an index (most of
-them index-only, see the selectors), never a whole table. The ranges still grow
-with the history kept, so a scrape of a large database takes a noticeable
-fraction of a second: scrape every minute, not every few seconds. Two more for
-the endpoints: their table (a row per webhook URL) and what waits on them (the
+Every query reads a range of an index bounded by what is waiting or what
+happened lately (the backlogs through their partial indexes, the last hour by
+time), never the handled history, so a scrape costs the same after years of
+it. How much history there is comes from PostgreSQL's own row estimates,
+labelled as such (the *_estimated families). Two more queries for the
+endpoints: their table (a row per webhook URL) and what waits on them (the
 unfinished deliveries only); one for the one row saying which time zone data the
-pending events follow. Nothing is kept between
-scrapes: every web replica answers the same, so Prometheus scrapes one. What
-each process measures about itself (attempt and claim durations) is not here
-but on that process's own port (delivery.metrics).
+pending events follow. Nothing is kept between scrapes: every web
+replica answers the same, so Prometheus scrapes one. What each process
+measures about itself (attempt and claim durations) is not here but on that
+process's own port (delivery.metrics).
 """
 
 from __future__ import annotations
@@ -21,24 +22,36 @@ from datetime import datetime, timedelta
 from django.db import DatabaseError
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 
-from delivery.models import Endpoint, EndpointState
+from delivery.models import DeliveryStatus, Endpoint, EndpointState
 from delivery.selectors import (
     attempt_outcome_counts,
+    delivery_backlog_counts,
     delivery_due_summary,
-    delivery_status_counts,
+    delivery_finished_counts,
+    delivery_status_estimates,
     endpoint_backlog,
     endpoint_list,
 )
 from runtime.database import database_error_reason
 from runtime.models import ProcessHeartbeat
 from runtime.selectors import process_live_counts
-from scheduling.selectors import event_status_counts, events_zone_data, overdue_summary
+from scheduling.selectors import (
+    event_backlog_counts,
+    event_status_estimates,
+    events_zone_data,
+    overdue_summary,
+)
 from scheduling.zonedata import zone_data_refresh, zone_data_version
 
 logger = logging.getLogger(__name__)
 
-# The window of birthday_delivery_attempts_last_hour.
+# The window of birthday_delivery_attempts_last_hour and birthday_deliveries_finished_last_hour.
 ATTEMPTS_WINDOW = timedelta(hours=1)
+ESTIMATE_NOTE = (
+    "PostgreSQL's estimate (the table's row estimate times the status's share in its column statistics, "
+    "as of the last VACUUM or ANALYZE), not a count: counting the handled history exactly would read "
+    "all of it on every scrape."
+)
 
 
 class DatabaseCollector:
@@ -61,7 +74,15 @@ class DatabaseCollector:
     def _families(self) -> Iterator[Metric]:
         now = self.now
         yield _labelled(
-            "birthday_events", "Events in each status.", "status", event_status_counts()
+            "birthday_events",
+            "Events not yet handled, counted exactly: PENDING (waiting for their time) and PROCESSING "
+            "(claimed, delivery under way). Handled ones are in birthday_events_estimated.",
+            "status",
+            event_backlog_counts(),
+        )
+        yield _labelled(
+            "birthday_events_estimated", f"Events in each status, estimated: {ESTIMATE_NOTE}", "status",
+            event_status_estimates(),
         )
         overdue = overdue_summary(now=now)
         yield _gauge(
@@ -74,8 +95,25 @@ class DatabaseCollector:
             "Seconds since the target time of the oldest due PENDING event (0 when none is due).",
             _age(now, overdue.oldest),
         )
+        backlog = delivery_backlog_counts()
         yield _labelled(
-            "birthday_deliveries", "Deliveries in each status.", "status", delivery_status_counts()
+            "birthday_deliveries",
+            "Deliveries not finished, counted exactly: QUEUED (waiting for their next attempt) and SENDING "
+            "(under a worker's lease). Finished ones are in birthday_deliveries_finished_last_hour "
+            "and birthday_deliveries_estimated.",
+            "status",
+            {DeliveryStatus.QUEUED: backlog["queued"], DeliveryStatus.SENDING: backlog["sending"]},
+        )
+        yield _labelled(
+            "birthday_deliveries_finished_last_hour",
+            "Deliveries that became DELIVERED or DEAD (given up) in the last hour, counted exactly "
+            "(a DEAD one resent since is QUEUED again and not counted).",
+            "status",
+            delivery_finished_counts(since=now - ATTEMPTS_WINDOW),
+        )
+        yield _labelled(
+            "birthday_deliveries_estimated", f"Deliveries in each status, estimated: {ESTIMATE_NOTE}", "status",
+            delivery_status_estimates(),
         )
         due = delivery_due_summary(now=now)
         yield _gauge(

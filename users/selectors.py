@@ -1,5 +1,6 @@
 from collections.abc import Collection
 
+from django.db import connection
 from django.db.models import Prefetch, QuerySet
 
 from scheduling.models import Event, EventStatus
@@ -39,3 +40,25 @@ def users_by_external_id(*, external_ids: Collection[str]) -> dict[str, User]:
     if not external_ids:
         return {}
     return {user.external_id: user for user in User.objects.filter(external_id__in=external_ids)}
+
+
+def user_timezones_in_use() -> list[str]:
+    """The time zones some recipient has, in order: one probe of user_timezone_idx per zone.
+
+    A recursive query that jumps from each zone to the next one in the index
+    (a "loose index scan"), so it costs the few hundred zones in use, not the
+    recipients: SELECT DISTINCT would read an index entry per recipient.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH RECURSIVE zones(zone) AS (
+                (SELECT timezone FROM users_user ORDER BY timezone LIMIT 1)
+                UNION ALL
+                SELECT (SELECT u.timezone FROM users_user u WHERE u.timezone > z.zone ORDER BY u.timezone LIMIT 1)
+                FROM zones z WHERE z.zone IS NOT NULL
+            )
+            SELECT zone FROM zones WHERE zone IS NOT NULL
+            """
+        )
+        return [zone for (zone,) in cursor.fetchall()]

@@ -10,7 +10,8 @@ from django.utils.html import format_html
 
 from console import widgets
 from console.admin.endpoints import endpoint_state_badge
-from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, Endpoint
+from console.pagination import BoundedListAdmin
+from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus, Endpoint
 from delivery.services.operator import delivery_resend
 
 
@@ -84,8 +85,13 @@ class DeliveryAttemptInline(widgets.ReadOnlyInlineMixin, admin.TabularInline):
         )
 
 
+def status_chosen(request) -> bool:
+    """Whether the list is narrowed to one status (by its filter, or the lease one, which means SENDING)."""
+    return request.GET.get("status__exact") in DeliveryStatus.values or request.GET.get("lease") in ("held", "expired")
+
+
 @admin.register(Delivery)
-class DeliveryAdmin(widgets.ViewOnlyPageMixin, admin.ModelAdmin):
+class DeliveryAdmin(widgets.ViewOnlyPageMixin, BoundedListAdmin):
     # Nothing on a delivery is edited by hand.
     list_display = [
         "idempotency_key",
@@ -104,7 +110,6 @@ class DeliveryAdmin(widgets.ViewOnlyPageMixin, admin.ModelAdmin):
     # field here is what shows the search box.
     search_fields = ["=event__idempotency_key"]
     search_help_text = "An idempotency key (event-…), a delivery id or an event id."
-    show_full_result_count = False
     list_per_page = 50
     inlines = [DeliveryAttemptInline]
     actions = ["resend"]
@@ -132,6 +137,17 @@ class DeliveryAdmin(widgets.ViewOnlyPageMixin, admin.ModelAdmin):
         # Never: deleting a delivery would erase its attempt log and let the
         # occurrence be queued again under the same key.
         return False
+
+    def get_ordering(self, request):
+        # In one status (the lease filter means SENDING), last changed first:
+        # a backward scan of (status, updated_at). Across statuses, newest
+        # first by the key, which is time-ordered (uuid7): the model's
+        # -created_at, read from the primary key instead of sorting the table.
+        return ["-updated_at"] if status_chosen(request) else ["-id"]
+
+    def get_sortable_by(self, request):
+        # Only what an index serves in either direction, within one status.
+        return ["updated_at"] if status_chosen(request) else []
 
     def get_search_results(self, request, queryset, search_term):
         term = search_term.strip()

@@ -10,16 +10,23 @@ from django.utils.html import format_html
 from console import widgets
 from console.admin.events import retries_of
 from console.forms import RecipientAdminForm
+from console.pagination import BoundedListAdmin
 from delivery.models import Delivery
 from scheduling.models import Event, EventStatus, EventType
 from users import services
 from users.models import User
+from users.selectors import user_timezones_in_use
 
 
 class EventInline(widgets.ReadOnlyInlineMixin, admin.TabularInline):
-    """The recipient's events, newest first; read-only (they change through the services)."""
+    """The recipient's latest events, newest first; read-only (they change through the services)."""
 
     model = Event
+    # Years of them are history: the latest only, and the events list has them all.
+    formset = widgets.LatestRowsFormSet
+    verbose_name_plural = (
+        f"events (the latest {widgets.LatestRowsFormSet.shown}; the events list has every one: search the recipient's id)"
+    )
     show_change_link = True
     ordering = ["-occurrence_date", "-created_at"]
     fields = [
@@ -46,8 +53,22 @@ class EventInline(widgets.ReadOnlyInlineMixin, admin.TabularInline):
         return super().get_queryset(request).select_related("delivery")
 
 
+class TimezoneFilter(admin.SimpleListFilter):
+    """Recipients in one time zone, chosen among the zones in use (read without a DISTINCT over every recipient)."""
+
+    title = "timezone"
+    # Django's own filter's parameter, so links to it keep working.
+    parameter_name = "timezone__exact"
+
+    def lookups(self, request, model_admin):
+        return [(zone, zone) for zone in user_timezones_in_use()]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(timezone=self.value()) if self.value() else queryset
+
+
 @admin.register(User)
-class RecipientAdmin(admin.ModelAdmin):
+class RecipientAdmin(BoundedListAdmin):
     form = RecipientAdminForm
     list_display = [
         "first_name",
@@ -64,8 +85,7 @@ class RecipientAdmin(admin.ModelAdmin):
     # An external id matches whole (it is an id, not text to search in).
     search_fields = ["first_name", "last_name", "=external_id"]
     search_help_text = "First or last name (or both), an external id, or a recipient id."
-    list_filter = ["timezone"]
-    show_full_result_count = False
+    list_filter = [TimezoneFilter]
     list_per_page = 50
     inlines = [EventInline]
     fieldsets = [

@@ -1,0 +1,338 @@
+"""Every operator read costs the same however much history there is: what each page really runs, EXPLAINed.
+
+Each read below is requested as an operator would (the console's pages, /metrics,
+the API's lists), its SQL captured, and every statement that names a history
+table (events, deliveries, attempts) EXPLAINed with sequential scans forbidden,
+so that the tiny test tables plan as the large ones do. A statement passes when
+each read of a history table in its plan is bounded: by an index condition that
+narrows it to a key, a time range or the unfinished rows, or streamed from an
+index under a LIMIT with nothing in between that would read all of it first (a
+sort, a hash, an aggregate). A list's count of its rows must have a LIMIT.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+
+import pytest
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Count
+from django.test.utils import CaptureQueriesContext
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from console.pagination import COUNT_BOUND, BoundedPaginator
+from console.tests.console_data import completed_event, delivery_for, endpoint, failed_event
+from console.widgets import LatestRowsFormSet
+from delivery.models import AttemptOutcome, Delivery, DeliveryStatus
+from scheduling.models import Event, EventStatus, EventType, MessageTemplate
+from users.tests.factories import UserFactory
+
+pytestmark = pytest.mark.django_db
+
+HISTORY_TABLES = ("scheduling_event", "delivery_delivery", "delivery_deliveryattempt")
+# Partial indexes holding only what waits or is in flight, never handled history.
+BACKLOG_INDEXES = ("event_pending_due_idx", "event_one_pending_per_user_type", "delivery_queued_due_idx", "delivery_lease_idx")
+BACKLOG_STATUSES = re.compile(r"\b(PENDING|PROCESSING|QUEUED|SENDING)\b")
+HISTORY_STATUSES = re.compile(r"\b(COMPLETED|FAILED|DELIVERED|DEAD)\b")
+# A condition on one of these narrows a read to a time range or to some rows by key.
+NARROWING_COLUMNS = (
+    "target_timestamp_utc", "updated_at", "finished_at", "next_attempt_at", "locked_until",
+    "id =", "id = ANY", "user_id", "event_id", "delivery_id", "idempotency_key",
+)
+# Nodes that pass rows on as they come: a LIMIT above them stops the read below.
+STREAMING = {"Limit", "Nested Loop", "Incremental Sort", "Result", "Subquery Scan", "Unique", "Merge Join"}
+
+A = f"/{settings.ADMIN_URL}"
+
+
+def narrowed(condition: str) -> bool:
+    """Whether an index condition bounds the read to a range, some keys, or the unfinished rows only."""
+    if any(column in condition for column in NARROWING_COLUMNS):
+        return True
+    return bool(BACKLOG_STATUSES.search(condition)) and not HISTORY_STATUSES.search(condition)
+
+
+def scan_is_bounded(node: dict) -> bool:
+    if node.get("Index Name") in BACKLOG_INDEXES:
+        return True
+    if narrowed(node.get("Index Cond", "")):
+        return True
+    # A bitmap heap scan is as narrow as the index scans feeding it.
+    children = node.get("Plans", [])
+    return node["Node Type"] == "Bitmap Heap Scan" and bool(children) and all(
+        child_is_bounded(child) for child in children
+    )
+
+
+def child_is_bounded(node: dict) -> bool:
+    if node["Node Type"] in ("BitmapOr", "BitmapAnd"):
+        return all(child_is_bounded(child) for child in node["Plans"])
+    return scan_is_bounded(node)
+
+
+def unbounded_reads(node: dict, *, under_limit: bool = False) -> list[str]:
+    """The reads of history tables in this plan that neither an index condition nor a LIMIT bounds."""
+    found = []
+    if node.get("Relation Name") in HISTORY_TABLES:
+        if node["Node Type"] == "Seq Scan":
+            found.append(f"Seq Scan on {node['Relation Name']}")
+        elif not scan_is_bounded(node) and not under_limit:
+            found.append(f"{node['Node Type']} on {node['Relation Name']} ({node.get('Index Name')}), unbounded")
+    streaming = node["Node Type"] == "Limit" or (under_limit and node["Node Type"] in STREAMING)
+    for child in node.get("Plans", []):
+        # A nested loop's inner side runs once per outer row, with the outer row's key as its condition.
+        inner = node["Node Type"] == "Nested Loop" and child.get("Parent Relationship") == "Inner"
+        found += unbounded_reads(child, under_limit=streaming and not inner)
+    return found
+
+
+def plan_of(sql: str, *, forbidden: tuple[str, ...]) -> dict:
+    with transaction.atomic(), connection.cursor() as cursor:
+        for setting in forbidden:
+            cursor.execute(f"SET LOCAL {setting} = off")
+        cursor.execute("EXPLAIN (FORMAT JSON) " + sql)
+        plan = cursor.fetchone()[0]
+        transaction.set_rollback(True)
+    return (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+
+
+# The tiny test tables make reading all of a table (and sorting or hashing
+# it) look cheapest, where on the large ones the planner walks an index and
+# stops at the LIMIT. Forbidden here, what is left is what no index serves.
+# Sorts and merge joins are forbidden only in later tries: a sort of the few
+# rows an index condition found is fine, and so is merging two index scans
+# in the same order; forbidding them can send the planner elsewhere.
+FORBIDDEN = ("enable_seqscan", "enable_hashjoin", "enable_material")
+TRIES = (FORBIDDEN, (*FORBIDDEN, "enable_sort"), (*FORBIDDEN, "enable_sort", "enable_mergejoin"))
+
+
+def unbounded(sql: str) -> list[str]:
+    """The unbounded reads of history in the statement's plan, or [] if some plan the indexes allow has none."""
+    found = []
+    for forbidden in TRIES:
+        found = unbounded_reads(plan_of(sql, forbidden=forbidden))
+        if not found:
+            return []
+    return found
+
+
+def history_statements(client, url: str) -> list[str]:
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(url)
+    assert response.status_code == 200, url
+    return [
+        q["sql"] for q in captured.captured_queries
+        if q["sql"].lstrip().upper().startswith("SELECT") and any(t in q["sql"] for t in HISTORY_TABLES)
+    ]
+
+
+HISTORY_DAYS = 200
+HISTORY_SQL = """
+WITH e AS (
+    INSERT INTO scheduling_event (id, user_id, event_type, status, occurrence_date, target_timestamp_utc,
+        target_timestamp_local, target_timezone, executed_at, failure_reason, version, idempotency_key,
+        created_at, updated_at)
+    SELECT gen_random_uuid(), u.id, 'BIRTHDAY', CASE WHEN mod(g, 20) = 0 THEN 'FAILED' ELSE 'COMPLETED' END,
+           d, d + time '09:00', to_char(d, 'YYYY-MM-DD') || 'T09:00:00+00:00', 'UTC', d + time '09:00:01', '', 2,
+           'h-' || substr(md5(u.id::text || g), 1, 30), now(), now()
+    FROM users_user u, generate_series(1, %s) g, LATERAL (SELECT current_date - 1200 - g AS d) dd
+    RETURNING id, idempotency_key, status, target_timestamp_utc),
+d AS (
+    INSERT INTO delivery_delivery (id, event_id, idempotency_key, endpoint_url, payload, status, attempts,
+        max_attempts, next_attempt_at, locked_by, last_status_code, last_error, delivered_at, created_at, updated_at)
+    SELECT gen_random_uuid(), e.id, e.idempotency_key, 'http://127.0.0.1:9/hook', '{}',
+           CASE e.status WHEN 'FAILED' THEN 'DEAD' ELSE 'DELIVERED' END, 1, 8, e.target_timestamp_utc, '',
+           200, '', e.target_timestamp_utc, e.target_timestamp_utc, e.target_timestamp_utc
+    FROM e
+    RETURNING id, status, updated_at)
+INSERT INTO delivery_deliveryattempt (delivery_id, number, worker, started_at, finished_at, duration_ms, outcome,
+    status_code, error, response_excerpt)
+SELECT d.id, 1, 'w', d.updated_at, d.updated_at, 12,
+       CASE d.status WHEN 'DEAD' THEN 'PERMANENT_FAILURE' ELSE 'DELIVERED' END, 200, '', ''
+FROM d
+"""
+
+
+@pytest.fixture
+def history():
+    """A little of everything the pages show: handled years with deliveries and attempts, a backlog."""
+    users = UserFactory.create_batch(3)
+    for user in users:
+        completed_event(user, years_ago=2)
+        completed_event(user, years_ago=1)
+    failed = failed_event(UserFactory())
+    event = completed_event(UserFactory(first_name="Grace", last_name="Hopper"), years_ago=3)
+    queued = Event.objects.filter(status=EventStatus.PENDING).first()
+    Event.objects.filter(pk=queued.pk).update(status=EventStatus.PROCESSING)
+    delivery_for(queued, status=DeliveryStatus.QUEUED, attempts=[(AttemptOutcome.TRANSIENT_FAILURE, 503, "HTTP 503")])
+    with connection.cursor() as cursor:
+        # Years of handled history behind each recipient, so that reading all of
+        # a table costs the planner more than reading what an index narrows to.
+        cursor.execute(HISTORY_SQL, [HISTORY_DAYS])
+        cursor.execute("ANALYZE scheduling_event, delivery_delivery, delivery_deliveryattempt, users_user")
+    endpoint(queued.delivery.endpoint_url)
+    return {
+        "event": event, "delivery": event.delivery, "failed": failed, "user": event.user,
+        "template": MessageTemplate.objects.get(event_type=EventType.BIRTHDAY),
+    }
+
+
+def reads(h) -> dict[str, str]:
+    event, delivery, user = h["event"], h["delivery"], h["user"]
+    events, deliveries = f"{A}scheduling/event/", f"{A}delivery/delivery/"
+    return {
+        "events": events,
+        "events, second page": f"{events}?p=1",
+        "events COMPLETED": f"{events}?status__exact=COMPLETED",
+        "events FAILED": f"{events}?status__exact=FAILED",
+        "events PENDING": f"{events}?status__exact=PENDING",
+        "events PENDING by send time": f"{events}?status__exact=PENDING&o=4",
+        "events overdue": f"{events}?overdue=yes",
+        "events of a type": f"{events}?event_type__exact=BIRTHDAY",
+        "events of the past day": f"{events}?target=past_24h",
+        "events of the next week, PENDING": f"{events}?target=next_7d&status__exact=PENDING",
+        "events by key": f"{events}?q={event.idempotency_key}",
+        "events by name": f"{events}?q=Hopper",
+        "events by recipient id": f"{events}?q={user.pk}",
+        "event": f"{events}{event.pk}/change/",
+        "deliveries": deliveries,
+        "deliveries DELIVERED": f"{deliveries}?status__exact=DELIVERED",
+        "deliveries DEAD": f"{deliveries}?status__exact=DEAD",
+        "deliveries QUEUED": f"{deliveries}?status__exact=QUEUED",
+        "deliveries with an expired lease": f"{deliveries}?lease=expired",
+        "deliveries with a transient failure": f"{deliveries}?attempt_outcome=TRANSIENT_FAILURE",
+        "deliveries with an abandoned attempt": f"{deliveries}?attempt_outcome=ABANDONED",
+        "deliveries by key": f"{deliveries}?q={event.idempotency_key}",
+        "delivery with its attempts": f"{deliveries}{delivery.pk}/change/",
+        "recipients": f"{A}users/user/",
+        "recipients by name": f"{A}users/user/?q=Hopper",
+        "recipient with events": f"{A}users/user/{user.pk}/change/",
+        "message template with its preview": f"{A}scheduling/messagetemplate/{h['template'].pk}/change/",
+        "endpoints": f"{A}delivery/endpoint/",
+        "dashboard": f"{A}dashboard/",
+    }
+
+
+READS = list(reads({"event": Event(pk=1), "delivery": Event(pk=2), "user": Event(pk=3), "template": Event(pk=4)}))
+
+
+@pytest.mark.parametrize("read", READS)
+def test_a_console_read_never_scans_or_counts_the_history(console, history, read):
+    statements = history_statements(console, reads(history)[read])
+
+    assert statements, "the read touches no history table: nothing checked"
+    for sql in statements:
+        assert not unbounded(sql), (sql, unbounded(sql))
+        if sql.upper().startswith("SELECT COUNT(*)") and read != "dashboard":
+            # A list's count of its rows (the paginator's) stops at a bound.
+            assert "LIMIT" in sql.upper(), sql
+
+
+def test_a_metrics_scrape_never_scans_the_history(client, history):
+    statements = history_statements(client, "/metrics")
+
+    assert len(statements) >= 5
+    for sql in statements:
+        assert not unbounded(sql), (sql, unbounded(sql))
+
+
+@pytest.mark.parametrize("path", ["/api/v1/users/", "/api/v1/users/{user}/events/"])
+def test_an_api_list_never_scans_the_history(operator, history, path):
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=operator).key}")
+    statements = history_statements(api, path.format(user=history["user"].pk))
+
+    assert statements
+    for sql in statements:
+        assert not unbounded(sql), (sql, unbounded(sql))
+
+
+def sql_of(queryset) -> str:
+    with CaptureQueriesContext(connection) as captured:
+        list(queryset)
+    return captured.captured_queries[-1]["sql"]
+
+
+def test_the_checker_catches_a_sort_of_the_whole_history(history):
+    # The events list's old default: the latest send time first, across statuses.
+    sql = sql_of(Event.objects.order_by("-target_timestamp_utc")[:50])
+
+    assert unbounded(sql)
+
+
+def test_the_checker_catches_a_count_of_a_status_in_the_history(history):
+    sql = sql_of(Event.objects.filter(status=EventStatus.COMPLETED).values("status").annotate(n=Count("*")))
+
+    assert unbounded(sql)
+
+
+# --- the bounded count, as an operator sees it --------------------------------------------------
+
+
+def test_a_list_longer_than_the_bound_says_more_than_and_pages_up_to_it(console, monkeypatch):
+    UserFactory.create_batch(3)
+    # The bound, lowered so a handful of rows is beyond it.
+    monkeypatch.setattr(BoundedPaginator, "bound", 2)
+
+    response = console.get(f"{A}users/user/")
+
+    cl = response.context["cl"]
+    assert (cl.result_count, cl.paginator.more, cl.paginator.num_pages) == (2, True, 1)
+    assert "more than 2 recipients" in response.content.decode()
+    assert not cl.can_show_all
+
+
+def test_a_list_within_the_bound_is_counted_exactly(console):
+    UserFactory.create_batch(3)
+
+    response = console.get(f"{A}users/user/")
+
+    cl = response.context["cl"]
+    assert (cl.result_count, cl.paginator.more) == (3, False)
+    assert "3 recipients" in response.content.decode()
+    assert COUNT_BOUND >= 1000
+
+
+
+# --- the orderings an index serves --------------------------------------------------------------
+
+
+def test_events_in_one_status_come_by_send_time_and_otherwise_by_when_they_were_scheduled(console):
+    first, second = (completed_event(UserFactory()) for _ in range(2))
+    Event.objects.filter(pk=first.pk).update(target_timestamp_utc=second.target_timestamp_utc + timedelta(days=1))
+
+    in_status = console.get(f"{A}scheduling/event/", {"status__exact": "COMPLETED"}).context["cl"]
+    across = console.get(f"{A}scheduling/event/").context["cl"]
+
+    assert [e.pk for e in in_status.result_list] == [first.pk, second.pk]
+    assert [e.pk for e in across.result_list] == sorted((e.pk for e in across.result_list), reverse=True)
+    assert "target_utc" in in_status.sortable_by and not across.sortable_by
+
+
+def test_deliveries_in_one_status_come_last_changed_first_and_otherwise_newest_first(console):
+    older, newer = (completed_event(UserFactory()).delivery for _ in range(2))
+    Delivery.objects.filter(pk=older.pk).update(updated_at=newer.updated_at + timedelta(minutes=1))
+
+    in_status = console.get(f"{A}delivery/delivery/", {"status__exact": "DELIVERED"}).context["cl"]
+    across = console.get(f"{A}delivery/delivery/").context["cl"]
+
+    assert [d.pk for d in in_status.result_list] == [older.pk, newer.pk]
+    assert [d.pk for d in across.result_list] == [newer.pk, older.pk]
+
+
+def test_a_recipient_page_shows_the_latest_events_however_many_years_there_are(console):
+    user = UserFactory()
+    for years_ago in range(1, 26):
+        completed_event(user, years_ago=years_ago)
+
+    response = console.get(f"{A}users/user/{user.pk}/change/")
+
+    (inline,) = response.context["inline_admin_formsets"]
+    shown = [form.original for form in inline]
+    assert len(shown) == LatestRowsFormSet.shown
+    assert shown == sorted(shown, key=lambda e: e.occurrence_date, reverse=True)
+    assert shown[0].status == EventStatus.PENDING

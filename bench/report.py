@@ -739,7 +739,10 @@ def section_zonerules(res):
         ["ratio with / without", "", f"**{f(z['ratio'], 2)}x**"],
     ]))
     if z.get("claims_ran_out"):
-        L.append("\n_The due events ran out before the probe was stopped: the window after the pass is short._\n")
+        short = z["worst"]["pass_completed"] - z["claims"][-1]["at"]
+        L.append(f"\n_The due events ran out {f(short)} s before the pass ended: its last {f(short)} s had no claims "
+                 "beside it, and there is no window after it._\n" if short > 0 else
+                 "\n_The due events ran out before the probe was stopped: the window after the pass is short._\n")
     L.append(f"\nLoad average at the workload's start {', '.join(f'{x:.2f}' for x in z['load_at_start'])}, at its end "
              f"{', '.join(f'{x:.2f}' for x in z['load_at_end'])} (2 cores, shared). VACUUM ANALYZE before each case: "
              + ", ".join(f"{k} {f(v, 1)} s" for k, v in z["vacuum_s"].items()) + ".\n")

@@ -93,6 +93,7 @@ def render(res: dict, out_dir: Path) -> None:
     L += section_scale(res)
     L += section_retention(res)
     L += section_history(res)
+    L += section_zonerules(res)
     L += section_import(res)
     L += section_api(res)
     L += section_endurance(res, out_dir)
@@ -231,6 +232,19 @@ def headline_rows(res):
         rows.append(["retention: prune_history to the end (events, deliveries and attempts)",
                      f"{f(rt['prune_rows_per_s'])} rows/s ({f(rt['prune_events_per_s'])} events/s), "
                      f"{f(rt['prune_s'], 1)} s", "-", "-"])
+    zr = res.get("zonerules", {})
+    if "worst" in zr:
+        for key, what in (("real", f"the real change {zr['old_version']} -> {zr['real']['follows']}"),
+                          ("worst_alone", "every event moves"), ("worst", "every event moves, claims beside it")):
+            c = zr[key]
+            rows.append([f"zone rules: `manage.py follow_zone_data` over {f(c['pending'])} PENDING events, {what}, "
+                         "from process start to exit",
+                         f"**{f(c['seconds'], 1)} s** ({f(c['moved'])} moved, {f(c['rate'])} events/s); "
+                         f"{f(c['vs_floor'], 2)}x the floor (one UPDATE of every row: {f(zr['floor']['seconds'], 1)} s)",
+                         "< 60 s", ok(c["seconds"] < 60)])
+        rows.append(["zone rules: claim batch of 1,000 while every event moves vs without a pass (medians)",
+                     f"{f(zr['claim_ms_with'], 1)} vs {f(zr['claim_ms_without'], 1)} ms = **{f(zr['ratio'], 2)}x**",
+                     "(reported)", "-"])
     im = res.get("import", {})
     if "seconds" in im:
         rows.append([f"import_users {f(im['rows'])} rows (events included)", f"{f(im['seconds'], 1)} s ({f(im['rate'])} rows/s)",
@@ -392,7 +406,7 @@ def section_burst(res, out_dir):
                  "carries the same Django start-up on both sides).\n")
     # Plot: bars of deliveries/s.
     labels, vals, colors = [], [], []
-    for key, v in b["summary"].items():
+    for v in b["summary"].values():
         labels.append(f"{v['n']:,} ev, {v['workers']}w x c{v['concurrency']}, {v['receiver']}")
         vals.append(v["steady_rate"] or 0)
         colors.append("tab:blue" if v["receiver"] == "0ms" else "tab:orange")
@@ -672,6 +686,94 @@ def section_retention(res):
     return L
 
 
+def section_zonerules(res):
+    L = ["## 3c. Following the time zone database (issue 21)\n"]
+    e = err(res, "zonerules")
+    if e:
+        return L + [e]
+    z = res["zonerules"]
+    old, new = z["old_version"], z["real"]["follows"]
+    fl = z["floor"]
+    changed = {k: v for k, v in z["zone_changes"].items() if v}
+    L.append(
+        f"{f(z['events'])} recipients imported by the product (`manage.py import_users`, {f(z['import_s'], 1)} s) in a "
+        f"process that computes with IANA {old} only (PYTHONTZPATH and PYTHONPATH on `var/tzdata-2023.4`, as "
+        f"`scheduling/tests/conftest.py` does), over {len(z['zones'])} zones weighted like a worldwide audience, born on "
+        "any day of the year but the next three (so none of their events falls due during the run): one PENDING "
+        f"birthday each at 09:00 local, computed by {old}'s rules. Beside them {f(z['due'])} due events of other "
+        f"recipients for the claims, written in SQL as {old} computed them in Asia/Almaty (+06:00, +05:00 since "
+        "2024a): a pass that read one would move it. Each case is `manage.py follow_zone_data` timed from process start to its "
+        "exit (what an operator waits for), on a table VACUUMed just before; \"of which the pass\" is the product's "
+        "own record (`pass_started_at` to `pass_completed_at`). Events: the PENDING events not yet due when it started "
+        "(a pass leaves the due ones to the claims; in the worst case this includes the next-year events of the "
+        "recipients the claims had taken by then, in UTC: none of them moves). The machine's data is "
+        f"{new} (`{z['real']['zone_data_path']}`); between {old} and {new}, 09:00 local has another UTC offset on "
+        + ", ".join(f"{v} days of the year ahead in {k}" for k, v in changed.items()) + ".\n"
+    )
+    L.append(
+        "Every event moves: one SQL UPDATE (`bench/sql.py` `ZONE_SHIFT`) put every imported event one hour later "
+        "with its local text's offset one hour less (as if every zone had been computed with rules an hour off, "
+        f"Asia/Almaty's change everywhere; the wall time stays), then the events were said to follow {old} again "
+        "(`scheduling_eventzonedata.version`); the pass moves each back. That UPDATE writes the same rows and columns "
+        "as the pass (`target_timestamp_utc`, `target_timestamp_local`, `version`, `updated_at`), in one statement "
+        "and one transaction, committed: it is the floor. The case was built twice, so the floor was timed twice on "
+        f"the same rows ({', '.join(f(x, 1) + ' s' for x in fl['runs_s'])}); \"vs floor\" divides by their mean. The "
+        "first time the pass ran alone, the second time while claims went on beside it (below); the floor never "
+        "had claims beside it.\n"
+    )
+    cases = [
+        (f"nothing moves (the first pass, under {old}: records it)", z["nothing"]),
+        (f"the real change, {old} -> {new}", z["real"]),
+        ("every event moves (ZONE_SHIFT), alone", z["worst_alone"]),
+        ("every event moves (ZONE_SHIFT), claims beside it", z["worst"]),
+    ]
+    rows = [[name, f(c["pending"]), f(c["moved"]), f"**{f(c['seconds'], 1)}**", f(c["pass_s"], 1), f(c["rate"]),
+             f"{f(c['vs_floor'], 2)}x"] for name, c in cases]
+    rows.append(["floor: one UPDATE of the same rows, PostgreSQL alone (mean of two)", f(fl["rows"][0]),
+                 f(fl["rows"][0]), f(fl["seconds"], 1), "-", f(fl["rate"]), "1.00x"])
+    L.append(table(["case", "events", "moved", "seconds (process start to exit)", "of which the pass", "events/s",
+                    "vs floor"], rows))
+    L.append(f"\nEvery imported event moved in the worst case, as many as the floor wrote: "
+             f"{'yes' if z['worst_moved_all'] else '**no**'} ({f(z['worst_alone']['moved'])} and "
+             f"{f(z['worst']['moved'])} moved, {' and '.join(f(x) for x in fl['rows'])} rows updated by the floor). Due "
+             f"events written by a pass (must be 0; a pass that read one would have moved it): "
+             f"{f(z['due_rows_written_by_a_pass'])}; imported events claimed (must be 0): "
+             f"{f(z['imported_events_claimed'])}; due events claimed by the probe {f(z.get('due_claimed'))}, "
+             f"left due {f(z.get('due_left'))}.\n")
+    moved = z["real"]["moved_by_zone"]
+    total = sum(z["zones"].values())
+    L.append(table(["zone", "share of recipients", "days of the year ahead whose 09:00 moved", "moved by the real pass"],
+                   [[k, f"{100 * w / total:.1f} %", z["zone_changes"].get(k, 0), f(moved.get(k, 0))]
+                    for k, w in z["zones"].items() if z["zone_changes"].get(k) or moved.get(k)]))
+    L.append(
+        f"\nClaims: `bench/probe_retention.py claims` called `deliveries_enqueue_due(batch_size=1000)` every "
+        f"{f(z['claim_every_ms'] / 1000, 2)} s on the due events, for {z['window_s']} s before the second worst-case "
+        f"pass, through it and {z['window_s']} s after it. A batch counts when it ran entirely inside a window and "
+        "claimed 1,000: with the pass is the pass's own span (`pass_started_at` to `pass_completed_at`), without is "
+        f"before and after; the probe's first {z.get('claims_warm_up', 0)} calls (a fresh process's connection, first "
+        "plans and cold caches) are left out.\n"
+    )
+    L.append(table(["claim batch of 1,000", "batches", "median ms"], [
+        ["while the pass runs", z["claims_during"], f(z["claim_ms_with"], 1)],
+        ["without a pass (before + after)", z["claims_before"] + z["claims_after"], f(z["claim_ms_without"], 1)],
+        ["  before", z["claims_before"], f(z["claim_ms_before"], 1)],
+        ["  after", z["claims_after"], f(z["claim_ms_after"], 1)],
+        ["for information: the command's whole life (start-up included)", z["claims_process"],
+         f(z["claim_ms_process"], 1)],
+        ["ratio with / without", "", f"**{f(z['ratio'], 2)}x**"],
+    ]))
+    if z.get("claims_ran_out"):
+        short = z["worst"]["pass_completed"] - z["claims"][-1]["at"]
+        L.append(f"\n_The due events ran out {f(short)} s before the pass ended: its last {f(short)} s had no claims "
+                 "beside it, and there is no window after it._\n" if short > 0 else
+                 "\n_The due events ran out before the probe was stopped: the window after the pass is short._\n")
+    L.append(f"\nLoad average at the workload's start {', '.join(f'{x:.2f}' for x in z['load_at_start'])}, at its end "
+             f"{', '.join(f'{x:.2f}' for x in z['load_at_end'])} (2 cores, shared). VACUUM ANALYZE before each case: "
+             + ", ".join(f"{k} {f(v, 1)} s" for k, v in z["vacuum_s"].items()) + ".\n")
+    L.append("Output of the real pass:\n\n```\n" + z["real"]["output"] + "\n```\n")
+    return L
+
+
 def section_import(res):
     L = ["## 4. Bulk import\n"]
     e = err(res, "import")
@@ -803,6 +905,8 @@ def section_sizes(res):
         ["history retention", f"{f(s.get('retention_events'))} events", "10,000,000"],
         ["operator reads over history",
          f"{f(s.get('history_users'))} recipients, 10 and {10 + 9 * (s.get('history_blocks') or 0)} years", "10,000,000+ events"],
+        ["zone rules (follow_zone_data)", f"{f(s.get('zonerules_events'))} pending events, {f(s.get('zonerules_due'))} due "
+         "for the claims", "1,000,000"],
         ["bulk import", f"{f(s.get('import_rows'))} rows, {s.get('import_runs')} run(s)", "1,000,000"],
         ["endurance", f"{f(s.get('endurance_n'))} webhooks (1 run)", "500,000 (200,000 allowed)"],
     ]))

@@ -13,6 +13,7 @@ bench/results/raw/ (not committed), the report to bench/results/REPORT.md.
 from __future__ import annotations
 
 import argparse
+import calendar
 import csv
 import json
 import os
@@ -20,16 +21,20 @@ import platform
 import random
 import re
 import resource
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
 import urllib.request
+import zoneinfo
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
+from datetime import UTC, date, datetime, timedelta
+from datetime import time as dt_time
 from pathlib import Path
 
 import psutil
@@ -60,6 +65,7 @@ SIZES = {
         api_seconds=3, endurance_n=12_000, endurance_first=2_000, profile_seconds=5, big_runs=1, import_runs=2,
         retention_events=500_000, retention_claim_every_ms=1000, retention_window_s=6, retention_pairs=6,
         receivers_n=10_000, receivers_runs=1, history_users=20_000, history_blocks=3,
+        zonerules_events=50_000, zonerules_due=80_000, zonerules_claim_every_ms=500, zonerules_window_s=5,
     ),
     "full": dict(
         runs=3, raw_n=10_000, proc_n=3_000, proc_big_n=100_000, burst_n=10_000, burst_big_n=100_000, big_runs=1, burst_slow_n=1_000,
@@ -67,6 +73,8 @@ SIZES = {
         api_seconds=10, endurance_n=200_000, endurance_first=20_000, profile_seconds=10,
         retention_events=10_000_000, retention_claim_every_ms=2000, retention_window_s=20, retention_pairs=10,
         receivers_n=100_000, receivers_runs=3, history_users=280_000, history_blocks=3,
+        # A claim every 2 s: 300,000 due events last 600 s (a pass with claims beside it took 342 s at a load of 6-13).
+        zonerules_events=1_000_000, zonerules_due=300_000, zonerules_claim_every_ms=2000, zonerules_window_s=20,
     ),
 }
 
@@ -83,12 +91,29 @@ def proc_label(mode: str, concurrency: int, processes: int) -> str:
 # own cap is 2 workers x 2,000), so that the reference is held back by its CPU only.
 REFERENCE_IN_FLIGHT = {0: 64, 50: 256, 250: 1024, 1000: 4096}
 
-WORKLOADS = ["ceiling", "baselines", "burst", "receivers", "timeliness", "scale", "retention", "history", "import", "api",
-             "profiles", "endurance"]
+WORKLOADS = ["ceiling", "baselines", "burst", "receivers", "timeliness", "scale", "retention", "history", "zonerules",
+             "import", "api", "profiles", "endurance"]
+
+# The `zonerules` workload (issue 21). The older IANA database the events are first computed
+# with, installed as scheduling/tests/conftest.py installs it: tzdata 2023.4 = IANA 2023d.
+OLD_TZDATA_WHEEL, OLD_TZDATA_VERSION = "2023.4", "2023d"
+# The claims probe's first calls, left out of its medians: a fresh process's connection, first plans, cold caches.
+CLAIMS_WARM_UP = 3
+# Its recipients' zones, weighted (per mille) roughly like a worldwide audience. Between 2023d
+# and newer data, Asia/Almaty and Asia/Qostanay went from UTC+6 to UTC+5 (2024a) and
+# America/Asuncion stayed on -03 all year (2025a): the run says which days of the year ahead
+# changed by the machine's data (zone_changes), and the product says what it moved.
+ZONE_WEIGHTS = {
+    "Asia/Kolkata": 100, "America/New_York": 100, "Asia/Shanghai": 80, "America/Los_Angeles": 70,
+    "America/Chicago": 60, "America/Sao_Paulo": 60, "Europe/London": 60, "Europe/Berlin": 60,
+    "Europe/Paris": 50, "America/Mexico_City": 50, "Asia/Tokyo": 50, "Asia/Jakarta": 50,
+    "Europe/Moscow": 40, "Africa/Lagos": 40, "Asia/Manila": 30, "Africa/Cairo": 30,
+    "Australia/Sydney": 30, "Asia/Almaty": 20, "America/Asuncion": 10, "Asia/Qostanay": 5,
+}
 
 
 def log(msg: str) -> None:
-    print(f"[{datetime.now(timezone.utc):%H:%M:%S}] {msg}", flush=True)
+    print(f"[{datetime.now(UTC):%H:%M:%S}] {msg}", flush=True)
 
 
 def median(xs):
@@ -107,7 +132,7 @@ class Procs:
 
     def spawn(self, name: str, args: list[str], env: dict, *, python: str = PRODUCT_PY) -> subprocess.Popen:
         out = open(RAW / f"{name}.log", "a")
-        out.write(f"\n--- {datetime.now(timezone.utc).isoformat()} {' '.join(args)}\n")
+        out.write(f"\n--- {datetime.now(UTC).isoformat()} {' '.join(args)}\n")
         out.flush()
         proc = subprocess.Popen([python, *args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
         proc.bench_name = name
@@ -231,7 +256,7 @@ class Bench:
         self.receiver = Receiver()
         self.procs = Procs()
         self.conn = None
-        self.results: dict = {"size": size, "sizes": self.s, "started": datetime.now(timezone.utc).isoformat()}
+        self.results: dict = {"size": size, "sizes": self.s, "started": datetime.now(UTC).isoformat()}
         self.tags = 0
         self.patch_listener = False
 
@@ -385,7 +410,7 @@ class Bench:
         Other engineers' test suites on this machine restart PostgreSQL and terminate
         backends; a run disturbed that way measures their test, not the product.
         """
-        for i in range(3):
+        for _ in range(3):
             started = self.pg_started()
             try:
                 result = fn(*args, **kwargs)
@@ -888,7 +913,7 @@ class Bench:
             "build_s": built - started, "vacuum_analyze_s": vacuumed - built,
             "claim_function": probe["function"], "claim_statements": probe["statements"],
             "explain": probe["explain"], "claim_sql": probe["sql"], "claim_ms": probe["ms"],
-            "claim_ms_median": median([ms for ms, c in zip(probe["ms"], probe["claimed"]) if c == 1000] or probe["ms"]),
+            "claim_ms_median": median([ms for ms, c in zip(probe["ms"], probe["claimed"], strict=False) if c == 1000] or probe["ms"]),
             "exec_ms": probe["exec_ms"], "exec_ms_median": median(probe["exec_ms"]), "claimed_per_call": probe["claimed"],
             "sql_ms": probe["sql_ms"], "sql_ms_median": median(probe["sql_ms"]), "sql_rows": probe["sql_rows"],
             "scheduler_once_s": sched_seconds, "scheduler_idle_once_s": idle_seconds,
@@ -1091,6 +1116,173 @@ class Bench:
                 "worst_ratio": max(ratios.values()),
                 "slowest_ms": max(r["median_ms"] for size in sizes for r in size["reads"].values())}
 
+    def vacuum_events(self) -> float:
+        """VACUUM ANALYZE scheduling_event, so every timed case starts from a table without dead rows; seconds."""
+        t = time.monotonic()
+        self.conn.execute("VACUUM ANALYZE scheduling_event")
+        return time.monotonic() - t
+
+    def follow_zone_data(self, case: str, env: dict) -> dict:
+        """`manage.py follow_zone_data` to its exit, timed from the spawn: what a user waits for, and what it moved."""
+        pending = self.conn.execute(
+            "SELECT count(*) FROM scheduling_event WHERE status = 'PENDING' AND target_timestamp_utc >= now()"
+        ).fetchone()[0]
+        out = RAW / f"zonerules-{case}.log"
+        log(f"zonerules: {case}: follow_zone_data over {pending:,} PENDING events not yet due")
+        spawned = time.time()
+        t = time.monotonic()
+        with open(out, "w") as file:
+            r = subprocess.run([PRODUCT_PY, "manage.py", "follow_zone_data"], cwd=ROOT, env=env, stdout=file,
+                               stderr=subprocess.STDOUT, timeout=3600, check=False)
+        seconds = time.monotonic() - t
+        exited = time.time()
+        text = out.read_text()
+        if r.returncode:
+            raise psycopg.OperationalError(text[-500:]) if "Operational" in text else RuntimeError(text[-2000:])
+        data = re.search(r"computes with time zone data (\S+) \((.*)\)\.", text)
+        done = re.search(r"Every PENDING event follows (\S+); ([\d,]+) moved now\.", text)
+        if not data or not done:
+            raise RuntimeError(f"follow_zone_data said something else:\n{text[-2000:]}")
+        started, completed = self.conn.execute(
+            "SELECT extract(epoch FROM pass_started_at), extract(epoch FROM pass_completed_at) "
+            "FROM scheduling_eventzonedata WHERE id = 1"
+        ).fetchone()
+        moved = int(done.group(2).replace(",", ""))
+        log(f"zonerules: {case}: {moved:,} moved in {seconds:.1f} s ({pending / seconds:,.0f} events/s)")
+        return {
+            "pending": pending, "zone_data": data.group(1), "zone_data_path": data.group(2), "follows": done.group(1),
+            "moved": moved, "moved_by_zone": {z: int(c.replace(",", "")) for z, c in re.findall(r"^  (\S+): ([\d,]+)$", text, re.M)},
+            "seconds": seconds, "rate": pending / seconds, "spawned": spawned, "exited": exited,
+            "pass_started": float(started), "pass_completed": float(completed),
+            "pass_s": float(completed) - float(started), "output": text.strip(),
+        }
+
+    def w_zonerules(self) -> dict:
+        """Issue 21: `manage.py follow_zone_data` over `zonerules_events` PENDING events first computed by IANA 2023d.
+
+        The recipients are imported by the product (`import_users`) in a process that computes
+        with 2023d only (PYTHONTZPATH and PYTHONPATH, as scheduling/tests/conftest.py does).
+        Four passes of the command, each from process start to exit, on a VACUUMed table:
+        the first, under 2023d, records it (nothing moves); the real one under the machine's
+        data; then every event moves (sql.ZONE_SHIFT, the events said to follow 2023d again),
+        twice: alone, then while `probe_retention.py claims` claims batches of 1,000 of
+        `zonerules_due` due events of other recipients, before, during and after the pass.
+        ZONE_SHIFT is timed each time it builds that case, on the same rows: PostgreSQL's floor.
+        """
+        n, due = self.s["zonerules_events"], self.s["zonerules_due"]
+        every, window = self.s["zonerules_claim_every_ms"], self.s["zonerules_window_s"]
+        conn = self.conn
+        load_at_start = os.getloadavg()
+        self.truncate()
+        conn.execute("TRUNCATE scheduling_eventzonedata")
+        old = old_tzdata()
+        old_env = self.env(PYTHONTZPATH=old / "tzdata" / "zoneinfo",
+                           PYTHONPATH=os.pathsep.join(filter(None, [str(old), os.environ.get("PYTHONPATH")])))
+        new_env = self.env()
+        today = datetime.now(UTC).date()
+        path = zonerules_csv(n, today=today)
+        log(f"zonerules: import_users {n:,} recipients in {len(ZONE_WEIGHTS)} zones, computing with IANA {OLD_TZDATA_VERSION}")
+        t = time.monotonic()
+        r = self.manage("import_users", str(path), env=old_env)
+        import_s = time.monotonic() - t
+        if r.returncode:
+            raise psycopg.OperationalError(r.stderr[-500:]) if "Operational" in r.stderr else RuntimeError(r.stdout + r.stderr)
+        log(f"zonerules: {due:,} due events of other recipients for the claims, Asia/Almaty by {OLD_TZDATA_VERSION}")
+        sql.users_and_events(conn, tag=self.tag("zr-due"), n=due, target_sql="now() - interval '1 minute'")
+        conn.execute(sql.ZONE_DUE_OLD_RULES)
+        conn.execute("ANALYZE users_user")
+        vacuum_s = {"nothing": self.vacuum_events()}
+        nothing = self.follow_zone_data("nothing", old_env)
+        if nothing["follows"] != OLD_TZDATA_VERSION or nothing["moved"]:
+            raise RuntimeError(f"the first pass under {OLD_TZDATA_VERSION} should move nothing: {nothing['output']}")
+        vacuum_s["real"] = self.vacuum_events()
+        real = self.follow_zone_data("real", new_env)
+        changes = zone_changes(old / "tzdata" / "zoneinfo", Path(real["zone_data_path"]), today=today)
+
+        # Every event moves, twice: alone, then with claims beside it. Each time ZONE_SHIFT
+        # builds the case and is timed: the floor, measured twice on the same rows.
+        floors = []
+        cases = {}
+        for case in ("worst_alone", "worst"):
+            vacuum_s[f"{case}_shift"] = self.vacuum_events()
+            log(f"zonerules: {case}: ZONE_SHIFT (timed: the floor), then the events follow {OLD_TZDATA_VERSION} again")
+            floors.append(sql.zone_shift(conn))
+            conn.execute("UPDATE scheduling_eventzonedata SET version = %s, pass_version = '', pass_after_target = NULL, "
+                         "pass_after_id = NULL, moved = '{}' WHERE id = 1", [OLD_TZDATA_VERSION])
+            vacuum_s[case] = self.vacuum_events()
+            if case == "worst_alone":
+                cases[case] = self.follow_zone_data(case, new_env)
+        # Files, not pipes: nobody reads a pipe while the pass runs (see w_retention).
+        claims_out, claims_err = RAW / "zonerules_claims.json", RAW / "zonerules_claims.err"
+        with open(claims_out, "w") as out_file, open(claims_err, "w") as err_file:
+            claims = subprocess.Popen(
+                [PRODUCT_PY, "-m", "bench.probe_retention", "claims", "1000", str(every), "0"],
+                cwd=ROOT, env=new_env, stdout=out_file, stderr=err_file, text=True,
+            )
+        try:
+            time.sleep(3)  # Django's start-up
+            probe_warm = time.time()
+            time.sleep(window)  # claims with no pass
+            if claims.poll() is not None:
+                raise RuntimeError("the claims probe stopped before the pass:\n" + claims_err.read_text()[-2000:])
+            worst = cases["worst"] = self.follow_zone_data("worst", new_env)
+            time.sleep(window)
+        finally:
+            if claims.poll() is None:
+                claims.send_signal(signal.SIGTERM)
+            claims.wait(timeout=120)
+        probe_stopped = time.time()
+        errors = claims_err.read_text()
+        if claims.returncode:
+            raise psycopg.OperationalError(errors[-500:]) if "Operational" in errors else RuntimeError(errors[-2000:])
+        calls = json.loads(claims_out.read_text().strip().splitlines()[-1])["calls"]
+        # A fresh process's first calls pay for its connection, first plans and cold caches.
+        warm = calls[CLAIMS_WARM_UP:]
+
+        def inside(a: float, b: float) -> list[float]:
+            return [c["ms"] for c in warm if a <= c["at"] and c["at"] + c["ms"] / 1000 <= b and c["claimed"] == 1000]
+
+        before = inside(probe_warm, worst["spawned"])
+        during = inside(worst["pass_started"], worst["pass_completed"])
+        after = inside(worst["exited"], probe_stopped)
+        process = inside(worst["spawned"], worst["exited"])
+        ms_with, ms_without = median(during), median(before + after)
+        # The pass starts at the events not yet due; the claims take only due ones: neither touched the other's.
+        # The due events are the only ones keyed 'bench-' (sql.users_and_events), their next ones are in UTC.
+        # A pass that read one would have moved it to +05:00, claimed since or not (a claim keeps the text).
+        checks = dict(zip(("due_rows_written_by_a_pass", "imported_events_claimed", "due_claimed", "due_left"),
+                          conn.execute("""
+            SELECT count(*) FILTER (WHERE idempotency_key LIKE 'bench-%%' AND (target_timestamp_local NOT LIKE '%%+06:00'
+                                    OR (status = 'PENDING' AND version <> 1))),
+                   count(*) FILTER (WHERE idempotency_key NOT LIKE 'bench-%%' AND target_timezone <> 'UTC'
+                                    AND status <> 'PENDING'),
+                   count(*) FILTER (WHERE idempotency_key LIKE 'bench-%%' AND status <> 'PENDING'),
+                   count(*) FILTER (WHERE idempotency_key LIKE 'bench-%%' AND status = 'PENDING')
+            FROM scheduling_event""").fetchone(), strict=True))
+        floor_s = statistics.mean(s for s, _ in floors)
+        floor = {"runs_s": [s for s, _ in floors], "rows": [n for _, n in floors], "seconds": floor_s,
+                 "rate": floors[0][1] / floor_s}
+        for case in (nothing, real, *cases.values()):
+            case["vs_floor"] = case["seconds"] / floor_s
+            case["pass_vs_floor"] = case["pass_s"] / floor_s
+        log(f"zonerules: floor {' / '.join(f'{s:.1f}' for s, _ in floors)} s for {floors[0][1]:,} rows; every event "
+            f"moves {cases['worst_alone']['seconds']:.1f} s alone, {worst['seconds']:.1f} s with claims; claims "
+            f"{f_ms(ms_with)} ms with the pass, {f_ms(ms_without)} ms without")
+        return {
+            "events": n, "due": due, "zones": ZONE_WEIGHTS, "zone_changes": changes, "old_version": OLD_TZDATA_VERSION,
+            "csv": str(path.relative_to(ROOT)), "import_s": import_s, "import_output": r.stdout.strip(),
+            "vacuum_s": vacuum_s, "nothing": nothing, "real": real, **cases, "floor": floor,
+            "worst_moved_all": [cases["worst_alone"]["moved"], worst["moved"]] == floor["rows"], **checks,
+            "claim_every_ms": every, "window_s": window, "claims_warm_up": CLAIMS_WARM_UP, "claims": calls,
+            "claims_before": len(before), "claims_during": len(during), "claims_after": len(after),
+            "claim_ms_before": median(before), "claim_ms_after": median(after),
+            "claim_ms_with": ms_with, "claim_ms_without": ms_without,
+            "claims_process": len(process), "claim_ms_process": median(process),
+            "ratio": ms_with / ms_without if ms_with and ms_without else None,
+            "claims_ran_out": bool(calls) and calls[-1]["claimed"] < 1000,
+            "load_at_start": load_at_start, "load_at_end": os.getloadavg(),
+        }
+
     def w_import(self) -> dict:
         n = self.s["import_rows"]
         path = RAW / f"import-{n}.csv"
@@ -1144,7 +1336,7 @@ class Bench:
                 return p
             except OSError:
                 if p.poll() is not None:
-                    raise RuntimeError("gunicorn died; see raw/gunicorn.log")
+                    raise RuntimeError("gunicorn died; see raw/gunicorn.log") from None
                 time.sleep(0.1)
         raise RuntimeError("gunicorn did not start")
 
@@ -1168,7 +1360,7 @@ class Bench:
         for _ in range(self.s["runs"]):
             for which, module, path in (("product", "config.settings", "/api/v1/users/"),
                                         ("bare", "bench.bareapi.settings", "/bench/bare-insert/")):
-                def one():
+                def one(module=module, path=path):
                     g = self.gunicorn(module)
                     try:
                         return self.wrk(f"http://127.0.0.1:{API_PORT}{path}", script="bench/api_post.lua",
@@ -1306,7 +1498,7 @@ class Bench:
                 t = time.monotonic()
                 try:
                     fn = getattr(self, f"w_{name}")
-                    whole = name in ("scale", "retention", "history")
+                    whole = name in ("scale", "retention", "history", "zonerules")
                     self.results[name] = self.attempt(fn) if whole else fn()
                 except Exception:  # noqa: BLE001  one failed workload must not lose the others
                     self.results[name] = {"error": traceback.format_exc()}
@@ -1319,9 +1511,63 @@ class Bench:
                 self.save()
                 log(f"=== {name} done in {time.monotonic() - t:.0f} s")
         finally:
-            self.results["finished"] = datetime.now(timezone.utc).isoformat()
+            self.results["finished"] = datetime.now(UTC).isoformat()
             self.save()
             self.teardown()
+
+
+def old_tzdata() -> Path:
+    """var/tzdata-<wheel>: the older `tzdata` package, pip-installed there once as scheduling/tests/conftest.py does."""
+    target = ROOT / "var" / f"tzdata-{OLD_TZDATA_WHEEL}"
+    if not (target / "tzdata" / "zoneinfo" / "tzdata.zi").is_file():
+        target.parent.mkdir(exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tzdata-"))
+        subprocess.run([PRODUCT_PY, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
+                        "--no-compile", "--target", str(staging), f"tzdata=={OLD_TZDATA_WHEEL}"], check=True)
+        try:
+            staging.rename(target)  # whole or not at all, for a test run beside this one
+        except OSError:
+            shutil.rmtree(staging)
+    return target
+
+
+def zonerules_csv(n: int, *, today: date) -> Path:
+    """n recipients over ZONE_WEIGHTS, born 1940-2009 on any day of the year but the next three.
+
+    No birthday within three days of today: none of these events falls due while the
+    workload runs, so the claims never take one (the pass starts at the events not yet due).
+    """
+    path = RAW / f"zonerules-{n}-{today:%m%d}.csv"
+    if path.exists():
+        return path
+    skip = {((today + timedelta(days=k)).month, (today + timedelta(days=k)).day) for k in range(3)}
+    if skip & {(2, 28), (3, 1)}:
+        skip.add((2, 29))
+    rnd = random.Random(21)
+    zones = rnd.choices(list(ZONE_WEIGHTS), weights=list(ZONE_WEIGHTS.values()), k=n)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", newline="") as file:
+        w = csv.writer(file)
+        w.writerow(["first_name", "last_name", "date_of_birth", "timezone"])
+        for i, zone in enumerate(zones):
+            born = None
+            while born is None or (born.month, born.day) in skip:
+                year = rnd.randint(1940, 2009)
+                born = date(year, 1, 1) + timedelta(days=rnd.randrange(366 if calendar.isleap(year) else 365))
+            w.writerow(["Zone", f"Recipient{i}", born.isoformat(), zone])
+    tmp.rename(path)
+    return path
+
+
+def zone_changes(old_dir: Path, new_dir: Path, *, today: date) -> dict[str, int]:
+    """For each zone of ZONE_WEIGHTS, the days of the year ahead whose 09:00 has another UTC offset in new_dir."""
+    out = {}
+    for name in ZONE_WEIGHTS:
+        with open(old_dir / name, "rb") as a, open(new_dir / name, "rb") as b:
+            old, new = zoneinfo.ZoneInfo.from_file(a), zoneinfo.ZoneInfo.from_file(b)
+        walls = [datetime.combine(today + timedelta(days=d), dt_time(9)) for d in range(366)]
+        out[name] = sum(1 for w in walls if w.replace(tzinfo=old).utcoffset() != w.replace(tzinfo=new).utcoffset())
+    return out
 
 
 def summarize_burst(runs: list[dict]) -> dict:
@@ -1345,6 +1591,10 @@ def steady(counts: dict) -> float | None:
     if counts["unique"] < 2 or counts["last_arrival"] <= counts["first_arrival"]:
         return None
     return (counts["unique"] - 1) / (counts["last_arrival"] - counts["first_arrival"])
+
+
+def f_ms(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1f}"
 
 
 def pct(sorted_xs: list[float], p: float) -> float | None:
@@ -1443,7 +1693,7 @@ def main() -> int:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            raise SystemExit("another bench run holds bench/results/raw/.lock; it shares the bench databases")
+            raise SystemExit("another bench run holds bench/results/raw/.lock; it shares the bench databases") from None
         bench = Bench(args.size)
         bench.results["command"] = "python -m bench.run " + " ".join(sys.argv[1:])
         for item in args.set:

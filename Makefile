@@ -32,8 +32,12 @@ $(SECRET_KEY_FILE):
 run: venv $(SECRET_KEY_FILE)
 	$(PY) -m devtools.local
 
+# ruff, then the dependencies between the apps that README.md draws (.importlinter).
+# Without import-linter's cache: the graph is quick to build afresh, and the cache
+# would leave folders of its own in the checkout.
 lint: venv
 	$(VENV)/bin/ruff check . --exclude bench
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 # The browser tests drive Debian's chromium through Playwright (never
 # `playwright install`, which downloads a browser from the internet).

@@ -36,7 +36,7 @@ run: venv $(SECRET_KEY_FILE)
 # Without import-linter's cache: the graph is quick to build afresh, and the cache
 # would leave folders of its own in the checkout.
 lint: venv
-	$(VENV)/bin/ruff check . --exclude bench
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 # The browser tests drive Debian's chromium through Playwright (never

@@ -8,8 +8,6 @@ Env: BENCH_PROC_DSN (its own database), BENCH_URL (the receiver). The sync task 
 through a urllib3 pool exactly as bench/raw_client.py and the product's transport do; the harness may start several `work` processes on one queue.
 """
 
-import asyncio
-import json
 import logging
 import os
 import sys

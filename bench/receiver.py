@@ -12,7 +12,6 @@ request's interval at the receiver, hence how many were open at once.
 
 from __future__ import annotations
 
-import os
 import resource
 import shutil
 import signal
@@ -119,7 +118,7 @@ class Receiver:
         return {"active": int(words[2]), "reading": int(words[11]), "writing": int(words[13]),
                 "waiting": int(words[15])}
 
-    def start(self) -> "Receiver":
+    def start(self) -> Receiver:
         if self.slow_mode is None:
             raise RuntimeError(f"{ECHO_MODULE} missing: apt-get install libnginx-mod-http-echo")
         # Each connection is one fd; nginx may raise its own soft limit up to the hard one.
@@ -154,7 +153,7 @@ class Receiver:
                 return self
             except OSError:
                 if self.proc.poll() is not None:
-                    raise RuntimeError((self.tmp / "stderr.log").read_text() + (self.tmp / "error.log").read_text() if (self.tmp / "error.log").exists() else "")
+                    raise RuntimeError((self.tmp / "stderr.log").read_text() + (self.tmp / "error.log").read_text() if (self.tmp / "error.log").exists() else "") from None
                 time.sleep(0.05)
         raise RuntimeError("nginx did not start")
 
@@ -167,7 +166,7 @@ class Receiver:
                 self.proc.kill()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def reader(self) -> "LogReader":
+    def reader(self) -> LogReader:
         time.sleep(0.25)  # let the previous run's buffered lines land before taking the offset
         return LogReader(self.log_path)
 

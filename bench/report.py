@@ -391,7 +391,7 @@ def section_burst(res, out_dir):
                  "carries the same Django start-up on both sides).\n")
     # Plot: bars of deliveries/s.
     labels, vals, colors = [], [], []
-    for key, v in b["summary"].items():
+    for v in b["summary"].values():
         labels.append(f"{v['n']:,} ev, {v['workers']}w x c{v['concurrency']}, {v['receiver']}")
         vals.append(v["steady_rate"] or 0)
         colors.append("tab:blue" if v["receiver"] == "0ms" else "tab:orange")

@@ -29,7 +29,7 @@ import time
 import traceback
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
@@ -87,7 +87,7 @@ WORKLOADS = ["ceiling", "baselines", "burst", "receivers", "timeliness", "scale"
 
 
 def log(msg: str) -> None:
-    print(f"[{datetime.now(timezone.utc):%H:%M:%S}] {msg}", flush=True)
+    print(f"[{datetime.now(UTC):%H:%M:%S}] {msg}", flush=True)
 
 
 def median(xs):
@@ -106,7 +106,7 @@ class Procs:
 
     def spawn(self, name: str, args: list[str], env: dict, *, python: str = PRODUCT_PY) -> subprocess.Popen:
         out = open(RAW / f"{name}.log", "a")
-        out.write(f"\n--- {datetime.now(timezone.utc).isoformat()} {' '.join(args)}\n")
+        out.write(f"\n--- {datetime.now(UTC).isoformat()} {' '.join(args)}\n")
         out.flush()
         proc = subprocess.Popen([python, *args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
         proc.bench_name = name
@@ -230,7 +230,7 @@ class Bench:
         self.receiver = Receiver()
         self.procs = Procs()
         self.conn = None
-        self.results: dict = {"size": size, "sizes": self.s, "started": datetime.now(timezone.utc).isoformat()}
+        self.results: dict = {"size": size, "sizes": self.s, "started": datetime.now(UTC).isoformat()}
         self.tags = 0
         self.patch_listener = False
 
@@ -384,7 +384,7 @@ class Bench:
         Other engineers' test suites on this machine restart PostgreSQL and terminate
         backends; a run disturbed that way measures their test, not the product.
         """
-        for i in range(3):
+        for _ in range(3):
             started = self.pg_started()
             try:
                 result = fn(*args, **kwargs)
@@ -887,7 +887,7 @@ class Bench:
             "build_s": built - started, "vacuum_analyze_s": vacuumed - built,
             "claim_function": probe["function"], "claim_statements": probe["statements"],
             "explain": probe["explain"], "claim_sql": probe["sql"], "claim_ms": probe["ms"],
-            "claim_ms_median": median([ms for ms, c in zip(probe["ms"], probe["claimed"]) if c == 1000] or probe["ms"]),
+            "claim_ms_median": median([ms for ms, c in zip(probe["ms"], probe["claimed"], strict=True) if c == 1000] or probe["ms"]),
             "exec_ms": probe["exec_ms"], "exec_ms_median": median(probe["exec_ms"]), "claimed_per_call": probe["claimed"],
             "sql_ms": probe["sql_ms"], "sql_ms_median": median(probe["sql_ms"]), "sql_rows": probe["sql_rows"],
             "scheduler_once_s": sched_seconds, "scheduler_idle_once_s": idle_seconds,
@@ -1102,7 +1102,7 @@ class Bench:
                 return p
             except OSError:
                 if p.poll() is not None:
-                    raise RuntimeError("gunicorn died; see raw/gunicorn.log")
+                    raise RuntimeError("gunicorn died; see raw/gunicorn.log") from None
                 time.sleep(0.1)
         raise RuntimeError("gunicorn did not start")
 
@@ -1126,7 +1126,7 @@ class Bench:
         for _ in range(self.s["runs"]):
             for which, module, path in (("product", "config.settings", "/api/v1/users/"),
                                         ("bare", "bench.bareapi.settings", "/bench/bare-insert/")):
-                def one():
+                def one(module: str, path: str):
                     g = self.gunicorn(module)
                     try:
                         return self.wrk(f"http://127.0.0.1:{API_PORT}{path}", script="bench/api_post.lua",
@@ -1134,7 +1134,7 @@ class Bench:
                     finally:
                         self.procs.stop([g])
 
-                res = self.attempt(one)
+                res = self.attempt(one, module, path)
                 out[which].append(res)
                 log(f"api {which}: {res['rps']:.0f} req/s, p99 {res['p99_ms']} ms, non-2xx {res['non_2xx']}")
         p, b = (median(r["rps"] for r in out[k]) for k in ("product", "bare"))
@@ -1277,7 +1277,7 @@ class Bench:
                 self.save()
                 log(f"=== {name} done in {time.monotonic() - t:.0f} s")
         finally:
-            self.results["finished"] = datetime.now(timezone.utc).isoformat()
+            self.results["finished"] = datetime.now(UTC).isoformat()
             self.save()
             self.teardown()
 
@@ -1401,7 +1401,7 @@ def main() -> int:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            raise SystemExit("another bench run holds bench/results/raw/.lock; it shares the bench databases")
+            raise SystemExit("another bench run holds bench/results/raw/.lock; it shares the bench databases") from None
         bench = Bench(args.size)
         bench.results["command"] = "python -m bench.run " + " ".join(sys.argv[1:])
         for item in args.set:

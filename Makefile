@@ -1,4 +1,5 @@
-# The two commands a newcomer needs: `make run` and `make test`.
+# The two commands a newcomer needs: `make run` and `make test`; `make check` is the
+# quick one to run while working.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -10,7 +11,7 @@ PIP := $(VENV)/bin/pip
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/birthday_scheduler
 SUITE_DATABASE_URL := $(or $(DATABASE_URL),$(TEST_DATABASE_URL))
 
-.PHONY: run test suite venv lint clean bench browser pgbouncer
+.PHONY: run test suite check quick-suite venv lint clean bench browser pgbouncer
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,8 +33,12 @@ $(SECRET_KEY_FILE):
 run: venv $(SECRET_KEY_FILE)
 	$(PY) -m devtools.local
 
+# ruff, then the dependencies between the apps that README.md draws (.importlinter).
+# Without import-linter's cache: the graph is quick to build afresh, and the cache
+# would leave folders of its own in the checkout.
 lint: venv
-	$(VENV)/bin/ruff check . --exclude bench
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 # The browser tests drive Debian's chromium through Playwright (never
 # `playwright install`, which downloads a browser from the internet).
@@ -48,11 +53,30 @@ pgbouncer:
 test: venv $(SECRET_KEY_FILE) browser pgbouncer lint
 	@$(PY) -m devtools.suite_database $(SUITE_DATABASE_URL) -- $(MAKE) --no-print-directory suite
 
-# make test's checks and suite, against the DATABASE_URL that make test sets.
+# make test's checks and suite, against the DATABASE_URL that make test sets. One
+# process, in file order: the process and restart tests time real processes, and
+# sharing the cores with a parallel run would make them slower, not the run quicker.
 suite:
 	$(PY) manage.py check
 	$(PY) manage.py makemigrations --check --dry-run
 	$(PY) -m pytest --create-db $(PYTEST_ARGS)
+
+# The fast loop while working: lint, Django's checks and the suite on every core
+# (pytest-xdist, one test database per worker), less the tests marked slow or browser
+# in pytest.ini. Those start manage.py processes, gunicorn or PostgreSQL clusters (one
+# restarts under running processes) or drive Chromium against a live server; make
+# test runs them, one after the other. A test that starts a process without the
+# marker fails at once (conftest.py), so the loop cannot slow down unnoticed.
+# The workers' databases are kept between runs (--reuse-db in pytest.ini; migrate
+# still applies a new migration); after switching to a branch whose migrations
+# differ, PYTEST_ARGS=--create-db makes them afresh, as make test always does.
+check: venv $(SECRET_KEY_FILE) lint
+	@$(PY) -m devtools.suite_database $(SUITE_DATABASE_URL) -- $(MAKE) --no-print-directory quick-suite
+
+quick-suite:
+	$(PY) manage.py check
+	$(PY) manage.py makemigrations --check --dry-run
+	$(PY) -m pytest -n auto -m "not slow and not browser" $(PYTEST_ARGS)
 
 # var/ holds the embedded PostgreSQL's data (postgres, postgres-test) with the secret key.
 clean:

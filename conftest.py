@@ -1,3 +1,5 @@
+import subprocess
+
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -51,6 +53,31 @@ def console(client, django_user_model):
 @pytest.fixture
 def anonymous_client() -> APIClient:
     return APIClient()
+
+
+# make check leaves these out (pytest.ini): what starts processes, servers of its own or a browser.
+MARKERS_OF_PROCESS_TESTS = ("slow", "browser")
+
+
+@pytest.fixture(autouse=True)
+def only_marked_tests_start_processes(request, monkeypatch):
+    """Refuse a process to a test without one of MARKERS_OF_PROCESS_TESTS.
+
+    make check runs in parallel and must stay quick, and it can only leave out the
+    tests that say what they do; one that starts a process unmarked fails here at
+    once instead of slowing or upsetting the fast loop unnoticed. Session fixtures
+    (the older tzdata's one-off pip install) are set up before this one and keep
+    their processes.
+    """
+    if any(request.node.get_closest_marker(name) for name in MARKERS_OF_PROCESS_TESTS):
+        return
+
+    def refuse(self, args, *more, **options):
+        raise AssertionError(
+            f"{request.node.nodeid} starts a process ({args!r}): mark it slow, which make check leaves out"
+        )
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
 
 
 @pytest.fixture(autouse=True)

@@ -913,7 +913,7 @@ class Bench:
             "build_s": built - started, "vacuum_analyze_s": vacuumed - built,
             "claim_function": probe["function"], "claim_statements": probe["statements"],
             "explain": probe["explain"], "claim_sql": probe["sql"], "claim_ms": probe["ms"],
-            "claim_ms_median": median([ms for ms, c in zip(probe["ms"], probe["claimed"], strict=False) if c == 1000] or probe["ms"]),
+            "claim_ms_median": median([ms for ms, c in zip(probe["ms"], probe["claimed"], strict=True) if c == 1000] or probe["ms"]),
             "exec_ms": probe["exec_ms"], "exec_ms_median": median(probe["exec_ms"]), "claimed_per_call": probe["claimed"],
             "sql_ms": probe["sql_ms"], "sql_ms_median": median(probe["sql_ms"]), "sql_rows": probe["sql_rows"],
             "scheduler_once_s": sched_seconds, "scheduler_idle_once_s": idle_seconds,
@@ -1360,7 +1360,7 @@ class Bench:
         for _ in range(self.s["runs"]):
             for which, module, path in (("product", "config.settings", "/api/v1/users/"),
                                         ("bare", "bench.bareapi.settings", "/bench/bare-insert/")):
-                def one(module=module, path=path):
+                def one(module: str, path: str):
                     g = self.gunicorn(module)
                     try:
                         return self.wrk(f"http://127.0.0.1:{API_PORT}{path}", script="bench/api_post.lua",
@@ -1368,7 +1368,7 @@ class Bench:
                     finally:
                         self.procs.stop([g])
 
-                res = self.attempt(one)
+                res = self.attempt(one, module, path)
                 out[which].append(res)
                 log(f"api {which}: {res['rps']:.0f} req/s, p99 {res['p99_ms']} ms, non-2xx {res['non_2xx']}")
         p, b = (median(r["rps"] for r in out[k]) for k in ("product", "bare"))

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+# Each test starts manage.py or gunicorn as an operator would.
+pytestmark = pytest.mark.slow
+
 BASE_DIR = Path(__file__).resolve().parents[2]
 STRONG_KEY = "k3Y-" + "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMN"
 

@@ -52,6 +52,7 @@ def test_with_nothing_listening_the_command_runs_on_an_embedded_server_on_that_p
     assert not port_is_open(host="127.0.0.1", port=port)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_server_that_answers_is_used_as_it_is(embedded_root, capfd):
     db = connection.settings_dict
@@ -64,6 +65,7 @@ def test_a_server_that_answers_is_used_as_it_is(embedded_root, capfd):
     assert not embedded_root.exists()
 
 
+@pytest.mark.slow
 def test_a_command_failing_passes_its_exit_code_on(embedded_root):
     db = connection.settings_dict
     url = f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/postgres"

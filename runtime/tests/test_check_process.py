@@ -103,6 +103,7 @@ def test_min_count_asks_for_that_many_fresh_processes():
     assert "2 of 3 process(es)" in str(failure)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_exit_codes_of_the_real_command():
     db = connection.settings_dict

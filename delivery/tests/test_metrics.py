@@ -11,6 +11,7 @@ from prometheus_client import REGISTRY
 from delivery.scheduler import Scheduler
 from delivery.tests.conftest import make_due, process_env, start_process, wait_until
 from delivery.worker import Worker
+from devtools.ports import free_port
 from devtools.sink import Reply
 from runtime.models import ProcessHeartbeat, ProcessKind
 from scheduling.zonedata import zone_data_version
@@ -21,11 +22,6 @@ def sample(name: str, **labels) -> float:
     """The current value in this process's registry (the instruments are process-wide: tests compare before/after)."""
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.mark.django_db

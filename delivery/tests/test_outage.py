@@ -30,7 +30,6 @@ reads the private database (every event COMPLETED, every delivery DELIVERED).
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,7 @@ import pytest
 
 from delivery.models import Delivery, DeliveryAttempt
 from delivery.tests.conftest import BASE_DIR, eventually, process_env, start_process, stop_all, wait_until
+from devtools.ports import free_port
 from devtools.postgres import EmbeddedPostgres, EmbeddedPostgresError
 from devtools.sink import Reply
 from scheduling.models import Event
@@ -77,11 +77,6 @@ Event.objects.filter(status=Event.Status.PENDING).update(
 )
 """
 
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class PrivateCluster(EmbeddedPostgres):

@@ -37,8 +37,8 @@ from delivery.tests.conftest import (
     stop_all,
     wait_until,
 )
-from delivery.tests.test_outage import free_port
 from delivery.tests.test_reliability import assert_everything_delivered_once, wait_for_outcomes_recorded
+from devtools.ports import free_port
 from devtools.sink import Reply
 from runtime.models import ProcessHeartbeat
 from scheduling.models import Event

@@ -10,15 +10,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from devtools.ports import free_port
 from devtools.postgres import UNPRIVILEGED_ACCOUNT, EmbeddedPostgres, EmbeddedPostgresError, port_is_open
 
 pytestmark = pytest.mark.slow
 
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture

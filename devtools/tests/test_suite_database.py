@@ -1,7 +1,6 @@
 """make test's database: the server at the URL when one answers, else an embedded one started on its port."""
 
 import shutil
-import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -9,6 +8,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
+from devtools.ports import free_port
 from devtools.postgres import port_is_open
 from devtools.suite_database import run_with_database
 
@@ -20,11 +20,6 @@ with psycopg.connect(host=c["HOST"], port=c["PORT"], user=c["USER"], dbname=c["N
     print(conn.execute("SHOW data_directory").fetchone()[0])
 """
 
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture

@@ -19,10 +19,11 @@ import pytest
 from rest_framework.authtoken.models import Token
 
 from delivery.tests.conftest import BASE_DIR, process_env, start_process, stop_all, wait_until
+from devtools.ports import free_port
 from scheduling import zonedata
 from scheduling.models import Event, EventStatus, EventZoneData
 from scheduling.tests.conftest import OLD_VERSION, old_zone_env
-from users.tests.test_api_live import free_port, request
+from users.tests.test_api_live import request
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

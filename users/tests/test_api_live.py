@@ -14,6 +14,7 @@ import pytest
 from django.db import connection
 from rest_framework.authtoken.models import Token
 
+from devtools.ports import free_port
 from users.models import User
 from users.tests.factories import UserFactory
 
@@ -21,11 +22,6 @@ BASE_DIR = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """Old handled events go with their deliveries and attempts; nothing else does."""
 
+import re
 from datetime import UTC, date, datetime, timedelta
 from io import StringIO
 
@@ -204,15 +205,18 @@ def test_the_selection_reads_the_history_index_and_probes_the_unique_index(produ
         # The latest-occurrence test: one backward probe of (user, type, occurrence date) per row.
         assert "Index Scan Backward using event_one_per_user_type_occurrence" in plan, plan
         assert "Seq Scan" not in plan, plan
-    # Each DELETE finds its rows through an index from the batch's ids.
-    for statement, scan in (
-        ("DELETE FROM delivery_deliveryattempt WHERE", "using delivery_delivery_event_id_key on delivery_delivery d"),
-        ("DELETE FROM delivery_deliveryattempt WHERE", "using attempt_unique_number"),
-        ("DELETE FROM delivery_delivery WHERE", "using delivery_delivery_event_id_key on delivery_delivery"),
-        ("DELETE FROM scheduling_event WHERE", "using scheduling_event_pkey on scheduling_event"),
+    # Each DELETE finds its rows through an index from the batch's ids. A plain or a
+    # bitmap index scan are both that; which one the planner picks for a batch this
+    # small depends on statistics an earlier run of a reused test database left.
+    for statement, index in (
+        ("DELETE FROM delivery_deliveryattempt WHERE", "delivery_delivery_event_id_key"),
+        ("DELETE FROM delivery_deliveryattempt WHERE", "attempt_unique_number"),
+        ("DELETE FROM delivery_delivery WHERE", "delivery_delivery_event_id_key"),
+        ("DELETE FROM scheduling_event WHERE", "scheduling_event_pkey"),
     ):
         _, plan = production_plan(lambda: next(history_prune_batches(cutoff=cutoff)), statement)
-        assert f"Index Scan {scan}" in plan and "Seq Scan" not in plan, plan
+        assert re.search(rf"(Index Scan using {index} on|Bitmap Index Scan on {index})", plan), plan
+        assert "Seq Scan" not in plan, plan
 
 
 def test_a_time_boxed_pass_resumes_where_it_stopped_and_ends():

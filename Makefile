@@ -13,6 +13,12 @@ SUITE_DATABASE_URL := $(or $(DATABASE_URL),$(TEST_DATABASE_URL))
 
 .PHONY: run test suite check quick-suite venv lint clean bench browser pgbouncer
 
+# Some shells set PYTHONDONTWRITEBYTECODE (this machine's does). Without the bytecode
+# cache every process compiles the project again, and pytest rewrites the asserts of
+# every test module on every run: a quarter of make check's time, and paid again by
+# every manage.py process the slow tests start. The caches are git-ignored.
+unexport PYTHONDONTWRITEBYTECODE
+
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip

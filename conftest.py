@@ -1,5 +1,6 @@
 import subprocess
 
+import hypothesis
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -7,6 +8,13 @@ from django.contrib.auth.models import Permission
 from django.db.models import Q
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
+
+# Examples hypothesis generates per property test (schemathesis's coverage cases, derived
+# from the schema, come on top and always run). make test runs the full count; make check,
+# the loop run while working, runs the "check" profile (--hypothesis-profile in the Makefile).
+hypothesis.settings.register_profile("suite", max_examples=25)
+hypothesis.settings.register_profile("check", max_examples=5)
+hypothesis.settings.load_profile("suite")
 
 # What an API operator account is granted: every recipient permission and reading events.
 OPERATOR_PERMISSIONS = (

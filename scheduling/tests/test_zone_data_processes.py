@@ -7,50 +7,19 @@ older tzdata package on PYTHONPATH, so nothing falls back to the newer one).
 
 import json
 import os
-import socket
-import subprocess
-import sys
-import time
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from datetime import time as clock
 
 import pytest
 from rest_framework.authtoken.models import Token
 
-from delivery.tests.conftest import BASE_DIR, process_env, start_process, stop_all, wait_until
-from devtools.ports import free_port
+from delivery.tests.conftest import process_env, start_process, stop_all, wait_until
 from scheduling import zonedata
 from scheduling.models import Event, EventStatus, EventZoneData
 from scheduling.tests.conftest import OLD_VERSION, old_zone_env
-from users.tests.test_api_live import request
+from users.tests.live_api import api_server, request
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-
-@contextmanager
-def api_server(env: dict, log_path):
-    """gunicorn serving the API with `env`, as deployed (one worker is enough here)."""
-    port = free_port()
-    with open(log_path, "w") as log:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "--workers", "1", "--threads", "2", "--bind", f"127.0.0.1:{port}", "config.wsgi"],
-            cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise AssertionError(log_path.read_text()) from None
-                time.sleep(0.1)
-        yield port
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 def post_recipient(port: int, token: str, zone: str, born: str = "1990-06-15") -> tuple[int, dict]:
@@ -93,7 +62,7 @@ def test_a_scheduler_with_a_newer_database_moves_what_one_with_the_older_schedul
     # given two Almaty recipients created through the API under 2023d, one of them claimed since;
     # and a zone 2023d does not know, refused
     old = old_zone_env(env, old_tzdata)
-    with api_server(old, tmp_path / "api-old.log") as port:
+    with api_server(env=old, log_path=tmp_path / "api-old.log", workers=1, threads=2) as port:
         created, body = post_recipient(port, token, "Asia/Almaty")
         claimed_status, claimed_body = post_recipient(port, token, "Asia/Almaty", born="1985-06-16")
         refused, refusal = post_recipient(port, token, "America/Coyhaique")
@@ -120,7 +89,7 @@ def test_a_scheduler_with_a_newer_database_moves_what_one_with_the_older_schedul
     assert f"Every PENDING event follows time zone data {current}: 1 moved, Asia/Almaty 1" in log
     assert EventZoneData.objects.get().version == current
     # and the API under the machine's database knows America/Coyhaique
-    with api_server(env, tmp_path / "api-new.log") as port:
+    with api_server(env=env, log_path=tmp_path / "api-new.log", workers=1, threads=2) as port:
         accepted, body = post_recipient(port, token, "America/Coyhaique")
     assert accepted == 201, body
 
@@ -132,7 +101,7 @@ def test_running_processes_follow_an_update_of_the_zone_files_without_a_restart(
     running = {**old_zone_env(env, old_tzdata), "PYTHONTZPATH": str(zones)}
     scheduler = start_process(["run_scheduler"], running, tmp_path / "scheduler.log")
     try:
-        with api_server(running, tmp_path / "api.log") as port:
+        with api_server(env=running, log_path=tmp_path / "api.log", workers=1, threads=2) as port:
             created, body = post_recipient(port, token, "Asia/Almaty")
             assert post_recipient(port, token, "America/Coyhaique")[0] == 400
             wait_until(lambda: EventZoneData.objects.filter(version=OLD_VERSION).exists(), 30, "the first look")

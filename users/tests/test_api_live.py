@@ -1,22 +1,16 @@
 """The API under gunicorn, as deployed: real sockets, real threads, real concurrent requests."""
 
-import http.client
-import json
 import os
-import socket
-import subprocess
-import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 from django.db import connection
 from rest_framework.authtoken.models import Token
 
-from devtools.ports import free_port
 from users.models import User
 from users.tests.factories import UserFactory
+from users.tests.live_api import api_server, request
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 
@@ -28,46 +22,13 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 def gunicorn(tmp_path):
     """The web server as the README deploys it (4 workers x 6 threads), on this test's database."""
     db = connection.settings_dict
-    port = free_port()
     env = {
         **os.environ,
         "DATABASE_URL": f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
         "PYTHONUNBUFFERED": "1",
     }
-    log = open(tmp_path / "gunicorn.log", "w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "--workers", "4", "--threads", "6", "--bind", f"127.0.0.1:{port}", "config.wsgi"],
-        cwd=BASE_DIR,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline or server.poll() is not None:
-                server.kill()
-                raise AssertionError((tmp_path / "gunicorn.log").read_text()) from None
-            time.sleep(0.1)
-    yield port
-    server.terminate()
-    server.wait(timeout=30)
-
-
-def request(port: int, token: str, method: str, path: str, body=None, headers=None, chunked=False):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    all_headers = {"Authorization": f"Token {token}", "Content-Type": "application/json", **(headers or {})}
-    if chunked:
-        conn.request(method, path, body=iter([json.dumps(body).encode()]), headers=all_headers, encode_chunked=True)
-    else:
-        conn.request(method, path, body=None if body is None else json.dumps(body), headers=all_headers)
-    response = conn.getresponse()
-    payload = response.read()
-    conn.close()
-    return response.status, response.headers, payload
+    with api_server(env=env, log_path=tmp_path / "gunicorn.log", workers=4, threads=6) as port:
+        yield port
 
 
 def test_two_concurrent_patches_of_different_fields_both_stand(gunicorn, operator):

@@ -617,20 +617,32 @@ def section_history(res):
     if e:
         return L + [e]
     h = res["history"]
-    small, large = h["sizes"]
+    small, large, *wide = h["sizes"]
     L.append(
         f"The same {f(h['users'])} recipients with nine handled years each ({f(small['events'])} events, each with "
         f"its delivery and one attempt; built in {f(small['build_s'])} s), then with older years added "
-        f"({f(large['events'])} events; {f(large['build_s'])} s more). Each read timed in-process as a superuser by "
-        "`bench/probe_history.py` (Django test Client, median of 5 after a warm-up). Flat: at most 1.5x from the "
-        "smaller history to the larger, and every read under 300 ms.\n"
+        f"({f(large['events'])} events; {f(large['build_s'])} s more)"
+        + (f", then {h['growth']}x the recipients, the new ones with one PENDING event each ({f(wide[0]['recipients'])} "
+           f"recipients, {f(wide[0]['events'])} events; {f(wide[0]['build_s'])} s more)" if wide else "")
+        + ". Each read timed in-process as a superuser by `bench/probe_history.py` (Django test Client, median of 5 "
+        "after a warm-up). Flat: at most 1.5x from the smaller history to the larger (and from fewer recipients to "
+        "more), and every read under 300 ms. Load average (1 min) when each size's reads began: "
+        + ", ".join(f(size.get("load"), 1) for size in h["sizes"]) + ".\n"
     )
+    heads = ["read", f"{f(small['events'])} events, ms", f"{f(large['events'])} events, ms", "history ratio"]
+    if wide:
+        heads += [f"{f(wide[0]['recipients'])} recipients, ms", "recipients ratio"]
     rows = []
     for name, r in small["reads"].items():
         big = large["reads"][name]["median_ms"]
-        rows.append([name, f(r["median_ms"], 1), f(big, 1), f"{f(h['ratios'][name], 2)}x"])
-    L.append(table(["read", f"{f(small['events'])} events, ms", f"{f(large['events'])} events, ms", "ratio"], rows))
-    L.append(f"\nWorst ratio **{f(h['worst_ratio'], 2)}x**; slowest read {f(h['slowest_ms'], 1)} ms.\n")
+        row = [name, f(r["median_ms"], 1), f(big, 1), f"{f(h['ratios'][name], 2)}x"]
+        if wide:
+            row += [f(wide[0]["reads"][name]["median_ms"], 1), f"{f(h['recipient_ratios'][name], 2)}x"]
+        rows.append(row)
+    L.append(table(heads, rows))
+    L.append(f"\nWorst history ratio **{f(h['worst_ratio'], 2)}x**"
+             + (f"; worst recipients ratio **{f(h['worst_recipient_ratio'], 2)}x**" if wide else "")
+             + f"; slowest read {f(h['slowest_ms'], 1)} ms.\n")
     return L
 
 
@@ -904,7 +916,8 @@ def section_sizes(res):
         ["table scale", f"{f(s.get('scale_events'))} events", "10,000,000"],
         ["history retention", f"{f(s.get('retention_events'))} events", "10,000,000"],
         ["operator reads over history",
-         f"{f(s.get('history_users'))} recipients, 10 and {10 + 9 * (s.get('history_blocks') or 0)} years", "10,000,000+ events"],
+         f"{f(s.get('history_users'))} recipients, 10 and {10 + 9 * (s.get('history_blocks') or 0)} years; "
+         f"then {s.get('history_recipient_growth')}x the recipients", "10,000,000+ events"],
         ["zone rules (follow_zone_data)", f"{f(s.get('zonerules_events'))} pending events, {f(s.get('zonerules_due'))} due "
          "for the claims", "1,000,000"],
         ["bulk import", f"{f(s.get('import_rows'))} rows, {s.get('import_runs')} run(s)", "1,000,000"],

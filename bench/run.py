@@ -64,7 +64,7 @@ SIZES = {
         timeliness_n=200, timeliness_window=20, scale_events=300_000, import_rows=20_000,
         api_seconds=3, endurance_n=12_000, endurance_first=2_000, profile_seconds=5, big_runs=1, import_runs=2,
         retention_events=500_000, retention_claim_every_ms=1000, retention_window_s=6, retention_pairs=6,
-        receivers_n=10_000, receivers_runs=1, history_users=20_000, history_blocks=3,
+        receivers_n=10_000, receivers_runs=1, history_users=20_000, history_blocks=3, history_recipient_growth=10,
         zonerules_events=50_000, zonerules_due=80_000, zonerules_claim_every_ms=500, zonerules_window_s=5,
     ),
     "full": dict(
@@ -72,7 +72,7 @@ SIZES = {
         timeliness_n=1_000, timeliness_window=60, scale_events=10_000_000, import_rows=1_000_000, import_runs=1,
         api_seconds=10, endurance_n=200_000, endurance_first=20_000, profile_seconds=10,
         retention_events=10_000_000, retention_claim_every_ms=2000, retention_window_s=20, retention_pairs=10,
-        receivers_n=100_000, receivers_runs=3, history_users=280_000, history_blocks=3,
+        receivers_n=100_000, receivers_runs=3, history_users=280_000, history_blocks=3, history_recipient_growth=10,
         # A claim every 2 s: 300,000 due events last 600 s (a pass with claims beside it took 342 s at a load of 6-13).
         zonerules_events=1_000_000, zonerules_due=300_000, zonerules_claim_every_ms=2000, zonerules_window_s=20,
     ),
@@ -1091,29 +1091,35 @@ class Bench:
         of them due); the reads are timed; bench.sql.older_history adds nine older years per block to the
         same recipients, and the reads are timed again. Flat: the ratio at most 1.5.
         """
-        users, blocks = self.s["history_users"], self.s["history_blocks"]
+        users, blocks, growth = self.s["history_users"], self.s["history_blocks"], self.s["history_recipient_growth"]
         conn = self.conn
         self.truncate()
         sizes = []
         log(f"history: {users:,} recipients with nine handled years each")
         started = time.monotonic()
         sql.yearly_history(conn, users=users, due=1000, failed_every=50, deliveries=True)
-        for step in range(2):
-            if step:
+        for step in range(3):
+            if step == 1:
                 log(f"history: {blocks * 9} older years for the same recipients")
                 for block in range(1, blocks + 1):
                     sql.older_history(conn, users=users, block=block, failed_every=50)
+            if step == 2:
+                log(f"history: {growth}x the recipients, the new ones with a PENDING event only")
+                sql.more_recipients(conn, first=users + 1, last=users * growth)
             conn.execute("VACUUM ANALYZE users_user, scheduling_event, delivery_delivery, delivery_deliveryattempt")
             built = time.monotonic() - started
-            events = conn.execute("SELECT count(*) FROM scheduling_event").fetchone()[0]
-            log(f"history: {events:,} events (built in {built:.0f} s); timing the reads")
-            sizes.append({"events": events, "build_s": built, "relations": self.relation_sizes(),
-                          "reads": self.history_reads()})
+            events, recipients = conn.execute(
+                "SELECT (SELECT count(*) FROM scheduling_event), (SELECT count(*) FROM users_user)").fetchone()
+            log(f"history: {events:,} events, {recipients:,} recipients (built in {built:.0f} s); timing the reads")
+            sizes.append({"events": events, "recipients": recipients, "build_s": built,
+                          "relations": self.relation_sizes(), "reads": self.history_reads(),
+                          "load": os.getloadavg()[0]})
             started = time.monotonic()
-        small, large = sizes
+        small, large, wide = sizes
         ratios = {name: large["reads"][name]["median_ms"] / r["median_ms"] for name, r in small["reads"].items()}
-        return {"users": users, "sizes": sizes, "ratios": ratios,
-                "worst_ratio": max(ratios.values()),
+        recipient_ratios = {name: wide["reads"][name]["median_ms"] / r["median_ms"] for name, r in large["reads"].items()}
+        return {"users": users, "growth": growth, "sizes": sizes, "ratios": ratios, "recipient_ratios": recipient_ratios,
+                "worst_ratio": max(ratios.values()), "worst_recipient_ratio": max(recipient_ratios.values()),
                 "slowest_ms": max(r["median_ms"] for size in sizes for r in size["reads"].values())}
 
     def vacuum_events(self) -> float:

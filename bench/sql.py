@@ -169,6 +169,31 @@ def yearly_history(
                       FROM generate_series(%(lo)s::int, %(hi)s::int) i) s""", args)
 
 
+def more_recipients(conn, *, first: int, last: int, chunk: int = 200_000) -> None:
+    """Recipients `first` to `last` (numbered after yearly_history's), each with only a PENDING birthday later this year.
+
+    What grows with the number of recipients and not with their history: the
+    recipients table and the PENDING events, one per recipient.
+    """
+    uid = _seq_uuid("8000", "i")
+    for lo in range(first, last + 1, chunk):
+        args = {"lo": lo, "hi": min(last, lo + chunk - 1)}
+        with conn.transaction():
+            conn.execute("SET LOCAL session_replication_role = replica")
+            conn.execute(f"""
+                INSERT INTO users_user (id, first_name, last_name, date_of_birth, timezone, created_at, updated_at)
+                SELECT {uid}, 'First' || i, 'Last' || i, date '1960-01-01' + mod(i, 15000), 'UTC', now(), now()
+                FROM generate_series(%(lo)s::int, %(hi)s::int) i""", args)
+            conn.execute(f"""
+                INSERT INTO scheduling_event (id, user_id, event_type, status, occurrence_date, target_timestamp_utc,
+                    target_timestamp_local, target_timezone, executed_at, failure_reason, version,
+                    idempotency_key, created_at, updated_at)
+                SELECT {_seq_uuid("a000", "i")}, {uid}, 'BIRTHDAY', 'PENDING', (t AT TIME ZONE 'UTC')::date, t,
+                    {_iso_utc("t")}, 'UTC', NULL, '', 1, 'p-' || lpad(to_hex(i), 20, '0'), now(), now()
+                FROM (SELECT i, now() + make_interval(days => 1 + mod(i, 360)) AS t
+                      FROM generate_series(%(lo)s::int, %(hi)s::int) i) s""", args)
+
+
 def older_history(conn, *, users: int, block: int, failed_every: int = 0, chunk: int = 100_000) -> None:
     """Nine more handled years for each of `users` users that yearly_history made, before theirs.
 

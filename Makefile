@@ -74,7 +74,7 @@ suite:
 # test runs them, one after the other. A test that starts a process without the
 # marker fails at once (conftest.py), so the loop cannot slow down unnoticed.
 # Work stealing keeps both workers busy to the end when a few long tests fall to one;
-# the property tests run fewer generated examples than make test's (conftest.py).
+# the property tests try less hard than in make test (SUITE_PROFILE, conftest.py).
 # The workers' databases are kept between runs (--reuse-db in pytest.ini; migrate
 # still applies a new migration); after switching to a branch whose migrations
 # differ, PYTEST_ARGS=--create-db makes them afresh, as make test always does.
@@ -84,7 +84,7 @@ check: venv $(SECRET_KEY_FILE) lint
 quick-suite:
 	$(PY) manage.py check
 	$(PY) manage.py makemigrations --check --dry-run
-	$(PY) -m pytest -n auto --dist worksteal --hypothesis-profile=check -m "not slow and not browser" $(PYTEST_ARGS)
+	SUITE_PROFILE=check $(PY) -m pytest -n auto --dist worksteal -m "not slow and not browser" $(PYTEST_ARGS)
 
 # var/ holds the embedded PostgreSQL's data (postgres, postgres-test) with the secret key.
 clean:

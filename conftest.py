@@ -1,3 +1,4 @@
+import os
 import subprocess
 
 import hypothesis
@@ -9,12 +10,14 @@ from django.db.models import Q
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-# Examples hypothesis generates per property test (schemathesis's coverage cases, derived
-# from the schema, come on top and always run). make test runs the full count; make check,
-# the loop run while working, runs the "check" profile (--hypothesis-profile in the Makefile).
+# How hard the property tests try. make test runs the "suite" profile: 25 generated
+# examples per test and, for the API's schema test, schemathesis's coverage cases (every
+# boundary and wrong type the schema implies). make check, the loop run while working, sets
+# SUITE_PROFILE=check: 5 generated examples and no coverage cases (users/tests/test_openapi.py).
+SUITE_PROFILE = os.environ.get("SUITE_PROFILE", "suite")
 hypothesis.settings.register_profile("suite", max_examples=25)
 hypothesis.settings.register_profile("check", max_examples=5)
-hypothesis.settings.load_profile("suite")
+hypothesis.settings.load_profile(SUITE_PROFILE)
 
 # What an API operator account is granted: every recipient permission and reading events.
 OPERATOR_PERMISSIONS = (

@@ -92,6 +92,35 @@ def only_marked_tests_start_processes(request, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def no_product_process_outlives_its_test(request, monkeypatch):
+    """Kill a manage.py process a test left running, and fail that test.
+
+    A scheduler or worker left behind keeps working on the shared test database
+    under the next tests, and sends to whatever now listens on its old receiver's
+    port, often the next test's sink: deliveries that test never made would arrive
+    twice there. Fixtures end their own processes before this runs.
+    """
+    if not any(request.node.get_closest_marker(name) for name in MARKERS_OF_PROCESS_TESTS):
+        yield
+        return
+    started = []
+    start = subprocess.Popen.__init__
+
+    def record(self, args, *more, **options):
+        start(self, args, *more, **options)
+        if any(str(arg).endswith("manage.py") for arg in (args if isinstance(args, list | tuple) else [args])):
+            started.append(self)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", record)
+    yield
+    left = [process for process in started if process.poll() is None]
+    for process in left:
+        process.kill()
+        process.wait()
+    assert not left, f"{request.node.nodeid} left running: {[process.args for process in left]}"
+
+
+@pytest.fixture(autouse=True)
 def fast_password_hashing(settings):
     # The real hasher costs ~0.25 s per operator created; tests do not need its strength.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -157,6 +157,14 @@ def test_search_finds_events_by_recipient_name(console, term):
     assert listed_ids(changelist(console, q=term)) == {pending_of(grace).pk}
 
 
+def test_search_finds_events_by_their_recipients_external_id_or_the_start_of_a_name(console):
+    grace = UserFactory(first_name="Grace", last_name="Hopper", external_id="crm-7")
+    UserFactory(first_name="Peggy", last_name="Ogrady")
+
+    assert listed_ids(changelist(console, q="crm-7")) == {pending_of(grace).pk}
+    assert listed_ids(changelist(console, q="gr")) == {pending_of(grace).pk}
+
+
 def test_search_finds_an_event_by_its_id_key_or_recipient_id(console):
     user = UserFactory()
     UserFactory()

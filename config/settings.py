@@ -55,6 +55,10 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    # PostgreSQL's own index types and operator classes in models' Meta (the
+    # recipients' trigram indexes, users.models): without it Django writes an
+    # index expression with an operator class as SQL PostgreSQL refuses.
+    "django.contrib.postgres",
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",

@@ -162,9 +162,13 @@ def dashboard_view(request, *, site: admin.AdminSite):
     """One page with what an operator checks first: backlog, outcomes, endpoints, processes, what's next."""
     now = timezone.now()
     backlog = event_selectors.overdue_summary(now=now)
-    # Exact where it is what waits; estimated for the handled history, whose
-    # count would read all of it on every view.
-    status_counts = {**event_selectors.event_status_estimates(), **event_selectors.event_backlog_counts()}
+    # Exact for what is in flight (and, above, for what is due); estimated for
+    # the PENDING events, an index entry per recipient, and the handled
+    # history, whose counts would read all of them on every view.
+    status_counts = {
+        **event_selectors.event_status_estimates(),
+        EventStatus.PROCESSING: event_selectors.event_processing_count(),
+    }
     this_hour = now.replace(minute=0, second=0, microsecond=0)
     chart = hourly_chart(event_selectors.pending_per_hour(start=this_hour, hours=24))
     per_type = event_selectors.pending_per_type(start=this_hour, hours=24)
@@ -179,7 +183,7 @@ def dashboard_view(request, *, site: admin.AdminSite):
             (EventStatus(status).label, status, count, badge(status))
             for status, count in status_counts.items()
         ],
-        "estimated_statuses": [EventStatus.COMPLETED, EventStatus.FAILED],
+        "estimated_statuses": [EventStatus.PENDING, EventStatus.COMPLETED, EventStatus.FAILED],
         "events_total": sum(status_counts.values()),
         "backlog": backlog,
         "backlog_late_by": humanize_delay(now - backlog.oldest) if backlog.oldest else None,

@@ -1,10 +1,11 @@
 """The database-wide gauges of /metrics, read when Prometheus scrapes.
 
-Every query reads a range of an index bounded by what is waiting or what
-happened lately (the backlogs through their partial indexes, the last hour by
-time), never the handled history, so a scrape costs the same after years of
-it. How much history there is comes from PostgreSQL's own row estimates,
-labelled as such (the *_estimated families). Two more queries for the
+Every query reads a range of an index bounded by what is due or in flight or
+what happened lately (the backlogs through their partial indexes, the last
+hour by time), never the handled history nor an entry per recipient, so a
+scrape costs the same after years of history and at any number of
+recipients. How many events wait in all and how much history there is come
+from PostgreSQL's own row estimates, labelled as such (the *_estimated families). Two more queries for the
 endpoints: their table (a row per webhook URL) and what waits on them (the
 unfinished deliveries only); one for the one row saying which time zone data the
 pending events follow. Nothing is kept between scrapes: every web
@@ -35,8 +36,9 @@ from delivery.selectors import (
 from runtime.database import database_error_reason
 from runtime.models import ProcessHeartbeat
 from runtime.selectors import process_live_counts
+from scheduling.models import EventStatus
 from scheduling.selectors import (
-    event_backlog_counts,
+    event_processing_count,
     event_status_estimates,
     events_zone_data,
     overdue_summary,
@@ -51,6 +53,11 @@ ESTIMATE_NOTE = (
     "PostgreSQL's estimate (the table's row estimate times the status's share in its column statistics, "
     "as of the last VACUUM or ANALYZE), not a count: counting the handled history exactly would read "
     "all of it on every scrape."
+)
+PENDING_ESTIMATE_NOTE = (
+    "PENDING is the entry count of their partial index (event_pending_due_idx), exact as of the table's last "
+    "VACUUM, sampled as of an ANALYZE since: counting them would read an entry per recipient on every scrape; "
+    "the due ones are counted exactly in birthday_events_due."
 )
 
 
@@ -75,13 +82,15 @@ class DatabaseCollector:
         now = self.now
         yield _labelled(
             "birthday_events",
-            "Events not yet handled, counted exactly: PENDING (waiting for their time) and PROCESSING "
-            "(claimed, delivery under way). Handled ones are in birthday_events_estimated.",
+            "Events claimed and not yet handled (PROCESSING, delivery under way), counted exactly. PENDING and "
+            "handled ones are in birthday_events_estimated.",
             "status",
-            event_backlog_counts(),
+            {EventStatus.PROCESSING: event_processing_count()},
         )
         yield _labelled(
-            "birthday_events_estimated", f"Events in each status, estimated: {ESTIMATE_NOTE}", "status",
+            "birthday_events_estimated",
+            f"Events in each status, estimated. {PENDING_ESTIMATE_NOTE} The others: {ESTIMATE_NOTE}",
+            "status",
             event_status_estimates(),
         )
         overdue = overdue_summary(now=now)

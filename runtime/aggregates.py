@@ -50,3 +50,22 @@ def estimated_counts_by(model: type[Model], *, field: str, keys: Iterable[str]) 
         if value in estimates:
             estimates[value] = round(rows * freq)
     return estimates
+
+
+def estimated_index_entries(*, index: str) -> int:
+    """PostgreSQL's estimate of the entries in `index`, reading no row: the index's own pg_class.reltuples.
+
+    VACUUM counts every entry of every index it cleans, so as of the table's
+    last vacuum the figure is exact; an ANALYZE since then sets it from its
+    sample instead (the share of the sampled rows a partial index's condition
+    admits, times the table's rows). Neither runs on every write: the figure
+    trails the rows by up to autovacuum's interval. A partial index holds one
+    entry per row its condition admits, so this estimates those rows.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = %s::regclass",
+            [connection.ops.quote_name(index)],
+        )
+        (entries,) = cursor.fetchone()
+    return round(entries)

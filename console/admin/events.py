@@ -16,6 +16,7 @@ from console.pagination import BoundedListAdmin
 from delivery.services.operator import event_resend
 from scheduling.models import Event, EventStatus
 from scheduling.services.sync import event_deliver_now
+from users.selectors import user_search_filter
 
 EVENT_KEY = re.compile(r"^event-[0-9a-f]{16}$")
 
@@ -95,9 +96,12 @@ class EventAdmin(BoundedListAdmin):
     # The delivery (a reverse one-to-one) joins in the same query, for `retries`.
     list_select_related = ["user", "delivery"]
     list_filter = ["status", "event_type", OverdueFilter, TargetWindowFilter]
-    # Names only; ids and keys are matched exactly in get_search_results.
-    search_fields = ["user__first_name", "user__last_name"]
-    search_help_text = "A recipient's name, an event id, a recipient id or an idempotency key (event-…)."
+    # What the search box looks in; get_search_results does the matching.
+    search_fields = ["user__first_name", "user__last_name", "user__external_id"]
+    search_help_text = (
+        "A recipient's name (a word of fewer than three letters matches the start of a name) or external id, "
+        "an event id, a recipient id or an idempotency key (event-…)."
+    )
     list_per_page = 50
     actions = ["resend", "deliver_now"]
     fieldsets = [
@@ -164,7 +168,9 @@ class EventAdmin(BoundedListAdmin):
         as_uuid = widgets.parse_uuid(term)
         if as_uuid is not None:
             return queryset.filter(Q(id=as_uuid) | Q(user_id=as_uuid)), False
-        return super().get_search_results(request, queryset, search_term)
+        # The recipients list's search, through the event's recipient: read
+        # through the recipients' indexes, then their events by recipient.
+        return queryset.filter(user_search_filter(term=search_term, via="user__")), False
 
     # --- columns ------------------------------------------------------------------
 

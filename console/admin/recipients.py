@@ -15,7 +15,7 @@ from delivery.models import Delivery
 from scheduling.models import Event, EventStatus, EventType
 from users import services
 from users.models import User
-from users.selectors import user_timezones_in_use
+from users.selectors import user_search_filter, user_timezones_in_use
 
 
 class EventInline(widgets.ReadOnlyInlineMixin, admin.TabularInline):
@@ -82,9 +82,12 @@ class RecipientAdmin(BoundedListAdmin):
         "next_status",
     ]
     list_display_links = ["first_name", "last_name"]
-    # An external id matches whole (it is an id, not text to search in).
-    search_fields = ["first_name", "last_name", "=external_id"]
-    search_help_text = "First or last name (or both), an external id, or a recipient id."
+    # What the search box looks in; get_search_results does the matching.
+    search_fields = ["first_name", "last_name", "external_id"]
+    search_help_text = (
+        "First or last name (or both; a word of fewer than three letters matches the start of a name), "
+        "an external id, or a recipient id."
+    )
     list_filter = [TimezoneFilter]
     list_per_page = 50
     inlines = [EventInline]
@@ -121,7 +124,9 @@ class RecipientAdmin(BoundedListAdmin):
         as_uuid = widgets.parse_uuid(search_term)
         if as_uuid is not None:
             return queryset.filter(id=as_uuid), False
-        return super().get_search_results(request, queryset, search_term)
+        # Not Django's own search: its icontains on an external id reads every
+        # recipient, and so would a word too short for the trigram indexes.
+        return queryset.filter(user_search_filter(term=search_term)), False
 
     def save_model(self, request, obj, form, change):
         if change:

@@ -122,6 +122,16 @@ def test_list_shows_the_external_id_and_finds_a_recipient_by_it_whole(console):
     assert "crm-1042" in changelist(console).content.decode()
     assert listed(changelist(console, q="crm-1042")) == {crm.pk}
     assert listed(changelist(console, q="crm-104")) == set()
+    # Exactly, case included: the unique index on it finds it, and it is the client's id, not text.
+    assert listed(changelist(console, q="CRM-1042")) == set()
+
+
+@pytest.mark.parametrize(("term", "found"), [("al", {"Alan"}), ("A", {"Alan", "Ada"}), ("sal", {"Sal", "Ursala"})])
+def test_a_search_word_too_short_for_a_trigram_matches_the_start_of_a_name(console, term, found):
+    for first_name in ("Alan", "Ada", "Sal", "Ursala"):
+        UserFactory(first_name=first_name, last_name="Smith")
+
+    assert {user.first_name for user in changelist(console, q=term).context["cl"].result_list} == found
 
 
 def test_filter_by_time_zone(console):

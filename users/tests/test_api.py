@@ -8,6 +8,7 @@ from datetime import UTC, date, datetime
 import pytest
 from freezegun import freeze_time
 
+from config.pagination import CountFromPagePaginator
 from scheduling.models import Event, EventStatus
 from users.models import User
 from users.tests.factories import UserFactory
@@ -127,8 +128,8 @@ def test_list_is_paginated_with_count_next_previous_and_results(api_client):
     # then it carries the pagination envelope and the oldest two users
     assert response.status_code == 200
     body = response.json()
-    assert set(body) == {"count", "next", "previous", "results"}
-    assert body["count"] == 3
+    assert set(body) == {"count", "count_is_lower_bound", "next", "previous", "results"}
+    assert (body["count"], body["count_is_lower_bound"]) == (3, False)
     assert body["previous"] is None
     assert body["next"] is not None and "page=2" in body["next"]
     assert [u["id"] for u in body["results"]] == [str(u.id) for u in users[:2]]
@@ -146,6 +147,44 @@ def test_list_second_page_holds_the_remaining_users(api_client):
     assert [u["id"] for u in body["results"]] == [str(users[2].id)]
     assert body["next"] is None
     assert body["previous"] is not None
+
+
+def test_a_list_longer_than_the_bound_counts_up_to_it_from_the_page_and_says_so(api_client, monkeypatch):
+    # given five users, and a count bound lowered so that they are more than it
+    users = UserFactory.create_batch(5)
+    monkeypatch.setattr(CountFromPagePaginator, "bound", 2)
+
+    # when the pages of one are requested, first, fourth and fifth
+    first, fourth, fifth = (api_client.get(USERS_URL, {"page_size": 1, "page": n}).json() for n in (1, 4, 5))
+
+    # then each counts the users up to its end and at most two past it, and says when it stopped short
+    assert (first["count"], first["count_is_lower_bound"]) == (3, True)
+    assert (fourth["count"], fourth["count_is_lower_bound"]) == (5, False)
+    assert (fifth["count"], fifth["count_is_lower_bound"], fifth["next"]) == (5, False, None)
+    assert [first["results"][0]["id"], fifth["results"][0]["id"]] == [str(users[0].id), str(users[4].id)]
+
+
+def test_following_next_reads_every_user_once_though_the_count_is_a_lower_bound(api_client, monkeypatch):
+    users = UserFactory.create_batch(5)
+    monkeypatch.setattr(CountFromPagePaginator, "bound", 2)
+
+    seen, url = [], f"{USERS_URL}?page_size=2"
+    while url:
+        body = api_client.get(url).json()
+        seen += [u["id"] for u in body["results"]]
+        url = body["next"]
+
+    assert seen == [str(u.id) for u in users]
+
+
+@pytest.mark.parametrize("page", ["3", "last", "0", "x", str(10**30)])
+def test_a_page_past_the_end_or_not_a_page_is_404_as_before(api_client, page):
+    UserFactory.create_batch(3)
+
+    response = api_client.get(USERS_URL, {"page_size": 2, "page": page})
+
+    assert response.status_code == 404
+    assert response.json() == {"detail": "Invalid page."}
 
 
 def test_get_detail_returns_the_user_and_its_pending_event(api_client):

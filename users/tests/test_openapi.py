@@ -97,6 +97,16 @@ def test_the_optional_fields_the_filter_and_every_pending_event_are_documented(a
     assert schemas["EventTypeEnum"]["enum"] == ["BIRTHDAY", "ANNIVERSARY"]
 
 
+def test_every_list_documents_that_its_count_may_be_a_lower_bound(anonymous_client):
+    schemas = anonymous_client.get(SCHEMA_URL, {"format": "json"}).json()["components"]["schemas"]
+
+    for name in ("PaginatedUserList", "PaginatedEventList"):
+        page = schemas[name]
+        assert page["required"] == ["count", "count_is_lower_bound", "next", "previous", "results"]
+        assert page["properties"]["count_is_lower_bound"]["type"] == "boolean"
+        assert "at least this many" in page["properties"]["count"]["description"]
+
+
 def test_swagger_ui_is_public_and_loads_nothing_from_other_hosts(anonymous_client):
     page = anonymous_client.get(DOCS_URL)
     html = page.content.decode()

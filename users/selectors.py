@@ -62,6 +62,23 @@ def user_search_filter(*, term: str, via: str = "") -> Q:
     return condition
 
 
+# How many recipients a search of the events by name gathers the events of. Their
+# events are read recipient by recipient through the (user, type, date) index, so the
+# read is bounded by this, never by how many events there are. Asked as one join,
+# PostgreSQL guesses from the trigrams how many recipients match (for "First1234" every
+# "First" counts) and, with the list's ORDER BY id LIMIT, walks the whole event table
+# hoping to meet them; a rare name then reads all of the history.
+SEARCH_RECIPIENTS_BOUND = 1_000
+
+
+def user_ids_found(*, term: str, bound: int) -> tuple[list, bool]:
+    """The ids of at most `bound` recipients an operator's search finds, and whether it found more."""
+    # No ORDER BY: under a LIMIT, an order would have PostgreSQL walk that order's index
+    # in search of the matches, the very trap this avoids.
+    found = list(User.objects.filter(user_search_filter(term=term)).order_by().values_list("id", flat=True)[: bound + 1])
+    return found[:bound], len(found) > bound
+
+
 def user_events(*, user_id) -> QuerySet[Event]:
     """A user's events, newest first, each with its delivery (for retry_count), in one query."""
     return event_list_for_user(user_id=user_id).select_related("delivery")

@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
-from django.contrib import admin
-from django.db.models import Q
+from django.contrib import admin, messages
+from django.contrib.admin.views.main import SEARCH_VAR
+from django.db.models import F, Q, TextField
+from django.db.models.functions import Cast
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
@@ -16,7 +18,7 @@ from console.pagination import BoundedListAdmin
 from delivery.services.operator import event_resend
 from scheduling.models import Event, EventStatus
 from scheduling.services.sync import event_deliver_now
-from users.selectors import user_search_filter
+from users.selectors import SEARCH_RECIPIENTS_BOUND, user_ids_found
 
 EVENT_KEY = re.compile(r"^event-[0-9a-f]{16}$")
 
@@ -154,6 +156,16 @@ class EventAdmin(BoundedListAdmin):
         # each status change (bench/results/REPORT-history.md); the key is
         # time-ordered (uuid7), so its index gives the events scheduled last
         # first, for nothing.
+        # A search lists a few recipients' events (get_search_results), in the
+        # same order, but sorted after they are read: given the order's index
+        # under the page's LIMIT, PostgreSQL may walk it through all of the
+        # history looking for them. An expression no index holds (the same
+        # value, cast) leaves it the recipients' and the keys' indexes only.
+        if request.GET.get(SEARCH_VAR, "").strip():
+            if status_chosen(request):
+                return [(F("target_timestamp_utc") + timedelta(0)).desc()]
+            # The key's text sorts as the key does (fixed-width lowercase hex).
+            return [Cast("id", TextField()).desc()]
         return ["-target_timestamp_utc"] if status_chosen(request) else ["-id"]
 
     def get_sortable_by(self, request):
@@ -168,9 +180,19 @@ class EventAdmin(BoundedListAdmin):
         as_uuid = widgets.parse_uuid(term)
         if as_uuid is not None:
             return queryset.filter(Q(id=as_uuid) | Q(user_id=as_uuid)), False
-        # The recipients list's search, through the event's recipient: read
-        # through the recipients' indexes, then their events by recipient.
-        return queryset.filter(user_search_filter(term=search_term, via="user__")), False
+        if not term:
+            return queryset, False
+        # The recipients the search finds first, through their names' indexes, then
+        # their events by recipient (users.selectors.user_ids_found says why).
+        user_ids, more = user_ids_found(term=search_term, bound=SEARCH_RECIPIENTS_BOUND)
+        if more:
+            self.message_user(
+                request,
+                f"More than {SEARCH_RECIPIENTS_BOUND:,} recipients match “{term}”: these are the events of "
+                f"{SEARCH_RECIPIENTS_BOUND:,} of them. Type more of the name to find the others.",
+                level=messages.WARNING,
+            )
+        return queryset.filter(user_id__in=user_ids), False
 
     # --- columns ------------------------------------------------------------------
 

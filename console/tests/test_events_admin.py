@@ -175,6 +175,34 @@ def test_search_finds_an_event_by_its_id_key_or_recipient_id(console):
     assert listed_ids(changelist(console, q=f"  {user.pk} ")) == {event.pk}
 
 
+def test_a_name_search_lists_the_found_recipients_events_newest_first_in_any_status(console):
+    grace, ada = UserFactory(first_name="Grace", last_name="Hopper"), UserFactory(first_name="Ada")
+    events = [completed_event(grace, years_ago=2), completed_event(grace, years_ago=1), pending_of(grace)]
+
+    listed = changelist(console, q="hopper").context["cl"].result_list
+    completed = changelist(console, q="Hopper", status__exact="COMPLETED").context["cl"].result_list
+
+    assert [e.pk for e in listed] == sorted((e.pk for e in events), reverse=True)
+    assert [e.pk for e in completed] == [events[1].pk, events[0].pk]  # latest send time first
+    assert pending_of(ada).pk not in {e.pk for e in listed}
+
+
+def test_a_name_most_recipients_share_lists_the_events_of_some_and_says_so(console, monkeypatch):
+    monkeypatch.setattr("console.admin.events.SEARCH_RECIPIENTS_BOUND", 2)
+    smiths = UserFactory.create_batch(3, last_name="Smith")
+
+    response = changelist(console, q="Smith")
+
+    assert len(listed_ids(response)) == 2
+    assert listed_ids(response) <= {pending_of(user).pk for user in smiths}
+    assert messages_of(response) == [
+        "More than 2 recipients match “Smith”: these are the events of 2 of them. Type more of the name to find the others."
+    ]
+    assert messages_of(changelist(console, q="Smith", status__exact="PENDING")) != []
+    monkeypatch.setattr("console.admin.events.SEARCH_RECIPIENTS_BOUND", 3)
+    assert messages_of(changelist(console, q="Smith")) == []
+
+
 # --- the change form: a view -----------------------------------------------------------
 
 

@@ -139,18 +139,21 @@ def production_plan():
     `fn` runs once inside a transaction that is rolled back; the first statement
     it executed that contains `containing` is captured (with its parameters
     bound, as PostgreSQL received it) and EXPLAINed, with sequential scans
-    forbidden if a tiny test table made one look cheaper.
+    forbidden if a tiny test table made one look cheaper, and the planner
+    settings in `forbidden` turned off.
     """
     from django.db import connection, transaction
     from django.test.utils import CaptureQueriesContext
 
-    def plan(fn, containing: str) -> tuple[str, str]:
+    def plan(fn, containing: str, *, forbidden: tuple[str, ...] = ()) -> tuple[str, str]:
         with transaction.atomic():
             with CaptureQueriesContext(connection) as captured:
                 fn()
             transaction.set_rollback(True)
         sql = next(q["sql"] for q in captured.captured_queries if containing in q["sql"])
         with transaction.atomic(), connection.cursor() as cursor:
+            for setting in forbidden:
+                cursor.execute(f"SET LOCAL {setting} = off")
             cursor.execute("EXPLAIN " + sql)
             text = "\n".join(row[0] for row in cursor.fetchall())
             if "Seq Scan" in text:

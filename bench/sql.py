@@ -101,6 +101,15 @@ def _seq_uuid(kind: str, n: str) -> str:
     return f"('00000000-0000-4000-{kind}-' || lpad(to_hex({n}), 12, '0'))::uuid"
 
 
+def _numbered_users(conn, args: dict) -> None:
+    """Users numbered %(lo)s to %(hi)s (First<i> Last<i>), in the caller's transaction, without triggers."""
+    conn.execute("SET LOCAL session_replication_role = replica")
+    conn.execute(f"""
+        INSERT INTO users_user (id, first_name, last_name, date_of_birth, timezone, created_at, updated_at)
+        SELECT {_seq_uuid("8000", "i")}, 'First' || i, 'Last' || i, date '1960-01-01' + mod(i, 15000), 'UTC', now(), now()
+        FROM generate_series(%(lo)s::int, %(hi)s::int) i""", args)
+
+
 def yearly_history(
     conn, *, users: int, due: int, first_year: int = 1, failed_every: int = 0, deliveries: bool = False,
     chunk: int = 100_000,
@@ -122,11 +131,7 @@ def yearly_history(
         hi = min(users, lo + chunk - 1)
         args = {"lo": lo, "hi": hi, "due": due}
         with conn.transaction():
-            conn.execute("SET LOCAL session_replication_role = replica")
-            conn.execute(f"""
-                INSERT INTO users_user (id, first_name, last_name, date_of_birth, timezone, created_at, updated_at)
-                SELECT {uid}, 'First' || i, 'Last' || i, date '1960-01-01' + mod(i, 15000), 'UTC', now(), now()
-                FROM generate_series(%(lo)s::int, %(hi)s::int) i""", args)
+            _numbered_users(conn, args)
             conn.execute(f"""
                 INSERT INTO scheduling_event (id, user_id, event_type, status, occurrence_date, target_timestamp_utc,
                     target_timestamp_local, target_timezone, executed_at, failure_reason, version,
@@ -179,11 +184,7 @@ def more_recipients(conn, *, first: int, last: int, chunk: int = 200_000) -> Non
     for lo in range(first, last + 1, chunk):
         args = {"lo": lo, "hi": min(last, lo + chunk - 1)}
         with conn.transaction():
-            conn.execute("SET LOCAL session_replication_role = replica")
-            conn.execute(f"""
-                INSERT INTO users_user (id, first_name, last_name, date_of_birth, timezone, created_at, updated_at)
-                SELECT {uid}, 'First' || i, 'Last' || i, date '1960-01-01' + mod(i, 15000), 'UTC', now(), now()
-                FROM generate_series(%(lo)s::int, %(hi)s::int) i""", args)
+            _numbered_users(conn, args)
             conn.execute(f"""
                 INSERT INTO scheduling_event (id, user_id, event_type, status, occurrence_date, target_timestamp_utc,
                     target_timestamp_local, target_timezone, executed_at, failure_reason, version,

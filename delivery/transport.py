@@ -70,8 +70,9 @@ class SendResult:
     error: str = ""
     response_excerpt: str = ""
     retry_after: float | None = None
-    # time.monotonic() when the request started: the adaptive limit's samples.
-    started: float = 0.0
+    # When the request started by this process's monotonic clock (started_at is the wall clock's),
+    # for the adaptive limit's samples.
+    started_mono: float = 0.0
 
     def describe(self) -> str:
         if self.status_code is not None:
@@ -172,7 +173,7 @@ class WebhookTransport:
     async def send(self, delivery: ClaimedDelivery) -> SendResult:
         body = delivery.body
         started_at = datetime.now(UTC)
-        started = time.monotonic()
+        started_mono = time.monotonic()
 
         def finish(outcome: AttemptOutcome, **fields) -> SendResult:
             return SendResult(
@@ -180,8 +181,8 @@ class WebhookTransport:
                 outcome=outcome,
                 started_at=started_at,
                 finished_at=datetime.now(UTC),
-                duration_ms=int((time.monotonic() - started) * 1000),
-                started=started,
+                duration_ms=int((time.monotonic() - started_mono) * 1000),
+                started_mono=started_mono,
                 **fields,
             )
 

@@ -231,6 +231,6 @@ def endpoint_share_in_flight(
     return granted
 
 
-def endpoint_release_share(*, worker: str) -> None:
+def endpoint_release_shares(*, worker: str) -> None:
     """A stopping worker gives its in-flight shares back at once."""
     EndpointPermit.objects.filter(worker=worker).delete()

@@ -13,7 +13,7 @@ from delivery.services.endpoints import (
     EndpointActor,
     endpoint_pause,
     endpoint_record_answers,
-    endpoint_release_share,
+    endpoint_release_shares,
     endpoint_reserve_send_slots,
     endpoint_resume,
     endpoint_return_probe,
@@ -375,7 +375,7 @@ def test_a_stopping_worker_releases_its_shares_of_every_endpoint_at_once(endpoin
     share(other, "w1", cap=12)
     share(endpoint, "w2", cap=12)
 
-    endpoint_release_share(worker="w1")
+    endpoint_release_shares(worker="w1")
 
     assert EndpointPermit.objects.filter(worker="w1").count() == 0
     assert held(endpoint) == {"w2": 0}

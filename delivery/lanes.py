@@ -1,0 +1,291 @@
+"""A worker's mirror of the endpoints it sends to: what it holds for each, and what may go out now.
+
+The demand half of the worker, as Oban keeps its producer apart from its
+executor: for every endpoint a `Lane` holds the deliveries claimed and not yet
+started and counts the requests open, and `Lanes` decides how many more may
+start, from
+
+- the lane's own limit: adaptive (delivery.limit) or an operator's --concurrency;
+- the fleet's WEBHOOK_MAX_IN_FLIGHT, of which this worker holds a share;
+- the fleet's WEBHOOK_MAX_RATE schedule, from which it reserves send slots;
+- a Retry-After the receiver asked for;
+- the endpoint's health: a failing endpoint gets one probe at a time, a paused
+  one nothing, and what waits for either goes back to the queue.
+
+The endpoints' shared state is read from their rows once a second, so an
+operator's pause or another worker's verdict reaches this one within about
+that long. The requests themselves run in delivery.sender; delivery.worker
+asks the two in turn.
+
+Two clocks meet here: an instant named `..._mono` is time.monotonic(), for
+deadlines inside this process; a datetime comes from a database row.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from django.conf import settings
+from django.utils import timezone
+
+from delivery.health import Signal, signal_of
+from delivery.limit import AdaptiveLimit, FixedLimit
+from delivery.metrics import IN_FLIGHT_LIMIT
+from delivery.models import Endpoint, EndpointState
+from delivery.services.endpoints import (
+    endpoint_release_shares,
+    endpoint_reserve_send_slots,
+    endpoint_return_probe,
+    endpoint_share_in_flight,
+    endpoint_take_probe,
+    endpoints_ensure,
+)
+from delivery.transport import ClaimedDelivery, SendResult
+
+HEALTHY, FAILING = EndpointState.HEALTHY, EndpointState.FAILING
+
+# How often the endpoints' shared state is read again (an operator's pause, a
+# failing endpoint, a Retry-After another worker was told, the fleet's shares):
+# a pause reaches every worker within about this long.
+REFRESH_EVERY = 1.0
+# Under WEBHOOK_MAX_RATE a worker reserves this many seconds of the schedule at a time:
+# short, so slots it cannot use (it stops, the backlog ends) cost the fleet little.
+RATE_HORIZON = 0.25
+
+
+class HealthColumns(Protocol):
+    """What a lane follows of an endpoint's health: its row (Endpoint) or a verdict just recorded (Health)."""
+
+    state: str
+    consecutive_failures: int
+    next_probe_at: datetime | None
+
+
+@dataclass
+class Lane:
+    """This worker's traffic to one endpoint: what it holds, what is open, what may be."""
+
+    url: str
+    endpoint_id: int
+    limit: AdaptiveLimit | FixedLimit
+    state: str = HEALTHY
+    consecutive_failures: int = 0
+    next_probe_at: datetime | None = None
+    # No request starts before this instant (a Retry-After).
+    blocked_until_mono: float = 0.0
+    # Claimed, not yet started.
+    waiting: deque[ClaimedDelivery] = field(default_factory=deque)
+    open: int = 0
+    probing: bool = False
+    # Our part of WEBHOOK_MAX_IN_FLIGHT (None: no fleet cap).
+    share: int | None = None
+    # Instants reserved under WEBHOOK_MAX_RATE, earliest first.
+    slots_mono: deque[float] = field(default_factory=deque)
+
+    def allowed(self) -> int:
+        """How many requests may be open now."""
+        return self.limit.current if self.share is None else min(self.limit.current, self.share)
+
+    def takes_claims(self, now_mono: float) -> bool:
+        return self.state == HEALTHY and now_mono >= self.blocked_until_mono
+
+    def room(self, *, batch_size: int) -> int:
+        """How many more deliveries to hold: enough to fill the limit, plus one batch ready behind it."""
+        return max(0, self.allowed() + batch_size - self.open - len(self.waiting))
+
+    def follow_health(self, health: HealthColumns) -> None:
+        self.state = health.state
+        self.consecutive_failures = health.consecutive_failures
+        self.next_probe_at = health.next_probe_at
+
+    def learn_from(self, result: SendResult, *, open_at_start: int, finished_mono: float) -> None:
+        """One answer's lessons for this lane: the limit's sample, and a Retry-After to obey at once."""
+        signal = signal_of(outcome=result.outcome, status_code=result.status_code, retry_after=result.retry_after)
+        self.limit.on_sample(
+            started=result.started_mono,
+            finished=finished_mono,
+            dropped=signal in (Signal.FAILURE, Signal.THROTTLE),
+            in_flight=open_at_start,
+        )
+        if signal == Signal.THROTTLE and result.retry_after is not None:
+            # Every worker learns it from the endpoint's row once this is recorded; this one stops now.
+            wait = min(result.retry_after, settings.DELIVERY_RETRY_MAX.total_seconds())
+            self.blocked_until_mono = max(self.blocked_until_mono, finished_mono + wait)
+
+
+class Lanes:
+    """Every lane of this worker, and the decisions that need all of them."""
+
+    def __init__(
+        self,
+        *,
+        worker: str,
+        default_url: str,
+        concurrency: int | None,
+        batch_size: int,
+        max_rate: float,
+        max_in_flight: int,
+        lease: timedelta,
+    ) -> None:
+        self.worker = worker
+        self.default_url = default_url
+        self.concurrency = concurrency
+        self.batch_size = batch_size
+        self.max_rate = max_rate
+        self.max_in_flight = max_in_flight
+        self.lease = lease
+        self.by_url: dict[str, Lane] = {}
+        self.refreshed_mono = float("-inf")
+        # Set when a verdict made an endpoint failing: read the rows on the next turn, not a second later.
+        self.stale = True
+
+    # --- the endpoints' shared state --------------------------------------------
+
+    def lane(self, url: str, endpoint: Endpoint | None = None) -> Lane:
+        lane = self.by_url.get(url)
+        if lane is None:
+            endpoint = endpoint or endpoints_ensure(urls=[url])[url]
+            limit = FixedLimit(self.concurrency) if self.concurrency else AdaptiveLimit()
+            lane = self.by_url[url] = Lane(url=url, endpoint_id=endpoint.pk, limit=limit)
+            self._follow_row(lane, endpoint)
+        return lane
+
+    def _follow_row(self, lane: Lane, endpoint: Endpoint) -> None:
+        lane.follow_health(endpoint)
+        if endpoint.blocked_until is not None:
+            remaining = (endpoint.blocked_until - timezone.now()).total_seconds()
+            lane.blocked_until_mono = max(lane.blocked_until_mono, time.monotonic() + remaining)
+
+    def refresh_if_due(self) -> list[ClaimedDelivery]:
+        """Read every endpoint's row once a second; return what this worker holds for endpoints that take nothing now.
+
+        Those go back to the queue (the caller hands them back), where they
+        wait with the rest in their due order.
+        """
+        now_mono = time.monotonic()
+        if not self.stale and now_mono - self.refreshed_mono < REFRESH_EVERY:
+            return []
+        if not self.by_url:
+            self.lane(self.default_url)
+        for endpoint in Endpoint.objects.all():
+            self._follow_row(self.lane(endpoint.url, endpoint), endpoint)
+        if self.max_in_flight:
+            self._renew_shares()
+        self.refreshed_mono = now_mono
+        self.stale = False
+        for lane in self.by_url.values():
+            IN_FLIGHT_LIMIT.labels(endpoint=lane.url).set(lane.allowed() if lane.state == HEALTHY else 0)
+        return self._take_waiting(lanes=[lane for lane in self.by_url.values() if lane.state != HEALTHY])
+
+    def _renew_shares(self) -> None:
+        for lane in self.by_url.values():
+            want = lane.limit.current if (lane.waiting or lane.open or lane.state == HEALTHY) else 0
+            lane.share = endpoint_share_in_flight(
+                endpoint_id=lane.endpoint_id, worker=self.worker, want=want, holding=lane.open,
+                cap=self.max_in_flight, lease=self.lease, now=timezone.now(),
+            )
+
+    def follow_verdicts(self, verdicts: Mapping[str, HealthColumns]) -> None:
+        """The health the last record gave some endpoints; one no longer healthy hands back what waits, next turn."""
+        for url, health in verdicts.items():
+            lane = self.by_url[url]
+            lane.follow_health(health)
+            if lane.state != HEALTHY:
+                self.stale = True
+
+    def healthy_urls(self) -> list[str]:
+        """The endpoints last seen HEALTHY with no failure counted (deliveries_record's quiet path)."""
+        return [url for url, lane in self.by_url.items() if lane.state == HEALTHY and lane.consecutive_failures == 0]
+
+    def release_shares(self) -> None:
+        """A stopping worker gives its in-flight shares back at once (they also expire by themselves)."""
+        if self.max_in_flight:
+            endpoint_release_shares(worker=self.worker)
+
+    # --- what to claim --------------------------------------------------------------
+
+    def accepting(self, now_mono: float) -> list[Lane]:
+        return [lane for lane in self.by_url.values() if lane.takes_claims(now_mono)]
+
+    def closed_urls(self, now_mono: float) -> list[str]:
+        return [url for url, lane in self.by_url.items() if not lane.takes_claims(now_mono)]
+
+    def room(self, now_mono: float) -> int:
+        """How many more deliveries the lanes that take claims would hold."""
+        return sum(lane.room(batch_size=self.batch_size) for lane in self.accepting(now_mono))
+
+    def hold(self, deliveries: list[ClaimedDelivery]) -> None:
+        for delivery in deliveries:
+            self.lane(delivery.endpoint_url).waiting.append(delivery)
+
+    def probes_due(self) -> Iterator[Lane]:
+        now = timezone.now()
+        for lane in list(self.by_url.values()):
+            if lane.state == FAILING and not lane.probing and lane.next_probe_at is not None and lane.next_probe_at <= now:
+                yield lane
+
+    def take_probe(self, lane: Lane) -> bool:
+        """Win the failing endpoint's next probe from the fleet (one worker at a time)."""
+        return endpoint_take_probe(endpoint_id=lane.endpoint_id, now=timezone.now(), lease=self.lease)
+
+    def return_probe(self, lane: Lane) -> None:
+        """The probe won found nothing to send: the next one may start after the current interval."""
+        endpoint_return_probe(endpoint_id=lane.endpoint_id, now=timezone.now())
+
+    # --- what may start -----------------------------------------------------------
+
+    def holding(self) -> bool:
+        """Whether any delivery is claimed and not yet finished."""
+        return any(lane.waiting or lane.open for lane in self.by_url.values())
+
+    def waiting(self) -> bool:
+        return any(lane.waiting for lane in self.by_url.values())
+
+    def until_sendable(self) -> float:
+        """Seconds until a lane holding deliveries may start one (0 if one may now)."""
+        now_mono = time.monotonic()
+        return min((lane.blocked_until_mono - now_mono for lane in self.by_url.values() if lane.waiting), default=0.0)
+
+    def ready_to_start(self, *, may_reserve: bool) -> Iterator[tuple[Lane, ClaimedDelivery, float | None]]:
+        """The waiting deliveries each lane allows to start now, with the rate slot each must wait for.
+
+        Lazily, one at a time: the caller starts each before asking for the
+        next, which counts it open. Without `may_reserve` no slots are reserved
+        (no database work: the event loop is running) and a lane under
+        WEBHOOK_MAX_RATE starts only what slots it already has.
+        """
+        now_mono = time.monotonic()
+        for lane in self.by_url.values():
+            while lane.waiting and lane.open < lane.allowed() and lane.takes_claims(now_mono):
+                slot_mono = None
+                if self.max_rate:
+                    if not lane.slots_mono:
+                        if not may_reserve:
+                            break
+                        self._reserve_slots(lane)
+                    slot_mono = lane.slots_mono.popleft()
+                yield lane, lane.waiting.popleft(), slot_mono
+
+    def _reserve_slots(self, lane: Lane) -> None:
+        count = max(1, min(len(lane.waiting), lane.allowed() - lane.open, math.ceil(self.max_rate * RATE_HORIZON)))
+        now = timezone.now()
+        first = endpoint_reserve_send_slots(endpoint_id=lane.endpoint_id, count=count, rate=self.max_rate, now=now)
+        start_mono = time.monotonic() + (first - now).total_seconds()
+        lane.slots_mono.extend(start_mono + i / self.max_rate for i in range(count))
+
+    # --- stopping ---------------------------------------------------------------------
+
+    def take_all_waiting(self) -> list[ClaimedDelivery]:
+        return self._take_waiting(lanes=list(self.by_url.values()))
+
+    def _take_waiting(self, *, lanes: list[Lane]) -> list[ClaimedDelivery]:
+        taken = [delivery for lane in lanes for delivery in lane.waiting]
+        for lane in lanes:
+            lane.waiting.clear()
+        return taken

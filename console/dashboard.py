@@ -16,7 +16,7 @@ from runtime.models import ProcessHeartbeat, ProcessKind
 from runtime.selectors import processes_recent
 from scheduling import selectors as event_selectors
 from scheduling.models import EventStatus, EventType, EventZoneData
-from scheduling.zonedata import zone_data_refresh, zone_data_version
+from scheduling.zonedata import zone_data_version
 
 # --- the chart -----------------------------------------------------------------------
 
@@ -141,7 +141,6 @@ class ZoneDataLine:
 
 
 def zone_data_line(*, processes: list) -> ZoneDataLine:
-    zone_data_refresh()
     events = event_selectors.events_zone_data()
     agreed = {events.version, events.pass_version} - {""}
     moved = sorted(events.moved.items(), key=lambda item: (-item[1], item[0]))

@@ -188,6 +188,7 @@ class Scheduler(ProcessLoop):
         return min(self.interval, wait)
 
     def _follow_zone_rules(self) -> None:
+        # The turn's seam for a time zone database update (scheduling.zonedata), first in every turn.
         if zone_data_refresh():
             self.zone_rules_behind = True
         if self.zone_rules_behind:

@@ -32,7 +32,7 @@ from runtime.database import DB_ERRORS, refresh_connection, reset_connection_aft
 from runtime.loop import ProcessLoop, SideTask
 from runtime.models import ProcessKind
 from runtime.wakeup import WORKER_CHANNEL
-from scheduling.zonedata import zone_data_version
+from scheduling.zonedata import zone_data_refresh, zone_data_version
 
 logger = logging.getLogger(__name__)
 
@@ -155,6 +155,9 @@ class Worker(ProcessLoop):
 
     def _deliver(self) -> bool:
         """Claim, start, send for a slice, record; return whether work is in hand."""
+        # The turn's seam for a time zone database update: the version this worker
+        # reports follows its host's data like the scheduler's (it computes nothing with zones).
+        zone_data_refresh()
         self._held_up()
         if self.recovering:
             self._recover()

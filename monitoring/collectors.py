@@ -43,7 +43,7 @@ from scheduling.selectors import (
     events_zone_data,
     overdue_summary,
 )
-from scheduling.zonedata import zone_data_refresh, zone_data_version
+from scheduling.zonedata import zone_data_version
 
 logger = logging.getLogger(__name__)
 
@@ -159,7 +159,6 @@ def _zone_data_families() -> Iterator[Metric]:
     Schedulers and workers serve their own birthday_zone_data_info on their
     metrics port, so one rule compares every process with the events (deploy/prometheus/alerts.yml).
     """
-    zone_data_refresh()
     yield InfoMetricFamily(
         "birthday_zone_data",
         "The IANA version of the time zone database this process computes with.",

@@ -9,6 +9,12 @@ meanwhile: `zone_data_refresh` looks at the database's version file (a stat,
 at most once a second) and, when the version changed, drops every cache, so
 what is computed next follows the rules now in force. The PENDING events
 computed before are moved by scheduling.services.zone_rules.
+
+It is called at two seams and nowhere else, so that no service, validator or
+page has to remember to: at the top of every web request
+(scheduling.middleware.ZoneDataMiddleware) and at the top of every turn of a
+long-running loop (the scheduler's and the worker's). A one-off command
+(import_users, follow_zone_data) reads the data in force when it starts.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone as django_timezone
 
 from scheduling.timezones import load_timezone
-from scheduling.zonedata import zone_cache, zone_data_refresh
+from scheduling.zonedata import zone_cache
 
 NAME_MAX_LENGTH = 100
 EXTERNAL_ID_MAX_LENGTH = 255
@@ -46,9 +46,6 @@ def clean_timezone(value: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValidationError("Time zone must be an IANA name such as America/New_York.")
     name = value.strip()
-    # A zone the database gained since this process started is accepted at once
-    # (and every date is then checked by the same rules the events are computed with).
-    zone_data_refresh()
     if name not in _known_timezone_names():
         if _UTC_OFFSET.match(name):
             raise ValidationError(

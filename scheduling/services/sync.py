@@ -16,7 +16,6 @@ from scheduling.handlers import REGISTRY, Occurrence, Recipient
 from scheduling.models import Event, EventStatus
 from scheduling.services.occurrences import next_occurrence, pending_event, scheduled_occurrence
 from scheduling.timezones import load_timezone
-from scheduling.zonedata import zone_data_refresh
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +57,6 @@ def event_create_next(*, user: Recipient, event_type: str, now: datetime | None 
 def events_create_first(*, user: Recipient, now: datetime | None = None) -> list[Event]:
     """A new user's first PENDING events, one per type they have occurrences of: nothing to look up."""
     now = now or timezone.now()
-    zone_data_refresh()
     events = []
     for event_type in REGISTRY:
         occurrence = next_occurrence(recipient=user, event_type=event_type, now=now)
@@ -227,9 +225,6 @@ def event_sync_for_user(*, user: Recipient, now: datetime | None = None) -> Sync
     touched.
     """
     now = now or timezone.now()
-    # With the rules in force: an edit right after a time zone database update
-    # agrees with the recomputation of the events (scheduling.services.zone_rules).
-    zone_data_refresh()
     result = SyncResult()
     for event_type in REGISTRY:
         _sync_one_type(user=user, event_type=event_type, now=now, result=result)

@@ -72,7 +72,7 @@ class StandardPagination(PageNumberPagination):
 
     def paginate_queryset(self, queryset, request, view=None):
         # DRF's own, with a paginator that knows which page it counts from, and
-        # without page=last: which page is last is what the count no longer reads.
+        # without page=last: which page is last is what the count does not read.
         self.request = request
         page_number = request.query_params.get(self.page_query_param) or 1
         paginator = CountFromPagePaginator(queryset, self.get_page_size(request), page_number=page_number)

@@ -122,7 +122,8 @@ def no_product_process_outlives_its_test(request, monkeypatch):
 
 @pytest.fixture(autouse=True)
 def fast_password_hashing(settings):
-    # The real hasher costs ~0.25 s per operator created; tests do not need its strength.
+    # The real hasher is slow on purpose, and every operator created pays it;
+    # tests do not need its strength.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 

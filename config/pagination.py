@@ -7,7 +7,7 @@ from rest_framework.response import Response
 # Items counted past the end of the page asked for, at most: 20 pages of the
 # largest size. A list of every recipient would otherwise be counted whole on
 # every page, an index entry per recipient; further on, a client follows `next`.
-COUNT_BOUND = 10_000
+MOST_ITEMS_COUNTED_PAST_PAGE = 10_000
 # PostgreSQL's OFFSET is a bigint: a page number past it is past any list's end.
 LARGEST_OFFSET = 2**63 - 1
 
@@ -23,7 +23,7 @@ class CountFromPagePaginator(Paginator):
     `next` exists whenever the page has a successor.
     """
 
-    bound = COUNT_BOUND
+    bound = MOST_ITEMS_COUNTED_PAST_PAGE
 
     def __init__(self, object_list, per_page, *, page_number) -> None:
         super().__init__(object_list, per_page)
@@ -46,9 +46,11 @@ class CountFromPagePaginator(Paginator):
 
     @cached_property
     def count(self) -> int:
-        # Items from the page on mean every item before it exists. None means
-        # the page is past the end (or the list is empty): any count ending
-        # before the page makes page() refuse it, as an exact count would.
+        # Items from the page on mean every item before it exists. No item
+        # from the page on means the page is past the end (or the list is
+        # empty): the count is then 0, so page() refuses any page but the
+        # first, as an exact count would, and an empty list's first page
+        # counts 0 items.
         if not self._counted_from_page:
             return 0
         return self.first_item + min(self._counted_from_page, self._most_counted)
@@ -70,7 +72,7 @@ class StandardPagination(PageNumberPagination):
 
     def paginate_queryset(self, queryset, request, view=None):
         # DRF's own, with a paginator that knows which page it counts from, and
-        # without page=last: which page is last is what the count no longer reads.
+        # without page=last: which page is last is what the count does not read.
         self.request = request
         page_number = request.query_params.get(self.page_query_param) or 1
         paginator = CountFromPagePaginator(queryset, self.get_page_size(request), page_number=page_number)
@@ -107,13 +109,13 @@ class StandardPagination(PageNumberPagination):
         paginated["required"] = ["count", "count_is_lower_bound", "next", "previous", "results"]
         for key, description in {
             "count": (
-                f"How many items there are on all pages together, counted up to {COUNT_BOUND:,} items past the "
-                f"end of this page: when there are more, count_is_lower_bound is true and there are at "
-                f"least this many."
+                f"How many items there are on all pages together, counted up to "
+                f"{MOST_ITEMS_COUNTED_PAST_PAGE:,} items past the end of this page: when there are more, "
+                f"count_is_lower_bound is true and there are at least this many."
             ),
             "count_is_lower_bound": (
-                f"True when more items follow than were counted ({COUNT_BOUND:,} past the end of this page): "
-                f"count is then a lower bound. Follow next to the end to read them all."
+                f"True when more items follow than were counted ({MOST_ITEMS_COUNTED_PAST_PAGE:,} past the end "
+                f"of this page): count is then a lower bound. Follow next to the end to read them all."
             ),
             "next": "The URL of the next page; null on the last one.",
             "previous": "The URL of the previous page; null on the first one.",

@@ -9,22 +9,22 @@ from django.utils.functional import cached_property
 
 # Rows counted at most: 20 pages of 50. Further back, an operator narrows the
 # list with a filter or a search rather than paging.
-COUNT_BOUND = 1000
+MOST_ROWS_COUNTED = 1000
 
 
 class BoundedPaginator(Paginator):
-    """Counts at most COUNT_BOUND + 1 rows of the filtered list; `more` says whether there are more.
+    """Counts at most `bound` + 1 rows of the filtered list; `more` says whether there are more.
 
     Django's ChangeList takes `paginator.count` on every page, even with
     show_full_result_count off, and a plain COUNT(*) reads every matching row:
     over years of history, that is the whole table on every page view. Here the
     count is of a LIMITed subquery, ordered as the list is, so it reads the same
-    index range the pages do and stops after COUNT_BOUND + 1 rows. The count it
+    index range the pages do and stops after `bound` + 1 rows. The count it
     reports is the bound when there are more, so page links reach the last
     counted page; the pagination line says "more than" (templates/admin/pagination.html).
     """
 
-    bound = COUNT_BOUND
+    bound = MOST_ROWS_COUNTED
 
     @cached_property
     def _counted(self) -> int:

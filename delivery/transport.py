@@ -111,10 +111,10 @@ class WebhookTransport:
     The session's connector sets no limit of its own: how many requests are
     open is the worker's decision (delivery.limit). Proxies come from the
     environment (HTTP_PROXY, HTTPS_PROXY, NO_PROXY), read once and decided once
-    per URL: aiohttp's own trust_env looks them (and ~/.netrc) up again for
-    every request in a thread pool, and those threads' turns at the GIL slowed
-    every send on the loop's thread. Open it and send from the event loop it
-    is to run on.
+    per URL, rather than by aiohttp's trust_env, which looks them (and
+    ~/.netrc) up again for every request in a thread pool: those threads take
+    the GIL from the loop's thread, and every send waits for them. Open it and
+    send from the event loop it is to run on.
     """
 
     def __init__(self, *, timeout: float, signer: WebhookSigner | None = None) -> None:

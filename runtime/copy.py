@@ -1,10 +1,9 @@
 """Fast multi-row INSERTs through PostgreSQL's COPY.
 
 Django's bulk_create spends most of its time building SQL and dumping
-parameters on the client, which profiles of the bulk import and of the
-scheduler's claim showed as a large part of both. COPY streams the same rows
-without that work, inside the caller's transaction. Signals are not sent, as
-with bulk_create.
+parameters on the client, a large part of the bulk import's time and of the
+scheduler's claim. COPY streams the same rows without that work, inside the
+caller's transaction. Signals are not sent, as with bulk_create.
 """
 
 from __future__ import annotations

@@ -28,9 +28,9 @@ def uuid7() -> uuid.UUID:
 
     The random bits come from the random module, not os.urandom: an id must be
     unique, not unguessable (RFC 9562 leaves that choice to the application),
-    and a system call per id was a visible share of the scheduler's profile. The
-    generator is seeded from os.urandom at start and reseeded in every forked
-    child, so processes do not share sequences.
+    and a system call per id would be a visible share of the scheduler's
+    claim. The generator is seeded from os.urandom at start and reseeded in
+    every forked child, so processes do not share sequences.
     """
     ms = time.time_ns() // 1_000_000
     rand = random.getrandbits(74)

@@ -63,17 +63,16 @@ def send(sql: str, params: Sequence, *, binary: bool = False) -> Callable[[], tu
 
     Outside `pipeline()` the statement has run by the time this returns. The
     rows are None for a statement that returns none. The parameters are bound
-    on the server: Django's cursors bind them on the
-    client, quoting every element of every array in Python, which cost more
-    than the statement itself on a batch of 1,000 (profiled in the
-    scheduler's claim). Errors come out as Django's database errors, and the
-    statement is logged, with its parameters, where Django logs queries (DEBUG,
-    CaptureQueriesContext), so tests can EXPLAIN exactly what ran.
+    on the server: Django's cursors bind them on the client, quoting every
+    element of every array in Python, which costs more than the statement
+    itself on a claim's batch. Errors come out as Django's database errors,
+    and the statement is logged, with its parameters, where Django logs
+    queries (DEBUG, CaptureQueriesContext), so tests can EXPLAIN exactly what
+    ran.
 
     With `binary`, PostgreSQL returns the rows in its binary format, which
-    psycopg decodes in C: the scheduler's claim fetches its batch markedly
-    faster than as text, whose timestamps go through Django's Python
-    loader. Not for jsonb columns: they
+    psycopg decodes in C, where text timestamps go through Django's Python
+    loader: a claim's batch arrives faster. Not for jsonb columns: they
     would arrive parsed, not as the text Django's loader gives.
     """
     connection.ensure_connection()

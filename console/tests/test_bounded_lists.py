@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 from django.conf import settings
 
-from console.pagination import COUNT_BOUND, BoundedPaginator
+from console.pagination import MOST_ROWS_COUNTED, BoundedPaginator
 from console.tests.console_data import completed_event
 from console.widgets import LatestRowsFormSet
 from delivery.models import Delivery
@@ -47,7 +47,7 @@ def test_a_list_within_the_bound_is_counted_exactly(console):
     cl = response.context["cl"]
     assert (cl.result_count, cl.paginator.more) == (3, False)
     assert "3 recipients" in response.content.decode()
-    assert COUNT_BOUND >= 1000
+    assert MOST_ROWS_COUNTED >= 1000
 
 
 

@@ -26,6 +26,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import NamedTuple
 from zoneinfo import ZoneInfoNotFoundError
 
 from django.db import connection, transaction
@@ -43,9 +44,40 @@ logger = logging.getLogger(__name__)
 BATCH_SIZE = 5000
 _IANA_VERSION = re.compile(r"^(\d{4})([a-z]+)$")
 
-_F = {name: Event._meta.get_field(name) for name in (
-    "id", "version", "target_timestamp_utc", "target_timezone", "target_timestamp_local", "updated_at",
-)}
+
+class PendingInstantRow(NamedTuple):
+    """A PENDING event's instant as a batch reads it: its fields are the columns read, in their order."""
+
+    id: uuid.UUID
+    version: int
+    target_timestamp_utc: datetime
+    target_timezone: str
+    target_timestamp_local: str
+
+
+class RulesChange(NamedTuple):
+    """What the rules now loaded make of a stored local time whose instant they change."""
+
+    # The instant the stored local text names (its offset is the old rules').
+    stored_instant: datetime
+    target_timestamp_utc: datetime
+    target_timestamp_local: str
+
+
+class MovedEventRow(NamedTuple):
+    """An event's new instant, for the set-based UPDATE: its fields are the columns matched and written."""
+
+    id: uuid.UUID
+    version: int
+    target_timestamp_utc: datetime
+    target_timestamp_local: str
+
+
+# The model fields of the columns the pass reads and writes, by name: their
+# database types adapt its parameters.
+_EVENT_FIELDS = {
+    name: Event._meta.get_field(name) for name in (*PendingInstantRow._fields, *MovedEventRow._fields, "updated_at")
+}
 
 
 @dataclass
@@ -68,11 +100,11 @@ def _is_older(version: str, than: str) -> bool:
     return mine is not None and theirs is not None and mine < theirs
 
 
-def _resolve(zone: str, local: str) -> tuple[datetime, datetime, str] | None:
-    """The instant a stored local time stands for, and its instant and text by the rules now loaded.
+def _change_by_current_rules(*, zone: str, local: str) -> RulesChange | None:
+    """How the rules now loaded change the instant of a stored local time in `zone`; None if they do not.
 
-    None if they are the same. Raises ZoneInfoNotFoundError for a zone the
-    database does not have (any more), ValueError for text that is no time.
+    Raises ZoneInfoNotFoundError for a zone the database does not have (any
+    more), ValueError for text that is no time.
     """
     stored = datetime.fromisoformat(local)
     # The wall time as stored. One that fell in a DST gap was stored moved
@@ -80,69 +112,80 @@ def _resolve(zone: str, local: str) -> tuple[datetime, datetime, str] | None:
     # not stored, and the wall time the event was announced at is this one.
     target_utc, target_local = wall_time_instant(wall=stored.replace(tzinfo=None), timezone_name=zone)
     text = target_local.isoformat()
-    return None if text == local else (stored, target_utc, text)
+    return None if text == local else RulesChange(stored, target_utc, text)
 
 
-def _batch(*, after_target: datetime, after_id: uuid.UUID, batch_size: int) -> list[tuple]:
+def _batch(*, after_target: datetime, after_id: uuid.UUID, batch_size: int) -> list[PendingInstantRow]:
     # The partial index of the claim (event_pending_due_idx) holds exactly the
     # PENDING rows in target order; the plain `>=` lets PostgreSQL start the
     # index scan there, the row comparison breaks ties between equal targets.
     table = Event._meta.db_table
-    target = _F["target_timestamp_utc"].get_db_prep_value(after_target, connection)
-    return execute(
-        f"SELECT id, version, target_timestamp_utc, target_timezone, target_timestamp_local FROM {table} "
+    target = _EVENT_FIELDS["target_timestamp_utc"].get_db_prep_value(after_target, connection)
+    columns = ", ".join(_EVENT_FIELDS[name].column for name in PendingInstantRow._fields)
+    rows = execute(
+        f"SELECT {columns} FROM {table} "
         "WHERE status = %s AND target_timestamp_utc >= %s AND (target_timestamp_utc, id) > (%s, %s) "
         "ORDER BY target_timestamp_utc, id LIMIT %s",
-        [EventStatus.PENDING.value, target, target, _F["id"].get_db_prep_value(after_id, connection), batch_size],
-        # Decoded in C: parsing a batch's timestamps from text was most of the pass's Python time.
+        [
+            EventStatus.PENDING.value,
+            target,
+            target,
+            _EVENT_FIELDS["id"].get_db_prep_value(after_id, connection),
+            batch_size,
+        ],
+        # Decoded in C: as text, every timestamp of the batch would be parsed in
+        # Python, which costs more than all the rest the pass does with it.
         binary=True,
     )
+    return list(map(PendingInstantRow._make, rows))
 
 
-def _move(*, rows: list[tuple], now: datetime) -> Counter:
-    """Move the events in `rows` (id, version, new UTC, new local text) if still PENDING at that version."""
+def _move(*, rows: list[MovedEventRow], now: datetime) -> Counter:
+    """Move the events in `rows` to their new instants if still PENDING at the version read; count them by zone."""
     if not rows:
         return Counter()
-    relation, params = rows_relation(
-        "v",
-        [("v_id", _F["id"]), ("v_version", _F["version"]), ("v_utc", _F["target_timestamp_utc"]),
-         ("v_local", _F["target_timestamp_local"])],
-        rows,
-    )
+    relation, params = rows_relation("v", [(f"v_{name}", _EVENT_FIELDS[name]) for name in MovedEventRow._fields], rows)
     moved = execute(
-        f"UPDATE {Event._meta.db_table} AS e SET target_timestamp_utc = v.v_utc, target_timestamp_local = v.v_local, "
+        f"UPDATE {Event._meta.db_table} AS e SET target_timestamp_utc = v.v_target_timestamp_utc, "
+        "target_timestamp_local = v.v_target_timestamp_local, "
         f"version = e.version + 1, updated_at = %s FROM {relation} "
         "WHERE e.id = v.v_id AND e.status = %s AND e.version = v.v_version RETURNING target_timezone",
-        [_F["updated_at"].get_db_prep_value(now, connection), *params, EventStatus.PENDING.value],
+        [_EVENT_FIELDS["updated_at"].get_db_prep_value(now, connection), *params, EventStatus.PENDING.value],
     )
     return Counter(zone for (zone,) in moved)
 
 
-class _Resolver:
-    """The moves of one call: each (zone, stored local time) resolved once, each unknown zone logged once."""
+class _CurrentRules:
+    """The rules now loaded, applied to one call's events.
 
-    def __init__(self, version: str) -> None:
+    Each (zone, stored local time) is resolved once, each zone they cannot resolve logged once.
+    """
+
+    def __init__(self, *, version: str) -> None:
         self.version = version
-        self.resolved: dict[tuple[str, str], tuple[datetime, datetime, str] | None] = {}
+        self.changes: dict[tuple[str, str], RulesChange | None] = {}
         self.unknown: set[str] = set()
 
-    def changes(self, events: list[tuple]) -> list[tuple]:
-        """(id, version, new UTC, new local text) of the events in `events` whose instant changes."""
-        changes = []
-        for event_id, version, target, zone, local in events:
-            key = (zone, local)
-            if key not in self.resolved:
-                self.resolved[key] = self._resolve(zone, local)
-            move = self.resolved[key]
+    def moves(self, *, events: list[PendingInstantRow]) -> list[MovedEventRow]:
+        """The new instants of the events in `events` that these rules change."""
+        moves = []
+        for event in events:
+            key = (event.target_timezone, event.target_timestamp_local)
+            if key not in self.changes:
+                self.changes[key] = self._change_if_resolvable(zone=key[0], local=key[1])
+            change = self.changes[key]
             # Only an instant its local time describes was computed from it:
             # one set otherwise (a hand-made fix in SQL) is left as it is.
-            if move is not None and move[0] == target:
-                changes.append((event_id, version, move[1], move[2]))
-        return changes
+            if change is not None and change.stored_instant == event.target_timestamp_utc:
+                moves.append(
+                    MovedEventRow(event.id, event.version, change.target_timestamp_utc, change.target_timestamp_local)
+                )
+        return moves
 
-    def _resolve(self, zone: str, local: str) -> tuple[datetime, datetime, str] | None:
+    def _change_if_resolvable(self, *, zone: str, local: str) -> RulesChange | None:
+        """The change these rules make to `local` in `zone`; None, logged once per zone, for one they cannot resolve."""
         try:
-            return _resolve(zone, local)
+            return _change_by_current_rules(zone=zone, local=local)
         except (ValueError, ZoneInfoNotFoundError):
             if zone not in self.unknown:
                 self.unknown.add(zone)
@@ -168,17 +211,18 @@ def _pass_start(*, state: EventZoneData, version: str) -> None:
     state.moved, state.pass_started_at, state.pass_completed_at = {}, now, None
 
 
-def _pass_batch(*, state: EventZoneData, resolver: _Resolver, batch_size: int) -> Counter:
+def _pass_batch(*, state: EventZoneData, current_rules: _CurrentRules, batch_size: int) -> Counter:
     """Move the next batch of the pass; record where it stands, or that it is complete."""
     events = _batch(after_target=state.pass_after_target, after_id=state.pass_after_id, batch_size=batch_size)
-    moved = _move(rows=resolver.changes(events), now=timezone.now())
+    moved = _move(rows=current_rules.moves(events=events), now=timezone.now())
     state.moved = dict(Counter(state.moved) + moved)
     if len(events) < batch_size:
         state.version, state.pass_version = state.pass_version, ""
         state.pass_after_target = state.pass_after_id = None
         state.pass_completed_at = timezone.now()
     else:
-        state.pass_after_target, state.pass_after_id = events[-1][2], events[-1][0]
+        last = events[-1]
+        state.pass_after_target, state.pass_after_id = last.target_timestamp_utc, last.id
     state.save()
     return moved
 
@@ -198,7 +242,7 @@ def events_follow_zone_data(*, seconds: float | None = None, batch_size: int = B
         logger.warning("The time zone data has no version: PENDING events are not recomputed")
         return result
     started = time.monotonic()
-    resolver = _Resolver(version)
+    current_rules = _CurrentRules(version=version)
     while True:
         with transaction.atomic():
             state, _ = EventZoneData.objects.select_for_update().get_or_create(pk=1)
@@ -215,7 +259,7 @@ def events_follow_zone_data(*, seconds: float | None = None, batch_size: int = B
                 return result
             if state.pass_version != version:
                 _pass_start(state=state, version=version)
-            result.moved.update(_pass_batch(state=state, resolver=resolver, batch_size=batch_size))
+            result.moved.update(_pass_batch(state=state, current_rules=current_rules, batch_size=batch_size))
         if not state.pass_version:
             logger.info(
                 "Every PENDING event follows time zone data %s: %s moved%s",

@@ -103,7 +103,7 @@ class Command(BaseCommand):
             ) from exc
         # Fresh rows leave the planner guessing until autovacuum's first
         # ANALYZE; the claim query must not run on a guess (on a freshly
-        # loaded table its plan was several times slower than after ANALYZE).
+        # loaded table its plan is several times slower than after ANALYZE).
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE users_user; ANALYZE scheduling_event;")
         finished = time.monotonic()

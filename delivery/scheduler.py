@@ -124,7 +124,7 @@ class Scheduler(ProcessLoop):
         threads claim side by side, each on its own connection: SKIP LOCKED
         gives them different rows, and while one waits for PostgreSQL (its
         statements and its commit) another computes its batch, so both cores
-        work (Python and PostgreSQL took turns on one thread, profiled).
+        work: on one thread, Python and PostgreSQL would only take turns.
         """
         first = self._claim_batch()
         if first < self.batch_size:

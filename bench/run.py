@@ -17,7 +17,6 @@ import calendar
 import csv
 import json
 import os
-import platform
 import random
 import re
 import resource
@@ -27,10 +26,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import traceback
-import urllib.request
 import zoneinfo
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, date, datetime, timedelta
@@ -41,21 +38,14 @@ import psutil
 import psycopg
 
 from bench import sql
-from bench.receiver import LATENCIES_MS, Receiver, StatusSampler, free_port
-
-ROOT = Path(__file__).resolve().parent.parent
-PRODUCT_PY = str(ROOT / ".venv" / "bin" / "python")
-BENCH_PY = sys.executable
-RESULTS = ROOT / "bench" / "results"
-RAW = RESULTS / "raw"
-PG = "postgres://postgres@127.0.0.1:5432"
-# BENCH_DATABASE_PREFIX: another checkout's bench on the same server must use other
-# databases, or each run's setup and teardown would drop the other's.
-DB = os.environ.get("BENCH_DATABASE_PREFIX", "bench") + "_scheduler"
-PROC_DB = os.environ.get("BENCH_DATABASE_PREFIX", "bench") + "_procrastinate"
-DSN = f"{PG}/{DB}"
-PROC_DSN = f"{PG}/{PROC_DB}"
-API_PORT = 0  # picked free when gunicorn starts
+from bench.api_server import api_token, gunicorn_start
+from bench.harness import Harness, log
+from bench.locations import BENCH_PY, PROCRASTINATE_DSN, PRODUCT_DSN, PRODUCT_PY, RAW, RESULTS, ROOT
+from bench.processes import LimitSampler, RssSampler
+from bench.profiling import py_spy_record, top_functions
+from bench.receiver import LATENCIES_MS, StatusSampler, free_port
+from bench.stats import median, percentile, steady_rate
+from bench.wrk import wrk_run
 
 # Sizes. "full" is what `make bench` runs; "small" validates the harness in minutes.
 SIZES = {
@@ -112,346 +102,19 @@ ZONE_WEIGHTS = {
 }
 
 
-def log(msg: str) -> None:
-    print(f"[{datetime.now(UTC):%H:%M:%S}] {msg}", flush=True)
-
-
-def median(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
-# --- processes ------------------------------------------------------------------------
-
-
-class Procs:
-    """Product processes started by the harness; stopped with SIGTERM, then SIGKILL."""
-
-    def __init__(self) -> None:
-        self.all: list[subprocess.Popen] = []
-
-    def spawn(self, name: str, args: list[str], env: dict, *, python: str = PRODUCT_PY) -> subprocess.Popen:
-        out = open(RAW / f"{name}.log", "a")
-        out.write(f"\n--- {datetime.now(UTC).isoformat()} {' '.join(args)}\n")
-        out.flush()
-        proc = subprocess.Popen([python, *args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-        proc.bench_name = name
-        self.all.append(proc)
-        return proc
-
-    def stop(self, procs: list[subprocess.Popen], timeout: float = 20) -> None:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for p in procs:
-            try:
-                p.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        self.all = [p for p in self.all if p not in procs]
-
-    def stop_all(self) -> None:
-        self.stop(list(self.all), timeout=10)
-
-
-class RssSampler(threading.Thread):
-    """Samples RSS of the given processes every `every` s; keeps the peak and a series."""
-
-    def __init__(self, procs: dict[str, int], every: float = 0.2, on_sample=None) -> None:
-        super().__init__(daemon=True)
-        self.ps = {}
-        for name, pid in procs.items():
-            try:
-                self.ps[name] = psutil.Process(pid)
-            except psutil.Error:
-                pass
-        self.every = every
-        self.peak = {name: 0 for name in self.ps}
-        # user + system CPU seconds of each process, read when sampling finishes.
-        self.cpu: dict[str, float] = {}
-        self.series: list[tuple[float, dict]] = []
-        self.on_sample = on_sample
-        self.halt = threading.Event()
-
-    def run(self) -> None:
-        while not self.halt.is_set():
-            sample = {}
-            for name, p in self.ps.items():
-                try:
-                    rss = p.memory_info().rss
-                except psutil.Error:
-                    continue
-                sample[name] = rss
-                self.peak[name] = max(self.peak[name], rss)
-            self.series.append((time.time(), sample))
-            if self.on_sample:
-                self.on_sample(time.time(), sample)
-            self.halt.wait(self.every)
-
-    def cpu_seconds(self) -> dict[str, float]:
-        """Each process's user + system CPU seconds so far (/proc/<pid>/stat utime + stime)."""
-        out = {}
-        for name, p in self.ps.items():
-            try:
-                t = p.cpu_times()
-            except psutil.Error:
-                continue
-            out[name] = t.user + t.system
-        return out
-
-    def finish(self) -> dict:
-        self.halt.set()
-        self.join()
-        self.cpu = self.cpu_seconds()
-        return {k: v / 2**20 for k, v in self.peak.items()}
-
-
-class LimitSampler(threading.Thread):
-    """Reads each worker's birthday_worker_in_flight_limit for one endpoint from its metrics port every `every` s."""
-
-    def __init__(self, ports: dict[str, int], url: str, every: float = 1.0) -> None:
-        super().__init__(daemon=True)
-        self.ports = ports
-        self.pattern = re.compile(r'^birthday_worker_in_flight_limit\{endpoint="' + re.escape(url) + r'"\} (\S+)$', re.M)
-        self.every = every
-        self.series: list[tuple[float, dict[str, float]]] = []
-        self.halt = threading.Event()
-
-    def run(self) -> None:
-        while not self.halt.is_set():
-            sample = {}
-            for name, port in self.ports.items():
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
-                        m = self.pattern.search(r.read().decode())
-                except OSError:
-                    continue  # not serving yet (Django start-up), or gone
-                if m:
-                    sample[name] = float(m.group(1))
-            if sample:
-                self.series.append((time.time(), sample))
-            self.halt.wait(self.every)
-
-    def finish(self) -> dict:
-        self.halt.set()
-        self.join()
-        names = sorted({n for _, s in self.series for n in s})
-        return {
-            "peak": {n: max((s.get(n, 0) for _, s in self.series), default=None) for n in names},
-            "last": {n: next((s[n] for _, s in reversed(self.series) if n in s), None) for n in names},
-            "peak_sum": max((sum(s.values()) for _, s in self.series), default=None),
-            "samples": len(self.series),
-        }
-
-
-# --- the harness ------------------------------------------------------------------------
-
-
-class Bench:
+class Bench(Harness):
     def __init__(self, size: str) -> None:
-        self.size = size
         self.s = SIZES[size]
-        self.receiver = Receiver()
-        self.procs = Procs()
-        self.conn = None
-        self.results: dict = {"size": size, "sizes": self.s, "started": datetime.now(UTC).isoformat()}
-        self.tags = 0
-        self.patch_listener = False
+        super().__init__(size=size, sizes=self.s)
 
-    def tag(self, what: str) -> str:
-        self.tags += 1
-        return f"{what}{self.tags}-{int(time.time())}"
-
-    def env(self, **extra) -> dict:
-        env = dict(os.environ)
-        for var in ("DJANGO_SETTINGS_MODULE", "VIRTUAL_ENV"):
-            env.pop(var, None)
-        env.update(
-            DATABASE_URL=DSN,
-            WEBHOOK_URL=self.receiver.url,
-            WEBHOOK_TIMEOUT="10s",
-            LOG_LEVEL="WARNING",
-            PYTHONUNBUFFERED="1",
-            BENCH_PATCH_LISTENER="1" if self.patch_listener else "0",
-            # The throttles still run (their cost is part of the product), but
-            # no benchmark client should ever be told to slow down.
-            API_THROTTLE_ACCOUNT="1000000/second",
-        )
-        env.update({k: str(v) for k, v in extra.items()})
-        return env
-
-    def manage(self, *args: str, env: dict | None = None, timeout: float = 3600) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [PRODUCT_PY, "manage.py", *args], cwd=ROOT, env=env or self.env(), capture_output=True, text=True,
-            timeout=timeout, check=False,
-        )
-
-    def save(self) -> None:
-        (RAW / "results.json").write_text(json.dumps(self.results, indent=1, default=str))
-
-    # --- setup / teardown ---------------------------------------------------------------
-
-    def setup(self) -> None:
-        RAW.mkdir(parents=True, exist_ok=True)
-        self.results["machine"] = machine_info()
-        log(f"machine: {self.results['machine']}")
-        for attempt in range(4):  # other suites restart PostgreSQL now and then
-            try:
-                self.wait_for_postgres()
-                admin = sql.connect(f"{PG}/postgres")
-                for name in (DB, PROC_DB):
-                    admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-                    admin.execute(f"CREATE DATABASE {name}")
-                admin.close()
-                r = self.manage("migrate", "--noinput")
-                if r.returncode:
-                    raise RuntimeError("migrate failed:\n" + r.stdout + r.stderr)
-                self.conn = sql.connect(DSN)
-                break
-            except (psycopg.OperationalError, RuntimeError) as exc:
-                if attempt == 3:
-                    raise
-                log(f"setup disturbed ({str(exc).strip().splitlines()[-1][:100]}); again")
-                time.sleep(3)
-        self.conn.execute(
-            "CREATE TABLE IF NOT EXISTS bench_bare_insert (id bigserial PRIMARY KEY, body jsonb, created_at timestamptz DEFAULT now())"
-        )
-        self.receiver.start()
-        self.results["receiver"] = {
-            "kind": "nginx (Debian package), 1 worker process, buffered access log",
-            "latency_variant": "nginx echo_sleep 0.05 (libnginx-mod-http-echo)",
-        }
-        log(f"receiver up on {self.receiver.url} and {self.receiver.url_slow}")
-        self.results["listener_check"] = self.listener_check()
-        self.patch_listener = self.results["listener_check"]["hangs"]
-        log(f"listener check: {self.results['listener_check']['verdict']}")
-
-    def listener_check(self) -> dict:
-        """Does an idle run_worker, as committed, deliver a delivery it is woken for by NOTIFY?"""
-        self.truncate()
-        tag = self.tag("wake")
-        self.patch_listener = False
-        worker = self.procs.spawn("worker", ["-m", "bench.product_main", "run_worker"], self.env())
-        time.sleep(5)  # started and idle in Listener.wait
-        reader = self.receiver.reader()
-        with self.conn.transaction():
-            sql.users_and_events(self.conn, tag=tag, n=1, target_sql="now()", status="PROCESSING")
-            sql.deliveries(self.conn, tag=tag, n=1, url=self.receiver.url)
-            self.conn.execute("NOTIFY birthday_delivery_queued")
-        expected = {k for (k,) in self.conn.execute("SELECT idempotency_key FROM delivery_delivery").fetchall()}
-        counts = reader.wait_for(expected, timeout=6)
-        dump = subprocess.run([str(Path(BENCH_PY).parent / "py-spy"), "dump", "--pid", str(worker.pid)],
-                              capture_output=True, text=True).stdout
-        # Idle waits end within --interval (1 s) even with no notification, so a second
-        # delivery queued without NOTIFY shows whether the loop still turns at all.
-        tag2 = self.tag("wake")
-        sql.users_and_events(self.conn, tag=tag2, n=1, target_sql="now()", status="PROCESSING")
-        sql.deliveries(self.conn, tag=tag2, n=1, url=self.receiver.url)
-        expected2 = {k for (k,) in self.conn.execute("SELECT idempotency_key FROM delivery_delivery").fetchall()} - expected
-        counts2 = reader.wait_for(expected2, timeout=4)
-        self.procs.stop([worker], timeout=5)
-        hangs = counts["missing"] > 0 and counts2["missing"] > 0
-        return {
-            "hangs": hangs,
-            "delivered_after_notify": counts["unique"],
-            "delivered_after_poll": counts2["unique"],
-            "py_spy_dump": dump,
-            "verdict": (
-                "run_worker as committed HANGS after its first NOTIFY wake-up; measuring with the bench/product_main.py work-around"
-                if hangs else "run_worker wakes on NOTIFY and delivers; no work-around applied"
-            ),
-        }
-
-    def teardown(self) -> None:
-        self.procs.stop_all()
-        self.receiver.stop()
-        if self.conn:
-            self.conn.close()
-        try:
-            admin = sql.connect(f"{PG}/postgres")
-            for name in (DB, PROC_DB):
-                admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-            admin.close()
-        except Exception as exc:  # noqa: BLE001
-            log(f"could not drop the bench databases: {exc}")
-
-    def wait_for_postgres(self, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1", "-p", "5432"]).returncode != 0:
-            if time.monotonic() > deadline:
-                raise RuntimeError("PostgreSQL is not accepting connections")
-            time.sleep(1)
-
-    def reconnect(self) -> None:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if self.conn is not None:
-                    self.conn.close()
-                self.conn = sql.connect(DSN)
-                return
-            except psycopg.OperationalError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(1)
-
-    def pg_started(self):
-        try:
-            return self.conn.execute("SELECT pg_postmaster_start_time()").fetchone()[0]
-        except psycopg.Error:
-            self.reconnect()
-            return self.conn.execute("SELECT pg_postmaster_start_time()").fetchone()[0]
-
-    def attempt(self, fn, *args, **kwargs):
-        """Run one measurement; repeat it if PostgreSQL restarted or dropped us meanwhile.
-
-        Other engineers' test suites on this machine restart PostgreSQL and terminate
-        backends; a run disturbed that way measures their test, not the product.
-        """
-        for _ in range(3):
-            started = self.pg_started()
-            try:
-                result = fn(*args, **kwargs)
-            except psycopg.OperationalError as exc:
-                log(f"PostgreSQL went away during the run ({str(exc).strip()[:80]}); repeating it")
-                self.procs.stop_all()
-                self.reconnect()
-                self.results["disturbed_runs"] = self.results.get("disturbed_runs", 0) + 1
-                continue
-            if self.pg_started() == started:
-                return result
-            log("PostgreSQL restarted during the run; repeating it")
-            self.results["disturbed_runs"] = self.results.get("disturbed_runs", 0) + 1
-        raise RuntimeError("three attempts disturbed by PostgreSQL restarts; giving up on this measurement")
-
-    def truncate(self) -> None:
-        self.conn.execute(sql.TRUNCATE)
 
     # --- workloads ----------------------------------------------------------------------
-
-    def wrk(self, url: str, *, script: str, connections: int, seconds: int, env: dict | None = None) -> dict:
-        out = subprocess.run(
-            ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", script, url],
-            capture_output=True, text=True, env={**os.environ, **(env or {})}, check=False,
-        ).stdout
-        rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-        p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)\b", out)
-        unit = {"us": 0.001, "ms": 1.0, "s": 1000.0}
-        non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
-        return {
-            "rps": rps,
-            "p99_ms": float(p99.group(1)) * unit[p99.group(2)] if p99 else None,
-            "non_2xx": int(non2xx.group(1)) if non2xx else 0,
-            "raw": out,
-        }
 
     def w_ceiling(self) -> dict:
         out = {"zero": [], "slow": []}
         for _ in range(self.s["runs"]):
-            out["zero"].append(self.attempt(self.wrk, self.receiver.url, script="bench/post.lua", connections=16, seconds=5))
-            out["slow"].append(self.attempt(self.wrk, self.receiver.url_slow, script="bench/post.lua", connections=64, seconds=5))
+            out["zero"].append(self.attempt(wrk_run, self.receiver.url, script="bench/post.lua", connections=16, seconds=5))
+            out["slow"].append(self.attempt(wrk_run, self.receiver.url_slow, script="bench/post.lua", connections=64, seconds=5))
         return {
             "zero_rps": median(r["rps"] for r in out["zero"]),
             "slow_rps": median(r["rps"] for r in out["slow"]),
@@ -477,9 +140,9 @@ class Bench:
         return res
 
     def proc_peer(self, mode: str, concurrency: int, n: int, processes: int = 1) -> dict:
-        pconn = sql.connect(PROC_DSN)
+        pconn = sql.connect(PROCRASTINATE_DSN)
         pconn.execute("TRUNCATE procrastinate_jobs, procrastinate_events CASCADE")
-        env = {**os.environ, "BENCH_PROC_DSN": PROC_DSN, "BENCH_URL": self.receiver.url}
+        env = {**os.environ, "BENCH_PROC_DSN": PROCRASTINATE_DSN, "BENCH_URL": self.receiver.url}
         prefix = self.tag(f"proc-{mode}")
         subprocess.run([BENCH_PY, "-m", "bench.proc_peer", "defer", mode, str(n), prefix], cwd=ROOT, env=env,
                        check=True, capture_output=True)
@@ -492,18 +155,18 @@ class Bench:
         expected = {f"{prefix}-{i}" for i in range(n)}
         started = time.time()
         workers = [
-            self.procs.spawn("procrastinate", ["-m", "bench.proc_peer", "work", str(concurrency)], env, python=BENCH_PY)
+            self.processes.spawn("procrastinate", ["-m", "bench.proc_peer", "work", str(concurrency)], env=env, python=BENCH_PY)
             for _ in range(processes)
         ]
         sampler = RssSampler({f"worker{i + 1}": w.pid for i, w in enumerate(workers)})
         sampler.start()
         counts = reader.wait_for(expected, timeout=n / 50 + 60)
         peak = sampler.finish()
-        self.procs.stop(workers)
+        self.processes.stop(workers)
         counts.pop("arrivals")
         seconds = (counts["last_arrival"] or time.time()) - started
         return {"mode": mode, "concurrency": concurrency, "processes": processes, "n": n, "seconds": seconds,
-                "rate": counts["unique"] / seconds, "steady_rate": steady(counts), "peak_rss_mb": peak, **counts}
+                "rate": counts["unique"] / seconds, "steady_rate": steady_rate(counts), "peak_rss_mb": peak, **counts}
 
     def w_baselines(self) -> dict:
         n = self.s["raw_n"]
@@ -511,7 +174,7 @@ class Bench:
         for _ in range(self.s["runs"]):
             for mode in ("requests", "urllib3", "aiohttp"):
                 out["raw"].setdefault(mode, []).append(self.attempt(self.raw_client, mode, n))
-        env = {**os.environ, "BENCH_PROC_DSN": PROC_DSN}
+        env = {**os.environ, "BENCH_PROC_DSN": PROCRASTINATE_DSN}
         subprocess.run([BENCH_PY, "-m", "bench.proc_peer", "schema"], cwd=ROOT, env=env, check=True,
                        capture_output=True)
         configs = {proc_label(mode, conc, procs): (mode, conc, procs) for mode, conc, procs in PROC_CONFIGS}
@@ -561,24 +224,15 @@ class Bench:
                                     "seconds": v["seconds"], "runs": v["runs"]}
         return out
 
-    def seed_due(self, *, tag: str, n: int) -> set[str]:
-        """Empty tables, then n users with one event each, all due a minute ago; their idempotency keys."""
-        self.truncate()
-        sql.users_and_events(self.conn, tag=tag, n=n, target_sql="now() - interval '1 minute'")
-        self.conn.execute("ANALYZE users_user; ANALYZE scheduling_event")
-        expected = set(sql.pending_keys(self.conn))
-        assert len(expected) == n, (len(expected), n)
-        return expected
-
     def burst_once(self, *, n: int, workers: int, concurrency: int, slow: bool, profile: float = 0) -> dict:
         expected = self.seed_due(tag=self.tag("burst"), n=n)
         url = self.receiver.url_slow if slow else self.receiver.url
         env = self.env(WEBHOOK_URL=url)
         reader = self.receiver.reader()
         started = time.time()
-        sched = self.procs.spawn("scheduler", ["-m", "bench.product_main", "run_scheduler"], env)
+        sched = self.processes.spawn("scheduler", ["-m", "bench.product_main", "run_scheduler"], env=env)
         ws = [
-            self.procs.spawn("worker", ["-m", "bench.product_main", "run_worker", "--concurrency", str(concurrency)], env)
+            self.processes.spawn("worker", ["-m", "bench.product_main", "run_worker", "--concurrency", str(concurrency)], env=env)
             for _ in range(workers)
         ]
         names = {"scheduler": sched.pid, **{f"worker{i + 1}": w.pid for i, w in enumerate(ws)}}
@@ -588,17 +242,17 @@ class Bench:
         if profile:
             time.sleep(1.5)  # past Django's start-up, into the steady state
             for name, pid in names.items():
-                profilers.append(py_spy(pid, profile, RAW / f"profile-burst-{name}.txt"))
+                profilers.append(py_spy_record(pid, seconds=profile, out=RAW / f"profile-burst-{name}.txt"))
         counts = reader.wait_for(expected, timeout=min(n / 15 + 120, 900))
         for p in profilers:
             p.wait()
         peak = sampler.finish()
-        self.procs.stop([sched, *ws])
+        self.processes.stop([sched, *ws])
         counts.pop("arrivals")
         seconds = (counts["last_arrival"] or time.time()) - started
         return {
             "n": n, "workers": workers, "concurrency": concurrency, "receiver": "50ms" if slow else "0ms",
-            "seconds": seconds, "rate": counts["unique"] / seconds, "steady_rate": steady(counts),
+            "seconds": seconds, "rate": counts["unique"] / seconds, "steady_rate": steady_rate(counts),
             "peak_rss_mb": peak, **counts,
         }
 
@@ -649,9 +303,9 @@ class Bench:
         # Each worker serves its metrics (its in-flight limit) on a port of its own; nothing else changes.
         ports = {f"worker{i + 1}": free_port() for i in range(2)}
         started = time.time()
-        sched = self.procs.spawn("scheduler", ["-m", "bench.product_main", "run_scheduler"], env)
+        sched = self.processes.spawn("scheduler", ["-m", "bench.product_main", "run_scheduler"], env=env)
         ws = [
-            self.procs.spawn("worker", ["-m", "bench.product_main", "run_worker", "--metrics-port", str(port)], env)
+            self.processes.spawn("worker", ["-m", "bench.product_main", "run_worker", "--metrics-port", str(port)], env=env)
             for port in ports.values()
         ]
         names = {"scheduler": sched.pid, **{f"worker{i + 1}": w.pid for i, w in enumerate(ws)}}
@@ -659,7 +313,7 @@ class Bench:
         sampler.start()
         status = StatusSampler(self.receiver)
         status.start()
-        limits = LimitSampler(ports, url)
+        limits = LimitSampler(ports, url=url)
         limits.start()
         cpu_at_first: dict[str, float] = {}
         procs = {"scheduler": sched, **{f"worker{i + 1}": w for i, w in enumerate(ws)}}
@@ -679,7 +333,7 @@ class Bench:
             peak = sampler.finish()
             receiver = status.finish()
             limit = limits.finish()
-            self.procs.stop([sched, *ws])
+            self.processes.stop([sched, *ws])
         arrivals = counts.pop("arrivals")
         flight = reader.in_flight(expected)
         seconds = (counts["last_arrival"] or time.time()) - started
@@ -689,7 +343,7 @@ class Bench:
         cpu_first = sum(cpu_at_first.values()) if cpu_at_first else None
         return {
             "n": n, "latency_ms": latency_ms, "seconds": seconds, "rate": delivered / seconds,
-            "steady_rate": steady(counts), "peak_rss_mb": peak,
+            "steady_rate": steady_rate(counts), "peak_rss_mb": peak,
             "peak_in_flight": flight["peak"], "mean_in_flight": flight["mean"], **receiver,
             "worker_limit": limit,
             "cpu_s": sampler.cpu, "cpu_s_total": cpu,
@@ -697,7 +351,7 @@ class Bench:
             "cpu_s_to_first": cpu_first,
             "cpu_ms_per_delivery_after_first": 1000 * (cpu - cpu_first) / (delivered - 1)
             if cpu_first is not None and delivered > 1 else None,
-            "p50_s": pct(since, 50), "p99_s": pct(since, 99), **counts,
+            "p50_s": percentile(since, percent=50), "p99_s": percentile(since, percent=99), **counts,
         }
 
     def reference_once(self, *, n: int, latency_ms: int) -> dict:
@@ -800,8 +454,8 @@ class Bench:
         tag = self.tag("time")
         self.truncate()
         env = self.env()
-        sched = self.procs.spawn("scheduler", ["-m", "bench.product_main", "run_scheduler"], env)
-        worker = self.procs.spawn("worker", ["-m", "bench.product_main", "run_worker"], env)
+        sched = self.processes.spawn("scheduler", ["-m", "bench.product_main", "run_scheduler"], env=env)
+        worker = self.processes.spawn("worker", ["-m", "bench.product_main", "run_worker"], env=env)
         time.sleep(6)  # both started, found nothing to do, and are idle
         if sched.poll() is not None or worker.poll() is not None:
             raise RuntimeError("scheduler or worker died while idle; see raw logs")
@@ -819,12 +473,12 @@ class Bench:
         assert time.time() < t0, "building the events took longer than the lead time"
         reader = self.receiver.reader()
         counts = reader.wait_for(set(targets), timeout=window + lead + 60)
-        self.procs.stop([sched, worker])
+        self.processes.stop([sched, worker])
         arrivals = counts.pop("arrivals")
         lateness = sorted((arrivals[k] - targets[k]) * 1000 for k in arrivals)
         return {
             "n": n, "window_s": window, **counts,
-            "p50_ms": pct(lateness, 50), "p90_ms": pct(lateness, 90), "p99_ms": pct(lateness, 99),
+            "p50_ms": percentile(lateness, percent=50), "p90_ms": percentile(lateness, percent=90), "p99_ms": percentile(lateness, percent=99),
             "max_ms": lateness[-1] if lateness else None, "min_ms": lateness[0] if lateness else None,
             "early": sum(1 for x in lateness if x < 0),
             "lateness_ms": [round(x, 2) for x in lateness],
@@ -901,8 +555,8 @@ class Bench:
         conn.execute("ANALYZE scheduling_event")
         log(f"scale: profiled run_scheduler --once over {extra:,} more due events")
         t = time.monotonic()
-        p = self.procs.spawn("scheduler", ["-m", "bench.product_main", "run_scheduler", "--once"], env)
-        prof = py_spy(p.pid, 0, RAW / "profile-scale-scheduler.txt")
+        p = self.processes.spawn("scheduler", ["-m", "bench.product_main", "run_scheduler", "--once"], env=env)
+        prof = py_spy_record(p.pid, seconds=0, out=RAW / "profile-scale-scheduler.txt")
         p.wait()
         prof.wait()
         profiled_seconds = time.monotonic() - t
@@ -936,7 +590,7 @@ class Bench:
         log("scale: the same writes by PostgreSQL alone (claim floor)")
         url = self.receiver.url
         one = [sql.claim_floor(self.conn, batch=batch, url=url) for _ in range(calls)]
-        connections = [sql.connect(DSN) for _ in range(2)]
+        connections = [sql.connect(PRODUCT_DSN) for _ in range(2)]
         try:
             with ThreadPoolExecutor(max_workers=2) as pool:
                 started = time.perf_counter()
@@ -954,13 +608,6 @@ class Bench:
             "one_ms_median": median([ms for ms, n in one if n == batch] or [ms for ms, _ in one]),
             "two_claimed": claimed_two, "two_s": wall, "two_rate": claimed_two / wall,
         }
-
-    def relation_sizes(self) -> dict[str, int]:
-        return dict(self.conn.execute("""
-            SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c
-            WHERE c.relname IN ('scheduling_event', 'event_pending_due_idx', 'event_one_pending_per_user_type',
-                                'event_history_idx', 'delivery_delivery', 'delivery_deliveryattempt')
-            ORDER BY c.relname""").fetchall())
 
     def w_retention(self) -> dict:
         """prune_history to the end over nine years of handled history per recipient, all older than
@@ -1006,7 +653,7 @@ class Bench:
             )
         prune_log = RAW / "prune_history.log"
         logged = prune_log.stat().st_size if prune_log.exists() else 0
-        prune = self.procs.spawn("prune_history", ["manage.py", "prune_history", "--batch-size", "1000"], env)
+        prune = self.processes.spawn("prune_history", ["manage.py", "prune_history", "--batch-size", "1000"], env=env)
         # Windows start when the pruner has started pruning (its first line), past Django's start-up.
         while prune.poll() is None and "Deleting" not in prune_log.read_text()[logged:]:
             time.sleep(0.05)
@@ -1328,51 +975,21 @@ class Bench:
         return {"rows": n, "runs": runs, "seconds": median(r["seconds"] for r in runs),
                 "rate": n / median(r["seconds"] for r in runs)}
 
-    def gunicorn(self, settings_module: str) -> subprocess.Popen:
-        global API_PORT
-        API_PORT = free_port()
-        env = self.env(DJANGO_SETTINGS_MODULE=settings_module)
-        p = self.procs.spawn("gunicorn", ["-m", "gunicorn", "config.wsgi", "-w", "2", "-b", f"127.0.0.1:{API_PORT}",
-                                          "--log-level", "warning"], env)
-        import socket
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", API_PORT), timeout=0.2).close()
-                time.sleep(0.5)
-                return p
-            except OSError:
-                if p.poll() is not None:
-                    raise RuntimeError("gunicorn died; see raw/gunicorn.log") from None
-                time.sleep(0.1)
-        raise RuntimeError("gunicorn did not start")
-
-    def api_token(self) -> str:
-        r = self.manage("shell", "-c", (
-            "from django.contrib.auth import get_user_model as g; "
-            "g().objects.filter(username='bench').exists() or g().objects.create_superuser('bench', email='', password=None)"))
-        if r.returncode:
-            raise RuntimeError(r.stderr)
-        r = self.manage("drf_create_token", "bench")
-        m = re.search(r"token ([0-9a-f]{40})", r.stdout)
-        if not m:
-            raise RuntimeError("no token: " + r.stdout + r.stderr)
-        return m.group(1)
-
     def w_api(self) -> dict:
         self.truncate()
-        token = self.api_token()
+        token = api_token(self)
         secs = self.s["api_seconds"]
         out = {"product": [], "bare": []}
         for _ in range(self.s["runs"]):
             for which, module, path in (("product", "config.settings", "/api/v1/users/"),
                                         ("bare", "bench.bareapi.settings", "/bench/bare-insert/")):
                 def one(module: str, path: str):
-                    g = self.gunicorn(module)
+                    server = gunicorn_start(self, settings_module=module)
                     try:
-                        return self.wrk(f"http://127.0.0.1:{API_PORT}{path}", script="bench/api_post.lua",
-                                        connections=8, seconds=secs, env={"BENCH_TOKEN": token})
+                        return wrk_run(f"http://127.0.0.1:{server.port}{path}", script="bench/api_post.lua",
+                                       connections=8, seconds=secs, env={"BENCH_TOKEN": token})
                     finally:
-                        self.procs.stop([g])
+                        self.processes.stop([server.process])
 
                 res = self.attempt(one, module, path)
                 out[which].append(res)
@@ -1411,7 +1028,7 @@ class Bench:
         env = self.env()
         reader = self.receiver.reader()
         started = time.time()
-        worker = self.procs.spawn("worker", ["-m", "bench.product_main", "run_worker", "--concurrency", str(concurrency)], env)
+        worker = self.processes.spawn("worker", ["-m", "bench.product_main", "run_worker", "--concurrency", str(concurrency)], env=env)
         series = []
         state = {"seen": 0}
 
@@ -1428,7 +1045,7 @@ class Bench:
         counts = reader.wait_for(expected, timeout=min(n / 100 + 300, 1200), on_tick=on_tick, tick=0.5)
         restarted = self.pg_started() != pg_started
         sampler.finish()
-        self.procs.stop([worker])
+        self.processes.stop([worker])
         counts.pop("arrivals")
         seconds = (counts["last_arrival"] or time.time()) - started
         after_first = next((s["rss_mb"] for s in series if s["delivered"] >= first), None)
@@ -1472,24 +1089,24 @@ class Bench:
                         break
                     dst.write(line)
             self.truncate()
-            p = self.procs.spawn("import", ["manage.py", "import_users", str(part)], self.env())
-            prof = py_spy(p.pid, 0, RAW / "profile-import.txt")
+            p = self.processes.spawn("import", ["manage.py", "import_users", str(part)], env=self.env())
+            prof = py_spy_record(p.pid, seconds=0, out=RAW / "profile-import.txt")
             p.wait()
             prof.wait()
             out["import"] = top_functions(RAW / "profile-import.txt")
             out["import_rows"] = n
         log("profiles: API under wrk, py-spy on one gunicorn worker")
         self.truncate()
-        token = self.api_token()
-        g = self.gunicorn("config.settings")
-        kids = psutil.Process(g.pid).children()
+        token = api_token(self)
+        server = gunicorn_start(self, settings_module="config.settings")
+        kids = psutil.Process(server.process.pid).children()
         if kids:
-            prof = py_spy(kids[0].pid, secs, RAW / "profile-api.txt")
-            self.wrk(f"http://127.0.0.1:{API_PORT}/api/v1/users/", script="bench/api_post.lua", connections=8,
-                     seconds=secs + 1, env={"BENCH_TOKEN": token})
+            prof = py_spy_record(kids[0].pid, seconds=secs, out=RAW / "profile-api.txt")
+            wrk_run(f"http://127.0.0.1:{server.port}/api/v1/users/", script="bench/api_post.lua", connections=8,
+                    seconds=secs + 1, env={"BENCH_TOKEN": token})
             prof.wait()
             out["api"] = top_functions(RAW / "profile-api.txt")
-        self.procs.stop([g])
+        self.processes.stop([server.process])
         return out
 
     # --- driver -----------------------------------------------------------------------
@@ -1509,7 +1126,7 @@ class Bench:
                 except Exception:  # noqa: BLE001  one failed workload must not lose the others
                     self.results[name] = {"error": traceback.format_exc()}
                     log(f"{name} FAILED:\n{self.results[name]['error']}")
-                    self.procs.stop_all()
+                    self.processes.stop_all()
                 self.results.setdefault("durations_s", {})[name] = time.monotonic() - t
                 if name == "burst" and "summary" in self.results["burst"]:
                     best = self.results["burst"]["runs"][self.results["burst"]["best_matrix"]][0]
@@ -1592,92 +1209,8 @@ def summarize_burst(runs: list[dict]) -> dict:
     }
 
 
-def steady(counts: dict) -> float | None:
-    """Deliveries/s between the first and the last arrival (process start-up excluded)."""
-    if counts["unique"] < 2 or counts["last_arrival"] <= counts["first_arrival"]:
-        return None
-    return (counts["unique"] - 1) / (counts["last_arrival"] - counts["first_arrival"])
-
-
 def f_ms(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.1f}"
-
-
-def pct(sorted_xs: list[float], p: float) -> float | None:
-    if not sorted_xs:
-        return None
-    k = (len(sorted_xs) - 1) * p / 100
-    lo = int(k)
-    hi = min(lo + 1, len(sorted_xs) - 1)
-    return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (k - lo)
-
-
-def py_spy(pid: int, seconds: float, out: Path) -> subprocess.Popen:
-    args = [str(Path(BENCH_PY).parent / "py-spy"), "record", "--pid", str(pid), "--rate", "100", "--nonblocking",
-            "--format", "raw", "-o", str(out)]
-    if seconds:
-        args += ["--duration", str(int(seconds))]
-    return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=open(str(out) + ".log", "w"))
-
-
-def top_functions(path: Path, top: int = 12) -> dict:
-    """From py-spy's collapsed stacks: the functions with the most samples (self and inclusive)."""
-    self_counts: dict[str, int] = {}
-    incl: dict[str, int] = {}
-    total = 0
-    for line in path.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        n = int(count)
-        total += n
-        frames = [re.sub(r":\d+\)$", ")", f) for f in stack.split(";")]
-        frames = [re.sub(r"\(.*/(site-packages|lib/python3\.\d+|main)/", "(", f) for f in frames]
-        leaf = frames[-1]
-        self_counts[leaf] = self_counts.get(leaf, 0) + n
-        for f in set(frames):
-            incl[f] = incl.get(f, 0) + n
-    def rows(d):
-        return [(f, round(100 * c / total, 1)) for f, c in sorted(d.items(), key=lambda kv: -kv[1])[:top]]
-    # Inclusive: only the product's own functions and its direct libraries are informative.
-    own = {
-        f: c for f, c in incl.items()
-        if (re.search(r"\((delivery|scheduling|users|config)/", f) and "management/commands" not in f
-            and not re.match(r"(Worker|Scheduler)\.run ", f))
-        or re.match(r"(QuerySet\.(bulk_update|bulk_create|update|__iter__|delete)|Session\.request|Cursor\.execute|"
-                    r"SQLCompiler\.as_sql|SQLUpdateCompiler\.as_sql|Q\.__or__|Case\.as_sql) ", f)
-    }
-    return {"samples": total, "self": rows(self_counts), "inclusive": rows(own)}
-
-
-def machine_info() -> dict:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    pg = subprocess.run(["psql", f"{PG}/postgres", "-Atc", "SHOW server_version"], capture_output=True, text=True)
-    product_py = subprocess.run([PRODUCT_PY, "-V"], capture_output=True, text=True).stdout.strip()
-    nginx = subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip()
-    wrk = subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.splitlines()[:1]
-    return {
-        "nproc": os.cpu_count(),
-        "cpu": cpu,
-        "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
-        "postgresql": pg.stdout.strip() or pg.stderr.strip(),
-        "python_product": product_py,
-        "python_bench": platform.python_version(),
-        "kernel": platform.release(),
-        "nginx": nginx,
-        "wrk": wrk[0] if wrk else "",
-        "load_at_start": os.getloadavg(),
-        "git_head": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip(),
-        "git_dirty": subprocess.run(["git", "status", "--short", "--", "config", "delivery", "scheduling", "users"],
-                                    cwd=ROOT, capture_output=True, text=True).stdout.strip().splitlines(),
-    }
 
 
 def main() -> int:

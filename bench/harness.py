@@ -99,6 +99,14 @@ class Harness:
             timeout=timeout, check=False,
         )
 
+    def probe(self, module: str, *args: str, env: dict, timeout: float | None = None) -> dict:
+        """`python -m bench.<module> <args>` with the product's venv, to its exit: the JSON of its last line of output."""
+        r = subprocess.run([PRODUCT_PY, "-m", f"bench.{module}", *args], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=timeout)
+        if r.returncode:
+            raise process_failure(output=r.stderr, shown=r.stderr[-2000:])
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
     def save(self) -> None:
         (RAW / "results.json").write_text(json.dumps(self.results, indent=1, default=str))
 

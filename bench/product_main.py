@@ -8,7 +8,7 @@ after the first notifies() generator has closed: in the committed code the
 drain runs *inside* that generator, whose psycopg Connection.lock (a plain,
 non-reentrant Lock) is still held, so the process deadlocks on the first
 NOTIFY it receives while idle. The harness turns the patch on only when its
-start-up check finds the process hanging (see run.py `listener_check`); the
+start-up check finds the process hanging (`Harness.listener_check`, harness.py); the
 report says so. Product files are not modified.
 """
 

@@ -29,7 +29,7 @@ try:
     from delivery.services.enqueue import deliveries_enqueue_due as claim_due  # noqa: E402
 
     CLAIM_FUNCTION = "deliveries_enqueue_due"
-except ImportError:  # before the rename
+except ImportError:  # a checkout older than the claim's move to delivery/, measured for a before/after comparison
     from scheduling.services import events_claim_due as claim_due  # noqa: E402
 
     CLAIM_FUNCTION = "events_claim_due"

@@ -4,12 +4,12 @@
 
 Same as `manage.py ...`. With BENCH_PATCH_LISTENER=1 it first replaces
 runtime.wakeup.Listener.wait by a copy that drains queued notifications only
-after the first notifies() generator has closed: in the committed code the
-drain runs *inside* that generator, whose psycopg Connection.lock (a plain,
-non-reentrant Lock) is still held, so the process deadlocks on the first
-NOTIFY it receives while idle. The harness turns the patch on only when its
-start-up check finds the process hanging (`Harness.listener_check`, harness.py); the
-report says so. Product files are not modified.
+after the first notifies() generator has closed: a drain *inside* that
+generator, whose psycopg Connection.lock (a plain, non-reentrant Lock) is still
+held, deadlocks the process on the first NOTIFY it receives while idle. The
+harness turns the patch on only when its start-up check finds the process
+hanging (`Harness.listener_check`, harness.py), so that a checkout with such a
+listener can still be measured; the report says so. Product files are not modified.
 """
 
 import os

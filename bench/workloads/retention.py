@@ -64,8 +64,8 @@ def measure(harness: Harness, *, size: RetentionSize) -> dict:
     plan = harness.probe("probe_retention", "plan", "1000", env=env)
     log("retention: prune_history, paused and resumed in turns, while claim batches go on")
     every = size.retention_claim_every_ms
-    # Its output goes to files, not pipes: nobody reads a pipe while the pruner runs, and a
-    # full pipe (64 KiB) once cut the probe's one-line JSON of an hour of claims short.
+    # Its output goes to files, not pipes: nobody reads a pipe while the pruner runs, and the
+    # probe's one line of JSON for an hour of claims is more than a pipe holds (64 KiB).
     claims_out, claims_err = RAW / "retention_claims.json", RAW / "retention_claims.err"
     with open(claims_out, "w") as out_file, open(claims_err, "w") as err_file:
         claims = subprocess.Popen(

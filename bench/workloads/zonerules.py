@@ -38,7 +38,8 @@ class ZoneRulesSize:
 SIZES = {
     "small": ZoneRulesSize(zonerules_events=50_000, zonerules_due=80_000, zonerules_claim_every_ms=500,
                            zonerules_window_s=5),
-    # A claim every 2 s: 300,000 due events last 600 s (a pass with claims beside it took 342 s at a load of 6-13).
+    # A claim of 1,000 every 2 s: 300,000 due events last 600 s, longer than a pass with claims
+    # beside it takes on a loaded 2-core machine (bench/results/FINDINGS.md, "bench").
     "full": ZoneRulesSize(zonerules_events=1_000_000, zonerules_due=300_000, zonerules_claim_every_ms=2000,
                           zonerules_window_s=20),
 }

@@ -384,7 +384,7 @@ class Worker(ProcessLoop):
         Renew every lease this worker holds and record the outcomes it kept, so
         that no other worker takes those deliveries over and sends them again.
         """
-        renewed = deliveries_renew_leases(worker=self.name, lease=self.lease)
+        renewed = deliveries_renew_leases(worker=self.name, ids=[d.id for lane in self.lanes.values() for d in lane.waiting] + [d.id for _, d, _ in self.tasks.values()] + [r.delivery.id for r in self.unrecorded] + [d.id for d in self.cancelled], lease=self.lease)
         self.renew_leases.last = time.monotonic()
         self.heartbeat()
         if self.unrecorded:
@@ -545,7 +545,7 @@ class Worker(ProcessLoop):
 
     def _renew_leases(self, *, idle: float) -> None:
         """Every third of a lease: the leases of what this worker holds outlast the request each waits on."""
-        deliveries_renew_leases(worker=self.name, lease=self.lease)
+        deliveries_renew_leases(worker=self.name, ids=[d.id for lane in self.lanes.values() for d in lane.waiting] + [d.id for _, d, _ in self.tasks.values()] + [r.delivery.id for r in self.unrecorded] + [d.id for d in self.cancelled], lease=self.lease)
 
     def _expire_late(self, *, idle: float) -> None:
         deliveries_expire_late(now=timezone.now())

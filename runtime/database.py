@@ -27,7 +27,9 @@ DB_ERRORS = (OperationalError, InterfaceError)
 # pass on as a bug: the processes used to exit on it.
 # 57P01 admin_shutdown, 57P02 crash_shutdown and 57P03 cannot_connect_now (the
 # server is stopping, crashing, starting or still recovering) are OperationalError
-# already; they are here so that the list is the whole answer.
+# already; they are here so that the list is the whole answer. A standby's other
+# refusal, 0A000 "cannot use serializable mode in a hot standby", is not here: the
+# product never asks for SERIALIZABLE, and 0A000 otherwise means a real misuse.
 OUTAGE_SQLSTATES = frozenset({"25006", "57P01", "57P02", "57P03"})
 # Of those, the ones from a server that is up but takes no writes: a connection
 # that met one is dropped, so that the next one, through a multi-host DATABASE_URL

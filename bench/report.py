@@ -9,6 +9,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from bench.workloads import failover  # noqa: E402
+
 
 def f(x, digits=0, unit=""):
     if x is None:
@@ -98,6 +100,7 @@ def render(res: dict, out_dir: Path) -> None:
     L += section_api(res)
     L += section_endurance(res, out_dir)
     L += section_profiles(res)
+    L += failover.report_section(res)
     L += section_sizes(res)
     findings = out_dir / "FINDINGS.md"
     if findings.exists():

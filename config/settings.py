@@ -115,6 +115,11 @@ TEMPLATES = [
 # Unset or empty, it is the server of this checkout's own that `make run` starts
 # (devtools/local.py, data in var/postgres; on 5433, beside any system server on
 # 5432), so manage.py commands typed while `make run` runs work on the same data.
+# Several hosts, for a primary and its standbys, are libpq's own failover:
+# postgres://u@db1:5432,db2:5432/name?target_session_attrs=read-write gives HOST
+# "db1,db2", PORT "5432,5432" and OPTIONS {"target_session_attrs": "read-write"},
+# which psycopg hands to libpq as they are; every new connection goes to the node
+# that takes writes (docs/operations.md, "High availability").
 LOCAL_DATABASE_URL = "postgres://postgres@127.0.0.1:5433/birthday_scheduler"
 DATABASES = {
     "default": env.db_url_config(env.str("DATABASE_URL", default="") or LOCAL_DATABASE_URL),

@@ -139,3 +139,11 @@ class Sender:
             self.loop.run_until_complete(asyncio.wait(list(self.in_flight), timeout=timeout))
         cancelled, self.cancelled = self.cancelled, []
         return cancelled
+
+    def held_ids(self) -> list[uuid.UUID]:
+        """The deliveries in hand here: open, cancelled and not yet handed back, or answered and not yet recorded."""
+        return [
+            *(flight.delivery.id for flight in self.in_flight.values()),
+            *(delivery.id for delivery in self.cancelled),
+            *(result.delivery.id for result in self.answers),
+        ]

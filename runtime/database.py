@@ -5,12 +5,62 @@ from __future__ import annotations
 import logging
 import threading
 
+import psycopg
 from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connection
 
 logger = logging.getLogger(__name__)
 
-# Errors that mean "the database is away" (restart, killed backend), not a bug.
+# Errors that mean "the database is away" (restart, killed backend, failover), not a bug.
+# A server that cannot take writes answers with errors of other classes (see
+# OUTAGE_SQLSTATES); the backend (runtime/postgresql/base.py) raises those as
+# OperationalError too, so that `except DB_ERRORS` is the whole decision for Django's
+# connection.
 DB_ERRORS = (OperationalError, InterfaceError)
+
+# SQLSTATEs that mean "this server cannot do this process's work now; another one
+# will": an outage, whatever class of error psycopg files them under.
+# 25006 read_only_sql_transaction is how PostgreSQL refuses a write (an UPDATE, a
+# SELECT FOR UPDATE, nextval, LISTEN, NOTIFY) on a hot standby, "cannot execute
+# LISTEN during recovery" included, and on a primary demoted while its sessions
+# stay open (default_transaction_read_only, as a switchover that keeps the old
+# node up leaves it). psycopg files it under InternalError, which Django would
+# pass on as a bug: the processes used to exit on it.
+# 57P01 admin_shutdown, 57P02 crash_shutdown and 57P03 cannot_connect_now (the
+# server is stopping, crashing, starting or still recovering) are OperationalError
+# already; they are here so that the list is the whole answer. A standby's other
+# refusal, 0A000 "cannot use serializable mode in a hot standby", is not here: the
+# product never asks for SERIALIZABLE, and 0A000 otherwise means a real misuse.
+OUTAGE_SQLSTATES = frozenset({"25006", "57P01", "57P02", "57P03"})
+# Of those, the ones from a server that is up but takes no writes: a connection
+# that met one is dropped, so that the next one, through a multi-host DATABASE_URL
+# with target_session_attrs=read-write, finds the primary.
+SERVER_READ_ONLY_SQLSTATES = frozenset({"25006"})
+
+_AWAY = (OperationalError, InterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
+
+
+def _error_and_causes(exc: BaseException):
+    """The error and what it was raised from: Django's errors carry psycopg's as their cause."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__
+
+
+def is_database_outage(exc: BaseException) -> bool:
+    """Whether `exc` means the database is away or cannot take writes now (wait, reconnect), not a bug.
+
+    The same answer for psycopg's error and for Django's wrapping of it.
+    """
+    return isinstance(exc, _AWAY) or any(
+        getattr(error, "sqlstate", None) in OUTAGE_SQLSTATES for error in _error_and_causes(exc)
+    )
+
+
+def is_server_read_only(exc: BaseException) -> bool:
+    """Whether `exc` came from a server that is up but cannot take writes (a standby, a demoted primary)."""
+    return any(getattr(error, "sqlstate", None) in SERVER_READ_ONLY_SQLSTATES for error in _error_and_causes(exc))
 
 
 class Backoff:

@@ -7,6 +7,13 @@ transaction pooler too; LISTEN does need one, so the listening connection goes
 to DATABASE_LISTEN_URL when set (config/settings.py). While the listening
 connection is lost, and behind a transaction pooler with no
 DATABASE_LISTEN_URL, `Listener.wait` simply sleeps: polling is the fallback.
+
+A listening connection left on a node that is no longer the primary (a
+switchover that keeps the old node up, read-only, with its sessions open) fails
+nothing: it just never hears a notification again, since they are sent on the
+new primary. So the listener asks its server every few seconds whether it still
+takes writes, and reconnects when not; with a multi-host URL
+(target_session_attrs=read-write) the new connection finds the new primary.
 """
 
 from __future__ import annotations
@@ -30,6 +37,12 @@ WORKER_CHANNEL = "birthday_delivery_queued"
 
 # How often a blocked wait looks at its stop flag.
 _STOP_CHECK_SECONDS = 0.25
+# How often the listening connection asks its server whether it still takes writes
+# (one round trip): after a switchover that leaves the old primary up, wake-ups
+# are missed (and the processes poll every --interval) at most this long.
+PRIMARY_CHECK_SECONDS = 5.0
+# Options of Django's DATABASES entry that are Django's own, not libpq's.
+_DJANGO_ONLY_OPTIONS = frozenset({"isolation_level", "server_side_binding", "assume_role", "pool"})
 
 
 def notify(channel: str, payload: str = "") -> None:
@@ -69,9 +82,16 @@ class Listener:
                 extra={"channel": channel},
             )
         self._conn: psycopg.Connection | None = None
+        self._primary_check_due = 0.0
 
     def _connect(self) -> psycopg.Connection:
         settings_dict = self.target
+        # libpq's own options from the URL's query, target_session_attrs above all:
+        # with several hosts, it is what makes the connection skip a standby.
+        options = {
+            key: value for key, value in settings_dict.get("OPTIONS", {}).items() if key not in _DJANGO_ONLY_OPTIONS
+        }
+        options.setdefault("connect_timeout", 5)
         conn = psycopg.connect(
             dbname=settings_dict["NAME"],
             user=settings_dict["USER"] or None,
@@ -79,10 +99,20 @@ class Listener:
             host=settings_dict["HOST"] or None,
             port=settings_dict["PORT"] or None,
             autocommit=True,
-            connect_timeout=5,
+            **options,
         )
         conn.execute(f'LISTEN "{self.channel}"')
+        self._primary_check_due = time.monotonic() + PRIMARY_CHECK_SECONDS
         return conn
+
+    def _still_on_a_primary(self) -> bool:
+        """False once the server takes no writes (a standby, a demoted primary): nothing will be heard there."""
+        if time.monotonic() < self._primary_check_due:
+            return True
+        self._primary_check_due = time.monotonic() + PRIMARY_CHECK_SECONDS
+        # In an autocommit session this is the next transaction's: on in recovery,
+        # and on where default_transaction_read_only was turned on.
+        return self._conn.execute("SHOW transaction_read_only").fetchone()[0] != "on"
 
     def wait(self, timeout: float) -> bool:
         """Block up to `timeout` seconds; True if woken by a notification."""
@@ -97,6 +127,15 @@ class Listener:
             try:
                 if self._conn is None or self._conn.closed:
                     self._conn = self._connect()
+                if not self._still_on_a_primary():
+                    logger.warning(
+                        "Notification connection is on a server that takes no writes (a standby or a demoted "
+                        "primary); reconnecting, polling meanwhile",
+                        extra={"channel": self.channel},
+                    )
+                    self.close()
+                    self.stop.wait(min(max(remaining, 0), 1.0))
+                    continue
                 woken = any(
                     True
                     for _ in self._conn.notifies(

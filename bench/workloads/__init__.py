@@ -14,6 +14,7 @@ from bench.workloads import (
     burst,
     ceiling,
     endurance,
+    failover,
     history,
     import_users,
     profiles,
@@ -27,5 +28,5 @@ from bench.workloads import (
 WORKLOADS: dict[str, Workload] = {
     module.WORKLOAD.name: module.WORKLOAD
     for module in (ceiling, baselines, burst, receivers, timeliness, scale, retention, history, zonerules,
-                   import_users, api, profiles, endurance)
+                   import_users, api, profiles, endurance, failover)
 }

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import uuid
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 
 from django.db import connection, transaction
@@ -14,6 +15,7 @@ from delivery.retry import RetryPolicy, decide
 from delivery.services.record import AttemptRecord, attempts_apply
 from delivery.services.transitions import Due, NewLease, Rows, deliveries_transition
 from delivery.transport import ClaimedDelivery
+from runtime.sql import execute_count
 from runtime.wakeup import WORKER_CHANNEL, notify
 
 logger = logging.getLogger(__name__)
@@ -124,14 +126,25 @@ def _take_over_expired(*, now: datetime, limit: int) -> int:
     return len(attempts_apply(records=records, now=now, expired_before=now))
 
 
-def deliveries_renew_leases(*, worker: str, lease: timedelta) -> int:
-    """Extend every lease `worker` still holds: a live worker never loses its claims.
+def deliveries_renew_leases(*, worker: str, ids: Collection[uuid.UUID], lease: timedelta) -> int:
+    """Extend the leases of the deliveries `ids` that `worker` still holds: a live worker keeps what it has in hand.
 
-    Not a change of status, so not a transition: only `locked_until` moves.
+    `ids` are the deliveries the worker has in hand (waiting to be sent, in
+    flight, sent with the outcome not yet recorded). A row SENDING under the
+    worker's name that is not among them is left to expire and be taken over:
+    after a failover that lost the last commits, the new primary may show rows
+    SENDING under this worker whose outcomes it recorded on the lost timeline;
+    renewing by name kept those SENDING, and their events PROCESSING, for as
+    long as the worker lived. Not a change of status, so not a transition:
+    only `locked_until` moves.
     """
-    now = timezone.now()
-    return Delivery.objects.filter(status=DeliveryStatus.SENDING, locked_by=worker).update(
-        locked_until=now + lease
+    if not ids:
+        return 0
+    # One statement with the ids as one array, however many the worker holds.
+    return execute_count(
+        f"UPDATE {Delivery._meta.db_table} SET locked_until = %s "
+        "WHERE id = ANY(%s) AND status = %s AND locked_by = %s",
+        [timezone.now() + lease, list(ids), DeliveryStatus.SENDING.value, worker],
     )
 
 

@@ -3,7 +3,7 @@
 import socket
 
 import pytest
-from django.db import OperationalError, connection, connections
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connection, connections
 from django.db.migrations import Migration
 from django.db.migrations.executor import MigrationExecutor
 
@@ -60,6 +60,37 @@ def test_readiness_sees_a_database_that_refuses_connections():
         assert readiness(connection=dead) == Readiness(database=False)
     finally:
         dead.close()
+
+
+@pytest.mark.django_db
+def test_readiness_is_503_while_the_database_takes_no_writes(client):
+    # Given a database server whose new transactions are read-only, as a primary's
+    # during a switchover (LOCAL: it ends with the test's transaction)
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL default_transaction_read_only = on")
+
+    response = client.get("/health/ready")
+
+    assert response.status_code == 503
+    assert response.json() == {
+        "status": "unavailable",
+        "reason": "database takes no writes (a standby, or a primary being switched over)",
+        "checks": {"database": "read-only", "migrations": "ok"},
+    }
+
+
+@pytest.mark.django_db
+def test_readiness_drops_a_connection_on_a_server_that_takes_no_writes_so_the_next_finds_the_primary():
+    default = connections["default"]
+    options = {**default.settings_dict["OPTIONS"], "options": "-c default_transaction_read_only=on"}
+    # A second connection to the same database under the default alias: contrib.postgres looks
+    # its type OIDs up through the alias of every new connection.
+    read_only = type(default)({**default.settings_dict, "OPTIONS": options}, alias=DEFAULT_DB_ALIAS)
+    try:
+        assert readiness(connection=read_only) == Readiness(database=True, writable=False)
+        assert read_only.connection is None
+    finally:
+        read_only.close()
 
 
 @pytest.mark.django_db

@@ -1,14 +1,23 @@
-"""Django's PostgreSQL backend, telling a lost connection from a misused one.
+"""Django's PostgreSQL backend, telling an outage from a bug.
 
-A server connection lost under a transaction (PostgreSQL restarting, a backend
-terminated) reaches the client through PgBouncer as the pooler's error followed
-by the connection's end. psycopg, reading an answer that does not fit what it
-sent, reports it as a misuse: "received 2 results from command 'BEGIN'"
-(InternalError), "COPY cannot be mixed with other operations"
-(ProgrammingError). Django would pass those on as such, and the long-running
-processes, which wait out OperationalError (runtime.database), would stop on
-them as on a bug. Any database error that leaves the connection closed is the
-database going away, and is raised as OperationalError.
+Two kinds of error are the database going away, and are raised as
+OperationalError, which the long-running processes wait out (runtime.database):
+
+* Any database error that leaves the connection closed. A server connection
+  lost under a transaction (PostgreSQL restarting, a backend terminated)
+  reaches the client through PgBouncer as the pooler's error followed by the
+  connection's end. psycopg, reading an answer that does not fit what it sent,
+  reports it as a misuse: "received 2 results from command 'BEGIN'"
+  (InternalError), "COPY cannot be mixed with other operations"
+  (ProgrammingError). Django would pass those on as such, and the processes
+  would stop on them as on a bug.
+* An error whose SQLSTATE says the server cannot do the work now
+  (runtime.database.OUTAGE_SQLSTATES): above all "cannot execute UPDATE in a
+  read-only transaction" from a node that is no longer the primary, which
+  psycopg files under InternalError. The connection then still works for
+  reads, and Django would keep it (its health check is a SELECT 1): it is
+  marked unusable instead, so it is closed between requests or units of work,
+  and the next one finds the new primary.
 """
 
 from __future__ import annotations
@@ -18,26 +27,43 @@ from django.db.backends.postgresql import base
 from django.db.utils import DatabaseErrorWrapper
 from django.utils.functional import cached_property
 
+from runtime.database import is_database_outage, is_server_read_only
+
 _OUTAGE_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
 
 
 class LostConnectionErrorWrapper(DatabaseErrorWrapper):
     def __exit__(self, exc_type, exc_value, traceback):
-        raw = self.wrapper.connection
-        if (
-            exc_type is not None
-            and issubclass(exc_type, psycopg.DatabaseError)
-            and not issubclass(exc_type, _OUTAGE_ERRORS)
-            and raw is not None
-            and raw.closed
-        ):
-            lost = psycopg.OperationalError(f"connection lost: {exc_value}")
-            lost.__cause__ = exc_value
-            return super().__exit__(psycopg.OperationalError, lost, traceback)
+        if exc_type is None or not issubclass(exc_type, psycopg.DatabaseError):
+            return super().__exit__(exc_type, exc_value, traceback)
+        if is_server_read_only(exc_value):
+            self.wrapper.server_read_only = True
+        if not issubclass(exc_type, _OUTAGE_ERRORS):
+            raw = self.wrapper.connection
+            if raw is not None and raw.closed:
+                outage = psycopg.OperationalError(f"connection lost: {exc_value}")
+            elif is_database_outage(exc_value):
+                outage = psycopg.OperationalError(f"server cannot take writes now: {exc_value}")
+            else:
+                return super().__exit__(exc_type, exc_value, traceback)
+            outage.__cause__ = exc_value
+            return super().__exit__(psycopg.OperationalError, outage, traceback)
         return super().__exit__(exc_type, exc_value, traceback)
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Set when a statement met a server that takes no writes (see the module's docstring).
+        self.server_read_only = False
+
     @cached_property
     def wrap_database_errors(self):
         return LostConnectionErrorWrapper(self)
+
+    def connect(self):
+        self.server_read_only = False
+        super().connect()
+
+    def is_usable(self):
+        return not self.server_read_only and super().is_usable()

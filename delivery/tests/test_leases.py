@@ -1,0 +1,68 @@
+"""Lease renewal: a worker extends the leases of the deliveries it has in hand, and of nothing else."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from delivery.models import Delivery, DeliveryStatus
+from delivery.services.enqueue import deliveries_enqueue_due
+from delivery.services.leases import deliveries_claim, deliveries_renew_leases
+from delivery.tests.conftest import create_due_users
+
+pytestmark = pytest.mark.django_db
+
+SHORT = timedelta(seconds=5)
+LONG = timedelta(minutes=10)
+
+
+@pytest.fixture
+def queued(delivery_settings):
+    create_due_users(4)
+    deliveries_enqueue_due(batch_size=10)
+    return list(Delivery.objects.order_by("id"))
+
+
+def lease_ends(ids) -> dict:
+    return dict(Delivery.objects.filter(id__in=ids).values_list("id", "locked_until"))
+
+
+def test_renewal_extends_only_the_leases_of_the_deliveries_the_worker_has_in_hand(queued):
+    # Given four deliveries claimed by w1, of which it still has two in hand: the other two
+    # are SENDING under its name on a new primary that lost the commits recording them
+    claimed = deliveries_claim(worker="w1", limit=10, lease=SHORT)
+    in_hand, recorded_on_a_lost_timeline = [c.id for c in claimed[:2]], [c.id for c in claimed[2:]]
+    before = lease_ends([c.id for c in claimed])
+
+    # When w1 renews its leases
+    renewed = deliveries_renew_leases(worker="w1", ids=in_hand, lease=LONG)
+
+    # Then only the two in hand outlast the short lease; the others run out and can be taken over
+    after = lease_ends([c.id for c in claimed])
+    assert renewed == 2
+    assert all(after[i] >= timezone.now() + LONG - timedelta(minutes=1) for i in in_hand)
+    assert all(after[i] == before[i] for i in recorded_on_a_lost_timeline)
+
+
+def test_renewal_leaves_another_workers_lease_and_a_row_no_longer_sending_alone(queued):
+    # Given one delivery w2 holds, one handed back to the queue and one w1 holds
+    theirs = deliveries_claim(worker="w2", limit=1, lease=SHORT)[0]
+    mine = deliveries_claim(worker="w1", limit=1, lease=SHORT)[0]
+    back_in_queue = queued[-1] if queued[-1].id not in (theirs.id, mine.id) else queued[-2]
+    before = lease_ends([theirs.id, back_in_queue.id])
+
+    # When w1 renews, naming all three (a stale list)
+    renewed = deliveries_renew_leases(worker="w1", ids=[theirs.id, back_in_queue.id, mine.id], lease=LONG)
+
+    # Then only its own SENDING row moved
+    assert renewed == 1
+    assert lease_ends([theirs.id, back_in_queue.id]) == before
+    assert Delivery.objects.get(id=back_in_queue.id).status == DeliveryStatus.QUEUED
+
+
+def test_a_worker_with_nothing_in_hand_renews_nothing(queued):
+    claimed = deliveries_claim(worker="w1", limit=10, lease=SHORT)
+    before = lease_ends([c.id for c in claimed])
+
+    assert deliveries_renew_leases(worker="w1", ids=[], lease=LONG) == 0
+    assert lease_ends([c.id for c in claimed]) == before

@@ -17,6 +17,16 @@ from config.secret_key import check_secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
+
+def _network(setting: str, entry: str):
+    """One CIDR entry of a list of networks, or a start-up error that names the setting and the entry."""
+    entry = entry.strip()
+    try:
+        return ip_network(entry)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{setting}: {entry!r} is not a network in CIDR form ({exc})") from None
+
+
 env = environ.Env()
 # A local `.env` file, if present, fills in variables not set in the environment.
 env_file = BASE_DIR / ".env"
@@ -330,8 +340,21 @@ HISTORY_RETENTION = parse_duration(env("HISTORY_RETENTION", default="400d"))
 
 # --- Delivery ----------------------------------------------------------------------
 
-# WEBHOOK_URL: where messages are POSTed. A worker refuses to start without it.
+# WEBHOOK_URL: where messages are POSTed. run_scheduler and run_worker refuse to
+# start without it, and with one the worker would refuse to connect to (below).
 WEBHOOK_URL = env("WEBHOOK_URL", default="")
+# WEBHOOK_ALLOW_HTTP: receivers may be plain http, not only https. For development
+# (`make run`'s sink and the test suite set it); a production receiver has TLS.
+WEBHOOK_ALLOW_HTTP = env.bool("WEBHOOK_ALLOW_HTTP", default=False)
+# WEBHOOK_ALLOWED_NETWORKS: comma-separated networks (CIDR) of receivers on premises.
+# The worker connects to no loopback, private, shared, link-local, multicast,
+# unspecified or reserved address, nor a cloud metadata address (169.254.169.254),
+# checked on each address it connects to after DNS, unless it lies in one of these;
+# a metadata address only when an entry names it alone (/32, /128). Empty: none
+# (delivery/receiver_addresses.py). A bad entry stops every process at start-up.
+WEBHOOK_ALLOWED_NETWORKS = [
+    _network("WEBHOOK_ALLOWED_NETWORKS", entry) for entry in env.list("WEBHOOK_ALLOWED_NETWORKS", default=[])
+]
 # WEBHOOK_TIMEOUT: seconds to wait for the receiver (connect and read).
 WEBHOOK_TIMEOUT = parse_duration(env("WEBHOOK_TIMEOUT", default="10s"))
 # WEBHOOK_SECRET: one or more Standard Webhooks secrets (whsec_...), separated by

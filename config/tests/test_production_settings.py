@@ -110,3 +110,14 @@ def test_a_database_url_that_is_not_postgresql_stops_start_up_in_one_line(tmp_pa
 
     assert result.returncode == 1
     assert result.stderr == "error: DATABASE_URL must name a PostgreSQL database: postgres://user@host:port/name.\n"
+
+
+def test_a_receiver_network_that_is_not_cidr_stops_start_up_in_one_line(tmp_path):
+    result = manage(
+        "check", tmp_path=tmp_path, DJANGO_SECRET_KEY=STRONG_KEY, WEBHOOK_ALLOWED_NETWORKS="127.0.0.0/8, 10.0.0.5/8"
+    )
+
+    assert result.returncode == 1
+    assert result.stderr == (
+        "error: WEBHOOK_ALLOWED_NETWORKS: '10.0.0.5/8' is not a network in CIDR form (10.0.0.5/8 has host bits set)\n"
+    )

@@ -1,5 +1,6 @@
 import os
 import subprocess
+from ipaddress import ip_network
 
 import hypothesis
 import pytest
@@ -118,6 +119,19 @@ def no_product_process_outlives_its_test(request, monkeypatch):
         process.kill()
         process.wait()
     assert not left, f"{request.node.nodeid} left running: {[process.args for process in left]}"
+
+
+# The suite's receivers (the sinks, PgBouncer's neighbours, 127.0.0.1:9) listen on loopback over plain
+# http, which the product refuses by default (delivery/receiver_addresses.py): every test allows
+# them as `make run` does, and process_env (delivery/tests/conftest.py) hands the allowance on to
+# the processes a test starts. A test of the refusals sets its own policy.
+LOCAL_RECEIVER_NETWORKS = ("127.0.0.0/8", "::1/128")
+
+
+@pytest.fixture(autouse=True)
+def local_receivers_allowed(settings):
+    settings.WEBHOOK_ALLOW_HTTP = True
+    settings.WEBHOOK_ALLOWED_NETWORKS = [ip_network(network) for network in LOCAL_RECEIVER_NETWORKS]
 
 
 @pytest.fixture(autouse=True)

@@ -81,6 +81,9 @@ class Harness:
         env.update(
             DATABASE_URL=PRODUCT_DSN,
             WEBHOOK_URL=self.receiver.url,
+            # The receivers are nginx on 127.0.0.1 over http, which the worker refuses unless allowed.
+            WEBHOOK_ALLOW_HTTP="true",
+            WEBHOOK_ALLOWED_NETWORKS="127.0.0.0/8",
             WEBHOOK_TIMEOUT="10s",
             LOG_LEVEL="WARNING",
             PYTHONUNBUFFERED="1",

@@ -10,6 +10,7 @@ process's output is prefixed with its name. Ctrl-C (or SIGTERM) is passed on to
 every child, which then drain and exit; the embedded PostgreSQL stops last.
 """
 
+import ipaddress
 import os
 import signal
 import subprocess
@@ -36,6 +37,18 @@ def processes() -> dict[str, list[str]]:
         "scheduler": manage + ["run_scheduler"],
         "worker": manage + ["run_worker"],
     }
+
+
+def sink_networks() -> str:
+    """WEBHOOK_ALLOWED_NETWORKS for the sink: loopback, and RUN_HOST when it is an address of another network."""
+    networks = ["127.0.0.0/8", "::1/128"]
+    try:
+        host = ipaddress.ip_address(HOST)
+    except ValueError:
+        return ",".join(networks)  # a name such as localhost: loopback
+    if not any(host in ipaddress.ip_network(network) for network in networks):
+        networks.append(str(ipaddress.ip_network(host)))
+    return ",".join(networks)
 
 
 def _pump(name: str, stream) -> None:
@@ -79,6 +92,10 @@ def main() -> int:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     # Without a receiver of your own, messages go to the local sink.
     env.setdefault("WEBHOOK_URL", f"http://{HOST}:{SINK_PORT}/webhook")
+    # The sink is plain http on this machine, which the worker refuses unless allowed
+    # (delivery/receiver_addresses.py); values of your own in .env or the environment win.
+    env.setdefault("WEBHOOK_ALLOW_HTTP", "true")
+    env.setdefault("WEBHOOK_ALLOWED_NETWORKS", sink_networks())
     server = None
     if not env.get("DATABASE_URL"):
         try:

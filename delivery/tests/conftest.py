@@ -96,6 +96,9 @@ def process_env(settings, **extra) -> dict:
         **os.environ,
         "DATABASE_URL": url,
         "WEBHOOK_URL": settings.WEBHOOK_URL,
+        # The test's own receiver policy (conftest.py's allowance of the local receivers, unless it set one).
+        "WEBHOOK_ALLOW_HTTP": str(settings.WEBHOOK_ALLOW_HTTP).lower(),
+        "WEBHOOK_ALLOWED_NETWORKS": ",".join(str(network) for network in settings.WEBHOOK_ALLOWED_NETWORKS),
         "WEBHOOK_TIMEOUT": str(settings.WEBHOOK_TIMEOUT.total_seconds()),
         "DELIVERY_RETRY_BASE": str(settings.DELIVERY_RETRY_BASE.total_seconds()),
         "DELIVERY_RETRY_MAX": str(settings.DELIVERY_RETRY_MAX.total_seconds()),

@@ -6,7 +6,11 @@ works. A failure (timeout, connection error, 5xx, 408, 425) and a throttle
 against it too - a wrong URL or rotated credentials fail every message - unless
 the receiver accepted another message sent no earlier, which proves the URL
 and credentials good: then it is that one message's failure. Any other answer
-(400, 422, a redirect) is about the message and says nothing of the receiver.
+(400, 422, a redirect) is about the message and says nothing of the receiver; nor
+does a request that was never made: a receiver address our policy refuses
+(delivery.receiver_addresses) is our rule, not the receiver failing, so it leaves
+the endpoint's health alone and its delivery is DEAD at once with the reason,
+instead of waiting behind a FAILING endpoint for a receiver that cannot recover.
 
 Enough failures in a row (over every worker: the count lives in the endpoint's
 row) make the endpoint FAILING: deliveries wait without spending attempts and

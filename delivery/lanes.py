@@ -106,6 +106,8 @@ class Lane:
 
     def learn_from(self, result: SendResult, *, open_at_start: int, finished_mono: float) -> None:
         """One answer's lessons for this lane: the limit's sample, and a Retry-After to obey at once."""
+        if result.refused:
+            return  # no request was made (a refused address): nothing to learn about the receiver
         signal = signal_of(outcome=result.outcome, status_code=result.status_code, retry_after=result.retry_after)
         self.limit.on_sample(
             started=result.started_mono,

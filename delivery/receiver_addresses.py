@@ -210,7 +210,7 @@ def webhook_url_validate(
     *,
     url: str,
     policy: ReceiverPolicy | None = None,
-    resolve: Callable[[str, int], Sequence[str]] = host_addresses,
+    resolve: Callable[[str, int], Sequence[str]] | None = None,
 ) -> None:
     """Raise ValidationError (code "refused_url") unless the worker could send to `url`.
 
@@ -220,9 +220,10 @@ def webhook_url_validate(
     address of which it refuses. A name that does not resolve within
     RESOLVE_TIMEOUT is accepted: it may exist by the time it is used, and every
     connection is checked again after its own resolution (delivery.resolver).
-    `policy` defaults to the settings'.
+    `policy` defaults to the settings', `resolve` to this machine's DNS (host_addresses).
     """
     policy = policy or ReceiverPolicy.from_settings()
+    resolve = resolve or host_addresses
     refusal = url_refusal(url=url, policy=policy)
     if refusal:
         raise ValidationError(refusal, code="refused_url")

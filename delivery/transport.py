@@ -3,6 +3,12 @@
 Sent with aiohttp on an asyncio event loop, so that thousands of open requests
 to a slow receiver cost one coroutine each instead of one thread each; the
 claim and the record stay synchronous Django code between the loop's runs.
+
+No request goes to a receiver the policy refuses (delivery.receiver_addresses,
+SSRF): a URL that is not https or names a refused address is refused before
+any connection, and a name only after DNS, on the addresses it resolved to
+(delivery.resolver). Through a proxy the connection is the proxy's: see
+WebhookTransport. A refusal is a permanent failure that made no request.
 """
 
 from __future__ import annotations
@@ -18,9 +24,13 @@ from datetime import UTC, datetime
 
 import aiohttp
 import yarl
+from aiohttp.abc import AbstractResolver
+from aiohttp.resolver import DefaultResolver
 
 from config import __version__
 from delivery.models import AttemptOutcome, DeliveryAttempt
+from delivery.receiver_addresses import ReceiverPolicy, parse_address, url_refusal
+from delivery.resolver import AddressRefused, ScreeningResolver
 from delivery.signing import WebhookSigner
 
 USER_AGENT = f"birthday-scheduler/{__version__} (+webhooks)"
@@ -29,6 +39,8 @@ TRANSIENT_STATUSES = frozenset({408, 425, 429})
 # Bodies up to this size are read whole so the connection can be reused;
 # longer ones are cut after the excerpt and the connection dropped.
 _READ_WHOLE_BODY_UP_TO = 64 * 1024
+# How long a receiver name's addresses are used before it is resolved (and checked) again.
+DNS_CACHE_SECONDS = 300
 
 
 @dataclass(frozen=True)
@@ -73,6 +85,8 @@ class SendResult:
     # When the request started by this process's monotonic clock (started_at is the wall clock's),
     # for the adaptive limit's samples.
     started_mono: float = 0.0
+    # No request was made: the receiver's address is refused (delivery.receiver_addresses).
+    refused: bool = False
 
     def describe(self) -> str:
         if self.status_code is not None:
@@ -115,18 +129,47 @@ class WebhookTransport:
     ~/.netrc) up again for every request in a thread pool: those threads take
     the GIL from the loop's thread, and every send waits for them. Open it and
     send from the event loop it is to run on.
+
+    Direct requests resolve through a ScreeningResolver, so the addresses
+    connected to are the ones checked. A request through a proxy connects to
+    the proxy, which the operator named and which usually sits on a private
+    network: it is not checked, and goes through a session of its own. What can
+    be checked of the receiver behind it is, before the request is handed over:
+    the scheme, a literal address, and a name as this host resolves it, refused
+    when any of its addresses is (the proxy picks which to use). A name that
+    resolves differently for the proxy, or changes in between, is out of the
+    worker's sight: the proxy's own egress rules must refuse internal
+    addresses (docs/operations.md, "Receivers behind us").
+
+    `policy` defaults to the settings'; `resolver` (aiohttp's default, made on
+    the loop, when None) is the one screened.
     """
 
-    def __init__(self, *, timeout: float, signer: WebhookSigner | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        timeout: float,
+        signer: WebhookSigner | None = None,
+        policy: ReceiverPolicy | None = None,
+        resolver: AbstractResolver | None = None,
+    ) -> None:
         self.timeout = timeout
         self._signer = signer
+        self._policy = policy or ReceiverPolicy.from_settings()
+        self._resolver = resolver
+        self._screening: ScreeningResolver | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._proxied_session: aiohttp.ClientSession | None = None
         self._headers = {"User-Agent": USER_AGENT, "Content-Type": "application/json"}
         # getproxies() also carries NO_PROXY under "no": kept for the bypass check, never used as a proxy.
         self._proxies = urllib.request.getproxies()
         self._proxy_for: dict[str, str | None] = {}
         # Each endpoint's URL parsed once, not once per request.
         self._parsed: dict[str, yarl.URL] = {}
+        # What the policy says of each URL before DNS (scheme, literal address): it cannot change.
+        self._url_refusals: dict[str, str | None] = {}
+        # Behind a proxy: each receiver name's verdict and until when (monotonic) it holds.
+        self._proxied_verdicts: dict[tuple[str, int | None], tuple[float, str | None]] = {}
 
     def proxy_for(self, url: str) -> str | None:
         """The proxy the environment names for `url`, or None to go direct (cached per URL)."""
@@ -144,8 +187,15 @@ class WebhookTransport:
         return parsed
 
     async def open(self) -> None:
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
+        self._screening = ScreeningResolver(policy=self._policy, inner=self._resolver or DefaultResolver())
+        self._session = self._new_session(resolver=self._screening)
+        if any(self._proxies.get(scheme) for scheme in ("http", "https")):
+            # Connects only to the proxies the environment names, resolved as they are.
+            self._proxied_session = self._new_session(resolver=None)
+
+    def _new_session(self, *, resolver: AbstractResolver | None) -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=DNS_CACHE_SECONDS, resolver=resolver),
             # Deadlines per step, not one for the whole request: while the thread
             # waits out a database outage the loop does not run, and an answer
             # that arrived meanwhile must count as an answer when it resumes.
@@ -160,9 +210,38 @@ class WebhookTransport:
         )
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for session in (self._session, self._proxied_session):
+            if session is not None:
+                await session.close()
+        self._session = self._proxied_session = None
+        if self._screening is not None:
+            await self._screening.close()  # a connector closes only the resolver it made itself
+            self._screening = None
+
+    def url_refusal(self, url: str) -> str | None:
+        """Why the policy refuses `url` before any DNS (scheme, a literal address), or None (cached per URL)."""
+        if url not in self._url_refusals:
+            self._url_refusals[url] = url_refusal(url=url, policy=self._policy)
+        return self._url_refusals[url]
+
+    async def _proxied_refusal(self, url: str) -> str | None:
+        """Behind a proxy: why the receiver's name is refused as this host resolves it, or None."""
+        parsed = self._url(url)
+        host = parsed.raw_host
+        if parse_address(host) is not None:
+            return None  # a literal address: url_refusal has judged it
+        key = (host, parsed.port)
+        now_mono = time.monotonic()
+        known = self._proxied_verdicts.get(key)
+        if known is not None and known[0] > now_mono:
+            return known[1]
+        try:
+            _, refused = await self._screening.screen(host, parsed.port or 0)
+            verdict = refused[0].describe(host=host) if refused else None
+        except (OSError, UnicodeError):
+            verdict = None  # a name this host cannot resolve: the proxy resolves it, under its own rules
+        self._proxied_verdicts[key] = (now_mono + DNS_CACHE_SECONDS, verdict)
+        return verdict
 
     def headers_for(self, delivery: ClaimedDelivery, body: str) -> dict[str, str]:
         headers = {**self._headers, "X-Idempotency-Key": delivery.idempotency_key}
@@ -186,16 +265,26 @@ class WebhookTransport:
                 **fields,
             )
 
+        url = delivery.endpoint_url
         try:
-            async with self._session.post(
-                self._url(delivery.endpoint_url),
+            refusal = self.url_refusal(url)
+            proxy = None if refusal else self.proxy_for(url)
+            if proxy is not None:
+                refusal = await self._proxied_refusal(url)
+            if refusal is not None:
+                return finish(AttemptOutcome.PERMANENT_FAILURE, error=refusal, refused=True)
+            session = self._session if proxy is None else self._proxied_session
+            async with session.post(
+                self._url(url),
                 data=body.encode(),
                 headers=self.headers_for(delivery, body),
                 allow_redirects=False,
-                proxy=self.proxy_for(delivery.endpoint_url),
+                proxy=proxy,
             ) as response:
                 excerpt = await _read_excerpt(response)
                 status, reason, retry_after_header = response.status, response.reason, response.headers.get("Retry-After")
+        except AddressRefused as exc:
+            return finish(AttemptOutcome.PERMANENT_FAILURE, error=str(exc), refused=True)
         except TimeoutError:
             return finish(AttemptOutcome.TRANSIENT_FAILURE, error=f"Timed out after {self.timeout:g} s")
         except (aiohttp.InvalidURL, ValueError) as exc:

@@ -2,6 +2,7 @@
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -9,7 +10,9 @@ from collections import defaultdict
 from datetime import date, timedelta
 from pathlib import Path
 
+import aiohappyeyeballs
 import pytest
+from aiohttp.abc import AbstractResolver, ResolveResult
 from django.db import connection
 from django.utils import timezone
 
@@ -154,3 +157,72 @@ def stop_all(processes, timeout: float = 30) -> list[int]:
             process.kill()
             codes.append(process.wait())
     return codes
+
+
+class ScriptedDns(AbstractResolver):
+    """DNS as a test scripts it: each name's answers in turn, the last one for ever after.
+
+    Serves the worker's resolver (async, as aiohttp asks) and the check at creation
+    (called as `resolve(host, port)`); `asked` lists the names asked, in order.
+    """
+
+    def __init__(self, answers: dict[str, list[list[str]]]) -> None:
+        self.answers = {name: list(turns) for name, turns in answers.items()}
+        self.asked: list[str] = []
+
+    def addresses(self, host: str) -> list[str]:
+        self.asked.append(host)
+        turns = self.answers.get(host)
+        if not turns:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return turns.pop(0) if len(turns) > 1 else turns[0]
+
+    def __call__(self, host: str, port: int) -> list[str]:
+        return self.addresses(host)
+
+    async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+        return [
+            ResolveResult(
+                hostname=host, host=address, port=port, proto=0, flags=socket.AI_NUMERICHOST,
+                family=socket.AF_INET6 if ":" in address else socket.AF_INET,
+            )
+            for address in self.addresses(host)
+        ]
+
+    async def close(self) -> None:
+        pass
+
+
+class Network:
+    """Where a connection to an address ends up: `route` makes an address another listener on this machine."""
+
+    def __init__(self) -> None:
+        self.routes: dict[str, tuple[str, int]] = {}
+
+    def route(self, address: str, *, to: str) -> None:
+        """Connections to `address` (any port) reach the listener at URL `to`."""
+        host, port = to.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)
+        self.routes[address] = (host, int(port))
+
+
+@pytest.fixture
+def network(monkeypatch) -> Network:
+    """Addresses a test cannot listen on (10.0.0.5, 169.254.169.254) made to reach local receivers.
+
+    So a refusal test can fail: were the address let through, the request would
+    arrive at the receiver the test watches. Rewrites what aiohttp hands its
+    connection racer (aiohappyeyeballs), after every check.
+    """
+    routed = Network()
+    start_connection = aiohappyeyeballs.start_connection
+
+    async def start_routed_connection(addr_infos, *args, **kwargs):
+        addr_infos = [
+            (socket.AF_INET, kind, proto, name, routed.routes[address[0]])
+            if address[0] in routed.routes else (family, kind, proto, name, address)
+            for family, kind, proto, name, address in addr_infos
+        ]
+        return await start_connection(addr_infos, *args, **kwargs)
+
+    monkeypatch.setattr(aiohappyeyeballs, "start_connection", start_routed_connection)
+    return routed

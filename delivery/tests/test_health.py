@@ -90,6 +90,7 @@ def failing(*, interval: float = 4.0, since: float = -10.0) -> Health:
         (PERMANENT, 400, None, Signal.NEUTRAL),
         (PERMANENT, 422, None, Signal.NEUTRAL),
         (PERMANENT, 301, None, Signal.NEUTRAL),
+        # no request made: a bad URL, or an address the policy refuses (delivery.receiver_addresses)
         (PERMANENT, None, None, Signal.NEUTRAL),
         (ABANDONED, None, None, Signal.NEUTRAL),
     ],

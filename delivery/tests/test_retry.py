@@ -147,6 +147,9 @@ def test_a_delivery_that_outlived_the_lateness_does_not_wait_again(outcome, stat
         (PERMANENT, 422, None, False, False, 1, dead("Permanent failure: answer")),
         (PERMANENT, 400, None, False, False, 1, dead("Permanent failure: answer")),
         (PERMANENT, 422, None, True, False, 1, dead("Permanent failure: answer")),
+        # no request made (a refused address): DEAD at once, even while the endpoint is down
+        (PERMANENT, None, None, False, False, 1, dead("Permanent failure: answer")),
+        (PERMANENT, None, None, True, False, 1, dead("Permanent failure: answer")),
     ],
 )
 def test_retry_decision_weighs_the_endpoints_verdict(

@@ -7,14 +7,17 @@ import socket
 import uuid
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
+from ipaddress import ip_network
 
 import pytest
 from standardwebhooks.webhooks import Webhook
 
 from delivery.models import AttemptOutcome
+from delivery.receiver_addresses import ReceiverPolicy
 from delivery.retry import RetryPolicy
 from delivery.retry import retry_delay as policy_delay
 from delivery.signing import WebhookSigner
+from delivery.tests.conftest import ScriptedDns, ScriptedSink
 from delivery.transport import (
     USER_AGENT,
     ClaimedDelivery,
@@ -195,3 +198,101 @@ def test_hosts_in_no_proxy_are_reached_directly(sink, monkeypatch):
 
     assert result.outcome == AttemptOutcome.DELIVERED
     assert len(sink.received) == 1
+
+
+# --- receivers behind us (SSRF): delivery.receiver_addresses, delivery.resolver ------------------
+
+
+def policy(*networks: str, http: bool = True) -> ReceiverPolicy:
+    """Plain http allowed unless said (the sinks are http): what these tests vary is the address."""
+    return ReceiverPolicy(allow_http=http, allowed_networks=tuple(ip_network(n) for n in networks))
+
+
+def named(url: str, name: str) -> str:
+    """`url` (a sink's, on 127.0.0.1) with `name` for its host."""
+    return url.replace("127.0.0.1", name)
+
+
+@pytest.mark.parametrize(
+    "networks, refusal",
+    [
+        ((), "Refused: receiver.test at 127.0.0.1 is a loopback address (WEBHOOK_ALLOWED_NETWORKS)"),
+        (("127.0.0.0/8",), None),
+    ],
+)
+def test_a_name_is_judged_by_the_address_it_resolves_to_when_connecting(sink, networks, refusal):
+    dns = ScriptedDns({"receiver.test": [["127.0.0.1"]]})
+    transport = WebhookTransport(timeout=5, policy=policy(*networks), resolver=dns)
+
+    result = send(transport, claimed(named(sink.url, "receiver.test")))
+
+    assert dns.asked == ["receiver.test"]
+    if refusal:
+        assert (result.outcome, result.error, result.refused, result.status_code) == (
+            AttemptOutcome.PERMANENT_FAILURE, refusal, True, None
+        )
+        assert sink.received == []
+    else:
+        assert result.outcome == AttemptOutcome.DELIVERED
+        assert len(sink.received) == 1
+
+
+def test_a_literal_refused_address_is_refused_without_dns_or_a_connection(sink):
+    dns = ScriptedDns({})
+
+    result = send(WebhookTransport(timeout=5, policy=policy(), resolver=dns), claimed(sink.url))
+
+    assert result.outcome == AttemptOutcome.PERMANENT_FAILURE
+    assert result.error == "Refused: 127.0.0.1 is a loopback address (WEBHOOK_ALLOWED_NETWORKS)"
+    assert dns.asked == []
+    assert sink.received == []
+
+
+def test_plain_http_is_refused_unless_allowed_for_development(sink):
+    result = send(WebhookTransport(timeout=5, policy=policy("127.0.0.0/8", http=False)), claimed(sink.url))
+
+    assert result.outcome == AttemptOutcome.PERMANENT_FAILURE
+    assert result.error == f"Refused: {sink.url} is not https (WEBHOOK_ALLOW_HTTP)"
+    assert sink.received == []
+
+
+def test_the_refused_answers_of_a_name_are_dropped_and_the_connection_goes_to_an_allowed_one(network):
+    # Given a name that answers a private address first and a listed one second, each a real receiver
+    with ScriptedSink() as private, ScriptedSink() as listed:
+        network.route("10.0.0.5", to=private.url)
+        dns = ScriptedDns({"receiver.test": [["10.0.0.5", "127.0.0.1"]]})
+        transport = WebhookTransport(timeout=5, policy=policy("127.0.0.0/8"), resolver=dns)
+
+        result = send(transport, claimed(named(listed.url, "receiver.test")))
+
+        # Then only the allowed address was connected to
+        assert result.outcome == AttemptOutcome.DELIVERED
+        assert private.received == []
+        assert len(listed.received) == 1
+
+
+@pytest.mark.parametrize(
+    "host, answers, refusal",
+    [
+        ("public.test", ["93.184.215.14"], None),
+        ("internal.test", ["10.0.0.5"], "Refused: internal.test at 10.0.0.5 is a private address (WEBHOOK_ALLOWED_NETWORKS)"),
+        # The proxy picks among the answers itself: one refused answer refuses the name.
+        ("mixed.test", ["93.184.215.14", "10.0.0.5"], "Refused: mixed.test at 10.0.0.5 is a private address (WEBHOOK_ALLOWED_NETWORKS)"),
+        ("10.0.0.5", None, "Refused: 10.0.0.5 is a private address (WEBHOOK_ALLOWED_NETWORKS)"),
+    ],
+)
+def test_through_a_proxy_the_proxy_is_not_screened_but_the_receiver_behind_it_is(sink, monkeypatch, host, answers, refusal):
+    # Given the sink, on loopback, as the operator's HTTP proxy, and no network allowed
+    monkeypatch.setenv("HTTP_PROXY", sink.url.rsplit("/", 1)[0])
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    dns = ScriptedDns({host: [answers]} if answers else {})
+
+    result = send(WebhookTransport(timeout=5, policy=policy(), resolver=dns), claimed(f"http://{host}/webhook"))
+
+    if refusal:
+        assert (result.outcome, result.error) == (AttemptOutcome.PERMANENT_FAILURE, refusal)
+        assert sink.received == []
+    else:
+        assert result.outcome == AttemptOutcome.DELIVERED
+        assert len(sink.received) == 1  # handed to the proxy

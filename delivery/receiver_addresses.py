@@ -31,7 +31,7 @@ from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_add
 
 import yarl
 from django.conf import settings
-from django.core.exceptions import ValidationError
+from django.core.exceptions import ImproperlyConfigured, ValidationError
 
 IPAddress = IPv4Address | IPv6Address
 IPNetwork = IPv4Network | IPv6Network
@@ -239,3 +239,16 @@ def webhook_url_validate(
     refusals = [address_refusal(address=a, policy=policy) for a in addresses]
     if refusals and all(refusals):
         raise ValidationError(refusals[0].describe(host=host), code="refused_url")
+
+
+def webhook_url_setting_check() -> None:
+    """Raise ImproperlyConfigured, in one line, when WEBHOOK_URL is a receiver the worker would refuse.
+
+    For run_scheduler and run_worker at start: refusing to start leaves the
+    greetings PENDING or QUEUED until the setting is fixed, where starting
+    would make every one of them DEAD.
+    """
+    try:
+        webhook_url_validate(url=settings.WEBHOOK_URL)
+    except ValidationError as exc:
+        raise ImproperlyConfigured(f"WEBHOOK_URL: {exc.messages[0]}") from None

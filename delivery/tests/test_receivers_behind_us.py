@@ -5,18 +5,22 @@ Each refusal has its twin with the network listed, which reaches the receiver: s
 test would fail, with the request arriving, if the address were let through.
 """
 
+import re
+import subprocess
+import sys
 from datetime import date
 from ipaddress import ip_network
 
 import pytest
-from django.core.exceptions import ValidationError
+from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.core.management import call_command
 
 from delivery.models import AttemptOutcome, Delivery, DeliveryStatus, Endpoint, EndpointState
 from delivery.receiver_addresses import webhook_url_validate
 from delivery.scheduler import Scheduler
-from delivery.tests.conftest import ScriptedDns, make_due
+from delivery.tests.conftest import BASE_DIR, ScriptedDns, make_due, process_env, start_process
 from delivery.worker import Worker
-from scheduling.models import EventStatus
+from scheduling.models import Event, EventStatus
 from users.services import user_create
 
 pytestmark = pytest.mark.django_db
@@ -144,3 +148,70 @@ def test_a_name_that_resolves_only_to_addresses_behind_us_is_refused_when_it_is_
         "Refused: metadata.test at 169.254.169.254 is a cloud metadata address "
         "(WEBHOOK_ALLOWED_NETWORKS, naming it alone)"
     ]
+
+
+@pytest.mark.parametrize("command", ["run_scheduler", "run_worker"])
+@pytest.mark.parametrize(
+    "url, reason",
+    [
+        ("http://receiver.example/hook", "Refused: http://receiver.example/hook is not https (WEBHOOK_ALLOW_HTTP)"),
+        ("https://10.0.0.5/hook", "Refused: 10.0.0.5 is a private address (WEBHOOK_ALLOWED_NETWORKS)"),
+        ("https://hooks.internal/hook",
+         "Refused: hooks.internal at 10.0.0.5 is a private address (WEBHOOK_ALLOWED_NETWORKS)"),
+    ],
+)
+def test_a_process_refuses_to_start_with_a_webhook_url_behind_us_and_queues_nothing(
+    receivers, monkeypatch, command, url, reason
+):
+    # Given the production policy, a WEBHOOK_URL it refuses, and a greeting due
+    receivers.WEBHOOK_ALLOW_HTTP = False
+    receivers.WEBHOOK_URL = url
+    use_dns(monkeypatch, ScriptedDns({"hooks.internal": [["10.0.0.5"]]}))
+    event = user_create(first_name="Ada", last_name="Lovelace", date_of_birth=date(1990, 3, 8), timezone="UTC").events.get()
+    make_due([event])
+
+    # When the process starts, then it stops at once, naming the setting and the reason
+    with pytest.raises(ImproperlyConfigured) as refused:
+        call_command(command, once=True)
+
+    assert str(refused.value) == f"WEBHOOK_URL: {reason}"
+    # and the greeting waits, still PENDING, for the setting to be fixed
+    assert Event.objects.get(pk=event.pk).status == EventStatus.PENDING
+    assert not Delivery.objects.exists()
+
+
+@pytest.mark.slow
+def test_a_worker_process_with_a_loopback_webhook_url_stops_in_one_line(receivers):
+    receivers.WEBHOOK_URL = "http://127.0.0.1:9/hook"
+
+    result = subprocess.run(
+        [sys.executable, "manage.py", "run_worker", "--once"],
+        cwd=BASE_DIR, env=process_env(receivers), capture_output=True, text=True, timeout=120,
+    )
+
+    assert result.returncode == 1
+    assert result.stderr.endswith(
+        "error: WEBHOOK_URL: Refused: 127.0.0.1 is a loopback address (WEBHOOK_ALLOWED_NETWORKS)\n"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)  # the worker process reads what this test wrote
+def test_a_worker_process_sends_nothing_queued_for_a_name_that_resolves_to_loopback(receivers, sink, tmp_path):
+    # Given a greeting queued to the sink as http://localhost:port (before the policy refused it)
+    event = greeting_queued_to(sink_url_at(sink, "localhost"), receivers)
+    # and a worker process that lists no network, its own WEBHOOK_URL a name it cannot resolve yet
+    receivers.WEBHOOK_URL = "https://receiver.invalid/webhook"
+    worker = start_process(["run_worker", "--once"], process_env(receivers), tmp_path / "worker.log")
+
+    # When it has run (this machine's own DNS answers for localhost)
+    assert worker.wait(timeout=120) == 0, (tmp_path / "worker.log").read_text()
+
+    # Then nothing reached the receiver, and the delivery is DEAD with the reason
+    assert sink.received == []
+    delivery = Delivery.objects.get(event=event)
+    assert delivery.status == DeliveryStatus.DEAD
+    assert re.fullmatch(
+        r"Permanent failure: Refused: localhost at (127\.0\.0\.1|::1) is a loopback address \(WEBHOOK_ALLOWED_NETWORKS\)",
+        delivery.last_error,
+    ), delivery.last_error

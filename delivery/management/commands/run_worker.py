@@ -1,5 +1,6 @@
 from django.core.management.base import CommandError
 
+from delivery.receiver_addresses import webhook_url_setting_check
 from delivery.worker import Worker
 from runtime.commands import ProcessCommand
 
@@ -20,4 +21,5 @@ class Command(ProcessCommand):
     def process(self, *, interval, once, stop, concurrency, batch_size, **options) -> Worker:
         if (concurrency is not None and concurrency < 1) or batch_size < 1:
             raise CommandError("--concurrency and --batch-size must be at least 1.")
+        webhook_url_setting_check()
         return Worker(concurrency=concurrency, batch_size=batch_size, interval=interval, once=once, stop=stop)

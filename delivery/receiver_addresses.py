@@ -23,9 +23,8 @@ webhook_url_validate resolves names, for the check at creation.
 from __future__ import annotations
 
 import socket
+import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
 
@@ -203,7 +202,26 @@ def host_addresses(host: str, port: int) -> list[str]:
     return [info[4][0] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
 
 
-_dns = ThreadPoolExecutor(max_workers=4, thread_name_prefix="receiver-dns")
+def _resolve_within(
+    resolve: Callable[[str, int], Sequence[str]], host: str, port: int, *, seconds: float
+) -> Sequence[str] | None:
+    """`resolve(host, port)`, or None if it fails or takes longer than `seconds`.
+
+    In a daemon thread: a lookup stuck on an unanswering DNS server is left
+    behind, and neither holds up the caller nor keeps the process from exiting.
+    """
+    answers: list[Sequence[str]] = []
+
+    def lookup() -> None:
+        try:
+            answers.append(resolve(host, port))
+        except (OSError, UnicodeError):
+            pass
+
+    thread = threading.Thread(target=lookup, name="receiver-dns", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return answers[0] if answers else None
 
 
 def webhook_url_validate(
@@ -231,9 +249,8 @@ def webhook_url_validate(
     host = parsed.raw_host
     if parse_address(host) is not None:
         return
-    try:
-        answers = _dns.submit(resolve, host, parsed.port).result(timeout=RESOLVE_TIMEOUT)
-    except (OSError, UnicodeError, FutureTimeout):
+    answers = _resolve_within(resolve, host, parsed.port, seconds=RESOLVE_TIMEOUT)
+    if answers is None:
         return
     addresses = [a for a in (parse_address(answer) for answer in answers) if a is not None]
     refusals = [address_refusal(address=a, policy=policy) for a in addresses]

@@ -1,6 +1,8 @@
 """Which receivers the worker may reach (SSRF): the rules as a table, and the check at creation."""
 
 import socket
+import threading
+import time
 from ipaddress import ip_address, ip_network
 
 import pytest
@@ -172,6 +174,22 @@ def test_a_name_that_does_not_resolve_now_is_accepted_and_left_to_the_check_at_e
         raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
 
     assert refused_message("https://not-yet.example/hook", policy=STRICT, resolve=no_such_name) is None
+
+
+def test_a_name_whose_dns_does_not_answer_in_time_is_accepted_without_waiting_for_it(monkeypatch):
+    monkeypatch.setattr("delivery.receiver_addresses.RESOLVE_TIMEOUT", 0.1)
+    answered = threading.Event()
+
+    def unanswering(host, port):
+        answered.wait(5)
+        return ["10.0.0.5"]
+
+    started = time.monotonic()
+    message = refused_message("https://slow-dns.example/hook", policy=STRICT, resolve=unanswering)
+
+    answered.set()
+    assert message is None
+    assert time.monotonic() - started < 2
 
 
 def test_a_literal_refused_address_and_plain_http_are_refused_without_dns():

@@ -111,8 +111,8 @@ TEMPLATES = [
 
 # DATABASE_URL: the PostgreSQL database (the only kind the code is written for).
 # Unset or empty, it is the server of this checkout's own that `make run` starts
-# (devtools/local.py, data in var/postgres; on 5433, beside any system server on
-# 5432), so manage.py commands typed while `make run` runs work on the same data.
+# (devtools/local.py, data in var/postgres, as root under /var/lib/birthday-scheduler-dev;
+# on 5433, beside any system server on 5432), so manage.py commands typed while `make run` runs work on the same data.
 LOCAL_DATABASE_URL = "postgres://postgres@127.0.0.1:5433/birthday_scheduler"
 DATABASES = {
     "default": env.db_url_config(env.str("DATABASE_URL", default="") or LOCAL_DATABASE_URL),

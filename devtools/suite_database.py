@@ -60,19 +60,21 @@ def run_with_database(
     config["PORT"] = int(config["PORT"] or 5432)
     server = None
     if config["HOST"] in THIS_MACHINE and not port_is_open(host=config["HOST"], port=config["PORT"]):
-        server = EmbeddedPostgres(
-            root=root,
-            port=config["PORT"],
-            superuser=config["USER"] or "postgres",
-            throwaway=True,
-        )
         print(f"No PostgreSQL at {config['HOST']}:{config['PORT']}; starting the embedded one there.", flush=True)
         try:
+            # Made inside the try: as root, making it copies the binaries, which can fail too.
+            server = EmbeddedPostgres(
+                root=root,
+                port=config["PORT"],
+                superuser=config["USER"] or "postgres",
+                throwaway=True,
+            )
             server.start()
             server.database_ensure(name=config["NAME"])
         except EmbeddedPostgresError as exc:
             print(exc, file=sys.stderr)
-            server.stop()
+            if server is not None:
+                server.stop()
             return 1
     try:
         problem = server_problem(config=config)

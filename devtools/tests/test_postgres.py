@@ -2,6 +2,7 @@
 
 import os
 import pwd
+import re
 import shutil
 import socket
 import stat
@@ -114,6 +115,16 @@ def test_as_root_a_checkout_only_root_may_enter_runs_its_server_from_files_the_a
     assert (stat.S_IMODE(files.stat().st_mode), files.stat().st_uid, files.stat().st_gid) == (0o750, 0, account.pw_gid)
     assert program.stat().st_uid == 0
     assert not program.stat().st_mode & stat.S_IWGRP
+
+
+@pytest.mark.slow
+@as_root_only
+def test_as_root_a_system_location_that_cannot_take_the_binaries_is_refused_in_one_line_naming_it(system_files):
+    system_files.parent.joinpath("not-a-folder").write_text("")
+    files = server_files_directory(checkout=Path("/root/bday"), system_files=system_files.parent / "not-a-folder")
+
+    with pytest.raises(EmbeddedPostgresError, match=re.escape(f"Cannot copy PostgreSQL's binaries to {files}/")):
+        server_binaries(files=files)
 
 
 @pytest.mark.slow

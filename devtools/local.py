@@ -1,7 +1,8 @@
 """`make run`: start the whole product on this machine and stop it cleanly on Ctrl-C.
 
 Without a DATABASE_URL (in the environment or .env), first starts PostgreSQL of
-this checkout's own (devtools/postgres.py, data in var/postgres) at the settings'
+this checkout's own (devtools/postgres.py: data in var/postgres, or as root in
+this checkout's folder under /var/lib/birthday-scheduler-dev) at the settings'
 LOCAL_DATABASE_URL. Then migrates, collects the static files and makes sure of a
 local admin, and starts the web server (API and admin), one scheduler, one
 worker and a local webhook sink that shows the messages as they arrive; on an
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import environ
 
-from devtools.postgres import EmbeddedPostgres, EmbeddedPostgresError
+from devtools.postgres import RUN_DATA, EmbeddedPostgres, EmbeddedPostgresError, server_files_directory
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 HOST = os.environ.get("RUN_HOST", "127.0.0.1")
@@ -58,16 +59,17 @@ def _pump(name: str, stream) -> None:
 
 
 def embedded_postgres_start() -> EmbeddedPostgres:
-    """Start the PostgreSQL of LOCAL_DATABASE_URL from var/postgres, with its database."""
+    """Start the PostgreSQL of LOCAL_DATABASE_URL with its data in this checkout's server files, and its database."""
     # The settings own the URL, so that manage.py typed by hand finds the same
     # server; they are imported only for it (the children read them themselves).
     from config.settings import LOCAL_DATABASE_URL
 
     config = environ.Env.db_url_config(LOCAL_DATABASE_URL)
-    server = EmbeddedPostgres(root=BASE_DIR / "var" / "postgres", port=int(config["PORT"]), superuser=config["USER"])
+    root = server_files_directory(checkout=BASE_DIR) / RUN_DATA
+    server = EmbeddedPostgres(root=root, port=int(config["PORT"]), superuser=config["USER"])
     server.start()
     server.database_ensure(name=config["NAME"])
-    print(f"PostgreSQL: {LOCAL_DATABASE_URL} (embedded, data in var/postgres)", flush=True)
+    print(f"PostgreSQL: {LOCAL_DATABASE_URL} (embedded, data in {server.data})", flush=True)
     return server
 
 

@@ -4,9 +4,10 @@
 DATABASE_URL=URL. When a server answers at URL, that is all (the fast path: a
 machine's own PostgreSQL, CI's). When nothing listens there and the URL names
 this machine, a PostgreSQL of this checkout's own (devtools/postgres.py, data in
-var/postgres-test, kept between runs) is started on the URL's port for the
-command and stopped after it, so the URL the suite and its subprocesses see
-stays the one given. A server elsewhere that does not answer, or one that
+var/postgres-test, or as root in this checkout's folder under
+/var/lib/birthday-scheduler-dev; kept between runs) is started on the URL's
+port for the command and stopped after it, so the URL the suite and its
+subprocesses see stays the one given. A server elsewhere that does not answer, or one that
 refuses the connection, stops it at once in one line.
 """
 
@@ -18,7 +19,13 @@ from pathlib import Path
 import environ
 import psycopg
 
-from devtools.postgres import EmbeddedPostgres, EmbeddedPostgresError, port_is_open
+from devtools.postgres import (
+    TEST_DATA,
+    EmbeddedPostgres,
+    EmbeddedPostgresError,
+    port_is_open,
+    server_files_directory,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 THIS_MACHINE = ("127.0.0.1", "localhost", "::1")
@@ -41,7 +48,9 @@ def server_problem(*, config: dict) -> str | None:
     return None
 
 
-def run_with_database(*, url: str, command: list[str], root: Path = BASE_DIR / "var" / "postgres-test") -> int:
+def run_with_database(
+    *, url: str, command: list[str], root: Path = server_files_directory(checkout=BASE_DIR) / TEST_DATA
+) -> int:
     """Run `command` with DATABASE_URL=url, starting an embedded server with its files in `root` if need be."""
     config = environ.Env.db_url_config(url)
     if "postgresql" not in config["ENGINE"]:
@@ -51,19 +60,21 @@ def run_with_database(*, url: str, command: list[str], root: Path = BASE_DIR / "
     config["PORT"] = int(config["PORT"] or 5432)
     server = None
     if config["HOST"] in THIS_MACHINE and not port_is_open(host=config["HOST"], port=config["PORT"]):
-        server = EmbeddedPostgres(
-            root=root,
-            port=config["PORT"],
-            superuser=config["USER"] or "postgres",
-            throwaway=True,
-        )
         print(f"No PostgreSQL at {config['HOST']}:{config['PORT']}; starting the embedded one there.", flush=True)
         try:
+            # Made inside the try: as root, making it copies the binaries, which can fail too.
+            server = EmbeddedPostgres(
+                root=root,
+                port=config["PORT"],
+                superuser=config["USER"] or "postgres",
+                throwaway=True,
+            )
             server.start()
             server.database_ensure(name=config["NAME"])
         except EmbeddedPostgresError as exc:
             print(exc, file=sys.stderr)
-            server.stop()
+            if server is not None:
+                server.stop()
             return 1
     try:
         problem = server_problem(config=config)

@@ -24,6 +24,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import psutil
 import psycopg
 import pytest
 from django.db import connection
@@ -169,17 +170,25 @@ def pooled_env(settings, bouncer: PgBouncer, *, listen: bool = True, **extra) ->
 
 
 class ConnectionCensus(threading.Thread):
-    """Counts, several times a second, the test database's connections: through PgBouncer and direct.
+    """Counts, several times a second, the connections of the processes under test: through PgBouncer and direct.
 
-    Direct ones are the backends that are not PgBouncer's server connections, nor
-    this census's, nor the test's own; `listening` are those whose last
-    statement was a LISTEN.
+    A direct connection is one a process under test holds to the database server
+    itself: a socket of that process (psutil) to the server's port, and the
+    backend at its other end. Taken from the processes' own sockets rather than
+    by subtracting PgBouncer's server connections from the server's backends,
+    which would also count the test's own connections, other sessions' on the
+    same server, and a server connection PgBouncer has opened but not yet logged
+    in (no backend pid in SHOW SERVERS yet). Each direct connection is told by
+    its backend's last statement: a LISTEN; none yet (pg_stat_activity's query
+    is empty), as a listener's is from connecting until its first LISTEN, or
+    again after reconnecting; or anything else.
     """
 
-    def __init__(self, bouncer: PgBouncer, *, exclude_pids: set[int]) -> None:
+    def __init__(self, bouncer: PgBouncer, *, processes: list[subprocess.Popen]) -> None:
         super().__init__(daemon=True)
         self.bouncer = bouncer
-        self.exclude_pids = exclude_pids
+        self.processes = [psutil.Process(process.pid) for process in processes]
+        self.server_port = int(connection.settings_dict["PORT"] or 5432)
         self.dbname = connection.settings_dict["NAME"]
         self.stop = threading.Event()
         self.peak = Counter()
@@ -190,28 +199,45 @@ class ConnectionCensus(threading.Thread):
             host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, user=db["USER"] or "postgres",
             dbname=self.dbname, autocommit=True,
         ) as conn:
-            own = conn.info.backend_pid
             while not self.stop.wait(0.1):
                 try:
-                    self.sample(conn, own)
+                    self.sample(conn)
                 except psycopg.OperationalError:
                     pass  # PgBouncer is restarting: no sample this time
 
-    def sample(self, conn: psycopg.Connection, own: int) -> None:
+    def direct_ports(self) -> set[int]:
+        """This machine's ports of the sockets the processes hold to the database server."""
+        ports = set()
+        for process in self.processes:
+            try:
+                sockets = process.net_connections(kind="tcp")
+            except psutil.NoSuchProcess:
+                continue
+            ports |= {
+                sock.laddr.port
+                for sock in sockets
+                if sock.raddr and sock.raddr.port == self.server_port and sock.status == psutil.CONN_ESTABLISHED
+            }
+        return ports
+
+    def sample(self, conn: psycopg.Connection) -> None:
         servers = [row for row in self.bouncer.admin("SHOW SERVERS") if row["database"] == self.dbname]
         clients = [row for row in self.bouncer.admin("SHOW CLIENTS") if row["database"] == self.dbname]
-        backends = conn.execute(
-            "SELECT pid, query FROM pg_stat_activity WHERE datname = current_database() AND backend_type = 'client backend'"
-        ).fetchall()
-        # Read again: a server connection opened meanwhile is not a direct one.
-        server_pids = {row["remote_pid"] for row in servers + self.bouncer.admin("SHOW SERVERS")}
-        direct = [query for pid, query in backends if pid not in server_pids | self.exclude_pids | {own}]
+        ports = self.direct_ports()
+        last_statements = [
+            query
+            for (query,) in conn.execute(
+                "SELECT query FROM pg_stat_activity WHERE client_port = ANY(%s)", [sorted(ports)]
+            ).fetchall()
+        ]
         now = {
             "pooled clients": len(clients),
             "server connections": len(servers),
             "server connections in a transaction": sum(row["state"] == "active" for row in servers),
-            "direct, LISTEN": sum(query.startswith("LISTEN") for query in direct),
-            "direct, other": sum(not query.startswith("LISTEN") for query in direct),
+            "direct": len(ports),
+            "direct, LISTEN": sum(query.startswith("LISTEN") for query in last_statements),
+            "direct, nothing run yet": sum(query == "" for query in last_statements),
+            "direct, other": sum(query != "" and not query.startswith("LISTEN") for query in last_statements),
         }
         for name, count in now.items():
             self.peak[name] = max(self.peak[name], count)
@@ -230,7 +256,6 @@ def test_through_pgbouncer_a_scheduler_and_two_workers_deliver_1000_events_exact
 ):
     # Given 1,000 due recipients and the processes configured for PgBouncer.
     create_due_users(1000)
-    connection.ensure_connection()
     env = pooled_env(delivery_settings, pgbouncer)
     processes = [start_process(["run_scheduler", "--batch-size", "100"], env, tmp_path / "s.log")]
     processes += [
@@ -240,7 +265,7 @@ def test_through_pgbouncer_a_scheduler_and_two_workers_deliver_1000_events_exact
 
     # When they run until everything has arrived...
     try:
-        with ConnectionCensus(pgbouncer, exclude_pids={connection.connection.info.backend_pid}) as census:
+        with ConnectionCensus(pgbouncer, processes=processes) as census:
             assert sink.wait_for(1000, timeout=180), f"only {len(set(sink.keys()))} of 1000 arrived"
             wait_for_outcomes_recorded(timeout=30)
             # A process opens its LISTEN connection when it first sleeps: once idle, all do.
@@ -258,6 +283,7 @@ def test_through_pgbouncer_a_scheduler_and_two_workers_deliver_1000_events_exact
     # with nothing direct but one LISTEN per process.
     print("Peak connections during the run:", dict(census.peak))
     assert census.peak["server connections"] <= POOL_SIZE < census.peak["pooled clients"], census.peak
+    assert census.peak["direct"] == 3, census.peak
     assert census.peak["direct, LISTEN"] == 3, census.peak
     assert census.peak["direct, other"] == 0, census.peak
     logs = "".join((tmp_path / name).read_text() for name in ("s.log", "w0.log", "w1.log"))

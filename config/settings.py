@@ -303,7 +303,8 @@ SPECTACULAR_SETTINGS = {
 
 # --- The scheduler ---------------------------------------------------------------
 
-# EVENT_SEND_TIME: local wall-clock time (HH:MM) at which messages go out.
+# EVENT_SEND_TIME: local wall-clock time (HH:MM) at which messages go out, for
+# the recipients without a send time of their own (users.User.send_time).
 EVENT_SEND_TIME = env("EVENT_SEND_TIME", default="09:00")
 # EVENT_MAX_LATENESS: events more overdue than this are not sent but FAILED
 # (a birthday greeting three days late does more harm than good). A duration:

@@ -8,8 +8,10 @@ from users.models import User
 from users.services import USER_FIELDS
 from users.validators import (
     EXTERNAL_ID_MAX_LENGTH,
+    SEND_TIME_PATTERN,
     clean_external_id,
     clean_name,
+    clean_send_time,
     clean_timezone,
     clean_user_fields,
 )
@@ -104,6 +106,22 @@ class StrictCharField(serializers.CharField):
         return super().to_internal_value(data)
 
 
+@extend_schema_field(
+    {"type": "string", "pattern": SEND_TIME_PATTERN, "nullable": True, "example": "10:30"}
+)
+class SendTimeField(serializers.Field):
+    """A local time of day as "HH:MM" (null for none), by users.validators.clean_send_time."""
+
+    def to_internal_value(self, data):
+        try:
+            return clean_send_time(data)
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.messages) from None
+
+    def to_representation(self, value):
+        return value.strftime("%H:%M")
+
+
 # Field-level rules that can run on their own, so a request with one field that
 # does not even parse still hears about every other bad field in the same reply.
 _STANDALONE_RULES = {
@@ -131,9 +149,20 @@ class UserSerializer(serializers.ModelSerializer):
     timezone = StrictCharField(
         max_length=200,
         help_text=(
-            "An IANA time zone name, such as America/New_York; the message goes out at "
-            f"{settings.EVENT_SEND_TIME} there. UTC offsets such as +05:00 are refused: "
-            "they do not follow daylight saving time."
+            "An IANA time zone name, such as America/New_York; the messages go out at the "
+            f"send_time ({settings.EVENT_SEND_TIME} unless the recipient has their own) there. "
+            "UTC offsets such as +05:00 are refused: they do not follow daylight saving time."
+        ),
+    )
+    send_time = SendTimeField(
+        required=False,
+        allow_null=True,
+        help_text=(
+            "Optional: the recipient's own local send time, HH:MM from 00:00 to 23:59 (such as "
+            f"10:30); null means the default, {settings.EVENT_SEND_TIME}. A time that does not "
+            "exist on the day (inside a DST gap) moves forward by the gap; one that happens "
+            "twice takes the first. A change moves the pending events' send times and keeps "
+            "their occurrence and idempotency key. A PUT without it leaves it as it is."
         ),
     )
     external_id = StrictCharField(
@@ -170,6 +199,7 @@ class UserSerializer(serializers.ModelSerializer):
             "timezone",
             "external_id",
             "anniversary_date",
+            "send_time",
             "next_event",
             "next_events",
             "version",

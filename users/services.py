@@ -9,7 +9,7 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, time
 from typing import NamedTuple
 
 from django.core.exceptions import ValidationError
@@ -31,7 +31,9 @@ from users.validators import clean_user_fields
 
 logger = logging.getLogger(__name__)
 
-USER_FIELDS = ("first_name", "last_name", "date_of_birth", "timezone", "external_id", "anniversary_date")
+USER_FIELDS = (
+    "first_name", "last_name", "date_of_birth", "timezone", "external_id", "anniversary_date", "send_time",
+)
 
 
 class ExternalIdTaken(ValidationError):
@@ -75,6 +77,7 @@ def user_create(
     timezone: str,
     external_id: str | None = None,
     anniversary_date: date | None = None,
+    send_time: str | time | None = None,
 ) -> User:
     """Validate and create a user; its first event is created in the same transaction."""
     cleaned = clean_user_fields(
@@ -85,6 +88,7 @@ def user_create(
             "timezone": timezone,
             "external_id": external_id,
             "anniversary_date": anniversary_date,
+            "send_time": send_time,
         }
     )
     user = User(**cleaned)
@@ -163,6 +167,7 @@ class ImportedUserRow(NamedTuple):
     date_of_birth: date
     timezone: str
     anniversary_date: date | None
+    send_time: time | None
     external_id: str | None
     created_at: datetime
     updated_at: datetime
@@ -207,6 +212,7 @@ def _user_batches(*, rows: Iterable[dict], now: datetime, batch_size: int) -> It
                 date_of_birth=row["date_of_birth"],
                 timezone=row["timezone"],
                 anniversary_date=row.get("anniversary_date"),
+                send_time=row.get("send_time"),
                 external_id=row.get("external_id"),
                 created_at=now,
                 updated_at=now,

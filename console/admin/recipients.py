@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import admin
 from django.db.models import Prefetch
 from django.utils import timezone
@@ -74,6 +75,7 @@ class RecipientAdmin(BoundedListAdmin):
         "first_name",
         "last_name",
         "timezone",
+        "send_time_shown",
         "date_of_birth",
         "anniversary_date",
         "external_id",
@@ -92,7 +94,15 @@ class RecipientAdmin(BoundedListAdmin):
     list_per_page = 50
     inlines = [EventInline]
     fieldsets = [
-        (None, {"fields": ["first_name", "last_name", "date_of_birth", "timezone", "anniversary_date", "external_id"]}),
+        (
+            None,
+            {
+                "fields": [
+                    "first_name", "last_name", "date_of_birth", "timezone", "send_time", "anniversary_date",
+                    "external_id",
+                ]
+            },
+        ),
         ("Record", {"fields": ["id", "created_at", "updated_at"]}),
     ]
     readonly_fields = ["id", "created_at", "updated_at"]
@@ -158,6 +168,10 @@ class RecipientAdmin(BoundedListAdmin):
     def _next(user: User) -> Event | None:
         # The birthday, as the columns say; the change page lists every event.
         return next((e for e in getattr(user, "pending_events", []) if e.event_type == EventType.BIRTHDAY), None)
+
+    @admin.display(description="send time")
+    def send_time_shown(self, user: User) -> str:
+        return user.send_time.strftime("%H:%M") if user.send_time else f"default ({settings.EVENT_SEND_TIME})"
 
     @admin.display(description="next birthday (local)")
     def next_birthday_local(self, user: User):

@@ -66,7 +66,7 @@ def scheduled_occurrence(
     as_of_pending = next_occurrence(
         recipient=recipient,
         event_type=event_type,
-        now=local_send_instant(pending_date, recipient.timezone).target_utc,
+        now=local_send_instant(pending_date, recipient.timezone, recipient.send_time).target_utc,
         after_date=after_date,
     )
     # Not None: whether a recipient has occurrences does not depend on the instant.

@@ -188,11 +188,13 @@ def _sync_one_type(*, user: Recipient, event_type: str, now: datetime, result: S
                     _event_discard_pending(event=pending)
                     _event_insert(user=user, event_type=event_type, occurrence=occurrence, now=now)
                 result.replaced += 1
-            elif pending.target_timezone != user.timezone:
-                # Same occurrence, so the same key; only a zone change moves the
-                # instant. Comparing the stored target with a recomputed one
-                # would also undo an operator's "deliver now" whenever the user
-                # is saved.
+            elif pending.target_timezone != user.timezone or (
+                pending.target_timestamp_utc > now and pending.target_timestamp_utc != occurrence.target_utc
+            ):
+                # Same occurrence, so the same key; a new zone or a new send time
+                # moves the instant. An event already due keeps its instant unless
+                # the zone changed: it is an operator's "deliver now", or one the
+                # scheduler has yet to claim, and is sent as it is.
                 event_reschedule(event=pending, occurrence=occurrence)
                 result.rescheduled += 1
             return

@@ -32,7 +32,8 @@ class UserSerializerSchema(OpenApiSerializerExtension):
 RESCHEDULING = (
     "The next events follow the new data at once: a new date of birth (or anniversary "
     "date) replaces the pending birthday (or anniversary) event with the new next "
-    "occurrence; a first anniversary_date schedules an anniversary event, and null "
+    "occurrence (today's, due at once, if its send time passed within the catch-up window "
+    "and it was not sent); a first anniversary_date schedules an anniversary event, and null "
     "removes the pending one; a new time zone keeps each occurrence date (and "
     "idempotency key) and moves the send time, due at once if it has passed; a new name "
     "changes no event (the message is rendered when it is sent). An event already being "
@@ -79,7 +80,10 @@ user_schema = extend_schema_view(
         description=(
             "Creates the recipient and, in the same transaction, their next birthday "
             "event (`next_event`) and, with an anniversary_date, their next anniversary "
-            f"event (both in `next_events`). {REQUIRED_FIELDS}"
+            "event (both in `next_events`). A recipient created on their birthday after its "
+            "send time, but within the catch-up window (EVENT_CATCH_UP_WINDOW, 12 hours by "
+            "default), gets that day's message at once: its event is the day's, already due. "
+            f"{REQUIRED_FIELDS}"
         ),
         parameters=[etag_header(201)],
         examples=[NEW_RECIPIENT],

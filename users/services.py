@@ -19,9 +19,11 @@ from django.utils import timezone
 from runtime.copy import copy_rows
 from scheduling.handlers import REGISTRY
 from scheduling.models import Event
+from scheduling.selectors import deleted_occurrences_latest
+from scheduling.services.deleted_recipients import deleted_occurrences_record
 from scheduling.services.occurrences import (
     PendingEventRow,
-    next_occurrence,
+    first_occurrence,
     pending_event_defaults,
     pending_event_row,
 )
@@ -146,9 +148,16 @@ def user_update(*, user: User, data: dict, expected_versions: Collection[int] | 
 
 
 def user_delete(*, user: User, expected_versions: Collection[int] | None = None) -> None:
-    """Delete a user and, by cascade, their events and deliveries."""
+    """Delete a user and, by cascade, their events and deliveries.
+
+    The occurrences already handled that the catch-up window could still
+    reach are remembered by the external id's digest, so that the recipient
+    created again from the same record is not greeted twice for them.
+    """
     with transaction.atomic():
-        _lock_current(user=user, expected_versions=expected_versions).delete()
+        current = _lock_current(user=user, expected_versions=expected_versions)
+        deleted_occurrences_record(user_id=current.id, external_id=current.external_id, now=timezone.now())
+        current.delete()
     logger.info("Deleted user", extra={"user_id": str(user.id)})
 
 
@@ -226,13 +235,27 @@ def _user_batches(*, rows: Iterable[dict], now: datetime, batch_size: int) -> It
 
 
 def _first_events(*, users: list[ImportedUserRow], now: datetime) -> list[PendingEventRow]:
-    """Each new recipient's first occurrence of every event type, as a PENDING event."""
+    """Each new recipient's first occurrence of every event type, as a PENDING event.
+
+    As events_create_first computes it: within the catch-up window, and after
+    what a deleted recipient with the same external id was already given (one
+    query a batch, none while nothing is remembered).
+    """
+    handled = deleted_occurrences_latest(
+        external_ids=[user.external_id for user in users if user.external_id is not None], now=now
+    )
     return [
         pending_event_row(user_id=user.id, event_type=event_type, occurrence=occurrence)
         for user in users
         for event_type in REGISTRY
         # None: no occurrence of this type (no anniversary date), so no event.
-        if (occurrence := next_occurrence(recipient=user, event_type=event_type, now=now)) is not None
+        if (
+            occurrence := first_occurrence(
+                recipient=user, event_type=event_type, now=now,
+                after_date=handled.get((user.external_id, event_type)) if handled else None,
+            )
+        )
+        is not None
     ]
 
 

@@ -6,7 +6,9 @@ set-based statements: one SELECT picks and locks the batch's events, then one
 DELETE each removes their attempts, their deliveries and the events. Django
 declares its foreign keys (attempt -> delivery -> event) without ON DELETE
 CASCADE, so the database deletes no child row by itself: children go first, the
-attempts found through their deliveries while those still exist.
+attempts found through their deliveries while those still exist. A pass that
+reaches its end also deletes what deleted recipients left to be recognised by
+once it has expired (scheduling.services.deleted_recipients).
 
 What is never deleted:
 - PENDING and PROCESSING events: only the two final statuses are selected, and
@@ -47,10 +49,12 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.utils import timezone
 
 from delivery.models import Delivery, DeliveryAttempt
 from runtime.sql import execute, execute_count, rows_relation
 from scheduling.models import Event, EventStatus
+from scheduling.services.deleted_recipients import deleted_occurrences_forget_expired
 
 # Events per batch (with their deliveries and attempts): one short transaction each.
 PRUNE_BATCH_SIZE = 1000
@@ -176,6 +180,10 @@ def _prune_batch(*, cutoff: datetime, position: PrunePosition, batch_size: int, 
         # This status has nothing more to delete: on to the next, or the end of the pass.
         index = _PRUNED_STATUSES.index(position.status) + 1
         following = PrunePosition(status=_PRUNED_STATUSES[index]) if index < len(_PRUNED_STATUSES) else None
+    if following is None and not dry_run:
+        # What deleted recipients left to be recognised by goes once it can no
+        # longer matter: a few rows a deletion, for a couple of days.
+        deleted_occurrences_forget_expired(now=timezone.now())
     return PruneBatch(events=events, deliveries=deliveries, attempts=attempts, next=following)
 
 

@@ -14,7 +14,13 @@ from runtime.wakeup import SCHEDULER_CHANNEL, notify
 from scheduling.exceptions import InvalidStateTransition, OptimisticLockError
 from scheduling.handlers import REGISTRY, Occurrence, Recipient
 from scheduling.models import Event, EventStatus
-from scheduling.services.occurrences import next_occurrence, pending_event, scheduled_occurrence
+from scheduling.selectors import deleted_occurrence_latest
+from scheduling.services.occurrences import (
+    StoredRecipient,
+    first_occurrence,
+    pending_event,
+    scheduled_occurrence,
+)
 from scheduling.timezones import load_timezone
 from scheduling.zonedata import zone_data_refresh
 
@@ -43,7 +49,7 @@ def _event_insert(*, user: Recipient, event_type: str, occurrence: Occurrence, n
     return event
 
 
-def event_create_next(*, user: Recipient, event_type: str, now: datetime | None = None) -> Event | None:
+def event_create_next(*, user: StoredRecipient, event_type: str, now: datetime | None = None) -> Event | None:
     """Create the user's next PENDING event of this type from their current data.
 
     None if they have no occurrence of this type (no anniversary date).
@@ -55,13 +61,23 @@ def event_create_next(*, user: Recipient, event_type: str, now: datetime | None 
     return _event_insert(user=user, event_type=event_type, occurrence=occurrence, now=now)
 
 
-def events_create_first(*, user: Recipient, now: datetime | None = None) -> list[Event]:
-    """A new user's first PENDING events, one per type they have occurrences of: nothing to look up."""
+def events_create_first(*, user: StoredRecipient, now: datetime | None = None) -> list[Event]:
+    """A new user's first PENDING events, one per type they have occurrences of.
+
+    Each the first occurrence whose send time is at most the type's catch-up
+    window ago (due at once if it has passed). A new user has no history; a
+    deleted one who had the same external id may (deleted_occurrence_latest).
+    """
     now = now or timezone.now()
     zone_data_refresh()
     events = []
     for event_type in REGISTRY:
-        occurrence = next_occurrence(recipient=user, event_type=event_type, now=now)
+        after_date = (
+            deleted_occurrence_latest(external_id=user.external_id, event_type=event_type, now=now)
+            if user.external_id is not None
+            else None
+        )
+        occurrence = first_occurrence(recipient=user, event_type=event_type, now=now, after_date=after_date)
         if occurrence is not None:
             events.append(_event_insert(user=user, event_type=event_type, occurrence=occurrence, now=now))
     user.pending_events = events  # what the API renders as next_event and next_events
@@ -151,7 +167,7 @@ class SyncResult:
         return self.created + self.rescheduled + self.replaced + self.removed
 
 
-def _sync_one_type(*, user: Recipient, event_type: str, now: datetime, result: SyncResult) -> None:
+def _sync_one_type(*, user: StoredRecipient, event_type: str, now: datetime, result: SyncResult) -> None:
     for processing in Event.objects.filter(
         user=user, event_type=event_type, status=EventStatus.PROCESSING
     ).only("id"):
@@ -213,7 +229,7 @@ def _sync_one_type(*, user: Recipient, event_type: str, now: datetime, result: S
     result.skipped += 1
 
 
-def event_sync_for_user(*, user: Recipient, now: datetime | None = None) -> SyncResult:
+def event_sync_for_user(*, user: StoredRecipient, now: datetime | None = None) -> SyncResult:
     """Make the user's PENDING events follow from their current data.
 
     The occurrence comes from scheduled_occurrence: the next one after the

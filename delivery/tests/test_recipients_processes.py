@@ -1,0 +1,79 @@
+"""Recipients as people, end to end: real run_scheduler and run_worker processes, a real receiver, the API.
+
+The clock is the machine's: the recipients' zones are chosen so that it is the
+local time each test needs.
+"""
+
+import time
+from datetime import UTC, date, datetime, timedelta
+
+import pytest
+
+from delivery.tests.conftest import process_env, start_process, stop_all
+from scheduling.models import Event, EventStatus
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+USERS_URL = "/api/v1/users/"
+
+
+def zone_where_it_is(hour: int) -> str:
+    """A fixed-offset IANA zone (Etc/GMT±N) where the local hour is now `hour`."""
+    offset = (hour - datetime.now(UTC).hour + 12) % 24 - 12  # -12 … +11
+    # POSIX signs: Etc/GMT-5 is UTC+5.
+    return "Etc/UTC" if offset == 0 else f"Etc/GMT{'-' if offset > 0 else '+'}{abs(offset)}"
+
+
+def local_today(zone: str) -> date:
+    from zoneinfo import ZoneInfo
+
+    return datetime.now(ZoneInfo(zone)).date()
+
+
+def born_on(day: date) -> str:
+    # 1992 was a leap year: any day, Feb 29 included, was someone's date of birth.
+    return day.replace(year=1992).isoformat()
+
+
+def test_a_recipient_created_at_1100_on_their_birthday_is_greeted_within_seconds_once_and_one_created_the_day_after_is_not(
+    api_client, delivery_settings, sink, tmp_path
+):
+    env = process_env(delivery_settings)
+    processes = [
+        start_process(["run_scheduler"], env, tmp_path / "scheduler.log"),
+        start_process(["run_worker"], env, tmp_path / "worker.log"),
+    ]
+    try:
+        zone = zone_where_it_is(11)
+        today = local_today(zone)
+        created = time.monotonic()
+        birthday = api_client.post(
+            USERS_URL,
+            {"first_name": "Ada", "last_name": "Today", "date_of_birth": born_on(today), "timezone": zone},
+            format="json",
+        )
+        day_after = api_client.post(
+            USERS_URL,
+            {"first_name": "Alan", "last_name": "Yesterday", "date_of_birth": born_on(today - timedelta(days=1)),
+             "timezone": zone},
+            format="json",
+        )
+        assert birthday.status_code == day_after.status_code == 201
+
+        assert sink.wait_for(1, timeout=30), "the birthday greeting never arrived"
+        arrived_after = time.monotonic() - created
+        # Long enough for a second one, were the occurrence ever claimed twice.
+        time.sleep(5)
+    finally:
+        exit_codes = stop_all(processes)
+
+    assert exit_codes == [0, 0]
+    assert arrived_after < 15, f"the greeting took {arrived_after:.1f} s"
+    assert len(sink.received) == 1
+    greeting = sink.received[0]
+    assert greeting.body["message"] == "Hey, Ada Today it's your birthday"
+    assert greeting.body["occurrence_date"] == today.isoformat()
+    assert greeting.idempotency_key == birthday.json()["next_event"]["idempotency_key"]
+    assert Event.objects.get(idempotency_key=greeting.idempotency_key).status == EventStatus.COMPLETED
+    unsent = Event.objects.get(user_id=day_after.json()["id"])
+    assert (unsent.status, unsent.occurrence_date.year) == (EventStatus.PENDING, today.year + 1)

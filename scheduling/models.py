@@ -7,6 +7,7 @@ from runtime.ids import uuid7
 from scheduling.event_types import EventType
 from scheduling.handlers import REGISTRY
 from scheduling.messages import MESSAGE_TEMPLATE_MAX_LENGTH, template_errors
+from scheduling.pauses import ACTOR_MAX_LENGTH, PauseSpan, pause_constraints
 
 
 class EventStatus(models.TextChoices):
@@ -148,6 +149,41 @@ class DeletedRecipientOccurrence(models.Model):
     def digest_of(external_id: str) -> str:
         """The keyed digest a deleted recipient's occurrences are remembered by (HMAC-SHA256, hex)."""
         return salted_hmac(_DELETED_RECIPIENT_SALT, external_id, algorithm="sha256").hexdigest()
+
+
+class EventTypePause(models.Model):
+    """Whether one event type's messages are held back for every recipient (scheduling.pauses).
+
+    One row per registered type, created by migrate; who paused it and when,
+    and who resumed it and when.
+    """
+
+    event_type = models.CharField(max_length=32, choices=EventType.choices, unique=True)
+    paused_at = models.DateTimeField(null=True, blank=True)
+    paused_by = models.CharField(max_length=ACTOR_MAX_LENGTH, blank=True, default="")
+    resumed_at = models.DateTimeField(null=True, blank=True)
+    resumed_by = models.CharField(max_length=ACTOR_MAX_LENGTH, blank=True, default="")
+
+    class Meta:
+        verbose_name = "event type pause"
+        ordering = ["event_type"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(event_type__in=EventType.values), name="event_type_pause_event_type_valid"
+            ),
+            *pause_constraints(prefix="event_type_pause"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_event_type_display()} messages ({'paused' if self.paused else 'sent'})"
+
+    @property
+    def pause(self) -> PauseSpan:
+        return PauseSpan(self.paused_at, self.resumed_at)
+
+    @property
+    def paused(self) -> bool:
+        return self.pause.active
 
 
 class MessageTemplate(models.Model):

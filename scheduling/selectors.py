@@ -18,9 +18,11 @@ from scheduling.models import (
     DeletedRecipientOccurrence,
     Event,
     EventStatus,
+    EventTypePause,
     EventZoneData,
     MessageTemplate,
 )
+from scheduling.pauses import EVENT_TYPE_PAUSED, RECIPIENT_PAUSED, PauseSpan
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +61,28 @@ def deleted_occurrences_latest(*, external_ids: Collection[str], now: datetime) 
         .values_list("recipient_digest", "event_type", "latest")
     )
     return {(by_digest[digest], event_type): latest for digest, event_type, latest in rows}
+
+
+def event_type_pauses() -> dict[str, PauseSpan]:
+    """The pause of every event type ever paused, in one query (the scheduler reads it once per claim batch)."""
+    return {
+        event_type: PauseSpan(paused_at, resumed_at)
+        for event_type, paused_at, resumed_at in EventTypePause.objects.filter(paused_at__isnull=False).values_list(
+            "event_type", "paused_at", "resumed_at"
+        )
+    }
+
+
+def events_held_back_counts(*, since: datetime) -> dict[str, int]:
+    """Events failed unsent because their recipient or their type was paused, whose send time is after `since`.
+
+    By reason ("recipient paused", "event type paused"; both present). A range of
+    event_history_idx (FAILED, target time), so only what failed lately is read.
+    """
+    held_back = Event.objects.filter(
+        status=EventStatus.FAILED, target_timestamp_utc__gt=since, failure_reason__in=(RECIPIENT_PAUSED, EVENT_TYPE_PAUSED)
+    )
+    return counts_by(held_back, field="failure_reason", keys=(RECIPIENT_PAUSED, EVENT_TYPE_PAUSED))
 
 
 def next_pending_target(*, after: datetime | None = None) -> datetime | None:

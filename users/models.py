@@ -6,6 +6,7 @@ from django.db.models import Q
 from django.db.models.functions import Length, TruncMinute, Upper
 from django.db.models.lookups import GreaterThan
 
+from scheduling.pauses import ACTOR_MAX_LENGTH, PauseSpan, pause_constraints
 from users.validators import (
     EARLIEST_DATE,
     EXTERNAL_ID_MAX_LENGTH,
@@ -42,6 +43,14 @@ class User(models.Model):
     # type's default (EVENT_SEND_TIME). Read where each event's instant is
     # computed (the event stores the instant), never when events are claimed.
     send_time = models.TimeField(null=True, blank=True, help_text="Local time HH:MM; empty: the default.")
+    # The recipient's greetings held back (scheduling.pauses): since paused_at,
+    # until resumed_at once resumed, each with who did it. Nullable or with a
+    # database default: adding them rewrote no row, and the import's COPY need
+    # not name them.
+    paused_at = models.DateTimeField(null=True, blank=True)
+    paused_by = models.CharField(max_length=ACTOR_MAX_LENGTH, blank=True, default="", db_default="")
+    resumed_at = models.DateTimeField(null=True, blank=True)
+    resumed_by = models.CharField(max_length=ACTOR_MAX_LENGTH, blank=True, default="", db_default="")
     # Counts the writes that changed the recipient's own fields; the API sends it as
     # the ETag and honours If-Match with it, so a client can update without
     # overwriting an edit it has not seen. The bulk import's COPY leaves it to the
@@ -96,6 +105,7 @@ class User(models.Model):
                 condition=Q(send_time=TruncMinute("send_time")),
                 name=SEND_TIME_WHOLE_MINUTES,
             ),
+            *pause_constraints(prefix="user"),
             # NULLs are distinct, so any number of recipients may have no id. A
             # constraint rather than unique=True: PostgreSQL then builds the one
             # index, without a second one for LIKE that no lookup uses.
@@ -132,6 +142,15 @@ class User(models.Model):
         )
         for field, value in cleaned.items():
             setattr(self, field, value)
+
+    @property
+    def pause(self) -> PauseSpan:
+        return PauseSpan(self.paused_at, self.resumed_at)
+
+    @property
+    def paused(self) -> bool:
+        """Whether the recipient's greetings are held back now."""
+        return self.pause.active
 
     @property
     def full_name(self) -> str:

@@ -56,7 +56,8 @@ NEW_RECIPIENT = OpenApiExample(
 
 REQUIRED_FIELDS = (
     "first_name, last_name, date_of_birth and timezone are required; external_id (400 if "
-    "another recipient holds it) and anniversary_date are optional; any other field is refused."
+    "another recipient holds it), anniversary_date, send_time and paused are optional; any other "
+    "field is refused."
 )
 
 EXTERNAL_ID_FILTER = OpenApiParameter(

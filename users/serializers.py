@@ -3,6 +3,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from config.fields import StrictBooleanField
 from scheduling.models import Event, EventType
 from users.models import User
 from users.services import USER_FIELDS
@@ -35,7 +36,8 @@ EVENT_FIELD_HELP = {
     "status": (
         "PENDING: waiting for its send time. PROCESSING: its message is queued or being "
         "sent. COMPLETED: the receiver accepted the message. FAILED: given up, too late "
-        "to send or out of attempts (failure_reason says which); an operator may resend it."
+        "to send, held back by a pause, or out of attempts (failure_reason says which); an "
+        "operator may resend it."
     ),
     "occurrence_date": (
         "The day celebrated, in the recipient's calendar (Feb 28 for a Feb 29 birthday "
@@ -179,6 +181,16 @@ class UserSerializer(serializers.ModelSerializer):
             "Find a recipient by it with `GET /api/v1/users/?external_id=…`."
         ),
     )
+    paused = StrictBooleanField(
+        required=False,
+        help_text=(
+            "Optional: true holds back every message of the recipient's from now on: an occurrence "
+            "whose send time comes while paused is not sent but FAILED with the reason \"recipient "
+            "paused\", and the next one is scheduled. false resumes: the next occurrence whose send "
+            "time has not passed is sent. Who paused or resumed, and when, are recorded (paused_by, "
+            "paused_at, resumed_by, resumed_at). Omitted: unchanged (false on creation)."
+        ),
+    )
     next_event = serializers.SerializerMethodField(
         help_text="The pending birthday event: the next birthday message and when it is due."
     )
@@ -200,13 +212,21 @@ class UserSerializer(serializers.ModelSerializer):
             "external_id",
             "anniversary_date",
             "send_time",
+            "paused",
+            "paused_at",
+            "paused_by",
+            "resumed_at",
+            "resumed_by",
             "next_event",
             "next_events",
             "version",
             "created_at",
             "updated_at",
         ]
-        read_only_fields = ["id", "next_event", "next_events", "version", "created_at", "updated_at"]
+        read_only_fields = [
+            "id", "paused_at", "paused_by", "resumed_at", "resumed_by", "next_event", "next_events", "version",
+            "created_at", "updated_at",
+        ]
         extra_kwargs = {
             "id": {"help_text": "The recipient's id, assigned on creation."},
             "date_of_birth": {
@@ -224,6 +244,10 @@ class UserSerializer(serializers.ModelSerializer):
                     "years); null removes it. A PUT without it leaves it as it is."
                 )
             },
+            "paused_at": {"help_text": "When the latest pause began; null if never paused."},
+            "paused_by": {"help_text": "Who made the latest pause (an operator's or API account's username)."},
+            "resumed_at": {"help_text": "When the latest pause ended; null while paused or if never paused."},
+            "resumed_by": {"help_text": "Who ended the latest pause."},
             "version": {
                 "help_text": "Bumped by every change to the recipient's fields; the ETag carries it."
             },
@@ -260,7 +284,8 @@ class UserSerializer(serializers.ModelSerializer):
             cleaned = clean_user_fields(merged)
         except DjangoValidationError as exc:
             raise serializers.ValidationError(exc.message_dict) from None
-        return {field: cleaned[field] for field in attrs}
+        # `paused` is no field of the shared rules: the field itself checked it.
+        return {field: cleaned.get(field, value) for field, value in attrs.items()}
 
     @staticmethod
     def _pending(user: User) -> list[Event]:

@@ -16,6 +16,9 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+# user_create's `timezone` argument hides the module there.
+from django.utils import timezone as django_timezone
+
 from runtime.copy import copy_rows
 from scheduling.handlers import REGISTRY
 from scheduling.models import Event
@@ -80,8 +83,14 @@ def user_create(
     external_id: str | None = None,
     anniversary_date: date | None = None,
     send_time: str | time | None = None,
+    paused: bool = False,
+    by: str = "",
 ) -> User:
-    """Validate and create a user; its first event is created in the same transaction."""
+    """Validate and create a user; its first event is created in the same transaction.
+
+    `paused`: created with their greetings held back, paused by `by` (the operator or API account).
+    """
+    paused = _clean_paused(paused)
     cleaned = clean_user_fields(
         {
             "first_name": first_name,
@@ -94,6 +103,8 @@ def user_create(
         }
     )
     user = User(**cleaned)
+    if paused:
+        _pause_columns(user=user, paused=True, by=by, now=django_timezone.now())
     with _external_id_taken_as(_taken_message(cleaned["external_id"])):
         user.save(force_insert=True)
     logger.info("Created user", extra={"user_id": str(user.id)})
@@ -120,26 +131,57 @@ def _lock_current(*, user: User, expected_versions: Collection[int] | None) -> U
     return current
 
 
-def user_update(*, user: User, data: dict, expected_versions: Collection[int] | None = None) -> User:
+def _clean_paused(value: object) -> bool:
+    # The API refuses "true" or 1 before here; a caller in code is held to the same.
+    if not isinstance(value, bool):
+        raise ValidationError({"paused": ["Must be true or false."]})
+    return value
+
+
+def _pause_columns(*, user: User, paused: bool, by: str, now: datetime) -> list[str]:
+    """Pause or resume the recipient's greetings on the instance; return the columns changed (none if already so).
+
+    A pause starts a new span (scheduling.pauses); a resume ends it, keeping when it began.
+    """
+    if paused == user.paused:
+        return []
+    if not by:
+        raise ValueError("A pause or resume must name who makes it.")
+    if paused:
+        user.paused_at, user.paused_by, user.resumed_at, user.resumed_by = now, by, None, ""
+        return ["paused_at", "paused_by", "resumed_at", "resumed_by"]
+    # Never before the pause began, whatever the clocks of two web hosts say.
+    user.resumed_at, user.resumed_by = max(now, user.paused_at), by
+    return ["resumed_at", "resumed_by"]
+
+
+def user_update(
+    *, user: User, data: dict, expected_versions: Collection[int] | None = None, by: str = ""
+) -> User:
     """Apply a partial or full update and return the recipient as stored.
 
     The row is re-read under a lock and only the fields whose values change are
     written: two concurrent updates of different fields then apply one after the
     other, each to the other's result, so neither change is lost (writing every
     field from a copy read before the other update lost one of the two in 30 of
-    30 concurrent rounds). Events are rescheduled from the result.
+    30 concurrent rounds). Events are rescheduled from the result. `paused` in
+    `data` pauses or resumes the recipient's greetings, recorded as made by `by`.
     """
-    unknown = set(data) - set(USER_FIELDS)
+    unknown = set(data) - {*USER_FIELDS, "paused"}
     if unknown:
         raise ValueError(f"Unknown user fields: {', '.join(sorted(unknown))}")
+    paused = _clean_paused(data["paused"]) if "paused" in data else None
     with transaction.atomic():
         current = _lock_current(user=user, expected_versions=expected_versions)
         merged = {field: data.get(field, getattr(current, field)) for field in USER_FIELDS}
         cleaned = clean_user_fields(merged)
         changed = [field for field in USER_FIELDS if cleaned[field] != getattr(current, field)]
+        if paused is not None:
+            changed += _pause_columns(user=current, paused=paused, by=by, now=timezone.now())
         if changed:
             for field in changed:
-                setattr(current, field, cleaned[field])
+                if field in cleaned:
+                    setattr(current, field, cleaned[field])
             current.version += 1
             with _external_id_taken_as(_taken_message(cleaned["external_id"])):
                 current.save(update_fields=[*changed, "version", "updated_at"])

@@ -32,13 +32,14 @@ class UserViewSet(viewsets.ModelViewSet):
         return user_list()
 
     def perform_create(self, serializer):
-        serializer.instance = services.user_create(**serializer.validated_data)
+        serializer.instance = services.user_create(**serializer.validated_data, by=self.request.user.get_username())
 
     def perform_update(self, serializer):
         services.user_update(
             user=serializer.instance,
             data=serializer.validated_data,
             expected_versions=if_match_versions(self.request.headers.get("If-Match")),
+            by=self.request.user.get_username(),
         )
 
     def perform_destroy(self, instance):

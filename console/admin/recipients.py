@@ -82,6 +82,7 @@ class RecipientAdmin(BoundedListAdmin):
         "next_birthday_local",
         "next_birthday_utc",
         "next_status",
+        "greetings",
     ]
     list_display_links = ["first_name", "last_name"]
     # What the search box looks in; get_search_results does the matching.
@@ -103,9 +104,11 @@ class RecipientAdmin(BoundedListAdmin):
                 ]
             },
         ),
+        ("Greetings", {"fields": ["greetings", "paused_at", "paused_by", "resumed_at", "resumed_by"]}),
         ("Record", {"fields": ["id", "created_at", "updated_at"]}),
     ]
-    readonly_fields = ["id", "created_at", "updated_at"]
+    readonly_fields = ["id", "created_at", "updated_at", "greetings", "paused_at", "paused_by", "resumed_at", "resumed_by"]
+    actions = ["pause_greetings", "resume_greetings"]
 
     def get_inlines(self, request, obj):
         return self.inlines if obj else []
@@ -162,7 +165,39 @@ class RecipientAdmin(BoundedListAdmin):
         for user in queryset:
             services.user_delete(user=user)
 
+    # --- pause and resume, through users.services ---------------------------------
+
+    @admin.action(description="Pause the selected recipients' greetings", permissions=["change"])
+    def pause_greetings(self, request, queryset):
+        self._set_paused(request, queryset, paused=True)
+
+    @admin.action(description="Resume the selected recipients' greetings", permissions=["change"])
+    def resume_greetings(self, request, queryset):
+        self._set_paused(request, queryset, paused=False)
+
+    def _set_paused(self, request, queryset, *, paused: bool) -> None:
+        operator = request.user.get_username()
+        changed = 0
+        for user in queryset:
+            before = user.version
+            updated = services.user_update(user=user, data={"paused": paused}, by=operator)
+            if updated.version != before:
+                changed += 1
+                self.log_change(request, updated, "Paused greetings" if paused else "Resumed greetings")
+        verb = "Paused" if paused else "Resumed"
+        self.message_user(
+            request,
+            f"{verb} the greetings of {changed} recipient(s)"
+            + ("; the others already were." if changed < len(queryset) else "."),
+        )
+
     # --- columns ------------------------------------------------------------------
+
+    @admin.display(description="greetings")
+    def greetings(self, user: User):
+        if user.paused:
+            return widgets.badge("OVERDUE", f"Paused by {user.paused_by}")
+        return widgets.badge("COMPLETED", "Sent")
 
     @staticmethod
     def _next(user: User) -> Event | None:

@@ -9,6 +9,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
+from delivery.models import Delivery
 from delivery.tests.conftest import process_env, start_process, stop_all
 from scheduling.models import Event, EventStatus
 
@@ -77,3 +78,39 @@ def test_a_recipient_created_at_1100_on_their_birthday_is_greeted_within_seconds
     assert Event.objects.get(idempotency_key=greeting.idempotency_key).status == EventStatus.COMPLETED
     unsent = Event.objects.get(user_id=day_after.json()["id"])
     assert (unsent.status, unsent.occurrence_date.year) == (EventStatus.PENDING, today.year + 1)
+
+
+def test_a_paused_recipients_greeting_is_not_sent_and_is_failed_with_its_reason(
+    api_client, delivery_settings, sink, tmp_path
+):
+    # Both are caught up on their birthday at 11:00: due at once. The one not paused
+    # says when the scheduler has been through them both.
+    zone = zone_where_it_is(11)
+    today = local_today(zone)
+    people = {
+        name: api_client.post(
+            USERS_URL,
+            {"first_name": name, "last_name": "Both", "date_of_birth": born_on(today), "timezone": zone,
+             "paused": name == "Paused"},
+            format="json",
+        ).json()
+        for name in ("Paused", "Sent")
+    }
+    env = process_env(delivery_settings)
+    processes = [
+        start_process(["run_scheduler"], env, tmp_path / "scheduler.log"),
+        start_process(["run_worker"], env, tmp_path / "worker.log"),
+    ]
+    try:
+        assert sink.wait_for(1, timeout=30), "the greeting of the recipient not paused never arrived"
+        time.sleep(3)
+    finally:
+        exit_codes = stop_all(processes)
+
+    assert exit_codes == [0, 0]
+    assert [received.body["message"] for received in sink.received] == ["Hey, Sent Both it's your birthday"]
+    held_back = Event.objects.get(user_id=people["Paused"]["id"], occurrence_date=today)
+    assert (held_back.status, held_back.failure_reason) == (EventStatus.FAILED, "recipient paused")
+    assert not Delivery.objects.filter(event=held_back).exists()
+    upcoming = Event.objects.get(user_id=people["Paused"]["id"], status=EventStatus.PENDING)
+    assert upcoming.occurrence_date.year == today.year + 1

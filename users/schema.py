@@ -8,7 +8,13 @@ registers the serializer extension too).
 
 from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
 
 from config.openapi import IF_MATCH, etag_header
 from users.serializers import EventSerializer, UserSerializer
@@ -105,9 +111,37 @@ user_schema = extend_schema_view(
         ],
     ),
     destroy=extend_schema(
-        summary="Delete a recipient",
-        description="Their events and deliveries are deleted with them.",
+        summary="Erase a recipient",
+        description=(
+            "Deletes every copy of the recipient's personal data, in one transaction: the "
+            "recipient, their events, their deliveries (the rendered messages) and the "
+            "receiver's answers kept with each attempt, and the console's log of them. What "
+            "stays names no one: each attempt's times, outcome and HTTP status (for the "
+            "metrics, until the history retention), and, for a recipient with an external_id, "
+            "a keyed digest of it with the day of each message already sent, for a day or two, "
+            "so that the recipient created again that day is not greeted twice. A message "
+            "being sent at that moment is cancelled: it may still reach the receiver, and "
+            "nothing of it is recorded. Read GET /users/{id}/export/ first for a copy of what "
+            "is erased."
+        ),
         parameters=[IF_MATCH],
+    ),
+    export=extend_schema(
+        summary="Export everything stored about a recipient",
+        description=(
+            "Every column of the recipient's row, of each of their events, deliveries (with the "
+            "rendered message) and delivery attempts (with the receiver's answers), and the "
+            "console's log of them, as stored: the answer to a request for access to one's "
+            "personal data. Needs the `view event` and `view delivery` permissions as well as "
+            "`view recipient`."
+        ),
+        responses=OpenApiResponse(
+            response=OpenApiTypes.OBJECT,
+            description=(
+                "`recipient`, `events` (each with its `console_log`), `deliveries` (each with its "
+                "`attempts` and `console_log`), `console_log` and `exported_at`."
+            ),
+        ),
     ),
     events=extend_schema(
         summary="List a recipient's events",

@@ -20,6 +20,7 @@ from django.utils import timezone
 from django.utils import timezone as django_timezone
 
 from runtime.copy import copy_rows
+from scheduling.admin_log import admin_log_forget
 from scheduling.handlers import REGISTRY
 from scheduling.models import Event
 from scheduling.selectors import deleted_occurrences_latest
@@ -32,6 +33,7 @@ from scheduling.services.occurrences import (
 )
 from users.models import EXTERNAL_ID_UNIQUE, User
 from users.selectors import users_by_external_id
+from users.signals import recipient_erasing
 from users.validators import clean_user_fields
 
 logger = logging.getLogger(__name__)
@@ -119,13 +121,15 @@ class VersionMismatch(Exception):
         self.current_version = current_version
 
 
-def _lock_current(*, user: User, expected_versions: Collection[int] | None) -> User:
+def _lock_current(*, user: User, expected_versions: Collection[int] | None, no_key: bool = False) -> User:
     """The recipient's row as stored now, locked until the transaction ends.
 
     Raises User.DoesNotExist if it was deleted meanwhile, VersionMismatch if the
     caller expects versions the row is no longer at (None: any version will do).
+    `no_key`: FOR NO KEY UPDATE, which every edit still waits for but the key-share
+    lock of an insert referring to the row (the claim's next event) does not.
     """
-    current = User.objects.select_for_update().get(pk=user.pk)
+    current = User.objects.select_for_update(no_key=no_key).get(pk=user.pk)
     if expected_versions is not None and current.version not in expected_versions:
         raise VersionMismatch(current_version=current.version)
     return current
@@ -189,18 +193,31 @@ def user_update(
     return current
 
 
-def user_delete(*, user: User, expected_versions: Collection[int] | None = None) -> None:
-    """Delete a user and, by cascade, their events and deliveries.
+def user_erase(*, user: User, expected_versions: Collection[int] | None = None) -> None:
+    """Delete a recipient and every copy of their personal data, in one transaction (DELETE of the API).
 
-    The occurrences already handled that the catch-up window could still
-    reach are remembered by the external id's digest, so that the recipient
-    created again from the same record is not greeted twice for them.
+    Locks first: the recipient's row without blocking the key-share lock a
+    claim's insert of their next event takes, then every event of theirs
+    (waiting for a claim that holds one to commit), so no event or delivery of
+    theirs is created or moved meanwhile. Then the occurrences a catch-up
+    window could still reach are remembered by a digest of the external id
+    (scheduling.services.deleted_recipients), the apps above erase their rows
+    about the events (users.signals.recipient_erasing: delivery's deliveries
+    and attempts), the console's log of the recipient and their events goes,
+    and the events and the recipient are deleted.
     """
     with transaction.atomic():
-        current = _lock_current(user=user, expected_versions=expected_versions)
+        current = _lock_current(user=user, expected_versions=expected_versions, no_key=True)
+        event_ids = list(
+            Event.objects.select_for_update().filter(user_id=current.id).order_by("id").values_list("id", flat=True)
+        )
         deleted_occurrences_record(user_id=current.id, external_id=current.external_id, now=timezone.now())
+        recipient_erasing.send(sender=User, user_id=current.id, event_ids=event_ids)
+        admin_log_forget(model=User, object_ids=[current.id])
+        admin_log_forget(model=Event, object_ids=event_ids)
+        Event.objects.filter(user_id=current.id).delete()
         current.delete()
-    logger.info("Deleted user", extra={"user_id": str(user.id)})
+    logger.info("Erased user", extra={"user_id": str(user.id), "events": len(event_ids)})
 
 
 # --- the bulk import ----------------------------------------------------------

@@ -153,17 +153,17 @@ class RecipientAdmin(BoundedListAdmin):
 
     def get_deleted_objects(self, objs, request):
         deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
-        # A recipient's events and deliveries go with them (users.services.user_delete).
+        # A recipient's events and deliveries go with them (users.services.user_erase).
         # The console refuses deleting those alone, not as part of their recipient.
         perms_needed -= {Event._meta.verbose_name, Delivery._meta.verbose_name}
         return deleted, counts, perms_needed, protected
 
     def delete_model(self, request, obj):
-        services.user_delete(user=obj)
+        services.user_erase(user=obj)
 
     def delete_queryset(self, request, queryset):
         for user in queryset:
-            services.user_delete(user=user)
+            services.user_erase(user=user)
 
     # --- pause and resume, through users.services ---------------------------------
 

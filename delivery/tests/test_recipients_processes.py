@@ -9,9 +9,11 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
-from delivery.models import Delivery
-from delivery.tests.conftest import process_env, start_process, stop_all
+from delivery.models import Delivery, DeliveryAttempt
+from delivery.tests.conftest import process_env, start_process, stop_all, wait_until
+from devtools.sink import Reply
 from scheduling.models import Event, EventStatus
+from users.tests.traces import traces
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -114,3 +116,57 @@ def test_a_paused_recipients_greeting_is_not_sent_and_is_failed_with_its_reason(
     assert not Delivery.objects.filter(event=held_back).exists()
     upcoming = Event.objects.get(user_id=people["Paused"]["id"], status=EventStatus.PENDING)
     assert upcoming.occurrence_date.year == today.year + 1
+
+
+def test_an_erase_while_the_greeting_is_being_sent_cancels_it_and_leaves_no_trace_of_the_recipient(
+    api_client, delivery_settings, sink, tmp_path
+):
+    zone = zone_where_it_is(11)
+    today = local_today(zone)
+    person = api_client.post(
+        USERS_URL,
+        {"first_name": "Zephyrine", "last_name": "Quackenbush", "date_of_birth": born_on(today), "timezone": zone,
+         "external_id": "crm-erase-4242"},
+        format="json",
+    ).json()
+    # The receiver names them in its answers (kept with each attempt), and holds the second attempt
+    # open long enough for the erase to come while it is being sent.
+    sink.script(
+        person["next_event"]["idempotency_key"],
+        Reply(status=503, body=b'{"error": "busy, Zephyrine"}'),
+        Reply(status=200, delay=4, body=b'{"stored": "Zephyrine Quackenbush"}'),
+    )
+    env = process_env(delivery_settings)
+    processes = [
+        start_process(["run_scheduler"], env, tmp_path / "scheduler.log"),
+        start_process(["run_worker"], env, tmp_path / "worker.log"),
+    ]
+    try:
+        wait_until(lambda: len(sink.received) == 2, 30, "the second attempt to reach the receiver")
+        assert Delivery.objects.get().status == "SENDING"
+        assert DeliveryAttempt.objects.get().response_excerpt == '{"error": "busy, Zephyrine"}'
+
+        assert api_client.delete(f"{USERS_URL}{person['id']}/").status_code == 204
+
+        # The worker is not upset by it: the next recipient's greeting goes out as usual.
+        time.sleep(4)
+        other = api_client.post(
+            USERS_URL,
+            {"first_name": "Alan", "last_name": "Next", "date_of_birth": born_on(today), "timezone": zone},
+            format="json",
+        ).json()
+        wait_until(
+            lambda: Event.objects.filter(user_id=other["id"], status=EventStatus.COMPLETED).exists(),
+            30,
+            "the next recipient's greeting to be delivered",
+        )
+    finally:
+        exit_codes = stop_all(processes)
+
+    assert exit_codes == [0, 0]
+    assert traces("Zephyrine", "Quackenbush", "crm-erase-4242", person["id"], person["id"].replace("-", "")) == {}
+    # The attempt made before the erase stays, naming no one; the one cancelled mid-send was never recorded.
+    assert list(DeliveryAttempt.objects.filter(delivery__isnull=True).values_list("status_code", "response_excerpt")) == [
+        (503, "")
+    ]
+    assert "recipient was erased" in (tmp_path / "worker.log").read_text()

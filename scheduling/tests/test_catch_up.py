@@ -16,7 +16,7 @@ from scheduling.models import DeletedRecipientOccurrence, Event, EventStatus, Ev
 from scheduling.services.occurrences import idempotency_key_for
 from scheduling.services.transitions import Actor, events_transition
 from users.models import User
-from users.services import user_create, user_delete, user_update
+from users.services import user_create, user_erase, user_update
 
 pytestmark = pytest.mark.django_db
 
@@ -210,7 +210,7 @@ def test_a_recipient_deleted_before_their_greeting_went_out_gets_it_when_created
     with freeze_time("2027-04-01T00:00:00Z"):
         user = user_create(**payload(date_of_birth=date(1990, 5, 5), external_id="crm-7"))
     with freeze_time("2027-05-05T03:00:00Z"):
-        user_delete(user=user)
+        user_erase(user=user)
 
     with freeze_time(AT_1100_LOCAL):
         again = user_create(**payload(date_of_birth=date(1990, 5, 5), external_id="crm-7"))

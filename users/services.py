@@ -196,23 +196,29 @@ def user_update(
 def user_erase(*, user: User, expected_versions: Collection[int] | None = None) -> None:
     """Delete a recipient and every copy of their personal data, in one transaction (DELETE of the API).
 
-    Locks first: the recipient's row without blocking the key-share lock a
-    claim's insert of their next event takes, then every event of theirs
-    (waiting for a claim that holds one to commit), so no event or delivery of
-    theirs is created or moved meanwhile. Then the occurrences a catch-up
-    window could still reach are remembered by a digest of the external id
-    (scheduling.services.deleted_recipients), the apps above erase their rows
+    Locks first the recipient's row, without blocking the key-share lock a
+    claim's insert of their next event takes. The apps above erase their rows
     about the events (users.signals.recipient_erasing: delivery's deliveries
-    and attempts), the console's log of the recipient and their events goes,
-    and the events and the recipient are deleted.
+    and attempts), then every event of theirs is locked (waiting for a claim
+    that holds one to commit) and the apps above erase what such a claim
+    added; nothing of theirs is created or moved after that. Then the
+    occurrences a catch-up window could still reach are remembered by a digest
+    of the external id (scheduling.services.deleted_recipients), the console's
+    log of the recipient and their events goes, and the events and the
+    recipient are deleted.
     """
     with transaction.atomic():
         current = _lock_current(user=user, expected_versions=expected_versions, no_key=True)
+        # The rows about the events before the events themselves: a worker recording
+        # an outcome locks its delivery, then the event (taken the other way round,
+        # the two waited for each other until PostgreSQL cancelled one).
+        recipient_erasing.send(sender=User, user_id=current.id)
         event_ids = list(
             Event.objects.select_for_update().filter(user_id=current.id).order_by("id").values_list("id", flat=True)
         )
+        # A claim that held one of the events has committed by now, with its delivery.
+        recipient_erasing.send(sender=User, user_id=current.id)
         deleted_occurrences_record(user_id=current.id, external_id=current.external_id, now=timezone.now())
-        recipient_erasing.send(sender=User, user_id=current.id, event_ids=event_ids)
         admin_log_forget(model=User, object_ids=[current.id])
         admin_log_forget(model=Event, object_ids=event_ids)
         Event.objects.filter(user_id=current.id).delete()

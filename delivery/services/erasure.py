@@ -1,8 +1,9 @@
 """Erasing a recipient's deliveries: the rendered bodies and the receiver's answers go; the bare attempts stay.
 
 Called inside the recipient's erase (users.services.user_erase, through the
-users.signals.recipient_erasing receiver), with the ids of their events, which
-that transaction has locked. A delivery carries the rendered message (the
+users.signals.recipient_erasing receiver), before and after it locks their
+events: a delivery's row is locked before its event's, in the order a worker
+recording an outcome takes them. A delivery carries the rendered message (the
 recipient's name and id) and the last error; an attempt, the receiver's answer
 (response_excerpt, which may echo the body) and its error text. The deliveries
 and their admin log go. Each attempt stays, stripped of both texts and of its
@@ -21,18 +22,18 @@ already be on its way to the receiver, under its idempotency key.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection
 
 from delivery.models import Delivery, DeliveryAttempt
 from scheduling.admin_log import admin_log_forget
 
 
-def deliveries_erase(*, event_ids: Collection[uuid.UUID]) -> int:
-    """Delete the deliveries of these events and strip their attempts; return how many deliveries went."""
-    if not event_ids:
-        return 0
+def deliveries_erase(*, user_id: uuid.UUID) -> int:
+    """Delete the deliveries of the recipient's events and strip their attempts; return how many deliveries went."""
     delivery_ids = list(
-        Delivery.objects.select_for_update().filter(event_id__in=event_ids).order_by("id").values_list("id", flat=True)
+        Delivery.objects.select_for_update(of=("self",))
+        .filter(event__user_id=user_id)
+        .order_by("id")
+        .values_list("id", flat=True)
     )
     if not delivery_ids:
         return 0

@@ -1,10 +1,13 @@
 """Erase (DELETE) and export of a recipient: every copy of their personal data, and nothing else."""
 
+import threading
+import time
 from datetime import timedelta
 
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Permission
+from django.db import connections, transaction
 from django.urls import reverse
 from django.utils import timezone
 
@@ -19,6 +22,7 @@ from delivery.worker import Worker
 from devtools.sink import Reply
 from scheduling.models import DeletedRecipientOccurrence, Event, EventStatus
 from users.models import User
+from users.services import user_erase
 from users.tests.traces import traces
 
 pytestmark = pytest.mark.django_db
@@ -177,3 +181,37 @@ def test_an_erase_with_a_stale_if_match_changes_nothing(exporter):
 
     assert response.status_code == 412
     assert User.objects.filter(pk=body["id"]).exists() and Event.objects.filter(user_id=body["id"]).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_erase_beside_a_worker_recording_an_outcome_waits_for_it_instead_of_deadlocking(
+    exporter, delivery_settings
+):
+    # A worker records an outcome as delivery.services.record does: its delivery's row
+    # first, then its event's, in one transaction. The erase must take them in that order.
+    body = exporter.post(USERS_URL, PERSON, format="json").json()
+    make_due([Event.objects.get(user_id=body["id"])])
+    Scheduler(once=True).run()
+    [claimed] = deliveries_claim(worker="w1", limit=5, lease=timedelta(seconds=30))
+    holding, failures = threading.Event(), []
+
+    def record() -> None:
+        try:
+            with transaction.atomic():
+                Delivery.objects.filter(pk=claimed.id).update(status="DELIVERED", locked_until=None, locked_by="")
+                holding.set()
+                time.sleep(1.5)  # the erase is waiting by now, on one row or the other
+                Event.objects.filter(pk=claimed.event_id).update(status=EventStatus.COMPLETED)
+        except Exception as exc:  # reported below
+            failures.append(exc)
+        finally:
+            connections.close_all()
+
+    worker = threading.Thread(target=record)
+    worker.start()
+    assert holding.wait(10)
+    user_erase(user=User.objects.get(pk=body["id"]))
+    worker.join(10)
+
+    assert failures == []
+    assert not Delivery.objects.exists() and not Event.objects.exists() and not User.objects.exists()

@@ -314,8 +314,8 @@ EVENT_MAX_LATENESS = parse_duration(env("EVENT_MAX_LATENESS", default="48h"))
 # send time), after the day's send time of one of their occurrences but no longer
 # than this after it gets that occurrence at once, under its usual idempotency key,
 # once; later than that, the next occurrence. 0: no catch-up, the first occurrence
-# whose send time has not passed. At most EVENT_MAX_LATENESS (an occurrence later
-# than that would be failed as too late). A duration, as above.
+# whose send time has not passed. Cut to EVENT_MAX_LATENESS if longer (an
+# occurrence later than that would be failed as too late). A duration, as above.
 EVENT_CATCH_UP_WINDOW = parse_duration(env("EVENT_CATCH_UP_WINDOW", default="12h"))
 # EVENT_CATCH_UP_WINDOW_BY_TYPE: the event types whose window differs, as
 # TYPE=duration pairs separated by commas ("ANNIVERSARY=0,BIRTHDAY=6h"). A type

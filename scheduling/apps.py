@@ -19,7 +19,7 @@ class SchedulingConfig(AppConfig):
 
 
 def _check_catch_up_windows() -> None:
-    """Stop every process at start-up on a catch-up window that names no event type or cannot be kept."""
+    """Stop every process at start-up on a catch-up window for an event type that does not exist."""
     from scheduling.handlers import REGISTRY
 
     unknown = sorted(set(settings.EVENT_CATCH_UP_WINDOW_BY_TYPE) - set(REGISTRY))
@@ -28,13 +28,3 @@ def _check_catch_up_windows() -> None:
             f"EVENT_CATCH_UP_WINDOW_BY_TYPE names {', '.join(unknown)}, which is no event type; "
             f"the types are {', '.join(REGISTRY)}."
         )
-    windows = {"EVENT_CATCH_UP_WINDOW": settings.EVENT_CATCH_UP_WINDOW} | {
-        f"EVENT_CATCH_UP_WINDOW_BY_TYPE's {event_type}": window
-        for event_type, window in settings.EVENT_CATCH_UP_WINDOW_BY_TYPE.items()
-    }
-    for name, window in windows.items():
-        if window > settings.EVENT_MAX_LATENESS:
-            raise ImproperlyConfigured(
-                f"{name} ({window}) is longer than EVENT_MAX_LATENESS ({settings.EVENT_MAX_LATENESS}): "
-                "an occurrence caught up that late would be failed as too late to send."
-            )

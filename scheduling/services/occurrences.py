@@ -35,9 +35,12 @@ def idempotency_key_for(*, user_id: uuid.UUID, event_type: str, occurrence_date:
 def catch_up_window(*, event_type: str) -> timedelta:
     """How long after an occurrence's send time a new or edited recipient still gets it (0: not at all).
 
-    EVENT_CATCH_UP_WINDOW, or the type's own in EVENT_CATCH_UP_WINDOW_BY_TYPE.
+    EVENT_CATCH_UP_WINDOW, or the type's own in EVENT_CATCH_UP_WINDOW_BY_TYPE, and
+    never more than EVENT_MAX_LATENESS: an occurrence caught up later than that
+    would only be failed as too late when claimed.
     """
-    return settings.EVENT_CATCH_UP_WINDOW_BY_TYPE.get(event_type, settings.EVENT_CATCH_UP_WINDOW)
+    window = settings.EVENT_CATCH_UP_WINDOW_BY_TYPE.get(event_type, settings.EVENT_CATCH_UP_WINDOW)
+    return min(window, settings.EVENT_MAX_LATENESS)
 
 
 def last_handled_occurrence(*, recipient: StoredRecipient, event_type: str, now: datetime) -> date | None:

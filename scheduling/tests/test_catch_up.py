@@ -241,10 +241,10 @@ def test_a_window_for_a_type_that_does_not_exist_stops_start_up(settings):
         _check_catch_up_windows()
 
 
-def test_a_window_longer_than_the_maximum_lateness_stops_start_up(settings):
-    settings.EVENT_MAX_LATENESS = timedelta(hours=6)
+@freeze_time("2027-05-05T09:30:00Z")  # 15:00 in Kolkata, 6 h after its 09:00
+def test_a_window_longer_than_the_maximum_lateness_is_cut_to_it(settings):
+    settings.EVENT_MAX_LATENESS = timedelta(hours=5)
 
-    with pytest.raises(ImproperlyConfigured, match="longer than EVENT_MAX_LATENESS"):
-        _check_catch_up_windows()
-    settings.EVENT_CATCH_UP_WINDOW = timedelta(hours=6)
-    _check_catch_up_windows()
+    user = user_create(**payload(date_of_birth=date(1990, 5, 5)))
+
+    assert pending(user.id).occurrence_date == date(2028, 5, 5)

@@ -8,6 +8,8 @@ DEFAULT_SCHEMA_CLASS), and finds the authentication extensions by their target
 classes once this module is imported.
 """
 
+import re
+
 from django.conf import settings
 from drf_spectacular import openapi
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
@@ -200,8 +202,10 @@ class AutoSchema(openapi.AutoSchema):
             ),
         ]
         not_found = []
-        if "{id}" in self.path:
-            not_found.append(f"No {get_view_model(self.view)._meta.verbose_name} has this id.")
+        if lookup := re.search(r"\{(\w+)\}", self.path):
+            not_found.append(
+                f"No {get_view_model(self.view)._meta.verbose_name} has this {lookup.group(1).replace('_', ' ')}."
+            )
         if self._is_list_view() and self._get_paginator():
             not_found.append("The page number is past the last page or not a number.")
         if not_found:

@@ -320,12 +320,27 @@ SPECTACULAR_SETTINGS = {
 
 # --- The scheduler ---------------------------------------------------------------
 
-# EVENT_SEND_TIME: local wall-clock time (HH:MM) at which messages go out.
+# EVENT_SEND_TIME: local wall-clock time (HH:MM) at which messages go out, for
+# the recipients without a send time of their own (users.User.send_time).
 EVENT_SEND_TIME = env("EVENT_SEND_TIME", default="09:00")
 # EVENT_MAX_LATENESS: events more overdue than this are not sent but FAILED
 # (a birthday greeting three days late does more harm than good). A duration:
 # "48h", "90m", "3600s" or plain seconds.
 EVENT_MAX_LATENESS = parse_duration(env("EVENT_MAX_LATENESS", default="48h"))
+# EVENT_CATCH_UP_WINDOW: a recipient created, or edited (a date of birth, zone or
+# send time), after the day's send time of one of their occurrences but no longer
+# than this after it gets that occurrence at once, under its usual idempotency key,
+# once; later than that, the next occurrence. 0: no catch-up, the first occurrence
+# whose send time has not passed. Cut to EVENT_MAX_LATENESS if longer (an
+# occurrence later than that would be failed as too late). A duration, as above.
+EVENT_CATCH_UP_WINDOW = parse_duration(env("EVENT_CATCH_UP_WINDOW", default="12h"))
+# EVENT_CATCH_UP_WINDOW_BY_TYPE: the event types whose window differs, as
+# TYPE=duration pairs separated by commas ("ANNIVERSARY=0,BIRTHDAY=6h"). A type
+# that is not registered stops every process at start-up (scheduling.apps).
+EVENT_CATCH_UP_WINDOW_BY_TYPE = {
+    event_type.strip(): parse_duration(window)
+    for event_type, window in env.dict("EVENT_CATCH_UP_WINDOW_BY_TYPE", default={}).items()
+}
 # SCHEDULER_RECONCILE_INTERVAL: how often run_scheduler looks for users without
 # a pending event (rows created by paths that skipped signals).
 SCHEDULER_RECONCILE_INTERVAL = parse_duration(

@@ -10,7 +10,29 @@ from users.services import USER_FIELDS
 from users.validators import clean_user_fields
 
 
+class SendTimeFormField(forms.CharField):
+    """A send time typed as HH:MM, checked by the shared rule (clean_user_fields) like the API's.
+
+    Text rather than Django's TimeField, which would also take "9:00" or
+    "09:00:00.5" and so accept in the console what the API refuses.
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(required=False, empty_value=None, **kwargs)
+
+    def prepare_value(self, value):
+        return value.strftime("%H:%M") if hasattr(value, "strftime") else value
+
+    def has_changed(self, initial, data):
+        return self.prepare_value(initial) != (data or None) if initial is not None else bool(data)
+
+
 class RecipientAdminForm(forms.ModelForm):
+    send_time = SendTimeFormField(
+        label="Send time",
+        help_text="Optional: the recipient's own local send time, HH:MM (such as 10:30). Empty: the default.",
+    )
+
     class Meta:
         model = User
         fields = list(USER_FIELDS)

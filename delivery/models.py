@@ -105,9 +105,11 @@ class DeliveryAttempt(models.Model):
     id = models.BigAutoField(primary_key=True)
     # No index of its own: attempt_unique_number (delivery, number) starts with it
     # and serves every lookup by delivery, so a second index would only cost
-    # space and writes on every attempt.
+    # space and writes on every attempt. NULL once the delivery's recipient was
+    # erased: the attempt stays, naming no one (delivery.services.erasure), until
+    # the history prune.
     delivery = models.ForeignKey(
-        Delivery, on_delete=models.CASCADE, related_name="attempt_log", db_index=False
+        Delivery, on_delete=models.CASCADE, related_name="attempt_log", db_index=False, null=True
     )
     number = models.PositiveIntegerField()
     worker = models.CharField(max_length=200, blank=True, default="")
@@ -137,6 +139,14 @@ class DeliveryAttempt(models.Model):
                 fields=["outcome", "delivery"],
                 condition=~Q(outcome=AttemptOutcome.DELIVERED),
                 name="attempt_failed_idx",
+            ),
+            # The erased recipients' attempts (no delivery), for the history prune:
+            # only those are in it, not the old range of attempt_finished_idx,
+            # which also holds the attempts of every occurrence kept as the latest.
+            models.Index(
+                fields=["finished_at"],
+                condition=Q(delivery__isnull=True),
+                name="attempt_erased_finished_idx",
             ),
         ]
 

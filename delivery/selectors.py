@@ -10,6 +10,25 @@ from django.db.models import Count, Min, Q
 
 from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus, Endpoint, EndpointState
 from runtime.aggregates import counts_by, estimated_counts_by
+from scheduling.admin_log import admin_log_export
+
+
+def deliveries_export(*, event_ids: Collection) -> list[dict]:
+    """Every delivery of these events with its attempts and the console's log of it, as JSON-ready dicts."""
+    deliveries = list(Delivery.objects.filter(event_id__in=list(event_ids)).order_by("created_at", "id").values())
+    attempts: dict = {}
+    for attempt in DeliveryAttempt.objects.filter(delivery_id__in=[d["id"] for d in deliveries]).order_by(
+        "delivery_id", "number"
+    ).values():
+        attempts.setdefault(attempt["delivery_id"], []).append(attempt)
+    return [
+        {
+            **delivery,
+            "attempts": attempts.get(delivery["id"], []),
+            "console_log": admin_log_export(model=Delivery, object_ids=[delivery["id"]]),
+        }
+        for delivery in deliveries
+    ]
 
 
 def next_retry_at() -> datetime | None:

@@ -37,9 +37,11 @@ from runtime.database import database_error_reason
 from runtime.models import ProcessHeartbeat
 from runtime.selectors import process_live_counts
 from scheduling.models import EventStatus
+from scheduling.pauses import EVENT_TYPE_PAUSED, RECIPIENT_PAUSED
 from scheduling.selectors import (
     event_processing_count,
     event_status_estimates,
+    events_held_back_counts,
     events_zone_data,
     overdue_summary,
 )
@@ -92,6 +94,14 @@ class DatabaseCollector:
             f"Events in each status, estimated. {PENDING_ESTIMATE_NOTE} The others: {ESTIMATE_NOTE}",
             "status",
             event_status_estimates(),
+        )
+        held_back = events_held_back_counts(since=now - ATTEMPTS_WINDOW)
+        yield _labelled(
+            "birthday_events_paused_last_hour",
+            "Events whose send time came in the last hour while their recipient (paused=\"recipient\") or their "
+            "event type (paused=\"event_type\") was paused: FAILED, not sent, counted exactly.",
+            "paused",
+            {"recipient": held_back[RECIPIENT_PAUSED], "event_type": held_back[EVENT_TYPE_PAUSED]},
         )
         overdue = overdue_summary(now=now)
         yield _gauge(

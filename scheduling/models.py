@@ -1,11 +1,13 @@
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
+from django.utils.crypto import salted_hmac
 
 from runtime.ids import uuid7
 from scheduling.event_types import EventType
 from scheduling.handlers import REGISTRY
 from scheduling.messages import MESSAGE_TEMPLATE_MAX_LENGTH, template_errors
+from scheduling.pauses import ACTOR_MAX_LENGTH, PauseSpan, pause_constraints
 
 
 class EventStatus(models.TextChoices):
@@ -18,6 +20,9 @@ class EventStatus(models.TextChoices):
     # Given up: too late to send, or the delivery died. Operators may resend.
     FAILED = "FAILED", "Failed"
 
+
+# Separates DeletedRecipientOccurrence's digests from every other HMAC made with the SECRET_KEY.
+_DELETED_RECIPIENT_SALT = "scheduling.DeletedRecipientOccurrence"
 
 # The partial index of the PENDING events (one per recipient and event type),
 # named where its size stands for their number (scheduling.selectors).
@@ -106,6 +111,79 @@ class Event(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_event_type_display()} {self.occurrence_date} ({self.status})"
+
+
+class DeletedRecipientOccurrence(models.Model):
+    """An occurrence handled for a recipient since deleted, known only by a keyed digest of their external id.
+
+    A recipient deleted and created again with the same external id (a client's
+    sync, an import run again) is a new row with a new id, and so new
+    idempotency keys: nothing of theirs says that today's greeting already went
+    out. This does, for as long as the occurrence could be caught up again
+    (`expires_at`, scheduling.services.deleted_recipients), and no longer: the
+    history prune deletes the expired rows. The digest is an HMAC under the
+    SECRET_KEY, so the row holds neither the id nor anything it could be
+    reversed to without the key.
+    """
+
+    recipient_digest = models.CharField(max_length=64)
+    event_type = models.CharField(max_length=32, choices=EventType.choices)
+    occurrence_date = models.DateField()
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["recipient_digest", "event_type", "occurrence_date"], name="deleted_occurrence_unique"
+            ),
+            models.CheckConstraint(
+                condition=Q(event_type__in=EventType.values), name="deleted_occurrence_event_type_valid"
+            ),
+        ]
+        indexes = [models.Index(fields=["expires_at"], name="deleted_occurrence_expiry_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.get_event_type_display()} {self.occurrence_date} of a deleted recipient"
+
+    @staticmethod
+    def digest_of(external_id: str) -> str:
+        """The keyed digest a deleted recipient's occurrences are remembered by (HMAC-SHA256, hex)."""
+        return salted_hmac(_DELETED_RECIPIENT_SALT, external_id, algorithm="sha256").hexdigest()
+
+
+class EventTypePause(models.Model):
+    """Whether one event type's messages are held back for every recipient (scheduling.pauses).
+
+    One row per registered type, created by migrate; who paused it and when,
+    and who resumed it and when.
+    """
+
+    event_type = models.CharField(max_length=32, choices=EventType.choices, unique=True)
+    paused_at = models.DateTimeField(null=True, blank=True)
+    paused_by = models.CharField(max_length=ACTOR_MAX_LENGTH, blank=True, default="")
+    resumed_at = models.DateTimeField(null=True, blank=True)
+    resumed_by = models.CharField(max_length=ACTOR_MAX_LENGTH, blank=True, default="")
+
+    class Meta:
+        verbose_name = "event type pause"
+        ordering = ["event_type"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(event_type__in=EventType.values), name="event_type_pause_event_type_valid"
+            ),
+            *pause_constraints(prefix="event_type_pause"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_event_type_display()} messages ({'paused' if self.paused else 'sent'})"
+
+    @property
+    def pause(self) -> PauseSpan:
+        return PauseSpan(self.paused_at, self.resumed_at)
+
+    @property
+    def paused(self) -> bool:
+        return self.pause.active
 
 
 class MessageTemplate(models.Model):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
@@ -12,7 +13,16 @@ from django.db.models.functions import TruncHour
 from runtime.aggregates import counts_by, estimated_counts_by, estimated_index_entries
 from scheduling.handlers import REGISTRY, get_handler
 from scheduling.messages import render_message, template_errors
-from scheduling.models import PENDING_DUE_INDEX, Event, EventStatus, EventZoneData, MessageTemplate
+from scheduling.models import (
+    PENDING_DUE_INDEX,
+    DeletedRecipientOccurrence,
+    Event,
+    EventStatus,
+    EventTypePause,
+    EventZoneData,
+    MessageTemplate,
+)
+from scheduling.pauses import EVENT_TYPE_PAUSED, RECIPIENT_PAUSED, PauseSpan
 
 logger = logging.getLogger(__name__)
 
@@ -20,6 +30,59 @@ logger = logging.getLogger(__name__)
 def event_list_for_user(*, user_id) -> QuerySet[Event]:
     """A user's events, newest occurrence first."""
     return Event.objects.filter(user_id=user_id).order_by("-occurrence_date", "-created_at")
+
+
+def deleted_occurrence_latest(*, external_id: str, event_type: str, now: datetime) -> date | None:
+    """The latest occurrence of the type handled for a deleted recipient who had this external id, still remembered."""
+    return (
+        DeletedRecipientOccurrence.objects.filter(
+            recipient_digest=DeletedRecipientOccurrence.digest_of(external_id), event_type=event_type, expires_at__gt=now
+        )
+        .aggregate(latest=Max("occurrence_date"))["latest"]
+    )
+
+
+def deleted_occurrences_latest(*, external_ids: Collection[str], now: datetime) -> dict[tuple[str, str], date]:
+    """deleted_occurrence_latest for many external ids at once, by (external id, event type); absent: none.
+
+    One query, and none at all (nor a digest computed) while nothing is
+    remembered, which is nearly always: a bulk import pays for this only
+    within a couple of days of a deletion.
+    """
+    remembered = DeletedRecipientOccurrence.objects.filter(expires_at__gt=now)
+    if not external_ids or not remembered.exists():
+        return {}
+    by_digest = {DeletedRecipientOccurrence.digest_of(external_id): external_id for external_id in external_ids}
+    rows = (
+        remembered.filter(recipient_digest__in=list(by_digest))
+        .values("recipient_digest", "event_type")
+        .annotate(latest=Max("occurrence_date"))
+        .order_by()
+        .values_list("recipient_digest", "event_type", "latest")
+    )
+    return {(by_digest[digest], event_type): latest for digest, event_type, latest in rows}
+
+
+def event_type_pauses() -> dict[str, PauseSpan]:
+    """The pause of every event type ever paused, in one query (the scheduler reads it once per claim batch)."""
+    return {
+        event_type: PauseSpan(paused_at, resumed_at)
+        for event_type, paused_at, resumed_at in EventTypePause.objects.filter(paused_at__isnull=False).values_list(
+            "event_type", "paused_at", "resumed_at"
+        )
+    }
+
+
+def events_held_back_counts(*, since: datetime) -> dict[str, int]:
+    """Events failed unsent because their recipient or their type was paused, whose send time is after `since`.
+
+    By reason ("recipient paused", "event type paused"; both present). A range of
+    event_history_idx (FAILED, target time), so only what failed lately is read.
+    """
+    held_back = Event.objects.filter(
+        status=EventStatus.FAILED, target_timestamp_utc__gt=since, failure_reason__in=(RECIPIENT_PAUSED, EVENT_TYPE_PAUSED)
+    )
+    return counts_by(held_back, field="failure_reason", keys=(RECIPIENT_PAUSED, EVENT_TYPE_PAUSED))
 
 
 def next_pending_target(*, after: datetime | None = None) -> datetime | None:

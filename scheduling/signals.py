@@ -6,6 +6,7 @@ from django.db.models.signals import post_migrate, post_save
 
 from scheduling.models import Event
 from scheduling.services.messages import message_templates_create_missing
+from scheduling.services.pauses import event_type_pauses_create_missing
 from scheduling.services.sync import event_sync_for_user, events_create_first
 
 
@@ -28,6 +29,14 @@ def _create_missing_message_templates(sender, using: str, apps=global_apps, **kw
     message_templates_create_missing(model=model, using=using)
 
 
+def _create_missing_event_type_pauses(sender, using: str, apps=global_apps, **kwargs) -> None:
+    try:
+        model = apps.get_model("scheduling", "EventTypePause")
+    except LookupError:  # migrated back to before the table existed
+        return
+    event_type_pauses_create_missing(model=model, using=using)
+
+
 def connect(*, app_config: AppConfig) -> None:
     # The recipient model, as the event's foreign key names it (scheduling does
     # not import the users app, which builds on it).
@@ -38,4 +47,7 @@ def connect(*, app_config: AppConfig) -> None:
     )
     post_migrate.connect(
         _create_missing_message_templates, sender=app_config, dispatch_uid="scheduling.message_templates"
+    )
+    post_migrate.connect(
+        _create_missing_event_type_pauses, sender=app_config, dispatch_uid="scheduling.event_type_pauses"
     )

@@ -3,9 +3,10 @@ import uuid
 from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.db import models, transaction
 from django.db.models import Q
-from django.db.models.functions import Length, Upper
+from django.db.models.functions import Length, TruncMinute, Upper
 from django.db.models.lookups import GreaterThan
 
+from scheduling.pauses import ACTOR_MAX_LENGTH, PauseSpan, pause_constraints
 from users.validators import (
     EARLIEST_DATE,
     EXTERNAL_ID_MAX_LENGTH,
@@ -16,6 +17,8 @@ from users.validators import (
 # The unique constraint on external_id, named where a violation of it is told apart
 # from other integrity errors (users.services).
 EXTERNAL_ID_UNIQUE = "user_external_id_unique"
+# Named where its migration adds it without a long lock (users 0007).
+SEND_TIME_WHOLE_MINUTES = "user_send_time_whole_minutes"
 
 
 class User(models.Model):
@@ -36,6 +39,18 @@ class User(models.Model):
     # The wedding date; NULL for a recipient who has none, and so no anniversary
     # event (scheduling.handlers.anniversary).
     anniversary_date = models.DateField(null=True, blank=True)
+    # The local wall time the recipient's messages go out at; NULL: the event
+    # type's default (EVENT_SEND_TIME). Read where each event's instant is
+    # computed (the event stores the instant), never when events are claimed.
+    send_time = models.TimeField(null=True, blank=True, help_text="Local time HH:MM; empty: the default.")
+    # The recipient's greetings held back (scheduling.pauses): since paused_at,
+    # until resumed_at once resumed, each with who did it. Nullable or with a
+    # database default: adding them rewrote no row, and the import's COPY need
+    # not name them.
+    paused_at = models.DateTimeField(null=True, blank=True)
+    paused_by = models.CharField(max_length=ACTOR_MAX_LENGTH, blank=True, default="", db_default="")
+    resumed_at = models.DateTimeField(null=True, blank=True)
+    resumed_by = models.CharField(max_length=ACTOR_MAX_LENGTH, blank=True, default="", db_default="")
     # Counts the writes that changed the recipient's own fields; the API sends it as
     # the ETag and honours If-Match with it, so a client can update without
     # overwriting an edit it has not seen. The bulk import's COPY leaves it to the
@@ -85,6 +100,12 @@ class User(models.Model):
                 condition=Q(anniversary_date__gte=EARLIEST_DATE),
                 name="user_anniversary_date_from_1900",
             ),
+            # Whole minutes, as every path writes it (users.validators.clean_send_time).
+            models.CheckConstraint(
+                condition=Q(send_time=TruncMinute("send_time")),
+                name=SEND_TIME_WHOLE_MINUTES,
+            ),
+            *pause_constraints(prefix="user"),
             # NULLs are distinct, so any number of recipients may have no id. A
             # constraint rather than unique=True: PostgreSQL then builds the one
             # index, without a second one for LIKE that no lookup uses.
@@ -116,10 +137,20 @@ class User(models.Model):
                 "timezone": self.timezone,
                 "external_id": self.external_id,
                 "anniversary_date": self.anniversary_date,
+                "send_time": self.send_time,
             }
         )
         for field, value in cleaned.items():
             setattr(self, field, value)
+
+    @property
+    def pause(self) -> PauseSpan:
+        return PauseSpan(self.paused_at, self.resumed_at)
+
+    @property
+    def paused(self) -> bool:
+        """Whether the recipient's greetings are held back now."""
+        return self.pause.active
 
     @property
     def full_name(self) -> str:

@@ -8,7 +8,13 @@ registers the serializer extension too).
 
 from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
 
 from config.openapi import IF_MATCH, etag_header
 from users.serializers import EventSerializer, UserSerializer
@@ -32,7 +38,8 @@ class UserSerializerSchema(OpenApiSerializerExtension):
 RESCHEDULING = (
     "The next events follow the new data at once: a new date of birth (or anniversary "
     "date) replaces the pending birthday (or anniversary) event with the new next "
-    "occurrence; a first anniversary_date schedules an anniversary event, and null "
+    "occurrence (today's, due at once, if its send time passed within the catch-up window "
+    "and it was not sent); a first anniversary_date schedules an anniversary event, and null "
     "removes the pending one; a new time zone keeps each occurrence date (and "
     "idempotency key) and moves the send time, due at once if it has passed; a new name "
     "changes no event (the message is rendered when it is sent). An event already being "
@@ -55,7 +62,8 @@ NEW_RECIPIENT = OpenApiExample(
 
 REQUIRED_FIELDS = (
     "first_name, last_name, date_of_birth and timezone are required; external_id (400 if "
-    "another recipient holds it) and anniversary_date are optional; any other field is refused."
+    "another recipient holds it), anniversary_date, send_time and paused are optional; any other "
+    "field is refused."
 )
 
 EXTERNAL_ID_FILTER = OpenApiParameter(
@@ -79,7 +87,10 @@ user_schema = extend_schema_view(
         description=(
             "Creates the recipient and, in the same transaction, their next birthday "
             "event (`next_event`) and, with an anniversary_date, their next anniversary "
-            f"event (both in `next_events`). {REQUIRED_FIELDS}"
+            "event (both in `next_events`). A recipient created on their birthday after its "
+            "send time, but within the catch-up window (EVENT_CATCH_UP_WINDOW, 12 hours by "
+            "default), gets that day's message at once: its event is the day's, already due. "
+            f"{REQUIRED_FIELDS}"
         ),
         parameters=[etag_header(201)],
         examples=[NEW_RECIPIENT],
@@ -100,9 +111,37 @@ user_schema = extend_schema_view(
         ],
     ),
     destroy=extend_schema(
-        summary="Delete a recipient",
-        description="Their events and deliveries are deleted with them.",
+        summary="Erase a recipient",
+        description=(
+            "Deletes every copy of the recipient's personal data, in one transaction: the "
+            "recipient, their events, their deliveries (the rendered messages) and the "
+            "receiver's answers kept with each attempt, and the console's log of them. What "
+            "stays names no one: each attempt's times, outcome and HTTP status (for the "
+            "metrics, until the history retention), and, for a recipient with an external_id, "
+            "a keyed digest of it with the day of each message already sent, for a day or two, "
+            "so that the recipient created again that day is not greeted twice. A message "
+            "being sent at that moment is cancelled: it may still reach the receiver, and "
+            "nothing of it is recorded. Read GET /users/{id}/export/ first for a copy of what "
+            "is erased."
+        ),
         parameters=[IF_MATCH],
+    ),
+    export=extend_schema(
+        summary="Export everything stored about a recipient",
+        description=(
+            "Every column of the recipient's row, of each of their events, deliveries (with the "
+            "rendered message) and delivery attempts (with the receiver's answers), and the "
+            "console's log of them, as stored: the answer to a request for access to one's "
+            "personal data. Needs the `view event` and `view delivery` permissions as well as "
+            "`view recipient`."
+        ),
+        responses=OpenApiResponse(
+            response=OpenApiTypes.OBJECT,
+            description=(
+                "`recipient`, `events` (each with its `console_log`), `deliveries` (each with its "
+                "`attempts` and `console_log`), `console_log` and `exported_at`."
+            ),
+        ),
     ),
     events=extend_schema(
         summary="List a recipient's events",

@@ -3,11 +3,14 @@ from collections.abc import Collection
 
 from django.db import connection
 from django.db.models import Prefetch, Q, QuerySet
+from django.utils import timezone
 from django.utils.text import smart_split, unescape_string_literal
 
+from scheduling.admin_log import admin_log_export
 from scheduling.models import Event, EventStatus
 from scheduling.selectors import event_list_for_user
 from users.models import User
+from users.signals import recipient_exporting
 
 
 def user_list(*, external_id: str | None = None) -> QuerySet[User]:
@@ -77,6 +80,29 @@ def user_ids_found(*, term: str, bound: int) -> tuple[list, bool]:
     # in search of the matches, the very trap this avoids.
     found = list(User.objects.filter(user_search_filter(term=term)).order_by().values_list("id", flat=True)[: bound + 1])
     return found[:bound], len(found) > bound
+
+
+def user_export(*, user_id) -> dict:
+    """Everything stored about one recipient, as JSON-ready values (the API's export).
+
+    Every column of their row, of each of their events, and, from the apps
+    above (users.signals.recipient_exporting), of each delivery and attempt;
+    and the console's log of them. Rows as stored, not as the API renders them.
+    """
+    recipient = User.objects.values().get(pk=user_id)
+    events = list(Event.objects.filter(user_id=user_id).order_by("occurrence_date", "event_type").values())
+    event_ids = [event["id"] for event in events]
+    export = {
+        "exported_at": timezone.now(),
+        "recipient": recipient,
+        "console_log": admin_log_export(model=User, object_ids=[user_id]),
+        "events": [
+            {**event, "console_log": admin_log_export(model=Event, object_ids=[event["id"]])} for event in events
+        ],
+    }
+    for _receiver, sections in recipient_exporting.send(sender=User, user_id=user_id, event_ids=event_ids):
+        export.update(sections)
+    return export
 
 
 def user_events(*, user_id) -> QuerySet[Event]:

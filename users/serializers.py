@@ -3,13 +3,16 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from config.fields import StrictBooleanField
 from scheduling.models import Event, EventType
 from users.models import User
 from users.services import USER_FIELDS
 from users.validators import (
     EXTERNAL_ID_MAX_LENGTH,
+    SEND_TIME_PATTERN,
     clean_external_id,
     clean_name,
+    clean_send_time,
     clean_timezone,
     clean_user_fields,
 )
@@ -33,7 +36,8 @@ EVENT_FIELD_HELP = {
     "status": (
         "PENDING: waiting for its send time. PROCESSING: its message is queued or being "
         "sent. COMPLETED: the receiver accepted the message. FAILED: given up, too late "
-        "to send or out of attempts (failure_reason says which); an operator may resend it."
+        "to send, held back by a pause, or out of attempts (failure_reason says which); an "
+        "operator may resend it."
     ),
     "occurrence_date": (
         "The day celebrated, in the recipient's calendar (Feb 28 for a Feb 29 birthday "
@@ -104,6 +108,22 @@ class StrictCharField(serializers.CharField):
         return super().to_internal_value(data)
 
 
+@extend_schema_field(
+    {"type": "string", "pattern": SEND_TIME_PATTERN, "nullable": True, "example": "10:30"}
+)
+class SendTimeField(serializers.Field):
+    """A local time of day as "HH:MM" (null for none), by users.validators.clean_send_time."""
+
+    def to_internal_value(self, data):
+        try:
+            return clean_send_time(data)
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.messages) from None
+
+    def to_representation(self, value):
+        return value.strftime("%H:%M")
+
+
 # Field-level rules that can run on their own, so a request with one field that
 # does not even parse still hears about every other bad field in the same reply.
 _STANDALONE_RULES = {
@@ -131,9 +151,20 @@ class UserSerializer(serializers.ModelSerializer):
     timezone = StrictCharField(
         max_length=200,
         help_text=(
-            "An IANA time zone name, such as America/New_York; the message goes out at "
-            f"{settings.EVENT_SEND_TIME} there. UTC offsets such as +05:00 are refused: "
-            "they do not follow daylight saving time."
+            "An IANA time zone name, such as America/New_York; the messages go out at the "
+            f"send_time ({settings.EVENT_SEND_TIME} unless the recipient has their own) there. "
+            "UTC offsets such as +05:00 are refused: they do not follow daylight saving time."
+        ),
+    )
+    send_time = SendTimeField(
+        required=False,
+        allow_null=True,
+        help_text=(
+            "Optional: the recipient's own local send time, HH:MM from 00:00 to 23:59 (such as "
+            f"10:30); null means the default, {settings.EVENT_SEND_TIME}. A time that does not "
+            "exist on the day (inside a DST gap) moves forward by the gap; one that happens "
+            "twice takes the first. A change moves the pending events' send times and keeps "
+            "their occurrence and idempotency key. A PUT without it leaves it as it is."
         ),
     )
     external_id = StrictCharField(
@@ -148,6 +179,16 @@ class UserSerializer(serializers.ModelSerializer):
             f"{EXTERNAL_ID_MAX_LENGTH} characters must remain, or none: null or an empty "
             "string means the recipient has none. A PUT without it leaves it as it is. "
             "Find a recipient by it with `GET /api/v1/users/?external_id=…`."
+        ),
+    )
+    paused = StrictBooleanField(
+        required=False,
+        help_text=(
+            "Optional: true holds back every message of the recipient's from now on: an occurrence "
+            "whose send time comes while paused is not sent but FAILED with the reason \"recipient "
+            "paused\", and the next one is scheduled. false resumes: the next occurrence whose send "
+            "time has not passed is sent. Who paused or resumed, and when, are recorded (paused_by, "
+            "paused_at, resumed_by, resumed_at). Omitted: unchanged (false on creation)."
         ),
     )
     next_event = serializers.SerializerMethodField(
@@ -170,13 +211,22 @@ class UserSerializer(serializers.ModelSerializer):
             "timezone",
             "external_id",
             "anniversary_date",
+            "send_time",
+            "paused",
+            "paused_at",
+            "paused_by",
+            "resumed_at",
+            "resumed_by",
             "next_event",
             "next_events",
             "version",
             "created_at",
             "updated_at",
         ]
-        read_only_fields = ["id", "next_event", "next_events", "version", "created_at", "updated_at"]
+        read_only_fields = [
+            "id", "paused_at", "paused_by", "resumed_at", "resumed_by", "next_event", "next_events", "version",
+            "created_at", "updated_at",
+        ]
         extra_kwargs = {
             "id": {"help_text": "The recipient's id, assigned on creation."},
             "date_of_birth": {
@@ -194,6 +244,10 @@ class UserSerializer(serializers.ModelSerializer):
                     "years); null removes it. A PUT without it leaves it as it is."
                 )
             },
+            "paused_at": {"help_text": "When the latest pause began; null if never paused."},
+            "paused_by": {"help_text": "Who made the latest pause (an operator's or API account's username)."},
+            "resumed_at": {"help_text": "When the latest pause ended; null while paused or if never paused."},
+            "resumed_by": {"help_text": "Who ended the latest pause."},
             "version": {
                 "help_text": "Bumped by every change to the recipient's fields; the ETag carries it."
             },
@@ -230,7 +284,8 @@ class UserSerializer(serializers.ModelSerializer):
             cleaned = clean_user_fields(merged)
         except DjangoValidationError as exc:
             raise serializers.ValidationError(exc.message_dict) from None
-        return {field: cleaned[field] for field in attrs}
+        # `paused` is no field of the shared rules: the field itself checked it.
+        return {field: cleaned.get(field, value) for field, value in attrs.items()}
 
     @staticmethod
     def _pending(user: User) -> list[Event]:

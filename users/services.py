@@ -9,29 +9,38 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, time
 from typing import NamedTuple
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+# user_create's `timezone` argument hides the module there.
+from django.utils import timezone as django_timezone
+
 from runtime.copy import copy_rows
+from scheduling.admin_log import admin_log_forget
 from scheduling.handlers import REGISTRY
 from scheduling.models import Event
+from scheduling.selectors import deleted_occurrences_latest
+from scheduling.services.deleted_recipients import deleted_occurrences_record
 from scheduling.services.occurrences import (
     PendingEventRow,
-    next_occurrence,
+    first_occurrence,
     pending_event_defaults,
     pending_event_row,
 )
 from users.models import EXTERNAL_ID_UNIQUE, User
 from users.selectors import users_by_external_id
+from users.signals import recipient_erasing
 from users.validators import clean_user_fields
 
 logger = logging.getLogger(__name__)
 
-USER_FIELDS = ("first_name", "last_name", "date_of_birth", "timezone", "external_id", "anniversary_date")
+USER_FIELDS = (
+    "first_name", "last_name", "date_of_birth", "timezone", "external_id", "anniversary_date", "send_time",
+)
 
 
 class ExternalIdTaken(ValidationError):
@@ -75,8 +84,15 @@ def user_create(
     timezone: str,
     external_id: str | None = None,
     anniversary_date: date | None = None,
+    send_time: str | time | None = None,
+    paused: bool = False,
+    by: str = "",
 ) -> User:
-    """Validate and create a user; its first event is created in the same transaction."""
+    """Validate and create a user; its first event is created in the same transaction.
+
+    `paused`: created with their greetings held back, paused by `by` (the operator or API account).
+    """
+    paused = _clean_paused(paused)
     cleaned = clean_user_fields(
         {
             "first_name": first_name,
@@ -85,9 +101,12 @@ def user_create(
             "timezone": timezone,
             "external_id": external_id,
             "anniversary_date": anniversary_date,
+            "send_time": send_time,
         }
     )
     user = User(**cleaned)
+    if paused:
+        _pause_columns(user=user, paused=True, by=by, now=django_timezone.now())
     with _external_id_taken_as(_taken_message(cleaned["external_id"])):
         user.save(force_insert=True)
     logger.info("Created user", extra={"user_id": str(user.id)})
@@ -102,38 +121,71 @@ class VersionMismatch(Exception):
         self.current_version = current_version
 
 
-def _lock_current(*, user: User, expected_versions: Collection[int] | None) -> User:
+def _lock_current(*, user: User, expected_versions: Collection[int] | None, no_key: bool = False) -> User:
     """The recipient's row as stored now, locked until the transaction ends.
 
     Raises User.DoesNotExist if it was deleted meanwhile, VersionMismatch if the
     caller expects versions the row is no longer at (None: any version will do).
+    `no_key`: FOR NO KEY UPDATE, which every edit still waits for but the key-share
+    lock of an insert referring to the row (the claim's next event) does not.
     """
-    current = User.objects.select_for_update().get(pk=user.pk)
+    current = User.objects.select_for_update(no_key=no_key).get(pk=user.pk)
     if expected_versions is not None and current.version not in expected_versions:
         raise VersionMismatch(current_version=current.version)
     return current
 
 
-def user_update(*, user: User, data: dict, expected_versions: Collection[int] | None = None) -> User:
+def _clean_paused(value: object) -> bool:
+    # The API refuses "true" or 1 before here; a caller in code is held to the same.
+    if not isinstance(value, bool):
+        raise ValidationError({"paused": ["Must be true or false."]})
+    return value
+
+
+def _pause_columns(*, user: User, paused: bool, by: str, now: datetime) -> list[str]:
+    """Pause or resume the recipient's greetings on the instance; return the columns changed (none if already so).
+
+    A pause starts a new span (scheduling.pauses); a resume ends it, keeping when it began.
+    """
+    if paused == user.paused:
+        return []
+    if not by:
+        raise ValueError("A pause or resume must name who makes it.")
+    if paused:
+        user.paused_at, user.paused_by, user.resumed_at, user.resumed_by = now, by, None, ""
+        return ["paused_at", "paused_by", "resumed_at", "resumed_by"]
+    # Never before the pause began, whatever the clocks of two web hosts say.
+    user.resumed_at, user.resumed_by = max(now, user.paused_at), by
+    return ["resumed_at", "resumed_by"]
+
+
+def user_update(
+    *, user: User, data: dict, expected_versions: Collection[int] | None = None, by: str = ""
+) -> User:
     """Apply a partial or full update and return the recipient as stored.
 
     The row is re-read under a lock and only the fields whose values change are
     written: two concurrent updates of different fields then apply one after the
     other, each to the other's result, so neither change is lost (writing every
     field from a copy read before the other update lost one of the two in 30 of
-    30 concurrent rounds). Events are rescheduled from the result.
+    30 concurrent rounds). Events are rescheduled from the result. `paused` in
+    `data` pauses or resumes the recipient's greetings, recorded as made by `by`.
     """
-    unknown = set(data) - set(USER_FIELDS)
+    unknown = set(data) - {*USER_FIELDS, "paused"}
     if unknown:
         raise ValueError(f"Unknown user fields: {', '.join(sorted(unknown))}")
+    paused = _clean_paused(data["paused"]) if "paused" in data else None
     with transaction.atomic():
         current = _lock_current(user=user, expected_versions=expected_versions)
         merged = {field: data.get(field, getattr(current, field)) for field in USER_FIELDS}
         cleaned = clean_user_fields(merged)
         changed = [field for field in USER_FIELDS if cleaned[field] != getattr(current, field)]
+        if paused is not None:
+            changed += _pause_columns(user=current, paused=paused, by=by, now=timezone.now())
         if changed:
             for field in changed:
-                setattr(current, field, cleaned[field])
+                if field in cleaned:
+                    setattr(current, field, cleaned[field])
             current.version += 1
             with _external_id_taken_as(_taken_message(cleaned["external_id"])):
                 current.save(update_fields=[*changed, "version", "updated_at"])
@@ -141,11 +193,37 @@ def user_update(*, user: User, data: dict, expected_versions: Collection[int] | 
     return current
 
 
-def user_delete(*, user: User, expected_versions: Collection[int] | None = None) -> None:
-    """Delete a user and, by cascade, their events and deliveries."""
+def user_erase(*, user: User, expected_versions: Collection[int] | None = None) -> None:
+    """Delete a recipient and every copy of their personal data, in one transaction (DELETE of the API).
+
+    Locks first the recipient's row, without blocking the key-share lock a
+    claim's insert of their next event takes. The apps above erase their rows
+    about the events (users.signals.recipient_erasing: delivery's deliveries
+    and attempts), then every event of theirs is locked (waiting for a claim
+    that holds one to commit) and the apps above erase what such a claim
+    added; nothing of theirs is created or moved after that. Then the
+    occurrences a catch-up window could still reach are remembered by a digest
+    of the external id (scheduling.services.deleted_recipients), the console's
+    log of the recipient and their events goes, and the events and the
+    recipient are deleted.
+    """
     with transaction.atomic():
-        _lock_current(user=user, expected_versions=expected_versions).delete()
-    logger.info("Deleted user", extra={"user_id": str(user.id)})
+        current = _lock_current(user=user, expected_versions=expected_versions, no_key=True)
+        # The rows about the events before the events themselves: a worker recording
+        # an outcome locks its delivery, then the event (taken the other way round,
+        # the two waited for each other until PostgreSQL cancelled one).
+        recipient_erasing.send(sender=User, user_id=current.id)
+        event_ids = list(
+            Event.objects.select_for_update().filter(user_id=current.id).order_by("id").values_list("id", flat=True)
+        )
+        # A claim that held one of the events has committed by now, with its delivery.
+        recipient_erasing.send(sender=User, user_id=current.id)
+        deleted_occurrences_record(user_id=current.id, external_id=current.external_id, now=timezone.now())
+        admin_log_forget(model=User, object_ids=[current.id])
+        admin_log_forget(model=Event, object_ids=event_ids)
+        Event.objects.filter(user_id=current.id).delete()
+        current.delete()
+    logger.info("Erased user", extra={"user_id": str(user.id), "events": len(event_ids)})
 
 
 # --- the bulk import ----------------------------------------------------------
@@ -163,6 +241,7 @@ class ImportedUserRow(NamedTuple):
     date_of_birth: date
     timezone: str
     anniversary_date: date | None
+    send_time: time | None
     external_id: str | None
     created_at: datetime
     updated_at: datetime
@@ -207,6 +286,7 @@ def _user_batches(*, rows: Iterable[dict], now: datetime, batch_size: int) -> It
                 date_of_birth=row["date_of_birth"],
                 timezone=row["timezone"],
                 anniversary_date=row.get("anniversary_date"),
+                send_time=row.get("send_time"),
                 external_id=row.get("external_id"),
                 created_at=now,
                 updated_at=now,
@@ -220,13 +300,27 @@ def _user_batches(*, rows: Iterable[dict], now: datetime, batch_size: int) -> It
 
 
 def _first_events(*, users: list[ImportedUserRow], now: datetime) -> list[PendingEventRow]:
-    """Each new recipient's first occurrence of every event type, as a PENDING event."""
+    """Each new recipient's first occurrence of every event type, as a PENDING event.
+
+    As events_create_first computes it: within the catch-up window, and after
+    what a deleted recipient with the same external id was already given (one
+    query a batch, none while nothing is remembered).
+    """
+    handled = deleted_occurrences_latest(
+        external_ids=[user.external_id for user in users if user.external_id is not None], now=now
+    )
     return [
         pending_event_row(user_id=user.id, event_type=event_type, occurrence=occurrence)
         for user in users
         for event_type in REGISTRY
         # None: no occurrence of this type (no anniversary date), so no event.
-        if (occurrence := next_occurrence(recipient=user, event_type=event_type, now=now)) is not None
+        if (
+            occurrence := first_occurrence(
+                recipient=user, event_type=event_type, now=now,
+                after_date=handled.get((user.external_id, event_type)) if handled else None,
+            )
+        )
+        is not None
     ]
 
 

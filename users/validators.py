@@ -1,7 +1,7 @@
 """The rules for a recipient's fields, shared by the API, the admin and the importer."""
 
 import re
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, time, timedelta
 from functools import lru_cache
 from zoneinfo import available_timezones
 
@@ -16,6 +16,9 @@ EXTERNAL_ID_MAX_LENGTH = 255
 # The earliest date of birth, and of a wedding.
 EARLIEST_DATE = date(1900, 1, 1)
 _UTC_OFFSET = re.compile(r"^(UTC|GMT)?\s*[+-]\d", re.IGNORECASE)
+# A send time as the API, the console and the import take it: two-digit hours and minutes.
+SEND_TIME_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
+_SEND_TIME = re.compile(SEND_TIME_PATTERN)
 
 
 @zone_cache
@@ -77,6 +80,29 @@ def clean_external_id(value: str | None) -> str | None:
     return trimmed or None
 
 
+def clean_send_time(value: str | time | None) -> time | None:
+    """A recipient's own local send time, HH:MM (24-hour); None: the event type's default.
+
+    Whole minutes only, written one way ("09:30", not "9:30", "09:30:00" or
+    "9am"): what a client sends is what it reads back. An empty string is
+    refused rather than taken for None, so that a client that meant to send
+    a time and sent nothing hears about it.
+    """
+    if value is None:
+        return None
+    if isinstance(value, time):
+        # The stored value, or one a form has parsed: whole minutes, no zone of its own.
+        if value.second or value.microsecond or value.tzinfo is not None:
+            raise ValidationError("Send time must be whole minutes, HH:MM.")
+        return value
+    if not isinstance(value, str) or not _SEND_TIME.fullmatch(value):
+        raise ValidationError(
+            "Send time must be a local time HH:MM from 00:00 to 23:59, such as 10:30, or null for the "
+            "default."
+        )
+    return time(int(value[:2]), int(value[3:]))
+
+
 def clean_past_date(value: date, *, label: str, timezone_name: str | None) -> date:
     """Check a date of birth or wedding is a real date from 1900-01-01 up to today in the user's zone."""
     if isinstance(value, datetime) or not isinstance(value, date):
@@ -100,7 +126,7 @@ def clean_past_date(value: date, *, label: str, timezone_name: str | None) -> da
 def clean_user_fields(data: dict) -> dict:
     """Validate every field together; raise one ValidationError naming each bad field.
 
-    The optional fields (external_id, anniversary_date) are None when `data` lacks them.
+    The optional fields (external_id, anniversary_date, send_time) are None when `data` lacks them.
     """
     errors: dict[str, list[str]] = {}
     cleaned: dict = {}
@@ -117,6 +143,10 @@ def clean_user_fields(data: dict) -> dict:
         cleaned["timezone"] = clean_timezone(data.get("timezone"))
     except ValidationError as exc:
         errors["timezone"] = exc.messages
+    try:
+        cleaned["send_time"] = clean_send_time(data.get("send_time"))
+    except ValidationError as exc:
+        errors["send_time"] = exc.messages
     for field, label, required in (
         ("date_of_birth", "Date of birth", True),
         ("anniversary_date", "Anniversary date", False),

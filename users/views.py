@@ -8,7 +8,7 @@ from config.preconditions import PreconditionFailed, etag_for, if_match_versions
 from users import services
 from users.models import User
 from users.schema import user_schema
-from users.selectors import user_events, user_list
+from users.selectors import user_events, user_export, user_list
 from users.serializers import EventSerializer, UserSerializer
 
 
@@ -17,6 +17,13 @@ class CanViewEvents(permissions.BasePermission):
 
     def has_permission(self, request, view) -> bool:
         return request.user.has_perm("scheduling.view_event")
+
+
+class CanExport(permissions.BasePermission):
+    """An export holds the recipient's events and deliveries: it needs the permission to view each."""
+
+    def has_permission(self, request, view) -> bool:
+        return request.user.has_perms(["scheduling.view_event", "delivery.view_delivery"])
 
 
 @user_schema
@@ -32,17 +39,18 @@ class UserViewSet(viewsets.ModelViewSet):
         return user_list()
 
     def perform_create(self, serializer):
-        serializer.instance = services.user_create(**serializer.validated_data)
+        serializer.instance = services.user_create(**serializer.validated_data, by=self.request.user.get_username())
 
     def perform_update(self, serializer):
         services.user_update(
             user=serializer.instance,
             data=serializer.validated_data,
             expected_versions=if_match_versions(self.request.headers.get("If-Match")),
+            by=self.request.user.get_username(),
         )
 
     def perform_destroy(self, instance):
-        services.user_delete(
+        services.user_erase(
             user=instance, expected_versions=if_match_versions(self.request.headers.get("If-Match"))
         )
 
@@ -87,3 +95,7 @@ class UserViewSet(viewsets.ModelViewSet):
         user = self.get_object()
         page = self.paginate_queryset(user_events(user_id=user.pk))
         return self.get_paginated_response(EventSerializer(page, many=True).data)
+
+    @action(detail=True, methods=["get"], permission_classes=[*api_settings.DEFAULT_PERMISSION_CLASSES, CanExport])
+    def export(self, request, pk=None, format=None):
+        return Response(user_export(user_id=self.get_object().pk))

@@ -145,7 +145,7 @@ class EventAdmin(BoundedListAdmin):
         # Never: an event and its delivery attempts are the record of what was sent.
         # Deleting a finished event would also free its occurrence, so the
         # scheduler could create and send the same birthday again. A recipient's
-        # events go when the recipient is deleted (users.services.user_delete).
+        # events go when the recipient is deleted (users.services.user_erase).
         return False
 
     def get_ordering(self, request):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import admin
 from django.db.models import Prefetch
 from django.utils import timezone
@@ -74,12 +75,14 @@ class RecipientAdmin(BoundedListAdmin):
         "first_name",
         "last_name",
         "timezone",
+        "send_time_shown",
         "date_of_birth",
         "anniversary_date",
         "external_id",
         "next_birthday_local",
         "next_birthday_utc",
         "next_status",
+        "greetings",
     ]
     list_display_links = ["first_name", "last_name"]
     # What the search box looks in; get_search_results does the matching.
@@ -92,10 +95,20 @@ class RecipientAdmin(BoundedListAdmin):
     list_per_page = 50
     inlines = [EventInline]
     fieldsets = [
-        (None, {"fields": ["first_name", "last_name", "date_of_birth", "timezone", "anniversary_date", "external_id"]}),
+        (
+            None,
+            {
+                "fields": [
+                    "first_name", "last_name", "date_of_birth", "timezone", "send_time", "anniversary_date",
+                    "external_id",
+                ]
+            },
+        ),
+        ("Greetings", {"fields": ["greetings", "paused_at", "paused_by", "resumed_at", "resumed_by"]}),
         ("Record", {"fields": ["id", "created_at", "updated_at"]}),
     ]
-    readonly_fields = ["id", "created_at", "updated_at"]
+    readonly_fields = ["id", "created_at", "updated_at", "greetings", "paused_at", "paused_by", "resumed_at", "resumed_by"]
+    actions = ["pause_greetings", "resume_greetings"]
 
     def get_inlines(self, request, obj):
         return self.inlines if obj else []
@@ -140,24 +153,60 @@ class RecipientAdmin(BoundedListAdmin):
 
     def get_deleted_objects(self, objs, request):
         deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
-        # A recipient's events and deliveries go with them (users.services.user_delete).
+        # A recipient's events and deliveries go with them (users.services.user_erase).
         # The console refuses deleting those alone, not as part of their recipient.
         perms_needed -= {Event._meta.verbose_name, Delivery._meta.verbose_name}
         return deleted, counts, perms_needed, protected
 
     def delete_model(self, request, obj):
-        services.user_delete(user=obj)
+        services.user_erase(user=obj)
 
     def delete_queryset(self, request, queryset):
         for user in queryset:
-            services.user_delete(user=user)
+            services.user_erase(user=user)
+
+    # --- pause and resume, through users.services ---------------------------------
+
+    @admin.action(description="Pause the selected recipients' greetings", permissions=["change"])
+    def pause_greetings(self, request, queryset):
+        self._set_paused(request, queryset, paused=True)
+
+    @admin.action(description="Resume the selected recipients' greetings", permissions=["change"])
+    def resume_greetings(self, request, queryset):
+        self._set_paused(request, queryset, paused=False)
+
+    def _set_paused(self, request, queryset, *, paused: bool) -> None:
+        operator = request.user.get_username()
+        changed = 0
+        for user in queryset:
+            before = user.version
+            updated = services.user_update(user=user, data={"paused": paused}, by=operator)
+            if updated.version != before:
+                changed += 1
+                self.log_change(request, updated, "Paused greetings" if paused else "Resumed greetings")
+        verb = "Paused" if paused else "Resumed"
+        self.message_user(
+            request,
+            f"{verb} the greetings of {changed} recipient(s)"
+            + ("; the others already were." if changed < len(queryset) else "."),
+        )
 
     # --- columns ------------------------------------------------------------------
+
+    @admin.display(description="greetings")
+    def greetings(self, user: User):
+        if user.paused:
+            return widgets.badge("OVERDUE", f"Paused by {user.paused_by}")
+        return widgets.badge("COMPLETED", "Sent")
 
     @staticmethod
     def _next(user: User) -> Event | None:
         # The birthday, as the columns say; the change page lists every event.
         return next((e for e in getattr(user, "pending_events", []) if e.event_type == EventType.BIRTHDAY), None)
+
+    @admin.display(description="send time")
+    def send_time_shown(self, user: User) -> str:
+        return user.send_time.strftime("%H:%M") if user.send_time else f"default ({settings.EVENT_SEND_TIME})"
 
     @admin.display(description="next birthday (local)")
     def next_birthday_local(self, user: User):

@@ -11,6 +11,7 @@ import itertools
 from datetime import date, datetime, timedelta
 
 from django.conf import settings
+from django.test import override_settings
 from django.utils import timezone
 
 from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus, Endpoint, EndpointState
@@ -209,7 +210,9 @@ def populate_demo(*, recipients: int = 48) -> dict:
             born = day.replace(year=birth_year)
         except ValueError:  # Feb 29 in a non-leap year
             born = day.replace(year=birth_year, day=28)
-        users.append(UserFactory(timezone=DEMO_ZONES[index % len(DEMO_ZONES)], date_of_birth=born))
+        # As if created long ago: one created now, after today's send time, would be caught up (due now).
+        with override_settings(EVENT_CATCH_UP_WINDOW=timedelta(0)):
+            users.append(UserFactory(timezone=DEMO_ZONES[index % len(DEMO_ZONES)], date_of_birth=born))
     completed = []
     for offset, user in enumerate(users[:24]):
         completed.append(completed_event(user, finished_at=now - timedelta(minutes=7 + offset * 55)))

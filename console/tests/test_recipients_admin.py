@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import date, time, timedelta
 
 import pytest
 from django.contrib.admin.models import ADDITION, LogEntry
 from django.urls import reverse
 from django.utils import timezone
+from freezegun import freeze_time
 
 from console.tests.console_data import completed_event, failed_event
 from scheduling.models import Event, EventStatus
@@ -258,6 +259,48 @@ def test_an_invalid_edit_shows_errors_and_changes_nothing(console):
     user.refresh_from_db()
     assert user.timezone == "America/New_York"
     assert user.events.get(status=EventStatus.PENDING).target_timezone == "America/New_York"
+
+
+def test_adding_with_a_send_time_schedules_at_it_and_the_change_form_shows_it_as_typed(console):
+    response = console.post(reverse("admin:users_user_add"), form_data(send_time="10:30", timezone="Asia/Kolkata"))
+
+    assert response.status_code == 302
+    user = User.objects.get()
+    assert user.send_time == time(10, 30)
+    assert user.events.get().target_timestamp_local.endswith("T10:30:00+05:30")
+    page = console.get(reverse("admin:users_user_change", args=[user.pk]))
+    assert 'name="send_time" value="10:30"' in page.content.decode()
+
+
+@pytest.mark.parametrize("value", ["25:00", "9am", "09:00:00.5", "9:30"])
+def test_a_bad_send_time_is_refused_on_its_field_with_the_apis_message(console, value):
+    response = console.post(reverse("admin:users_user_add"), form_data(send_time=value))
+
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert list(errors) == ["send_time"] and "HH:MM" in errors["send_time"][0]
+    assert not User.objects.exists()
+
+
+# Before the login's session expires: the console fixture logs in at the real time.
+@freeze_time("2026-01-10T12:00:00Z")
+def test_editing_the_send_time_moves_the_pending_event_and_keeps_its_key_and_clearing_it_restores_the_default(console):
+    user = UserFactory(timezone="Asia/Kolkata", send_time=time(10, 30), date_of_birth=date(1990, 5, 5))
+    before = user.events.get(status=EventStatus.PENDING)
+    fields = {"first_name": user.first_name, "last_name": user.last_name,
+              "date_of_birth": user.date_of_birth.isoformat(), "timezone": "Asia/Kolkata"}
+
+    console.post(reverse("admin:users_user_change", args=[user.pk]), form_data(user, **fields, send_time="07:45"))
+    moved = user.events.get(status=EventStatus.PENDING)
+    console.post(reverse("admin:users_user_change", args=[user.pk]), form_data(user, **fields, send_time=""))
+    cleared = user.events.get(status=EventStatus.PENDING)
+
+    assert moved.pk == cleared.pk == before.pk
+    assert moved.idempotency_key == before.idempotency_key
+    assert moved.target_timestamp_local.endswith("T07:45:00+05:30")
+    assert cleared.target_timestamp_local.endswith("T09:00:00+05:30")
+    user.refresh_from_db()
+    assert user.send_time is None
 
 
 def test_deleting_a_recipient_removes_their_events(console):

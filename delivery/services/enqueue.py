@@ -2,9 +2,10 @@
 
 Per batch, on PostgreSQL: one SELECT locks the due events (FOR UPDATE SKIP
 LOCKED, so schedulers share the work without waiting on each other) and
-returns what Python needs as tuples; one small SELECT reads the message
-templates. Then, in one pipeline (runtime.sql.pipeline), one UPDATE moves the
-events to PROCESSING (and one more moves the rare too-late ones to FAILED)
+returns what Python needs as tuples, the recipients' send times and pauses
+from the user row it joins; two small SELECTs read the message templates and
+the event types' pauses. Then, in one pipeline (runtime.sql.pipeline), one UPDATE moves the
+events to PROCESSING (and one more moves the rare too-late and paused ones to FAILED)
 while Python computes the next occurrences; one INSERT writes every claimed
 recipient's next occurrence while Python renders the messages, and one their
 deliveries; the moves are checked once their results are back. The
@@ -33,7 +34,8 @@ from runtime.sql import execute, insert_rows, pipeline
 from runtime.wakeup import WORKER_CHANNEL, notify
 from scheduling.handlers import RecipientRow
 from scheduling.models import Event, EventStatus
-from scheduling.selectors import message_templates
+from scheduling.pauses import EVENT_TYPE_PAUSED, RECIPIENT_PAUSED, PauseSpan
+from scheduling.selectors import event_type_pauses, message_templates
 from scheduling.services.occurrences import (
     PendingEventRow,
     next_occurrence,
@@ -50,16 +52,18 @@ logger = logging.getLogger(__name__)
 class EnqueueResult:
     queued: int = 0
     too_late: int = 0
+    # Held back by a pause of their recipient or of their type: FAILED, never sent.
+    paused: int = 0
 
     @property
     def claimed(self) -> int:
-        return self.queued + self.too_late
+        return self.queued + self.too_late + self.paused
 
 
 class ClaimedEvent(NamedTuple):
     """A claimed event and its recipient, as the claim's SELECT returns them.
 
-    Each field but the recipient names the event's column it holds.
+    Each field but the recipient and the recipient's pause names the event's column it holds.
     """
 
     id: uuid.UUID
@@ -69,14 +73,17 @@ class ClaimedEvent(NamedTuple):
     target_timestamp_utc: datetime
     idempotency_key: str
     recipient: RecipientRow
+    pause: PauseSpan
 
 
 _E = {f.name: f for f in Event._meta.concrete_fields}
 _U = {f.name: f for f in User._meta.concrete_fields}
-_EVENT_FIELDS = [_E[name] for name in ClaimedEvent._fields if name != "recipient"]
+_EVENT_FIELDS = [_E[name] for name in ClaimedEvent._fields if name not in ("recipient", "pause")]
 # Every recipient field a handler may read, by RecipientRow's names: an event
 # type whose handler reads another field adds it there, not here.
 _RECIPIENT_FIELDS = [_U[name] for name in RecipientRow._fields]
+# Whether the recipient's greetings are held back, from the same row (scheduling.pauses).
+_PAUSE_FIELDS = [_U[name] for name in PauseSpan._fields]
 
 
 class QueuedDeliveryRow(NamedTuple):
@@ -115,15 +122,20 @@ def queued_delivery_defaults(*, now: datetime) -> dict:
 def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500) -> EnqueueResult:
     """Claim up to `batch_size` due PENDING events and queue their deliveries, in one transaction.
 
-    Events overdue by more than EVENT_MAX_LATENESS are FAILED instead of sent.
-    Every claimed recipient gets their next occurrence as the new PENDING event.
+    Events held back by a pause (of their recipient, or of their type) and
+    events overdue by more than EVENT_MAX_LATENESS are FAILED instead of sent,
+    each with its reason. Every claimed recipient gets their next occurrence
+    as the new PENDING event.
     """
     now = now or timezone.now()
     with transaction.atomic():
         claimed = _due_events_lock(now=now, batch_size=batch_size)
         if not claimed:
             return EnqueueResult()
-        on_time, too_late = _split_by_lateness(events=claimed, now=now)
+        # Once per batch, in the batch's transaction, as the templates below: a
+        # pause applies to every event claimed after it was saved.
+        held_back = _held_back(events=claimed, type_pauses=event_type_pauses())
+        on_time, too_late = _split_by_lateness(events=[e for e in claimed if e.id not in held_back], now=now)
         # Once per batch, in the batch's transaction: an operator's change
         # applies to every event claimed after it was saved, and to none queued before.
         templates = message_templates()
@@ -134,7 +146,7 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
         # rendering rather than after it.
         with pipeline():
             moved_to_processing = _start_move_to_processing(events=on_time, now=now)
-            moved_to_failed = _start_move_to_failed(events=too_late, now=now)
+            moved_to_failed = _start_move_to_failed(too_late=too_late, held_back=held_back, claimed=claimed, now=now)
             # The next occurrences first, and their INSERT (the batch's costliest
             # statement: five index entries a row) sent as soon as they are
             # known, so PostgreSQL runs it while Python renders the messages;
@@ -164,7 +176,8 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
             moved_to_processing()
             moved_to_failed()
     _too_late_log(events=too_late)
-    return EnqueueResult(queued=len(on_time), too_late=len(too_late))
+    _held_back_log(held_back=held_back)
+    return EnqueueResult(queued=len(on_time), too_late=len(too_late), paused=len(held_back))
 
 
 def _due_events_lock(*, now: datetime, batch_size: int) -> list[ClaimedEvent]:
@@ -174,19 +187,32 @@ def _due_events_lock(*, now: datetime, batch_size: int) -> list[ClaimedEvent]:
         [EventStatus.PENDING, _E["target_timestamp_utc"].get_db_prep_value(now, connection), batch_size],
         binary=True,
     )
-    split = len(_EVENT_FIELDS)
-    return [ClaimedEvent(*row[:split], RecipientRow._make(row[split:])) for row in rows]
+    split, pause = len(_EVENT_FIELDS), -len(_PAUSE_FIELDS)
+    return [
+        ClaimedEvent(*row[:split], RecipientRow._make(row[split:pause]), PauseSpan._make(row[pause:])) for row in rows
+    ]
 
 
 def _claim_sql() -> str:
     event, user = Event._meta.db_table, User._meta.db_table
     columns = [f"e.{field.column}" for field in _EVENT_FIELDS]
-    columns += [f"u.{field.column}" for field in _RECIPIENT_FIELDS]
+    columns += [f"u.{field.column}" for field in _RECIPIENT_FIELDS + _PAUSE_FIELDS]
     return (
         f"SELECT {', '.join(columns)} FROM {event} e JOIN {user} u ON u.id = e.user_id "
         "WHERE e.status = %s AND e.target_timestamp_utc <= %s "
         "ORDER BY e.target_timestamp_utc LIMIT %s FOR UPDATE OF e SKIP LOCKED"
     )
+
+
+def _held_back(*, events: list[ClaimedEvent], type_pauses: Mapping[str, PauseSpan]) -> dict[uuid.UUID, str]:
+    """The events a pause holds back (scheduling.pauses), each with its reason: the recipient's pause first."""
+    held_back = {}
+    for event in events:
+        if event.pause.holds(event.target_timestamp_utc):
+            held_back[event.id] = RECIPIENT_PAUSED
+        elif (type_pause := type_pauses.get(event.event_type)) and type_pause.holds(event.target_timestamp_utc):
+            held_back[event.id] = EVENT_TYPE_PAUSED
+    return held_back
 
 
 def _split_by_lateness(
@@ -211,22 +237,25 @@ def _start_move_to_processing(*, events: list[ClaimedEvent], now: datetime) -> C
     )
 
 
-def _start_move_to_failed(*, events: list[ClaimedEvent], now: datetime) -> Callable[[], list[uuid.UUID]]:
-    """Send the UPDATE that fails the too-late events, saying how late; the function returned checks it."""
+def _start_move_to_failed(
+    *, too_late: list[ClaimedEvent], held_back: Mapping[uuid.UUID, str], claimed: list[ClaimedEvent], now: datetime
+) -> Callable[[], list[uuid.UUID]]:
+    """Send the one UPDATE that fails the held-back and the too-late events, each with its reason; the function
+    returned checks it."""
     max_lateness = settings.EVENT_MAX_LATENESS
+    failing = [event for event in claimed if event.id in held_back] + too_late
+    reasons = [held_back[event.id] for event in claimed if event.id in held_back] + [
+        f"Not sent: {_hours(now - event.target_timestamp_utc)} late, "
+        f"more than EVENT_MAX_LATENESS ({_hours(max_lateness)})."
+        for event in too_late
+    ]
     return start_events_transition(
-        events=[EventRef(event.id, event.version) for event in events],
+        events=[EventRef(event.id, event.version) for event in failing],
         source=EventStatus.PENDING,
         target=EventStatus.FAILED,
         actor=Actor.SCHEDULER,
         now=now,
-        per_event={
-            "failure_reason": [
-                f"Not sent: {_hours(now - event.target_timestamp_utc)} late, "
-                f"more than EVENT_MAX_LATENESS ({_hours(max_lateness)})."
-                for event in events
-            ]
-        },
+        per_event={"failure_reason": reasons},
     )
 
 
@@ -275,6 +304,13 @@ def _rendered_deliveries(
         )
         for event in events
     ]
+
+
+def _held_back_log(*, held_back: Mapping[uuid.UUID, str]) -> None:
+    # One line a reason and batch: a paused event type holds back thousands at 09:00.
+    for reason in sorted(set(held_back.values())):
+        ids = [str(event_id) for event_id, why in held_back.items() if why == reason]
+        logger.info("%s event(s) not sent, FAILED: %s", len(ids), reason, extra={"event_ids": ids[:20]})
 
 
 def _too_late_log(*, events: list[ClaimedEvent]) -> None:

@@ -226,7 +226,9 @@ def deliveries_record(
         if record.delivery_id not in applied:
             summary.lease_lost += 1
             logger.warning(
-                "Lease lost before the outcome was recorded; another worker owns the delivery now", extra=fields
+                "Lease lost before the outcome was recorded; another worker owns the delivery now, or its "
+                "recipient was erased",
+                extra=fields,
             )
         elif record.decision.status == DeliveryStatus.DELIVERED:
             summary.delivered += 1

@@ -6,7 +6,10 @@ set-based statements: one SELECT picks and locks the batch's events, then one
 DELETE each removes their attempts, their deliveries and the events. Django
 declares its foreign keys (attempt -> delivery -> event) without ON DELETE
 CASCADE, so the database deletes no child row by itself: children go first, the
-attempts found through their deliveries while those still exist.
+attempts found through their deliveries while those still exist. A pass that
+reaches its end also deletes what erased recipients left: their bare attempts
+past the retention, and what recognises them once it has expired
+(_erasures_leftovers_prune).
 
 What is never deleted:
 - PENDING and PROCESSING events: only the two final statuses are selected, and
@@ -47,10 +50,12 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.utils import timezone
 
 from delivery.models import Delivery, DeliveryAttempt
 from runtime.sql import execute, execute_count, rows_relation
 from scheduling.models import Event, EventStatus
+from scheduling.services.deleted_recipients import deleted_occurrences_forget_expired
 
 # Events per batch (with their deliveries and attempts): one short transaction each.
 PRUNE_BATCH_SIZE = 1000
@@ -164,6 +169,23 @@ def _count(ids: list[uuid.UUID]) -> tuple[int, int, int]:
     return len(ids), deliveries, attempts
 
 
+def _erasures_leftovers_prune(*, cutoff: datetime, batch_size: int) -> int:
+    """At a pass's end: what erased recipients left behind, once it is no longer needed; return the attempts deleted.
+
+    Their attempts (no delivery, naming no one: delivery.services.erasure) go
+    at HISTORY_RETENTION like every attempt, up to a batch a pass, found through
+    their own partial index (attempt_erased_finished_idx). What recognises a deleted recipient created again
+    goes once no catch-up window can reach its day (scheduling.services.deleted_recipients).
+    """
+    deleted_occurrences_forget_expired(now=timezone.now())
+    attempt = DeliveryAttempt._meta.db_table
+    return execute_count(
+        f"DELETE FROM {attempt} WHERE id IN (SELECT id FROM {attempt} WHERE delivery_id IS NULL AND finished_at < %s "
+        "ORDER BY finished_at LIMIT %s)",
+        [DeliveryAttempt._meta.get_field("finished_at").get_db_prep_value(cutoff, connection), batch_size],
+    )
+
+
 def _prune_batch(*, cutoff: datetime, position: PrunePosition, batch_size: int, dry_run: bool) -> PruneBatch:
     with transaction.atomic():
         rows = _select_batch(cutoff=cutoff, position=position, batch_size=batch_size, lock=not dry_run)
@@ -176,6 +198,8 @@ def _prune_batch(*, cutoff: datetime, position: PrunePosition, batch_size: int, 
         # This status has nothing more to delete: on to the next, or the end of the pass.
         index = _PRUNED_STATUSES.index(position.status) + 1
         following = PrunePosition(status=_PRUNED_STATUSES[index]) if index < len(_PRUNED_STATUSES) else None
+    if following is None and not dry_run:
+        attempts += _erasures_leftovers_prune(cutoff=cutoff, batch_size=batch_size)
     return PruneBatch(events=events, deliveries=deliveries, attempts=attempts, next=following)
 
 

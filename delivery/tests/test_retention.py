@@ -136,14 +136,14 @@ def test_each_recipients_latest_handled_occurrence_stays_however_old():
     first_older = handled(first, days_ago=OLDER, status=COMPLETED)
     first_latest = handled(first, days_ago=OLD, status=FAILED)
     only = handled(second, days_ago=OLDEST, status=COMPLETED)
-    latest_before = {user.pk: last_handled_occurrence(user_id=user.id, event_type=EventType.BIRTHDAY) for user in (first, second)}
+    latest_before = {user.pk: last_handled_occurrence(recipient=user, event_type=EventType.BIRTHDAY, now=timezone.now()) for user in (first, second)}
 
     deleted = prune_all()
 
     assert deleted["events"] == 1
     assert remaining(first_older, first_latest, only) == {first_latest.pk, only.pk}
     assert {
-        user.pk: last_handled_occurrence(user_id=user.id, event_type=EventType.BIRTHDAY) for user in (first, second)
+        user.pk: last_handled_occurrence(recipient=user, event_type=EventType.BIRTHDAY, now=timezone.now()) for user in (first, second)
     } == latest_before
 
 

@@ -19,7 +19,7 @@ from devtools.sink import Reply
 from runtime.heartbeats import heartbeat_start
 from runtime.models import ProcessHeartbeat, ProcessKind
 from scheduling.models import EventZoneData
-from scheduling.selectors import event_processing_count
+from scheduling.selectors import event_processing_count, events_held_back_counts
 from scheduling.zonedata import zone_data_version
 from users.tests.factories import UserFactory
 
@@ -213,6 +213,7 @@ def test_a_database_outage_is_a_gauge_not_a_failed_scrape(client, metrics_settin
     ("count", "statement", "indexes"),
     [
         (event_processing_count, "= 'PROCESSING'", ("event_history_idx",)),
+        (lambda: events_held_back_counts(since=timezone.now() - timedelta(hours=1)), "GROUP BY", ("event_history_idx",)),
         (
             lambda: delivery_finished_counts(since=timezone.now() - timedelta(hours=1)),
             "GROUP BY",

@@ -25,7 +25,8 @@ class AnniversaryHandler:
         # The same arithmetic as a birthday's: a Feb 29 wedding is remembered
         # on Feb 28 in common years, and the wedding day itself is not one.
         return next_yearly_occurrence(
-            since=user.anniversary_date, timezone_name=user.timezone, now=now, after_date=after_date
+            since=user.anniversary_date, timezone_name=user.timezone, at=user.send_time, now=now,
+            after_date=after_date,
         )
 
     def message_values(self, *, user: Recipient, occurrence_date: date) -> dict[str, object]:

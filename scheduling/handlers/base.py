@@ -24,6 +24,8 @@ class Recipient(Protocol):
     date_of_birth: date
     timezone: str
     anniversary_date: date | None
+    # The recipient's own local send time; None: the event type's default (send_time()).
+    send_time: time | None
 
 
 class RecipientRow(NamedTuple):
@@ -38,6 +40,7 @@ class RecipientRow(NamedTuple):
     date_of_birth: date
     timezone: str
     anniversary_date: date | None
+    send_time: time | None
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,7 @@ class Occurrence:
 
 
 def send_time() -> time:
-    """The configured local send time (EVENT_SEND_TIME, HH:MM)."""
+    """The default local send time (EVENT_SEND_TIME, HH:MM), for a recipient who has not chosen one."""
     return _parse_send_time(settings.EVENT_SEND_TIME)
 
 
@@ -60,15 +63,15 @@ def _parse_send_time(value: str) -> time:
     return time.fromisoformat(value)
 
 
-def local_send_instant(occurrence_date: date, timezone_name: str) -> Occurrence:
-    """Resolve the send time on a local date to a real instant.
+def local_send_instant(occurrence_date: date, timezone_name: str, at: time | None = None) -> Occurrence:
+    """Resolve the send time `at` (None: the default, send_time()) on a local date to a real instant.
 
     A wall time that does not exist (inside a DST gap) moves forward by the gap:
     with fold=0 zoneinfo applies the offset in force before the transition, so
     02:30 on a spring-forward night becomes 03:30. A wall time that happens twice
     (DST overlap) takes the first, which is also fold=0.
     """
-    return _local_send_instant(occurrence_date, timezone_name, send_time())
+    return _local_send_instant(occurrence_date, timezone_name, at or send_time())
 
 
 def wall_time_instant(*, wall: datetime, timezone_name: str) -> tuple[datetime, datetime]:

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import calendar
-from datetime import date, datetime
+from datetime import date, datetime, time
 
 from django.db.models import Q
 
@@ -18,10 +18,10 @@ def birthday_in_year(date_of_birth: date, year: int) -> date:
 
 
 def next_yearly_occurrence(
-    *, since: date, timezone_name: str, now: datetime, after_date: date | None = None
+    *, since: date, timezone_name: str, at: time | None, now: datetime, after_date: date | None = None
 ) -> Occurrence:
-    """The first yearly return of the day `since` (a birth, a wedding) whose send time has not
-    passed, after `after_date`. The day itself is not one: the first is a year later.
+    """The first yearly return of the day `since` (a birth, a wedding) whose send time `at` (None:
+    the default) has not passed, after `after_date`. The day itself is not one: the first is a year later.
     """
     # Start a year before the user's local year so zones far ahead of or
     # behind UTC (Kiritimati, Pago Pago) never miss an occurrence at the
@@ -30,7 +30,7 @@ def next_yearly_occurrence(
     if after_date is not None:
         first_year = max(first_year, after_date.year)
     for year in range(first_year, first_year + 10):
-        occurrence = local_send_instant(birthday_in_year(since, year), timezone_name)
+        occurrence = local_send_instant(birthday_in_year(since, year), timezone_name, at)
         if after_date is not None and occurrence.occurrence_date <= after_date:
             continue
         if occurrence.target_utc >= now:
@@ -48,7 +48,7 @@ class BirthdayHandler:
         self, *, user: Recipient, now: datetime, after_date: date | None = None
     ) -> Occurrence:
         return next_yearly_occurrence(
-            since=user.date_of_birth, timezone_name=user.timezone, now=now, after_date=after_date
+            since=user.date_of_birth, timezone_name=user.timezone, at=user.send_time, now=now, after_date=after_date
         )
 
     def message_values(self, *, user: Recipient, occurrence_date: date) -> dict[str, object]:

@@ -4,14 +4,26 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from datetime import date, datetime
-from typing import NamedTuple
+from datetime import date, datetime, timedelta
+from typing import NamedTuple, Protocol
 
+from django.conf import settings
 from django.db.models import Max
 
 from runtime.ids import uuid7
 from scheduling.handlers import Occurrence, Recipient, get_handler, local_send_instant
 from scheduling.models import Event, EventStatus
+from scheduling.selectors import deleted_occurrence_latest
+
+
+class StoredRecipient(Recipient, Protocol):
+    """A recipient as the paths that edit one have it: with the client's own id, if any.
+
+    A deleted recipient's handled occurrences are remembered by it
+    (scheduling.services.deleted_recipients).
+    """
+
+    external_id: str | None
 
 
 def idempotency_key_for(*, user_id: uuid.UUID, event_type: str, occurrence_date: date) -> str:
@@ -20,13 +32,33 @@ def idempotency_key_for(*, user_id: uuid.UUID, event_type: str, occurrence_date:
     return "event-" + hashlib.sha256(material.encode()).hexdigest()[:16]
 
 
-def last_handled_occurrence(*, user_id: uuid.UUID, event_type: str) -> date | None:
-    """The latest occurrence already claimed, sent or failed: the next one must come after it."""
-    return (
-        Event.objects.filter(user_id=user_id, event_type=event_type)
+def catch_up_window(*, event_type: str) -> timedelta:
+    """How long after an occurrence's send time a new or edited recipient still gets it (0: not at all).
+
+    EVENT_CATCH_UP_WINDOW, or the type's own in EVENT_CATCH_UP_WINDOW_BY_TYPE, and
+    never more than EVENT_MAX_LATENESS: an occurrence caught up later than that
+    would only be failed as too late when claimed.
+    """
+    window = settings.EVENT_CATCH_UP_WINDOW_BY_TYPE.get(event_type, settings.EVENT_CATCH_UP_WINDOW)
+    return min(window, settings.EVENT_MAX_LATENESS)
+
+
+def last_handled_occurrence(*, recipient: StoredRecipient, event_type: str, now: datetime) -> date | None:
+    """The latest occurrence already claimed, sent or failed: the next one must come after it.
+
+    The recipient's own, or one handled for a deleted recipient who had their
+    external id and whose occurrence could still be caught up: deleted and
+    created again, the recipient is not greeted twice.
+    """
+    own = (
+        Event.objects.filter(user_id=recipient.id, event_type=event_type)
         .exclude(status=EventStatus.PENDING)
         .aggregate(latest=Max("occurrence_date"))["latest"]
     )
+    if recipient.external_id is None:
+        return own
+    deleted = deleted_occurrence_latest(external_id=recipient.external_id, event_type=event_type, now=now)
+    return max(filter(None, (own, deleted)), default=None)
 
 
 def next_occurrence(
@@ -39,13 +71,31 @@ def next_occurrence(
     return get_handler(event_type).next_occurrence(user=recipient, now=now, after_date=after_date)
 
 
+def first_occurrence(
+    *, recipient: Recipient, event_type: str, now: datetime, after_date: date | None = None
+) -> Occurrence | None:
+    """A new recipient's first occurrence: the first, after `after_date`, whose send time is at most the
+    type's catch-up window ago.
+
+    One whose send time has passed (a recipient created at 11:00 on their
+    birthday) is due at once, under the occurrence's usual key. None if the
+    recipient has no occurrence of this type.
+    """
+    return next_occurrence(
+        recipient=recipient, event_type=event_type, now=now - catch_up_window(event_type=event_type),
+        after_date=after_date,
+    )
+
+
 def scheduled_occurrence(
-    *, recipient: Recipient, event_type: str, now: datetime, pending_date: date | None = None
+    *, recipient: StoredRecipient, event_type: str, now: datetime, pending_date: date | None = None
 ) -> Occurrence | None:
     """The occurrence the recipient's PENDING event of this type must be for, from their current data.
 
-    The first occurrence after the last one handled whose send time has not
-    passed. One exception: the occurrence already pending (`pending_date`)
+    The first occurrence after the last one handled whose send time is at most
+    the type's catch-up window ago (first_occurrence's rule: an edit that makes
+    today a birthday after its send time gets today's greeting, due at once).
+    One exception: the occurrence already pending (`pending_date`)
     stays when only its send time has passed (a move to a zone where 09:00 came
     earlier, or a scheduler running late); it was never sent, so it is due now.
     Whether the pending occurrence still follows from the data is asked of the
@@ -53,12 +103,13 @@ def scheduled_occurrence(
     the recipient has no occurrence of this type (no anniversary date), so no
     PENDING event of it either.
     """
-    after_date = last_handled_occurrence(user_id=recipient.id, event_type=event_type)
-    upcoming = next_occurrence(recipient=recipient, event_type=event_type, now=now, after_date=after_date)
+    after_date = last_handled_occurrence(recipient=recipient, event_type=event_type, now=now)
+    upcoming = first_occurrence(recipient=recipient, event_type=event_type, now=now, after_date=after_date)
     if upcoming is None or pending_date is None or pending_date >= upcoming.occurrence_date:
         # Equal: the pending occurrence stands. Later: an earlier one is still
-        # ahead (a zone where the day's send has not come yet) and nothing was
-        # sent for it, so keeping the later one would skip a birthday.
+        # ahead (a zone where the day's send has not come yet) or within its
+        # catch-up window, and nothing was sent for it, so keeping the later
+        # one would skip a birthday.
         return upcoming
     # Earlier: it stays only if, counting from its own send instant in the
     # recipient's zone, it is the next occurrence; a date that is no longer an
@@ -66,7 +117,7 @@ def scheduled_occurrence(
     as_of_pending = next_occurrence(
         recipient=recipient,
         event_type=event_type,
-        now=local_send_instant(pending_date, recipient.timezone).target_utc,
+        now=local_send_instant(pending_date, recipient.timezone, recipient.send_time).target_utc,
         after_date=after_date,
     )
     # Not None: whether a recipient has occurrences does not depend on the instant.

@@ -14,7 +14,13 @@ from runtime.wakeup import SCHEDULER_CHANNEL, notify
 from scheduling.exceptions import InvalidStateTransition, OptimisticLockError
 from scheduling.handlers import REGISTRY, Occurrence, Recipient
 from scheduling.models import Event, EventStatus
-from scheduling.services.occurrences import next_occurrence, pending_event, scheduled_occurrence
+from scheduling.selectors import deleted_occurrence_latest
+from scheduling.services.occurrences import (
+    StoredRecipient,
+    first_occurrence,
+    pending_event,
+    scheduled_occurrence,
+)
 from scheduling.timezones import load_timezone
 
 logger = logging.getLogger(__name__)
@@ -42,7 +48,7 @@ def _event_insert(*, user: Recipient, event_type: str, occurrence: Occurrence, n
     return event
 
 
-def event_create_next(*, user: Recipient, event_type: str, now: datetime | None = None) -> Event | None:
+def event_create_next(*, user: StoredRecipient, event_type: str, now: datetime | None = None) -> Event | None:
     """Create the user's next PENDING event of this type from their current data.
 
     None if they have no occurrence of this type (no anniversary date).
@@ -54,12 +60,22 @@ def event_create_next(*, user: Recipient, event_type: str, now: datetime | None 
     return _event_insert(user=user, event_type=event_type, occurrence=occurrence, now=now)
 
 
-def events_create_first(*, user: Recipient, now: datetime | None = None) -> list[Event]:
-    """A new user's first PENDING events, one per type they have occurrences of: nothing to look up."""
+def events_create_first(*, user: StoredRecipient, now: datetime | None = None) -> list[Event]:
+    """A new user's first PENDING events, one per type they have occurrences of.
+
+    Each the first occurrence whose send time is at most the type's catch-up
+    window ago (due at once if it has passed). A new user has no history; a
+    deleted one who had the same external id may (deleted_occurrence_latest).
+    """
     now = now or timezone.now()
     events = []
     for event_type in REGISTRY:
-        occurrence = next_occurrence(recipient=user, event_type=event_type, now=now)
+        after_date = (
+            deleted_occurrence_latest(external_id=user.external_id, event_type=event_type, now=now)
+            if user.external_id is not None
+            else None
+        )
+        occurrence = first_occurrence(recipient=user, event_type=event_type, now=now, after_date=after_date)
         if occurrence is not None:
             events.append(_event_insert(user=user, event_type=event_type, occurrence=occurrence, now=now))
     user.pending_events = events  # what the API renders as next_event and next_events
@@ -149,7 +165,7 @@ class SyncResult:
         return self.created + self.rescheduled + self.replaced + self.removed
 
 
-def _sync_one_type(*, user: Recipient, event_type: str, now: datetime, result: SyncResult) -> None:
+def _sync_one_type(*, user: StoredRecipient, event_type: str, now: datetime, result: SyncResult) -> None:
     for processing in Event.objects.filter(
         user=user, event_type=event_type, status=EventStatus.PROCESSING
     ).only("id"):
@@ -186,11 +202,13 @@ def _sync_one_type(*, user: Recipient, event_type: str, now: datetime, result: S
                     _event_discard_pending(event=pending)
                     _event_insert(user=user, event_type=event_type, occurrence=occurrence, now=now)
                 result.replaced += 1
-            elif pending.target_timezone != user.timezone:
-                # Same occurrence, so the same key; only a zone change moves the
-                # instant. Comparing the stored target with a recomputed one
-                # would also undo an operator's "deliver now" whenever the user
-                # is saved.
+            elif pending.target_timezone != user.timezone or (
+                pending.target_timestamp_utc > now and pending.target_timestamp_utc != occurrence.target_utc
+            ):
+                # Same occurrence, so the same key; a new zone or a new send time
+                # moves the instant. An event already due keeps its instant unless
+                # the zone changed: it is an operator's "deliver now", or one the
+                # scheduler has yet to claim, and is sent as it is.
                 event_reschedule(event=pending, occurrence=occurrence)
                 result.rescheduled += 1
             return
@@ -209,7 +227,7 @@ def _sync_one_type(*, user: Recipient, event_type: str, now: datetime, result: S
     result.skipped += 1
 
 
-def event_sync_for_user(*, user: Recipient, now: datetime | None = None) -> SyncResult:
+def event_sync_for_user(*, user: StoredRecipient, now: datetime | None = None) -> SyncResult:
     """Make the user's PENDING events follow from their current data.
 
     The occurrence comes from scheduled_occurrence: the next one after the

@@ -43,7 +43,8 @@ PENDING, PROCESSING, COMPLETED, FAILED = (
 EVENT_TRANSITIONS: Mapping[tuple[str, str], Actor] = {
     # Claimed when due: its delivery is queued in the same transaction.
     (PENDING, PROCESSING): Actor.SCHEDULER,
-    # Claimed later than EVENT_MAX_LATENESS: never sent, failed at once.
+    # Claimed later than EVENT_MAX_LATENESS, or while its recipient or its type
+    # was paused (scheduling.pauses): never sent, failed at once.
     (PENDING, FAILED): Actor.SCHEDULER,
     # Its delivery was accepted by the receiver.
     (PROCESSING, COMPLETED): Actor.WORKER,

@@ -22,7 +22,7 @@ PENDING, PROCESSING = EventStatus.PENDING, EventStatus.PROCESSING
 
 
 def next_anniversary(wedding: date | None, tz: str, now: datetime, after_date: date | None = None):
-    user = SimpleNamespace(anniversary_date=wedding, date_of_birth=date(1960, 1, 1), timezone=tz)
+    user = SimpleNamespace(anniversary_date=wedding, date_of_birth=date(1960, 1, 1), timezone=tz, send_time=None)
     return get_handler(ANNIVERSARY).next_occurrence(user=user, now=now, after_date=after_date)
 
 

@@ -14,7 +14,7 @@ UTC = UTC
 
 
 def next_birthday(dob: date, tz: str, now: datetime, after_date: date | None = None):
-    user = SimpleNamespace(date_of_birth=dob, timezone=tz, first_name="A", last_name="B")
+    user = SimpleNamespace(date_of_birth=dob, timezone=tz, first_name="A", last_name="B", send_time=None)
     return get_handler(EventType.BIRTHDAY).next_occurrence(user=user, now=now, after_date=after_date)
 
 

@@ -1,6 +1,6 @@
 """Which occurrence a recipient's PENDING event is for after their data changes."""
 
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 from django.test import override_settings
@@ -96,8 +96,11 @@ def test_date_of_birth_changed_to_today_through_the_api(api_client):
 
 
 def utc_recipient_created_after_todays_send():
-    """Born on Nov 22 in UTC, created at 12:00 UTC on 2026-11-22: 09:00 UTC has passed."""
-    with freeze_time("2026-11-22T12:00:00Z"):
+    """Born on Nov 22 in UTC, created at 12:00 UTC on 2026-11-22: 09:00 UTC has passed.
+
+    Without a catch-up window, so next year's birthday is pending (catching up is test_catch_up.py's).
+    """
+    with freeze_time("2026-11-22T12:00:00Z"), override_settings(EVENT_CATCH_UP_WINDOW=timedelta(0)):
         user = UserFactory(date_of_birth=date(1990, 11, 22), timezone="UTC")
     event = only_pending_event(user)
     assert event.occurrence_date == date(2027, 11, 22)

@@ -76,6 +76,10 @@ def test_every_operation_documents_its_errors(anonymous_client):
         ("PATCH", "/api/v1/users/{id}/"): {"200", "404", "412"} | auth | body,
         ("DELETE", "/api/v1/users/{id}/"): {"204", "400", "404", "412"} | auth,
         ("GET", "/api/v1/users/{id}/events/"): {"200", "404"} | auth,
+        ("GET", "/api/v1/users/{id}/export/"): {"200", "404"} | auth,
+        ("GET", "/api/v1/event-types/"): {"200", "404"} | auth,
+        ("GET", "/api/v1/event-types/{event_type}/"): {"200", "404"} | auth,
+        ("PATCH", "/api/v1/event-types/{event_type}/"): {"200", "404"} | auth | body,
     }
 
 

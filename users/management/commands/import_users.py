@@ -15,7 +15,7 @@ from users.validators import clean_user_fields
 REQUIRED_COLUMNS = ("first_name", "last_name", "date_of_birth", "timezone")
 # Written only when the file has the column: a file without it leaves the
 # stored value of a recipient it updates as it is.
-OPTIONAL_COLUMNS = ("external_id", "anniversary_date")
+OPTIONAL_COLUMNS = ("external_id", "anniversary_date", "send_time")
 # Printing a million bad rows helps nobody; the count is always reported.
 MAX_ERRORS_SHOWN = 200
 
@@ -31,6 +31,12 @@ def _parse_date(raw: str | None) -> date | str | None:
         return raw  # clean_user_fields reports it as not a date
 
 
+def _parse_send_time(raw: str | None) -> str | None:
+    """A cell as a send time to check; None if empty (the default; clears one on an update)."""
+    # Trimmed like the dates: a space after the comma is the file's layout, not the time.
+    return (raw or "").strip() or None
+
+
 def _parse_row(row: dict, *, columns: tuple[str, ...]) -> dict:
     cleaned = clean_user_fields(
         {
@@ -40,6 +46,7 @@ def _parse_row(row: dict, *, columns: tuple[str, ...]) -> dict:
             "timezone": row.get("timezone") or "",
             "external_id": row.get("external_id"),
             "anniversary_date": _parse_date(row.get("anniversary_date")),
+            "send_time": _parse_send_time(row.get("send_time")),
         }
     )
     return {column: cleaned[column] for column in columns}
@@ -49,7 +56,8 @@ class Command(BaseCommand):
     help = (
         "Import recipients from a CSV file with the columns first_name, last_name, "
         "date_of_birth (YYYY-MM-DD) and timezone (IANA name), and optionally anniversary_date "
-        "(YYYY-MM-DD, a wedding date; empty for none) and external_id (the client's own id: "
+        "(YYYY-MM-DD, a wedding date; empty for none), send_time (HH:MM, the recipient's own local "
+        "send time; empty for the default) and external_id (the client's own id: "
         "a row whose external_id a recipient already has updates that recipient, so the "
         "import can be run again). Every row is checked first; if "
         "any is bad, the bad rows are listed by line number and nothing is imported "

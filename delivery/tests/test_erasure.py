@@ -1,0 +1,217 @@
+"""Erase (DELETE) and export of a recipient: every copy of their personal data, and nothing else."""
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.contrib.admin.models import LogEntry
+from django.contrib.auth.models import Permission
+from django.db import connections, transaction
+from django.urls import reverse
+from django.utils import timezone
+
+from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt
+from delivery.scheduler import Scheduler
+from delivery.services.leases import deliveries_claim
+from delivery.services.record import deliveries_record
+from delivery.services.retention import history_cutoff, history_prune_batches
+from delivery.tests.conftest import make_due
+from delivery.transport import SendResult
+from delivery.worker import Worker
+from devtools.sink import Reply
+from scheduling.models import DeletedRecipientOccurrence, Event, EventStatus
+from users.models import User
+from users.services import user_erase
+from users.tests.traces import traces
+
+pytestmark = pytest.mark.django_db
+
+USERS_URL = "/api/v1/users/"
+PERSON = {
+    "first_name": "Zephyrine", "last_name": "Quackenbush", "date_of_birth": "1990-05-05",
+    "timezone": "Europe/London", "external_id": "crm-erase-4242",
+}
+
+
+def needles(user_id: str) -> tuple[str, ...]:
+    return PERSON["first_name"], PERSON["last_name"], PERSON["external_id"], user_id, user_id.replace("-", "")
+
+
+@pytest.fixture
+def exporter(api_client, operator):
+    operator.user_permissions.add(*Permission.objects.filter(codename="view_delivery"))
+    return api_client
+
+
+def greeted(api_client, sink, console=None) -> dict:
+    """The person, created through the API, greeted after one failure (the receiver's answers name them),
+    edited in the console if given, with next year's event pending."""
+    body = api_client.post(USERS_URL, PERSON, format="json").json()
+    event = Event.objects.get(user_id=body["id"])
+    sink.script(
+        event.idempotency_key,
+        Reply(status=503, body=b'{"error": "busy, retry Zephyrine Quackenbush"}'),
+        Reply(status=200, body=b'{"stored": "Zephyrine Quackenbush"}'),
+    )
+    make_due([event])
+    Scheduler(once=True).run()
+    Worker(once=True).run()
+    Delivery.objects.update(next_attempt_at=timezone.now())
+    Worker(once=True).run()
+    assert Event.objects.get(pk=event.pk).status == EventStatus.COMPLETED
+    if console is not None:
+        console.post(reverse("admin:users_user_changelist"), {"action": "pause_greetings", "_selected_action": [body["id"]]})
+        console.post(reverse("admin:users_user_changelist"), {"action": "resume_greetings", "_selected_action": [body["id"]]})
+    return body
+
+
+def test_the_export_holds_every_row_about_the_recipient(exporter, delivery_settings, sink, console):
+    body = greeted(exporter, sink, console)
+
+    response = exporter.get(f"{USERS_URL}{body['id']}/export/")
+
+    assert response.status_code == 200, response.content
+    export = response.json()
+    assert export["recipient"]["first_name"] == "Zephyrine"
+    assert export["recipient"]["external_id"] == "crm-erase-4242"
+    assert export["recipient"]["paused_by"] == "ops-alice"
+    assert [event["status"] for event in export["events"]] == ["COMPLETED", "PENDING"]  # by occurrence date
+    [delivery] = export["deliveries"]
+    assert delivery["payload"]["message"] == "Hey, Zephyrine Quackenbush it's your birthday"
+    assert [a["status_code"] for a in delivery["attempts"]] == [503, 200]
+    assert "Zephyrine" in delivery["attempts"][0]["response_excerpt"]
+    assert [entry["message"] for entry in export["console_log"]] == ["Paused greetings", "Resumed greetings"]
+    assert export["console_log"][0]["operator"] == "ops-alice"
+
+
+def test_the_export_needs_the_permissions_to_view_events_and_deliveries_and_an_unknown_id_is_404(api_client, exporter):
+    user_id = api_client.post(USERS_URL, PERSON, format="json").json()["id"]
+    assert exporter.get(f"{USERS_URL}{user_id}/export/").status_code == 200
+    assert exporter.get(f"{USERS_URL}00000000-0000-0000-0000-000000000000/export/").status_code == 404
+
+
+def test_the_export_is_refused_without_the_permission_to_view_deliveries(api_client):
+    user_id = api_client.post(USERS_URL, PERSON, format="json").json()["id"]
+
+    assert api_client.get(f"{USERS_URL}{user_id}/export/").status_code == 403
+
+
+def test_after_the_erase_no_column_of_any_table_holds_the_recipient_and_the_bare_attempts_stay(
+    exporter, delivery_settings, sink, console
+):
+    body = greeted(exporter, sink, console)
+    # What the search looks for is there before: it can fail.
+    assert {table for table, _column in traces(*needles(body["id"]))} >= {
+        "users_user", "scheduling_event", "delivery_delivery", "delivery_deliveryattempt", "django_admin_log",
+    }
+
+    response = exporter.delete(f"{USERS_URL}{body['id']}/")
+
+    assert response.status_code == 204
+    assert traces(*needles(body["id"])) == {}
+    assert not User.objects.exists() and not Event.objects.exists() and not Delivery.objects.exists()
+    assert not LogEntry.objects.filter(object_id=body["id"]).exists()
+    # The attempts stay, naming no one: when, how long, how it went.
+    kept = list(DeliveryAttempt.objects.order_by("number").values("delivery_id", "status_code", "outcome", "error", "response_excerpt"))
+    assert kept == [
+        {"delivery_id": None, "status_code": 503, "outcome": AttemptOutcome.TRANSIENT_FAILURE, "error": "", "response_excerpt": ""},
+        {"delivery_id": None, "status_code": 200, "outcome": AttemptOutcome.DELIVERED, "error": "", "response_excerpt": ""},
+    ]
+    # and, for the catch-up window, the day already greeted under a digest of the external id
+    assert DeletedRecipientOccurrence.objects.count() == 1
+
+
+def test_the_metrics_count_an_erased_recipients_attempts_still(client, settings, exporter, delivery_settings, sink):
+    settings.METRICS_TOKEN = ""
+    body = greeted(exporter, sink)
+
+    exporter.delete(f"{USERS_URL}{body['id']}/")
+
+    text = client.get("/metrics").content.decode()
+    assert 'birthday_delivery_attempts_last_hour{outcome="DELIVERED"} 1.0' in text
+    assert 'birthday_delivery_attempts_last_hour{outcome="TRANSIENT_FAILURE"} 1.0' in text
+
+
+def test_an_erased_recipients_attempts_go_with_the_history_after_the_retention(exporter, delivery_settings, sink):
+    body = greeted(exporter, sink)
+    exporter.delete(f"{USERS_URL}{body['id']}/")
+    DeliveryAttempt.objects.filter(number=1).update(finished_at=timezone.now() - timedelta(days=500))
+
+    deleted = sum(batch.attempts for batch in history_prune_batches(cutoff=history_cutoff(now=timezone.now())))
+
+    assert deleted == 1
+    assert list(DeliveryAttempt.objects.values_list("number", flat=True)) == [2]
+
+
+def test_a_delivery_being_sent_when_its_recipient_is_erased_is_cancelled_and_its_outcome_writes_nothing(
+    exporter, delivery_settings
+):
+    body = exporter.post(USERS_URL, PERSON, format="json").json()
+    make_due([Event.objects.get(user_id=body["id"])])
+    Scheduler(once=True).run()
+    [claimed] = deliveries_claim(worker="w1", limit=5, lease=timedelta(seconds=30))
+
+    assert exporter.delete(f"{USERS_URL}{body['id']}/").status_code == 204
+    now = timezone.now()
+    summary = deliveries_record(
+        worker="w1",
+        results=[SendResult(delivery=claimed, outcome=AttemptOutcome.DELIVERED, started_at=now, finished_at=now,
+                            duration_ms=3, status_code=200, response_excerpt="thanks, Zephyrine")],
+    )
+
+    assert (summary.delivered, summary.lease_lost) == (0, 1)
+    assert not Delivery.objects.exists() and not DeliveryAttempt.objects.exists()
+    assert traces(*needles(body["id"])) == {}
+
+
+def test_a_recipient_erased_through_the_console_leaves_nothing_either(console, exporter, delivery_settings, sink):
+    body = greeted(exporter, sink, console)
+
+    response = console.post(reverse("admin:users_user_delete", args=[body["id"]]), {"post": "yes"})
+
+    assert response.status_code == 302
+    assert traces(*needles(body["id"])) == {}
+
+
+def test_an_erase_with_a_stale_if_match_changes_nothing(exporter):
+    body = exporter.post(USERS_URL, PERSON, format="json").json()
+
+    response = exporter.delete(f"{USERS_URL}{body['id']}/", HTTP_IF_MATCH='"7"')
+
+    assert response.status_code == 412
+    assert User.objects.filter(pk=body["id"]).exists() and Event.objects.filter(user_id=body["id"]).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_erase_beside_a_worker_recording_an_outcome_waits_for_it_instead_of_deadlocking(
+    exporter, delivery_settings
+):
+    # A worker records an outcome as delivery.services.record does: its delivery's row
+    # first, then its event's, in one transaction. The erase must take them in that order.
+    body = exporter.post(USERS_URL, PERSON, format="json").json()
+    make_due([Event.objects.get(user_id=body["id"])])
+    Scheduler(once=True).run()
+    [claimed] = deliveries_claim(worker="w1", limit=5, lease=timedelta(seconds=30))
+    holding, failures = threading.Event(), []
+
+    def record() -> None:
+        try:
+            with transaction.atomic():
+                Delivery.objects.filter(pk=claimed.id).update(status="DELIVERED", locked_until=None, locked_by="")
+                holding.set()
+                time.sleep(1.5)  # the erase is waiting by now, on one row or the other
+                Event.objects.filter(pk=claimed.event_id).update(status=EventStatus.COMPLETED)
+        except Exception as exc:  # reported below
+            failures.append(exc)
+        finally:
+            connections.close_all()
+
+    worker = threading.Thread(target=record)
+    worker.start()
+    assert holding.wait(10)
+    user_erase(user=User.objects.get(pk=body["id"]))
+    worker.join(10)
+
+    assert failures == []
+    assert not Delivery.objects.exists() and not Event.objects.exists() and not User.objects.exists()

@@ -38,6 +38,13 @@ def permissions_named(*names: str):
 
 
 @pytest.fixture
+def default_destination(settings):
+    """WEBHOOK_URL set, so the claim seeds the default destination (at a receiver nobody listens at)."""
+    settings.WEBHOOK_URL = "https://hooks.example.org/birthdays"
+    return settings.WEBHOOK_URL
+
+
+@pytest.fixture
 def operator(db):
     account = get_user_model().objects.create_user(username="operator", password="s3cret-pass!")
     account.user_permissions.set(permissions_named(*OPERATOR_PERMISSIONS))

@@ -325,9 +325,13 @@ HISTORY_RETENTION = parse_duration(env("HISTORY_RETENTION", default="400d"))
 
 # --- Delivery ----------------------------------------------------------------------
 
-# WEBHOOK_URL: where messages are POSTed. A worker refuses to start without it.
+# WEBHOOK_URL: the receiver of an installation from before destinations (delivery.Destination).
+# While no destination exists, the scheduler and the worker seed one named "default" from it
+# (and WEBHOOK_SECRET), subscribed to every event type. Once destinations are managed from the
+# console or the API, unset it: otherwise deleting every destination seeds it again.
 WEBHOOK_URL = env("WEBHOOK_URL", default="")
-# WEBHOOK_TIMEOUT: seconds to wait for the receiver (connect and read).
+# WEBHOOK_TIMEOUT: seconds to wait for the receiver (connect and read); a destination's own
+# timeout may only be shorter (a delivery's lease is sized from this one).
 WEBHOOK_TIMEOUT = parse_duration(env("WEBHOOK_TIMEOUT", default="10s"))
 # WEBHOOK_SECRET: one or more Standard Webhooks secrets (whsec_...), separated by
 # spaces; when set, every request carries webhook-id / webhook-timestamp and one
@@ -335,6 +339,15 @@ WEBHOOK_TIMEOUT = parse_duration(env("WEBHOOK_TIMEOUT", default="10s"))
 # downtime (docs/operations.md, "Rotating the signing secret"). A worker refuses to start with
 # a secret it cannot use.
 WEBHOOK_SECRET = env("WEBHOOK_SECRET", default="")
+# WEBHOOK_SECRET_KEYS: comma-separated Fernet keys that encrypt the destinations' signing
+# secrets at rest (delivery.secret_store). The first encrypts, every one decrypts, so the key
+# itself can rotate: put a new key first, keep the old one after it until every secret has been
+# re-encrypted (manage.py destination_secrets_reencrypt), then drop it. Unset: one key derived
+# from DJANGO_SECRET_KEY (HKDF), which then cannot rotate without losing the stored secrets.
+WEBHOOK_SECRET_KEYS = env.list("WEBHOOK_SECRET_KEYS", default=[])
+# DESTINATION_SECRET_GRACE: after a destination's secret is rotated, the previous ones keep
+# signing beside the new one this long, so its receiver can move over; then they are dropped.
+DESTINATION_SECRET_GRACE = parse_duration(env("DESTINATION_SECRET_GRACE", default="24h"))
 # DELIVERY_RETRY_BASE / DELIVERY_RETRY_MAX: capped exponential backoff with full
 # jitter between attempts after a transient failure.
 DELIVERY_RETRY_BASE = parse_duration(env("DELIVERY_RETRY_BASE", default="10s"))

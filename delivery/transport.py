@@ -8,6 +8,7 @@ claim and the record stay synchronous Django code between the loop's runs.
 from __future__ import annotations
 
 import email.utils
+import functools
 import json
 import time
 import urllib.parse
@@ -117,9 +118,8 @@ class WebhookTransport:
     send from the event loop it is to run on.
     """
 
-    def __init__(self, *, timeout: float, signer: WebhookSigner | None = None) -> None:
+    def __init__(self, *, timeout: float) -> None:
         self.timeout = timeout
-        self._signer = signer
         self._session: aiohttp.ClientSession | None = None
         self._headers = {"User-Agent": USER_AGENT, "Content-Type": "application/json"}
         # getproxies() also carries NO_PROXY under "no": kept for the bypass check, never used as a proxy.
@@ -143,15 +143,20 @@ class WebhookTransport:
             parsed = self._parsed[url] = yarl.URL(url)
         return parsed
 
+    @staticmethod
+    @functools.cache
+    def _timeout_of(seconds: float) -> aiohttp.ClientTimeout:
+        # Deadlines per step, not one for the whole request: while the thread
+        # waits out a database outage the loop does not run, and an answer
+        # that arrived meanwhile must count as an answer when it resumes.
+        # Arriving data cancels a read deadline; a total deadline would fire
+        # first and have a delivered message sent again.
+        return aiohttp.ClientTimeout(total=None, connect=seconds, sock_read=seconds)
+
     async def open(self) -> None:
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
-            # Deadlines per step, not one for the whole request: while the thread
-            # waits out a database outage the loop does not run, and an answer
-            # that arrived meanwhile must count as an answer when it resumes.
-            # Arriving data cancels a read deadline; a total deadline would fire
-            # first and have a delivered message sent again.
-            timeout=aiohttp.ClientTimeout(total=None, connect=self.timeout, sock_read=self.timeout),
+            timeout=self._timeout_of(self.timeout),
             trust_env=False,
             auto_decompress=False,
             # The receiver's cookies are never sent back: each message stands alone.
@@ -164,14 +169,18 @@ class WebhookTransport:
             await self._session.close()
             self._session = None
 
-    def headers_for(self, delivery: ClaimedDelivery, body: str) -> dict[str, str]:
+    def headers_for(self, delivery: ClaimedDelivery, body: str, signer: WebhookSigner | None) -> dict[str, str]:
         headers = {**self._headers, "X-Idempotency-Key": delivery.idempotency_key}
-        if self._signer is not None:
-            headers.update(self._signer.headers(msg_id=delivery.idempotency_key, body=body, sent_at=datetime.now(UTC)))
+        if signer is not None:
+            headers.update(signer.headers(msg_id=delivery.idempotency_key, body=body, sent_at=datetime.now(UTC)))
         return headers
 
-    async def send(self, delivery: ClaimedDelivery) -> SendResult:
+    async def send(
+        self, delivery: ClaimedDelivery, *, signer: WebhookSigner | None = None, timeout: float | None = None
+    ) -> SendResult:
+        """POST `delivery`, signed by its destination's `signer`, waiting `timeout` (default: the session's)."""
         body = delivery.body
+        timeout = timeout or self.timeout
         started_at = datetime.now(UTC)
         started_mono = time.monotonic()
 
@@ -190,14 +199,15 @@ class WebhookTransport:
             async with self._session.post(
                 self._url(delivery.endpoint_url),
                 data=body.encode(),
-                headers=self.headers_for(delivery, body),
+                headers=self.headers_for(delivery, body, signer),
                 allow_redirects=False,
                 proxy=self.proxy_for(delivery.endpoint_url),
+                timeout=self._timeout_of(timeout),
             ) as response:
                 excerpt = await _read_excerpt(response)
                 status, reason, retry_after_header = response.status, response.reason, response.headers.get("Retry-After")
         except TimeoutError:
-            return finish(AttemptOutcome.TRANSIENT_FAILURE, error=f"Timed out after {self.timeout:g} s")
+            return finish(AttemptOutcome.TRANSIENT_FAILURE, error=f"Timed out after {timeout:g} s")
         except (aiohttp.InvalidURL, ValueError) as exc:
             return finish(AttemptOutcome.PERMANENT_FAILURE, error=f"Request failed: {_short(exc)}")
         except (aiohttp.ClientError, OSError) as exc:

@@ -26,7 +26,6 @@ from delivery.sender import Sender
 from delivery.services.expiry import deliveries_expire_late
 from delivery.services.leases import deliveries_claim, deliveries_release, deliveries_renew_leases
 from delivery.services.record import deliveries_record
-from delivery.signing import WebhookSigner, parse_secrets
 from delivery.transport import ClaimedDelivery, WebhookTransport
 from runtime.database import DB_ERRORS, refresh_connection, reset_connection_after_error
 from runtime.loop import ProcessLoop, SideTask
@@ -86,15 +85,13 @@ class Worker(ProcessLoop):
         self.lease = settings.WEBHOOK_TIMEOUT + settings.DELIVERY_LEASE_MARGIN
         self.lanes = Lanes(
             worker=self.name,
-            default_url=settings.WEBHOOK_URL,
             concurrency=concurrency,
             batch_size=self.batch_size,
             max_rate=settings.WEBHOOK_MAX_RATE,
             max_in_flight=settings.WEBHOOK_MAX_IN_FLIGHT,
             lease=self.lease,
         )
-        secrets = parse_secrets(settings.WEBHOOK_SECRET)
-        transport = WebhookTransport(timeout=self.timeout, signer=WebhookSigner(secrets) if secrets else None)
+        transport = WebhookTransport(timeout=self.timeout)
         self.sender = Sender(transport=transport, after_each=self._start_ready_without_reserving)
         # Set from an outage until this worker has renewed its leases and recorded
         # its answers (see TAKEOVER_GRACE_BEYOND_TIMEOUT).

@@ -23,6 +23,7 @@ from delivery.lanes import Lanes
 from delivery.metrics import CLAIM_BATCH_DURATION
 from delivery.selectors import next_retry_at
 from delivery.sender import Sender
+from delivery.services.destinations import destination_secrets_drop_expired
 from delivery.services.expiry import deliveries_expire_late
 from delivery.services.leases import deliveries_claim, deliveries_release, deliveries_renew_leases
 from delivery.services.record import deliveries_record
@@ -108,6 +109,7 @@ class Worker(ProcessLoop):
                 min(EXPIRE_EVERY, settings.EVENT_MAX_LATENESS.total_seconds() / 4),
                 self._expire_late,
             ),
+            SideTask("drop of expired signing secrets", EXPIRE_EVERY, self._drop_expired_secrets),
         ]
         # Both are first due an interval after the start, like the heartbeat after heartbeat(start=True).
         for task in self.side_tasks:
@@ -317,6 +319,10 @@ class Worker(ProcessLoop):
 
     def _expire_late(self, *, idle: float) -> None:
         deliveries_expire_late(now=timezone.now())
+
+    def _drop_expired_secrets(self, *, idle: float) -> None:
+        # The lanes already stopped signing with them at expiry; this only removes the rows.
+        destination_secrets_drop_expired(now=timezone.now())
 
     # --- stopping -----------------------------------------------------------------
 

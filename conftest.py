@@ -26,6 +26,10 @@ OPERATOR_PERMISSIONS = (
     "users.change_user",
     "users.delete_user",
     "scheduling.view_event",
+    "delivery.view_destination",
+    "delivery.add_destination",
+    "delivery.change_destination",
+    "delivery.delete_destination",
 )
 
 

@@ -278,7 +278,8 @@ SPECTACULAR_SETTINGS = {
         "(`Authorization: Token <key>`) or the session of an operator logged in to the "
         "admin (unsafe methods then also need the `X-CSRFToken` header), and the "
         "matching model permission (view, add, change or delete recipient; reading "
-        "events also needs view event). Request and response bodies are JSON with "
+        "events also needs view event; destinations need the destination permissions, "
+        "rotate-secret, pause and resume its change permission). Request and response bodies are JSON with "
         "snake_case fields. Lists are paginated (`count`, `next`, `previous`, "
         "`results`; `?page=` and `?page_size=` up to 500).\n\n"
         "Errors are JSON: a 400 for invalid fields maps each bad field (or "
@@ -298,6 +299,8 @@ SPECTACULAR_SETTINGS = {
     # timestamps are then required in responses and absent from request bodies,
     # which is what a client (and a generated client) must rely on.
     "COMPONENT_SPLIT_REQUEST": True,
+    # One name for the event types wherever they appear (events, destinations' subscriptions).
+    "ENUM_NAME_OVERRIDES": {"EventTypeEnum": "scheduling.event_types.EventType"},
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

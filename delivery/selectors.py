@@ -6,7 +6,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Min, Q
+from django.db.models import Count, Min, Q, QuerySet
 
 from delivery import secret_store
 from delivery.models import (
@@ -181,3 +181,13 @@ def destination_signing_secrets(*, destinations: Iterable[Destination], now: dat
         if stored.expires_at is None or stored.expires_at > now:
             by_destination[stored.destination_id].append(secret_store.secret_decrypt(stored.ciphertext))
     return by_destination
+
+
+def destination_list() -> QuerySet[Destination]:
+    """The destinations by name, each with its secrets' hints (one more query per page)."""
+    return Destination.objects.order_by("name").prefetch_related("secrets")
+
+
+def destination_endpoints(*, destinations: Iterable[Destination]) -> dict[str, Endpoint]:
+    """The endpoint row of each destination's URL that has one (its health and pause), by URL."""
+    return {e.url: e for e in Endpoint.objects.filter(url__in=[d.url for d in destinations])}

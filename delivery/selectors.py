@@ -191,3 +191,10 @@ def destination_list() -> QuerySet[Destination]:
 def destination_endpoints(*, destinations: Iterable[Destination]) -> dict[str, Endpoint]:
     """The endpoint row of each destination's URL that has one (its health and pause), by URL."""
     return {e.url: e for e in Endpoint.objects.filter(url__in=[d.url for d in destinations])}
+
+
+def destination_unsent_count(*, destination_id: int) -> int:
+    """How many deliveries the destination still has to send (QUEUED or SENDING)."""
+    return Delivery.objects.filter(
+        destination_id=destination_id, status__in=[DeliveryStatus.QUEUED, DeliveryStatus.SENDING]
+    ).count()

@@ -31,7 +31,7 @@ from delivery.models import (
     DestinationSecret,
     Endpoint,
 )
-from delivery.selectors import destinations_for_claim
+from delivery.selectors import destination_unsent_count, destinations_for_claim
 from delivery.services.endpoints import endpoint_pause, endpoint_resume, endpoints_ensure
 from delivery.signing import parse_secrets
 from scheduling.event_types import EventType
@@ -69,8 +69,15 @@ def destination_url_validate(*, url: str) -> str:
     return url
 
 
+def destination_values_clean(*, values: Mapping[str, Any], exclude: int | None = None) -> dict[str, Any]:
+    """The values given for a destination (other than `exclude`), checked and normalised; ValidationError
+    naming every field at fault. What every write below checks first, and what a form checks before it."""
+    cleaned = _cleaned(values)
+    _unique_fields_checked(values=cleaned, exclude=exclude)
+    return cleaned
+
+
 def _cleaned(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The values given, checked and normalised; ValidationError naming every field at fault."""
     unknown = set(values) - set(EDITABLE_FIELDS)
     if unknown:
         raise ValidationError({name: ["Not a destination field one may set."] for name in sorted(unknown)})
@@ -195,7 +202,7 @@ def destination_delete(*, destination: Destination, operator: str) -> None:
         current = Destination.objects.select_for_update().filter(pk=destination.pk).first()
         if current is None:
             return
-        unsent = Delivery.objects.filter(destination=current, status__in=UNSENT).count()
+        unsent = destination_unsent_count(destination_id=current.pk)
         if unsent:
             raise DestinationInUse(
                 f"Destination {current.name} still has {unsent} deliveries to send: disable it and let them "

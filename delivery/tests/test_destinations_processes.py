@@ -1,0 +1,80 @@
+"""Fan-out for real: one scheduler and two worker processes, three destinations at three real receivers.
+
+Counted per destination at its receiver: every occurrence arrives at each, none
+is accepted twice, and a receiver failing for a while holds back nobody else.
+"""
+
+import time
+from collections import Counter
+
+import pytest
+from standardwebhooks.webhooks import Webhook
+
+from delivery.models import Delivery, DeliveryStatus
+from delivery.services.destinations import destination_create
+from delivery.tests.conftest import (
+    ScriptedSink,
+    create_due_users,
+    process_env,
+    start_process,
+    stop_all,
+    wait_until,
+)
+from devtools.sink import Reply
+from scheduling.models import Event, EventStatus
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+EVENTS = 300
+
+
+def accepted_per_key(sink) -> Counter:
+    with sink.lock:
+        return Counter(r.idempotency_key for r in sink.received if 200 <= r.status < 300)
+
+
+def test_three_destinations_each_get_every_occurrence_once_while_one_fails_for_a_while(delivery_settings, tmp_path):
+    # given three receivers, the chat one answering 500 for the first seconds, and no WEBHOOK_URL to seed from
+    delivery_settings.WEBHOOK_URL = ""
+    with ScriptedSink() as crm_sink, ScriptedSink() as chat_sink, ScriptedSink() as hr_sink:
+        chat_sink.default = Reply(status=500)
+        crm = destination_create(name="crm", url=crm_sink.url, operator="ops")
+        destination_create(name="chat", url=chat_sink.url, operator="ops", format="slack")
+        destination_create(name="hr", url=hr_sink.url, operator="ops", format="teams")
+        create_due_users(EVENTS)
+        keys = set(Event.objects.filter(status=EventStatus.PENDING).values_list("idempotency_key", flat=True))
+        # Attempts spent before the endpoint counts as failing are not what this test is about.
+        env = process_env(delivery_settings, DELIVERY_MAX_ATTEMPTS=50)
+        processes = [start_process(["run_scheduler", "--batch-size", "100"], env, tmp_path / "scheduler.log")]
+        processes += [
+            start_process(["run_worker", "--batch-size", "50"], env, tmp_path / f"worker{i}.log") for i in range(2)
+        ]
+        try:
+            # when the others have everything while the chat receiver still fails
+            assert crm_sink.wait_for(EVENTS, timeout=120), f"crm got {len(set(crm_sink.keys()))}"
+            assert hr_sink.wait_for(EVENTS, timeout=60), f"hr got {len(set(hr_sink.keys()))}"
+            assert not accepted_per_key(chat_sink)
+            time.sleep(1)
+            chat_sink.default = Reply(status=200)
+            # then the chat receiver, once it answers, gets its backlog too
+            wait_until(lambda: len(accepted_per_key(chat_sink)) == EVENTS, 120, "the chat backlog to drain")
+            wait_until(
+                lambda: not Delivery.objects.exclude(status=DeliveryStatus.DELIVERED).exists()
+                and not Event.objects.filter(status=EventStatus.PROCESSING).exists(),
+                60,
+                "every outcome to be recorded",
+            )
+        finally:
+            exit_codes = stop_all(processes)
+
+        assert exit_codes == [0, 0, 0]
+        for sink in (crm_sink, chat_sink, hr_sink):
+            accepted = accepted_per_key(sink)
+            assert set(accepted) == keys
+            assert max(accepted.values()) == 1, [k for k, n in accepted.items() if n > 1][:5]
+        assert Delivery.objects.filter(status=DeliveryStatus.DELIVERED).count() == 3 * EVENTS
+        assert Event.objects.filter(status=EventStatus.COMPLETED).count() == EVENTS
+        assert chat_sink.received[-1].body.keys() == {"text"}
+        assert hr_sink.received[0].body["@type"] == "MessageCard"
+        request = crm_sink.received[0]
+        assert Webhook(crm.value).verify(request.raw_body, dict(request.headers.items()))["message"]

@@ -346,7 +346,8 @@ WEBHOOK_SECRET = env("WEBHOOK_SECRET", default="")
 # secrets at rest (delivery.secret_store). The first encrypts, every one decrypts, so the key
 # itself can rotate: put a new key first, keep the old one after it until every secret has been
 # re-encrypted (manage.py destination_secrets_reencrypt), then drop it. Unset: one key derived
-# from DJANGO_SECRET_KEY (HKDF), which then cannot rotate without losing the stored secrets.
+# from DJANGO_SECRET_KEY (HKDF); it stays last in the list to decrypt what it encrypted, so
+# moving to explicit keys is: set them, re-encrypt.
 WEBHOOK_SECRET_KEYS = env.list("WEBHOOK_SECRET_KEYS", default=[])
 # DESTINATION_SECRET_GRACE: after a destination's secret is rotated, the previous ones keep
 # signing beside the new one this long, so its receiver can move over; then they are dropped.

@@ -4,7 +4,8 @@ A signing secret is a Standard Webhooks secret, `whsec_` followed by the base64 
 its key bytes. The database only ever holds it encrypted with MultiFernet under
 WEBHOOK_SECRET_KEYS (the first key encrypts, every key decrypts, so the key can
 rotate: `MultiFernet.rotate` re-encrypts under the first); without that setting,
-under one key derived from DJANGO_SECRET_KEY with HKDF. What people see is the
+under one key derived from DJANGO_SECRET_KEY with HKDF, which also stays last in the
+list to decrypt what was stored before explicit keys were set. What people see is the
 hint: the prefix and the first characters of the key, never enough to sign.
 """
 
@@ -80,12 +81,12 @@ def _box() -> MultiFernet:
 
 @cache
 def _box_for(keys: tuple[str, ...], secret_key: str) -> MultiFernet:
-    if keys:
-        try:
-            return MultiFernet([Fernet(key) for key in keys])
-        except (ValueError, binascii.Error):
-            raise ImproperlyConfigured(
-                "WEBHOOK_SECRET_KEYS: every key must be a Fernet key (Fernet.generate_key())."
-            ) from None
     derived = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"birthday-scheduler destination secrets")
-    return MultiFernet([Fernet(base64.urlsafe_b64encode(derived.derive(secret_key.encode())))])
+    derived_key = Fernet(base64.urlsafe_b64encode(derived.derive(secret_key.encode())))
+    try:
+        explicit = [Fernet(key) for key in keys]
+    except (ValueError, binascii.Error):
+        raise ImproperlyConfigured("WEBHOOK_SECRET_KEYS: every key must be a Fernet key (Fernet.generate_key()).") from None
+    # The derived key last: it still opens what was stored before explicit keys were set,
+    # so moving to them is "set the keys, re-encrypt", and it never encrypts once they are.
+    return MultiFernet([*explicit, derived_key])

@@ -110,6 +110,18 @@ def test_without_keys_the_secret_key_derives_one_and_a_new_secret_key_cannot_dec
         secret_store.secret_decrypt(ciphertext)
 
 
+def test_moving_from_the_derived_key_to_explicit_keys_is_set_them_and_reencrypt(settings):
+    created = destination_create(name="hr", url="https://hr.example.org/hook", operator="ops")
+    settings.WEBHOOK_SECRET_KEYS = [Fernet.generate_key().decode()]
+
+    destination_secrets_reencrypt()
+    settings.SECRET_KEY = "another-secret-key-entirely"
+
+    assert destination_signing_secrets(destinations=[created.destination], now=timezone.now()) == {
+        created.destination.pk: [created.value]
+    }
+
+
 def test_the_encryption_key_rotates_old_first_then_new_first_then_old_dropped_after_reencrypting(settings):
     old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
     settings.WEBHOOK_SECRET_KEYS = [old]

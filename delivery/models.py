@@ -43,10 +43,13 @@ class Destination(models.Model):
     updated_by = models.CharField(max_length=150, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # Bumped by every change of its settings or secrets: the API's ETag, checked against If-Match.
+    version = models.PositiveIntegerField(default=1)
 
     class Meta:
         ordering = ["name"]
         constraints = [
+            models.CheckConstraint(condition=Q(version__gte=1), name="destination_version_positive"),
             models.CheckConstraint(condition=~Q(name=""), name="destination_name_not_blank"),
             models.CheckConstraint(condition=Q(format__in=DestinationFormat.values), name="destination_format_valid"),
             models.CheckConstraint(

@@ -3,7 +3,7 @@ the errors every operation shares). Applied to DestinationViewSet as the decorat
 
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view
 
-from config.openapi import ErrorSerializer
+from config.openapi import IF_MATCH, ErrorSerializer, etag_header
 from delivery.serializers import DestinationSerializer, NewSecretSerializer, RotateSecretSerializer
 
 NEW_DESTINATION = OpenApiExample(
@@ -24,7 +24,7 @@ CREATED = OpenApiExample(
         "max_in_flight": None, "timeout": None,
         "secrets": [{"hint": "whsec_q2Vd…", "created_at": "2026-11-26T08:00:00Z", "expires_at": None}],
         "paused": False, "endpoint_state": "HEALTHY", "created_by": "ops-alice", "updated_by": "ops-alice",
-        "created_at": "2026-11-26T08:00:00Z", "updated_at": "2026-11-26T08:00:00Z",
+        "created_at": "2026-11-26T08:00:00Z", "updated_at": "2026-11-26T08:00:00Z", "version": 1,
         "secret": "whsec_q2Vd0c3rR0kP8nY5uWm0K3b8eXhI1tqO6o2QmJxkR2A=",
     },
     response_only=True,
@@ -36,6 +36,7 @@ IN_USE = OpenApiResponse(
     "paused. Nothing changed.",
 )
 EDITS = (
+    "Send the ETag you read in If-Match so that a change made meanwhile by someone else is not overwritten. "
     "Takes effect on every worker within seconds. A new URL takes the deliveries not yet delivered with it; "
     "a new format or set of event types applies to occurrences claimed from now on. A secret cannot be "
     "changed here: use rotate-secret."
@@ -43,25 +44,30 @@ EDITS = (
 
 destination_schema = extend_schema_view(
     list=extend_schema(summary="List destinations", description="Every destination, by name."),
-    retrieve=extend_schema(summary="Read a destination"),
+    retrieve=extend_schema(summary="Read a destination", parameters=[etag_header(200)]),
     create=extend_schema(
         summary="Create a destination",
         description=(
             "name and url are required. The answer carries its signing secret in `secret`: the only time it "
             "is ever shown (afterwards only its hint). Give `secret` to use one of your own."
         ),
+        parameters=[etag_header(201)],
         examples=[NEW_DESTINATION, CREATED],
     ),
-    update=extend_schema(summary="Replace a destination's settings", description=EDITS),
+    update=extend_schema(
+        summary="Replace a destination's settings", description=EDITS, parameters=[IF_MATCH, etag_header(200)]
+    ),
     partial_update=extend_schema(
         summary="Change some of a destination's settings",
         description=EDITS,
+        parameters=[IF_MATCH, etag_header(200)],
         examples=[OpenApiExample("Switch it off", value={"enabled": False}, request_only=True)],
     ),
     destroy=extend_schema(
         summary="Delete a destination",
         description="Its delivered history stays, without a destination. Refused (409) while it has deliveries "
         "to send.",
+        parameters=[IF_MATCH],
         responses={204: None, 409: IN_USE},
     ),
     rotate_secret=extend_schema(

@@ -13,8 +13,14 @@ from scheduling.event_types import EventType
 class SecondsField(serializers.FloatField):
     """A duration as a number of seconds, as WEBHOOK_TIMEOUT is written."""
 
+    # The bounds a timedelta can hold comfortably; the service then holds it to WEBHOOK_TIMEOUT.
+    LONGEST = 86400.0
+
     def to_internal_value(self, data):
-        return timedelta(seconds=super().to_internal_value(data))
+        seconds = super().to_internal_value(data)
+        if not 0 <= seconds <= self.LONGEST:
+            raise serializers.ValidationError(f"A number of seconds from 0 to {self.LONGEST:g}.")
+        return timedelta(seconds=seconds)
 
     def to_representation(self, value: timedelta):
         return value.total_seconds()
@@ -61,8 +67,9 @@ class DestinationSerializer(serializers.ModelSerializer):
         fields = [
             "id", "name", "url", "event_types", "format", "enabled", "max_rate", "max_in_flight", "timeout",
             "secret", "secrets", "paused", "endpoint_state", "created_by", "updated_by", "created_at", "updated_at",
+            "version",
         ]
-        read_only_fields = ["created_by", "updated_by", "created_at", "updated_at"]
+        read_only_fields = ["created_by", "updated_by", "created_at", "updated_at", "version"]
         extra_kwargs = {
             "name": {"help_text": "Unique; how operators and failure reasons name it."},
             "url": {"help_text": "Where its deliveries are POSTed (http or https). A new URL takes its unsent "
@@ -70,6 +77,7 @@ class DestinationSerializer(serializers.ModelSerializer):
             "enabled": {"help_text": "Disabled: occurrences claimed meanwhile get no delivery for it."},
             "max_rate": {"help_text": "Most requests per second from all workers; null: WEBHOOK_MAX_RATE."},
             "max_in_flight": {"help_text": "Most requests open at once from all workers; null: WEBHOOK_MAX_IN_FLIGHT."},
+            "version": {"help_text": "Bumped by every change of its settings or secrets; the ETag."},
         }
         # The service validates and reports each field; the model's unique validators would only read twice.
         validators = []
@@ -98,10 +106,17 @@ class DestinationSerializer(serializers.ModelSerializer):
         try:
             attrs = super().to_internal_value(data)
         except serializers.ValidationError as exc:
-            errors.update(exc.detail)
+            errors.update({field: _messages(detail) for field, detail in exc.detail.items()})
         if errors:
             raise serializers.ValidationError(errors)
         return attrs
+
+
+def _messages(detail) -> list:
+    """A field's errors as a list of messages: a list's are by item ({"0": [...]}), said as "Item 1: ..."."""
+    if isinstance(detail, dict):
+        return [f"Item {int(index) + 1}: {message}" for index, messages in detail.items() for message in messages]
+    return detail
 
 
 class NewSecretSerializer(serializers.Serializer):

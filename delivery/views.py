@@ -4,6 +4,7 @@ from rest_framework.exceptions import APIException, NotFound
 from rest_framework.response import Response
 
 from config.permissions import ModelPermissions
+from config.preconditions import PreconditionFailed, etag_for, if_match_versions
 from delivery.schema import destination_schema
 from delivery.selectors import destination_endpoints, destination_list
 from delivery.serializers import DestinationSecretSerializer, DestinationSerializer, RotateSecretSerializer
@@ -41,6 +42,11 @@ class DestinationViewSet(viewsets.ModelViewSet):
     def handle_exception(self, exc):
         if isinstance(exc, services.DestinationInUse | InvalidStateTransition):
             exc = Conflict(str(exc))
+        elif isinstance(exc, services.DestinationVersionMismatch):
+            exc = PreconditionFailed(
+                f"The destination has changed since the version given in If-Match; it is now at "
+                f"version {exc.current_version} (ETag {etag_for(version=exc.current_version)})."
+            )
         elif isinstance(exc, services.Destination.DoesNotExist):  # deleted while this request waited
             exc = NotFound()
         return super().handle_exception(exc)
@@ -54,7 +60,15 @@ class DestinationViewSet(viewsets.ModelViewSet):
         if secret is not None:
             # The only answer that ever carries it.
             data = {**data, "secret": secret}
-        return Response(data, status=code)
+        response = Response(data, status=code)
+        response["ETag"] = etag_for(version=destination.version)
+        return response
+
+    def _expected_versions(self):
+        return if_match_versions(self.request.headers.get("If-Match"))
+
+    def retrieve(self, request, *args, **kwargs):
+        return self._answer(self.get_object())
 
     def create(self, request, *args, **kwargs):
         serializer = self.get_serializer(data=request.data)
@@ -67,12 +81,15 @@ class DestinationViewSet(viewsets.ModelViewSet):
         serializer = self.get_serializer(destination, data=request.data, partial=kwargs.get("partial", False))
         serializer.is_valid(raise_exception=True)
         updated = services.destination_update(
-            destination=destination, operator=self._operator(), changes=serializer.validated_data
+            destination=destination, operator=self._operator(), changes=serializer.validated_data,
+            expected_versions=self._expected_versions(),
         )
         return self._answer(updated)
 
     def perform_destroy(self, instance):
-        services.destination_delete(destination=instance, operator=self._operator())
+        services.destination_delete(
+            destination=instance, operator=self._operator(), expected_versions=self._expected_versions()
+        )
 
     @action(detail=True, methods=["post"], url_path="rotate-secret", permission_classes=[ChangeDestinationPermission])
     def rotate_secret(self, request, pk=None):

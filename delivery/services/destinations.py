@@ -11,7 +11,7 @@ a deletion sees every delivery queued for the destination.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -46,6 +46,25 @@ UNSENT = (DeliveryStatus.QUEUED, DeliveryStatus.SENDING)
 
 class DestinationInUse(Exception):
     """A destination with deliveries still to send cannot be deleted: they would lose their receiver."""
+
+
+class DestinationVersionMismatch(Exception):
+    """The destination was changed since the caller read it: the version it expects is gone."""
+
+    def __init__(self, *, current_version: int):
+        super().__init__(f"The destination is at version {current_version}.")
+        self.current_version = current_version
+
+
+def _lock_current(*, destination: Destination, expected_versions: Collection[int] | None) -> Destination | None:
+    """The destination's row as stored now, locked until the transaction ends (None if deleted meanwhile).
+
+    DestinationVersionMismatch if the caller expects versions it is no longer at (None: any will do).
+    """
+    current = Destination.objects.select_for_update().filter(pk=destination.pk).first()
+    if current is not None and expected_versions is not None and current.version not in expected_versions:
+        raise DestinationVersionMismatch(current_version=current.version)
+    return current
 
 
 @dataclass(frozen=True)
@@ -168,11 +187,14 @@ def destination_create(
     return NewSecret(destination=destination, secret=stored, value=value)
 
 
-def destination_update(*, destination: Destination, operator: str, changes: Mapping[str, Any]) -> Destination:
+def destination_update(
+    *, destination: Destination, operator: str, changes: Mapping[str, Any],
+    expected_versions: Collection[int] | None = None,
+) -> Destination:
     """Apply `changes` (fields of EDITABLE_FIELDS); a new URL takes the deliveries not yet delivered with it."""
     values = _cleaned(changes)
     with transaction.atomic():
-        current = Destination.objects.select_for_update().filter(pk=destination.pk).first()
+        current = _lock_current(destination=destination, expected_versions=expected_versions)
         if current is None:
             raise Destination.DoesNotExist(f"Destination {destination.pk} no longer exists.")
         _unique_fields_checked(values=values, exclude=current.pk)
@@ -180,6 +202,7 @@ def destination_update(*, destination: Destination, operator: str, changes: Mapp
         for name, value in values.items():
             setattr(current, name, value)
         current.updated_by = operator
+        current.version += 1
         _saved(current, values=values)
         moved = 0
         if current.url != old_url:
@@ -192,14 +215,16 @@ def destination_update(*, destination: Destination, operator: str, changes: Mapp
     return current
 
 
-def destination_delete(*, destination: Destination, operator: str) -> None:
+def destination_delete(
+    *, destination: Destination, operator: str, expected_versions: Collection[int] | None = None
+) -> None:
     """Delete a destination that has nothing left to send; DestinationInUse if it has.
 
     Its history keeps its deliveries and attempts, without a destination.
     Disable it first and let its queue drain (or pause it and wait for expiry).
     """
     with transaction.atomic():
-        current = Destination.objects.select_for_update().filter(pk=destination.pk).first()
+        current = _lock_current(destination=destination, expected_versions=expected_versions)
         if current is None:
             return
         unsent = destination_unsent_count(destination_id=current.pk)
@@ -221,7 +246,8 @@ def destination_rotate_secret(*, destination: Destination, operator: str, secret
         current.secrets.filter(expires_at__isnull=True).update(expires_at=now + settings.DESTINATION_SECRET_GRACE)
         stored = _secret_add(destination=current, value=value)
         current.updated_by = operator
-        current.save(update_fields=["updated_by", "updated_at"])
+        current.version += 1
+        current.save(update_fields=["updated_by", "updated_at", "version"])
     logger.info(
         "Destination secret rotated by %s", operator,
         extra={"destination": current.name, "operator": operator, "secret_hint": stored.hint},

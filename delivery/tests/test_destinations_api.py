@@ -80,6 +80,7 @@ def test_a_supplied_secret_is_used_and_a_bad_one_refused_naming_it(api_client):
         ({"url": "https://" + "a" * 2000 + ".org/"}, "url"),
         ({"event_types": ["GRADUATION"]}, "event_types"),
         ({"event_types": "BIRTHDAY"}, "event_types"),
+        ({"event_types": [{}]}, "event_types"),
         ({"format": "telegram"}, "format"),
         ({"timeout": 600}, "timeout"),
         ({"max_in_flight": 0}, "max_in_flight"),
@@ -94,6 +95,7 @@ def test_bad_input_is_400_naming_the_field_and_creates_nothing(api_client, field
 
     assert response.status_code == 400, response.content
     assert field in response.json()
+    assert all(isinstance(message, str) for message in response.json()[field])
     assert not Destination.objects.exists()
 
 
@@ -124,6 +126,20 @@ def test_an_edit_answers_the_new_settings_and_says_who_made_it(api_client):
     assert response.status_code == 200
     assert (response.json()["event_types"], response.json()["updated_by"]) == ([], "operator")
     assert Destination.objects.get().event_types == []
+
+
+def test_an_edit_with_a_stale_if_match_is_412_and_changes_nothing(api_client):
+    created = create(api_client)
+    etag = api_client.get(f"{URL}{created['id']}/")["ETag"]
+    api_client.patch(f"{URL}{created['id']}/", {"enabled": False}, format="json", HTTP_IF_MATCH=etag)
+
+    stale = api_client.patch(f"{URL}{created['id']}/", {"name": "mine"}, format="json", HTTP_IF_MATCH=etag)
+    stale_delete = api_client.delete(f"{URL}{created['id']}/", HTTP_IF_MATCH=etag)
+
+    assert etag == '"1"'
+    assert (stale.status_code, stale_delete.status_code) == (412, 412)
+    assert Destination.objects.get().name == "team-slack"
+    assert api_client.get(f"{URL}{created['id']}/")["ETag"] == '"2"'
 
 
 def test_rotation_answers_the_new_secret_and_lists_both_while_the_old_one_still_signs(api_client):

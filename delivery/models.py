@@ -1,3 +1,5 @@
+from datetime import timedelta
+
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
@@ -61,6 +63,10 @@ class Destination(models.Model):
             models.CheckConstraint(
                 condition=Q(max_in_flight__isnull=True) | Q(max_in_flight__gte=1),
                 name="destination_max_in_flight_positive",
+            ),
+            # Its upper bound, WEBHOOK_TIMEOUT, is a setting: the service holds it to that.
+            models.CheckConstraint(
+                condition=Q(timeout__isnull=True) | Q(timeout__gt=timedelta(0)), name="destination_timeout_positive"
             ),
         ]
 

@@ -9,6 +9,8 @@
 # edit, a deletion's check) go through the partial indexes of QUEUED and SENDING rows.
 
 
+import datetime
+
 import django.contrib.postgres.fields
 import django.db.models.deletion
 from django.db import migrations, models
@@ -60,7 +62,7 @@ class Migration(migrations.Migration):
             ],
             options={
                 'ordering': ['name'],
-                'constraints': [models.CheckConstraint(condition=models.Q(('version__gte', 1)), name='destination_version_positive'), models.CheckConstraint(condition=models.Q(('name', ''), _negated=True), name='destination_name_not_blank'), models.CheckConstraint(condition=models.Q(('format__in', ['standard', 'slack', 'discord', 'teams'])), name='destination_format_valid'), models.CheckConstraint(condition=models.Q(('event_types__contained_by', ['BIRTHDAY', 'ANNIVERSARY'])), name='destination_event_types_valid'), models.CheckConstraint(condition=models.Q(('max_rate__isnull', True), ('max_rate__gt', 0), _connector='OR'), name='destination_max_rate_positive'), models.CheckConstraint(condition=models.Q(('max_in_flight__isnull', True), ('max_in_flight__gte', 1), _connector='OR'), name='destination_max_in_flight_positive')],
+                'constraints': [models.CheckConstraint(condition=models.Q(('version__gte', 1)), name='destination_version_positive'), models.CheckConstraint(condition=models.Q(('name', ''), _negated=True), name='destination_name_not_blank'), models.CheckConstraint(condition=models.Q(('format__in', ['standard', 'slack', 'discord', 'teams'])), name='destination_format_valid'), models.CheckConstraint(condition=models.Q(('event_types__contained_by', ['BIRTHDAY', 'ANNIVERSARY'])), name='destination_event_types_valid'), models.CheckConstraint(condition=models.Q(('max_rate__isnull', True), ('max_rate__gt', 0), _connector='OR'), name='destination_max_rate_positive'), models.CheckConstraint(condition=models.Q(('max_in_flight__isnull', True), ('max_in_flight__gte', 1), _connector='OR'), name='destination_max_in_flight_positive'), models.CheckConstraint(condition=models.Q(('timeout__isnull', True), ('timeout__gt', datetime.timedelta(0)), _connector='OR'), name='destination_timeout_positive')],
             },
         ),
         migrations.AddField(

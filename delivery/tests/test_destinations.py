@@ -523,3 +523,15 @@ def test_two_workers_ending_the_last_two_deliveries_at_once_conclude_the_occurre
     assert errors == []
     event = user.events.get(pk=event_id)
     assert (event.status, event.version) == (EventStatus.COMPLETED, version + 1)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"event_types": ["GRADUATION"]}, {"format": "telegram"}, {"timeout": timedelta(0)}, {"max_rate": 0.0},
+     {"max_in_flight": 0}, {"name": ""}],
+)
+def test_the_database_refuses_what_the_service_would_have_refused(fields):
+    from django.db import IntegrityError
+
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Destination.objects.create(**{"name": "x", "url": "https://x.example.org/", **fields})

@@ -535,3 +535,45 @@ def test_the_database_refuses_what_the_service_would_have_refused(fields):
 
     with pytest.raises(IntegrityError), transaction.atomic():
         Destination.objects.create(**{"name": "x", "url": "https://x.example.org/", **fields})
+
+
+# --- the worker follows the destinations -------------------------------------------------
+
+
+def lanes():
+    from delivery.lanes import Lanes
+
+    return Lanes(worker="w1", concurrency=None, batch_size=10, max_rate=0.0, max_in_flight=0, lease=timedelta(seconds=30))
+
+
+def test_a_workers_lane_follows_its_destinations_secrets_timeout_and_limits_at_its_next_refresh(settings):
+    settings.WEBHOOK_URL = ""
+    created = destination_create(
+        name="crm", url="https://crm.example.org/hook", operator="ops", max_rate=5, timeout=timedelta(seconds=2)
+    )
+    worker_lanes = lanes()
+
+    worker_lanes.refresh_if_due()
+    lane = worker_lanes.by_url[created.destination.url]
+    assert (lane.max_rate, lane.max_in_flight, lane.timeout, lane.signing_secrets) == (5, 0, 2.0, (created.value,))
+
+    rotated = destination_rotate_secret(destination=created.destination, operator="ops")
+    destination_update(
+        destination=created.destination, operator="ops",
+        changes={"max_rate": None, "max_in_flight": 3, "timeout": None},
+    )
+    worker_lanes.stale = True  # as a second later
+    worker_lanes.refresh_if_due()
+
+    assert (lane.max_rate, lane.max_in_flight, lane.timeout) == (0.0, 3, None)
+    assert lane.signing_secrets == (rotated.value, created.value)
+    headers = lane.signer.headers(msg_id="event-1", body="{}", sent_at=timezone.now())
+    assert len(headers["webhook-signature"].split()) == 2
+
+
+def test_a_worker_starting_with_no_destination_seeds_the_default_from_webhook_url(settings):
+    settings.WEBHOOK_URL = "https://legacy.example.org/hook"
+
+    Worker(once=True).run()
+
+    assert Destination.objects.get().name == "default"

@@ -78,3 +78,44 @@ def test_three_destinations_each_get_every_occurrence_once_while_one_fails_for_a
         assert hr_sink.received[0].body["@type"] == "MessageCard"
         request = crm_sink.received[0]
         assert Webhook(crm.value).verify(request.raw_body, dict(request.headers.items()))["message"]
+
+
+def test_two_schedulers_and_four_workers_deliver_to_three_destinations_exactly_once(delivery_settings, tmp_path):
+    # given three receivers subscribed to everything, and 500 occurrences due
+    delivery_settings.WEBHOOK_URL = ""
+    count = 500
+    with ScriptedSink() as crm_sink, ScriptedSink() as chat_sink, ScriptedSink() as hr_sink:
+        sinks = (crm_sink, chat_sink, hr_sink)
+        for name, sink in zip(("crm", "chat", "hr"), sinks, strict=True):
+            destination_create(name=name, url=sink.url, operator="ops")
+        create_due_users(count)
+        keys = set(Event.objects.filter(status=EventStatus.PENDING).values_list("idempotency_key", flat=True))
+        env = process_env(delivery_settings)
+        # when two schedulers and four workers share the work
+        processes = [
+            start_process(["run_scheduler", "--batch-size", "100"], env, tmp_path / f"s{i}.log") for i in range(2)
+        ]
+        processes += [
+            start_process(["run_worker", "--concurrency", "4", "--batch-size", "50"], env, tmp_path / f"w{i}.log")
+            for i in range(4)
+        ]
+        try:
+            for sink in sinks:
+                assert sink.wait_for(count, timeout=180), f"only {len(set(sink.keys()))} of {count} arrived"
+            wait_until(
+                lambda: not Delivery.objects.exclude(status=DeliveryStatus.DELIVERED).exists()
+                and not Event.objects.filter(status=EventStatus.PROCESSING).exists(),
+                60,
+                "every outcome to be recorded",
+            )
+        finally:
+            exit_codes = stop_all(processes)
+
+        # then each receiver got each occurrence once, and each occurrence completed once
+        assert exit_codes == [0] * 6
+        for sink in sinks:
+            received = Counter(sink.keys())
+            assert set(received) == keys
+            assert max(received.values()) == 1, [k for k, n in received.items() if n > 1][:5]
+        assert Delivery.objects.filter(status=DeliveryStatus.DELIVERED).count() == 3 * count
+        assert Event.objects.filter(status=EventStatus.COMPLETED).count() == count

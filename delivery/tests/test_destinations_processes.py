@@ -119,3 +119,33 @@ def test_two_schedulers_and_four_workers_deliver_to_three_destinations_exactly_o
             assert max(received.values()) == 1, [k for k, n in received.items() if n > 1][:5]
         assert Delivery.objects.filter(status=DeliveryStatus.DELIVERED).count() == 3 * count
         assert Event.objects.filter(status=EventStatus.COMPLETED).count() == count
+
+
+def test_one_destinations_max_rate_holds_over_two_workers_and_slows_no_other(delivery_settings, tmp_path):
+    from delivery.tests.test_receivers import busiest_second
+
+    # given two receivers: the chat one limited to 40 requests/s, the other not at all
+    delivery_settings.WEBHOOK_URL = ""
+    count = 300
+    with ScriptedSink() as crm_sink, ScriptedSink() as chat_sink:
+        destination_create(name="crm", url=crm_sink.url, operator="ops")
+        destination_create(name="chat", url=chat_sink.url, operator="ops", format="slack", max_rate=40)
+        create_due_users(count)
+        env = process_env(delivery_settings)
+        processes = [start_process(["run_scheduler"], env, tmp_path / "scheduler.log")]
+        processes += [start_process(["run_worker"], env, tmp_path / f"worker{i}.log") for i in range(2)]
+        try:
+            # when the fleet sends: the unlimited receiver has everything long before the limited one
+            assert crm_sink.wait_for(count, timeout=60), f"crm got {len(set(crm_sink.keys()))}"
+            assert len(set(chat_sink.keys())) < count
+            assert chat_sink.wait_for(count, timeout=60), f"chat got {len(set(chat_sink.keys()))}"
+            wait_until(
+                lambda: not Delivery.objects.exclude(status=DeliveryStatus.DELIVERED).exists(), 30, "every outcome"
+            )
+        finally:
+            exit_codes = stop_all(processes)
+
+        # then no second at the limited receiver held more than its rate (and a little slack), over both workers
+        assert exit_codes == [0, 0, 0]
+        assert 30 <= busiest_second(chat_sink.received) <= 44
+        assert max(Counter(chat_sink.keys()).values()) == max(Counter(crm_sink.keys()).values()) == 1

@@ -27,6 +27,10 @@ OPERATOR_PERMISSIONS = (
     "users.change_user",
     "users.delete_user",
     "scheduling.view_event",
+    "delivery.view_destination",
+    "delivery.add_destination",
+    "delivery.change_destination",
+    "delivery.delete_destination",
 )
 
 
@@ -36,6 +40,13 @@ def permissions_named(*names: str):
         app_label, codename = name.split(".")
         query |= Q(content_type__app_label=app_label, codename=codename)
     return Permission.objects.filter(query)
+
+
+@pytest.fixture
+def default_destination(settings):
+    """WEBHOOK_URL set, so the claim seeds the default destination (at a receiver nobody listens at)."""
+    settings.WEBHOOK_URL = "https://hooks.example.org/birthdays"
+    return settings.WEBHOOK_URL
 
 
 @pytest.fixture

@@ -6,9 +6,11 @@ import time
 
 import psycopg
 
+# The destinations too: each workload's receiver has its own URL, and WEBHOOK_URL seeds the
+# default destination only while none exists.
 TRUNCATE = """
 TRUNCATE users_user, scheduling_event, delivery_delivery, delivery_deliveryattempt,
-         runtime_processheartbeat CASCADE
+         runtime_processheartbeat, delivery_destination CASCADE
 """
 
 # One user per i; born on today's date some years ago (Feb 29 folds to Feb 28).

@@ -293,7 +293,8 @@ SPECTACULAR_SETTINGS = {
         "(`Authorization: Token <key>`) or the session of an operator logged in to the "
         "admin (unsafe methods then also need the `X-CSRFToken` header), and the "
         "matching model permission (view, add, change or delete recipient; reading "
-        "events also needs view event). Request and response bodies are JSON with "
+        "events also needs view event; destinations need the destination permissions, "
+        "rotate-secret, pause and resume its change permission). Request and response bodies are JSON with "
         "snake_case fields. Lists are paginated (`count`, `next`, `previous`, "
         "`results`; `?page=` and `?page_size=` up to 500).\n\n"
         "Errors are JSON: a 400 for invalid fields maps each bad field (or "
@@ -313,6 +314,8 @@ SPECTACULAR_SETTINGS = {
     # timestamps are then required in responses and absent from request bodies,
     # which is what a client (and a generated client) must rely on.
     "COMPONENT_SPLIT_REQUEST": True,
+    # One name for the event types wherever they appear (events, destinations' subscriptions).
+    "ENUM_NAME_OVERRIDES": {"EventTypeEnum": "scheduling.event_types.EventType"},
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -355,8 +358,11 @@ HISTORY_RETENTION = parse_duration(env("HISTORY_RETENTION", default="400d"))
 
 # --- Delivery ----------------------------------------------------------------------
 
-# WEBHOOK_URL: where messages are POSTed. run_scheduler and run_worker refuse to
-# start without it, and with one the worker would refuse to connect to (below).
+# WEBHOOK_URL: the receiver of an installation from before destinations (delivery.Destination).
+# While no destination exists, the scheduler and the worker seed one named "default" from it
+# (and WEBHOOK_SECRET), subscribed to every event type. Once destinations are managed from the
+# console or the API, unset it: otherwise deleting every destination seeds it again.
+# run_scheduler and run_worker refuse to start with one the worker would refuse to connect to (below).
 WEBHOOK_URL = env("WEBHOOK_URL", default="")
 # WEBHOOK_ALLOW_HTTP: receivers may be plain http, not only https. For development
 # (`make run`'s sink and the test suite set it); a production receiver has TLS.
@@ -370,7 +376,8 @@ WEBHOOK_ALLOW_HTTP = env.bool("WEBHOOK_ALLOW_HTTP", default=False)
 WEBHOOK_ALLOWED_NETWORKS = [
     _network("WEBHOOK_ALLOWED_NETWORKS", entry) for entry in env.list("WEBHOOK_ALLOWED_NETWORKS", default=[])
 ]
-# WEBHOOK_TIMEOUT: seconds to wait for the receiver (connect and read).
+# WEBHOOK_TIMEOUT: seconds to wait for a receiver (connect and read); a destination's own
+# timeout may only be shorter (a delivery's lease is sized from this one).
 WEBHOOK_TIMEOUT = parse_duration(env("WEBHOOK_TIMEOUT", default="10s"))
 # WEBHOOK_SECRET: one or more Standard Webhooks secrets (whsec_...), separated by
 # spaces; when set, every request carries webhook-id / webhook-timestamp and one
@@ -378,6 +385,16 @@ WEBHOOK_TIMEOUT = parse_duration(env("WEBHOOK_TIMEOUT", default="10s"))
 # downtime (docs/operations.md, "Rotating the signing secret"). A worker refuses to start with
 # a secret it cannot use.
 WEBHOOK_SECRET = env("WEBHOOK_SECRET", default="")
+# WEBHOOK_SECRET_KEYS: comma-separated Fernet keys that encrypt the destinations' signing
+# secrets at rest (delivery.secret_store). The first encrypts, every one decrypts, so the key
+# itself can rotate: put a new key first, keep the old one after it until every secret has been
+# re-encrypted (manage.py destination_secrets_reencrypt), then drop it. Unset: one key derived
+# from DJANGO_SECRET_KEY (HKDF); it stays last in the list to decrypt what it encrypted, so
+# moving to explicit keys is: set them, re-encrypt.
+WEBHOOK_SECRET_KEYS = env.list("WEBHOOK_SECRET_KEYS", default=[])
+# DESTINATION_SECRET_GRACE: after a destination's secret is rotated, the previous ones keep
+# signing beside the new one this long, so its receiver can move over; then they are dropped.
+DESTINATION_SECRET_GRACE = parse_duration(env("DESTINATION_SECRET_GRACE", default="24h"))
 # DELIVERY_RETRY_BASE / DELIVERY_RETRY_MAX: capped exponential backoff with full
 # jitter between attempts after a transient failure.
 DELIVERY_RETRY_BASE = parse_duration(env("DELIVERY_RETRY_BASE", default="10s"))

@@ -6,15 +6,18 @@ started and counts the requests open, and `Lanes` decides how many more may
 start, from
 
 - the lane's own limit: adaptive (delivery.limit) or an operator's --concurrency;
-- the fleet's WEBHOOK_MAX_IN_FLIGHT, of which this worker holds a share;
-- the fleet's WEBHOOK_MAX_RATE schedule, from which it reserves send slots;
+- the fleet's max in flight (the destination's, else WEBHOOK_MAX_IN_FLIGHT), of which
+  this worker holds a share;
+- the fleet's max rate (the destination's, else WEBHOOK_MAX_RATE) schedule, from
+  which it reserves send slots;
 - a Retry-After the receiver asked for;
 - the endpoint's health: a failing endpoint gets one probe at a time, a paused
   one nothing, and what waits for either goes back to the queue.
 
-The endpoints' shared state is read from their rows once a second, so an
-operator's pause or another worker's verdict reaches this one within about
-that long. The requests themselves run in delivery.sender; delivery.worker
+The endpoints' shared state is read from their rows once a second, and the
+destinations' settings with them (signing secrets, timeout, limits), so an
+operator's pause or edit, or another worker's verdict, reaches this one within
+about that long. The requests themselves run in delivery.sender; delivery.worker
 asks the two in turn.
 
 Two clocks meet here: an instant named `..._mono` is time.monotonic(), for
@@ -37,7 +40,9 @@ from django.utils import timezone
 from delivery.health import Signal, signal_of
 from delivery.limit import AdaptiveLimit, FixedLimit
 from delivery.metrics import IN_FLIGHT_LIMIT
-from delivery.models import Endpoint, EndpointState
+from delivery.models import Destination, Endpoint, EndpointState
+from delivery.selectors import destination_signing_secrets
+from delivery.services.destinations import destinations_seed_default
 from delivery.services.endpoints import (
     endpoint_release_shares,
     endpoint_reserve_send_slots,
@@ -46,6 +51,7 @@ from delivery.services.endpoints import (
     endpoint_take_probe,
     endpoints_ensure,
 )
+from delivery.signing import WebhookSigner
 from delivery.transport import ClaimedDelivery, SendResult
 
 HEALTHY, FAILING = EndpointState.HEALTHY, EndpointState.FAILING
@@ -83,10 +89,16 @@ class Lane:
     waiting: deque[ClaimedDelivery] = field(default_factory=deque)
     open: int = 0
     probing: bool = False
-    # Our part of WEBHOOK_MAX_IN_FLIGHT (None: no fleet cap).
+    # Our part of max_in_flight (None: no fleet cap).
     share: int | None = None
-    # Instants reserved under WEBHOOK_MAX_RATE, earliest first.
+    # Instants reserved under max_rate, earliest first.
     slots_mono: deque[float] = field(default_factory=deque)
+    # The destination's settings (follow_destination); without one, the settings' defaults, unsigned.
+    max_rate: float = 0.0
+    max_in_flight: int = 0
+    timeout: float | None = None
+    signer: WebhookSigner | None = None
+    signing_secrets: tuple[str, ...] = ()
 
     def allowed(self) -> int:
         """How many requests may be open now."""
@@ -103,6 +115,17 @@ class Lane:
         self.state = health.state
         self.consecutive_failures = health.consecutive_failures
         self.next_probe_at = health.next_probe_at
+
+    def follow_destination(
+        self, destination: Destination, *, secrets: list[str], max_rate: float, max_in_flight: int
+    ) -> None:
+        """The destination's settings as now saved; `max_rate` and `max_in_flight` are the settings' defaults."""
+        self.max_rate = destination.max_rate if destination.max_rate is not None else max_rate
+        self.max_in_flight = destination.max_in_flight if destination.max_in_flight is not None else max_in_flight
+        self.timeout = destination.timeout.total_seconds() if destination.timeout is not None else None
+        if tuple(secrets) != self.signing_secrets:
+            self.signing_secrets = tuple(secrets)
+            self.signer = WebhookSigner(secrets) if secrets else None
 
     def learn_from(self, result: SendResult, *, open_at_start: int, finished_mono: float) -> None:
         """One answer's lessons for this lane: the limit's sample, and a Retry-After to obey at once."""
@@ -128,7 +151,6 @@ class Lanes:
         self,
         *,
         worker: str,
-        default_url: str,
         concurrency: int | None,
         batch_size: int,
         max_rate: float,
@@ -136,7 +158,6 @@ class Lanes:
         lease: timedelta,
     ) -> None:
         self.worker = worker
-        self.default_url = default_url
         self.concurrency = concurrency
         self.batch_size = batch_size
         self.max_rate = max_rate
@@ -146,6 +167,8 @@ class Lanes:
         self.refreshed_mono = float("-inf")
         # Set when a verdict made an endpoint failing: read the rows on the next turn, not a second later.
         self.stale = True
+        # WEBHOOK_URL's destination is seeded, if none exists, on the first refresh (destinations_seed_default).
+        self.seeded = False
 
     # --- the endpoints' shared state --------------------------------------------
 
@@ -154,7 +177,9 @@ class Lanes:
         if lane is None:
             endpoint = endpoint or endpoints_ensure(urls=[url])[url]
             limit = FixedLimit(self.concurrency) if self.concurrency else AdaptiveLimit()
-            lane = self.by_url[url] = Lane(url=url, endpoint_id=endpoint.pk, limit=limit)
+            lane = self.by_url[url] = Lane(
+                url=url, endpoint_id=endpoint.pk, limit=limit, max_rate=self.max_rate, max_in_flight=self.max_in_flight
+            )
             self._follow_row(lane, endpoint)
         return lane
 
@@ -173,24 +198,42 @@ class Lanes:
         now_mono = time.monotonic()
         if not self.stale and now_mono - self.refreshed_mono < REFRESH_EVERY:
             return []
-        if not self.by_url:
-            self.lane(self.default_url)
+        self._follow_destinations()
         for endpoint in Endpoint.objects.all():
             self._follow_row(self.lane(endpoint.url, endpoint), endpoint)
-        if self.max_in_flight:
-            self._renew_shares()
+        self._renew_shares()
         self.refreshed_mono = now_mono
         self.stale = False
         for lane in self.by_url.values():
             IN_FLIGHT_LIMIT.labels(endpoint=lane.url).set(lane.allowed() if lane.state == HEALTHY else 0)
         return self._take_waiting(lanes=[lane for lane in self.by_url.values() if lane.state != HEALTHY])
 
+    def _follow_destinations(self) -> None:
+        """Every destination has a lane with its secrets, timeout and limits, as saved now.
+
+        A lane whose URL no destination has any more (its URL was edited)
+        keeps what it had: what it still holds was queued for that destination.
+        """
+        if not self.seeded:
+            destinations_seed_default()
+            self.seeded = True
+        destinations = list(Destination.objects.all())
+        secrets = destination_signing_secrets(destinations=destinations, now=timezone.now())
+        for destination in destinations:
+            self.lane(destination.url).follow_destination(
+                destination, secrets=secrets[destination.pk], max_rate=self.max_rate,
+                max_in_flight=self.max_in_flight,
+            )
+
     def _renew_shares(self) -> None:
         for lane in self.by_url.values():
+            if not lane.max_in_flight:
+                lane.share = None
+                continue
             want = lane.limit.current if (lane.waiting or lane.open or lane.state == HEALTHY) else 0
             lane.share = endpoint_share_in_flight(
                 endpoint_id=lane.endpoint_id, worker=self.worker, want=want, holding=lane.open,
-                cap=self.max_in_flight, lease=self.lease, now=timezone.now(),
+                cap=lane.max_in_flight, lease=self.lease, now=timezone.now(),
             )
 
     def follow_verdicts(self, verdicts: Mapping[str, HealthColumns]) -> None:
@@ -207,7 +250,7 @@ class Lanes:
 
     def release_shares(self) -> None:
         """A stopping worker gives its in-flight shares back at once (they also expire by themselves)."""
-        if self.max_in_flight:
+        if any(lane.max_in_flight for lane in self.by_url.values()):
             endpoint_release_shares(worker=self.worker)
 
     # --- what to claim --------------------------------------------------------------
@@ -266,7 +309,7 @@ class Lanes:
         for lane in self.by_url.values():
             while lane.waiting and lane.open < lane.allowed() and lane.takes_claims(now_mono):
                 slot_mono = None
-                if self.max_rate:
+                if lane.max_rate:
                     if not lane.slots_mono:
                         if not may_reserve:
                             break
@@ -275,11 +318,12 @@ class Lanes:
                 yield lane, lane.waiting.popleft(), slot_mono
 
     def _reserve_slots(self, lane: Lane) -> None:
-        count = max(1, min(len(lane.waiting), lane.allowed() - lane.open, math.ceil(self.max_rate * RATE_HORIZON)))
+        rate = lane.max_rate
+        count = max(1, min(len(lane.waiting), lane.allowed() - lane.open, math.ceil(rate * RATE_HORIZON)))
         now = timezone.now()
-        first = endpoint_reserve_send_slots(endpoint_id=lane.endpoint_id, count=count, rate=self.max_rate, now=now)
+        first = endpoint_reserve_send_slots(endpoint_id=lane.endpoint_id, count=count, rate=rate, now=now)
         start_mono = time.monotonic() + (first - now).total_seconds()
-        lane.slots_mono.extend(start_mono + i / self.max_rate for i in range(count))
+        lane.slots_mono.extend(start_mono + i / rate for i in range(count))
 
     # --- stopping ---------------------------------------------------------------------
 

@@ -1,7 +1,102 @@
+from datetime import timedelta
+
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 
 from runtime.ids import uuid7
+from scheduling.event_types import EventType
+
+
+class DestinationFormat(models.TextChoices):
+    # Today's JSON body (message, event and recipient ids, dates), signed.
+    STANDARD = "standard", "Standard Webhooks JSON"
+    # A Slack incoming webhook: {"text": message}.
+    SLACK = "slack", "Slack"
+    # A Discord webhook: {"content": message}, at most 2000 characters.
+    DISCORD = "discord", "Discord"
+    # A Microsoft Teams incoming webhook: a MessageCard.
+    TEAMS = "teams", "Microsoft Teams"
+
+
+class Destination(models.Model):
+    """A receiver of greetings: where, which event types, in which format, at what pace.
+
+    Its URL's health, an operator's pause and the fleet's shared limits live in
+    the Endpoint of the same URL (one source of truth for "paused"); the
+    settings here are what an operator chose.
+    """
+
+    Format = DestinationFormat
+
+    name = models.CharField(max_length=100, unique=True)
+    url = models.URLField(max_length=2000, unique=True)
+    # The event types it receives; empty: every type, including types added later.
+    event_types = ArrayField(models.CharField(max_length=32, choices=EventType.choices), default=list, blank=True)
+    format = models.CharField(max_length=16, choices=DestinationFormat.choices, default=DestinationFormat.STANDARD)
+    # Disabled: occurrences claimed meanwhile get no delivery for it (what is queued still goes).
+    enabled = models.BooleanField(default=True)
+    # Null: WEBHOOK_MAX_RATE / WEBHOOK_MAX_IN_FLIGHT / WEBHOOK_TIMEOUT.
+    max_rate = models.FloatField(null=True, blank=True)
+    max_in_flight = models.PositiveIntegerField(null=True, blank=True)
+    # At most WEBHOOK_TIMEOUT (delivery.services.destinations): leases are sized from that.
+    timeout = models.DurationField(null=True, blank=True)
+    created_by = models.CharField(max_length=150, blank=True, default="")
+    updated_by = models.CharField(max_length=150, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    # Bumped by every change of its settings or secrets: the API's ETag, checked against If-Match.
+    version = models.PositiveIntegerField(default=1)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(version__gte=1), name="destination_version_positive"),
+            models.CheckConstraint(condition=~Q(name=""), name="destination_name_not_blank"),
+            models.CheckConstraint(condition=Q(format__in=DestinationFormat.values), name="destination_format_valid"),
+            models.CheckConstraint(
+                condition=Q(event_types__contained_by=EventType.values), name="destination_event_types_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(max_rate__isnull=True) | Q(max_rate__gt=0), name="destination_max_rate_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(max_in_flight__isnull=True) | Q(max_in_flight__gte=1),
+                name="destination_max_in_flight_positive",
+            ),
+            # Its upper bound, WEBHOOK_TIMEOUT, is a setting: the service holds it to that.
+            models.CheckConstraint(
+                condition=Q(timeout__isnull=True) | Q(timeout__gt=timedelta(0)), name="destination_timeout_positive"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def subscribes_to(self, event_type: str) -> bool:
+        return not self.event_types or event_type in self.event_types
+
+
+class DestinationSecret(models.Model):
+    """One signing secret of a destination, encrypted (delivery.secret_store); several sign during a rotation."""
+
+    destination = models.ForeignKey(Destination, on_delete=models.CASCADE, related_name="secrets")
+    ciphertext = models.TextField()
+    # The prefix and the key's first characters: what the console and the API show.
+    hint = models.CharField(max_length=32)
+    created_at = models.DateTimeField(auto_now_add=True)
+    # Null: in force. Set when a newer secret replaces it; it signs until then, and is deleted after.
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["destination", "-created_at"]
+        indexes = [
+            # The periodic drop of expired secrets reads only the few rotated ones.
+            models.Index(fields=["expires_at"], condition=Q(expires_at__isnull=False), name="destination_secret_expiry_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.hint} of {self.destination_id}"
 
 
 class DeliveryStatus(models.TextChoices):
@@ -22,14 +117,23 @@ class Delivery(models.Model):
 
     # Time-ordered: rows written together stay together in the key's index (runtime.ids).
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
-    # One delivery per occurrence, enforced by the database.
-    event = models.OneToOneField(
-        "scheduling.Event", on_delete=models.CASCADE, related_name="delivery"
+    # One delivery per occurrence and destination (delivery_one_per_destination),
+    # whose index, led by event_id, also serves every lookup by event: a second
+    # index of its own would only cost every insert one more write.
+    event = models.ForeignKey(
+        "scheduling.Event", on_delete=models.CASCADE, related_name="deliveries", db_index=False
     )
-    # Copied from the event so the worker's claim reads one table. Not indexed:
-    # the event's key is unique and an event has one delivery, so this is too;
+    # Null for history queued before destinations existed, and after its destination
+    # was deleted (refused while it has deliveries to send: delivery.services.destinations).
+    destination = models.ForeignKey(
+        Destination, on_delete=models.SET_NULL, null=True, blank=True, related_name="deliveries", db_index=False
+    )
+    # Copied from the event so the worker's claim reads one table: the same key
+    # at every destination (Standard Webhooks: one message, one id). Not indexed:
     # an index would cost every queued delivery one more random-page write.
     idempotency_key = models.CharField(max_length=32)
+    # The destination's URL, copied when queued so the worker's claim reads one
+    # table; an edit of the URL moves the unsent deliveries with it.
     endpoint_url = models.URLField(max_length=2000)
     # The JSON body, rendered when the event was claimed.
     payload = models.JSONField()
@@ -59,6 +163,8 @@ class Delivery(models.Model):
         verbose_name_plural = "deliveries"
         ordering = ["-created_at"]
         constraints = [
+            # NULLs are distinct: history rows without a destination never collide.
+            models.UniqueConstraint(fields=["event", "destination"], name="delivery_one_per_destination"),
             models.CheckConstraint(
                 condition=Q(status__in=DeliveryStatus.values), name="delivery_status_valid"
             ),

@@ -261,10 +261,13 @@ def webhook_url_validate(
 def webhook_url_setting_check() -> None:
     """Raise ImproperlyConfigured, in one line, when WEBHOOK_URL is a receiver the worker would refuse.
 
-    For run_scheduler and run_worker at start: refusing to start leaves the
-    greetings PENDING or QUEUED until the setting is fixed, where starting
-    would make every one of them DEAD.
+    For run_scheduler and run_worker at start: WEBHOOK_URL seeds the default
+    destination, and refusing to start leaves the greetings PENDING or QUEUED
+    until the setting is fixed, where starting would make every one of them
+    DEAD. Unset, it seeds nothing and there is nothing to check.
     """
+    if not settings.WEBHOOK_URL:
+        return
     try:
         webhook_url_validate(url=settings.WEBHOOK_URL)
     except ValidationError as exc:

@@ -164,10 +164,11 @@ class Scheduler(ProcessLoop):
             # Only batches that found work: the empty look at every wake-up would drown them.
             CLAIM_BATCH_DURATION.labels(kind=ProcessKind.SCHEDULER).observe(time.perf_counter() - started)
             logger.info(
-                "Claimed %s due event(s): %s queued for delivery, %s too late",
+                "Claimed %s due event(s): %s queued for delivery, %s too late, %s with no destination subscribed",
                 result.claimed,
                 result.queued,
                 result.too_late,
+                result.unsubscribed,
                 extra={"scheduler": self.name},
             )
         # Draining a large backlog can take minutes; the heartbeat must not fall

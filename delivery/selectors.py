@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Min, Q
+from django.db.models import Count, Min, Q, QuerySet
 
-from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus, Endpoint, EndpointState
+from delivery import secret_store
+from delivery.models import (
+    AttemptOutcome,
+    Delivery,
+    DeliveryAttempt,
+    DeliveryStatus,
+    Destination,
+    DestinationSecret,
+    Endpoint,
+    EndpointState,
+)
 from runtime.aggregates import counts_by, estimated_counts_by
 from scheduling.admin_log import admin_log_export
 
@@ -169,3 +179,41 @@ def endpoint_list(*, unhealthy_only: bool = False) -> list[Endpoint]:
     if unhealthy_only:
         endpoints = endpoints.exclude(state=EndpointState.HEALTHY)
     return list(endpoints)
+
+
+def destinations_for_claim() -> list[Destination]:
+    """The enabled destinations, read once per claim batch, locked FOR KEY SHARE until the batch commits.
+
+    The lock lets other claims read them too but makes an edit's or a
+    deletion's FOR UPDATE wait for the batch: the deliveries it queues are
+    then seen by the edit (moved to a new URL) or the deletion (refused).
+    """
+    table = Destination._meta.db_table
+    return list(Destination.objects.raw(f"SELECT * FROM {table} WHERE enabled ORDER BY id FOR KEY SHARE"))
+
+
+def destination_signing_secrets(*, destinations: Iterable[Destination], now: datetime) -> dict[int, list[str]]:
+    """Each destination's secrets in force at `now`, decrypted, newest first (the worker's signers)."""
+    by_destination: dict[int, list[str]] = {d.pk: [] for d in destinations}
+    rows = DestinationSecret.objects.filter(destination__in=list(by_destination)).order_by("-created_at", "-id")
+    for stored in rows:
+        if stored.expires_at is None or stored.expires_at > now:
+            by_destination[stored.destination_id].append(secret_store.secret_decrypt(stored.ciphertext))
+    return by_destination
+
+
+def destination_list() -> QuerySet[Destination]:
+    """The destinations by name, each with its secrets' hints (one more query per page)."""
+    return Destination.objects.order_by("name").prefetch_related("secrets")
+
+
+def destination_endpoints(*, destinations: Iterable[Destination]) -> dict[str, Endpoint]:
+    """The endpoint row of each destination's URL that has one (its health and pause), by URL."""
+    return {e.url: e for e in Endpoint.objects.filter(url__in=[d.url for d in destinations])}
+
+
+def destination_unsent_count(*, destination_id: int) -> int:
+    """How many deliveries the destination still has to send (QUEUED or SENDING)."""
+    return Delivery.objects.filter(
+        destination_id=destination_id, status__in=[DeliveryStatus.QUEUED, DeliveryStatus.SENDING]
+    ).count()

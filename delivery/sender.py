@@ -75,15 +75,16 @@ class Sender:
         lane.open += 1
         if delivery.probe:
             lane.probing = True
-        task = self.loop.create_task(self._send(delivery, slot_mono))
+        task = self.loop.create_task(self._send(lane, delivery, slot_mono))
         self.in_flight[task] = InFlight(lane=lane, delivery=delivery, open_at_start=lane.open)
         task.add_done_callback(self._finished)
 
-    async def _send(self, delivery: ClaimedDelivery, slot_mono: float | None) -> SendResult:
+    async def _send(self, lane: Lane, delivery: ClaimedDelivery, slot_mono: float | None) -> SendResult:
         if slot_mono is not None:
             await asyncio.sleep(slot_mono - time.monotonic())
         self.begun.add(delivery.id)
-        return await self.transport.send(delivery)
+        # Signed and timed as the lane's destination says (delivery.lanes follows its edits).
+        return await self.transport.send(delivery, signer=lane.signer, timeout=lane.timeout)
 
     def run(self, *, seconds: float, return_when: Callable[[], bool]) -> None:
         """Run the loop until `return_when()` says so after a request finished, nothing is open, or `seconds` pass.

@@ -14,6 +14,7 @@ WebhookTransport. A refusal is a permanent failure that made no request.
 from __future__ import annotations
 
 import email.utils
+import functools
 import json
 import time
 import urllib.parse
@@ -149,12 +150,10 @@ class WebhookTransport:
         self,
         *,
         timeout: float,
-        signer: WebhookSigner | None = None,
         policy: ReceiverPolicy | None = None,
         resolver: AbstractResolver | None = None,
     ) -> None:
         self.timeout = timeout
-        self._signer = signer
         self._policy = policy or ReceiverPolicy.from_settings()
         self._resolver = resolver
         self._screening: ScreeningResolver | None = None
@@ -186,6 +185,16 @@ class WebhookTransport:
             parsed = self._parsed[url] = yarl.URL(url)
         return parsed
 
+    @staticmethod
+    @functools.cache
+    def _timeout_of(seconds: float) -> aiohttp.ClientTimeout:
+        # Deadlines per step, not one for the whole request: while the thread
+        # waits out a database outage the loop does not run, and an answer
+        # that arrived meanwhile must count as an answer when it resumes.
+        # Arriving data cancels a read deadline; a total deadline would fire
+        # first and have a delivered message sent again.
+        return aiohttp.ClientTimeout(total=None, connect=seconds, sock_read=seconds)
+
     async def open(self) -> None:
         self._screening = ScreeningResolver(policy=self._policy, inner=self._resolver or DefaultResolver())
         self._session = self._new_session(resolver=self._screening)
@@ -196,12 +205,7 @@ class WebhookTransport:
     def _new_session(self, *, resolver: AbstractResolver | None) -> aiohttp.ClientSession:
         return aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=DNS_CACHE_SECONDS, resolver=resolver),
-            # Deadlines per step, not one for the whole request: while the thread
-            # waits out a database outage the loop does not run, and an answer
-            # that arrived meanwhile must count as an answer when it resumes.
-            # Arriving data cancels a read deadline; a total deadline would fire
-            # first and have a delivered message sent again.
-            timeout=aiohttp.ClientTimeout(total=None, connect=self.timeout, sock_read=self.timeout),
+            timeout=self._timeout_of(self.timeout),
             trust_env=False,
             auto_decompress=False,
             # The receiver's cookies are never sent back: each message stands alone.
@@ -243,14 +247,18 @@ class WebhookTransport:
         self._proxied_verdicts[key] = (now_mono + DNS_CACHE_SECONDS, verdict)
         return verdict
 
-    def headers_for(self, delivery: ClaimedDelivery, body: str) -> dict[str, str]:
+    def headers_for(self, delivery: ClaimedDelivery, body: str, signer: WebhookSigner | None) -> dict[str, str]:
         headers = {**self._headers, "X-Idempotency-Key": delivery.idempotency_key}
-        if self._signer is not None:
-            headers.update(self._signer.headers(msg_id=delivery.idempotency_key, body=body, sent_at=datetime.now(UTC)))
+        if signer is not None:
+            headers.update(signer.headers(msg_id=delivery.idempotency_key, body=body, sent_at=datetime.now(UTC)))
         return headers
 
-    async def send(self, delivery: ClaimedDelivery) -> SendResult:
+    async def send(
+        self, delivery: ClaimedDelivery, *, signer: WebhookSigner | None = None, timeout: float | None = None
+    ) -> SendResult:
+        """POST `delivery`, signed by its destination's `signer`, waiting `timeout` (default: the session's)."""
         body = delivery.body
+        timeout = timeout or self.timeout
         started_at = datetime.now(UTC)
         started_mono = time.monotonic()
 
@@ -277,16 +285,17 @@ class WebhookTransport:
             async with session.post(
                 self._url(url),
                 data=body.encode(),
-                headers=self.headers_for(delivery, body),
+                headers=self.headers_for(delivery, body, signer),
                 allow_redirects=False,
                 proxy=proxy,
+                timeout=self._timeout_of(timeout),
             ) as response:
                 excerpt = await _read_excerpt(response)
                 status, reason, retry_after_header = response.status, response.reason, response.headers.get("Retry-After")
         except AddressRefused as exc:
             return finish(AttemptOutcome.PERMANENT_FAILURE, error=str(exc), refused=True)
         except TimeoutError:
-            return finish(AttemptOutcome.TRANSIENT_FAILURE, error=f"Timed out after {self.timeout:g} s")
+            return finish(AttemptOutcome.TRANSIENT_FAILURE, error=f"Timed out after {timeout:g} s")
         except (aiohttp.InvalidURL, ValueError) as exc:
             return finish(AttemptOutcome.PERMANENT_FAILURE, error=f"Request failed: {_short(exc)}")
         except (aiohttp.ClientError, OSError) as exc:

@@ -23,10 +23,10 @@ from delivery.lanes import Lanes
 from delivery.metrics import CLAIM_BATCH_DURATION
 from delivery.selectors import next_retry_at
 from delivery.sender import Sender
+from delivery.services.destinations import destination_secrets_drop_expired
 from delivery.services.expiry import deliveries_expire_late
 from delivery.services.leases import deliveries_claim, deliveries_release, deliveries_renew_leases
 from delivery.services.record import deliveries_record
-from delivery.signing import WebhookSigner, parse_secrets
 from delivery.transport import ClaimedDelivery, WebhookTransport
 from runtime.database import DB_ERRORS, refresh_connection, reset_connection_after_error
 from runtime.loop import ProcessLoop, SideTask
@@ -86,15 +86,13 @@ class Worker(ProcessLoop):
         self.lease = settings.WEBHOOK_TIMEOUT + settings.DELIVERY_LEASE_MARGIN
         self.lanes = Lanes(
             worker=self.name,
-            default_url=settings.WEBHOOK_URL,
             concurrency=concurrency,
             batch_size=self.batch_size,
             max_rate=settings.WEBHOOK_MAX_RATE,
             max_in_flight=settings.WEBHOOK_MAX_IN_FLIGHT,
             lease=self.lease,
         )
-        secrets = parse_secrets(settings.WEBHOOK_SECRET)
-        transport = WebhookTransport(timeout=self.timeout, signer=WebhookSigner(secrets) if secrets else None)
+        transport = WebhookTransport(timeout=self.timeout)
         self.sender = Sender(transport=transport, after_each=self._start_ready_without_reserving)
         # Set from an outage until this worker has renewed its leases and recorded
         # its answers (see TAKEOVER_GRACE_BEYOND_TIMEOUT).
@@ -111,6 +109,7 @@ class Worker(ProcessLoop):
                 min(EXPIRE_EVERY, settings.EVENT_MAX_LATENESS.total_seconds() / 4),
                 self._expire_late,
             ),
+            SideTask("drop of expired signing secrets", EXPIRE_EVERY, self._drop_expired_secrets),
         ]
         # Both are first due an interval after the start, like the heartbeat after heartbeat(start=True).
         for task in self.side_tasks:
@@ -327,6 +326,10 @@ class Worker(ProcessLoop):
 
     def _expire_late(self, *, idle: float) -> None:
         deliveries_expire_late(now=timezone.now())
+
+    def _drop_expired_secrets(self, *, idle: float) -> None:
+        # The lanes already stopped signing with them at expiry; this only removes the rows.
+        destination_secrets_drop_expired(now=timezone.now())
 
     # --- stopping -----------------------------------------------------------------
 

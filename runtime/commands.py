@@ -46,8 +46,6 @@ class ProcessCommand(BaseCommand):
         parser.add_argument("--once", action="store_true", help=self.once_help)
 
     def handle(self, *args, interval, once, metrics_port, **options):
-        if not settings.WEBHOOK_URL:
-            raise CommandError(f"WEBHOOK_URL is not set: {self.what} would have nowhere to deliver to.")
         if interval <= 0:
             raise CommandError("--interval must be above 0.")
         if not 0 <= metrics_port <= 65535:

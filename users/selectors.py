@@ -106,8 +106,8 @@ def user_export(*, user_id) -> dict:
 
 
 def user_events(*, user_id) -> QuerySet[Event]:
-    """A user's events, newest first, each with its delivery (for retry_count), in one query."""
-    return event_list_for_user(user_id=user_id).select_related("delivery")
+    """A user's events, newest first, each with its deliveries (for retry_count), in two queries."""
+    return event_list_for_user(user_id=user_id).prefetch_related("deliveries")
 
 
 def users_by_external_id(*, external_ids: Collection[str]) -> dict[str, User]:

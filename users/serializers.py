@@ -65,15 +65,15 @@ EVENT_FIELD_HELP = {
 class EventSerializer(serializers.ModelSerializer):
     """One scheduled message of a recipient's (a birthday or wedding anniversary), and what became of it."""
 
-    # Attempts after the first, counted by the event's delivery: the one record
-    # of attempts (users.selectors.user_events joins it in the same query).
+    # Attempts after the first, counted by the event's deliveries: the record of
+    # attempts (users.selectors.user_events fetches them with the events).
     retry_count = serializers.SerializerMethodField(
-        help_text="Delivery attempts after the first; 0 until a first attempt fails."
+        help_text="Delivery attempts after the first at the destination that needed the most; "
+        "0 until a first attempt fails."
     )
 
     def get_retry_count(self, event: Event) -> int:
-        delivery = getattr(event, "delivery", None)
-        return max(delivery.attempts - 1, 0) if delivery is not None else 0
+        return max((d.attempts - 1 for d in event.deliveries.all()), default=0) if event.pk else 0
 
     class Meta:
         model = Event

@@ -96,6 +96,7 @@ class DeliveryAdmin(widgets.ViewOnlyPageMixin, BoundedListAdmin):
     list_display = [
         "idempotency_key",
         "recipient",
+        "destination",
         "status_badge",
         "attempts_used",
         "next_attempt_at",
@@ -104,7 +105,7 @@ class DeliveryAdmin(widgets.ViewOnlyPageMixin, BoundedListAdmin):
         "last_error_short",
         "updated_at",
     ]
-    list_select_related = ["event__user"]
+    list_select_related = ["event__user", "destination"]
     list_filter = ["status", LeaseFilter, AttemptOutcomeFilter]
     # Matched exactly (an indexed lookup) in get_search_results; listing the
     # field here is what shows the search box.
@@ -116,7 +117,8 @@ class DeliveryAdmin(widgets.ViewOnlyPageMixin, BoundedListAdmin):
     fieldsets = [
         (
             None,
-            {"fields": ["id", "idempotency_key", "event_link", "status_badge", "attempts_used", "endpoint_link"]},
+            {"fields": ["id", "idempotency_key", "event_link", "destination", "status_badge", "attempts_used",
+                        "endpoint_link"]},
         ),
         (
             "Schedule and lease",

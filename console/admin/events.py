@@ -11,7 +11,8 @@ from django.db.models import F, Q, TextField
 from django.db.models.functions import Cast
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 
 from console import widgets
 from console.pagination import BoundedListAdmin
@@ -24,9 +25,8 @@ EVENT_KEY = re.compile(r"^event-[0-9a-f]{16}$")
 
 
 def retries_of(event: Event) -> int:
-    """Attempts after the first, counted by the event's delivery (the one record of attempts)."""
-    delivery = getattr(event, "delivery", None) if event.pk else None
-    return max(delivery.attempts - 1, 0) if delivery is not None else 0
+    """Attempts after the first at the destination that needed the most (the deliveries record the attempts)."""
+    return max((d.attempts - 1 for d in event.deliveries.all()), default=0) if event.pk else 0
 
 
 class OverdueFilter(admin.SimpleListFilter):
@@ -95,8 +95,11 @@ class EventAdmin(BoundedListAdmin):
         "retries",
         "lateness",
     ]
-    # The delivery (a reverse one-to-one) joins in the same query, for `retries`.
-    list_select_related = ["user", "delivery"]
+    list_select_related = ["user"]
+
+    def get_queryset(self, request):
+        # The deliveries of a page's events in one more query, for `retries`.
+        return super().get_queryset(request).prefetch_related("deliveries")
     list_filter = ["status", "event_type", OverdueFilter, TargetWindowFilter]
     # What the search box looks in; get_search_results does the matching.
     search_fields = ["user__first_name", "user__last_name", "user__external_id"]
@@ -237,18 +240,25 @@ class EventAdmin(BoundedListAdmin):
     def retries(self, event: Event) -> int:
         return retries_of(event)
 
-    @admin.display(description="delivery")
+    @admin.display(description="deliveries")
     def delivery_link(self, event: Event):
-        delivery = getattr(event, "delivery", None) if event.pk else None
-        if delivery is None:
+        deliveries = list(event.deliveries.select_related("destination")) if event.pk else []
+        if not deliveries:
             return "— (none queued)"
-        return format_html(
-            '<a href="{}">{}</a> {} <span class="bs-muted">{} of {} attempts used</span>',
-            reverse("admin:delivery_delivery_change", args=[delivery.pk]),
-            delivery.idempotency_key,
-            widgets.badge(delivery.status, delivery.get_status_display()),
-            delivery.attempts,
-            delivery.max_attempts,
+        return format_html_join(
+            mark_safe("<br>"),
+            '<a href="{}">{}</a> {} {} <span class="bs-muted">{} of {} attempts used</span>',
+            (
+                (
+                    reverse("admin:delivery_delivery_change", args=[delivery.pk]),
+                    delivery.destination.name if delivery.destination else delivery.endpoint_url,
+                    delivery.idempotency_key,
+                    widgets.badge(delivery.status, delivery.get_status_display()),
+                    delivery.attempts,
+                    delivery.max_attempts,
+                )
+                for delivery in deliveries
+            ),
         )
 
     # --- actions ------------------------------------------------------------------

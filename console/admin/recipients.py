@@ -51,7 +51,7 @@ class EventInline(widgets.ReadOnlyInlineMixin, admin.TabularInline):
         return retries_of(event)
 
     def get_queryset(self, request):
-        return super().get_queryset(request).select_related("delivery")
+        return super().get_queryset(request).prefetch_related("deliveries")
 
 
 class TimezoneFilter(admin.SimpleListFilter):

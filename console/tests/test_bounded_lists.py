@@ -67,7 +67,7 @@ def test_events_in_one_status_come_by_send_time_and_otherwise_by_when_they_were_
 
 
 def test_deliveries_in_one_status_come_last_changed_first_and_otherwise_newest_first(console):
-    older, newer = (completed_event(UserFactory()).delivery for _ in range(2))
+    older, newer = (completed_event(UserFactory()).deliveries.get() for _ in range(2))
     Delivery.objects.filter(pk=older.pk).update(updated_at=newer.updated_at + timedelta(minutes=1))
 
     in_status = console.get(f"{A}delivery/delivery/", {"status__exact": "DELIVERED"}).context["cl"]

@@ -53,7 +53,7 @@ def sending(user, *, lease_left: timedelta):
 
 
 def test_list_shows_status_attempts_next_attempt_lease_and_last_error(console):
-    dead = failed_event(UserFactory(first_name="Grace", last_name="Hopper")).delivery
+    dead = failed_event(UserFactory(first_name="Grace", last_name="Hopper")).deliveries.get()
     leased = sending(UserFactory(), lease_left=timedelta(seconds=40))
 
     html = changelist(console).content.decode()
@@ -77,15 +77,15 @@ def test_list_queries_do_not_grow_with_rows(console, django_assert_max_num_queri
 
 
 def test_filter_by_status(console):
-    dead = failed_event(UserFactory()).delivery
+    dead = failed_event(UserFactory()).deliveries.get()
     completed_event(UserFactory())
 
     assert listed(changelist(console, status__exact=DeliveryStatus.DEAD)) == {dead.pk}
 
 
 def test_filter_by_attempt_outcome(console):
-    dead = failed_event(UserFactory()).delivery
-    delivered = completed_event(UserFactory()).delivery
+    dead = failed_event(UserFactory()).deliveries.get()
+    delivered = completed_event(UserFactory()).deliveries.get()
 
     assert listed(changelist(console, attempt_outcome=AttemptOutcome.TRANSIENT_FAILURE)) == {dead.pk}
     assert listed(changelist(console, attempt_outcome=AttemptOutcome.DELIVERED)) == {delivered.pk}
@@ -102,7 +102,7 @@ def test_filter_by_lease_tells_held_from_expired(console):
 
 
 def test_search_by_idempotency_key_or_event_id(console):
-    dead = failed_event(UserFactory()).delivery
+    dead = failed_event(UserFactory()).deliveries.get()
     completed_event(UserFactory())
 
     assert listed(changelist(console, q=dead.idempotency_key)) == {dead.pk}
@@ -114,7 +114,7 @@ def test_search_by_idempotency_key_or_event_id(console):
 
 
 def test_delivery_page_is_read_only_and_lists_its_attempts(console):
-    delivery = failed_event(UserFactory()).delivery
+    delivery = failed_event(UserFactory()).deliveries.get()
     url = reverse("admin:delivery_delivery_change", args=[delivery.pk])
 
     response = console.get(url)
@@ -128,7 +128,7 @@ def test_delivery_page_is_read_only_and_lists_its_attempts(console):
 
 
 def test_deliveries_cannot_be_added_or_deleted(console):
-    delivery = failed_event(UserFactory()).delivery
+    delivery = failed_event(UserFactory()).deliveries.get()
 
     assert console.get(reverse("admin:delivery_delivery_add")).status_code == 403
     assert console.get(reverse("admin:delivery_delivery_delete", args=[delivery.pk])).status_code == 403
@@ -146,7 +146,7 @@ def resend(console, deliveries):
 
 
 def test_resend_requeues_a_dead_delivery_and_logs_the_operator(console):
-    delivery = failed_event(UserFactory()).delivery
+    delivery = failed_event(UserFactory()).deliveries.get()
 
     response = resend(console, [delivery])
 
@@ -160,8 +160,8 @@ def test_resend_requeues_a_dead_delivery_and_logs_the_operator(console):
 
 
 def test_resend_refuses_deliveries_that_are_not_dead_and_resends_the_rest(console):
-    dead = failed_event(UserFactory()).delivery
-    delivered = completed_event(UserFactory()).delivery
+    dead = failed_event(UserFactory()).deliveries.get()
+    delivered = completed_event(UserFactory()).deliveries.get()
 
     response = resend(console, [dead, delivered])
 
@@ -177,8 +177,8 @@ def test_resend_refuses_deliveries_that_are_not_dead_and_resends_the_rest(consol
 def test_resending_twice_keeps_one_delivery_for_the_occurrence(console):
     event = failed_event(UserFactory())
 
-    resend(console, [event.delivery])
-    response = resend(console, [event.delivery])
+    resend(console, [event.deliveries.get()])
+    response = resend(console, [event.deliveries.get()])
 
     assert Delivery.objects.filter(event=event).count() == 1
     assert any("Resend refused" in m for m in messages_of(response))

@@ -67,7 +67,7 @@ def test_list_shows_each_endpoints_state_and_what_waits_on_it_not_its_history(co
     for status in (DeliveryStatus.QUEUED, DeliveryStatus.QUEUED, DeliveryStatus.SENDING):
         waiting_for(UserFactory(), failing.url, status=status)
     waiting_for(UserFactory(), paused.url)
-    delivered = completed_event(UserFactory()).delivery
+    delivered = completed_event(UserFactory()).deliveries.get()
     Delivery.objects.filter(pk=delivered.pk).update(endpoint_url=failing.url)
 
     html = changelist(console).content.decode()

@@ -24,7 +24,9 @@ from users.tests.factories import UserFactory
 
 CHANGELIST = "admin:scheduling_event_changelist"
 
-pytestmark = pytest.mark.django_db
+
+# Claims queue deliveries only for a destination: the default one, seeded from WEBHOOK_URL.
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("default_destination")]
 
 
 
@@ -247,7 +249,7 @@ def test_the_event_form_links_to_its_delivery(console):
 
     response = console.get(reverse("admin:scheduling_event_change", args=[event.pk]))
 
-    assert reverse("admin:delivery_delivery_change", args=[event.delivery.pk]) in response.content.decode()
+    assert reverse("admin:delivery_delivery_change", args=[event.deliveries.get().pk]) in response.content.decode()
 
 
 # --- actions -------------------------------------------------------------------------------

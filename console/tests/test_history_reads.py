@@ -239,9 +239,9 @@ def _history() -> dict:
             """
         )
         cursor.execute("ANALYZE scheduling_event, delivery_delivery, delivery_deliveryattempt, users_user")
-    endpoint(queued.delivery.endpoint_url)
+    endpoint(queued.deliveries.get().endpoint_url)
     return {
-        "event": event, "delivery": event.delivery, "failed": failed, "user": event.user,
+        "event": event, "delivery": event.deliveries.get(), "failed": failed, "user": event.user,
         "template": MessageTemplate.objects.get(event_type=EventType.BIRTHDAY),
     }
 

@@ -43,4 +43,4 @@ def test_an_apps_own_page_lists_its_models_by_name_as_django_does(console):
     response = console.get(reverse("admin:app_list", args=["delivery"]))
 
     (delivery,) = response.context["app_list"]
-    assert [model["object_name"] for model in delivery["models"]] == ["Delivery", "Endpoint"]
+    assert [model["object_name"] for model in delivery["models"]] == ["Delivery", "Destination", "Endpoint"]

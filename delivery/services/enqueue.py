@@ -3,9 +3,12 @@
 Per batch, on PostgreSQL: one SELECT locks the due events (FOR UPDATE SKIP
 LOCKED, so schedulers share the work without waiting on each other) and
 returns what Python needs as tuples, the recipients' send times and pauses
-from the user row it joins; two small SELECTs read the message templates and
-the event types' pauses. Then, in one pipeline (runtime.sql.pipeline), one UPDATE moves the
-events to PROCESSING (and one more moves the rare too-late and paused ones to FAILED)
+from the user row it joins; three small SELECTs read the message templates,
+the event types' pauses and the enabled destinations. Each occurrence gets one
+delivery per destination subscribed to its type, rendered in that destination's
+format, all under the occurrence's one idempotency key. Then, in one pipeline
+(runtime.sql.pipeline), one UPDATE moves the events to PROCESSING (and one more
+moves the rare too-late and paused ones to FAILED, one the unsubscribed to COMPLETED)
 while Python computes the next occurrences; one INSERT writes every claimed
 recipient's next occurrence while Python renders the messages, and one their
 deliveries; the moves are checked once their results are back. The
@@ -27,11 +30,14 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from delivery.models import Delivery, DeliveryStatus
+from delivery.formats import body_format
+from delivery.models import Delivery, DeliveryStatus, Destination
 from delivery.payload import webhook_payload
+from delivery.services.destinations import destinations_for_queueing
 from runtime.ids import uuid7
 from runtime.sql import execute, insert_rows, pipeline
 from runtime.wakeup import WORKER_CHANNEL, notify
+from scheduling.event_types import EventType
 from scheduling.handlers import RecipientRow
 from scheduling.models import Event, EventStatus
 from scheduling.pauses import EVENT_TYPE_PAUSED, RECIPIENT_PAUSED, PauseSpan
@@ -47,6 +53,8 @@ from users.models import User
 
 logger = logging.getLogger(__name__)
 
+NO_DESTINATION_REASON = "Nothing sent: no enabled destination subscribes to {type} events."
+
 
 @dataclass
 class EnqueueResult:
@@ -54,10 +62,12 @@ class EnqueueResult:
     too_late: int = 0
     # Held back by a pause of their recipient or of their type: FAILED, never sent.
     paused: int = 0
+    # Claimed with no enabled destination subscribed to their type: COMPLETED, nothing sent.
+    unsubscribed: int = 0
 
     @property
     def claimed(self) -> int:
-        return self.queued + self.too_late + self.paused
+        return self.queued + self.too_late + self.paused + self.unsubscribed
 
 
 class ClaimedEvent(NamedTuple):
@@ -94,20 +104,26 @@ class QueuedDeliveryRow(NamedTuple):
 
     id: uuid.UUID
     event_id: uuid.UUID
+    destination_id: int
+    endpoint_url: str
     idempotency_key: str
     payload: dict
 
 
-def queued_delivery_row(*, event_id: uuid.UUID, idempotency_key: str, payload: dict) -> QueuedDeliveryRow:
-    """A new delivery of the event's `payload`, as a row to insert."""
+def queued_delivery_row(
+    *, event_id: uuid.UUID, destination: Destination, idempotency_key: str, payload: dict
+) -> QueuedDeliveryRow:
+    """A new delivery of the event's standard `payload` to `destination`, in its format, as a row to insert."""
     # By position, in the fields' order: one call per row of a batch, and keywords cost more.
-    return QueuedDeliveryRow(uuid7(), event_id, idempotency_key, payload)
+    return QueuedDeliveryRow(
+        uuid7(), event_id, destination.pk, destination.url, idempotency_key,
+        body_format(format=destination.format, payload=payload),
+    )
 
 
 def queued_delivery_defaults(*, now: datetime) -> dict:
-    """What every new delivery shares: due now, to today's receiver, with a full budget of attempts."""
+    """What every new delivery shares: due now, with a full budget of attempts."""
     return {
-        "endpoint_url": settings.WEBHOOK_URL,
         "status": DeliveryStatus.QUEUED.value,
         "attempts": 0,
         "max_attempts": settings.DELIVERY_MAX_ATTEMPTS,
@@ -139,6 +155,8 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
         # Once per batch, in the batch's transaction: an operator's change
         # applies to every event claimed after it was saved, and to none queued before.
         templates = message_templates()
+        destinations = destinations_for_queueing()
+        on_time, unsubscribed = _split_by_subscription(events=on_time, destinations=destinations)
         # In a pipeline: PostgreSQL moves the events while Python computes the
         # next occurrences, and inserts those while Python renders the messages,
         # so each side works while the other would have waited. The next
@@ -147,6 +165,7 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
         with pipeline():
             moved_to_processing = _start_move_to_processing(events=on_time, now=now)
             moved_to_failed = _start_move_to_failed(too_late=too_late, held_back=held_back, claimed=claimed, now=now)
+            moved_to_completed = _start_move_to_completed(events=unsubscribed, now=now)
             # The next occurrences first, and their INSERT (the batch's costliest
             # statement: five index entries a row) sent as soon as they are
             # known, so PostgreSQL runs it while Python renders the messages;
@@ -162,7 +181,7 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
                 same_for_all=pending_event_defaults(now=now),
                 ignore_conflicts=True,
             )
-            deliveries = _rendered_deliveries(events=on_time, templates=templates)
+            deliveries = _rendered_deliveries(events=on_time, templates=templates, destinations=destinations)
             insert_rows(
                 Delivery,
                 QueuedDeliveryRow._fields,
@@ -175,9 +194,23 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
             # succeed; were one ever refused, OptimisticLockError rolls all back.
             moved_to_processing()
             moved_to_failed()
+            moved_to_completed()
     _too_late_log(events=too_late)
     _held_back_log(held_back=held_back)
-    return EnqueueResult(queued=len(on_time), too_late=len(too_late), paused=len(held_back))
+    return EnqueueResult(
+        queued=len(on_time), too_late=len(too_late), paused=len(held_back), unsubscribed=len(unsubscribed)
+    )
+
+
+def _split_by_subscription(
+    *, events: list[ClaimedEvent], destinations: list[Destination]
+) -> tuple[list[ClaimedEvent], list[ClaimedEvent]]:
+    """The events some destination receives, and those of a type no enabled destination subscribes to."""
+    subscribed_types = {t for t in EventType.values if any(d.subscribes_to(t) for d in destinations)}
+    sendable, unsubscribed = [], []
+    for event in events:
+        (sendable if event.event_type in subscribed_types else unsubscribed).append(event)
+    return sendable, unsubscribed
 
 
 def _due_events_lock(*, now: datetime, batch_size: int) -> list[ClaimedEvent]:
@@ -259,6 +292,23 @@ def _start_move_to_failed(
     )
 
 
+def _start_move_to_completed(*, events: list[ClaimedEvent], now: datetime) -> Callable[[], list[uuid.UUID]]:
+    """Send the UPDATE that completes the events nobody receives; the function returned checks it.
+
+    Nothing to send is not a failure (an operator chose which types each
+    destination receives), so COMPLETED, with the reason saying why nothing went out.
+    """
+    return start_events_transition(
+        events=[EventRef(event.id, event.version) for event in events],
+        source=EventStatus.PENDING,
+        target=EventStatus.COMPLETED,
+        actor=Actor.SCHEDULER,
+        now=now,
+        changes={"executed_at": now},
+        per_event={"failure_reason": [NO_DESTINATION_REASON.format(type=event.event_type) for event in events]},
+    )
+
+
 def _hours(delta: timedelta) -> str:
     return f"{delta.total_seconds() / 3600:.1f} h"
 
@@ -286,24 +336,27 @@ def _next_pending_events(*, claimed: list[ClaimedEvent], now: datetime) -> list[
 
 
 def _rendered_deliveries(
-    *, events: list[ClaimedEvent], templates: Mapping[str, str]
+    *, events: list[ClaimedEvent], templates: Mapping[str, str], destinations: list[Destination]
 ) -> list[QueuedDeliveryRow]:
-    """A delivery for each event, its message rendered from the recipient and the type's template."""
-    return [
-        queued_delivery_row(
+    """A delivery for each event and destination subscribed to its type, its message rendered once per event."""
+    by_type = {t: [d for d in destinations if d.subscribes_to(t)] for t in EventType.values}
+    rows = []
+    for event in events:
+        payload = webhook_payload(
             event_id=event.id,
-            idempotency_key=event.idempotency_key,
-            payload=webhook_payload(
-                event_id=event.id,
-                event_type=event.event_type,
-                occurrence_date=event.occurrence_date,
-                target_utc=event.target_timestamp_utc,
-                recipient=event.recipient,
-                template=templates[event.event_type],
-            ),
+            event_type=event.event_type,
+            occurrence_date=event.occurrence_date,
+            target_utc=event.target_timestamp_utc,
+            recipient=event.recipient,
+            template=templates[event.event_type],
         )
-        for event in events
-    ]
+        rows += [
+            queued_delivery_row(
+                event_id=event.id, destination=destination, idempotency_key=event.idempotency_key, payload=payload
+            )
+            for destination in by_type[event.event_type]
+        ]
+    return rows
 
 
 def _held_back_log(*, held_back: Mapping[uuid.UUID, str]) -> None:

@@ -3,7 +3,8 @@
 A delivery waits without spending attempts while its endpoint is failing or
 paused, so attempts alone no longer bound how late it can arrive. The same
 rule as for our own downtime bounds it: still QUEUED EVENT_MAX_LATENESS after
-it was queued, it is DEAD and its event FAILED, with the reason.
+it was queued, it is DEAD, and its event FAILED with the reason once its
+other deliveries ended too.
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ from django.db import connection, transaction
 
 from delivery.models import Delivery, DeliveryStatus
 from delivery.retry import late_reason
+from delivery.services.conclude import events_conclude
 from delivery.services.transitions import Rows, deliveries_transition
-from scheduling.models import EventStatus
-from scheduling.services.transitions import Actor, EventRef, events_transition
 
 logger = logging.getLogger(__name__)
 
@@ -66,15 +66,7 @@ def deliveries_expire_late(*, now: datetime) -> int:
             )
             moved_ids = {delivery_id for delivery_id, _ in moved}
             kept = [(row, reason) for row, reason in zip(rows, reasons, strict=True) if row[0] in moved_ids]
-            events_transition(
-                events=[EventRef(row[1]) for row, _ in kept],
-                source=EventStatus.PROCESSING,
-                target=EventStatus.FAILED,
-                actor=Actor.WORKER,
-                now=now,
-                per_event={"failure_reason": [reason for _, reason in kept]},
-                strict=False,
-            )
+            events_conclude(event_ids={row[1] for row, _ in kept}, now=now)
         expired += len(kept)
         logger.warning(
             "Failed %s deliveries still waiting on their receiver past EVENT_MAX_LATENESS", len(kept),

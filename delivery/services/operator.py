@@ -1,4 +1,11 @@
-"""An operator's resend: a FAILED event's one delivery goes back to the queue, same key."""
+"""An operator's resend: dead deliveries go back to the queue, same key, each to its destination.
+
+Per destination: resending a DEAD delivery queues it again, and takes its
+FAILED event back to PROCESSING (an event with other deliveries still running
+stays PROCESSING). Per event: every DEAD delivery of a FAILED event is queued
+again; the delivered ones are not sent twice. An event that failed before it
+had any delivery (claimed too late) gets one per destination subscribed now.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +15,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from delivery.models import Delivery, DeliveryStatus
+from delivery.formats import body_format
+from delivery.models import Delivery, DeliveryStatus, Destination
 from delivery.payload import webhook_payload
+from delivery.services.destinations import destinations_for_queueing
 from delivery.services.enqueue import QueuedDeliveryRow, queued_delivery_defaults, queued_delivery_row
 from delivery.services.transitions import Rows, deliveries_transition
 from runtime.sql import insert_rows
@@ -24,42 +33,38 @@ logger = logging.getLogger(__name__)
 
 
 def event_resend(*, event: Event, operator: str) -> Event:
-    """Send a FAILED event again, under the same idempotency key.
+    """Send a FAILED event's dead deliveries again, under the same idempotency key.
 
-    Its one delivery is queued again (or created, if the event failed before it
-    had one) with a fresh budget of attempts, to today's receiver, with the
-    message rendered from the recipient and the type's template as they are
-    now; never a second delivery.
+    Each is queued again with a fresh budget of attempts, to its destination's
+    URL, with the message rendered from the recipient and the type's template
+    as they are now, in the destination's format; never a second delivery to
+    one destination.
     """
     with transaction.atomic():
-        current = Event.objects.select_for_update().select_related("user").filter(pk=event.pk).first()
-        if current is None:
-            # Deleted since the operator saw it: old history pruned
-            # (delivery.services.retention), or the recipient deleted.
-            raise InvalidStateTransition(f"Event {event.id} no longer exists; there is nothing to resend.")
-        event = current
+        event = _event_locked(event=event)
         if event.status != EventStatus.FAILED:
             raise InvalidStateTransition(
                 f"Only FAILED events can be resent; event {event.id} (version "
                 f"{event.version}) is {event.status}."
             )
-        handler = get_handler(event.event_type)
-        if not type(event.user).objects.filter(handler.applies_to, pk=event.user_id).exists():
-            # The recipient no longer has this kind of event (their anniversary
-            # date was cleared): there is nothing to celebrate, and the message
-            # could not be rendered.
-            raise InvalidStateTransition(
-                f"Event {event.id} is a {event.get_event_type_display().lower()} the recipient no longer "
-                "has (its date was removed); there is nothing to resend."
-            )
-        events_transition(
-            events=[event],
-            source=EventStatus.FAILED,
-            target=EventStatus.PROCESSING,
-            actor=Actor.OPERATOR,
-            changes={"failure_reason": ""},
-        )
-        _delivery_requeue(event=event)
+        dead = list(Delivery.objects.select_for_update(of=("self",)).select_related("destination").filter(
+            event_id=event.id, status=DeliveryStatus.DEAD
+        ))
+        has_deliveries = bool(dead) or Delivery.objects.filter(event_id=event.id).exists()
+        if has_deliveries and not dead:
+            raise InvalidStateTransition(f"Event {event.id} has no DEAD delivery; there is nothing to resend.")
+        if not has_deliveries:
+            destinations = [d for d in destinations_for_queueing() if d.subscribes_to(event.event_type)]
+            if not destinations:
+                raise InvalidStateTransition(
+                    f"No enabled destination subscribes to {event.event_type} events; event {event.id} has "
+                    "nowhere to be sent."
+                )
+        _event_reopen(event=event)
+        if has_deliveries:
+            _deliveries_requeue(event=event, deliveries=dead)
+        else:
+            _deliveries_create(event=event, destinations=destinations)
     logger.info(
         "Operator %s resent event",
         operator,
@@ -69,19 +74,57 @@ def event_resend(*, event: Event, operator: str) -> Event:
 
 
 def delivery_resend(*, delivery: Delivery, operator: str) -> Delivery:
-    """Resend a DEAD delivery: its FAILED event goes back to the queue."""
-    if delivery.status != DeliveryStatus.DEAD:
+    """Resend one DEAD delivery (one destination's); its FAILED event is PROCESSING again until it ends."""
+    with transaction.atomic():
+        event = _event_locked(event=delivery.event)
+        current = Delivery.objects.select_for_update(of=("self",)).select_related("destination").get(pk=delivery.pk)
+        if current.status != DeliveryStatus.DEAD:
+            raise InvalidStateTransition(
+                f"Only DEAD deliveries can be resent; delivery {current.id} is {current.status}."
+            )
+        if event.status == EventStatus.FAILED:
+            _event_reopen(event=event)
+        _deliveries_requeue(event=event, deliveries=[current])
+    logger.info(
+        "Operator %s resent delivery",
+        operator,
+        extra={"operator": operator, "delivery_id": str(current.id), "idempotency_key": current.idempotency_key},
+    )
+    current.refresh_from_db()
+    return current
+
+
+def _event_locked(*, event: Event) -> Event:
+    """The event as it is now, locked, with its recipient; refused if there is nothing to resend."""
+    current = Event.objects.select_for_update().select_related("user").filter(pk=event.pk).first()
+    if current is None:
+        # Deleted since the operator saw it: old history pruned
+        # (delivery.services.retention), or the recipient deleted.
+        raise InvalidStateTransition(f"Event {event.id} no longer exists; there is nothing to resend.")
+    handler = get_handler(current.event_type)
+    if not type(current.user).objects.filter(handler.applies_to, pk=current.user_id).exists():
+        # The recipient no longer has this kind of event (their anniversary
+        # date was cleared): there is nothing to celebrate, and the message
+        # could not be rendered.
         raise InvalidStateTransition(
-            f"Only DEAD deliveries can be resent; delivery {delivery.id} is {delivery.status}."
+            f"Event {current.id} is a {current.get_event_type_display().lower()} the recipient no longer "
+            "has (its date was removed); there is nothing to resend."
         )
-    event_resend(event=delivery.event, operator=operator)
-    delivery.refresh_from_db()
-    return delivery
+    return current
 
 
-def _delivery_requeue(*, event: Event) -> None:
-    now = timezone.now()
-    payload = webhook_payload(
+def _event_reopen(*, event: Event) -> None:
+    events_transition(
+        events=[event],
+        source=EventStatus.FAILED,
+        target=EventStatus.PROCESSING,
+        actor=Actor.OPERATOR,
+        changes={"failure_reason": ""},
+    )
+
+
+def _payload(*, event: Event) -> dict:
+    return webhook_payload(
         event_id=event.id,
         event_type=event.event_type,
         occurrence_date=event.occurrence_date,
@@ -89,25 +132,41 @@ def _delivery_requeue(*, event: Event) -> None:
         recipient=event.user,
         template=message_templates()[event.event_type],
     )
-    delivery = Delivery.objects.select_for_update().filter(event_id=event.id).first()
-    if delivery is None:
-        insert_rows(
-            Delivery,
-            QueuedDeliveryRow._fields,
-            [queued_delivery_row(event_id=event.id, idempotency_key=event.idempotency_key, payload=payload)],
-            same_for_all=queued_delivery_defaults(now=now),
-        )
-    else:
+
+
+def _deliveries_create(*, event: Event, destinations: list[Destination]) -> None:
+    payload = _payload(event=event)
+    insert_rows(
+        Delivery,
+        QueuedDeliveryRow._fields,
+        [
+            queued_delivery_row(
+                event_id=event.id, destination=destination, idempotency_key=event.idempotency_key, payload=payload
+            )
+            for destination in destinations
+        ],
+        same_for_all=queued_delivery_defaults(now=timezone.now()),
+    )
+    notify(WORKER_CHANNEL)
+
+
+def _deliveries_requeue(*, event: Event, deliveries: list[Delivery]) -> None:
+    """Queue the DEAD `deliveries` again: to their destination's URL and format as they are now."""
+    now = timezone.now()
+    payload = _payload(event=event)
+    for delivery in deliveries:
+        destination = delivery.destination
         moved = deliveries_transition(
             source=DeliveryStatus.DEAD,
             target=DeliveryStatus.QUEUED,
             select=Rows(ids=[delivery.id], attempts=[delivery.attempts]),
             now=now,
-            # Today's receiver; the old error stays in the attempt log; attempt
-            # numbers keep counting, with a fresh budget on top.
+            # The old error stays in the attempt log; attempt numbers keep
+            # counting, with a fresh budget on top. A delivery whose
+            # destination was deleted goes, in the standard format, where it went.
             changes={
-                "payload": payload,
-                "endpoint_url": settings.WEBHOOK_URL,
+                "payload": body_format(format=destination.format, payload=payload) if destination else payload,
+                "endpoint_url": destination.url if destination else delivery.endpoint_url,
                 "last_error": "",
                 "next_attempt_at": now,
                 "requeued_at": now,

@@ -5,8 +5,8 @@ Per batch: the endpoint's health first when its answers say anything new
 so every decision knows whether the receiver is down; then one UPDATE of the
 deliveries for each outcome kind present (delivered, to retry, waiting on the
 endpoint, dead), each checked against the lease; one insert of
-the attempt log for the rows whose lease held; one UPDATE of their events for
-each final outcome. A result whose lease was lost (another worker took the
+the attempt log for the rows whose lease held; then the events whose last
+delivery ended here conclude (delivery.services.conclude). A result whose lease was lost (another worker took the
 delivery over) changes nothing: that worker owns it now and resends it under
 the same idempotency key.
 """
@@ -27,12 +27,11 @@ from django.utils import timezone
 from delivery.health import Answer, Health, HealthPolicy, Signal, signal_of
 from delivery.models import AttemptOutcome, DeliveryAttempt, DeliveryStatus
 from delivery.retry import Decision, RetryPolicy, decide
+from delivery.services.conclude import events_conclude
 from delivery.services.endpoints import Verdict, endpoint_note_success, endpoint_record_answers
 from delivery.services.transitions import Rows, deliveries_transition
 from delivery.transport import SendResult
 from runtime.copy import copy_rows
-from scheduling.models import EventStatus
-from scheduling.services.transitions import Actor, EventRef, events_transition
 
 logger = logging.getLogger(__name__)
 
@@ -160,32 +159,10 @@ def _attempts_log(*, records: list[AttemptRecord]) -> None:
     copy_rows(DeliveryAttempt, AttemptLogRow._fields, rows)
 
 
-def _events_follow(
-    *, records: list[AttemptRecord], event_ids: Mapping[uuid.UUID, uuid.UUID], now: datetime
-) -> None:
-    """The events of the delivered and the dead deliveries become COMPLETED and FAILED."""
-    # The event follows its delivery. Its version is not checked: while the
-    # delivery is under lease nothing else may move the event (user edits skip
-    # PROCESSING events; a resend needs a DEAD delivery).
-    for target, status in ((EventStatus.COMPLETED, DeliveryStatus.DELIVERED), (EventStatus.FAILED, DeliveryStatus.DEAD)):
-        group = [r for r in records if r.decision.status == status]
-        events = [EventRef(event_ids[r.delivery_id]) for r in group]
-        moved = events_transition(
-            events=events,
-            source=EventStatus.PROCESSING,
-            target=target,
-            actor=Actor.WORKER,
-            now=now,
-            changes={"executed_at": now} if target == EventStatus.COMPLETED else None,
-            per_event={"failure_reason": [r.decision.reason for r in group]} if target == EventStatus.FAILED else None,
-            strict=False,
-        )
-        if len(moved) != len(events):
-            logger.error(
-                "%s event(s) were not PROCESSING when their delivery finished; delivery outcome kept",
-                len(events) - len(moved),
-                extra={"event_ids": [str(e.id) for e in events if e.id not in set(moved)][:20]},
-            )
+def _events_follow(*, records: list[AttemptRecord], event_ids: Mapping[uuid.UUID, uuid.UUID], now: datetime) -> None:
+    """The events of the deliveries that ended here conclude, if this was their last delivery to end."""
+    ended = (DeliveryStatus.DELIVERED, DeliveryStatus.DEAD)
+    events_conclude(event_ids={event_ids[r.delivery_id] for r in records if r.decision.status in ended}, now=now)
 
 
 def deliveries_record(

@@ -7,11 +7,13 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from freezegun import freeze_time
 
+from delivery.services.destinations import destinations_seed_default
 from delivery.services.enqueue import _claim_sql, deliveries_enqueue_due
 from scheduling.models import Event, EventStatus
 from users.services import user_create, users_bulk_create_with_events
 
-pytestmark = pytest.mark.django_db
+# The claim sends to destinations: WEBHOOK_URL seeds the default one.
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("default_destination")]
 
 
 @freeze_time("2027-05-05T06:00:00Z")
@@ -47,6 +49,7 @@ def test_a_claim_batch_sends_the_same_statements_for_5_recipients_as_for_60_each
         ]
     )
     Event.objects.update(target_timestamp_utc=datetime.now(UTC) - timedelta(seconds=1))
+    destinations_seed_default()  # before, not within, the first batch measured
 
     assert _claim_statements(5) == _claim_statements(60)
 

@@ -18,9 +18,10 @@ from scheduling.models import EventStatus, EventType, MessageTemplate
 from scheduling.services.messages import message_template_save
 from users.services import user_create, user_update
 
-pytestmark = pytest.mark.django_db
-
 DEFAULT = "Hey, {} it's your birthday"
+
+# Claims queue deliveries only for a destination: the default one, seeded from WEBHOOK_URL.
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("default_destination")]
 
 
 def new_user(first_name: str, last_name: str, **overrides):

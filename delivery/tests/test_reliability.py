@@ -104,6 +104,48 @@ def test_sigkill_mid_delivery_is_resent_with_the_same_key_after_the_lease(delive
     assert Event.objects.get(pk=delivery.event_id).status == EventStatus.COMPLETED
 
 
+def test_sigkill_mid_send_to_three_destinations_resends_each_once_with_the_same_key(delivery_settings, tmp_path):
+    from delivery.services.destinations import destination_create
+    from delivery.tests.conftest import ScriptedSink
+
+    delivery_settings.WEBHOOK_URL = ""
+    delivery_settings.WEBHOOK_TIMEOUT = timedelta(seconds=3)
+    with ScriptedSink() as crm, ScriptedSink() as chat, ScriptedSink() as hr:
+        sinks = (crm, chat, hr)
+        for name, sink, format_ in (("crm", crm, "standard"), ("chat", chat, "slack"), ("hr", hr, "teams")):
+            destination_create(name=name, url=sink.url, operator="ops", format=format_)
+        create_due_users(1)
+        deliveries_enqueue_due()
+        event = Event.objects.get(status=EventStatus.PROCESSING)
+        # Every receiver holds the first request (the worker is killed meanwhile), then accepts.
+        for sink in sinks:
+            sink.script(event.idempotency_key, Reply(status=200, delay=20), Reply(status=200))
+        env = process_env(delivery_settings)
+
+        doomed = start_process(["run_worker", "--concurrency", "1"], env, tmp_path / "doomed.log")
+        wait_until(lambda: all(len(sink.received) == 1 for sink in sinks), 30, "a request at each receiver")
+        doomed.send_signal(signal.SIGKILL)
+        doomed.wait(timeout=10)
+        assert set(Delivery.objects.values_list("status", flat=True)) == {DeliveryStatus.SENDING}
+
+        rescuer = start_process(["run_worker", "--concurrency", "1"], env, tmp_path / "rescuer.log")
+        try:
+            wait_until(
+                lambda: Event.objects.get(pk=event.pk).status == EventStatus.COMPLETED,
+                60,
+                "every delivery to be taken over and delivered, and the event completed",
+            )
+        finally:
+            assert stop_all([rescuer]) == [0]
+
+        for sink in sinks:
+            assert sink.keys() == [event.idempotency_key, event.idempotency_key]
+        for delivery in Delivery.objects.all():
+            assert list(delivery.attempt_log.values_list("number", "outcome")) == [
+                (1, AttemptOutcome.ABANDONED), (2, AttemptOutcome.DELIVERED)
+            ]
+
+
 @pytest.mark.parametrize("concurrency", ["1", "4"])
 def test_sigterm_during_sends_exits_0_loses_nothing_and_leaves_nothing_sending(
     delivery_settings, sink, tmp_path, concurrency

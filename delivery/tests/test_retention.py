@@ -212,9 +212,9 @@ def test_the_selection_reads_the_history_index_and_probes_the_unique_index(produ
     # tables this small, hashing all of them can look cheaper than probing: not on
     # a production table, where a batch probes the index once per id.
     for statement, index in (
-        ("DELETE FROM delivery_deliveryattempt WHERE", "delivery_delivery_event_id_key"),
+        ("DELETE FROM delivery_deliveryattempt WHERE", "delivery_one_per_destination"),
         ("DELETE FROM delivery_deliveryattempt WHERE", "attempt_unique_number"),
-        ("DELETE FROM delivery_delivery WHERE", "delivery_delivery_event_id_key"),
+        ("DELETE FROM delivery_delivery WHERE", "delivery_one_per_destination"),
         ("DELETE FROM scheduling_event WHERE", "scheduling_event_pkey"),
     ):
         _, plan = production_plan(

@@ -28,13 +28,13 @@ from delivery.transport import (
 from devtools.sink import Reply
 
 
-def send_all(transport: WebhookTransport, *deliveries: ClaimedDelivery) -> list:
+def send_all(transport: WebhookTransport, *deliveries: ClaimedDelivery, **options) -> list:
     """Send on a fresh event loop, one after the other, over one session (as a worker does)."""
 
     async def run():
         await transport.open()
         try:
-            return [await transport.send(delivery) for delivery in deliveries]
+            return [await transport.send(delivery, **options) for delivery in deliveries]
         finally:
             await transport.close()
 
@@ -126,7 +126,7 @@ def test_signed_requests_verify_with_the_standard_webhooks_library(sink):
     secret = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
     sink.default = Reply(status=204, body=b"")
 
-    send(WebhookTransport(timeout=5, signer=WebhookSigner([secret])), claimed(sink.url))
+    send_all(WebhookTransport(timeout=5), claimed(sink.url), signer=WebhookSigner([secret]))
 
     request = sink.received[0]
     headers = {k: v for k, v in request.headers.items()}
@@ -159,6 +159,15 @@ def test_a_hanging_receiver_is_a_timeout(sink):
     sink.default = Reply(delay=1.5)
 
     result = send(WebhookTransport(timeout=0.3), claimed(sink.url))
+
+    assert result.outcome == AttemptOutcome.TRANSIENT_FAILURE
+    assert result.error == "Timed out after 0.3 s"
+
+
+def test_a_destinations_shorter_timeout_applies_to_its_request(sink):
+    sink.default = Reply(delay=1.5)
+
+    [result] = send_all(WebhookTransport(timeout=5), claimed(sink.url), timeout=0.3)
 
     assert result.outcome == AttemptOutcome.TRANSIENT_FAILURE
     assert result.error == "Timed out after 0.3 s"

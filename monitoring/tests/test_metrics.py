@@ -286,7 +286,9 @@ def queue_deliveries_to(url: str, count: int, *, status: str = DeliveryStatus.QU
     Delivery.objects.filter(idempotency_key__in=keys).update(**fields)
 
 
-def test_each_endpoint_has_its_state_failures_backlog_and_how_long_it_has_been_down(client, metrics_settings):
+def test_each_endpoint_has_its_state_failures_backlog_and_how_long_it_has_been_down(
+    client, metrics_settings, default_destination
+):
     now = timezone.now()
     Endpoint.objects.create(
         url=RECEIVER,

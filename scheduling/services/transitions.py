@@ -46,12 +46,15 @@ EVENT_TRANSITIONS: Mapping[tuple[str, str], Actor] = {
     # Claimed later than EVENT_MAX_LATENESS, or while its recipient or its type
     # was paused (scheduling.pauses): never sent, failed at once.
     (PENDING, FAILED): Actor.SCHEDULER,
-    # Its delivery was accepted by the receiver.
+    # Claimed when no enabled destination subscribes to its type: nothing to send.
+    (PENDING, COMPLETED): Actor.SCHEDULER,
+    # Its last delivery ended, and every one was accepted by its receiver.
     (PROCESSING, COMPLETED): Actor.WORKER,
-    # Its delivery died (a permanent failure, or every attempt used).
+    # Its last delivery ended, and one or more died (a permanent failure, every
+    # attempt used, or too late): the reason names their destinations.
     (PROCESSING, FAILED): Actor.WORKER,
-    # Sent again under the same idempotency key (support cases: the receiver
-    # was down for days, a bug was fixed). Only an operator may, so no
+    # Its dead deliveries sent again under the same idempotency key (support
+    # cases: the receiver was down for days, a bug was fixed). Only an operator may, so no
     # automatic path (scheduler, worker, user edits) can ever take it.
     (FAILED, PROCESSING): Actor.OPERATOR,
 }

@@ -80,6 +80,15 @@ def test_every_operation_documents_its_errors(anonymous_client):
         ("GET", "/api/v1/event-types/"): {"200", "404"} | auth,
         ("GET", "/api/v1/event-types/{event_type}/"): {"200", "404"} | auth,
         ("PATCH", "/api/v1/event-types/{event_type}/"): {"200", "404"} | auth | body,
+        ("GET", "/api/v1/destinations/"): {"200", "404"} | auth,
+        ("POST", "/api/v1/destinations/"): {"201"} | auth | body,
+        ("GET", "/api/v1/destinations/{id}/"): {"200", "404"} | auth,
+        ("PUT", "/api/v1/destinations/{id}/"): {"200", "404", "412"} | auth | body,
+        ("PATCH", "/api/v1/destinations/{id}/"): {"200", "404", "412"} | auth | body,
+        ("DELETE", "/api/v1/destinations/{id}/"): {"204", "400", "404", "409", "412"} | auth,
+        ("POST", "/api/v1/destinations/{id}/rotate-secret/"): {"200", "404"} | auth | body,
+        ("POST", "/api/v1/destinations/{id}/pause/"): {"200", "404", "409"} | auth | body,
+        ("POST", "/api/v1/destinations/{id}/resume/"): {"200", "404", "409"} | auth | body,
     }
 
 

@@ -20,6 +20,6 @@ class Command(ProcessCommand):
     def process(self, *, interval, once, stop, batch_size, claimers, **options) -> Scheduler:
         if batch_size < 1 or claimers < 1:
             raise CommandError("--batch-size and --claimers must be at least 1.")
-        # It queues every greeting to WEBHOOK_URL: one the worker would refuse would only go DEAD.
+        # WEBHOOK_URL seeds the default destination: one the worker would refuse would only go DEAD.
         webhook_url_setting_check()
         return Scheduler(batch_size=batch_size, claimers=claimers, interval=interval, once=once, stop=stop)

@@ -1,0 +1,187 @@
+"""Destinations in the operator console: where greetings go, their secrets (hints only), Pause and Resume.
+
+Every change goes through delivery.services.destinations, as from the API. A
+new secret (on creation, on rotation) is shown once, in the page's messages,
+and never rendered again.
+"""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import ValidationError
+from django.http import HttpResponseRedirect
+from django.urls import reverse
+from django.utils.html import format_html_join
+
+from console import widgets
+from console.admin.endpoints import endpoint_state_badge
+from delivery.models import Destination, EndpointState
+from delivery.selectors import destination_endpoints, destination_unsent_count
+from delivery.services import destinations as services
+from scheduling.event_types import EventType
+
+SECRET_SHOWN_ONCE = (
+    "Signing secret of {name}, shown this once (copy it to the receiver now; afterwards only its hint is "
+    "shown): {value}"
+)
+
+
+class DestinationForm(forms.ModelForm):
+    url = forms.URLField(max_length=2000, assume_scheme="https", help_text="Where its deliveries are POSTed.")
+    event_types = forms.MultipleChoiceField(
+        choices=EventType.choices, required=False, widget=forms.CheckboxSelectMultiple,
+        help_text="None ticked: every event type, including types added later.",
+    )
+    secret = forms.CharField(
+        required=False, strip=True, widget=forms.PasswordInput(render_value=False),
+        help_text="On creation only: a secret of your own (whsec_ + base64 of 24 to 64 bytes). Left empty, one "
+        "is made and shown once.",
+    )
+
+    class Meta:
+        model = Destination
+        fields = ["name", "url", "event_types", "format", "enabled", "max_rate", "max_in_flight", "timeout"]
+
+    def clean(self):
+        cleaned = super().clean()
+        values = {name: cleaned[name] for name in services.EDITABLE_FIELDS if name in cleaned}
+        try:
+            cleaned.update(services.destination_values_clean(values=values, exclude=self.instance.pk))
+        except ValidationError as exc:
+            for field, errors in exc.message_dict.items():
+                self.add_error(field if field in self.fields else None, errors)
+        return cleaned
+
+    def validate_unique(self):
+        # The service's check names the field; the model's would query the same thing again.
+        return
+
+
+class DestinationChangeList(ChangeList):
+    """The change list, with the endpoint of each destination of the page read in one query."""
+
+    def get_results(self, request):
+        super().get_results(request)
+        self.result_list = list(self.result_list)
+        endpoints = destination_endpoints(destinations=self.result_list)
+        for destination in self.result_list:
+            destination.endpoint = endpoints.get(destination.url)
+
+
+@admin.register(Destination)
+class DestinationAdmin(admin.ModelAdmin):
+    form = DestinationForm
+    list_display = ["name", "url", "subscriptions", "format", "enabled", "endpoint_state", "updated_by", "updated_at"]
+    list_filter = ["enabled", "format"]
+    search_fields = ["name", "url"]
+    actions = ["rotate_secret", "drop_previous_secrets", "pause", "resume"]
+    readonly_fields = ["secret_hints", "endpoint_state", "created_by", "created_at", "updated_by", "updated_at"]
+
+    def get_fieldsets(self, request, obj=None):
+        main = ["name", "url", "event_types", "format", "enabled"]
+        if obj is None:
+            main.append("secret")
+        return [
+            (None, {"fields": main}),
+            ("Pace", {"fields": ["max_rate", "max_in_flight", "timeout"],
+                      "description": "Empty: WEBHOOK_MAX_RATE, WEBHOOK_MAX_IN_FLIGHT, WEBHOOK_TIMEOUT."}),
+            ("Signing", {"fields": ["secret_hints"]}),
+            ("State", {"fields": ["endpoint_state", "created_by", "created_at", "updated_by", "updated_at"]}),
+        ]
+
+    def get_changelist(self, request, **kwargs):
+        return DestinationChangeList
+
+    def get_actions(self, request):
+        # Deleting goes through the page of one destination, which refuses while deliveries wait.
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
+
+    # --- columns ------------------------------------------------------------------
+
+    @admin.display(description="subscriptions")
+    def subscriptions(self, destination: Destination) -> str:
+        labels = dict(EventType.choices)
+        return ", ".join(labels[t] for t in destination.event_types) if destination.event_types else "every type"
+
+    @admin.display(description="endpoint")
+    def endpoint_state(self, destination: Destination):
+        if not hasattr(destination, "endpoint"):
+            destination.endpoint = destination_endpoints(destinations=[destination]).get(destination.url)
+        if destination.endpoint is None:
+            return widgets.badge("COMPLETED", EndpointState.HEALTHY.label)
+        return endpoint_state_badge(destination.endpoint)
+
+    @admin.display(description="signing secrets")
+    def secret_hints(self, destination: Destination):
+        secrets = list(destination.secrets.order_by("-created_at", "-id")) if destination.pk else []
+        if not secrets:
+            return "— (unsigned)"
+        return format_html_join(
+            "", "<div><code>{}</code> <span class='bs-muted'>{}</span></div>",
+            ((s.hint, f"until {s.expires_at:%Y-%m-%d %H:%M}" if s.expires_at else "in force") for s in secrets),
+        )
+
+    # --- writes ---------------------------------------------------------------------
+
+    def save_model(self, request, obj, form, change):
+        operator = request.user.get_username()
+        values = {name: form.cleaned_data[name] for name in services.EDITABLE_FIELDS if name in form.cleaned_data}
+        if change:
+            services.destination_update(destination=obj, operator=operator, changes=values)
+            return
+        created = services.destination_create(operator=operator, secret=form.cleaned_data.get("secret"), **values)
+        obj.pk = created.destination.pk
+        self.message_user(request, SECRET_SHOWN_ONCE.format(name=obj.name, value=created.value), messages.WARNING)
+
+    def delete_view(self, request, object_id, extra_context=None):
+        # Asked before the confirmation page: the service refuses again under the row lock.
+        unsent = destination_unsent_count(destination_id=int(object_id)) if str(object_id).isdigit() else 0
+        if unsent:
+            self.message_user(
+                request, f"This destination still has {unsent} deliveries to send: disable it and let them finish "
+                "before deleting it.", messages.ERROR,
+            )
+            return HttpResponseRedirect(reverse("admin:delivery_destination_change", args=[object_id]))
+        return super().delete_view(request, object_id, extra_context)
+
+    def delete_model(self, request, obj):
+        services.destination_delete(destination=obj, operator=request.user.get_username())
+
+    # --- actions ---------------------------------------------------------------------
+
+    @admin.action(description="Rotate the signing secret of the selected destinations", permissions=["change"])
+    def rotate_secret(self, request, queryset):
+        operator = request.user.get_username()
+        for destination in queryset:
+            rotated = services.destination_rotate_secret(destination=destination, operator=operator)
+            self.log_change(request, destination, f"Signing secret rotated by operator {operator}.")
+            self.message_user(
+                request, SECRET_SHOWN_ONCE.format(name=destination.name, value=rotated.value), messages.WARNING
+            )
+
+    @admin.action(description="Stop signing with the previous secrets now (end the grace period)",
+                  permissions=["change"])
+    def drop_previous_secrets(self, request, queryset):
+        operator = request.user.get_username()
+        for destination in queryset:
+            dropped = services.destination_drop_previous_secrets(destination=destination, operator=operator)
+            self.log_change(request, destination, f"{dropped} previous secrets dropped by operator {operator}.")
+        self.message_user(request, "Only the newest secret signs from now on.", messages.SUCCESS)
+
+    @admin.action(description="Pause the selected destinations", permissions=["change"])
+    def pause(self, request, queryset):
+        widgets.run_operator_action(
+            self, request, queryset, service=services.destination_pause, verb="Pause", kwarg="destination",
+            outcome="paused",
+        )
+
+    @admin.action(description="Resume the selected destinations", permissions=["change"])
+    def resume(self, request, queryset):
+        widgets.run_operator_action(
+            self, request, queryset, service=services.destination_resume, verb="Resume", kwarg="destination",
+            outcome="resumed",
+        )

@@ -1,0 +1,14 @@
+from django.core.management.base import BaseCommand
+
+from delivery.services.destinations import destination_secrets_reencrypt
+
+
+class Command(BaseCommand):
+    help = (
+        "Encrypt every destination's signing secrets again under the first key of WEBHOOK_SECRET_KEYS, "
+        "after a new key was put first: then the old keys can be removed from the setting."
+    )
+
+    def handle(self, *args, **options):
+        count = destination_secrets_reencrypt()
+        self.stdout.write(f"Encrypted {count} signing secrets under the first key of WEBHOOK_SECRET_KEYS.")

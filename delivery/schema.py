@@ -1,0 +1,94 @@
+"""The OpenAPI description of the destinations API, beside the serializers' field help (config.openapi adds
+the errors every operation shares). Applied to DestinationViewSet as the decorator `destination_schema`."""
+
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view
+
+from config.openapi import IF_MATCH, ErrorSerializer, etag_header
+from delivery.serializers import DestinationSerializer, NewSecretSerializer, RotateSecretSerializer
+
+NEW_DESTINATION = OpenApiExample(
+    "The team's Slack channel, birthdays only",
+    value={
+        "name": "team-slack",
+        "url": "https://hooks.slack.com/services/T000/B000/XXXX",
+        "event_types": ["BIRTHDAY"],
+        "format": "slack",
+    },
+    request_only=True,
+)
+CREATED = OpenApiExample(
+    "Created, with its secret shown this once",
+    value={
+        "id": 3, "name": "team-slack", "url": "https://hooks.slack.com/services/T000/B000/XXXX",
+        "event_types": ["BIRTHDAY"], "format": "slack", "enabled": True, "max_rate": 1.0,
+        "max_in_flight": None, "timeout": None,
+        "secrets": [{"hint": "whsec_q2Vd…", "created_at": "2026-11-26T08:00:00Z", "expires_at": None}],
+        "paused": False, "endpoint_state": "HEALTHY", "created_by": "ops-alice", "updated_by": "ops-alice",
+        "created_at": "2026-11-26T08:00:00Z", "updated_at": "2026-11-26T08:00:00Z", "version": 1,
+        "secret": "whsec_q2Vd0c3rR0kP8nY5uWm0K3b8eXhI1tqO6o2QmJxkR2A=",
+    },
+    response_only=True,
+    status_codes=["201"],
+)
+IN_USE = OpenApiResponse(
+    ErrorSerializer,
+    "It still has deliveries to send (disable it and let them finish first), or it is already paused / not "
+    "paused. Nothing changed.",
+)
+EDITS = (
+    "Send the ETag you read in If-Match so that a change made meanwhile by someone else is not overwritten. "
+    "Takes effect on every worker within seconds. A new URL takes the deliveries not yet delivered with it; "
+    "a new format or set of event types applies to occurrences claimed from now on. A secret cannot be "
+    "changed here: use rotate-secret."
+)
+
+destination_schema = extend_schema_view(
+    list=extend_schema(summary="List destinations", description="Every destination, by name."),
+    retrieve=extend_schema(summary="Read a destination", parameters=[etag_header(200)]),
+    create=extend_schema(
+        summary="Create a destination",
+        description=(
+            "name and url are required. The answer carries its signing secret in `secret`: the only time it "
+            "is ever shown (afterwards only its hint). Give `secret` to use one of your own."
+        ),
+        parameters=[etag_header(201)],
+        examples=[NEW_DESTINATION, CREATED],
+    ),
+    update=extend_schema(
+        summary="Replace a destination's settings", description=EDITS, parameters=[IF_MATCH, etag_header(200)]
+    ),
+    partial_update=extend_schema(
+        summary="Change some of a destination's settings",
+        description=EDITS,
+        parameters=[IF_MATCH, etag_header(200)],
+        examples=[OpenApiExample("Switch it off", value={"enabled": False}, request_only=True)],
+    ),
+    destroy=extend_schema(
+        summary="Delete a destination",
+        description="Its delivered history stays, without a destination. Refused (409) while it has deliveries "
+        "to send.",
+        parameters=[IF_MATCH],
+        responses={204: None, 409: IN_USE},
+    ),
+    rotate_secret=extend_schema(
+        summary="Rotate a destination's signing secret",
+        description=(
+            "Adds a new secret, shown in this answer only. The previous ones keep signing beside it (several "
+            "signatures in webhook-signature) for DESTINATION_SECRET_GRACE (24 h by default), then are dropped."
+        ),
+        request=RotateSecretSerializer,
+        responses={200: NewSecretSerializer},
+    ),
+    pause=extend_schema(
+        summary="Pause a destination",
+        description="Its deliveries wait QUEUED, without spending attempts, until resumed.",
+        request=None,
+        responses={200: DestinationSerializer, 409: IN_USE},
+    ),
+    resume=extend_schema(
+        summary="Resume a paused destination",
+        description="Its waiting deliveries go out in due order.",
+        request=None,
+        responses={200: DestinationSerializer, 409: IN_USE},
+    ),
+)

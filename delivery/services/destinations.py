@@ -1,0 +1,356 @@
+"""Writes to destinations: create, edit, delete, rotate a secret, pause and resume; the default's seeding.
+
+Every write validates what it is given and raises ValidationError naming the
+field (the API answers 400), changing nothing. The row lock each write takes
+(FOR UPDATE) is the one the scheduler's claim waits on (it reads the enabled
+destinations FOR KEY SHARE, delivery.selectors.destinations_for_claim), so an
+edit and a claim never interleave: a URL edit moves every unsent delivery, and
+a deletion sees every delivery queued for the destination.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import URLValidator
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from delivery import secret_store
+from delivery.models import (
+    Delivery,
+    DeliveryStatus,
+    Destination,
+    DestinationFormat,
+    DestinationSecret,
+    Endpoint,
+)
+from delivery.receiver_addresses import webhook_url_validate
+from delivery.selectors import destination_unsent_count, destinations_for_claim
+from delivery.services.endpoints import endpoint_pause, endpoint_resume, endpoints_ensure
+from delivery.signing import parse_secrets
+from scheduling.event_types import EventType
+
+logger = logging.getLogger(__name__)
+
+# What an operator may set on a destination (besides its secrets).
+EDITABLE_FIELDS = ("name", "url", "event_types", "format", "enabled", "max_rate", "max_in_flight", "timeout")
+DEFAULT_NAME = "default"
+UNSENT = (DeliveryStatus.QUEUED, DeliveryStatus.SENDING)
+
+
+class DestinationInUse(Exception):
+    """A destination with deliveries still to send cannot be deleted: they would lose their receiver."""
+
+
+class DestinationVersionMismatch(Exception):
+    """The destination was changed since the caller read it: the version it expects is gone."""
+
+    def __init__(self, *, current_version: int):
+        super().__init__(f"The destination is at version {current_version}.")
+        self.current_version = current_version
+
+
+def _lock_current(*, destination: Destination, expected_versions: Collection[int] | None) -> Destination | None:
+    """The destination's row as stored now, locked until the transaction ends (None if deleted meanwhile).
+
+    DestinationVersionMismatch if the caller expects versions it is no longer at (None: any will do).
+    """
+    current = Destination.objects.select_for_update().filter(pk=destination.pk).first()
+    if current is not None and expected_versions is not None and current.version not in expected_versions:
+        raise DestinationVersionMismatch(current_version=current.version)
+    return current
+
+
+@dataclass(frozen=True)
+class NewSecret:
+    """A secret just made: the only moment its value is known outside the database."""
+
+    destination: Destination
+    secret: DestinationSecret
+    value: str
+
+
+def destination_url_validate(*, url: str) -> str:
+    """The destination URL, if it is one a worker may POST to; ValidationError on `url` if not."""
+    url = url.strip()
+    try:
+        URLValidator(schemes=["http", "https"])(url)
+    except ValidationError:
+        raise ValidationError({"url": ["Enter an http or https URL."]}) from None
+    if len(url) > Destination._meta.get_field("url").max_length:
+        raise ValidationError({"url": ["A URL of at most 2000 characters."]})
+    try:
+        # The rules the worker applies at each connection, checked here first:
+        # https, and no address behind us unless its network is allowed.
+        webhook_url_validate(url=url)
+    except ValidationError as exc:
+        raise ValidationError({"url": exc.messages}) from None
+    return url
+
+
+def destination_values_clean(*, values: Mapping[str, Any], exclude: int | None = None) -> dict[str, Any]:
+    """The values given for a destination (other than `exclude`), checked and normalised; ValidationError
+    naming every field at fault. What every write below checks first, and what a form checks before it."""
+    cleaned = _cleaned(values)
+    _unique_fields_checked(values=cleaned, exclude=exclude)
+    return cleaned
+
+
+def _cleaned(values: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = set(values) - set(EDITABLE_FIELDS)
+    if unknown:
+        raise ValidationError({name: ["Not a destination field one may set."] for name in sorted(unknown)})
+    cleaned, errors = dict(values), {}
+    if "name" in values:
+        cleaned["name"] = (values["name"] or "").strip()
+        if not cleaned["name"]:
+            errors["name"] = ["A destination needs a name."]
+        elif len(cleaned["name"]) > Destination._meta.get_field("name").max_length:
+            errors["name"] = ["A name of at most 100 characters."]
+    if "url" in values:
+        try:
+            cleaned["url"] = destination_url_validate(url=values["url"] or "")
+        except ValidationError as exc:
+            errors.update(exc.message_dict)
+    if "event_types" in values:
+        types = list(values["event_types"] or [])
+        wrong = [t for t in types if t not in EventType.values]
+        if wrong:
+            errors["event_types"] = [f"Not an event type: {', '.join(map(str, wrong))} (one of {', '.join(EventType.values)})."]
+        elif len(set(types)) != len(types):
+            errors["event_types"] = ["An event type is named twice."]
+        cleaned["event_types"] = types
+    if "format" in values and values["format"] not in DestinationFormat.values:
+        errors["format"] = [f"One of {', '.join(DestinationFormat.values)}."]
+    if values.get("max_rate") is not None and not values["max_rate"] > 0:
+        errors["max_rate"] = ["Requests per second above 0, or none for WEBHOOK_MAX_RATE."]
+    if values.get("max_in_flight") is not None and not values["max_in_flight"] >= 1:
+        errors["max_in_flight"] = ["At least 1, or none for WEBHOOK_MAX_IN_FLIGHT."]
+    timeout = values.get("timeout")
+    if timeout is not None and not timedelta(0) < timeout <= settings.WEBHOOK_TIMEOUT:
+        errors["timeout"] = [
+            f"Above 0 and at most WEBHOOK_TIMEOUT ({settings.WEBHOOK_TIMEOUT.total_seconds():g} s): "
+            "deliveries' leases are sized from it."
+        ]
+    if errors:
+        raise ValidationError(errors)
+    return cleaned
+
+
+def _unique_fields_checked(*, values: Mapping[str, Any], exclude: int | None = None) -> None:
+    """A friendly error for a name or URL another destination has (the unique keys still decide)."""
+    errors = {}
+    others = Destination.objects.exclude(pk=exclude)
+    if "name" in values and others.filter(name=values["name"]).exists():
+        errors["name"] = ["Another destination has this name."]
+    if "url" in values and others.filter(url=values["url"]).exists():
+        errors["url"] = ["Another destination has this URL."]
+    if errors:
+        raise ValidationError(errors)
+
+
+def _saved(destination: Destination, *, values: Mapping[str, Any]) -> None:
+    try:
+        with transaction.atomic():
+            destination.save()
+    except IntegrityError:
+        # Another write took the name or URL between the check and this one.
+        _unique_fields_checked(values=values, exclude=destination.pk)
+        raise
+
+
+def destination_create(
+    *,
+    name: str,
+    url: str,
+    operator: str,
+    event_types: Sequence[str] = (),
+    format: str = DestinationFormat.STANDARD,  # noqa: A002 - the field's name
+    enabled: bool = True,
+    max_rate: float | None = None,
+    max_in_flight: int | None = None,
+    timeout: timedelta | None = None,
+    secret: str | None = None,
+) -> NewSecret:
+    """A new destination with one signing secret (made here unless `secret` is given), returned once."""
+    values = _cleaned(
+        {"name": name, "url": url, "event_types": event_types, "format": format, "enabled": enabled,
+         "max_rate": max_rate, "max_in_flight": max_in_flight, "timeout": timeout}
+    )
+    value = _secret_value(secret)
+    with transaction.atomic():
+        _unique_fields_checked(values=values)
+        destination = Destination(**values, created_by=operator, updated_by=operator)
+        _saved(destination, values=values)
+        stored = _secret_add(destination=destination, value=value)
+    logger.info("Destination created by %s", operator, extra={"destination": destination.name, "operator": operator})
+    return NewSecret(destination=destination, secret=stored, value=value)
+
+
+def destination_update(
+    *, destination: Destination, operator: str, changes: Mapping[str, Any],
+    expected_versions: Collection[int] | None = None,
+) -> Destination:
+    """Apply `changes` (fields of EDITABLE_FIELDS); a new URL takes the deliveries not yet delivered with it."""
+    values = _cleaned(changes)
+    with transaction.atomic():
+        current = _lock_current(destination=destination, expected_versions=expected_versions)
+        if current is None:
+            raise Destination.DoesNotExist(f"Destination {destination.pk} no longer exists.")
+        _unique_fields_checked(values=values, exclude=current.pk)
+        old_url = current.url
+        for name, value in values.items():
+            setattr(current, name, value)
+        current.updated_by = operator
+        current.version += 1
+        _saved(current, values=values)
+        moved = 0
+        if current.url != old_url:
+            # A SENDING one finishes its request to the old URL; a retry goes to the new one.
+            moved = Delivery.objects.filter(destination=current, status__in=UNSENT).update(endpoint_url=current.url)
+    logger.info(
+        "Destination changed by %s", operator,
+        extra={"destination": current.name, "operator": operator, "fields": sorted(values), "moved": moved},
+    )
+    return current
+
+
+def destination_delete(
+    *, destination: Destination, operator: str, expected_versions: Collection[int] | None = None
+) -> None:
+    """Delete a destination that has nothing left to send; DestinationInUse if it has.
+
+    Its history keeps its deliveries and attempts, without a destination.
+    Disable it first and let its queue drain (or pause it and wait for expiry).
+    """
+    with transaction.atomic():
+        current = _lock_current(destination=destination, expected_versions=expected_versions)
+        if current is None:
+            return
+        unsent = destination_unsent_count(destination_id=current.pk)
+        if unsent:
+            raise DestinationInUse(
+                f"Destination {current.name} still has {unsent} deliveries to send: disable it and let them "
+                "finish before deleting it."
+            )
+        current.delete()
+    logger.info("Destination deleted by %s", operator, extra={"destination": destination.name, "operator": operator})
+
+
+def destination_rotate_secret(*, destination: Destination, operator: str, secret: str | None = None) -> NewSecret:
+    """Add a new signing secret; the ones in force sign beside it for DESTINATION_SECRET_GRACE, then go."""
+    value = _secret_value(secret)
+    now = timezone.now()
+    with transaction.atomic():
+        current = Destination.objects.select_for_update().get(pk=destination.pk)
+        current.secrets.filter(expires_at__isnull=True).update(expires_at=now + settings.DESTINATION_SECRET_GRACE)
+        stored = _secret_add(destination=current, value=value)
+        current.updated_by = operator
+        current.version += 1
+        current.save(update_fields=["updated_by", "updated_at", "version"])
+    logger.info(
+        "Destination secret rotated by %s", operator,
+        extra={"destination": current.name, "operator": operator, "secret_hint": stored.hint},
+    )
+    return NewSecret(destination=current, secret=stored, value=value)
+
+
+def destination_drop_previous_secrets(*, destination: Destination, operator: str) -> int:
+    """End a rotation's grace period now: only the newest secret signs from here on; return how many went."""
+    dropped, _ = destination.secrets.filter(expires_at__isnull=False).delete()
+    logger.info(
+        "Destination's previous secrets dropped by %s", operator,
+        extra={"destination": destination.name, "operator": operator, "dropped": dropped},
+    )
+    return dropped
+
+
+def destination_secrets_drop_expired(*, now: datetime) -> int:
+    """Delete the secrets whose grace period is over (a few rows, read through their partial index)."""
+    dropped, _ = DestinationSecret.objects.filter(expires_at__lte=now).delete()
+    return dropped
+
+
+def destination_secrets_reencrypt() -> int:
+    """Encrypt every stored secret under the first key of WEBHOOK_SECRET_KEYS; return how many rows."""
+    count = 0
+    with transaction.atomic():
+        for stored in DestinationSecret.objects.select_for_update():
+            stored.ciphertext = secret_store.secret_reencrypt(stored.ciphertext)
+            stored.save(update_fields=["ciphertext"])
+            count += 1
+    return count
+
+
+def destination_endpoint(*, destination: Destination) -> Endpoint:
+    """The endpoint row of the destination's URL (its health and pause), made if no worker has yet."""
+    return endpoints_ensure(urls=[destination.url])[destination.url]
+
+
+def destination_pause(*, destination: Destination, operator: str) -> Endpoint:
+    """Pause the destination's endpoint: its deliveries wait QUEUED until resumed."""
+    return endpoint_pause(endpoint=destination_endpoint(destination=destination), operator=operator)
+
+
+def destination_resume(*, destination: Destination, operator: str) -> Endpoint:
+    return endpoint_resume(endpoint=destination_endpoint(destination=destination), operator=operator)
+
+
+def destinations_for_queueing() -> list[Destination]:
+    """The enabled destinations, locked FOR KEY SHARE for the caller's transaction; the default one seeded first
+    if there is none at all (WEBHOOK_URL)."""
+    destinations = destinations_for_claim()
+    if not destinations and destinations_seed_default() is not None:
+        destinations = destinations_for_claim()
+    return destinations
+
+
+def destinations_seed_default() -> Destination | None:
+    """The destination WEBHOOK_URL and WEBHOOK_SECRET describe, made when no destination exists.
+
+    How an installation from before destinations keeps sending without a
+    change: subscribed to every event type, standard format, signed with every
+    secret of WEBHOOK_SECRET (all in force, as they were). None when there is
+    nothing to seed. Two processes seeding at once: the name's unique key keeps one.
+    """
+    if not settings.WEBHOOK_URL or Destination.objects.exists():
+        return None
+    secrets = parse_secrets(settings.WEBHOOK_SECRET)
+    try:
+        with transaction.atomic():
+            destination = Destination.objects.create(
+                name=DEFAULT_NAME, url=settings.WEBHOOK_URL, created_by="WEBHOOK_URL", updated_by="WEBHOOK_URL"
+            )
+            for value in secrets:
+                _secret_add(destination=destination, value=value)
+    except IntegrityError:
+        return None
+    logger.warning(
+        "Seeded the destination %r from WEBHOOK_URL (no destination existed); unset WEBHOOK_URL once "
+        "destinations are managed from the console or the API", DEFAULT_NAME,
+        extra={"destination": DEFAULT_NAME},
+    )
+    return destination
+
+
+def _secret_value(secret: str | None) -> str:
+    if secret is None or secret == "":
+        return secret_store.secret_generate()
+    try:
+        return secret_store.secret_check(secret)
+    except ValidationError as exc:
+        raise ValidationError({"secret": exc.messages}) from None
+
+
+def _secret_add(*, destination: Destination, value: str) -> DestinationSecret:
+    return DestinationSecret.objects.create(
+        destination=destination, ciphertext=secret_store.secret_encrypt(value), hint=secret_store.secret_hint(value)
+    )
+

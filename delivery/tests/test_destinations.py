@@ -1,0 +1,579 @@
+"""Destinations: their secrets, formats, services, the fan-out at claim time and when an occurrence is done."""
+
+import base64
+import logging
+import threading
+from datetime import date, timedelta
+
+import pytest
+from cryptography.fernet import Fernet
+from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.db import connection, transaction
+from django.utils import timezone
+from standardwebhooks.webhooks import Webhook
+
+from delivery import secret_store
+from delivery.formats import DISCORD_CONTENT_MAX, body_format
+from delivery.models import Delivery, DeliveryStatus, Destination, DestinationSecret, Endpoint, EndpointState
+from delivery.scheduler import Scheduler
+from delivery.selectors import destination_signing_secrets
+from delivery.services.conclude import events_conclude
+from delivery.services.destinations import (
+    DestinationInUse,
+    destination_create,
+    destination_delete,
+    destination_drop_previous_secrets,
+    destination_pause,
+    destination_resume,
+    destination_rotate_secret,
+    destination_secrets_drop_expired,
+    destination_secrets_reencrypt,
+    destination_update,
+)
+from delivery.tests.conftest import make_due
+from delivery.worker import Worker
+from devtools.sink import Reply
+from scheduling.models import Event, EventStatus, EventType
+from users.services import user_create
+
+pytestmark = pytest.mark.django_db
+
+PAYLOAD = {
+    "message": "Hey, Ada Lovelace it's your birthday",
+    "event_id": "01a2",
+    "event_type": "BIRTHDAY",
+    "user_id": "5d23",
+    "occurrence_date": "2026-03-08",
+    "target_timestamp_utc": "2026-03-08T14:00:00+00:00",
+}
+
+
+def new_destination(name: str, url: str | None = None, **fields) -> Destination:
+    return destination_create(name=name, url=url or f"https://{name}.example.org/hook", operator="ops", **fields).destination
+
+
+def due_user(**overrides):
+    """A recipient with a birthday and a wedding anniversary, both due now."""
+    fields = {
+        "first_name": "Ada", "last_name": "Lovelace", "date_of_birth": date(1990, 3, 8),
+        "timezone": "America/New_York", "anniversary_date": date(2015, 6, 1),
+    }
+    user = user_create(**{**fields, **overrides})
+    make_due(list(user.events.all()))
+    return user
+
+
+# --- secrets ---------------------------------------------------------------------------
+
+
+def test_a_generated_secret_is_whsec_and_32_random_bytes_and_the_signing_library_takes_it():
+    value = secret_store.secret_generate()
+
+    assert value.startswith("whsec_")
+    assert len(base64.b64decode(value.removeprefix("whsec_"))) == 32
+    assert value != secret_store.secret_generate()
+    Webhook(value)
+
+
+@pytest.mark.parametrize(
+    "value", ["abc", "whsec_", "whsec_not base64!", "whsec_" + base64.b64encode(b"x" * 23).decode(),
+              "whsec_" + base64.b64encode(b"x" * 65).decode()],
+)
+def test_a_supplied_secret_must_be_whsec_and_base64_of_24_to_64_bytes(value):
+    with pytest.raises(ValidationError) as raised:
+        secret_store.secret_check(value)
+
+    assert value.removeprefix("whsec_") not in " ".join(raised.value.messages) or value == "whsec_"
+
+
+def test_a_hint_shows_the_prefix_and_four_characters_only():
+    value = "whsec_" + base64.b64encode(b"k" * 32).decode()
+
+    assert secret_store.secret_hint(value) == value[:10] + "…"
+
+
+def test_a_secret_is_stored_encrypted_and_decrypts_to_itself(settings):
+    settings.WEBHOOK_SECRET_KEYS = [Fernet.generate_key().decode()]
+    value = secret_store.secret_generate()
+
+    ciphertext = secret_store.secret_encrypt(value)
+
+    assert value not in ciphertext and value.removeprefix("whsec_") not in ciphertext
+    assert secret_store.secret_decrypt(ciphertext) == value
+
+
+def test_without_keys_the_secret_key_derives_one_and_a_new_secret_key_cannot_decrypt(settings):
+    ciphertext = secret_store.secret_encrypt("whsec_" + base64.b64encode(b"k" * 32).decode())
+    settings.SECRET_KEY = "another-secret-key-entirely"
+
+    with pytest.raises(ImproperlyConfigured):
+        secret_store.secret_decrypt(ciphertext)
+
+
+def test_moving_from_the_derived_key_to_explicit_keys_is_set_them_and_reencrypt(settings):
+    created = destination_create(name="hr", url="https://hr.example.org/hook", operator="ops")
+    settings.WEBHOOK_SECRET_KEYS = [Fernet.generate_key().decode()]
+
+    destination_secrets_reencrypt()
+    settings.SECRET_KEY = "another-secret-key-entirely"
+
+    assert destination_signing_secrets(destinations=[created.destination], now=timezone.now()) == {
+        created.destination.pk: [created.value]
+    }
+
+
+def test_the_encryption_key_rotates_old_first_then_new_first_then_old_dropped_after_reencrypting(settings):
+    old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+    settings.WEBHOOK_SECRET_KEYS = [old]
+    created = destination_create(name="hr", url="https://hr.example.org/hook", operator="ops")
+
+    settings.WEBHOOK_SECRET_KEYS = [new, old]
+    assert destination_signing_secrets(destinations=[created.destination], now=timezone.now()) == {
+        created.destination.pk: [created.value]
+    }
+    settings.WEBHOOK_SECRET_KEYS = [new]
+    with pytest.raises(ImproperlyConfigured):
+        destination_signing_secrets(destinations=[created.destination], now=timezone.now())
+
+    settings.WEBHOOK_SECRET_KEYS = [new, old]
+    assert destination_secrets_reencrypt() == 1
+    settings.WEBHOOK_SECRET_KEYS = [new]
+    assert destination_signing_secrets(destinations=[created.destination], now=timezone.now()) == {
+        created.destination.pk: [created.value]
+    }
+
+
+# --- formats -----------------------------------------------------------------------------
+
+# The bodies each service documents for its incoming webhooks, as JSON-schema-like checks:
+# Slack (api.slack.com/messaging/webhooks: "text" required), Discord
+# (discord.com/developers/docs/resources/webhook#execute-webhook: "content" up to 2000
+# characters), Teams (learn.microsoft.com, legacy actionable message card reference:
+# "@type": "MessageCard", "@context", and "summary" or "text").
+SCHEMAS = {
+    "slack": {"required": {"text": str}, "optional": {}, "max_length": {}},
+    "discord": {"required": {"content": str}, "optional": {}, "max_length": {"content": DISCORD_CONTENT_MAX}},
+    "teams": {
+        "required": {"@type": str, "@context": str, "text": str, "summary": str},
+        "optional": {},
+        "max_length": {},
+        "const": {"@type": "MessageCard", "@context": "https://schema.org/extensions"},
+    },
+}
+
+
+def schema_errors(body: dict, schema: dict) -> list[str]:
+    errors = []
+    allowed = {**schema["required"], **schema["optional"]}
+    for key, kind in schema["required"].items():
+        if key not in body:
+            errors.append(f"missing {key}")
+        elif not isinstance(body[key], kind) or body[key] == "":
+            errors.append(f"{key} is not a non-empty {kind.__name__}")
+    errors += [f"unexpected {key}" for key in body if key not in allowed]
+    errors += [f"{key} too long" for key, most in schema["max_length"].items() if len(body.get(key, "")) > most]
+    errors += [f"{key} is not {value}" for key, value in schema.get("const", {}).items() if body.get(key) != value]
+    return errors
+
+
+@pytest.mark.parametrize("format_", ["slack", "discord", "teams"])
+def test_each_chat_format_is_a_body_its_service_documents_and_carries_the_message(format_):
+    body = body_format(format=format_, payload=PAYLOAD)
+
+    assert schema_errors(body, SCHEMAS[format_]) == []
+    assert PAYLOAD["message"] in body.values()
+
+
+def test_the_standard_format_is_the_payload_itself():
+    assert body_format(format="standard", payload=PAYLOAD) is PAYLOAD
+
+
+def test_a_message_longer_than_discord_takes_is_cut_with_an_ellipsis():
+    body = body_format(format="discord", payload={**PAYLOAD, "message": "x" * 2500})
+
+    assert len(body["content"]) == DISCORD_CONTENT_MAX
+    assert body["content"].endswith("…")
+    assert schema_errors(body, SCHEMAS["discord"]) == []
+
+
+def test_the_schema_check_catches_a_body_the_service_would_refuse():
+    assert schema_errors({"content": "x" * 2001}, SCHEMAS["discord"]) == ["content too long"]
+    assert schema_errors({"message": "hi"}, SCHEMAS["slack"]) == ["missing text", "unexpected message"]
+
+
+# --- services ----------------------------------------------------------------------------
+
+
+def test_create_returns_the_secret_once_and_stores_only_its_ciphertext_and_hint(caplog):
+    caplog.set_level(logging.DEBUG)
+
+    created = destination_create(
+        name="crm", url="https://crm.example.org/hook", operator="ops-alice", event_types=["BIRTHDAY"],
+        format="slack", max_rate=5, max_in_flight=3, timeout=timedelta(seconds=2),
+    )
+
+    destination = Destination.objects.get(name="crm")
+    stored = DestinationSecret.objects.get(destination=destination)
+    assert created.value.startswith("whsec_")
+    assert stored.hint == created.value[:10] + "…"
+    assert created.value not in stored.ciphertext
+    assert (destination.created_by, destination.updated_by, destination.format) == ("ops-alice", "ops-alice", "slack")
+    assert created.value not in caplog.text and created.value[10:] not in caplog.text
+
+
+def test_a_supplied_secret_is_kept_and_a_bad_one_refused_naming_the_field_and_creating_nothing():
+    supplied = "whsec_" + base64.b64encode(b"s" * 24).decode()
+    created = destination_create(name="hr", url="https://hr.example.org/hook", operator="ops", secret=supplied)
+    assert created.value == supplied
+
+    with pytest.raises(ValidationError) as raised:
+        destination_create(name="crm", url="https://crm.example.org/hook", operator="ops", secret="whsec_short")
+
+    assert set(raised.value.message_dict) == {"secret"}
+    assert not Destination.objects.filter(name="crm").exists()
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"url": "ftp://files.example.org/x"}, "url"),
+        ({"url": "not a url"}, "url"),
+        ({"name": "  "}, "name"),
+        ({"event_types": ["BIRTHDAY", "GRADUATION"]}, "event_types"),
+        ({"event_types": ["BIRTHDAY", "BIRTHDAY"]}, "event_types"),
+        ({"format": "telegram"}, "format"),
+        ({"max_rate": 0}, "max_rate"),
+        ({"max_in_flight": 0}, "max_in_flight"),
+        ({"timeout": timedelta(seconds=11)}, "timeout"),
+        ({"timeout": timedelta(0)}, "timeout"),
+    ],
+)
+def test_bad_input_is_refused_naming_the_field_and_changes_nothing(settings, fields, field):
+    settings.WEBHOOK_TIMEOUT = timedelta(seconds=10)
+    values = {"name": "crm", "url": "https://crm.example.org/hook", **fields}
+
+    with pytest.raises(ValidationError) as raised:
+        destination_create(operator="ops", **values)
+
+    assert field in raised.value.message_dict
+    assert not Destination.objects.exists()
+
+
+def test_a_name_or_url_another_destination_has_is_refused_naming_the_field():
+    new_destination("hr", "https://hr.example.org/hook")
+    crm = new_destination("crm")
+
+    with pytest.raises(ValidationError) as raised:
+        destination_update(destination=crm, operator="ops", changes={"name": "hr", "url": "https://hr.example.org/hook"})
+
+    assert set(raised.value.message_dict) == {"name", "url"}
+    crm.refresh_from_db()
+    assert crm.name == "crm"
+
+
+def test_a_new_url_takes_the_unsent_deliveries_with_it_not_the_history(default_destination):
+    due_user()
+    Scheduler(once=True).run()
+    destination = Destination.objects.get(name="default")
+    delivered = Delivery.objects.filter(destination=destination).first()
+    Delivery.objects.filter(pk=delivered.pk).update(status=DeliveryStatus.DELIVERED)
+
+    destination_update(destination=destination, operator="ops-bob", changes={"url": "https://new.example.org/hook"})
+
+    urls = dict(Delivery.objects.values_list("status", "endpoint_url"))
+    assert urls == {DeliveryStatus.QUEUED: "https://new.example.org/hook", DeliveryStatus.DELIVERED: default_destination}
+    destination.refresh_from_db()
+    assert destination.updated_by == "ops-bob"
+
+
+def test_a_destination_with_deliveries_to_send_cannot_be_deleted_and_its_history_outlives_it(default_destination):
+    due_user()
+    Scheduler(once=True).run()
+    destination = Destination.objects.get(name="default")
+
+    with pytest.raises(DestinationInUse):
+        destination_delete(destination=destination, operator="ops")
+    assert Destination.objects.filter(pk=destination.pk).exists()
+
+    Delivery.objects.update(status=DeliveryStatus.DELIVERED)
+    destination_delete(destination=destination, operator="ops")
+
+    assert not Destination.objects.exists()
+    assert Delivery.objects.count() == 2
+    assert set(Delivery.objects.values_list("destination", flat=True)) == {None}
+
+
+def test_rotation_signs_with_both_secrets_for_the_grace_period_then_with_the_new_one_only(settings):
+    settings.DESTINATION_SECRET_GRACE = timedelta(hours=24)
+    created = destination_create(name="hr", url="https://hr.example.org/hook", operator="ops")
+
+    rotated = destination_rotate_secret(destination=created.destination, operator="ops")
+
+    now = timezone.now()
+    pk = created.destination.pk
+    assert destination_signing_secrets(destinations=[created.destination], now=now) == {
+        pk: [rotated.value, created.value]
+    }
+    later = now + timedelta(hours=24, seconds=1)
+    assert destination_signing_secrets(destinations=[created.destination], now=later) == {pk: [rotated.value]}
+    assert destination_secrets_drop_expired(now=now) == 0
+    assert destination_secrets_drop_expired(now=later) == 1
+    assert list(DestinationSecret.objects.values_list("hint", flat=True)) == [rotated.secret.hint]
+
+
+def test_an_operator_can_end_the_grace_period_at_once():
+    created = destination_create(name="hr", url="https://hr.example.org/hook", operator="ops")
+    rotated = destination_rotate_secret(destination=created.destination, operator="ops")
+
+    assert destination_drop_previous_secrets(destination=created.destination, operator="ops") == 1
+
+    assert destination_signing_secrets(destinations=[created.destination], now=timezone.now()) == {
+        created.destination.pk: [rotated.value]
+    }
+
+
+def test_pausing_a_destination_pauses_its_endpoint_and_resume_lets_it_go():
+    destination = new_destination("hr")
+
+    destination_pause(destination=destination, operator="ops-alice")
+    endpoint = Endpoint.objects.get(url=destination.url)
+    assert (endpoint.state, endpoint.paused_by) == (EndpointState.PAUSED, "ops-alice")
+
+    destination_resume(destination=destination, operator="ops-alice")
+    endpoint.refresh_from_db()
+    assert endpoint.state == EndpointState.HEALTHY
+
+
+def test_webhook_url_and_secret_seed_a_default_destination_once_only_when_none_exists(settings):
+    secrets = ["whsec_" + base64.b64encode(bytes([n]) * 32).decode() for n in (1, 2)]
+    settings.WEBHOOK_URL = "https://legacy.example.org/hook"
+    settings.WEBHOOK_SECRET = " ".join(secrets)
+
+    due_user()
+    Scheduler(once=True).run()
+    due_user(first_name="Grace")
+    Scheduler(once=True).run()
+
+    default = Destination.objects.get()
+    assert (default.name, default.url, default.event_types, default.format) == (
+        "default", "https://legacy.example.org/hook", [], "standard"
+    )
+    assert sorted(destination_signing_secrets(destinations=[default], now=timezone.now())[default.pk]) == sorted(secrets)
+
+
+# --- fan-out -------------------------------------------------------------------------------
+
+
+def test_each_occurrence_gets_one_delivery_per_subscribed_enabled_destination_under_one_key():
+    everything = new_destination("everything")
+    birthdays = new_destination("birthdays", event_types=["BIRTHDAY"], format="slack")
+    anniversaries = new_destination("anniversaries", event_types=["ANNIVERSARY"], format="teams")
+    new_destination("switched-off", enabled=False)
+    user = due_user()
+
+    Scheduler(once=True).run()
+
+    birthday = user.events.get(event_type=EventType.BIRTHDAY, status=EventStatus.PROCESSING)
+    anniversary = user.events.get(event_type=EventType.ANNIVERSARY, status=EventStatus.PROCESSING)
+    got = {(d.event_id, d.destination_id): d for d in Delivery.objects.all()}
+    assert set(got) == {
+        (birthday.id, everything.pk), (birthday.id, birthdays.pk),
+        (anniversary.id, everything.pk), (anniversary.id, anniversaries.pk),
+    }
+    assert {d.idempotency_key for d in got.values() if d.event_id == birthday.id} == {birthday.idempotency_key}
+    assert got[(birthday.id, birthdays.pk)].payload == {"text": got[(birthday.id, everything.pk)].payload["message"]}
+    assert got[(anniversary.id, anniversaries.pk)].payload["@type"] == "MessageCard"
+    assert got[(birthday.id, birthdays.pk)].endpoint_url == birthdays.url
+
+
+def test_an_occurrence_no_destination_subscribes_to_is_completed_with_the_reason_and_nothing_queued():
+    new_destination("birthdays", event_types=["BIRTHDAY"])
+    user = due_user()
+
+    Scheduler(once=True).run()
+
+    anniversary = user.events.exclude(status=EventStatus.PENDING).get(event_type=EventType.ANNIVERSARY)
+    assert anniversary.status == EventStatus.COMPLETED
+    assert anniversary.failure_reason == "Nothing sent: no enabled destination subscribes to ANNIVERSARY events."
+    assert not Delivery.objects.filter(event=anniversary).exists()
+
+
+def test_without_any_destination_nothing_is_queued_and_the_occurrences_complete(settings):
+    settings.WEBHOOK_URL = ""
+    user = due_user()
+
+    Scheduler(once=True).run()
+
+    assert not Delivery.objects.exists()
+    assert set(user.events.exclude(status=EventStatus.PENDING).values_list("status", flat=True)) == {
+        EventStatus.COMPLETED
+    }
+
+
+# --- when an occurrence is done ----------------------------------------------------------
+
+
+@pytest.fixture
+def two_receivers(delivery_settings, sink):
+    from delivery.tests.conftest import ScriptedSink
+
+    with ScriptedSink() as chat:
+        delivery_settings.WEBHOOK_URL = ""
+        standard = destination_create(name="crm", url=sink.url, operator="ops", event_types=["BIRTHDAY"])
+        slack = destination_create(name="chat", url=chat.url, operator="ops", event_types=["BIRTHDAY"], format="slack")
+        yield (sink, standard), (chat, slack)
+
+
+def test_every_destination_receives_its_body_signed_with_its_own_secret_under_the_same_key(two_receivers):
+    (crm_sink, crm), (chat_sink, chat) = two_receivers
+    user = due_user(anniversary_date=None)
+
+    Scheduler(once=True).run()
+    Worker(once=True).run()
+
+    event = user.events.get(status=EventStatus.COMPLETED)
+    [crm_request], [chat_request] = crm_sink.received, chat_sink.received
+    assert crm_request.idempotency_key == chat_request.idempotency_key == event.idempotency_key
+    assert Webhook(crm.value).verify(crm_request.raw_body, dict(crm_request.headers.items()))["message"]
+    assert Webhook(chat.value).verify(chat_request.raw_body, dict(chat_request.headers.items())).keys() == {"text"}
+
+
+def test_one_dead_destination_fails_the_occurrence_naming_it_and_the_other_is_still_delivered(two_receivers):
+    (crm_sink, _crm), (chat_sink, _chat) = two_receivers
+    chat_sink.default = Reply(status=422)
+    user = due_user(anniversary_date=None)
+
+    Scheduler(once=True).run()
+    Worker(once=True).run()
+
+    event = user.events.get(status=EventStatus.FAILED)
+    assert dict(Delivery.objects.values_list("destination__name", "status")) == {
+        "crm": DeliveryStatus.DELIVERED, "chat": DeliveryStatus.DEAD
+    }
+    assert event.failure_reason.startswith("Dead at chat: ")
+    assert len(crm_sink.received) == 1
+
+
+def test_resending_the_dead_destination_reopens_the_occurrence_and_sends_only_there(two_receivers):
+    from delivery.services.operator import delivery_resend
+
+    (crm_sink, _crm), (chat_sink, _chat) = two_receivers
+    chat_sink.default = Reply(status=422)
+    user = due_user(anniversary_date=None)
+    Scheduler(once=True).run()
+    Worker(once=True).run()
+    chat_sink.default = Reply()
+
+    delivery_resend(delivery=Delivery.objects.get(destination__name="chat"), operator="support")
+    assert user.events.exclude(status=EventStatus.PENDING).get().status == EventStatus.PROCESSING
+    Worker(once=True).run()
+
+    assert user.events.exclude(status=EventStatus.PENDING).get().status == EventStatus.COMPLETED
+    assert (len(crm_sink.received), len(chat_sink.received)) == (1, 2)
+
+
+def test_the_occurrence_stays_processing_while_a_delivery_is_unsent():
+    new_destination("one")
+    new_destination("two")
+    user = due_user(anniversary_date=None)
+    Scheduler(once=True).run()
+    first, second = Delivery.objects.order_by("destination__name")
+    Delivery.objects.filter(pk=first.pk).update(status=DeliveryStatus.DELIVERED)
+
+    assert events_conclude(event_ids=[first.event_id], now=timezone.now()) == (0, 0)
+    assert user.events.get(pk=first.event_id).status == EventStatus.PROCESSING
+
+    Delivery.objects.filter(pk=second.pk).update(status=DeliveryStatus.DELIVERED)
+    assert events_conclude(event_ids=[first.event_id], now=timezone.now()) == (1, 0)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_workers_ending_the_last_two_deliveries_at_once_conclude_the_occurrence_exactly_once():
+    # given an occurrence with two deliveries in flight, each finished by another connection
+    new_destination("one")
+    new_destination("two")
+    user = due_user(anniversary_date=None)
+    Scheduler(once=True).run()
+    deliveries = list(Delivery.objects.order_by("destination__name"))
+    event_id = deliveries[0].event_id
+    version = Event.objects.get(pk=event_id).version
+    both_moved = threading.Barrier(2, timeout=10)
+    errors = []
+
+    def record(delivery):
+        try:
+            with transaction.atomic():
+                Delivery.objects.filter(pk=delivery.pk).update(status=DeliveryStatus.DELIVERED)
+                # Neither has committed: each sees the other's delivery still unsent.
+                both_moved.wait()
+                events_conclude(event_ids=[event_id], now=timezone.now())
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    # when both record at once
+    threads = [threading.Thread(target=record, args=(d,)) for d in deliveries]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    # then the later one saw the other's commit, and the event moved once
+    assert errors == []
+    event = user.events.get(pk=event_id)
+    assert (event.status, event.version) == (EventStatus.COMPLETED, version + 1)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"event_types": ["GRADUATION"]}, {"format": "telegram"}, {"timeout": timedelta(0)}, {"max_rate": 0.0},
+     {"max_in_flight": 0}, {"name": ""}],
+)
+def test_the_database_refuses_what_the_service_would_have_refused(fields):
+    from django.db import IntegrityError
+
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Destination.objects.create(**{"name": "x", "url": "https://x.example.org/", **fields})
+
+
+# --- the worker follows the destinations -------------------------------------------------
+
+
+def lanes():
+    from delivery.lanes import Lanes
+
+    return Lanes(worker="w1", concurrency=None, batch_size=10, max_rate=0.0, max_in_flight=0, lease=timedelta(seconds=30))
+
+
+def test_a_workers_lane_follows_its_destinations_secrets_timeout_and_limits_at_its_next_refresh(settings):
+    settings.WEBHOOK_URL = ""
+    created = destination_create(
+        name="crm", url="https://crm.example.org/hook", operator="ops", max_rate=5, timeout=timedelta(seconds=2)
+    )
+    worker_lanes = lanes()
+
+    worker_lanes.refresh_if_due()
+    lane = worker_lanes.by_url[created.destination.url]
+    assert (lane.max_rate, lane.max_in_flight, lane.timeout, lane.signing_secrets) == (5, 0, 2.0, (created.value,))
+
+    rotated = destination_rotate_secret(destination=created.destination, operator="ops")
+    destination_update(
+        destination=created.destination, operator="ops",
+        changes={"max_rate": None, "max_in_flight": 3, "timeout": None},
+    )
+    worker_lanes.stale = True  # as a second later
+    worker_lanes.refresh_if_due()
+
+    assert (lane.max_rate, lane.max_in_flight, lane.timeout) == (0.0, 3, None)
+    assert lane.signing_secrets == (rotated.value, created.value)
+    headers = lane.signer.headers(msg_id="event-1", body="{}", sent_at=timezone.now())
+    assert len(headers["webhook-signature"].split()) == 2
+
+
+def test_a_worker_starting_with_no_destination_seeds_the_default_from_webhook_url(settings):
+    settings.WEBHOOK_URL = "https://legacy.example.org/hook"
+
+    Worker(once=True).run()
+
+    assert Destination.objects.get().name == "default"

@@ -1,0 +1,115 @@
+from rest_framework import status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import APIException, NotFound
+from rest_framework.response import Response
+
+from config.permissions import ModelPermissions
+from config.preconditions import PreconditionFailed, etag_for, if_match_versions
+from delivery.schema import destination_schema
+from delivery.selectors import destination_endpoints, destination_list
+from delivery.serializers import DestinationSecretSerializer, DestinationSerializer, RotateSecretSerializer
+from delivery.services import destinations as services
+from scheduling.exceptions import InvalidStateTransition
+
+
+class Conflict(APIException):
+    status_code = 409
+    default_code = "conflict"
+
+
+class ChangeDestinationPermission(ModelPermissions):
+    """The actions (rotate a secret, pause, resume) change a destination: POST needs `change`, not `add`."""
+
+    perms_map = {**ModelPermissions.perms_map, "POST": ["%(app_label)s.change_%(model_name)s"]}
+
+
+@destination_schema
+class DestinationViewSet(viewsets.ModelViewSet):
+    """Destinations: where greetings go, for which event types, in which format and at what pace."""
+
+    serializer_class = DestinationSerializer
+    http_method_names = ["get", "post", "put", "patch", "delete", "head", "options"]
+
+    def get_queryset(self):
+        return destination_list()
+
+    def get_serializer_context(self):
+        context = super().get_serializer_context()
+        # Every destination's endpoint in one query (there are few destinations).
+        context["endpoints"] = destination_endpoints(destinations=destination_list())
+        return context
+
+    def handle_exception(self, exc):
+        if isinstance(exc, services.DestinationInUse | InvalidStateTransition):
+            exc = Conflict(str(exc))
+        elif isinstance(exc, services.DestinationVersionMismatch):
+            exc = PreconditionFailed(
+                f"The destination has changed since the version given in If-Match; it is now at "
+                f"version {exc.current_version} (ETag {etag_for(version=exc.current_version)})."
+            )
+        elif isinstance(exc, services.Destination.DoesNotExist):  # deleted while this request waited
+            exc = NotFound()
+        return super().handle_exception(exc)
+
+    def _operator(self) -> str:
+        return self.request.user.get_username()
+
+    def _answer(self, destination, *, code=status.HTTP_200_OK, secret: str | None = None) -> Response:
+        destination = self.get_queryset().get(pk=destination.pk)
+        data = self.get_serializer(destination).data
+        if secret is not None:
+            # The only answer that ever carries it.
+            data = {**data, "secret": secret}
+        response = Response(data, status=code)
+        response["ETag"] = etag_for(version=destination.version)
+        return response
+
+    def _expected_versions(self):
+        return if_match_versions(self.request.headers.get("If-Match"))
+
+    def retrieve(self, request, *args, **kwargs):
+        return self._answer(self.get_object())
+
+    def create(self, request, *args, **kwargs):
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        created = services.destination_create(operator=self._operator(), **serializer.validated_data)
+        return self._answer(created.destination, code=status.HTTP_201_CREATED, secret=created.value)
+
+    def update(self, request, *args, **kwargs):
+        destination = self.get_object()
+        serializer = self.get_serializer(destination, data=request.data, partial=kwargs.get("partial", False))
+        serializer.is_valid(raise_exception=True)
+        updated = services.destination_update(
+            destination=destination, operator=self._operator(), changes=serializer.validated_data,
+            expected_versions=self._expected_versions(),
+        )
+        return self._answer(updated)
+
+    def perform_destroy(self, instance):
+        services.destination_delete(
+            destination=instance, operator=self._operator(), expected_versions=self._expected_versions()
+        )
+
+    @action(detail=True, methods=["post"], url_path="rotate-secret", permission_classes=[ChangeDestinationPermission])
+    def rotate_secret(self, request, pk=None):
+        destination = self.get_object()
+        serializer = RotateSecretSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        rotated = services.destination_rotate_secret(
+            destination=destination, operator=self._operator(), secret=serializer.validated_data.get("secret")
+        )
+        secrets = rotated.destination.secrets.order_by("-created_at", "-id")
+        return Response({"secret": rotated.value, "secrets": DestinationSecretSerializer(secrets, many=True).data})
+
+    @action(detail=True, methods=["post"], permission_classes=[ChangeDestinationPermission])
+    def pause(self, request, pk=None):
+        destination = self.get_object()
+        services.destination_pause(destination=destination, operator=self._operator())
+        return self._answer(destination)
+
+    @action(detail=True, methods=["post"], permission_classes=[ChangeDestinationPermission])
+    def resume(self, request, pk=None):
+        destination = self.get_object()
+        services.destination_resume(destination=destination, operator=self._operator())
+        return self._answer(destination)

@@ -78,6 +78,9 @@ def test_three_destinations_each_get_every_occurrence_once_while_one_fails_for_a
         assert hr_sink.received[0].body["@type"] == "MessageCard"
         request = crm_sink.received[0]
         assert Webhook(crm.value).verify(request.raw_body, dict(request.headers.items()))["message"]
+        # The processes decrypted and used the secret; none of them wrote it to a log line.
+        for log in tmp_path.glob("*.log"):
+            assert crm.value.removeprefix("whsec_") not in log.read_text(), log.name
 
 
 def test_two_schedulers_and_four_workers_deliver_to_three_destinations_exactly_once(delivery_settings, tmp_path):

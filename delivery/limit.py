@@ -9,20 +9,22 @@ window (and Netflix's concurrency-limits their AIMD limit):
   doubles each round trip until the receiver or the backlog says enough;
 - then additive increase: each round trip adds about the square root of the
   limit, so after a cut it climbs back within seconds, not minutes;
-- multiplicative decrease: a drop (timeout, connection error, 5xx, 429) cuts
-  it in half, and latency well above the best seen cuts it by a tenth; a cut
-  happens at most once per round trip, so a wall of simultaneous failures (a
-  receiver going down with hundreds open) counts as one signal, not hundreds;
+- multiplicative decrease: a drop (timeout, connection error, 5xx, a 429 or 503
+  with Retry-After) cuts it in half, and latency well above the best seen cuts
+  it by a tenth; a cut happens at most once per round trip, so a wall of
+  simultaneous failures (a receiver going down with hundreds open) counts as
+  one signal, not hundreds;
 - a success grows the limit only if the limit was what held the worker back
   (at least half of it in use), so an idle worker does not inflate it.
 
 A receiver that enforces a rate (nginx limit_req, an API gateway, a chat
 service) answers what goes over it with 429 and no Retry-After, at once. Fewer
-requests open does not help there: the same number a second is still too many,
-and halving the window on every 429 left such a receiver at about half its
-limit. It needs a rate, which `LearnedRate` learns as TCP-friendly rate control
-does, by AIMD on the rate itself (see its docstring); the lane paces its starts
-to it.
+requests open does not help there: each refusal frees its place at once, and the
+next request goes out as fast, so halving the window on every 429 only shrank
+it until the receiver's rate was far from used. It needs a rate, which
+`LearnedRate` learns as TCP-friendly rate control does, by AIMD on the rate
+itself (see its docstring); the lane paces its starts to it (delivery.lanes),
+and such a 429 is not a drop for the window.
 """
 
 from __future__ import annotations
@@ -106,13 +108,13 @@ class LearnedRate:
     - the first refusal sets it to `decrease` x the rate the receiver was seen
       to accept: the last `sample` accepted requests started within
       `measure_for` seconds. Fewer than that (a burst refused before any
-      answer came back, a receiver quiet until now) make the figure a guess,
-      so the rate starts from `minimum` in slow start instead: each accepted
-      answer adds 1 / its latency (the rate doubles every round trip),
-      answers still on their way from before the refusal included, until
-      the next cut;
+      answer came back, a receiver quiet until now) say too little, so the
+      rate starts from `guess` in slow start instead: each accepted answer
+      adds 1 / its latency (the rate doubles every round trip), answers still
+      on their way from before the refusal included, until the next cut;
     - a later refusal cuts it to `decrease` x the rate x the share of the
-      requests started since the last cut that the receiver accepted: one
+      requests started since the last cut that the receiver accepted (at
+      least half: a few refusals in a row say "too fast", not how much): one
       refusal among many cuts a tenth, a pace twice too fast is halved at
       once. At most one cut per round trip of the new pace: a refusal cuts
       only if its request started after the last cut, and once an answer to
@@ -133,6 +135,9 @@ class LearnedRate:
     increase: float = 0.0005
     # A receiver that refuses everything is asked once a minute, as a failing endpoint is probed.
     minimum: float = 1 / 60
+    # Where slow start begins: one request a second, whatever receiver it is, climbs to a
+    # thousand a second in ten round trips.
+    guess: float = 1.0
     sample: int = 20
     measure_for: float = 10.0
     evidence: int = 3
@@ -177,15 +182,17 @@ class LearnedRate:
         if not self.accepted_since_cut and self.refused_since_cut < self.evidence:
             return
         accepted_share = 1 - self.refused_since_cut / max(self.started_since_cut, self.refused_since_cut)
-        self._cut_to(self.decrease * self.rate * accepted_share, at=at)
+        self._cut_to(self.decrease * self.rate * max(accepted_share, 0.5), at=at)
         self.slow_start = False
 
     def _first_cut(self, *, at: float) -> None:
         recent = [started for started in self.accepted_started_mono if started >= at - self.measure_for]
         self.slow_start = len(recent) < self.sample
-        measured = 0.0 if self.slow_start else (len(recent) - 1) / max(max(recent) - min(recent), 1e-3)
         self.first_cut_mono = at
-        self._cut_to(self.decrease * measured, at=at)
+        if self.slow_start:
+            self._cut_to(self.guess, at=at)
+        else:
+            self._cut_to(self.decrease * (len(recent) - 1) / max(max(recent) - min(recent), 1e-3), at=at)
 
     def _cut_to(self, rate: float, *, at: float) -> None:
         self.rate = max(rate, self.minimum)

@@ -263,11 +263,11 @@ def test_no_rate_is_learned_from_accepted_answers_alone():
         (50, 0.01, 90.0, False),
         # 20 accepted 0.1 s apart: 10/s measured
         (20, 0.1, 9.0, False),
-        # fewer than 20: a guess, so the minimum and slow start
-        (19, 0.01, 1 / 60, True),
-        (0, 0.01, 1 / 60, True),
+        # fewer than 20 say too little: one a second, and slow start
+        (19, 0.01, 1.0, True),
+        (0, 0.01, 1.0, True),
         # 20, but most of them longer ago than 10 s
-        (20, 1.0, 1 / 60, True),
+        (20, 1.0, 1.0, True),
     ],
 )
 def test_the_first_refusal_sets_the_rate_from_what_the_receiver_was_seen_to_accept(
@@ -287,12 +287,12 @@ def test_in_slow_start_answers_from_before_the_first_refusal_add_one_over_their_
     # Given a burst of 16 at t=0 whose refusals came back at once, before any acceptance
     rate = LearnedRate()
     refused(rate, at=0.0)
-    assert rate.current == pytest.approx(1 / 60)
+    assert rate.current == 1.0
 
     for _ in range(10):  # the burst's accepted requests answer 250 ms later
         rate.on_answer(started_mono=0.0, finished_mono=0.25, refused=False, waited=False)
 
-    assert rate.current == pytest.approx(1 / 60 + 10 * 4.0)
+    assert rate.current == pytest.approx(1.0 + 10 * 4.0)
 
 
 @pytest.mark.parametrize(
@@ -352,8 +352,8 @@ def test_a_refusal_cuts_once_the_rate_since_the_last_cut_has_shown_itself(accept
         # no round trip yet: the third refusal cuts, with half of those started refused (twice too
         # fast): halved, and a tenth more
         (False, 3, 3, 45.0),
-        # nothing but refusals: the minimum
-        (False, 0, 3, 1 / 60),
+        # nothing but refusals: halved, and a tenth more
+        (False, 0, 3, 45.0),
     ],
 )
 def test_a_cut_is_a_tenth_of_the_rate_times_the_share_accepted_since_the_last_cut(
@@ -370,6 +370,15 @@ def test_a_cut_is_a_tenth_of_the_rate_times_the_share_accepted_since_the_last_cu
         refused(rate, at=10.1 + i / 1000)
 
     assert rate.current == pytest.approx(expected)
+
+
+def test_rate_cuts_stop_at_the_minimum():
+    rate = learned_at(0.02, cut_at=10.0)
+
+    for i in range(rate.evidence):
+        refused(rate, at=10.1 + i)
+
+    assert rate.current == pytest.approx(1 / 60)
 
 
 def test_a_cut_ends_slow_start():

@@ -65,7 +65,8 @@ RATE_HORIZON = 0.25
 # A turn at the learned rate that passed while the thread was away from the event loop
 # (claiming, recording) may still be taken this long after: the turns missed in a short
 # absence go at once, as the burst a rate limiter allows (nginx's burst, a token
-# bucket's depth), and a long absence's are lost rather than sent in one burst.
+# bucket's depth), so the rate learnt is the receiver's and not one grown past it to
+# make up for them; a long absence's are lost rather than sent in one burst.
 PACE_CATCH_UP = 0.1
 # A lane under a learned rate holds no more waiting than that rate starts in this long:
 # the workers sending to one receiver each learn their own share of its limit, and

@@ -410,14 +410,17 @@ DELIVERY_LEASE_MARGIN = parse_duration(env("DELIVERY_LEASE_MARGIN", default="30s
 
 # WEBHOOK_MAX_RATE: most requests per second to the receiver from all workers on
 # all hosts together (0: no cap). Workers take their send slots from one schedule
-# in the endpoint's row.
+# in the endpoint's row. Without it, a receiver that refuses with 429 and no
+# Retry-After still gets a rate: each worker learns one from those 429s.
 WEBHOOK_MAX_RATE = env.float("WEBHOOK_MAX_RATE", default=0.0)
 # WEBHOOK_MAX_IN_FLIGHT: most requests open at the receiver from all workers
 # together (0: no cap; each worker's own limit then adapts to the receiver alone).
 WEBHOOK_MAX_IN_FLIGHT = env.int("WEBHOOK_MAX_IN_FLIGHT", default=0)
 # ENDPOINT_FAILURE_THRESHOLD: endpoint failures in a row (timeouts, connection
-# errors, 5xx, 429, 401/403/404/410) after which the endpoint is FAILING: its
-# deliveries wait without spending attempts while one probe at a time tries it.
+# errors, 5xx, 429 or 503 with Retry-After, 401/403/404/410) after which the endpoint
+# is FAILING: its deliveries wait without spending attempts while one probe at a time
+# tries it. A 429 without Retry-After is the receiver's rate limit, not a failure: the
+# workers learn its rate and pace to it.
 ENDPOINT_FAILURE_THRESHOLD = env.int("ENDPOINT_FAILURE_THRESHOLD", default=5)
 # ENDPOINT_PROBE_FIRST_INTERVAL / ENDPOINT_PROBE_MAX_INTERVAL: the wait before the
 # first probe of a FAILING endpoint; it doubles after each failed probe, up to the max.

@@ -1,8 +1,13 @@
 """An endpoint's health: what a batch of answers says about the receiver. Pure, so it is tested as a table.
 
-Each attempt's answer is one of four signals. A success proves the receiver
+Each attempt's answer is one of five signals. A success proves the receiver
 works. A failure (timeout, connection error, 5xx, 408, 425) and a throttle
-(429, or 503 with a Retry-After) count against it. A 401/403/404/410 counts
+(429 or 503 with a Retry-After) count against it. A 429 without Retry-After is
+the receiver's pace: its lanes learn a rate from it (delivery.limit.LearnedRate),
+and it counts neither for nor against the receiver, which is up and says only
+"not so fast" (a limiter refuses at once what a burst sends over its limit, and
+counted as failures those refusals would make it FAILING); it is its last error
+all the same, for the operator to see. A 401/403/404/410 counts
 against it too - a wrong URL or rotated credentials fail every message - unless
 the receiver accepted another message sent no earlier, which proves the URL
 and credentials good: then it is that one message's failure. Any other answer
@@ -36,7 +41,8 @@ ENDPOINT_REFUSALS = frozenset({401, 403, 404, 410})
 class Signal(enum.StrEnum):
     SUCCESS = "success"
     FAILURE = "failure"
-    THROTTLE = "throttle"
+    THROTTLE = "throttle"  # wait as the receiver asks: 429 or 503 with a Retry-After
+    PACE = "pace"  # the receiver's rate limit: 429 without Retry-After
     REFUSAL = "refusal"
     NEUTRAL = "neutral"
 
@@ -45,7 +51,9 @@ def signal_of(*, outcome: str, status_code: int | None, retry_after: float | Non
     """What one attempt's answer says about the endpoint (not about the message)."""
     if outcome == AttemptOutcome.DELIVERED:
         return Signal.SUCCESS
-    if status_code == 429 or (status_code == 503 and retry_after is not None):
+    if status_code == 429 and retry_after is None:
+        return Signal.PACE
+    if status_code in (429, 503) and retry_after is not None:
         return Signal.THROTTLE
     if status_code in ENDPOINT_REFUSALS:
         return Signal.REFUSAL
@@ -124,6 +132,8 @@ def observe(*, health: Health, answers: Sequence[Answer], now: datetime, policy:
             answer.signal == Signal.REFUSAL and not seen.refused_by_message(answer)
         ):
             consecutive += 1
+            last_failure, last_error = answer.finished_at, answer.description
+        elif answer.signal == Signal.PACE:
             last_failure, last_error = answer.finished_at, answer.description
         if answer.signal == Signal.THROTTLE and answer.retry_after is not None:
             until = now + min(timedelta(seconds=max(answer.retry_after, 0.0)), policy.retry_after_cap)

@@ -10,6 +10,10 @@ start, from
   this worker holds a share;
 - the fleet's max rate (the destination's, else WEBHOOK_MAX_RATE) schedule, from
   which it reserves send slots;
+- the rate the lane learnt from the receiver's 429s without Retry-After
+  (delivery.limit.LearnedRate): each request waits for its turn at it, taken
+  when it is about to start, so a cut slows what is already waiting; with a max
+  rate too, a request waits for both, and the stricter wins;
 - a Retry-After the receiver asked for;
 - the endpoint's health: a failing endpoint gets one probe at a time, a paused
   one nothing, and what waits for either goes back to the queue.
@@ -38,8 +42,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from delivery.health import Signal, signal_of
-from delivery.limit import AdaptiveLimit, FixedLimit
-from delivery.metrics import IN_FLIGHT_LIMIT
+from delivery.limit import AdaptiveLimit, FixedLimit, LearnedRate
+from delivery.metrics import IN_FLIGHT_LIMIT, LEARNED_RATE
 from delivery.models import Destination, Endpoint, EndpointState
 from delivery.selectors import destination_signing_secrets
 from delivery.services.destinations import destinations_seed_default
@@ -61,8 +65,19 @@ HEALTHY, FAILING = EndpointState.HEALTHY, EndpointState.FAILING
 # a pause reaches every worker within about this long.
 REFRESH_EVERY = 1.0
 # Under WEBHOOK_MAX_RATE a worker reserves this many seconds of the schedule at a time:
-# short, so slots it cannot use (it stops, the backlog ends) cost the fleet little.
+# short, so slots it cannot use (it stops, the backlog ends) cost the fleet little. Under
+# a learned rate about as many requests wait for their turn at once.
 RATE_HORIZON = 0.25
+# A turn at the learned rate that passed while the thread was away from the event loop
+# (claiming, recording) may still be taken this long after: the turns missed in a short
+# absence go at once, as the burst a rate limiter allows (nginx's burst, a token
+# bucket's depth), so the rate learnt is the receiver's and not one grown past it to
+# make up for them; a long absence's are lost rather than sent in one burst.
+PACE_CATCH_UP = 0.1
+# A lane under a learned rate holds no more waiting than that rate starts in this long:
+# the workers sending to one receiver each learn their own share of its limit, and
+# deliveries one of them holds cannot go out sooner through another with room.
+PACED_HOLD_FOR = 1.0
 
 
 class HealthColumns(Protocol):
@@ -99,17 +114,54 @@ class Lane:
     timeout: float | None = None
     signer: WebhookSigner | None = None
     signing_secrets: tuple[str, ...] = ()
+    # The receiver's rate limit as learnt from its 429s without Retry-After, and the instant
+    # of the last turn taken at it.
+    rate: LearnedRate = field(default_factory=LearnedRate)
+    last_turn_mono: float = float("-inf")
+    # Of the open: handed to the sender and not begun (waiting for a rate slot or a turn).
+    not_begun: int = 0
 
     def allowed(self) -> int:
         """How many requests may be open now."""
         return self.limit.current if self.share is None else min(self.limit.current, self.share)
 
+    def may_hand_over(self) -> bool:
+        """Whether another request may go to the sender: under a learned rate, RATE_HORIZON's worth waits at most."""
+        rate = self.rate.current
+        return rate is None or self.not_begun < max(1, math.ceil(rate * RATE_HORIZON))
+
+    def turn_in(self, now_mono: float) -> float:
+        """Seconds until the learned rate gives the next request its turn (0: now, or no rate learnt)."""
+        rate = self.rate.current
+        if rate is None:
+            return 0.0
+        return max(0.0, self.last_turn_mono + 1 / rate - now_mono)
+
+    def take_turn(self, now_mono: float) -> None:
+        """A request starts now, its turn come (see turn_in)."""
+        rate = self.rate.current
+        if rate is None:
+            self.last_turn_mono = now_mono
+        else:
+            self.last_turn_mono = max(self.last_turn_mono + 1 / rate, now_mono - PACE_CATCH_UP)
+        self.rate.on_start()
+
     def takes_claims(self, now_mono: float) -> bool:
         return self.state == HEALTHY and now_mono >= self.blocked_until_mono
 
     def room(self, *, batch_size: int) -> int:
-        """How many more deliveries to hold: enough to fill the limit, plus one batch ready behind it."""
-        return max(0, self.allowed() + batch_size - self.open - len(self.waiting))
+        """How many more deliveries to hold: enough to fill the limit, plus one batch ready behind it,
+        or under a learned rate what it starts in PACED_HOLD_FOR."""
+        room = self.allowed() + batch_size - self.open - len(self.waiting)
+        held_at_most = self.held_at_most()
+        if held_at_most is not None:
+            room = min(room, held_at_most - len(self.waiting))
+        return max(0, room)
+
+    def held_at_most(self) -> int | None:
+        """Under a learned rate, how many deliveries may wait in this lane (None: no rate learnt)."""
+        rate = self.rate.current
+        return None if rate is None else max(1, math.ceil(rate * PACED_HOLD_FOR))
 
     def follow_health(self, health: HealthColumns) -> None:
         self.state = health.state
@@ -127,11 +179,22 @@ class Lane:
             self.signing_secrets = tuple(secrets)
             self.signer = WebhookSigner(secrets) if secrets else None
 
-    def learn_from(self, result: SendResult, *, open_at_start: int, finished_mono: float) -> None:
-        """One answer's lessons for this lane: the limit's sample, and a Retry-After to obey at once."""
+    def learn_from(
+        self, result: SendResult, *, open_at_start: int, finished_mono: float, waited_for_turn: bool
+    ) -> None:
+        """One answer's lessons for this lane: the rate's sample, the limit's, and a Retry-After to obey at once."""
         if result.refused:
             return  # no request was made (a refused address): nothing to learn about the receiver
         signal = signal_of(outcome=result.outcome, status_code=result.status_code, retry_after=result.retry_after)
+        if signal in (Signal.SUCCESS, Signal.PACE):
+            self.rate.on_answer(
+                started_mono=result.started_mono,
+                finished_mono=finished_mono,
+                refused=signal == Signal.PACE,
+                waited=waited_for_turn,
+            )
+        if signal == Signal.PACE:
+            return  # the rate answers it: fewer requests open would send as many a second
         self.limit.on_sample(
             started=result.started_mono,
             finished=finished_mono,
@@ -206,6 +269,7 @@ class Lanes:
         self.stale = False
         for lane in self.by_url.values():
             IN_FLIGHT_LIMIT.labels(endpoint=lane.url).set(lane.allowed() if lane.state == HEALTHY else 0)
+            LEARNED_RATE.labels(endpoint=lane.url).set(lane.rate.current or 0)
         return self._take_waiting(lanes=[lane for lane in self.by_url.values() if lane.state != HEALTHY])
 
     def _follow_destinations(self) -> None:
@@ -265,6 +329,17 @@ class Lanes:
         """How many more deliveries the lanes that take claims would hold."""
         return sum(lane.room(batch_size=self.batch_size) for lane in self.accepting(now_mono))
 
+    def worth_claiming(self, now_mono: float, *, batch: int) -> bool:
+        """Whether their room is worth a claim's statement: `batch` in all, or half of what a paced lane holds."""
+        lanes = self.accepting(now_mono)
+        if sum(lane.room(batch_size=self.batch_size) for lane in lanes) >= batch:
+            return True
+        return any(
+            (held_at_most := lane.held_at_most()) is not None
+            and 2 * lane.room(batch_size=self.batch_size) >= held_at_most
+            for lane in lanes
+        )
+
     def hold(self, deliveries: list[ClaimedDelivery]) -> None:
         for delivery in deliveries:
             self.lane(delivery.endpoint_url).waiting.append(delivery)
@@ -303,11 +378,14 @@ class Lanes:
         Lazily, one at a time: the caller starts each before asking for the
         next, which counts it open. Without `may_reserve` no slots are reserved
         (no database work: the event loop is running) and a lane under
-        WEBHOOK_MAX_RATE starts only what slots it already has.
+        max rate starts only what slots it already has. Under a learned
+        rate each then waits for its turn too (Lane.turn_in).
         """
         now_mono = time.monotonic()
         for lane in self.by_url.values():
-            while lane.waiting and lane.open < lane.allowed() and lane.takes_claims(now_mono):
+            while (
+                lane.waiting and lane.open < lane.allowed() and lane.takes_claims(now_mono) and lane.may_hand_over()
+            ):
                 slot_mono = None
                 if lane.max_rate:
                     if not lane.slots_mono:
@@ -318,7 +396,8 @@ class Lanes:
                 yield lane, lane.waiting.popleft(), slot_mono
 
     def _reserve_slots(self, lane: Lane) -> None:
-        rate = lane.max_rate
+        # A learned rate below the fleet's takes fewer of the fleet's slots at a time.
+        rate = min(lane.max_rate, lane.rate.current or lane.max_rate)
         count = max(1, min(len(lane.waiting), lane.allowed() - lane.open, math.ceil(rate * RATE_HORIZON)))
         now = timezone.now()
         first = endpoint_reserve_send_slots(endpoint_id=lane.endpoint_id, count=count, rate=rate, now=now)

@@ -38,6 +38,12 @@ IN_FLIGHT_LIMIT = Gauge(
     "within its share of WEBHOOK_MAX_IN_FLIGHT; 0 while the endpoint is failing or paused.",
     labelnames=("endpoint",),
 )
+LEARNED_RATE = Gauge(
+    "birthday_worker_learned_rate",
+    "Requests a second this worker starts to each endpoint, as learnt from its 429s without Retry-After "
+    "(delivery.limit.LearnedRate); 0 while it has refused nothing.",
+    labelnames=("endpoint",),
+)
 
 # Every series a process can produce exists from its start, at zero: rate() and
 # alerts then see a failure's first increase, not a series appearing out of nothing.

@@ -122,8 +122,10 @@ def _decide(
     signal = signal_of(outcome=outcome, status_code=status_code, retry_after=retry_after)
     if signal == Signal.SUCCESS:
         return Decision(status=DeliveryStatus.DELIVERED, delay=timedelta(0), reason="")
-    if signal == Signal.THROTTLE:
-        # The receiver's own pace: the whole endpoint waits (delivery.health), this one as asked.
+    if signal in (Signal.THROTTLE, Signal.PACE):
+        # The receiver's own pace. With a Retry-After the whole endpoint waits (delivery.health)
+        # and this one as asked; without, it keeps its place and the lanes slow down to a
+        # learned rate (delivery.limit).
         delay = None if retry_after is None else retry_delay(
             attempt=attempt, retry_after=retry_after, policy=policy, jitter=jitter
         )

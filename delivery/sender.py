@@ -71,20 +71,32 @@ class Sender:
         return bool(self.in_flight)
 
     def start(self, lane: Lane, delivery: ClaimedDelivery, *, slot_mono: float | None) -> None:
-        """Start sending `delivery` (at `slot_mono` if it has a rate slot); it counts as open to its lane at once."""
+        """Start sending `delivery` (at `slot_mono` if it has a rate slot, then at its turn at the lane's learned
+        rate); it counts as open to its lane at once."""
         lane.open += 1
+        lane.not_begun += 1
         if delivery.probe:
             lane.probing = True
         task = self.loop.create_task(self._send(lane, delivery, slot_mono))
         self.in_flight[task] = InFlight(lane=lane, delivery=delivery, open_at_start=lane.open)
         task.add_done_callback(self._finished)
 
-    async def _send(self, lane: Lane, delivery: ClaimedDelivery, slot_mono: float | None) -> SendResult:
+    async def _send(
+        self, lane: Lane, delivery: ClaimedDelivery, slot_mono: float | None
+    ) -> tuple[SendResult, bool]:
+        """The answer, and whether the request waited for its turn at the learned rate (the rate held it back)."""
         if slot_mono is not None:
             await asyncio.sleep(slot_mono - time.monotonic())
+        waited_for_turn = False
+        # Asked again after each wait: a cut meanwhile makes the turn later.
+        while (wait := lane.turn_in(time.monotonic())) > 0:
+            waited_for_turn = True
+            await asyncio.sleep(wait)
+        lane.take_turn(time.monotonic())
+        lane.not_begun -= 1
         self.begun.add(delivery.id)
         # Signed and timed as the lane's destination says (delivery.lanes follows its edits).
-        return await self.transport.send(delivery, signer=lane.signer, timeout=lane.timeout)
+        return await self.transport.send(delivery, signer=lane.signer, timeout=lane.timeout), waited_for_turn
 
     def run(self, *, seconds: float, return_when: Callable[[], bool]) -> None:
         """Run the loop until `return_when()` says so after a request finished, nothing is open, or `seconds` pass.
@@ -105,14 +117,22 @@ class Sender:
     def _finished(self, task: asyncio.Task) -> None:
         flight = self.in_flight.pop(task)
         flight.lane.open -= 1
-        self.begun.discard(flight.delivery.id)
         if flight.delivery.probe:
             flight.lane.probing = False
         if task.cancelled():
+            if flight.delivery.id not in self.begun:
+                flight.lane.not_begun -= 1
+            self.begun.discard(flight.delivery.id)
             self.cancelled.append(flight.delivery)
             return
-        result = task.result()
-        flight.lane.learn_from(result, open_at_start=flight.open_at_start, finished_mono=time.monotonic())
+        self.begun.discard(flight.delivery.id)
+        result, waited_for_turn = task.result()
+        flight.lane.learn_from(
+            result,
+            open_at_start=flight.open_at_start,
+            finished_mono=time.monotonic(),
+            waited_for_turn=waited_for_turn,
+        )
         ATTEMPT_DURATION.labels(outcome=result.outcome).observe(result.duration_ms / 1000)
         if not self.answers:
             self.oldest_answer_mono = time.monotonic()

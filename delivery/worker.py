@@ -230,7 +230,8 @@ class Worker(ProcessLoop):
         claimed = self._claim_probes()
         room = self.lanes.room(now_mono)
         # Claim in batches, but do not wait for the whole batch to finish before claiming more.
-        if room == 0 or (room < self.worthwhile_batch and self.lanes.holding()):
+        worthwhile = self.lanes.worth_claiming(now_mono, batch=self.worthwhile_batch)
+        if room == 0 or (not worthwhile and self.lanes.holding()):
             return claimed
         want = min(room, self.batch_size)
         deliveries = self._claim(limit=want, skip_urls=self.lanes.closed_urls(now_mono))

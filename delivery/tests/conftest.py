@@ -5,6 +5,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections import defaultdict
 from datetime import date, timedelta
@@ -48,6 +49,28 @@ class ScriptedSink(WebhookSink):
                 return True
             time.sleep(0.05)
         return False
+
+
+class RateLimiter:
+    """A receiver's rate limit as nginx limit_req or an API gateway enforces it: a bucket of `burst` tokens
+    refilled at `rate` a second; a request that finds it empty is refused at once, 429 without Retry-After.
+    The others are answered after `latency` seconds. Set it as a sink's `respond`."""
+
+    def __init__(self, *, rate: float, burst: int, latency: float) -> None:
+        self.rate, self.burst, self.latency = rate, burst, latency
+        self.tokens = float(burst)
+        self.filled_mono = time.monotonic()
+        self.lock = threading.Lock()
+
+    def __call__(self, received) -> Reply:
+        with self.lock:
+            now_mono = time.monotonic()
+            self.tokens = min(self.burst, self.tokens + (now_mono - self.filled_mono) * self.rate)
+            self.filled_mono = now_mono
+            if self.tokens < 1:
+                return Reply(status=429)
+            self.tokens -= 1
+        return Reply(delay=self.latency)
 
 
 @pytest.fixture

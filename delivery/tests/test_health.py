@@ -71,8 +71,8 @@ def failing(*, interval: float = 4.0, since: float = -10.0) -> Health:
     [
         (DELIVERED, 200, None, Signal.SUCCESS),
         (DELIVERED, 204, 30.0, Signal.SUCCESS),
-        # throttling: 429 with or without Retry-After, 503 only with it
-        (TRANSIENT, 429, None, Signal.THROTTLE),
+        # throttling: 429 or 503 with a Retry-After; a 429 without one is the receiver's pace
+        (TRANSIENT, 429, None, Signal.PACE),
         (TRANSIENT, 429, 30.0, Signal.THROTTLE),
         (TRANSIENT, 503, 30.0, Signal.THROTTLE),
         (TRANSIENT, 503, None, Signal.FAILURE),
@@ -270,10 +270,17 @@ def test_the_longest_retry_after_of_a_batch_wins():
     assert after.blocked_until == at(40)
 
 
-def test_a_429_without_retry_after_counts_as_a_failure_but_blocks_nothing():
-    after = observe(health=FRESH, answers=[answer(Signal.THROTTLE)], now=NOW, policy=POLICY)
+def test_a_429_without_retry_after_counts_neither_for_nor_against_the_endpoint_and_blocks_nothing():
+    # Given two failures in a row, then a limiter's refusals of a burst, more than the threshold
+    before = replace(FRESH, consecutive_failures=2, last_success_at=at(-60))
+    answers = [answer(Signal.PACE, started=-1.0, finished=i / 100) for i in range(POLICY.failure_threshold * 4)]
 
-    assert (after.consecutive_failures, after.blocked_until) == (1, None)
+    after = observe(health=before, answers=answers, now=NOW, policy=POLICY)
+
+    # Then the streak is neither longer nor broken, nothing waits, and the 429 is the last error shown
+    assert (after.state, after.consecutive_failures, after.blocked_until) == (HEALTHY, 2, None)
+    assert after.last_success_at == at(-60)
+    assert (after.last_failure_at, after.last_error) == (answers[-1].finished_at, "pace answer")
 
 
 # -- refusals (401/403/404/410) -----------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from delivery.limit import AdaptiveLimit, FixedLimit
+from delivery.limit import AdaptiveLimit, FixedLimit, LearnedRate
 
 FAST = 0.1  # seconds: the latency every sample has unless a test says otherwise
 
@@ -217,3 +217,201 @@ def test_a_fixed_limit_ignores_every_sample():
     limit.on_sample(started=0.0, finished=0.01, dropped=False, in_flight=7)
 
     assert limit.current == 7
+
+
+# -- LearnedRate ------------------------------------------------------------------------------------------------
+
+LATENCY = 0.25  # seconds: how long an accepted request takes unless a test says otherwise
+
+
+def accepted(rate: LearnedRate, *, at: float, latency: float = LATENCY, waited: bool = True) -> None:
+    """A request started at `at` and accepted; by default it waited for its turn at the rate."""
+    rate.on_start()
+    rate.on_answer(started_mono=at, finished_mono=at + latency, refused=False, waited=waited)
+
+
+def refused(rate: LearnedRate, *, at: float) -> None:
+    """A request started at `at` and refused at once, as a limiter does."""
+    rate.on_start()
+    rate.on_answer(started_mono=at, finished_mono=at + 0.001, refused=True, waited=False)
+
+
+def learned_at(value: float, *, cut_at: float = 0.0) -> LearnedRate:
+    """A rate out of slow start at `value`, its last cut at `cut_at` (one accepted answer since)."""
+    rate = LearnedRate()
+    for i in range(rate.sample):  # 20 accepted, 10 ms apart: 100/s measured
+        accepted(rate, at=cut_at - 1.0 + i / 100, waited=False)
+    refused(rate, at=cut_at - 0.001)
+    rate.rate = value
+    return rate
+
+
+def test_no_rate_is_learned_from_accepted_answers_alone():
+    rate = LearnedRate()
+
+    for i in range(100):
+        accepted(rate, at=i / 100, waited=False)
+
+    assert rate.current is None
+
+
+@pytest.mark.parametrize(
+    "accepted_before, spacing, expected_rate, slow_start",
+    [
+        # 20 accepted within the last 10 s, 10 ms apart: 100/s measured, 90/s learned
+        (20, 0.01, 90.0, False),
+        (50, 0.01, 90.0, False),
+        # 20 accepted 0.1 s apart: 10/s measured
+        (20, 0.1, 9.0, False),
+        # fewer than 20 say too little: one a second, and slow start
+        (19, 0.01, 1.0, True),
+        (0, 0.01, 1.0, True),
+        # 20, but most of them longer ago than 10 s
+        (20, 1.0, 1.0, True),
+    ],
+)
+def test_the_first_refusal_sets_the_rate_from_what_the_receiver_was_seen_to_accept(
+    accepted_before, spacing, expected_rate, slow_start
+):
+    rate = LearnedRate()
+    for i in range(accepted_before):
+        accepted(rate, at=100.0 - (accepted_before - i) * spacing, latency=0.0, waited=False)
+
+    refused(rate, at=100.0)
+
+    assert rate.current == pytest.approx(expected_rate)
+    assert rate.slow_start is slow_start
+
+
+def test_in_slow_start_answers_from_before_the_first_refusal_add_one_over_their_latency_each():
+    # Given a burst of 16 at t=0 whose refusals came back at once, before any acceptance
+    rate = LearnedRate()
+    refused(rate, at=0.0)
+    assert rate.current == 1.0
+
+    for _ in range(10):  # the burst's accepted requests answer 250 ms later
+        rate.on_answer(started_mono=0.0, finished_mono=0.25, refused=False, waited=False)
+
+    assert rate.current == pytest.approx(1.0 + 10 * 4.0)
+
+
+@pytest.mark.parametrize(
+    "waited, after_last_refusal, grows",
+    [(True, True, True), (False, True, False), (True, False, False)],
+)
+def test_in_slow_start_a_paced_answer_grows_the_rate_only_if_the_rate_held_it_back_since_the_last_refusal(
+    waited, after_last_refusal, grows
+):
+    rate = LearnedRate()
+    refused(rate, at=0.0)
+    before = rate.current
+    refused(rate, at=0.5)  # not a cut (no evidence yet) but a refusal all the same
+    started = 0.6 if after_last_refusal else 0.4
+
+    accepted(rate, at=started, waited=waited)
+
+    assert rate.current == pytest.approx(before + 4.0 if grows else before)
+
+
+def test_a_refusal_of_a_request_started_before_the_last_cut_cuts_nothing():
+    rate = learned_at(100.0, cut_at=10.0)
+    accepted(rate, at=10.1, waited=False)  # a round trip: a refusal started after the cut would cut now
+
+    refused(rate, at=9.9)
+
+    assert rate.current == 100.0
+
+
+@pytest.mark.parametrize(
+    "accepted_since_cut, refusals, cuts",
+    [
+        # a round trip of the new rate: an accepted answer to a request started after the cut
+        (True, 1, True),
+        # or enough refusals of such requests, before any acceptance came back
+        (False, 2, False),
+        (False, 3, True),
+    ],
+)
+def test_a_refusal_cuts_once_the_rate_since_the_last_cut_has_shown_itself(accepted_since_cut, refusals, cuts):
+    rate = learned_at(100.0, cut_at=10.0)
+    if accepted_since_cut:
+        accepted(rate, at=10.1)
+    rate.rate = 100.0  # whatever that answer added
+
+    for i in range(refusals):
+        refused(rate, at=10.2 + i / 100)
+
+    assert (rate.current < 100.0) is cuts
+
+
+@pytest.mark.parametrize(
+    "round_trip, others_started, refusals, expected",
+    [
+        # after a round trip of the rate, the first refusal among 100 started since the cut: 0.9 x 0.99
+        (True, 99, 1, 89.1),
+        # no round trip yet: the third refusal cuts, with half of those started refused (twice too
+        # fast): halved, and a tenth more
+        (False, 3, 3, 45.0),
+        # nothing but refusals: halved, and a tenth more
+        (False, 0, 3, 45.0),
+    ],
+)
+def test_a_cut_is_a_tenth_of_the_rate_times_the_share_accepted_since_the_last_cut(
+    round_trip, others_started, refusals, expected
+):
+    rate = learned_at(100.0, cut_at=10.0)
+    if round_trip:
+        accepted(rate, at=10.05)
+        rate.rate = 100.0  # whatever that answer added
+    for _ in range(others_started - rate.started_since_cut):
+        rate.on_start()  # started, not yet answered
+
+    for i in range(refusals):
+        refused(rate, at=10.1 + i / 1000)
+
+    assert rate.current == pytest.approx(expected)
+
+
+def test_rate_cuts_stop_at_the_minimum():
+    rate = learned_at(0.02, cut_at=10.0)
+
+    for i in range(rate.evidence):
+        refused(rate, at=10.1 + i)
+
+    assert rate.current == pytest.approx(1 / 60)
+
+
+def test_a_cut_ends_slow_start():
+    rate = LearnedRate()
+    refused(rate, at=0.0)
+    accepted(rate, at=0.1)  # 4/s more, and a round trip since the cut
+    assert rate.slow_start
+
+    refused(rate, at=0.2)
+
+    assert not rate.slow_start
+
+
+@pytest.mark.parametrize(
+    "waited, after_last_refusal, grows",
+    [(True, True, True), (False, True, False), (True, False, False)],
+)
+def test_out_of_slow_start_an_answer_the_rate_held_back_since_the_last_refusal_adds_a_two_thousandth(
+    waited, after_last_refusal, grows
+):
+    rate = learned_at(100.0, cut_at=10.0)
+    refused(rate, at=10.5)  # no cut: no round trip yet
+    assert rate.current == 100.0
+
+    accepted(rate, at=10.6 if after_last_refusal else 10.4, waited=waited)
+
+    assert rate.current == pytest.approx(100.05 if grows else 100.0)
+
+
+def test_after_a_cut_of_a_tenth_about_two_hundred_held_back_answers_bring_the_rate_back():
+    rate = learned_at(90.0, cut_at=10.0)
+
+    for i in range(211):
+        accepted(rate, at=10.0 + i / 100)
+
+    assert 99.9 < rate.current < 100.1

@@ -5,7 +5,9 @@ test names one, a real local receiver, and at the end a count of what arrived:
 nothing lost, nothing twice, nothing DEAD because the receiver was unwell.
 """
 
+import re
 import time
+import urllib.request
 from collections import Counter
 from datetime import timedelta
 
@@ -14,6 +16,7 @@ import pytest
 from delivery.models import Delivery, DeliveryAttempt, DeliveryStatus, Endpoint, EndpointState
 from delivery.services.endpoints import endpoint_pause, endpoint_resume
 from delivery.tests.conftest import (
+    RateLimiter,
     create_due_users,
     eventually,
     process_env,
@@ -21,6 +24,7 @@ from delivery.tests.conftest import (
     stop_all,
     wait_until,
 )
+from devtools.ports import free_port
 from devtools.sink import Reply
 from scheduling.models import Event, EventStatus
 
@@ -193,6 +197,82 @@ def test_the_fleet_rate_cap_holds_over_two_workers(delivery_settings, sink, tmp_
     assert_all_delivered_once(sink, 500)
     assert 90 <= busiest_second(sink.received) <= 110
     assert {r.headers.get("User-Agent") for r in sink.received}  # both workers sent (keys split between them)
+
+
+def learned_rates(ports) -> list[float]:
+    """Each worker's birthday_worker_learned_rate for the one endpoint, from its metrics port."""
+    rates = []
+    for port in ports:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            body = response.read().decode()
+        found = re.search(r"^birthday_worker_learned_rate\{[^}]*\} (\S+)$", body, re.M)
+        rates.append(float(found.group(1)) if found else 0.0)
+    return rates
+
+
+def start_fleet_with_metrics(settings, tmp_path, **env_extra):
+    """One scheduler and two workers as shipped, each worker serving its metrics; the processes and the ports."""
+    env = process_env(settings, **env_extra)
+    ports = [free_port(), free_port()]
+    processes = [start_process(["run_scheduler"], env, tmp_path / "scheduler.log")]
+    processes += [
+        start_process(["run_worker", "--metrics-port", str(port)], env, tmp_path / f"worker{i}.log")
+        for i, port in enumerate(ports)
+    ]
+    return processes, ports
+
+
+@pytest.mark.parametrize("max_rate", [0, 200])
+def test_a_receiver_behind_a_rate_limit_is_paced_at_a_rate_learnt_from_its_429s(
+    delivery_settings, sink, tmp_path, max_rate
+):
+    # Given a receiver that takes 40 requests a second (a tenth of a second's burst) and refuses
+    # the rest at once with 429 and no Retry-After, and 400 greetings due; with no fleet cap, or
+    # one far above the receiver's
+    sink.respond = RateLimiter(rate=40, burst=4, latency=0.05)
+    create_due_users(400)
+
+    # When one scheduler and two workers run with the shipped settings
+    processes, ports = start_fleet_with_metrics(delivery_settings, tmp_path, WEBHOOK_MAX_RATE=max_rate)
+    try:
+        assert eventually(lambda: _ok_count(sink) == 400, timeout=120), f"only {_ok_count(sink)} of 400 accepted"
+        wait_until(all_settled, 30, "every outcome recorded")
+        rates = learned_rates(ports)
+    finally:
+        codes = stop_all(processes)
+
+    # Then the receiver did refuse, and the workers learnt a rate from it, of the receiver's order
+    assert codes == [0, 0, 0]
+    assert any(r.status == 429 for r in sink.received)
+    assert max(rates) > 0, rates
+    assert sum(rates) <= 40 * 1.5, rates
+    # And its refusals never made the endpoint failing; everything arrived once, nothing is DEAD
+    logs = "".join((tmp_path / f"worker{i}.log").read_text() for i in range(2))
+    assert "Endpoint failing" not in logs
+    assert Endpoint.objects.get().state == EndpointState.HEALTHY
+    assert_all_delivered_once(sink, 400)
+    # And no refusal spent an attempt: each one gave its delivery one more, so all kept their budget
+    budgets = {d.max_attempts - d.attempts for d in Delivery.objects.all()}
+    assert budgets == {delivery_settings.DELIVERY_MAX_ATTEMPTS - 1}
+
+
+def test_a_fleet_rate_cap_below_a_receivers_limit_still_holds_over_two_workers(delivery_settings, sink, tmp_path):
+    # Given WEBHOOK_MAX_RATE=25 and a receiver that would take 40 a second, refusing the rest with 429
+    sink.respond = RateLimiter(rate=40, burst=4, latency=0.05)
+    create_due_users(250)
+
+    processes = start_fleet(delivery_settings, tmp_path, WEBHOOK_MAX_RATE=25)
+    try:
+        assert eventually(lambda: _ok_count(sink) == 250, timeout=120), f"only {_ok_count(sink)} of 250 accepted"
+        wait_until(all_settled, 30, "every outcome recorded")
+    finally:
+        codes = stop_all(processes)
+
+    # Then the stricter of the two, the fleet's cap, holds: no second at the receiver sees more than 25 requests
+    # (refused ones included), and everything arrived once
+    assert codes == [0, 0, 0]
+    assert busiest_second(sink.received) <= 28
+    assert_all_delivered_once(sink, 250)
 
 
 def test_the_fleet_in_flight_cap_holds_over_two_workers(delivery_settings, sink, tmp_path):

@@ -127,6 +127,7 @@ def test_a_delivery_that_outlived_the_lateness_does_not_wait_again(outcome, stat
         # throttled: the receiver's pace, never charged, whatever the attempt or the endpoint
         (TRANSIENT, 429, None, False, False, 1, WAIT),
         (TRANSIENT, 429, None, False, False, 8, WAIT),
+        (TRANSIENT, 429, None, True, False, 8, WAIT),
         (TRANSIENT, 429, 30.0, False, False, 1, queued(timedelta(seconds=30), charged=False)),
         (TRANSIENT, 429, 86400.0, False, False, 1, queued(HOUR, charged=False)),
         (TRANSIENT, 503, 30.0, False, False, 8, queued(timedelta(seconds=30), charged=False)),

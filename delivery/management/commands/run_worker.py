@@ -14,7 +14,8 @@ class Command(ProcessCommand):
         parser.add_argument(
             "--concurrency", type=int, default=None,
             help="Requests kept open to the receiver, fixed. Default: adapt to the receiver (slow start, "
-            "halved on timeouts, 5xx and 429), within WEBHOOK_MAX_IN_FLIGHT.",
+            "halved on timeouts, 5xx and 429 or 503 with Retry-After), within WEBHOOK_MAX_IN_FLIGHT. "
+            "Either way, a rate learnt from the receiver's 429s without Retry-After paces the starts.",
         )
         parser.add_argument("--batch-size", type=int, default=200, help="Most deliveries claimed at once. Default 200.")
 

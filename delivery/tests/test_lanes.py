@@ -1,0 +1,157 @@
+"""A lane's pace at the rate it learnt from 429s without Retry-After: turns, what it holds, what each answer teaches."""
+
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+
+from delivery.lanes import PACE_CATCH_UP, PACED_HOLD_FOR, RATE_HORIZON, Lane
+from delivery.limit import AdaptiveLimit
+from delivery.models import AttemptOutcome
+from delivery.transport import ClaimedDelivery, SendResult
+
+NOW = datetime(2025, 3, 8, 12, 0, tzinfo=UTC)
+
+
+def lane() -> Lane:
+    return Lane(url="http://receiver.test/webhook", endpoint_id=1, limit=AdaptiveLimit(initial=64))
+
+
+def paced_at(rate: float, *, last_turn_mono: float = 10.0) -> Lane:
+    """A lane that learnt `rate` and whose last request took its turn at `last_turn_mono`."""
+    paced = lane()
+    paced.rate.rate = rate
+    paced.last_turn_mono = last_turn_mono
+    return paced
+
+
+def delivery() -> ClaimedDelivery:
+    return ClaimedDelivery(
+        id=uuid.uuid4(), event_id=uuid.uuid4(), idempotency_key="event-0123456789abcdef", endpoint_url="x",
+        body="{}", attempt=1, max_attempts=8,
+    )
+
+
+def answer(status: int, *, started_mono: float = 10.0, retry_after: float | None = None) -> SendResult:
+    outcome = AttemptOutcome.DELIVERED if status == 200 else AttemptOutcome.TRANSIENT_FAILURE
+    return SendResult(
+        delivery=delivery(), outcome=outcome, started_at=NOW, finished_at=NOW, duration_ms=1, status_code=status,
+        retry_after=retry_after, started_mono=started_mono,
+    )
+
+
+# -- turns ------------------------------------------------------------------------------------------------------
+
+
+def test_with_no_rate_learnt_every_request_has_its_turn_at_once():
+    unpaced = lane()
+
+    for _ in range(100):
+        assert unpaced.turn_in(10.0) == 0.0
+        unpaced.take_turn(10.0)
+
+    assert unpaced.may_hand_over()
+
+
+def test_under_a_learned_rate_turns_are_one_over_the_rate_apart():
+    paced = paced_at(50.0, last_turn_mono=10.0)
+
+    assert paced.turn_in(10.0) == pytest.approx(0.02)
+    assert paced.turn_in(10.015) == pytest.approx(0.005)
+    assert paced.turn_in(10.02) == 0.0
+
+
+@pytest.mark.parametrize(
+    "away, turns_at_once",
+    [
+        # back after 60 ms: the turns missed (at 50/s, two) go at once, with the one due now
+        (0.06, 3),
+        # back after a second: only PACE_CATCH_UP's worth (five) and the one due now, not fifty
+        (1.0, int(PACE_CATCH_UP * 50) + 1),
+    ],
+)
+def test_turns_missed_while_away_from_the_loop_are_taken_up_to_the_catch_up_and_no_more(away, turns_at_once):
+    paced = paced_at(50.0, last_turn_mono=10.0)
+    back = 10.0 + away
+
+    taken = 0
+    while paced.turn_in(back) < 1e-9:
+        paced.take_turn(back)
+        taken += 1
+
+    assert taken == turns_at_once
+
+
+def test_the_first_refusal_paces_from_the_last_start_rather_than_letting_a_catch_up_burst_go():
+    # Given a lane sending unpaced, its last request started at t=10
+    learning = lane()
+    learning.take_turn(10.0)
+
+    # When the receiver refuses it, before any answer told a rate: one a second, to begin with
+    learning.learn_from(answer(429, started_mono=10.0), open_at_start=1, finished_mono=10.001, waited_for_turn=False)
+
+    assert learning.rate.current == 1.0
+    assert learning.turn_in(10.001) == pytest.approx(0.999)
+
+
+def test_a_cut_makes_the_next_turn_later_for_a_request_already_waiting():
+    paced = paced_at(100.0, last_turn_mono=10.0)
+    assert paced.turn_in(10.0) == pytest.approx(0.01)
+
+    paced.rate.rate = 50.0
+
+    assert paced.turn_in(10.0) == pytest.approx(0.02)
+
+
+# -- what a paced lane holds ------------------------------------------------------------------------------------
+
+
+def test_under_a_learned_rate_about_a_horizon_of_requests_waits_for_its_turn_at_once():
+    paced = paced_at(40.0)
+
+    paced.not_begun = int(40.0 * RATE_HORIZON) - 1
+    assert paced.may_hand_over()
+    paced.not_begun += 1
+    assert not paced.may_hand_over()
+
+
+def test_under_a_learned_rate_a_lane_holds_what_it_starts_within_the_hold_and_no_batch_more():
+    paced, unpaced = paced_at(40.0), lane()
+
+    assert unpaced.room(batch_size=200) == 64 + 200
+    assert paced.room(batch_size=200) == 40 * PACED_HOLD_FOR
+    paced.waiting.extend(delivery() for _ in range(30))
+    assert paced.room(batch_size=200) == 40 * PACED_HOLD_FOR - 30
+
+
+# -- what each answer teaches -----------------------------------------------------------------------------------
+
+
+def test_a_429_without_retry_after_teaches_a_rate_and_leaves_the_concurrency_alone():
+    learning = lane()
+
+    learning.learn_from(answer(429), open_at_start=64, finished_mono=10.001, waited_for_turn=False)
+
+    assert learning.rate.current is not None
+    assert learning.limit.current == 64
+    assert learning.blocked_until_mono == 0.0
+
+
+def test_a_429_with_retry_after_halves_the_concurrency_and_blocks_the_lane_but_teaches_no_rate():
+    learning = lane()
+
+    learning.learn_from(answer(429, retry_after=3.0), open_at_start=64, finished_mono=10.001, waited_for_turn=False)
+
+    assert learning.rate.current is None
+    assert learning.limit.current == 32
+    assert learning.blocked_until_mono == pytest.approx(13.001)
+
+
+def test_an_accepted_answer_the_rate_held_back_grows_the_rate_and_counts_for_the_concurrency():
+    learning = paced_at(40.0)
+    learning.rate.slow_start = False
+
+    learning.learn_from(answer(200), open_at_start=64, finished_mono=10.25, waited_for_turn=True)
+
+    assert learning.rate.current > 40.0
+    assert learning.limit.current == 65  # slow start of the window: the whole limit was in use

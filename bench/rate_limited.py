@@ -193,6 +193,9 @@ def product_env(*, url: str, secret_key: str) -> dict:
     env.update(
         DATABASE_URL=DSN, WEBHOOK_URL=url, WEBHOOK_TIMEOUT="10s", WEBHOOK_SECRET="", LOG_LEVEL="WARNING",
         PYTHONUNBUFFERED="1", DJANGO_SECRET_KEY=secret_key,
+        # The receiver is local and plain http: a product that refuses receivers behind it
+        # (SSRF rules) must be told to allow this one; one without such rules ignores these.
+        WEBHOOK_ALLOW_HTTP="true", WEBHOOK_ALLOWED_NETWORKS="127.0.0.0/8",
     )
     return env
 

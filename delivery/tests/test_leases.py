@@ -48,7 +48,8 @@ def test_renewal_leaves_another_workers_lease_and_a_row_no_longer_sending_alone(
     # Given one delivery w2 holds, one handed back to the queue and one w1 holds
     theirs = deliveries_claim(worker="w2", limit=1, lease=SHORT)[0]
     mine = deliveries_claim(worker="w1", limit=1, lease=SHORT)[0]
-    back_in_queue = queued[-1] if queued[-1].id not in (theirs.id, mine.id) else queued[-2]
+    # The claims take the due order, not the ids' order: any row neither claimed.
+    back_in_queue = next(d for d in queued if d.id not in (theirs.id, mine.id))
     before = lease_ends([theirs.id, back_in_queue.id])
 
     # When w1 renews, naming all three (a stale list)

@@ -1,6 +1,7 @@
 """A receiver behind a rate limiter that answers 429 without Retry-After (issue 28, point 7).
 
-    .venv/bin/python -m bench.rate_limited [--rates 200,50] [--seconds 40] [--runs 3]
+    make bench BENCH_ARGS="--only rate_limited"       # this checkout, 200/s and 50/s, 3 rounds, into REPORT.md
+    bench/.venv/bin/python -m bench.workloads.rate_limited [--rates 200,50] [--seconds 40] [--runs 3]
         [--product before=/path/to/other/checkout --product after=.]
 
 Many receivers enforce a rate by refusing what goes over it with a bare 429: nginx
@@ -25,7 +26,13 @@ ended DEAD, the workers' logs whether the endpoint went FAILING. Results go to
 bench/results/rate-limited.json and REPORT-rate-limited.md; the processes' logs to
 bench/results/raw/rate-limited/.
 
-Sizes are the arguments; a registry may call `measure(...)` with them.
+As the `rate_limited` workload of bench/run.py (`measure(harness, size=...)`), the
+product is this checkout alone, at the issue's two rates, `rate_limited_seconds` of
+events and `rate_limited_runs` rounds; the results go to results.json and REPORT.md
+(`report_section`). Run as a module, it compares checkouts (`--product`, taken in turn)
+and writes a report of its own. Either way the receiver and the database (dropped at
+the end) are the module's own, not the harness's: the limiter's nginx is another
+configuration, and each product migrates the database its way.
 """
 
 from __future__ import annotations
@@ -54,17 +61,31 @@ from pathlib import Path
 import psycopg
 
 from bench import sql
+from bench.harness import Harness
+from bench.locations import POSTGRES, RESULTS, ROOT
 from bench.receiver import ECHO_MODULE, LogReader, free_port
+from bench.workload import Workload
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
 RAW = RESULTS / "raw" / "rate-limited"
-PG = "postgres://postgres@127.0.0.1:5432"
 # Another checkout's bench on the same server must use other databases (see bench/run.py).
 DB = os.environ.get("BENCH_DATABASE_PREFIX", "bench") + "_rate_limited"
-DSN = f"{PG}/{DB}"
+DSN = f"{POSTGRES}/{DB}"
 LATENCY_S = 0.25
 WORKERS = 2
+# The issue's limits (requests/s); the module's --rates may ask for others.
+RATES = (200, 50)
+
+
+@dataclass(frozen=True)
+class RateLimitedSize:
+    rate_limited_seconds: int  # events due at once = the limit x this
+    rate_limited_runs: int  # rounds, the rates in turn within each; the report gives medians
+
+
+SIZES = {
+    "small": RateLimitedSize(rate_limited_seconds=10, rate_limited_runs=1),
+    "full": RateLimitedSize(rate_limited_seconds=40, rate_limited_runs=3),
+}
 
 CONF = """\
 load_module {echo};
@@ -256,6 +277,7 @@ def run_once(
     processes.update({role: spawn(product, ["run_worker", "--metrics-port", str(port)], env, logs[role])
                       for role, port in ports.items()})
     accepted: set[str] = set()
+    load_before = os.getloadavg()
     deadline = time.monotonic() + n / (rate * 0.2) + 120
     try:
         while len(accepted) < len(expected) and time.monotonic() < deadline:
@@ -292,17 +314,25 @@ def run_once(
         "seconds_from_spawn": (ok[-1] - started) if ok else None,
         "rate_from_spawn": len(per_key) / (ok[-1] - started) if ok else None,
         "dead": dead, "endpoint_failing": failing, "learned_rates": rates,
+        "load_before": load_before, "load_after": os.getloadavg(),
         "timeline": [timeline.get(second, 0) for second in range(int(ok[-1] - ok[0]) + 1)] if ok else [],
     }
 
 
-def measure(*, products: list[Product], rates: list[int], seconds: int, runs: int) -> dict:
+def measure(harness: Harness, *, size: RateLimitedSize) -> dict:
+    """The workload: this checkout at the issue's rates (its own receiver and database, not the harness's)."""
+    product = Product("this", ROOT)
+    results = measure_products(products=[product], rates=list(RATES), seconds=size.rate_limited_seconds,
+                               runs=size.rate_limited_runs)
+    results.update(product_commit=product.commit(), latency_s=LATENCY_S, workers=WORKERS,
+                   seconds=size.rate_limited_seconds, rates=list(RATES), command=harness.results.get("command"))
+    return results
+
+
+def measure_products(*, products: list[Product], rates: list[int], seconds: int, runs: int) -> dict:
     """Every product at every rate, `runs` rounds; the products in turn within each round."""
     RAW.mkdir(parents=True, exist_ok=True)
-    admin = sql.connect(f"{PG}/postgres")
-    admin.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-    admin.execute(f"CREATE DATABASE {DB}")
-    admin.close()
+    database_create()
     secret_key = secrets.token_urlsafe(50)
     for product in products:  # the same migrations, or the later one's on top
         migrate = subprocess.run([product.python, "manage.py", "migrate", "--noinput"], cwd=product.path,
@@ -332,8 +362,22 @@ def measure(*, products: list[Product], rates: list[int], seconds: int, runs: in
     finally:
         receiver.stop()
         conn.close()
+        database_drop()
     results["summary"] = summarize(results["runs"], products=products, rates=rates)
     return results
+
+
+def database_create() -> None:
+    admin = sql.connect(f"{POSTGRES}/postgres")
+    admin.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+    admin.execute(f"CREATE DATABASE {DB}")
+    admin.close()
+
+
+def database_drop() -> None:
+    admin = sql.connect(f"{POSTGRES}/postgres")
+    admin.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+    admin.close()
 
 
 def summarize(runs: list[dict], *, products: list[Product], rates: list[int]) -> dict:
@@ -364,14 +408,16 @@ def summarize(runs: list[dict], *, products: list[Product], rates: list[int]) ->
 def machine() -> dict:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), "unknown")
-    pg = subprocess.run(["psql", f"{PG}/postgres", "-Atc", "SHOW server_version"], capture_output=True, text=True)
+    pg = subprocess.run(["psql", f"{POSTGRES}/postgres", "-Atc", "SHOW server_version"], capture_output=True,
+                        text=True)
     nginx = subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip()
     return {"nproc": os.cpu_count(), "cpu": cpu, "postgresql": pg.stdout.strip(), "nginx": nginx,
             "python": platform.python_version(), "load_at_start": os.getloadavg()}
 
 
 def report(results: dict) -> str:
-    """The report of one invocation: how it was run, on what, and the figures; what they mean is added by hand."""
+    """The report of one invocation as a module: how it was run, on what, and the figures; what they mean is
+    added by hand."""
     m = results["machine"]
     products = "; ".join(f"`{label}`: {p['commit']} ({p['path']})" for label, p in results["products"].items())
     lines = [
@@ -386,21 +432,36 @@ def report(results: dict) -> str:
         "",
         f"Products: {products}.",
         "",
+        method(results) + " *Learned rates* = the sum of the workers' `birthday_worker_learned_rate` at the end (a "
+        "product from before the learned rate has none).",
+        "",
+        *table(results["summary"]),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def method(results: dict) -> str:
+    """What one run is and what each figure means."""
+    return (
         f"Each run: `rate x {results['seconds']}` events due at once, `run_scheduler` + {results['workers']} x "
         "`run_worker` as shipped (no `--concurrency`, no `WEBHOOK_MAX_RATE`), from no endpoint row, until every "
         f"event got a 200; the receiver is nginx `limit_req rate=<rate>r/s burst=<rate/10> nodelay` with "
         f"`limit_req_status 429` (no Retry-After), answering what it lets through after "
         f"{results['latency_s'] * 1000:g} ms. *Accepted rate* = the 200s per second between the first and the last "
         "200 in nginx's access log; *fraction of the limit* = that over the limit; *refused* = the 429s among every "
-        "request; *rate from spawn* = events / (last 200 - process start); *learned rates* = the sum of the "
-        "workers' `birthday_worker_learned_rate` at the end (the product before has none).",
-        "",
+        "request; *rate from spawn* = events / (last 200 - process start)."
+    )
+
+
+def table(summary: dict) -> list[str]:
+    """The figures, one row per product and limit: medians, each run's in brackets."""
+    lines = [
         "| product | limit | runs | accepted rate, median | fraction of the limit, median (runs) "
         "| refused, median (runs) | rate from spawn, median | learned rates at the end (runs) "
         "| DEAD / missing / twice | endpoint went FAILING |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for s in results["summary"].values():
+    for s in summary.values():
         fractions = ", ".join(f"{f:.2f}" for f in s["fractions"] if f is not None)
         refused = ", ".join(f"{100 * r:.1f}" for r in s["refused_shares"] if r is not None)
         learned = ", ".join("-" if v is None else f"{v:.0f}" for v in s["learned_rate_sums"])
@@ -410,7 +471,27 @@ def report(results: dict) -> str:
             f"| {s['rate_from_spawn']:.1f}/s | {learned} | {s['dead']} / {s['missing']} / {s['duplicates']} "
             f"| {s['endpoint_failing']}x |"
         )
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def report_section(res: dict) -> list[str]:
+    """Markdown lines for REPORT.md from the harness's results (`res["rate_limited"]`)."""
+    lines = ["## Rate-limited receiver: 429 without Retry-After at 200/s and 50/s\n"]
+    w = res.get("rate_limited")
+    if w is None:
+        return lines + ["_rate_limited: not run._"]
+    if "error" in w:
+        return lines + [f"_rate_limited failed:_\n\n```\n{w['error'][-3000:]}\n```"]
+    loads = [r["load_before"][0] for r in w["runs"]] + [r["load_after"][0] for r in w["runs"]]
+    lines.append(
+        f"This checkout (`{w['product_commit']}`), {w['runs'][-1]['round']} round(s), the limits in turn within "
+        f"each; medians. {method(w)} Load average (1 min) before and after the runs: "
+        f"{min(loads):.1f}-{max(loads):.1f}.\n"
+    )
+    return [*lines, *table(w["summary"]), ""]
+
+
+WORKLOAD = Workload(name="rate_limited", measure=measure, sizes=SIZES)
 
 
 def main() -> int:
@@ -425,9 +506,9 @@ def main() -> int:
     products = [Product(label, Path(path).resolve()) for label, path in
                 (spec.split("=", 1) for spec in args.product)] or [Product("this", ROOT)]
     rates = [int(r) for r in args.rates.split(",")]
-    command = " ".join([Path(sys.executable).name, "-m", "bench.rate_limited", *sys.argv[1:]])
+    command = " ".join([Path(sys.executable).name, "-m", "bench.workloads.rate_limited", *sys.argv[1:]])
     started = datetime.now(UTC).isoformat(timespec="seconds")
-    results = measure(products=products, rates=rates, seconds=args.seconds, runs=args.runs)
+    results = measure_products(products=products, rates=rates, seconds=args.seconds, runs=args.runs)
     results.update(
         started=started, finished=datetime.now(UTC).isoformat(timespec="seconds"), command=command,
         machine=machine(), products={p.label: {"path": str(p.path), "commit": p.commit()} for p in products},

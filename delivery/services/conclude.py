@@ -39,7 +39,11 @@ def events_conclude(*, event_ids: Collection[uuid.UUID], now: datetime) -> tuple
     # time: as `event_id = ANY(...)` over the whole table, the planner reads every
     # delivery once per batch recorded whenever it lacks the table's statistics
     # (rows written since the last ANALYZE: a 09:00 burst's), 0.3 s a batch at
-    # 300,000 deliveries against 1 ms this way (bench/results/REPORT-destinations.md).
+    # 300,000 deliveries against a few ms this way (bench/results/REPORT-destinations.md).
+    # The same missing statistics make it guess hundreds of deliveries an event,
+    # which prices the statement past jit_above_cost: compiling it would take 0.4 s.
+    # Off for the rest of the caller's transaction, whose statements are as short.
+    execute("SET LOCAL jit = off", [])
     rows = execute(
         "SELECT e.id, x.unfinished, x.deliveries, x.dead, x.dead_errors FROM unnest(%s::uuid[]) AS e(id) "
         "CROSS JOIN LATERAL (SELECT bool_or(d.status IN (%s, %s)) AS unfinished, count(*) AS deliveries, "

@@ -307,7 +307,13 @@ def destinations_for_queueing() -> list[Destination]:
     """The enabled destinations, locked FOR KEY SHARE for the caller's transaction; the default one seeded first
     if there is none at all (WEBHOOK_URL)."""
     destinations = destinations_for_claim()
-    if not destinations and destinations_seed_default() is not None:
+    if not destinations and settings.WEBHOOK_URL:
+        # Read again whoever seeded it: the default destination may have been
+        # committed since the read above by another process starting at the same
+        # time (a worker's first refresh, the scheduler's other claimer), and then
+        # this seed makes none. Claiming on with none would complete the batch's
+        # occurrences with nothing sent.
+        destinations_seed_default()
         destinations = destinations_for_claim()
     return destinations
 

@@ -19,6 +19,7 @@ from delivery.formats import DISCORD_CONTENT_MAX, body_format
 from delivery.models import Delivery, DeliveryStatus, Destination, DestinationSecret, Endpoint, EndpointState
 from delivery.scheduler import Scheduler
 from delivery.selectors import destination_signing_secrets
+from delivery.services import destinations as destinations_service
 from delivery.services.conclude import events_conclude
 from delivery.services.destinations import (
     DestinationInUse,
@@ -361,6 +362,26 @@ def test_webhook_url_and_secret_seed_a_default_destination_once_only_when_none_e
         "default", "https://legacy.example.org/hook", [], "standard"
     )
     assert sorted(destination_signing_secrets(destinations=[default], now=timezone.now())[default.pk]) == sorted(secrets)
+
+
+def test_a_claim_queues_to_the_default_destination_another_process_seeded_first(settings, monkeypatch):
+    # given WEBHOOK_URL and no destination, and another process (a worker's first refresh) seeding the
+    # default destination after this claim found none: this claim's own seed then makes none
+    settings.WEBHOOK_URL = "https://legacy.example.org/hook"
+
+    def seeded_by_another_process():
+        Destination.objects.create(name="default", url=settings.WEBHOOK_URL, created_by="WEBHOOK_URL",
+                                   updated_by="WEBHOOK_URL")
+
+    monkeypatch.setattr(destinations_service, "destinations_seed_default", seeded_by_another_process)
+    user = due_user(anniversary_date=None)
+
+    # when the scheduler claims the due occurrence
+    Scheduler(once=True).run()
+
+    # then it is queued to that destination, not completed with nothing sent
+    assert Delivery.objects.get().destination.name == "default"
+    assert user.events.exclude(status=EventStatus.PENDING).get().status == EventStatus.PROCESSING
 
 
 # --- fan-out -------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """A receiver behind a rate limiter that answers 429 without Retry-After (issue 28, point 7).
 
     make bench BENCH_ARGS="--only rate_limited"       # this checkout, 200/s and 50/s, 3 rounds, into REPORT.md
-    bench/.venv/bin/python -m bench.workloads.rate_limited [--rates 200,50] [--seconds 40] [--runs 3]
+    bench/.venv/bin/python -m bench.rate_limited [--rates 200,50] [--seconds 40] [--runs 3]
         [--product before=/path/to/other/checkout --product after=.]
 
 Many receivers enforce a rate by refusing what goes over it with a bare 429: nginx
@@ -506,7 +506,7 @@ def main() -> int:
     products = [Product(label, Path(path).resolve()) for label, path in
                 (spec.split("=", 1) for spec in args.product)] or [Product("this", ROOT)]
     rates = [int(r) for r in args.rates.split(",")]
-    command = " ".join([Path(sys.executable).name, "-m", "bench.workloads.rate_limited", *sys.argv[1:]])
+    command = " ".join([Path(sys.executable).name, "-m", "bench.rate_limited", *sys.argv[1:]])
     started = datetime.now(UTC).isoformat(timespec="seconds")
     results = measure_products(products=products, rates=rates, seconds=args.seconds, runs=args.runs)
     results.update(

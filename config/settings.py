@@ -405,6 +405,10 @@ DELIVERY_MAX_ATTEMPTS = env.int("DELIVERY_MAX_ATTEMPTS", default=8)
 # this margin and is renewed every third of that while the worker lives; the
 # deliveries of a worker that dies are taken over after at most that long.
 DELIVERY_LEASE_MARGIN = parse_duration(env("DELIVERY_LEASE_MARGIN", default="30s"))
+# DELIVERY_RECOVERY_BATCH: deliveries a worker queues again per turn for a destination's
+# recovery (delivery.services.recovery), in one short transaction: small enough that the
+# turn's sending goes on beside it, large enough that 100,000 take a few minutes at most.
+DELIVERY_RECOVERY_BATCH = env.int("DELIVERY_RECOVERY_BATCH", default=500)
 
 # --- The receiver's limits and health (per endpoint, over every worker) ------------------
 

@@ -315,7 +315,11 @@ SPECTACULAR_SETTINGS = {
     # which is what a client (and a generated client) must rely on.
     "COMPONENT_SPLIT_REQUEST": True,
     # One name for the event types wherever they appear (events, destinations' subscriptions).
-    "ENUM_NAME_OVERRIDES": {"EventTypeEnum": "scheduling.event_types.EventType"},
+    "ENUM_NAME_OVERRIDES": {
+        "EventTypeEnum": "scheduling.event_types.EventType",
+        "StatusEnum": "scheduling.models.EventStatus",
+        "RecoveryStatusEnum": "delivery.models.RecoveryStatus",
+    },
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

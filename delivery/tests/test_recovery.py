@@ -1,15 +1,14 @@
 """A destination's recovery: what it counts, how the workers queue it again in batches, what it refuses."""
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from delivery.models import Delivery, DeliveryStatus, Destination, Recovery, RecoveryStatus
+from delivery.models import Delivery, DeliveryStatus, Recovery, RecoveryStatus
 from delivery.services.destinations import destination_create, destination_update
-from delivery.services.enqueue import deliveries_enqueue_due
 from delivery.services.recovery import (
     RECOVERY_TRANSITIONS,
     RecoveryRefused,
@@ -21,66 +20,13 @@ from delivery.services.recovery import (
 )
 from delivery.services.transitions import DELIVERY_TRANSITIONS
 from delivery.tests.conftest import create_due_users
+from delivery.tests.recovery_data import TUESDAY_8, WEDNESDAY_10, end
 from scheduling.exceptions import InvalidStateTransition
 from scheduling.models import Event, EventStatus
 
 pytestmark = pytest.mark.django_db
 
 DEAD, DELIVERED, QUEUED = DeliveryStatus.DEAD, DeliveryStatus.DELIVERED, DeliveryStatus.QUEUED
-TUESDAY_8 = datetime(2026, 11, 24, 8, 0, tzinfo=UTC)
-WEDNESDAY_10 = datetime(2026, 11, 25, 10, 0, tzinfo=UTC)
-
-
-def new_destination(name: str, **fields) -> Destination:
-    return destination_create(name=name, url=f"https://{name}.example.org/hook", operator="ops", **fields).destination
-
-
-@pytest.fixture
-def two_destinations(delivery_settings):
-    delivery_settings.WEBHOOK_URL = ""
-    crm, chat = new_destination("crm"), new_destination("chat")
-    create_due_users(12)
-    deliveries_enqueue_due(batch_size=100)
-    return crm, chat
-
-
-def end(deliveries, *, status: str, at: datetime) -> None:
-    """The deliveries ended at `at` (as a worker's record leaves them), and their events with them."""
-    ids = [d.pk for d in deliveries]
-    Delivery.objects.filter(pk__in=ids).update(
-        status=status, updated_at=at, delivered_at=at if status == DELIVERED else None,
-        last_error="" if status == DELIVERED else "HTTP 410",
-    )
-
-
-def events_ended() -> None:
-    """Every event whose deliveries all ended: COMPLETED if all were delivered, else FAILED (as conclude does)."""
-    for event in Event.objects.filter(status=EventStatus.PROCESSING):
-        statuses = set(event.deliveries.values_list("status", flat=True))
-        if statuses <= {DELIVERED}:
-            Event.objects.filter(pk=event.pk).update(status=EventStatus.COMPLETED, executed_at=timezone.now())
-        elif statuses <= {DELIVERED, DEAD}:
-            Event.objects.filter(pk=event.pk).update(status=EventStatus.FAILED, failure_reason="dead")
-
-
-def of(destination, **filters):
-    return list(Delivery.objects.filter(destination=destination, **filters).order_by("id"))
-
-
-@pytest.fixture
-def history(two_destinations):
-    """crm: 4 delivered inside the window, 2 before it, 2 after it, 2 dead inside, 2 dead before; chat: all
-    12 delivered inside the window."""
-    crm, chat = two_destinations
-    deliveries = of(crm)
-    end(deliveries[:4], status=DELIVERED, at=TUESDAY_8 + timedelta(hours=1))
-    end(deliveries[4:6], status=DELIVERED, at=TUESDAY_8 - timedelta(seconds=1))
-    end(deliveries[6:8], status=DELIVERED, at=WEDNESDAY_10)  # the window's end is not in it
-    end(deliveries[8:10], status=DEAD, at=TUESDAY_8)  # its start is
-    end(deliveries[10:], status=DEAD, at=TUESDAY_8 - timedelta(days=1))
-    end(of(chat), status=DELIVERED, at=TUESDAY_8 + timedelta(hours=2))
-    events_ended()
-    return crm, chat, deliveries
 
 
 def advance_all(batch_size: int):

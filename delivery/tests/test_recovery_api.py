@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 from conftest import permissions_named
 from delivery.models import Delivery, DeliveryStatus, Recovery, RecoveryStatus
 from delivery.services.recovery import recoveries_advance
-from delivery.tests.test_recovery import TUESDAY_8, WEDNESDAY_10, history, two_destinations  # noqa: F401 - fixtures
+from delivery.tests.recovery_data import TUESDAY_8, WEDNESDAY_10
 
 pytestmark = pytest.mark.django_db
 

@@ -4,7 +4,14 @@ the errors every operation shares). Applied to DestinationViewSet as the decorat
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view
 
 from config.openapi import IF_MATCH, ErrorSerializer, etag_header
-from delivery.serializers import DestinationSerializer, NewSecretSerializer, RotateSecretSerializer
+from delivery.serializers import (
+    DestinationSerializer,
+    NewSecretSerializer,
+    RecoveryPreviewSerializer,
+    RecoveryRequestSerializer,
+    RecoverySerializer,
+    RotateSecretSerializer,
+)
 
 NEW_DESTINATION = OpenApiExample(
     "The team's Slack channel, birthdays only",
@@ -90,5 +97,62 @@ destination_schema = extend_schema_view(
         description="Its waiting deliveries go out in due order.",
         request=None,
         responses={200: DestinationSerializer, 409: IN_USE},
+    ),
+)
+
+RECOVERY_REFUSED = OpenApiResponse(
+    ErrorSerializer,
+    "The destination is disabled (enable it first), another recovery of it is under way (one at a time), or "
+    "the recovery has already ended. Nothing changed.",
+)
+RECOVER_LOST_DAY = OpenApiExample(
+    "Everything the CRM accepted between Tuesday 08:00 and Wednesday 10:00 (Paris), counted first",
+    value={"states": ["DELIVERED"], "since": "2026-11-24T08:00:00+01:00", "until": "2026-11-25T10:00:00+01:00",
+           "dry_run": True},
+    request_only=True,
+)
+RECOVERY_PREVIEW = OpenApiExample(
+    "The count",
+    value={"dry_run": True, "count": 1234, "states": ["DELIVERED"], "since": "2026-11-24T07:00:00Z",
+           "until": "2026-11-25T09:00:00Z"},
+    response_only=True,
+    status_codes=["200"],
+)
+RECOVERY_CREATED = OpenApiExample(
+    "Recorded, for the workers",
+    value={"id": 7, "destination": 3, "states": ["DELIVERED"], "since": "2026-11-24T07:00:00Z",
+           "until": "2026-11-25T09:00:00Z", "status": "PENDING", "total": 1234, "done": 0, "skipped": 0,
+           "batches": 0, "requested_by": "ops-alice", "requested_at": "2026-11-26T10:00:00Z", "finished_at": None,
+           "updated_at": "2026-11-26T10:00:00Z"},
+    response_only=True,
+    status_codes=["201"],
+)
+
+recovery_schema = extend_schema_view(
+    list=extend_schema(summary="List a destination's recoveries", description="Newest first, with their progress."),
+    retrieve=extend_schema(
+        summary="Read a recovery's progress",
+        description="done and skipped grow a batch at a time while it is RUNNING; FINISHED: done + skipped = total.",
+    ),
+    create=extend_schema(
+        summary="Recover a destination's deliveries (or count them first)",
+        description=(
+            "Every delivery of this destination in `states` (DEAD, DELIVERED or both) that reached that state "
+            "in [since, until), and before this request, is queued again, each under its own idempotency key, "
+            "with a fresh budget of attempts, to the destination's URL and in its format as they are now; "
+            "their events are PROCESSING again until their deliveries end. With `dry_run` the answer is only the "
+            "count (200); without, the recovery is recorded with that count as its total (201) and the workers "
+            "carry it out in batches: follow it with GET. Instants need their UTC offset. One recovery at a "
+            "time per destination; a paused destination's deliveries wait for its resume."
+        ),
+        request=RecoveryRequestSerializer,
+        responses={200: RecoveryPreviewSerializer, 201: RecoverySerializer, 409: RECOVERY_REFUSED},
+        examples=[RECOVER_LOST_DAY, RECOVERY_PREVIEW, RECOVERY_CREATED],
+    ),
+    cancel=extend_schema(
+        summary="Cancel a recovery",
+        description="No further batch is queued; what was queued again by now still goes.",
+        request=None,
+        responses={200: RecoverySerializer, 409: RECOVERY_REFUSED},
     ),
 )

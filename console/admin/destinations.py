@@ -17,6 +17,7 @@ from django.utils.html import format_html_join
 
 from console import widgets
 from console.admin.endpoints import endpoint_state_badge
+from console.admin.recoveries import DestinationRecoveryAdminMixin
 from delivery.models import Destination, EndpointState
 from delivery.selectors import destination_endpoints, destination_unsent_count
 from delivery.services import destinations as services
@@ -71,7 +72,7 @@ class DestinationChangeList(ChangeList):
 
 
 @admin.register(Destination)
-class DestinationAdmin(admin.ModelAdmin):
+class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
     form = DestinationForm
     list_display = ["name", "url", "subscriptions", "format", "enabled", "endpoint_state", "updated_by", "updated_at"]
     list_filter = ["enabled", "format"]

@@ -249,3 +249,12 @@ def network(monkeypatch) -> Network:
 
     monkeypatch.setattr(aiohappyeyeballs, "start_connection", start_routed_connection)
     return routed
+
+
+@pytest.fixture
+def history(delivery_settings):
+    """A destination's history to recover (delivery.tests.recovery_data.history_build): crm, chat, crm's deliveries."""
+    from delivery.tests.recovery_data import history_build
+
+    delivery_settings.WEBHOOK_URL = ""
+    return history_build()

@@ -7,6 +7,7 @@ from config.openapi import IF_MATCH, ErrorSerializer, etag_header
 from delivery.serializers import (
     DestinationSerializer,
     NewSecretSerializer,
+    PingResultSerializer,
     RecoveryPreviewSerializer,
     RecoveryRequestSerializer,
     RecoverySerializer,
@@ -36,6 +37,23 @@ CREATED = OpenApiExample(
     },
     response_only=True,
     status_codes=["201"],
+)
+RECEIVER_FAILED = OpenApiExample(
+    "The receiver answered 500",
+    value={
+        "status_code": 500, "ok": False, "latency_ms": 41, "body_start": "upstream unavailable",
+        "error": "Internal Server Error", "refused": False, "message_id": "test-5f0c7d3e9a2b4c1d8e6f0a1b2c3d4e5f",
+    },
+    response_only=True,
+)
+REFUSED = OpenApiExample(
+    "Its address is refused (no request made)",
+    value={
+        "status_code": None, "ok": False, "latency_ms": 0, "body_start": "",
+        "error": "Refused: hooks.internal at 10.0.0.5 is a private address (WEBHOOK_ALLOWED_NETWORKS)",
+        "refused": True, "message_id": "test-0a1b2c3d4e5f60718293a4b5c6d7e8f9",
+    },
+    response_only=True,
 )
 IN_USE = OpenApiResponse(
     ErrorSerializer,
@@ -97,6 +115,21 @@ destination_schema = extend_schema_view(
         description="Its waiting deliveries go out in due order.",
         request=None,
         responses={200: DestinationSerializer, 409: IN_USE},
+    ),
+    test=extend_schema(
+        summary="Send a test message to a destination",
+        description=(
+            "Sends one test message now and answers what the receiver did. It goes in the destination's format, "
+            "signed with its secrets in force (Standard Webhooks headers), with a message id of its own (in the "
+            "standard format, event_type `destination.test`). It is not a delivery: nothing is recorded or "
+            "counted, the endpoint's health does not move, and it goes even to a paused or disabled destination. "
+            "The request waits for the answer, at most the destination's timeout (25 s at most). An address the "
+            "workers would refuse is refused here too, without a request. 200 whatever the receiver answered: "
+            "`ok` says whether it accepted (2xx)."
+        ),
+        request=None,
+        responses={200: PingResultSerializer},
+        examples=[RECEIVER_FAILED, REFUSED],
     ),
 )
 

@@ -214,3 +214,30 @@ class RecoverySerializer(serializers.ModelSerializer):
                         "skipped = total."},
             "batches": {"help_text": "The workers' batches so far (DELIVERY_RECOVERY_BATCH deliveries each)."},
         }
+
+
+# --- test messages -----------------------------------------------------------------------
+
+
+class PingResultSerializer(serializers.Serializer):
+    """What the destination answered a test message. A receiver's error is an answer too (ok false)."""
+
+    status_code = serializers.IntegerField(
+        allow_null=True, help_text="The receiver's HTTP status; null when it gave none (see error)."
+    )
+    ok = serializers.BooleanField(help_text="The receiver accepted it (2xx), as a delivery would count delivered.")
+    latency_ms = serializers.IntegerField(help_text="Milliseconds from the start of the request to the answer.")
+    body_start = serializers.CharField(
+        allow_blank=True, help_text="The first 500 bytes of the answer's body, decoded as UTF-8."
+    )
+    error = serializers.CharField(
+        allow_blank=True,
+        help_text="Why it was not accepted: the status's reason, a timeout, a connection error, or the refusal of "
+        "the destination's address (then no request was made); empty when ok.",
+    )
+    refused = serializers.BooleanField(
+        help_text="No request was made: the destination's address is one the workers refuse too."
+    )
+    message_id = serializers.CharField(
+        help_text="Its webhook-id (and X-Idempotency-Key): test- and 32 hex digits, never an event's."
+    )

@@ -13,6 +13,7 @@ from delivery.selectors import destination_endpoints, destination_list, recovery
 from delivery.serializers import (
     DestinationSecretSerializer,
     DestinationSerializer,
+    PingResultSerializer,
     RecoveryPreviewSerializer,
     RecoveryRequestSerializer,
     RecoverySerializer,
@@ -20,6 +21,7 @@ from delivery.serializers import (
 )
 from delivery.services import destinations as services
 from delivery.services import recovery
+from delivery.services.ping import destination_send_test
 from scheduling.exceptions import InvalidStateTransition
 
 
@@ -29,7 +31,8 @@ class Conflict(APIException):
 
 
 class ChangeDestinationPermission(ModelPermissions):
-    """The actions (rotate a secret, pause, resume) change a destination: POST needs `change`, not `add`."""
+    """The actions (rotate a secret, pause, resume, send a test message) act on a destination: POST needs
+    `change`, not `add`."""
 
     perms_map = {**ModelPermissions.perms_map, "POST": ["%(app_label)s.change_%(model_name)s"]}
 
@@ -124,6 +127,12 @@ class DestinationViewSet(viewsets.ModelViewSet):
         destination = self.get_object()
         services.destination_resume(destination=destination, operator=self._operator())
         return self._answer(destination)
+
+    @action(detail=True, methods=["post"], permission_classes=[ChangeDestinationPermission])
+    def test(self, request, pk=None):
+        # Whatever the receiver answered, this request succeeded: its 500 is data here, not our error.
+        result = destination_send_test(destination=self.get_object(), operator=self._operator())
+        return Response(PingResultSerializer(result).data)
 
 
 class RecoveryPermission(BasePermission):

@@ -1,4 +1,4 @@
-"""Recover in a real browser (Debian's Chromium driven by Playwright, as console/tests/test_browser.py):
+"""Recover in a real browser (Debian's Chromium driven by Playwright, console/tests/conftest.py):
 the operator picks a destination, the states and the window, sees the count, confirms, and sees it done."""
 
 from __future__ import annotations
@@ -11,12 +11,10 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from console.tests.test_browser import (  # noqa: F401 - the browser and page fixtures
+from console.tests.test_browser import (  # noqa: F401 - the sink fixture (browser and page: conftest.py)
     PASSWORD,
-    browser,
     deliver_due_in_a_thread,
     log_in,
-    page,
     sink,
 )
 from delivery.models import Delivery, DeliveryStatus, Recovery, RecoveryStatus

@@ -307,7 +307,12 @@ def destinations_for_queueing() -> list[Destination]:
     """The enabled destinations, locked FOR KEY SHARE for the caller's transaction; the default one seeded first
     if there is none at all (WEBHOOK_URL)."""
     destinations = destinations_for_claim()
-    if not destinations and destinations_seed_default() is not None:
+    if not destinations and settings.WEBHOOK_URL:
+        # Read again whoever seeded it: another process seeding at the same moment (a worker
+        # starting, a second scheduler) made this insert wait for its commit and be refused, and
+        # its row is there now. Had this batch gone on with none, its events would be COMPLETED
+        # as if no destination subscribed, never sent.
+        destinations_seed_default()
         destinations = destinations_for_claim()
     return destinations
 

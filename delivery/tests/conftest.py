@@ -327,3 +327,14 @@ def history(delivery_settings):
 
     delivery_settings.WEBHOOK_URL = ""
     return history_build()
+
+
+def busiest_second(received, *, seconds: float = 1.0) -> int:
+    """Most requests that arrived within any window of `seconds` (one second unless told)."""
+    times = sorted(r.received_at for r in received)
+    most, start = 0, 0
+    for end, at in enumerate(times):
+        while at - times[start] >= seconds:
+            start += 1
+        most = max(most, end - start + 1)
+    return most

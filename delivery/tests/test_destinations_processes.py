@@ -16,6 +16,7 @@ from delivery.tests.conftest import (
     ScriptedSink,
     assert_each_receiver_accepted_each_key_once,
     assert_every_delivery_delivered_and_event_completed,
+    busiest_second,
     create_due_users,
     process_env,
     settled,
@@ -73,8 +74,6 @@ def test_three_destinations_each_get_every_occurrence_once_while_one_fails_for_a
 
 
 def test_one_destinations_max_rate_holds_over_two_workers_and_slows_no_other(delivery_settings, tmp_path):
-    from delivery.tests.test_receivers import busiest_second
-
     # given two receivers: the chat one limited to 40 requests/s, the other not at all
     delivery_settings.WEBHOOK_URL = ""
     count = 300
@@ -96,7 +95,9 @@ def test_one_destinations_max_rate_holds_over_two_workers_and_slows_no_other(del
         finally:
             exit_codes = stop_all(processes)
 
-        # then no second at the limited receiver held more than its rate (and a little slack), over both workers
+        # then no three seconds at the limited receiver held more than its rate (and a little slack), over both
+        # workers. Three, not one: on a loaded machine the receiver's thread takes requests sent a slot apart
+        # in clumps, which moves a few across a one-second edge but not across three.
         assert exit_codes == [0, 0, 0]
-        assert 30 <= busiest_second(chat_sink.received) <= 44
+        assert 3 * 30 <= busiest_second(chat_sink.received, seconds=3) <= 3 * 40 + 12
         assert max(Counter(chat_sink.keys()).values()) == max(Counter(crm_sink.keys()).values()) == 1

@@ -19,6 +19,7 @@ from delivery.tests.conftest import (
     RateLimiter,
     assert_each_receiver_accepted_each_key_once,
     assert_every_delivery_delivered_and_event_completed,
+    busiest_second,
     create_due_users,
     eventually,
     process_env,
@@ -43,17 +44,6 @@ def peak_open(received, hold: float) -> int:
         current += step
         peak = max(peak, current)
     return peak
-
-
-def busiest_second(received) -> int:
-    """Most requests that arrived within any one-second window."""
-    times = sorted(r.received_at for r in received)
-    most, start = 0, 0
-    for end, at in enumerate(times):
-        while at - times[start] >= 1.0:
-            start += 1
-        most = max(most, end - start + 1)
-    return most
 
 
 def assert_all_delivered_once(sink, expected: int) -> None:

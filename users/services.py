@@ -21,15 +21,13 @@ from django.utils import timezone as django_timezone
 
 from runtime.copy import copy_rows
 from scheduling.admin_log import admin_log_forget
-from scheduling.handlers import REGISTRY
 from scheduling.models import Event
 from scheduling.selectors import deleted_occurrences_latest
 from scheduling.services.deleted_recipients import deleted_occurrences_record
 from scheduling.services.occurrences import (
     PendingEventRow,
-    first_occurrence,
+    first_pending_event_rows,
     pending_event_defaults,
-    pending_event_row,
 )
 from users.models import EXTERNAL_ID_UNIQUE, User
 from users.selectors import users_by_external_id
@@ -309,19 +307,7 @@ def _first_events(*, users: list[ImportedUserRow], now: datetime) -> list[Pendin
     handled = deleted_occurrences_latest(
         external_ids=[user.external_id for user in users if user.external_id is not None], now=now
     )
-    return [
-        pending_event_row(user_id=user.id, event_type=event_type, occurrence=occurrence)
-        for user in users
-        for event_type in REGISTRY
-        # None: no occurrence of this type (no anniversary date), so no event.
-        if (
-            occurrence := first_occurrence(
-                recipient=user, event_type=event_type, now=now,
-                after_date=handled.get((user.external_id, event_type)) if handled else None,
-            )
-        )
-        is not None
-    ]
+    return first_pending_event_rows(recipients=users, now=now, handled=handled)
 
 
 class _ImportWriter:

@@ -213,6 +213,11 @@ def destination_endpoints(*, destinations: Iterable[Destination]) -> dict[str, E
     return {e.url: e for e in Endpoint.objects.filter(url__in=[d.url for d in destinations])}
 
 
+def recipients_attempt_count(*, user_ids: Collection) -> int:
+    """How many delivery attempts the recipients' deliveries have: what their erasure keeps, stripped (delivery.services.erasure)."""
+    return DeliveryAttempt.objects.filter(delivery__event__user_id__in=user_ids).count()
+
+
 def destination_unsent_count(*, destination_id: int) -> int:
     """How many deliveries the destination still has to send (QUEUED or SENDING)."""
     return Delivery.objects.filter(

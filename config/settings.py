@@ -315,7 +315,11 @@ SPECTACULAR_SETTINGS = {
     # which is what a client (and a generated client) must rely on.
     "COMPONENT_SPLIT_REQUEST": True,
     # One name for the event types wherever they appear (events, destinations' subscriptions).
-    "ENUM_NAME_OVERRIDES": {"EventTypeEnum": "scheduling.event_types.EventType"},
+    "ENUM_NAME_OVERRIDES": {
+        "EventTypeEnum": "scheduling.event_types.EventType",
+        "StatusEnum": "scheduling.models.EventStatus",
+        "RecoveryStatusEnum": "delivery.models.RecoveryStatus",
+    },
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -405,6 +409,10 @@ DELIVERY_MAX_ATTEMPTS = env.int("DELIVERY_MAX_ATTEMPTS", default=8)
 # this margin and is renewed every third of that while the worker lives; the
 # deliveries of a worker that dies are taken over after at most that long.
 DELIVERY_LEASE_MARGIN = parse_duration(env("DELIVERY_LEASE_MARGIN", default="30s"))
+# DELIVERY_RECOVERY_BATCH: deliveries a worker queues again per turn for a destination's
+# recovery (delivery.services.recovery), in one short transaction: small enough that the
+# turn's sending goes on beside it, large enough that 100,000 take a few minutes at most.
+DELIVERY_RECOVERY_BATCH = env.int("DELIVERY_RECOVERY_BATCH", default=500)
 
 # --- The receiver's limits and health (per endpoint, over every worker) ------------------
 

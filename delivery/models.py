@@ -341,3 +341,91 @@ class EndpointPermit(models.Model):
 
     def __str__(self) -> str:
         return f"{self.worker}: {self.permits} of {self.endpoint_id}"
+
+
+class RecoveryStatus(models.TextChoices):
+    # Counted and recorded; no worker has taken a batch yet.
+    PENDING = "PENDING", "Pending"
+    # Workers are queuing its deliveries again, a batch at a time.
+    RUNNING = "RUNNING", "Running"
+    # Nothing left in its window: every delivery counted was queued again or skipped.
+    FINISHED = "FINISHED", "Finished"
+    # Stopped by an operator; what was queued again by then still goes.
+    CANCELLED = "CANCELLED", "Cancelled"
+
+
+# The states a recovery may take deliveries from: the ended ones.
+RECOVERABLE_STATUSES = (DeliveryStatus.DEAD, DeliveryStatus.DELIVERED)
+
+
+class Recovery(models.Model):
+    """An operator's "send again everything this destination got between two instants".
+
+    Its deliveries in `states` whose time (updated_at: when each reached that
+    state, so for DELIVERED when the receiver's answer was recorded, for DEAD
+    when it was given up) lies in [since, until) and before the request are
+    queued again under their own idempotency keys, by the workers, a batch at a
+    time (delivery.services.recovery). `total` is what the operator was shown
+    and confirmed; `done` and `skipped` add up to it when it is FINISHED.
+    """
+
+    Status = RecoveryStatus
+
+    destination = models.ForeignKey(Destination, on_delete=models.CASCADE, related_name="recoveries")
+    states = ArrayField(models.CharField(max_length=16, choices=DeliveryStatus.choices))
+    since = models.DateTimeField()
+    until = models.DateTimeField()
+    requested_by = models.CharField(max_length=150)
+    # Also the window's hard end: what ended after the request (its own resends among
+    # them) is never taken, so a recovery always comes to an end.
+    requested_at = models.DateTimeField()
+    status = models.CharField(max_length=16, choices=RecoveryStatus.choices, default=RecoveryStatus.PENDING)
+    # The deliveries counted when it was asked for: what the operator confirmed.
+    total = models.PositiveIntegerField()
+    # Queued again so far.
+    done = models.PositiveIntegerField(default=0)
+    # Counted but not queued again: gone since (recipient erased, event pruned), sent
+    # again meanwhile by other means, or whose recipient no longer has that date.
+    skipped = models.PositiveIntegerField(default=0)
+    # The last delivery looked at, (status, updated_at, id): the next batch starts after it.
+    cursor_status = models.CharField(max_length=16, blank=True, default="")
+    cursor_at = models.DateTimeField(null=True, blank=True)
+    cursor_id = models.UUIDField(null=True, blank=True)
+    batches = models.PositiveIntegerField(default=0)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "recoveries"
+        ordering = ["-requested_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(status__in=RecoveryStatus.values), name="recovery_status_valid"),
+            models.CheckConstraint(condition=Q(since__lt=models.F("until")), name="recovery_since_before_until"),
+            models.CheckConstraint(
+                condition=Q(states__contained_by=list(RECOVERABLE_STATUSES)) & Q(states__len__gte=1),
+                name="recovery_states_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=[RecoveryStatus.PENDING, RecoveryStatus.RUNNING])
+                | Q(finished_at__isnull=False),
+                name="recovery_ended_has_time",
+            ),
+            # Two at once could send a delivery twice (the second counting what the
+            # first has not reached yet): one running recovery per destination.
+            models.UniqueConstraint(
+                fields=["destination"],
+                condition=Q(status__in=[RecoveryStatus.PENDING, RecoveryStatus.RUNNING]),
+                name="recovery_one_active_per_destination",
+            ),
+        ]
+        indexes = [
+            # The workers' look for work: only the unfinished ones are in it.
+            models.Index(
+                fields=["requested_at"],
+                condition=Q(status__in=[RecoveryStatus.PENDING, RecoveryStatus.RUNNING]),
+                name="recovery_active_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"recovery {self.pk} of {self.destination_id} ({self.status})"

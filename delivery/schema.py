@@ -4,7 +4,15 @@ the errors every operation shares). Applied to DestinationViewSet as the decorat
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view
 
 from config.openapi import IF_MATCH, ErrorSerializer, etag_header
-from delivery.serializers import DestinationSerializer, NewSecretSerializer, RotateSecretSerializer
+from delivery.serializers import (
+    DestinationSerializer,
+    NewSecretSerializer,
+    PingResultSerializer,
+    RecoveryPreviewSerializer,
+    RecoveryRequestSerializer,
+    RecoverySerializer,
+    RotateSecretSerializer,
+)
 
 NEW_DESTINATION = OpenApiExample(
     "The team's Slack channel, birthdays only",
@@ -29,6 +37,23 @@ CREATED = OpenApiExample(
     },
     response_only=True,
     status_codes=["201"],
+)
+RECEIVER_FAILED = OpenApiExample(
+    "The receiver answered 500",
+    value={
+        "status_code": 500, "ok": False, "latency_ms": 41, "body_start": "upstream unavailable",
+        "error": "Internal Server Error", "refused": False, "message_id": "test-5f0c7d3e9a2b4c1d8e6f0a1b2c3d4e5f",
+    },
+    response_only=True,
+)
+REFUSED = OpenApiExample(
+    "Its address is refused (no request made)",
+    value={
+        "status_code": None, "ok": False, "latency_ms": 0, "body_start": "",
+        "error": "Refused: hooks.internal at 10.0.0.5 is a private address (WEBHOOK_ALLOWED_NETWORKS)",
+        "refused": True, "message_id": "test-0a1b2c3d4e5f60718293a4b5c6d7e8f9",
+    },
+    response_only=True,
 )
 IN_USE = OpenApiResponse(
     ErrorSerializer,
@@ -90,5 +115,77 @@ destination_schema = extend_schema_view(
         description="Its waiting deliveries go out in due order.",
         request=None,
         responses={200: DestinationSerializer, 409: IN_USE},
+    ),
+    test=extend_schema(
+        summary="Send a test message to a destination",
+        description=(
+            "Sends one test message now and answers what the receiver did. It goes in the destination's format, "
+            "signed with its secrets in force (Standard Webhooks headers), with a message id of its own (in the "
+            "standard format, event_type `destination.test`). It is not a delivery: nothing is recorded or "
+            "counted, the endpoint's health does not move, and it goes even to a paused or disabled destination. "
+            "The request waits for the answer, at most the destination's timeout (25 s at most). An address the "
+            "workers would refuse is refused here too, without a request. 200 whatever the receiver answered: "
+            "`ok` says whether it accepted (2xx)."
+        ),
+        request=None,
+        responses={200: PingResultSerializer},
+        examples=[RECEIVER_FAILED, REFUSED],
+    ),
+)
+
+RECOVERY_REFUSED = OpenApiResponse(
+    ErrorSerializer,
+    "The destination is disabled (enable it first), another recovery of it is under way (one at a time), or "
+    "the recovery has already ended. Nothing changed.",
+)
+RECOVER_LOST_DAY = OpenApiExample(
+    "Everything the CRM accepted between Tuesday 08:00 and Wednesday 10:00 (Paris), counted first",
+    value={"states": ["DELIVERED"], "since": "2026-11-24T08:00:00+01:00", "until": "2026-11-25T10:00:00+01:00",
+           "dry_run": True},
+    request_only=True,
+)
+RECOVERY_PREVIEW = OpenApiExample(
+    "The count",
+    value={"dry_run": True, "count": 1234, "states": ["DELIVERED"], "since": "2026-11-24T07:00:00Z",
+           "until": "2026-11-25T09:00:00Z"},
+    response_only=True,
+    status_codes=["200"],
+)
+RECOVERY_CREATED = OpenApiExample(
+    "Recorded, for the workers",
+    value={"id": 7, "destination": 3, "states": ["DELIVERED"], "since": "2026-11-24T07:00:00Z",
+           "until": "2026-11-25T09:00:00Z", "status": "PENDING", "total": 1234, "done": 0, "skipped": 0,
+           "batches": 0, "requested_by": "ops-alice", "requested_at": "2026-11-26T10:00:00Z", "finished_at": None,
+           "updated_at": "2026-11-26T10:00:00Z"},
+    response_only=True,
+    status_codes=["201"],
+)
+
+recovery_schema = extend_schema_view(
+    list=extend_schema(summary="List a destination's recoveries", description="Newest first, with their progress."),
+    retrieve=extend_schema(
+        summary="Read a recovery's progress",
+        description="done and skipped grow a batch at a time while it is RUNNING; FINISHED: done + skipped = total.",
+    ),
+    create=extend_schema(
+        summary="Recover a destination's deliveries (or count them first)",
+        description=(
+            "Every delivery of this destination in `states` (DEAD, DELIVERED or both) that reached that state "
+            "in [since, until), and before this request, is queued again, each under its own idempotency key, "
+            "with a fresh budget of attempts, to the destination's URL and in its format as they are now; "
+            "their events are PROCESSING again until their deliveries end. With `dry_run` the answer is only the "
+            "count (200); without, the recovery is recorded with that count as its total (201) and the workers "
+            "carry it out in batches: follow it with GET. Instants need their UTC offset. One recovery at a "
+            "time per destination; a paused destination's deliveries wait for its resume."
+        ),
+        request=RecoveryRequestSerializer,
+        responses={200: RecoveryPreviewSerializer, 201: RecoverySerializer, 409: RECOVERY_REFUSED},
+        examples=[RECOVER_LOST_DAY, RECOVERY_PREVIEW, RECOVERY_CREATED],
+    ),
+    cancel=extend_schema(
+        summary="Cancel a recovery",
+        description="No further batch is queued; what was queued again by now still goes.",
+        request=None,
+        responses={200: RecoverySerializer, 409: RECOVERY_REFUSED},
     ),
 )

@@ -18,6 +18,7 @@ from delivery.models import (
     DestinationSecret,
     Endpoint,
     EndpointState,
+    Recovery,
 )
 from runtime.aggregates import counts_by, estimated_counts_by
 from scheduling.admin_log import admin_log_export
@@ -212,8 +213,48 @@ def destination_endpoints(*, destinations: Iterable[Destination]) -> dict[str, E
     return {e.url: e for e in Endpoint.objects.filter(url__in=[d.url for d in destinations])}
 
 
+def recipients_attempt_count(*, user_ids: Collection) -> int:
+    """How many delivery attempts the recipients' deliveries have: what their erasure keeps, stripped (delivery.services.erasure)."""
+    return DeliveryAttempt.objects.filter(delivery__event__user_id__in=user_ids).count()
+
+
 def destination_unsent_count(*, destination_id: int) -> int:
     """How many deliveries the destination still has to send (QUEUED or SENDING)."""
     return Delivery.objects.filter(
         destination_id=destination_id, status__in=[DeliveryStatus.QUEUED, DeliveryStatus.SENDING]
     ).count()
+
+
+# --- recoveries ------------------------------------------------------------------------------
+
+
+def recovery_deliveries(
+    *, destination_id: int, states: Collection[str], since: datetime, until: datetime, before: datetime
+) -> QuerySet[Delivery]:
+    """The destination's deliveries in `states` that reached them in [since, until) and before `before`.
+
+    A delivery's updated_at is when it reached its current state (its
+    DELIVERED or DEAD one), so each state is a range of (status, updated_at)
+    (delivery_status_updated_idx), filtered on the destination. `before` (the
+    recovery's request) keeps out what ended afterwards, its own resends among them.
+    """
+    return Delivery.objects.filter(
+        destination_id=destination_id,
+        status__in=list(states),
+        updated_at__gte=since,
+        updated_at__lt=min(until, before),
+    )
+
+
+def recovery_count(
+    *, destination_id: int, states: Collection[str], since: datetime, until: datetime, before: datetime
+) -> int:
+    """How many deliveries a recovery with these values would queue again now: what the operator confirms."""
+    return recovery_deliveries(
+        destination_id=destination_id, states=states, since=since, until=until, before=before
+    ).count()
+
+
+def recovery_list(*, destination_id: int) -> QuerySet[Recovery]:
+    """The destination's recoveries, newest first."""
+    return Recovery.objects.filter(destination_id=destination_id).order_by("-requested_at", "-id")

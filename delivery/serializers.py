@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.utils import timezone
 from rest_framework import serializers
 
-from delivery.models import Destination, DestinationFormat, DestinationSecret, EndpointState
+from delivery.models import Destination, DestinationFormat, DestinationSecret, EndpointState, Recovery
 from scheduling.event_types import EventType
 
 
@@ -139,3 +140,104 @@ class RotateSecretSerializer(serializers.Serializer):
         if unknown:
             raise serializers.ValidationError(unknown)
         return super().to_internal_value(data)
+
+
+# --- recoveries --------------------------------------------------------------------------
+
+
+class AwareDateTimeField(serializers.DateTimeField):
+    """An instant with its UTC offset: a naive one would be read in some zone the caller did not choose."""
+
+    def enforce_timezone(self, value):
+        if timezone.is_naive(value):
+            raise serializers.ValidationError(
+                "Give the instant with its UTC offset (2026-11-24T08:00:00+01:00, or Z for UTC)."
+            )
+        return super().enforce_timezone(value)
+
+
+class RecoveryRequestSerializer(serializers.Serializer):
+    """What to recover: the states, the window and whether only to count. The values are the service's to judge."""
+
+    states = serializers.ListField(
+        child=serializers.CharField(), allow_empty=True,
+        help_text="DEAD, DELIVERED or both: the states of the deliveries to send again.",
+    )
+    since = AwareDateTimeField(
+        help_text="The window's start, included: deliveries that reached their state at or after it."
+    )
+    until = AwareDateTimeField(
+        help_text="The window's end, excluded (and never past this request: what ends afterwards is not taken)."
+    )
+    dry_run = serializers.BooleanField(
+        default=False, help_text="true: only count what would be sent again (200, nothing recorded)."
+    )
+
+    def to_internal_value(self, data):
+        if not isinstance(data, dict):
+            raise serializers.ValidationError({"non_field_errors": ["Expected a JSON object."]})
+        unknown = {field: ["Unknown field."] for field in sorted(set(data) - set(self.fields))}
+        try:
+            attrs = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            unknown.update(exc.detail)
+            raise serializers.ValidationError(unknown) from None
+        if unknown:
+            raise serializers.ValidationError(unknown)
+        return attrs
+
+
+class RecoveryPreviewSerializer(serializers.Serializer):
+    """The answer to a dry run: how many deliveries the recovery would send again now."""
+
+    dry_run = serializers.BooleanField(help_text="Always true: nothing was recorded.")
+    count = serializers.IntegerField(help_text="The deliveries a recovery with these values would queue again.")
+    states = serializers.ListField(child=serializers.CharField())
+    since = serializers.DateTimeField()
+    until = serializers.DateTimeField()
+
+
+class RecoverySerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Recovery
+        fields = [
+            "id", "destination", "states", "since", "until", "status", "total", "done", "skipped", "batches",
+            "requested_by", "requested_at", "finished_at", "updated_at",
+        ]
+        read_only_fields = fields
+        extra_kwargs = {
+            "status": {"help_text": "PENDING (waiting for a worker), RUNNING, FINISHED or CANCELLED."},
+            "total": {"help_text": "The deliveries counted when it was asked for: what was confirmed."},
+            "done": {"help_text": "Queued again so far, each under its own idempotency key."},
+            "skipped": {"help_text": "Counted but not queued again: gone since (recipient erased, event pruned), "
+                        "sent again meanwhile, or the recipient no longer has that date. FINISHED: done + "
+                        "skipped = total."},
+            "batches": {"help_text": "The workers' batches so far (DELIVERY_RECOVERY_BATCH deliveries each)."},
+        }
+
+
+# --- test messages -----------------------------------------------------------------------
+
+
+class PingResultSerializer(serializers.Serializer):
+    """What the destination answered a test message. A receiver's error is an answer too (ok false)."""
+
+    status_code = serializers.IntegerField(
+        allow_null=True, help_text="The receiver's HTTP status; null when it gave none (see error)."
+    )
+    ok = serializers.BooleanField(help_text="The receiver accepted it (2xx), as a delivery would count delivered.")
+    latency_ms = serializers.IntegerField(help_text="Milliseconds from the start of the request to the answer.")
+    body_start = serializers.CharField(
+        allow_blank=True, help_text="The first 500 bytes of the answer's body, decoded as UTF-8."
+    )
+    error = serializers.CharField(
+        allow_blank=True,
+        help_text="Why it was not accepted: the status's reason, a timeout, a connection error, or the refusal of "
+        "the destination's address (then no request was made); empty when ok.",
+    )
+    refused = serializers.BooleanField(
+        help_text="No request was made: the destination's address is one the workers refuse too."
+    )
+    message_id = serializers.CharField(
+        help_text="Its webhook-id (and X-Idempotency-Key): test- and 32 hex digits, never an event's."
+    )

@@ -1,14 +1,27 @@
-from rest_framework import status, viewsets
+from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, NotFound
+from rest_framework.generics import get_object_or_404
+from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.response import Response
 
 from config.permissions import ModelPermissions
 from config.preconditions import PreconditionFailed, etag_for, if_match_versions
-from delivery.schema import destination_schema
-from delivery.selectors import destination_endpoints, destination_list
-from delivery.serializers import DestinationSecretSerializer, DestinationSerializer, RotateSecretSerializer
+from delivery.models import Destination, Recovery
+from delivery.schema import destination_schema, recovery_schema
+from delivery.selectors import destination_endpoints, destination_list, recovery_list
+from delivery.serializers import (
+    DestinationSecretSerializer,
+    DestinationSerializer,
+    PingResultSerializer,
+    RecoveryPreviewSerializer,
+    RecoveryRequestSerializer,
+    RecoverySerializer,
+    RotateSecretSerializer,
+)
 from delivery.services import destinations as services
+from delivery.services import recovery
+from delivery.services.ping import destination_send_test
 from scheduling.exceptions import InvalidStateTransition
 
 
@@ -18,7 +31,8 @@ class Conflict(APIException):
 
 
 class ChangeDestinationPermission(ModelPermissions):
-    """The actions (rotate a secret, pause, resume) change a destination: POST needs `change`, not `add`."""
+    """The actions (rotate a secret, pause, resume, send a test message) act on a destination: POST needs
+    `change`, not `add`."""
 
     perms_map = {**ModelPermissions.perms_map, "POST": ["%(app_label)s.change_%(model_name)s"]}
 
@@ -113,3 +127,61 @@ class DestinationViewSet(viewsets.ModelViewSet):
         destination = self.get_object()
         services.destination_resume(destination=destination, operator=self._operator())
         return self._answer(destination)
+
+    @action(detail=True, methods=["post"], permission_classes=[ChangeDestinationPermission])
+    def test(self, request, pk=None):
+        # Whatever the receiver answered, this request succeeded: its 500 is data here, not our error.
+        result = destination_send_test(destination=self.get_object(), operator=self._operator())
+        return Response(PingResultSerializer(result).data)
+
+
+class RecoveryPermission(BasePermission):
+    """A destination's recoveries: reading them needs `view_destination`, asking for or cancelling one `change`."""
+
+    def has_permission(self, request, view):
+        if not (request.user and request.user.is_authenticated):
+            return False
+        action = "view" if request.method in SAFE_METHODS else "change"
+        return request.user.has_perm(f"delivery.{action}_destination")
+
+
+@recovery_schema
+class DestinationRecoveryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """A destination's recoveries: its deliveries in chosen states between two instants, sent again by the workers."""
+
+    serializer_class = RecoverySerializer
+    permission_classes = [RecoveryPermission]
+    lookup_value_regex = "[0-9]+"
+    # What the OpenAPI description reads the model from; the rows come from get_queryset.
+    queryset = Recovery.objects.none()
+
+    def _destination(self) -> Destination:
+        return get_object_or_404(Destination, pk=self.kwargs["destination_pk"])
+
+    def get_queryset(self):
+        return recovery_list(destination_id=self._destination().pk)
+
+    def handle_exception(self, exc):
+        if isinstance(exc, recovery.RecoveryRefused | InvalidStateTransition):
+            exc = Conflict(str(exc))
+        elif isinstance(exc, Destination.DoesNotExist):  # deleted while this request waited
+            exc = NotFound()
+        return super().handle_exception(exc)
+
+    def create(self, request, *args, **kwargs):
+        destination = self._destination()
+        serializer = RecoveryRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        values = dict(serializer.validated_data)
+        if values.pop("dry_run"):
+            count = recovery.recovery_preview(destination=destination, **values)
+            return Response(RecoveryPreviewSerializer({"dry_run": True, "count": count, **values}).data)
+        created = recovery.recovery_create(
+            destination=destination, operator=request.user.get_username(), **values
+        )
+        return Response(RecoverySerializer(created).data, status=status.HTTP_201_CREATED)
+
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, *args, **kwargs):
+        cancelled = recovery.recovery_cancel(recovery=self.get_object(), operator=request.user.get_username())
+        return Response(RecoverySerializer(cancelled).data)

@@ -27,6 +27,7 @@ from delivery.services.destinations import destination_secrets_drop_expired
 from delivery.services.expiry import deliveries_expire_late
 from delivery.services.leases import deliveries_claim, deliveries_release, deliveries_renew_leases
 from delivery.services.record import deliveries_record
+from delivery.services.recovery import recoveries_advance
 from delivery.transport import ClaimedDelivery, WebhookTransport
 from runtime.database import DB_ERRORS, refresh_connection, reset_connection_after_error
 from runtime.loop import ProcessLoop, SideTask
@@ -53,6 +54,8 @@ LOOP_SLICE = 0.25
 EMPTY_CLAIM_PAUSE = 0.2
 # A stopping worker tries this long at least to record its answers and hand back the unstarted.
 DRAIN_WRITE_FOR = 10.0
+# How often a worker looks for a destination's recovery to advance; while one runs, a batch every turn.
+RECOVERIES_EVERY = 1.0
 
 
 class Worker(ProcessLoop):
@@ -114,6 +117,11 @@ class Worker(ProcessLoop):
         # Both are first due an interval after the start, like the heartbeat after heartbeat(start=True).
         for task in self.side_tasks:
             task.last = time.monotonic()
+        # A recovery left unfinished (its worker killed) is taken up at once, by a --once run too.
+        self.advance_recoveries = SideTask("recovery of destinations", RECOVERIES_EVERY, self._advance_recoveries)
+        self.side_tasks.append(self.advance_recoveries)
+        # Whether the last turn's recovery batch queued something or left more: the turn had work.
+        self.recovering_destinations = False
 
     def reported_zone_data(self) -> str:
         return zone_data_version()
@@ -168,8 +176,11 @@ class Worker(ProcessLoop):
         elif self.lanes.waiting():
             self.stop.wait(min(LOOP_SLICE, max(0.01, self.lanes.until_sendable())))
         self._record_if_ready()
+        self.recovering_destinations = False
         self.run_side_tasks()
-        return bool(claimed or self.lanes.waiting() or self.sender.busy or self.sender.answers)
+        return bool(
+            claimed or self.lanes.waiting() or self.sender.busy or self.sender.answers or self.recovering_destinations
+        )
 
     def _rest(self) -> None:
         """Nothing in hand: sleep until a NOTIFY or the next retry is due, never longer than --interval."""
@@ -327,6 +338,18 @@ class Worker(ProcessLoop):
 
     def _expire_late(self, *, idle: float) -> None:
         deliveries_expire_late(now=timezone.now())
+
+    def _advance_recoveries(self, *, idle: float) -> bool:
+        """One batch of a destination's recovery per turn: the sending goes on between batches.
+
+        Returns whether more is left (the task is then due again next turn).
+        """
+        batch = recoveries_advance()
+        self.recovering_destinations = batch is not None and (batch.more or batch.requeued > 0)
+        if batch is not None and batch.requeued:
+            # What it queued is due now: claim it this turn rather than after a rest.
+            self.next_claim_mono = float("-inf")
+        return batch is not None and batch.more
 
     def _drop_expired_secrets(self, *, idle: float) -> None:
         # The lanes already stopped signing with them at expiry; this only removes the rows.

@@ -21,15 +21,13 @@ from django.utils import timezone as django_timezone
 
 from runtime.copy import copy_rows
 from scheduling.admin_log import admin_log_forget
-from scheduling.handlers import REGISTRY
 from scheduling.models import Event
 from scheduling.selectors import deleted_occurrences_latest
 from scheduling.services.deleted_recipients import deleted_occurrences_record
 from scheduling.services.occurrences import (
     PendingEventRow,
-    first_occurrence,
+    first_pending_event_rows,
     pending_event_defaults,
-    pending_event_row,
 )
 from users.models import EXTERNAL_ID_UNIQUE, User
 from users.selectors import users_by_external_id
@@ -149,14 +147,25 @@ def _pause_columns(*, user: User, paused: bool, by: str, now: datetime) -> list[
     """
     if paused == user.paused:
         return []
-    if not by:
-        raise ValueError("A pause or resume must name who makes it.")
     if paused:
-        user.paused_at, user.paused_by, user.resumed_at, user.resumed_by = now, by, None, ""
+        user.paused_at, user.paused_by = _pause_begun(by=by, now=now)
+        user.resumed_at, user.resumed_by = None, ""
         return ["paused_at", "paused_by", "resumed_at", "resumed_by"]
+    _require_actor(by)
     # Never before the pause began, whatever the clocks of two web hosts say.
     user.resumed_at, user.resumed_by = max(now, user.paused_at), by
     return ["resumed_at", "resumed_by"]
+
+
+def _pause_begun(*, by: str, now: datetime) -> tuple[datetime, str]:
+    """A new pause's paused_at and paused_by: for an existing recipient, a new one, or an imported row."""
+    _require_actor(by)
+    return now, by
+
+
+def _require_actor(by: str) -> None:
+    if not by:
+        raise ValueError("A pause or resume must name who makes it.")
 
 
 def user_update(
@@ -245,15 +254,19 @@ class ImportedUserRow(NamedTuple):
     external_id: str | None
     created_at: datetime
     updated_at: datetime
+    # A row imported paused: when and by whom, as a pause made through the API (None, "": not paused).
+    paused_at: datetime | None
+    paused_by: str
 
 
 def users_bulk_create_with_events(
-    *, rows: Iterable[dict], now: datetime | None = None, batch_size: int = 20000
+    *, rows: Iterable[dict], now: datetime | None = None, batch_size: int = 20000, by: str = ""
 ) -> int:
     """Create users and their first events in batches, bypassing signals.
 
     `rows` must already be cleaned (users.validators.clean_user_fields); an
-    optional field a row lacks is stored as NULL. Each batch is one
+    optional field a row lacks is stored as NULL. A row whose `paused` is true
+    is created paused by `by` (as user_create's), not greeted. Each batch is one
     transaction holding both the users and their events, so a crash never
     leaves a user without its event. The events are computed by the same
     handlers as every other path. Returns how many users were created.
@@ -267,17 +280,25 @@ def users_bulk_create_with_events(
     now = now or timezone.now()
     writer = _ImportWriter(now=now, in_background=not connection.in_atomic_block)
     try:
-        for users in _user_batches(rows=rows, now=now, batch_size=batch_size):
+        for users in _user_batches(rows=rows, now=now, batch_size=batch_size, by=by):
             writer.write(users=users, events=_first_events(users=users, now=now))
         return writer.wait()
     finally:
         writer.close()
 
 
-def _user_batches(*, rows: Iterable[dict], now: datetime, batch_size: int) -> Iterator[list[ImportedUserRow]]:
+def _user_batches(
+    *, rows: Iterable[dict], now: datetime, batch_size: int, by: str
+) -> Iterator[list[ImportedUserRow]]:
     """The rows as new recipients, `batch_size` at a time, each read only when its batch is next."""
     batch: list[ImportedUserRow] = []
     for row in rows:
+        if row.get("paused", False) is False:
+            paused_at, paused_by = None, ""
+        else:
+            # user_create's rules: a flag that is a bool, a pause made by someone.
+            _clean_paused(row["paused"])
+            paused_at, paused_by = _pause_begun(by=by, now=now)
         batch.append(
             ImportedUserRow(
                 id=uuid.uuid4(),
@@ -290,6 +311,8 @@ def _user_batches(*, rows: Iterable[dict], now: datetime, batch_size: int) -> It
                 external_id=row.get("external_id"),
                 created_at=now,
                 updated_at=now,
+                paused_at=paused_at,
+                paused_by=paused_by,
             )
         )
         if len(batch) >= batch_size:
@@ -309,19 +332,7 @@ def _first_events(*, users: list[ImportedUserRow], now: datetime) -> list[Pendin
     handled = deleted_occurrences_latest(
         external_ids=[user.external_id for user in users if user.external_id is not None], now=now
     )
-    return [
-        pending_event_row(user_id=user.id, event_type=event_type, occurrence=occurrence)
-        for user in users
-        for event_type in REGISTRY
-        # None: no occurrence of this type (no anniversary date), so no event.
-        if (
-            occurrence := first_occurrence(
-                recipient=user, event_type=event_type, now=now,
-                after_date=handled.get((user.external_id, event_type)) if handled else None,
-            )
-        )
-        is not None
-    ]
+    return first_pending_event_rows(recipients=users, now=now, handled=handled)
 
 
 class _ImportWriter:
@@ -394,12 +405,16 @@ def _chunks(rows: Sequence[dict], size: int) -> Iterator[Sequence[dict]]:
         yield rows[start : start + size]
 
 
-def users_import(*, rows: Sequence[dict], now: datetime | None = None, batch_size: int = 20000) -> ImportResult:
+def users_import(
+    *, rows: Sequence[dict], now: datetime | None = None, batch_size: int = 20000, by: str = ""
+) -> ImportResult:
     """Create each row's recipient, or update the one that already has the row's external_id.
 
     `rows` are cleaned (users.validators.clean_user_fields), no external_id
     twice among them, and each holds only the fields to write: an update
-    leaves a field the row lacks as stored. Rows whose external_id no
+    leaves a field the row lacks as stored. A row's `paused` (a bool) pauses
+    or resumes the recipient's greetings as the API's does, recorded as made
+    by `by` (who runs the import). Rows whose external_id no
     recipient has, and rows without one, take the bulk path
     (users_bulk_create_with_events). A row whose external_id exists goes
     through user_update, so its events are rescheduled exactly as an API
@@ -423,7 +438,7 @@ def users_import(*, rows: Sequence[dict], now: datetime | None = None, batch_siz
                 if current is None:
                     yield row
                 elif any(value != getattr(current, field) for field, value in row.items()):
-                    user_update(user=current, data=row)
+                    user_update(user=current, data=row, by=by)
                     result.updated += 1
                 else:
                     result.unchanged += 1
@@ -432,5 +447,5 @@ def users_import(*, rows: Sequence[dict], now: datetime | None = None, batch_siz
         "A recipient with an external id of this batch was created by another writer (an import "
         "or API client at the same time) after the batch looked its ids up; the batch was not written."
     ):
-        result.created = users_bulk_create_with_events(rows=new_rows(), now=now, batch_size=batch_size)
+        result.created = users_bulk_create_with_events(rows=new_rows(), now=now, batch_size=batch_size, by=by)
     return result

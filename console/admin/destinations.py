@@ -1,30 +1,39 @@
-"""Destinations in the operator console: where greetings go, their secrets (hints only), Pause and Resume.
+"""Destinations in the operator console: where greetings go, their secrets (hints only), Pause and Resume,
+a test message.
 
 Every change goes through delivery.services.destinations, as from the API. A
 new secret (on creation, on rotation) is shown once, in the page's messages,
-and never rendered again.
+and never rendered again. The change form carries the version it was opened
+at, the console's If-Match: a save over someone else's change is refused.
 """
 
 from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
-from django.core.exceptions import ValidationError
-from django.http import HttpResponseRedirect
-from django.urls import reverse
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import HttpResponseNotAllowed, HttpResponseRedirect
+from django.urls import path, reverse
 from django.utils.html import format_html_join
 
 from console import widgets
 from console.admin.endpoints import endpoint_state_badge
+from console.admin.recoveries import DestinationRecoveryAdminMixin
 from delivery.models import Destination, EndpointState
 from delivery.selectors import destination_endpoints, destination_unsent_count
 from delivery.services import destinations as services
+from delivery.services.ping import destinations_send_test
 from scheduling.event_types import EventType
 
 SECRET_SHOWN_ONCE = (
     "Signing secret of {name}, shown this once (copy it to the receiver now; afterwards only its hint is "
     "shown): {value}"
+)
+CHANGED_SINCE = (
+    "This destination was changed since you opened it (by {updated_by}, now at version {version}): nothing was "
+    "saved. Reload the page to see that change, then make yours again."
 )
 
 
@@ -40,12 +49,28 @@ class DestinationForm(forms.ModelForm):
         "is made and shown once.",
     )
 
+    # The version the page was opened at, posted back: the API's If-Match for the console. Not `version`,
+    # which the model form would copy onto the destination.
+    loaded_version = forms.IntegerField(required=False, widget=forms.HiddenInput)
+
     class Meta:
         model = Destination
         fields = ["name", "url", "event_types", "format", "enabled", "max_rate", "max_in_flight", "timeout"]
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.fields["loaded_version"].initial = self.instance.version
+
     def clean(self):
         cleaned = super().clean()
+        loaded = cleaned.get("loaded_version")
+        # The instance was read for this request: a version above the one loaded is someone else's save.
+        # (Between this read and the save, the service checks again under the row's lock.)
+        if self.instance.pk and loaded is not None and loaded != self.instance.version:
+            self.add_error(
+                None, CHANGED_SINCE.format(updated_by=self.instance.updated_by or "?", version=self.instance.version)
+            )
         values = {name: cleaned[name] for name in services.EDITABLE_FIELDS if name in cleaned}
         try:
             cleaned.update(services.destination_values_clean(values=values, exclude=self.instance.pk))
@@ -71,18 +96,18 @@ class DestinationChangeList(ChangeList):
 
 
 @admin.register(Destination)
-class DestinationAdmin(admin.ModelAdmin):
+class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
     form = DestinationForm
     list_display = ["name", "url", "subscriptions", "format", "enabled", "endpoint_state", "updated_by", "updated_at"]
     list_filter = ["enabled", "format"]
     search_fields = ["name", "url"]
-    actions = ["rotate_secret", "drop_previous_secrets", "pause", "resume"]
+    actions = ["send_test", "rotate_secret", "drop_previous_secrets", "pause", "resume"]
+    change_form_template = "admin/delivery/destination/change_form.html"
     readonly_fields = ["secret_hints", "endpoint_state", "created_by", "created_at", "updated_by", "updated_at"]
 
     def get_fieldsets(self, request, obj=None):
         main = ["name", "url", "event_types", "format", "enabled"]
-        if obj is None:
-            main.append("secret")
+        main.append("secret" if obj is None else "loaded_version")
         return [
             (None, {"fields": main}),
             ("Pace", {"fields": ["max_rate", "max_in_flight", "timeout"],
@@ -93,6 +118,22 @@ class DestinationAdmin(admin.ModelAdmin):
 
     def get_changelist(self, request, **kwargs):
         return DestinationChangeList
+
+    def get_urls(self):
+        # Before the default ones, whose "<path:object_id>/" would take "<id>/test/" as an id.
+        return [
+            path("<path:object_id>/test/", self.admin_site.admin_view(self.send_test_view),
+                 name=f"{self.opts.app_label}_{self.opts.model_name}_test"),
+            *super().get_urls(),
+        ]
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except services.DestinationVersionMismatch:
+            # Saved by someone else after this request read the destination and before its save (which
+            # the admin's transaction rolled back): run again, and the form's check now says so.
+            return super().changeform_view(request, object_id, form_url, extra_context)
 
     def get_actions(self, request):
         # Deleting goes through the page of one destination, which refuses while deliveries wait.
@@ -131,7 +172,11 @@ class DestinationAdmin(admin.ModelAdmin):
         operator = request.user.get_username()
         values = {name: form.cleaned_data[name] for name in services.EDITABLE_FIELDS if name in form.cleaned_data}
         if change:
-            services.destination_update(destination=obj, operator=operator, changes=values)
+            loaded = form.cleaned_data.get("loaded_version")
+            services.destination_update(
+                destination=obj, operator=operator, changes=values,
+                expected_versions=[loaded] if loaded is not None else None,
+            )
             return
         created = services.destination_create(operator=operator, secret=form.cleaned_data.get("secret"), **values)
         obj.pk = created.destination.pk
@@ -152,6 +197,33 @@ class DestinationAdmin(admin.ModelAdmin):
         services.destination_delete(destination=obj, operator=request.user.get_username())
 
     # --- actions ---------------------------------------------------------------------
+
+    @admin.action(description="Send a test message to the selected destinations", permissions=["change"])
+    def send_test(self, request, queryset):
+        operator = request.user.get_username()
+        # Side by side: the page waits for the slowest receiver, at most its timeout.
+        for result in destinations_send_test(destinations=list(queryset), operator=operator):
+            self.log_change(
+                request, result.destination, f"Test message {result.message_id} sent by operator {operator}: "
+                f"{result.status_code if result.status_code is not None else result.error}."
+            )
+            self.message_user(
+                request, f"Test message to {result.destination.name}: {result.describe()}",
+                messages.SUCCESS if result.ok else messages.ERROR,
+            )
+
+    def send_test_view(self, request, object_id):
+        """The change page's button: a test message to this destination, its answer in the page's messages."""
+        # A POST only (admin_view adds the CSRF check): a prefetch or a crawler following a link sends nothing.
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        destination = self.get_object(request, unquote(object_id))
+        if destination is None:
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+        if not self.has_change_permission(request, destination):
+            raise PermissionDenied
+        self.send_test(request, Destination.objects.filter(pk=destination.pk))
+        return HttpResponseRedirect(reverse("admin:delivery_destination_change", args=[destination.pk]))
 
     @admin.action(description="Rotate the signing secret of the selected destinations", permissions=["change"])
     def rotate_secret(self, request, queryset):

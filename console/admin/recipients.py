@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib import admin
+from django.contrib.admin.actions import delete_selected
 from django.db.models import Prefetch
+from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.text import capfirst
 
 from console import widgets
 from console.admin.events import retries_of
 from console.forms import RecipientAdminForm
 from console.pagination import BoundedListAdmin
-from delivery.models import Delivery
+from delivery.models import Delivery, DeliveryAttempt
+from delivery.selectors import recipients_attempt_count
 from scheduling.models import Event, EventStatus, EventType
 from users import services
 from users.models import User
@@ -108,7 +112,7 @@ class RecipientAdmin(BoundedListAdmin):
         ("Record", {"fields": ["id", "created_at", "updated_at"]}),
     ]
     readonly_fields = ["id", "created_at", "updated_at", "greetings", "paused_at", "paused_by", "resumed_at", "resumed_by"]
-    actions = ["pause_greetings", "resume_greetings"]
+    actions = ["pause_greetings", "resume_greetings", "delete_selected"]
 
     def get_inlines(self, request, obj):
         return self.inlines if obj else []
@@ -151,12 +155,35 @@ class RecipientAdmin(BoundedListAdmin):
             fields = {f: form.cleaned_data[f] for f in services.USER_FIELDS}
             obj.pk = services.user_create(**fields).pk
 
+    # --- erasure, through users.services.user_erase --------------------------------
+    # The confirmation pages (templates/admin/users/user/) say what the erase
+    # deletes and what it keeps: Django's collector lists every row a cascade
+    # would reach, but the erase keeps each delivery attempt, stripped.
+
     def get_deleted_objects(self, objs, request):
         deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
         # A recipient's events and deliveries go with them (users.services.user_erase).
         # The console refuses deleting those alone, not as part of their recipient.
         perms_needed -= {Event._meta.verbose_name, Delivery._meta.verbose_name}
+        attempts = DeliveryAttempt._meta
+        counts.pop(attempts.verbose_name_plural, None)
+        # The collector's list holds each row as text, "<Verbose name>: <row>", its rows below it.
+        deleted = _without_rows(deleted, prefix=f"{capfirst(attempts.verbose_name)}: ")
         return deleted, counts, perms_needed, protected
+
+    def delete_view(self, request, object_id, extra_context=None):
+        if request.method != "POST":  # the confirmation; a POST erases
+            recipient = User.objects.filter(pk=widgets.parse_uuid(object_id))
+            extra_context = {**(extra_context or {}), "erasure": _erasure_kept(recipient)}
+        return super().delete_view(request, object_id, extra_context)
+
+    @admin.action(description="Erase the selected recipients", permissions=["delete"])
+    def delete_selected(self, request, queryset):
+        """Django's own action (its confirmation, then delete_queryset), with what the erase keeps."""
+        response = delete_selected(self, request, queryset)
+        if isinstance(response, TemplateResponse):  # the confirmation; None once erased
+            response.context_data["erasure"] = _erasure_kept(queryset)
+        return response
 
     def delete_model(self, request, obj):
         services.user_erase(user=obj)
@@ -229,3 +256,26 @@ class RecipientAdmin(BoundedListAdmin):
         if event.target_timestamp_utc < timezone.now():
             return widgets.badge("OVERDUE", "Pending, overdue")
         return widgets.badge(event.status, event.get_status_display())
+
+
+def _without_rows(rows: list, *, prefix: str) -> list:
+    """Django's nested list of rows to delete (text, then a list of the rows below it) without the rows of `prefix`."""
+    kept: list = []
+    for row in rows:
+        if isinstance(row, list):
+            below = _without_rows(row, prefix=prefix)
+            if below:
+                kept.append(below)
+        elif not str(row).startswith(prefix):
+            kept.append(row)
+    return kept
+
+
+def _erasure_kept(recipients) -> dict:
+    """What erasing these recipients keeps, for the confirmation page (docs/operations.md, "Erasing")."""
+    user_ids = list(recipients.values_list("pk", flat=True))
+    return {
+        "attempts": recipients_attempt_count(user_ids=user_ids),
+        "keyed": recipients.filter(external_id__isnull=False).exists(),
+        "history_retention_days": settings.HISTORY_RETENTION.days,
+    }

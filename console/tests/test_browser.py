@@ -1,8 +1,7 @@
 """The operator console in a real browser: Debian's Chromium driven by Playwright.
 
-Never `playwright install` (it downloads browsers from the internet); the
-package only drives /usr/bin/chromium (apt-get install chromium; .ci/run does).
-If Chromium cannot start, these tests fail rather than skip.
+The browser and its pages are console/tests/conftest.py's fixtures (never
+`playwright install`). If Chromium cannot start, these tests fail rather than skip.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ import pytest
 from django.db import connections
 from django.urls import reverse
 from django.utils import timezone
-from playwright.sync_api import sync_playwright
 
 from console.tests.console_data import endpoint, populate_demo, waiting_for
 from delivery.models import EndpointState
@@ -26,46 +24,13 @@ from devtools.sink import WebhookSink
 from scheduling.models import Event, EventStatus
 from users.tests.factories import UserFactory
 
-# Playwright's sync API keeps an asyncio loop in this thread; Django's ORM sees
-# it and refuses synchronous queries unless told the test knows what it does.
-os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-
-
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
 # docs/operations.md shows the dashboard and the events list as this test leaves them.
 # SCREENSHOTS_DIR=docs/screenshots refreshes those copies; otherwise the screenshots go to
 # the test's own folder, so that a run leaves the checkout as it found it.
 SCREENSHOTS_DIR = os.environ.get("SCREENSHOTS_DIR")
 PASSWORD = "Browser-pass-2026!"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: apt-get install -y chromium"
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield launched
-        launched.close()
-
-
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport={"width": 1440, "height": 900}, device_scale_factor=1)
-    context.set_default_timeout(15_000)
-    yield context.new_page()
-    context.close()
 
 
 @pytest.fixture

@@ -1,15 +1,21 @@
 """The Destinations page of the console: create, edit, rotate, pause, resume; secrets shown once, never rendered again."""
 
 import logging
+import threading
 
 import pytest
 from django.contrib.messages import get_messages
+from django.db import connection
+from django.db.models import F
+from django.test import Client
 from django.urls import reverse
 
 from delivery.models import Delivery, DeliveryStatus, Destination, DestinationSecret, Endpoint, EndpointState
 from delivery.scheduler import Scheduler
+from delivery.services import destinations as services
 from delivery.services.destinations import destination_create
 from delivery.tests.conftest import make_due
+from devtools.sink import Reply, WebhookSink
 from users.tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -20,6 +26,12 @@ FORM = {
     "name": "team-slack", "url": "https://hooks.example.org/slack", "event_types": ["BIRTHDAY"], "format": "slack",
     "enabled": "on", "max_rate": "", "max_in_flight": "", "timeout": "", "secret": "",
 }
+
+
+@pytest.fixture
+def sink():
+    with WebhookSink() as running:
+        yield running
 
 
 def change_url(destination) -> str:
@@ -106,3 +118,119 @@ def test_a_destination_with_deliveries_to_send_cannot_be_deleted_from_the_consol
     assert any("still has 1 deliveries to send" in m for m in shown(refused))
     assert not Destination.objects.exists()
     assert Delivery.objects.count() == 1
+
+
+def test_the_list_action_sends_a_test_message_to_each_selected_destination_and_shows_each_answer(console, sink):
+    crm = destination_create(name="crm", url=sink.url, operator="ops-bob").destination
+    sink.respond = lambda received: Reply(status=500, body=b"down for maintenance")
+    chat = destination_create(name="chat", url=sink.url + "chat", operator="ops-bob", format="slack").destination
+
+    response = console.post(LIST, {"action": "send_test", "_selected_action": [crm.pk, chat.pk]}, follow=True)
+
+    answers = sorted(m for m in shown(response) if m.startswith("Test message to"))
+    assert len(answers) == 2 and len(sink.received) == 2
+    assert answers[0].startswith("Test message to chat: HTTP 500 (Internal Server Error) in ")
+    assert answers[1].startswith("Test message to crm: HTTP 500") and answers[1].endswith("answer: down for maintenance")
+    assert "down for maintenance" in response.content.decode()
+    assert not Delivery.objects.exists()
+
+
+def test_the_change_pages_button_sends_a_test_message_and_comes_back_with_its_answer(console, sink):
+    created = destination_create(name="crm", url=sink.url, operator="ops-bob")
+
+    page = console.get(change_url(created.destination)).content.decode()
+    response = console.post(
+        reverse("admin:delivery_destination_test", args=[created.destination.pk]), follow=True
+    )
+
+    assert 'id="destination-send-test"' in page
+    assert response.redirect_chain[-1][0] == change_url(created.destination)
+    [answer] = [m for m in shown(response) if m.startswith("Test message to")]
+    assert answer.startswith("Test message to crm: HTTP 200 in ") and answer.endswith('answer: {"ok":true}')
+    assert created.value.removeprefix("whsec_") not in response.content.decode()
+    assert len(sink.received) == 1
+
+
+def test_the_test_message_button_sends_nothing_on_a_get(console, sink):
+    destination = destination_create(name="crm", url=sink.url, operator="ops-bob").destination
+
+    response = console.get(reverse("admin:delivery_destination_test", args=[destination.pk]))
+
+    assert response.status_code == 405
+    assert sink.received == []
+
+
+def test_a_refused_address_is_shown_as_refused_and_no_request_is_made(console, sink, settings):
+    destination = destination_create(name="crm", url=sink.url, operator="ops-bob").destination
+    settings.WEBHOOK_ALLOWED_NETWORKS = []
+
+    response = console.post(reverse("admin:delivery_destination_test", args=[destination.pk]), follow=True)
+
+    [answer] = [m for m in shown(response) if m.startswith("Test message to")]
+    assert answer == "Test message to crm: Refused: 127.0.0.1 is a loopback address (WEBHOOK_ALLOWED_NETWORKS)"
+    assert sink.received == []
+
+
+def edit_form(destination, **changes) -> dict:
+    """The change form as its page renders it, the version it was opened at included."""
+    return {**FORM, "name": destination.name, "url": destination.url, "event_types": destination.event_types,
+            "format": destination.format, "loaded_version": destination.version, **changes}
+
+
+def test_a_save_over_a_change_made_since_the_form_was_opened_is_refused_and_overwrites_nothing(
+    console, django_user_model
+):
+    destination = destination_create(name="crm", url="https://crm.example.org/", operator="ops-bob").destination
+    page = console.get(change_url(destination)).content.decode()
+    assert f'name="loaded_version" value="{destination.version}"' in page
+    # Two operators opened the same page (the same version); Bob saves first.
+    bob = django_user_model.objects.create_superuser(username="ops-bob", password="unused-Pass-1!")
+    other = Client()
+    other.force_login(bob)
+    other.post(change_url(destination), edit_form(destination, url="https://crm-bob.example.org/"))
+
+    response = console.post(change_url(destination), edit_form(destination, url="https://crm-alice.example.org/"))
+
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.non_field_errors()
+    assert len(errors) == 1 and "changed since you opened it (by ops-bob, now at version 2)" in errors[0]
+    destination.refresh_from_db()
+    assert (destination.url, destination.updated_by, destination.version) == ("https://crm-bob.example.org/", "ops-bob", 2)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_change_between_the_forms_check_and_its_save_is_refused_too(console, monkeypatch):
+    destination = destination_create(name="crm", url="https://crm.example.org/", operator="ops-bob").destination
+    check = services.destination_values_clean
+
+    def bob_saves() -> None:
+        try:
+            Destination.objects.filter(pk=destination.pk).update(version=F("version") + 1, updated_by="ops-bob")
+        finally:
+            connection.close()
+
+    def someone_saves_meanwhile(**kwargs):
+        # Bob's save commits (his own connection) after Alice's request read the destination, before her save.
+        bob = threading.Thread(target=bob_saves)
+        bob.start()
+        bob.join()
+        monkeypatch.setattr(services, "destination_values_clean", check)
+        return check(**kwargs)
+
+    monkeypatch.setattr(services, "destination_values_clean", someone_saves_meanwhile)
+    response = console.post(change_url(destination), edit_form(destination, url="https://crm-alice.example.org/"))
+
+    assert response.status_code == 200
+    assert "changed since you opened it" in response.context["adminform"].form.non_field_errors()[0]
+    destination.refresh_from_db()
+    assert (destination.url, destination.version) == ("https://crm.example.org/", 2)
+
+
+def test_a_save_from_the_version_the_form_was_opened_at_goes_through(console):
+    destination = destination_create(name="crm", url="https://crm.example.org/", operator="ops-bob").destination
+
+    response = console.post(change_url(destination), edit_form(destination, url="https://crm2.example.org/"))
+
+    assert response.status_code == 302
+    destination.refresh_from_db()
+    assert (destination.url, destination.version) == ("https://crm2.example.org/", 2)

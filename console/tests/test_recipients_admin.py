@@ -311,3 +311,65 @@ def test_deleting_a_recipient_removes_their_events(console):
 
     assert response.status_code == 302
     assert not User.objects.exists() and not Event.objects.exists()
+
+
+# --- erasure: what the confirmation says is what the erase does --------------------------------
+
+
+def erasure_page_parts(html: str) -> tuple[str, str, str]:
+    """The page's summary and object list (what it says is deleted) and its "kept" section."""
+    summary = html[html.index("<h2>Summary</h2>") : html.index("<h2>Kept, naming no one</h2>")]
+    kept = html[html.index('<ul id="erasure-kept">') : html.index("<h2>Objects</h2>")]
+    objects = html[html.index("<h2>Objects</h2>") : html.index("<form", html.index("<h2>Objects</h2>"))]
+    return summary, objects, kept
+
+
+def a_recipient_with_history(**fields) -> User:
+    user = UserFactory(**fields)
+    completed_event(user)  # one delivery, one attempt
+    failed_event(user, years_ago=2)  # one delivery, three attempts
+    return user
+
+
+@pytest.mark.parametrize("external_id", [None, "crm-9"])
+def test_the_delete_confirmation_lists_as_deleted_only_what_the_erase_deletes_and_says_what_it_keeps(
+    console, external_id
+):
+    from delivery.models import Delivery, DeliveryAttempt
+
+    user = a_recipient_with_history(external_id=external_id)
+
+    page = console.get(reverse("admin:users_user_delete", args=[user.pk]))
+
+    assert page.status_code == 200
+    summary, objects, kept = erasure_page_parts(page.content.decode())
+    assert "Are you sure you want to erase the recipient" in page.content.decode()
+    assert all(line in summary for line in ("Recipients: 1", "Events: 3", "Deliveries: 2"))
+    assert "attempt" not in summary.lower() and "attempt" not in objects.lower()
+    assert "Delivery attempts: 4." in kept and "HTTP status" in kept and "error text" in kept
+    assert ("keyed digest" in kept) is (external_id is not None)
+
+    # and the erase then does what the page said
+    assert console.post(reverse("admin:users_user_delete", args=[user.pk]), {"post": "yes"}).status_code == 302
+    assert not User.objects.exists() and not Event.objects.exists() and not Delivery.objects.exists()
+    assert set(DeliveryAttempt.objects.values_list("delivery_id", "error", "response_excerpt")) == {(None, "", "")}
+    assert DeliveryAttempt.objects.count() == 4
+
+
+def test_the_lists_delete_action_confirms_with_the_same_account_of_what_goes_and_what_stays(console):
+    from delivery.models import DeliveryAttempt
+
+    users = [a_recipient_with_history(), a_recipient_with_history(external_id="crm-7")]
+    selected = {"action": "delete_selected", "_selected_action": [str(user.pk) for user in users]}
+
+    page = console.post(reverse(CHANGELIST), selected)
+
+    assert page.status_code == 200
+    summary, objects, kept = erasure_page_parts(page.content.decode())
+    assert "Are you sure you want to erase the selected recipients?" in page.content.decode()
+    assert all(line in summary for line in ("Recipients: 2", "Events: 6", "Deliveries: 4"))
+    assert "attempt" not in summary.lower() and "attempt" not in objects.lower()
+    assert "Delivery attempts: 8." in kept and "keyed digest" in kept
+
+    assert console.post(reverse(CHANGELIST), {**selected, "post": "yes"}).status_code == 302
+    assert not User.objects.exists() and DeliveryAttempt.objects.filter(delivery__isnull=True).count() == 8

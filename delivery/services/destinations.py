@@ -308,11 +308,10 @@ def destinations_for_queueing() -> list[Destination]:
     if there is none at all (WEBHOOK_URL)."""
     destinations = destinations_for_claim()
     if not destinations and settings.WEBHOOK_URL:
-        # Read again whoever seeded it: the default destination may have been
-        # committed since the read above by another process starting at the same
-        # time (a worker's first refresh, the scheduler's other claimer), and then
-        # this seed makes none. Claiming on with none would complete the batch's
-        # occurrences with nothing sent.
+        # Read again whoever seeded it: another process seeding at the same moment (a worker
+        # starting, a second scheduler) made this insert wait for its commit and be refused, and
+        # its row is there now. Had this batch gone on with none, its events would be COMPLETED
+        # as if no destination subscribed, never sent.
         destinations_seed_default()
         destinations = destinations_for_claim()
     return destinations

@@ -11,23 +11,19 @@ from __future__ import annotations
 
 import logging
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from delivery.formats import body_format
 from delivery.models import Delivery, DeliveryStatus, Destination
-from delivery.payload import webhook_payload
 from delivery.services.destinations import destinations_for_queueing
 from delivery.services.enqueue import QueuedDeliveryRow, queued_delivery_defaults, queued_delivery_row
-from delivery.services.transitions import Rows, deliveries_transition
+from delivery.services.requeue import deliveries_requeue, event_payload, events_reopen
 from runtime.sql import insert_rows
 from runtime.wakeup import WORKER_CHANNEL, notify
 from scheduling.exceptions import InvalidStateTransition
 from scheduling.handlers import get_handler
 from scheduling.models import Event, EventStatus
 from scheduling.selectors import message_templates
-from scheduling.services.transitions import Actor, events_transition
 
 logger = logging.getLogger(__name__)
 
@@ -114,28 +110,11 @@ def _event_locked(*, event: Event) -> Event:
 
 
 def _event_reopen(*, event: Event) -> None:
-    events_transition(
-        events=[event],
-        source=EventStatus.FAILED,
-        target=EventStatus.PROCESSING,
-        actor=Actor.OPERATOR,
-        changes={"failure_reason": ""},
-    )
-
-
-def _payload(*, event: Event) -> dict:
-    return webhook_payload(
-        event_id=event.id,
-        event_type=event.event_type,
-        occurrence_date=event.occurrence_date,
-        target_utc=event.target_timestamp_utc,
-        recipient=event.user,
-        template=message_templates()[event.event_type],
-    )
+    events_reopen(events=[event])
 
 
 def _deliveries_create(*, event: Event, destinations: list[Destination]) -> None:
-    payload = _payload(event=event)
+    payload = event_payload(event=event, templates=message_templates())
     insert_rows(
         Delivery,
         QueuedDeliveryRow._fields,
@@ -152,29 +131,11 @@ def _deliveries_create(*, event: Event, destinations: list[Destination]) -> None
 
 def _deliveries_requeue(*, event: Event, deliveries: list[Delivery]) -> None:
     """Queue the DEAD `deliveries` again: to their destination's URL and format as they are now."""
-    now = timezone.now()
-    payload = _payload(event=event)
-    for delivery in deliveries:
-        destination = delivery.destination
-        moved = deliveries_transition(
-            source=DeliveryStatus.DEAD,
-            target=DeliveryStatus.QUEUED,
-            select=Rows(ids=[delivery.id], attempts=[delivery.attempts]),
-            now=now,
-            # The old error stays in the attempt log; attempt numbers keep
-            # counting, with a fresh budget on top. A delivery whose
-            # destination was deleted goes, in the standard format, where it went.
-            changes={
-                "payload": body_format(format=destination.format, payload=payload) if destination else payload,
-                "endpoint_url": destination.url if destination else delivery.endpoint_url,
-                "last_error": "",
-                "next_attempt_at": now,
-                "requeued_at": now,
-                "max_attempts": delivery.attempts + settings.DELIVERY_MAX_ATTEMPTS,
-            },
-        )
-        if not moved:
-            raise InvalidStateTransition(
-                f"Delivery {delivery.id} is {delivery.status}; only a DEAD delivery can be resent."
-            )
+    moved = deliveries_requeue(
+        source=DeliveryStatus.DEAD, deliveries=deliveries, events={event.id: event}, templates=message_templates(),
+        now=timezone.now(),
+    )
+    if len(moved) != len(deliveries):
+        lost = next(d for d in deliveries if d.id not in set(moved))
+        raise InvalidStateTransition(f"Delivery {lost.id} is {lost.status}; only a DEAD delivery can be resent.")
     notify(WORKER_CHANNEL)

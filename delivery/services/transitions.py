@@ -37,7 +37,9 @@ DELIVERY_TRANSITIONS: Mapping[tuple[str, str], str] = {
     (SENDING, QUEUED): "record: a transient failure, tried again later; release: handed back unstarted; "
     "take over: its worker was lost, tried again now",
     (SENDING, DEAD): "record: a permanent failure, or the last attempt failed",
-    (DEAD, QUEUED): "resend: an operator queues it again, under the same key",
+    (DEAD, QUEUED): "resend or recovery: an operator queues it again, under the same key",
+    (DELIVERED, QUEUED): "recovery: an operator queues it again, under the same key, for a receiver that lost "
+    "what it had accepted",
     (QUEUED, DEAD): "expire: still waiting (on a failing or paused endpoint) EVENT_MAX_LATENESS after it was queued",
 }
 

@@ -4,6 +4,7 @@ import base64
 import json
 import logging
 import threading
+import time
 from datetime import date, timedelta
 
 import pytest
@@ -19,7 +20,6 @@ from delivery.formats import DISCORD_CONTENT_MAX, body_format
 from delivery.models import Delivery, DeliveryStatus, Destination, DestinationSecret, Endpoint, EndpointState
 from delivery.scheduler import Scheduler
 from delivery.selectors import destination_signing_secrets
-from delivery.services import destinations as destinations_service
 from delivery.services.conclude import events_conclude
 from delivery.services.destinations import (
     DestinationInUse,
@@ -32,6 +32,7 @@ from delivery.services.destinations import (
     destination_secrets_drop_expired,
     destination_secrets_reencrypt,
     destination_update,
+    destinations_seed_default,
 )
 from delivery.tests.conftest import make_due
 from delivery.worker import Worker
@@ -364,24 +365,44 @@ def test_webhook_url_and_secret_seed_a_default_destination_once_only_when_none_e
     assert sorted(destination_signing_secrets(destinations=[default], now=timezone.now())[default.pk]) == sorted(secrets)
 
 
-def test_a_claim_queues_to_the_default_destination_another_process_seeded_first(settings, monkeypatch):
-    # given WEBHOOK_URL and no destination, and another process (a worker's first refresh) seeding the
-    # default destination after this claim found none: this claim's own seed then makes none
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_seeding_the_default_at_the_same_moment_as_another_process_queues_to_the_others(settings):
+    # given WEBHOOK_URL, no destination yet, an occurrence due, and another process (a worker
+    # starting, a second scheduler) that has seeded the default destination but not yet committed
     settings.WEBHOOK_URL = "https://legacy.example.org/hook"
-
-    def seeded_by_another_process():
-        Destination.objects.create(name="default", url=settings.WEBHOOK_URL, created_by="WEBHOOK_URL",
-                                   updated_by="WEBHOOK_URL")
-
-    monkeypatch.setattr(destinations_service, "destinations_seed_default", seeded_by_another_process)
     user = due_user(anniversary_date=None)
+    seeded, errors = threading.Event(), []
 
-    # when the scheduler claims the due occurrence
+    def other_process():
+        try:
+            with transaction.atomic():
+                destinations_seed_default()
+                seeded.set()
+                # Commit once the claim below waits on this row (its own insert of the default).
+                with connection.cursor() as cursor:
+                    for _ in range(200):
+                        cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+                        if cursor.fetchone()[0]:
+                            break
+                        time.sleep(0.05)
+                    else:
+                        errors.append("the claim never waited on the other process's seeding")
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=other_process)
+    thread.start()
+    assert seeded.wait(10)
+
+    # when a scheduler claims meanwhile: its own seeding waits for the other's commit, and is refused
     Scheduler(once=True).run()
+    thread.join()
 
-    # then it is queued to that destination, not completed with nothing sent
-    assert Delivery.objects.get().destination.name == "default"
-    assert user.events.exclude(status=EventStatus.PENDING).get().status == EventStatus.PROCESSING
+    # then the occurrence is queued to the destination the other process seeded, not completed unsent
+    assert errors == []
+    delivery = Delivery.objects.select_related("destination").get()
+    assert delivery.destination.name == "default"
+    assert user.events.get(pk=delivery.event_id).status == EventStatus.PROCESSING
 
 
 # --- fan-out -------------------------------------------------------------------------------

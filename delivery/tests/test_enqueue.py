@@ -59,3 +59,26 @@ def test_the_claims_select_reads_the_send_time_from_the_one_join_it_already_had(
 
     assert "u.send_time" in sql
     assert sql.count(" JOIN ") == 1 and sql.upper().count("SELECT") == 1
+
+
+def test_a_claim_batch_sends_the_same_statements_whether_none_half_or_all_of_its_recipients_have_their_own_send_time():
+    from users.models import User
+
+    destinations_seed_default()  # before, not within, the first batch measured
+    statements = {}
+    for own in (0, 20, 40):
+        Event.objects.all().delete()
+        User.objects.all().delete()
+        users_bulk_create_with_events(
+            rows=[
+                {
+                    "first_name": f"U{i}", "last_name": "Load", "date_of_birth": date(1990, 1 + i % 12, 1 + i % 28),
+                    "timezone": "Europe/London", "send_time": time(i % 24, (7 * i) % 60) if i < own else None,
+                }
+                for i in range(40)
+            ]
+        )
+        Event.objects.update(target_timestamp_utc=datetime.now(UTC) - timedelta(seconds=1))
+        statements[own] = _claim_statements(40)
+
+    assert statements[0] == statements[20] == statements[40]

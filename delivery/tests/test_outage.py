@@ -25,6 +25,11 @@ failed every run, with 20 messages sent twice.
 
 It then counts what arrived at the receiver (every key once, none twice) and
 reads the private database (every event COMPLETED, every delivery DELIVERED).
+
+Both tests run again with three destinations (standard, slack and teams bodies)
+at three receivers of their own, counted at each: fan-out multiplies the
+deliveries each worker holds when the database goes, and one occurrence's
+deliveries may be with different workers. That outage lasts the full 45 s.
 """
 
 import os
@@ -34,7 +39,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
@@ -42,7 +48,16 @@ import psycopg
 import pytest
 
 from delivery.models import Delivery, DeliveryAttempt
-from delivery.tests.conftest import BASE_DIR, eventually, process_env, start_process, stop_all, wait_until
+from delivery.tests.conftest import (
+    BASE_DIR,
+    assert_each_receiver_accepted_each_key_once,
+    eventually,
+    process_env,
+    receivers,
+    start_process,
+    stop_all,
+    wait_until,
+)
 from devtools.ports import free_port
 from devtools.postgres import EmbeddedPostgres, EmbeddedPostgresError
 from devtools.sink import Reply
@@ -52,6 +67,7 @@ pytestmark = pytest.mark.slow
 
 RECIPIENTS = 300
 OUTAGE_SECONDS = 8.0  # the lease is WEBHOOK_TIMEOUT 2 s + DELIVERY_LEASE_MARGIN 1 s = 3 s
+LONG_OUTAGE_SECONDS = 45.0
 DATABASE_NAME = "birthday_outage"
 
 # Runs inside `manage.py shell` against the private cluster: 300 recipients, all due now.
@@ -96,8 +112,8 @@ class PrivateCluster(EmbeddedPostgres):
             return conn.execute(sql, params).fetchall()
 
 
-def manage(args: list[str], database_url: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1"}
+def manage(args: list[str], database_url: str, timeout: float = 180, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**(env or os.environ), "DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1"}
     result = subprocess.run(
         [sys.executable, str(BASE_DIR / "manage.py"), *args],
         cwd=BASE_DIR,
@@ -137,123 +153,153 @@ def private_postgres(tmp_path):
         shutil.rmtree(root, ignore_errors=True)
 
 
+@contextmanager
+def private_receivers(cluster: PrivateCluster, settings, sink, count: int) -> Iterator[list]:
+    """receivers() for the private database: their destinations are made there, by `manage.py shell`."""
+
+    def create(urls: list[str]) -> None:
+        script = f"from delivery.tests.conftest import destinations_create_at; destinations_create_at({urls!r})"
+        manage(["shell", "-c", script], cluster.database_url, env=process_env(settings))
+
+    with receivers(settings, sink, count, create=create) as sinks:
+        yield sinks
+
+
+def due_keys(cluster: PrivateCluster) -> set[str]:
+    keys = {key for (key,) in cluster.query(f"SELECT idempotency_key FROM {Event._meta.db_table}")}
+    assert len(keys) == RECIPIENTS
+    return keys
+
+
+def settled(cluster: PrivateCluster) -> bool:
+    """Every delivery DELIVERED and no event still PROCESSING, in the private database."""
+    return cluster.query(
+        f"SELECT (SELECT count(*) FROM {Delivery._meta.db_table} WHERE status <> 'DELIVERED')"
+        f" + (SELECT count(*) FROM {Event._meta.db_table} WHERE status = 'PROCESSING')"
+    )[0][0] == 0
+
+
+def assert_every_delivery_delivered_and_event_completed(cluster: PrivateCluster, *, destinations: int) -> None:
+    """The private database agrees: every due event COMPLETED (next year's is PENDING), every delivery DELIVERED."""
+    events = dict(cluster.query(f"SELECT status, count(*) FROM {Event._meta.db_table} GROUP BY status"))
+    assert events == {"COMPLETED": RECIPIENTS, "PENDING": RECIPIENTS}, events
+    deliveries = dict(cluster.query(f"SELECT status, count(*) FROM {Delivery._meta.db_table} GROUP BY status"))
+    assert deliveries == {"DELIVERED": RECIPIENTS * destinations}, deliveries
+
+
+@pytest.mark.parametrize(
+    ("destinations", "outage_seconds"),
+    # With three destinations, the outage the defect was found with: 45 s (here 15 leases).
+    [(1, OUTAGE_SECONDS), (3, LONG_OUTAGE_SECONDS)],
+    ids=["one-destination", "three-destinations"],
+)
 def test_postgresql_down_longer_than_the_lease_with_sends_in_flight_sends_nothing_twice_and_loses_nothing(
-    private_postgres, delivery_settings, sink, tmp_path
+    private_postgres, delivery_settings, sink, tmp_path, destinations, outage_seconds
 ):
-    # Given 300 due recipients in the private database, a 3 s lease, a receiver that
-    # answers in 100-600 ms, and two workers that notice an outage at different moments.
+    # Given 300 due recipients in the private database, a 3 s lease, receivers (the default
+    # destination's, or three destinations' of three formats) that answer in 100-600 ms, and
+    # two workers that notice an outage at different moments.
     cluster = private_postgres
     manage(["shell", "-c", CREATE_DUE_RECIPIENTS], cluster.database_url)
-    event_table, delivery_table = Event._meta.db_table, Delivery._meta.db_table
-    expected = {key for (key,) in cluster.query(f"SELECT idempotency_key FROM {event_table}")}
-    assert len(expected) == RECIPIENTS
+    expected = due_keys(cluster)
     delivery_settings.WEBHOOK_TIMEOUT = timedelta(seconds=2)
     delivery_settings.DELIVERY_LEASE_MARGIN = timedelta(seconds=1)
     lease = (delivery_settings.WEBHOOK_TIMEOUT + delivery_settings.DELIVERY_LEASE_MARGIN).total_seconds()
-    assert OUTAGE_SECONDS > 2 * lease
+    assert outage_seconds > 2 * lease
     latency = random.Random(20_045)
-    sink.respond = lambda received: Reply(status=200, delay=latency.uniform(0.1, 0.6))
-    env = process_env(delivery_settings, DATABASE_URL=cluster.database_url)
-    processes = [start_process(["run_scheduler", "--batch-size", "50"], env, tmp_path / "scheduler.log")]
-    processes += [
-        start_process(["run_worker", "--concurrency", "4", "--batch-size", "40"], env, tmp_path / "pooled.log"),
-        start_process(["run_worker", "--concurrency", "1", "--batch-size", "10"], env, tmp_path / "serial.log"),
-    ]
+    with private_receivers(cluster, delivery_settings, sink, destinations) as sinks:
+        for each in sinks:
+            each.respond = lambda received: Reply(status=200, delay=latency.uniform(0.1, 0.6))
+        env = process_env(delivery_settings, DATABASE_URL=cluster.database_url)
+        processes = [start_process(["run_scheduler", "--batch-size", "50"], env, tmp_path / "scheduler.log")]
+        processes += [
+            start_process(["run_worker", "--concurrency", "4", "--batch-size", "40"], env, tmp_path / "pooled.log"),
+            start_process(["run_worker", "--concurrency", "1", "--batch-size", "10"], env, tmp_path / "serial.log"),
+        ]
 
-    def in_flight() -> dict[str, int]:
-        return dict(
-            cluster.query(
-                f"SELECT locked_by, count(*) FROM {delivery_table} WHERE status = 'SENDING' GROUP BY locked_by"
+        def in_flight() -> dict[str, int]:
+            return dict(
+                cluster.query(
+                    f"SELECT locked_by, count(*) FROM {Delivery._meta.db_table} WHERE status = 'SENDING' "
+                    "GROUP BY locked_by"
+                )
             )
-        )
 
-    try:
-        wait_until(
-            lambda: len(sink.received) >= 30 and len(in_flight()) == 2, 60, "both workers to be sending"
-        )
-        sending_when_stopped = sum(in_flight().values())
+        def arrived() -> int:
+            return sum(len(set(each.keys())) for each in sinks)
 
-        # When PostgreSQL goes away for well over a lease while sends are in flight...
-        cluster.stop()
-        arrived_when_stopped = len(set(sink.keys()))
-        time.sleep(OUTAGE_SECONDS)
-        arrived_during_outage = len(set(sink.keys())) - arrived_when_stopped
-        cluster.start()
-
-        # ...and comes back: everything is delivered and recorded, with time for stragglers.
-        if sink.wait_for(RECIPIENTS, timeout=90):
-            eventually(
-                lambda: cluster.query(
-                    f"SELECT count(*) FROM {delivery_table} WHERE status <> 'DELIVERED'"
-                )[0][0] == 0,
-                timeout=60,
+        try:
+            wait_until(
+                lambda: sum(len(each.received) for each in sinks) >= 30 and len(in_flight()) == 2,
+                60,
+                "both workers to be sending",
             )
-            time.sleep(2)  # a resend already on its way would arrive now
-    finally:
-        exit_codes = stop_all(processes)
+            sending_when_stopped = sum(in_flight().values())
+
+            # When PostgreSQL goes away for well over a lease while sends are in flight...
+            cluster.stop()
+            arrived_when_stopped = arrived()
+            time.sleep(outage_seconds)
+            arrived_during_outage = arrived() - arrived_when_stopped
+            cluster.start()
+
+            # ...and comes back: everything is delivered and recorded, with time for stragglers.
+            if all(each.wait_for(RECIPIENTS, timeout=90) for each in sinks):
+                eventually(lambda: settled(cluster), timeout=60)
+                time.sleep(2)  # a resend already on its way would arrive now
+        finally:
+            exit_codes = stop_all(processes)
 
     # Then every process stopped cleanly, and the outage began with messages still to send...
     assert exit_codes == [0, 0, 0], exit_codes
-    assert arrived_when_stopped < RECIPIENTS
+    assert arrived_when_stopped < RECIPIENTS * destinations
 
-    # ...every message arrived (nothing lost)...
-    counts = Counter(sink.keys())
-    missing = expected - set(counts)
-    assert not missing, f"{len(missing)} of {RECIPIENTS} messages never arrived"
-    assert set(counts) == expected, f"unexpected keys: {sorted(set(counts) - expected)[:5]}"
-
-    # ...and none arrived twice (nothing sent twice).
-    twice = {key: n for key, n in counts.items() if n > 1}
+    # ...and every receiver accepted every message (nothing lost), none twice (nothing sent twice).
     taken_back = cluster.query(
         f"SELECT count(*) FROM {DeliveryAttempt._meta.db_table} WHERE outcome = 'ABANDONED'"
     )[0][0]
-    assert not twice, (
-        f"{len(twice)} of {RECIPIENTS} messages were sent more than once "
-        f"({sum(twice.values()) - len(twice)} extra sends; {taken_back} leases taken back after the outage "
-        f"(attempts logged ABANDONED); {sending_when_stopped} deliveries were SENDING just before "
-        f"PostgreSQL stopped, {arrived_when_stopped} messages had arrived, {arrived_during_outage} more "
-        f"arrived during the {OUTAGE_SECONDS:.0f} s outage): {sorted(twice)[:5]}"
+    assert_each_receiver_accepted_each_key_once(
+        sinks,
+        expected,
+        why=(
+            f" ({taken_back} leases taken back after the outage (attempts logged ABANDONED); "
+            f"{sending_when_stopped} deliveries were SENDING just before PostgreSQL stopped, "
+            f"{arrived_when_stopped} messages had arrived, {arrived_during_outage} more "
+            f"arrived during the {outage_seconds:.0f} s outage)"
+        ),
     )
-
-    # The private database agrees: every due event COMPLETED (next year's is PENDING), every delivery DELIVERED.
-    events = dict(cluster.query(f"SELECT status, count(*) FROM {event_table} GROUP BY status"))
-    assert events == {"COMPLETED": RECIPIENTS, "PENDING": RECIPIENTS}, events
-    deliveries = dict(cluster.query(f"SELECT status, count(*) FROM {delivery_table} GROUP BY status"))
-    assert deliveries == {"DELIVERED": RECIPIENTS}, deliveries
+    assert_every_delivery_delivered_and_event_completed(cluster, destinations=destinations)
 
 
-def test_postgresql_restart_under_running_processes_loses_nothing(private_postgres, delivery_settings, sink, tmp_path):
+@pytest.mark.parametrize("destinations", [1, 3], ids=["one-destination", "three-destinations"])
+def test_postgresql_restart_under_running_processes_loses_nothing_and_sends_nothing_twice(
+    private_postgres, delivery_settings, sink, tmp_path, destinations
+):
     # A restart of the private cluster (the shared one is never restarted: other
-    # tests and people use it) while a scheduler and a worker are mid-backlog.
+    # tests and people use it) while a scheduler and two workers are mid-backlog.
     cluster = private_postgres
     manage(["shell", "-c", CREATE_DUE_RECIPIENTS], cluster.database_url)
-    event_table, delivery_table = Event._meta.db_table, Delivery._meta.db_table
-    sink.default = Reply(status=200, delay=0.03)
-    env = process_env(delivery_settings, DATABASE_URL=cluster.database_url)
-    processes = [
-        start_process(["run_scheduler", "--batch-size", "50"], env, tmp_path / "s.log"),
-        start_process(["run_worker", "--concurrency", "4", "--batch-size", "20"], env, tmp_path / "w.log"),
-    ]
-    try:
-        wait_until(lambda: len(sink.received) >= 20, 30, "work to be under way")
-        cluster.stop()
-        cluster.start()
-        assert sink.wait_for(RECIPIENTS, timeout=120), f"only {len(set(sink.keys()))} of {RECIPIENTS} arrived"
-        wait_until(
-            lambda: cluster.query(
-                f"SELECT count(*) FROM {delivery_table} WHERE status <> 'DELIVERED'"
-            )[0][0] == 0
-            and cluster.query(f"SELECT count(*) FROM {event_table} WHERE status = 'PROCESSING'")[0][0] == 0,
-            60,
-            "every outcome to be recorded",
-        )
-    finally:
-        exit_codes = stop_all(processes)
+    expected = due_keys(cluster)
+    with private_receivers(cluster, delivery_settings, sink, destinations) as sinks:
+        for each in sinks:
+            each.default = Reply(status=200, delay=0.03)
+        env = process_env(delivery_settings, DATABASE_URL=cluster.database_url)
+        processes = [start_process(["run_scheduler", "--batch-size", "50"], env, tmp_path / "s.log")]
+        processes += [
+            start_process(["run_worker", "--concurrency", "4", "--batch-size", "20"], env, tmp_path / f"w{i}.log")
+            for i in range(2)
+        ]
+        try:
+            wait_until(lambda: sum(len(each.received) for each in sinks) >= 20, 30, "work to be under way")
+            cluster.stop()
+            cluster.start()
+            for each in sinks:
+                assert each.wait_for(RECIPIENTS, timeout=120), f"only {len(set(each.keys()))} of {RECIPIENTS} arrived"
+            wait_until(lambda: settled(cluster), 60, "every outcome to be recorded")
+            time.sleep(2)  # a resend already on its way would arrive now
+        finally:
+            exit_codes = stop_all(processes)
 
-    assert exit_codes == [0, 0]
-    counts = Counter(sink.keys())
-    assert len(counts) == RECIPIENTS, f"{RECIPIENTS - len(counts)} events never arrived"
-    deliveries = dict(cluster.query(f"SELECT status, count(*) FROM {delivery_table} GROUP BY status"))
-    assert deliveries == {"DELIVERED": RECIPIENTS}, deliveries
-    events = dict(cluster.query(f"SELECT status, count(*) FROM {event_table} GROUP BY status"))
-    assert events == {"COMPLETED": RECIPIENTS, "PENDING": RECIPIENTS}, events
+    assert exit_codes == [0, 0, 0]
+    assert_each_receiver_accepted_each_key_once(sinks, expected)
+    assert_every_delivery_delivered_and_event_completed(cluster, destinations=destinations)

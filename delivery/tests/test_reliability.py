@@ -19,7 +19,17 @@ from django.utils import timezone
 
 from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus
 from delivery.services.enqueue import deliveries_enqueue_due
-from delivery.tests.conftest import create_due_users, process_env, start_process, stop_all, wait_until
+from delivery.tests.conftest import (
+    assert_each_receiver_accepted_each_key_once,
+    assert_every_delivery_delivered_and_event_completed,
+    create_due_users,
+    process_env,
+    receivers,
+    settled,
+    start_process,
+    stop_all,
+    wait_until,
+)
 from delivery.worker import Worker
 from devtools.sink import Reply
 from runtime.models import ProcessHeartbeat
@@ -31,12 +41,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 def wait_for_outcomes_recorded(*, timeout: float) -> None:
     """Every delivery DELIVERED and no event still PROCESSING."""
-    wait_until(
-        lambda: not Delivery.objects.exclude(status=DeliveryStatus.DELIVERED).exists()
-        and not Event.objects.filter(status=EventStatus.PROCESSING).exists(),
-        timeout,
-        "every outcome to be recorded",
-    )
+    wait_until(settled, timeout, "every outcome to be recorded")
 
 
 def assert_everything_delivered_once(sink, expected: int):
@@ -49,24 +54,37 @@ def assert_everything_delivered_once(sink, expected: int):
     return counts
 
 
-def test_two_schedulers_and_four_workers_deliver_2000_events_exactly_once(delivery_settings, sink, tmp_path):
-    create_due_users(2000)
-    env = process_env(delivery_settings)
-    processes = [start_process(["run_scheduler", "--batch-size", "200"], env, tmp_path / f"s{i}.log") for i in range(2)]
-    processes += [
-        start_process(["run_worker", "--concurrency", "4", "--batch-size", "50"], env, tmp_path / f"w{i}.log")
-        for i in range(4)
-    ]
-    try:
-        assert sink.wait_for(2000, timeout=180), f"only {len(set(sink.keys()))} of 2000 arrived"
-        wait_for_outcomes_recorded(timeout=30)
-    finally:
-        exit_codes = stop_all(processes)
+@pytest.mark.parametrize(
+    ("destinations", "events"), [(1, 2000), (3, 1000)], ids=["one-destination", "three-destinations"]
+)
+def test_two_schedulers_and_four_workers_deliver_every_event_exactly_once(
+    delivery_settings, sink, tmp_path, destinations, events
+):
+    # given the default destination's receiver, or three destinations at three receivers, and the events due
+    with receivers(delivery_settings, sink, destinations) as sinks:
+        create_due_users(events)
+        keys = set(Event.objects.filter(status=EventStatus.PENDING).values_list("idempotency_key", flat=True))
+        env = process_env(delivery_settings)
+        # when two schedulers and four workers share the work
+        processes = [
+            start_process(["run_scheduler", "--batch-size", "200"], env, tmp_path / f"s{i}.log") for i in range(2)
+        ]
+        processes += [
+            start_process(["run_worker", "--concurrency", "4", "--batch-size", "50"], env, tmp_path / f"w{i}.log")
+            for i in range(4)
+        ]
+        try:
+            for each in sinks:
+                assert each.wait_for(events, timeout=180), f"only {len(set(each.keys()))} of {events} arrived"
+            wait_for_outcomes_recorded(timeout=60)
+        finally:
+            exit_codes = stop_all(processes)
 
+    # then each receiver accepted each event once, and each event completed once
     assert exit_codes == [0] * 6
-    counts = assert_everything_delivered_once(sink, 2000)
-    assert max(counts.values()) == 1, [k for k, n in counts.items() if n > 1][:5]
-    assert Event.objects.filter(status=EventStatus.PENDING).count() == 2000  # next year's, one each
+    assert_each_receiver_accepted_each_key_once(sinks, keys)
+    assert_every_delivery_delivered_and_event_completed(events=events, destinations=destinations)
+    assert Event.objects.filter(status=EventStatus.PENDING).count() == events  # next year's, one each
     assert ProcessHeartbeat.objects.filter(stopped_at__isnull=False).count() == 6
 
 

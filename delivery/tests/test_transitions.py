@@ -33,11 +33,11 @@ def queued(delivery_settings):
 def test_the_table_holds_exactly_the_moves_the_product_makes():
     assert set(DELIVERY_TRANSITIONS) == {
         (QUEUED, SENDING), (SENDING, DELIVERED), (SENDING, QUEUED), (SENDING, DEAD), (DEAD, QUEUED),
-        (QUEUED, DEAD),
+        (QUEUED, DEAD), (DELIVERED, QUEUED),
     }
 
 
-@pytest.mark.parametrize("source, target", [(QUEUED, DELIVERED), (DELIVERED, QUEUED), (DEAD, SENDING), (DELIVERED, DEAD)])
+@pytest.mark.parametrize("source, target", [(QUEUED, DELIVERED), (DELIVERED, SENDING), (DEAD, SENDING), (DELIVERED, DEAD)])
 def test_a_move_outside_the_table_is_refused_and_changes_nothing(queued, source, target):
     before = list(Delivery.objects.values_list("id", "status", "attempts"))
 

@@ -6,7 +6,7 @@ from datetime import date, datetime, time
 from django.db.models import Q
 
 from scheduling.event_types import EventType
-from scheduling.handlers.base import Occurrence, Recipient, local_send_instant
+from scheduling.handlers.base import Occurrence, Recipient, local_send_instant, send_time
 from scheduling.timezones import load_timezone
 
 
@@ -29,6 +29,9 @@ def next_yearly_occurrence(
     first_year = max(since.year + 1, now.astimezone(load_timezone(timezone_name)).year - 1)
     if after_date is not None:
         first_year = max(first_year, after_date.year)
+    # The default resolved once, not once a year tried: it is a settings read, and
+    # the bulk import and the claim call this for every recipient they move.
+    at = at or send_time()
     for year in range(first_year, first_year + 10):
         occurrence = local_send_instant(birthday_in_year(since, year), timezone_name, at)
         if after_date is not None and occurrence.occurrence_date <= after_date:

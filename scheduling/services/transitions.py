@@ -57,6 +57,10 @@ EVENT_TRANSITIONS: Mapping[tuple[str, str], Actor] = {
     # cases: the receiver was down for days, a bug was fixed). Only an operator may, so no
     # automatic path (scheduler, worker, user edits) can ever take it.
     (FAILED, PROCESSING): Actor.OPERATOR,
+    # A delivery it had delivered sent again under the same idempotency key (a
+    # destination's recovery: its receiver lost what it had accepted). Only an
+    # operator asks for it; a worker carries it out on their behalf.
+    (COMPLETED, PROCESSING): Actor.OPERATOR,
 }
 
 

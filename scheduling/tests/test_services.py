@@ -119,9 +119,12 @@ def test_valid_transition_bumps_the_version_by_one_and_persists(source, target):
     assert (stored.status, stored.version) == (target, version + 1)
 
 
-def test_every_move_belongs_to_exactly_one_actor_and_only_the_operator_reopens_a_failed_event():
+def test_every_move_belongs_to_exactly_one_actor_and_only_the_operator_reopens_an_ended_event():
     assert set(EVENT_TRANSITIONS.values()) == {Actor.SCHEDULER, Actor.WORKER, Actor.OPERATOR}
-    assert [move for move, actor in EVENT_TRANSITIONS.items() if actor is Actor.OPERATOR] == [(FAILED, PROCESSING)]
+    # A resend (FAILED) and a destination's recovery (FAILED or COMPLETED).
+    assert [move for move, actor in EVENT_TRANSITIONS.items() if actor is Actor.OPERATOR] == [
+        (FAILED, PROCESSING), (COMPLETED, PROCESSING)
+    ]
     assert all(target != PENDING for _, target in EVENT_TRANSITIONS)
 
 

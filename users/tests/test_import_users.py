@@ -475,3 +475,128 @@ def test_a_rerun_sets_and_clears_wedding_dates_and_a_file_without_the_column_lea
     assert anniversaries(alan) == [(EventStatus.PENDING, date(2027, 9, 3), "2027-09-03T09:00:00+00:00")]
     alan.refresh_from_db()
     assert alan.anniversary_date == date(2016, 9, 3)
+
+
+# --- the paused column ------------------------------------------------------------------------
+
+PAUSED_HEADER = "external_id,first_name,last_name,date_of_birth,timezone,paused\n"
+
+
+def import_with_every_paused_spelling(tmp_path) -> None:
+    cells = ["true", "TRUE", "1", "yes", " Yes ", "false", "0", "no", "No", ""]
+    rows = "".join(f"crm-{i},Ada{i},Lovelace,1990-05-05,Europe/London,{cell}\n" for i, cell in enumerate(cells))
+
+    stdout, stderr = run_import(write_csv(tmp_path, PAUSED_HEADER + rows), "--by", "ops-bob", "--batch-size", "3")
+
+    assert stderr == "" and f"{len(cells)} created" in stdout
+    users = {user.external_id: user for user in User.objects.all()}
+    assert [users[f"crm-{i}"].paused for i in range(len(cells))] == [True] * 5 + [False] * 5
+    paused = users["crm-0"]
+    assert (paused.paused_at, paused.paused_by, paused.resumed_at, paused.resumed_by) == (
+        datetime(2026, 11, 22, 12, 0, tzinfo=UTC), "ops-bob", None, "",
+    )
+    assert {(u.paused_at, u.paused_by) for u in users.values() if not u.paused} == {(None, "")}
+    # Paused or not, each has their next occurrence: the claim holds it back, as for a pause from the API.
+    assert Event.objects.filter(status=EventStatus.PENDING).count() == len(cells)
+
+
+@freeze_time("2026-11-22T12:00:00Z")
+def test_the_paused_column_creates_recipients_paused_by_the_importer_with_every_spelling(tmp_path):
+    import_with_every_paused_spelling(tmp_path)
+
+
+@freeze_time("2026-11-22T12:00:00Z")
+@pytest.mark.django_db(transaction=True)
+def test_the_pipelined_writer_creates_the_paused_recipients_too(tmp_path):
+    import_with_every_paused_spelling(tmp_path)
+
+
+@freeze_time("2026-11-22T12:00:00Z")
+def test_without_by_the_import_records_the_account_running_it(tmp_path, monkeypatch):
+    monkeypatch.setattr("getpass.getuser", lambda: "carol")
+
+    run_import(write_csv(tmp_path, PAUSED_HEADER + "crm-1,Ada,Lovelace,1990-05-05,UTC,true\n"))
+
+    assert User.objects.get().paused_by == "import_users (carol)"
+
+
+@pytest.mark.parametrize("by", ["", "   ", "x" * 151])
+def test_a_by_that_names_nobody_or_is_too_long_is_refused_before_anything_is_read(tmp_path, by):
+    message, _ = run_failing_import(write_csv(tmp_path, PAUSED_HEADER + "crm-1,Ada,Lovelace,1990-05-05,UTC,true\n"), "--by", by)
+
+    assert "--by" in message
+    assert User.objects.count() == 0
+
+
+@freeze_time("2026-11-22T12:00:00Z")
+def test_a_paused_cell_that_is_not_a_flag_is_reported_by_line_naming_the_column_and_nothing_is_imported(tmp_path):
+    rows = (
+        "crm-1,Ada,Lovelace,1990-05-05,UTC,true\n"  # line 2: good
+        + "crm-2,Alan,Turing,1980-06-23,UTC,maybe\n"  # line 3: not a flag
+        + "crm-3,Grace,Hopper,1906-12-09,UTC,2\n"  # line 4: not 1 or 0
+        + "crm-4,,Dijkstra,1930-05-11,Mars/Olympus,paused\n"  # line 5: three bad fields, one line
+    )
+
+    message, stderr = run_failing_import(write_csv(tmp_path, PAUSED_HEADER + rows))
+
+    lines = stderr.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["line 3", "line 4", "line 5"]
+    assert lines[0] == "line 3: paused: Must be true or false (or 1/0, yes/no; empty: not paused), not 'maybe'."
+    assert "paused:" in lines[1] and "'2'" in lines[1]
+    assert all(f"{field}:" in lines[2] for field in ("first_name", "timezone", "paused"))
+    assert "3 bad row(s) out of 4" in message
+    assert User.objects.count() == 0 and Event.objects.count() == 0
+
+
+def test_a_rerun_pauses_and_resumes_as_the_api_does_and_a_file_without_the_column_leaves_the_pauses(tmp_path):
+    with freeze_time("2026-11-22T12:00:00Z"):
+        run_import(write_csv(tmp_path, CRM_ROWS, "first.csv"))
+        user_update(user=User.objects.get(external_id="crm-3"), data={"paused": True}, by="ops-alice")
+    versions = dict(User.objects.values_list("external_id", "version"))
+
+    # crm-1 paused, crm-2 stays unpaused, crm-3 (paused through the API) resumed by an empty cell, crm-4 as it was
+    rows = (
+        PAUSED_HEADER
+        + "crm-1,Ada,Lovelace,1990-05-05,Europe/London,yes\n"
+        + "crm-2,Alan,Turing,1980-06-23,Europe/London,false\n"
+        + "crm-3,Grace,Hopper,1906-12-09,America/New_York,\n"
+        + "crm-4,Edsger,Dijkstra,1930-05-11,Europe/Amsterdam,no\n"
+    )
+    with freeze_time("2026-12-01T08:00:00Z"):
+        stdout, _ = run_import(write_csv(tmp_path, rows, "second.csv"), "--by", "ops-bob")
+        again, _ = run_import(write_csv(tmp_path, rows, "second.csv"), "--by", "ops-carol")
+        without_column, _ = run_import(write_csv(tmp_path, CRM_ROWS, "third.csv"), "--by", "ops-dan")
+
+    assert "0 created, 2 updated, 2 unchanged" in stdout
+    assert "0 created, 0 updated, 4 unchanged" in again and "0 created, 0 updated, 4 unchanged" in without_column
+    users = {user.external_id: user for user in User.objects.all()}
+    moment = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
+    assert (users["crm-1"].paused, users["crm-1"].paused_at, users["crm-1"].paused_by) == (True, moment, "ops-bob")
+    assert (users["crm-3"].paused, users["crm-3"].paused_by, users["crm-3"].resumed_at, users["crm-3"].resumed_by) == (
+        False, "ops-alice", moment, "ops-bob",
+    )
+    assert not users["crm-2"].paused and not users["crm-4"].paused
+    assert {crm: users[crm].version - versions[crm] for crm in users} == {"crm-1": 1, "crm-2": 0, "crm-3": 1, "crm-4": 0}
+
+
+@pytest.mark.usefixtures("default_destination")
+def test_a_recipient_imported_paused_is_not_greeted_but_failed_with_its_reason(tmp_path):
+    from delivery.models import Delivery
+    from delivery.services.enqueue import deliveries_enqueue_due
+    from scheduling.pauses import RECIPIENT_PAUSED
+
+    with freeze_time("2027-04-01T00:00:00Z"):
+        run_import(
+            write_csv(tmp_path, PAUSED_HEADER + "crm-1,Ada,Lovelace,1990-05-05,Europe/London,yes\n"
+                      + "crm-2,Bea,Lovelace,1990-05-05,Europe/London,no\n"),
+            "--by", "ops-bob",
+        )
+    nine_local = datetime(2027, 5, 5, 8, 0, 1, tzinfo=UTC)
+    with freeze_time(nine_local):
+        deliveries_enqueue_due(now=nine_local)
+
+    held = Event.objects.get(user__external_id="crm-1", occurrence_date=date(2027, 5, 5))
+    sent = Event.objects.get(user__external_id="crm-2", occurrence_date=date(2027, 5, 5))
+    assert (held.status, held.failure_reason) == (EventStatus.FAILED, RECIPIENT_PAUSED)
+    assert sent.status == EventStatus.PROCESSING
+    assert list(Delivery.objects.values_list("event_id", flat=True)) == [sent.id]

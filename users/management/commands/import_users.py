@@ -1,6 +1,7 @@
 """Bulk-import recipients from CSV: validate every row, then create or update them in batches."""
 
 import csv
+import getpass
 import sys
 import time
 from datetime import date
@@ -9,13 +10,16 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
+from scheduling.pauses import ACTOR_MAX_LENGTH
 from users.services import ExternalIdTaken, users_import
 from users.validators import clean_user_fields
 
 REQUIRED_COLUMNS = ("first_name", "last_name", "date_of_birth", "timezone")
 # Written only when the file has the column: a file without it leaves the
 # stored value of a recipient it updates as it is.
-OPTIONAL_COLUMNS = ("external_id", "anniversary_date", "send_time")
+OPTIONAL_COLUMNS = ("external_id", "anniversary_date", "send_time", "paused")
+# A paused cell, in any case; empty: not paused.
+PAUSED_VALUES = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False, "": False}
 # Printing a million bad rows helps nobody; the count is always reported.
 MAX_ERRORS_SHOWN = 200
 
@@ -37,18 +41,41 @@ def _parse_send_time(raw: str | None) -> str | None:
     return (raw or "").strip() or None
 
 
+def _parse_paused(raw: str | None) -> bool:
+    """A paused cell as a flag: true/false, 1/0, yes/no in any case; empty: not paused."""
+    try:
+        return PAUSED_VALUES[(raw or "").strip().lower()]
+    except KeyError:
+        raise ValidationError(
+            f"Must be true or false (or 1/0, yes/no; empty: not paused), not {raw!r}."
+        ) from None
+
+
 def _parse_row(row: dict, *, columns: tuple[str, ...]) -> dict:
-    cleaned = clean_user_fields(
-        {
-            "first_name": row.get("first_name") or "",
-            "last_name": row.get("last_name") or "",
-            "date_of_birth": _parse_date(row.get("date_of_birth")),
-            "timezone": row.get("timezone") or "",
-            "external_id": row.get("external_id"),
-            "anniversary_date": _parse_date(row.get("anniversary_date")),
-            "send_time": _parse_send_time(row.get("send_time")),
-        }
-    )
+    """The row's cleaned values of `columns`; one ValidationError naming every bad field."""
+    errors: dict[str, list[str]] = {}
+    try:
+        cleaned = clean_user_fields(
+            {
+                "first_name": row.get("first_name") or "",
+                "last_name": row.get("last_name") or "",
+                "date_of_birth": _parse_date(row.get("date_of_birth")),
+                "timezone": row.get("timezone") or "",
+                "external_id": row.get("external_id"),
+                "anniversary_date": _parse_date(row.get("anniversary_date")),
+                "send_time": _parse_send_time(row.get("send_time")),
+            }
+        )
+    except ValidationError as exc:
+        cleaned, errors = {}, exc.message_dict
+    # Not one of the fields clean_user_fields checks: the API's serializer checks its own flag.
+    if "paused" in columns:
+        try:
+            cleaned["paused"] = _parse_paused(row.get("paused"))
+        except ValidationError as exc:
+            errors["paused"] = exc.messages
+    if errors:
+        raise ValidationError(errors)
     return {column: cleaned[column] for column in columns}
 
 
@@ -57,7 +84,8 @@ class Command(BaseCommand):
         "Import recipients from a CSV file with the columns first_name, last_name, "
         "date_of_birth (YYYY-MM-DD) and timezone (IANA name), and optionally anniversary_date "
         "(YYYY-MM-DD, a wedding date; empty for none), send_time (HH:MM, the recipient's own local "
-        "send time; empty for the default) and external_id (the client's own id: "
+        "send time; empty for the default), paused (true/false, 1/0 or yes/no: their greetings held "
+        "back, recorded as paused by --by; empty: not paused) and external_id (the client's own id: "
         "a row whose external_id a recipient already has updates that recipient, so the "
         "import can be run again). Every row is checked first; if "
         "any is bad, the bad rows are listed by line number and nothing is imported "
@@ -77,9 +105,17 @@ class Command(BaseCommand):
         parser.add_argument(
             "--dry-run", action="store_true", help="Validate only; import nothing."
         )
+        parser.add_argument(
+            "--by",
+            default=None,
+            help="Who the pauses and resumes of the paused column are recorded as made by, as an "
+            "operator's in the console (default: the account running the command, as 'import_users "
+            "(<login>)').",
+        )
 
-    def handle(self, *args, file, batch_size, skip_invalid, dry_run, **options):
+    def handle(self, *args, file, batch_size, skip_invalid, dry_run, by, **options):
         started = time.monotonic()
+        by = self._actor(by)
         stream = sys.stdin if file == "-" else self._open(file)
         try:
             valid_rows, errors = self._validate(stream)
@@ -102,7 +138,7 @@ class Command(BaseCommand):
             return
 
         try:
-            result = users_import(rows=valid_rows, batch_size=batch_size)
+            result = users_import(rows=valid_rows, batch_size=batch_size, by=by)
         except ExternalIdTaken as exc:
             raise CommandError(
                 f"{exc.messages[0]} The batches written before it stay. Run the import again to "
@@ -122,6 +158,18 @@ class Command(BaseCommand):
             f"{result.updated} updated, {result.unchanged} unchanged"
             + (f"; skipped {len(errors)} bad row(s)" if errors else "")
         )
+
+    def _actor(self, by: str | None) -> str:
+        if by is None:
+            try:
+                login = getpass.getuser()
+            except (OSError, KeyError):  # no login name in the environment nor the password database
+                login = "unknown"
+            return f"import_users ({login})"[:ACTOR_MAX_LENGTH]
+        by = by.strip()
+        if not by or len(by) > ACTOR_MAX_LENGTH:
+            raise CommandError(f"--by must name who runs the import, in 1 to {ACTOR_MAX_LENGTH} characters.")
+        return by
 
     def _open(self, path: str):
         try:

@@ -1,0 +1,96 @@
+"""Queuing ended deliveries again, as an operator asks: a resend (delivery.services.operator) or a recovery
+(delivery.services.recovery). One way for both, so the two never send different things.
+
+Each delivery goes back to the queue under its own idempotency key, due now,
+with a fresh budget of attempts on top of those spent (attempt numbers keep
+counting; the old outcome stays in the attempt log), to its destination's URL
+as it is now, with the message rendered from the recipient and the type's
+template as they are now, in the destination's format as it is now. Its event
+is PROCESSING again until its last delivery ends (delivery.services.conclude).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from django.conf import settings
+
+from delivery.formats import body_format
+from delivery.models import Delivery, DeliveryStatus
+from delivery.payload import webhook_payload
+from delivery.services.transitions import Rows, deliveries_transition
+from scheduling.models import Event, EventStatus
+from scheduling.services.transitions import Actor, events_transition
+
+
+def event_payload(*, event: Event, templates: Mapping[str, str]) -> dict:
+    """The standard body of `event` (its `user` loaded) rendered now, with `templates` (message_templates())."""
+    return webhook_payload(
+        event_id=event.id,
+        event_type=event.event_type,
+        occurrence_date=event.occurrence_date,
+        target_utc=event.target_timestamp_utc,
+        recipient=event.user,
+        template=templates[event.event_type],
+    )
+
+
+def deliveries_requeue(
+    *,
+    source: str,
+    deliveries: Sequence[Delivery],
+    events: Mapping[uuid.UUID, Event],
+    templates: Mapping[str, str],
+    now: datetime,
+) -> list[uuid.UUID]:
+    """Queue `deliveries` (each in `source`, its destination loaded) again in one UPDATE; return the ids moved.
+
+    `events` holds each one's event with its recipient, locked by the caller.
+    A delivery that left `source` meanwhile is not moved: the caller sees it
+    missing from what comes back.
+    """
+    if not deliveries:
+        return []
+    payloads: dict[uuid.UUID, dict] = {}
+    bodies, urls, budgets = [], [], []
+    for delivery in deliveries:
+        payload = payloads.get(delivery.event_id)
+        if payload is None:
+            payload = payloads[delivery.event_id] = event_payload(event=events[delivery.event_id], templates=templates)
+        destination = delivery.destination
+        # A delivery whose destination was deleted goes, in the standard format, where it went.
+        bodies.append(body_format(format=destination.format, payload=payload) if destination else payload)
+        urls.append(destination.url if destination else delivery.endpoint_url)
+        budgets.append(delivery.attempts + settings.DELIVERY_MAX_ATTEMPTS)
+    moved = deliveries_transition(
+        source=source,
+        target=DeliveryStatus.QUEUED,
+        select=Rows(
+            ids=[d.id for d in deliveries],
+            attempts=[d.attempts for d in deliveries],
+            values={"payload": bodies, "endpoint_url": urls, "max_attempts": budgets},
+        ),
+        now=now,
+        # Queued again, it is not delivered (yet): the first acceptance stays in the attempt log.
+        changes={"last_error": "", "next_attempt_at": now, "requeued_at": now, "delivered_at": None},
+    )
+    return [row[0] for row in moved]
+
+
+def events_reopen(*, events: Sequence[Event], now: datetime | None = None) -> None:
+    """Take ended events (FAILED or COMPLETED, locked by the caller) back to PROCESSING: a delivery goes again.
+
+    An event still PROCESSING (another destination's delivery is under way)
+    simply stays so.
+    """
+    for source in (EventStatus.FAILED, EventStatus.COMPLETED):
+        events_transition(
+            events=[event for event in events if event.status == source],
+            source=source,
+            target=EventStatus.PROCESSING,
+            actor=Actor.OPERATOR,
+            now=now,
+            changes={"failure_reason": ""},
+        )

@@ -8,6 +8,12 @@ write one line per request ($msec, X-Idempotency-Key, status, $request_time) to 
 buffered access log, which is the benchmark's truth for what arrived; $msec (when
 the request ended) minus $request_time (since its first byte was read) gives each
 request's interval at the receiver, hence how many were open at once.
+
+Three more free ports are the `destinations` workload's receivers, one per
+destination: each answers `return 200` at /webhook as the first one does, and
+logs to an access log of its own, since every destination gets the same
+idempotency key for an occurrence and only where a line was written says which
+destination it was sent to.
 """
 
 from __future__ import annotations
@@ -67,8 +73,19 @@ http {{
         location = /status {{ stub_status; access_log off; }}
 {latency_locations}
     }}
+{destination_servers}
 }}
 """
+
+# The `destinations` workload's receivers: this many ports, one per destination.
+DESTINATIONS = 3
+
+DESTINATION_SERVER = """\
+    server {{
+        listen 127.0.0.1:{port} backlog=4096;
+        access_log {log} keys buffer=256k flush=100ms;
+        location = /webhook {{ default_type application/json; return 200 '{{"ok":true}}'; }}
+    }}"""
 
 
 def latency_location(ms: int) -> str:
@@ -92,6 +109,7 @@ class Receiver:
         self.port = free_port()
         self.port_slow = free_port()
         self.port_lat = free_port()
+        self.ports_destination = [free_port() for _ in range(DESTINATIONS)]
         self.tmp = Path(tempfile.mkdtemp(prefix="bench-nginx-"))
         self.log_path = self.tmp / "access.log"
         self.proc: subprocess.Popen | None = None
@@ -110,6 +128,13 @@ class Receiver:
         if ms not in LATENCIES_MS:
             raise ValueError(f"no receiver location for {ms} ms; one of {LATENCIES_MS}")
         return f"http://127.0.0.1:{self.port_lat}/ms/{ms}"
+
+    def url_destination(self, i: int) -> str:
+        """The `destinations` workload's receiver number `i` (0 to DESTINATIONS - 1), answering 200 at once."""
+        return f"http://127.0.0.1:{self.ports_destination[i]}/webhook"
+
+    def destination_log(self, i: int) -> Path:
+        return self.tmp / f"destination-{i + 1}.log"
 
     def status(self) -> dict[str, int]:
         """nginx stub_status: active connections, and those reading / writing / waiting (idle keep-alive)."""
@@ -134,6 +159,10 @@ class Receiver:
             nofile=nofile,
             connections=max(1024, min(16384, nofile - 64)),
             latency_locations="\n".join(latency_location(ms) for ms in LATENCIES_MS),
+            destination_servers="\n".join(
+                DESTINATION_SERVER.format(port=port, log=self.destination_log(i))
+                for i, port in enumerate(self.ports_destination)
+            ),
             # echo_read_request_body consumes the POST body so keep-alive stays in sync.
             slow_body="echo_read_request_body; echo_sleep 0.05; echo '{\"ok\":true}';",
         )
@@ -150,6 +179,8 @@ class Receiver:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
                 socket.create_connection(("127.0.0.1", self.port_slow), timeout=0.2).close()
                 socket.create_connection(("127.0.0.1", self.port_lat), timeout=0.2).close()
+                for port in self.ports_destination:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
                 return self
             except OSError:
                 if self.proc.poll() is not None:
@@ -169,6 +200,11 @@ class Receiver:
     def reader(self) -> LogReader:
         time.sleep(0.25)  # let the previous run's buffered lines land before taking the offset
         return LogReader(self.log_path)
+
+    def destination_readers(self, count: int) -> list[LogReader]:
+        """A reader of each of the first `count` destination receivers' access logs, from now on."""
+        time.sleep(0.25)  # as reader(): the previous run's buffered lines land first
+        return [LogReader(self.destination_log(i)) for i in range(count)]
 
 
 class LogReader:

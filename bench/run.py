@@ -61,7 +61,7 @@ def workloads_listed() -> str:
     lines = []
     for name, workload in WORKLOADS.items():
         module = sys.modules[workload.measure.__module__]
-        lines.append(f"{name:<11} bench/workloads/{module.__name__.rpartition('.')[2]}.py: "
+        lines.append(f"{name:<13} bench/workloads/{module.__name__.rpartition('.')[2]}.py: "
                      f"{module.__doc__.strip().splitlines()[0]}")
     return "\n".join(lines)
 

@@ -85,6 +85,20 @@ def deliveries(conn, *, tag: str, n: int, url: str, chunk: int = 200_000) -> Non
             conn.execute(fmt(DELIVERIES), {"tag": tag, "lo": lo, "hi": hi, "url": url})
 
 
+def destinations(conn, *, urls: list[str]) -> None:
+    """One destination per URL, as an operator would make it with every default: subscribed to every
+    event type (no list), standard format, enabled, no max rate, max in flight or timeout of its own,
+    no signing secret (the burst's default destination, seeded from WEBHOOK_URL without WEBHOOK_SECRET, has none)."""
+    with conn.transaction():
+        for i, url in enumerate(urls, start=1):
+            conn.execute(
+                """INSERT INTO delivery_destination (name, url, event_types, format, enabled, created_by, updated_by,
+                       created_at, updated_at, version)
+                   VALUES (%(name)s, %(url)s, '{}', 'standard', true, 'bench', 'bench', now(), now(), 1)""",
+                {"name": f"bench-{i}", "url": url},
+            )
+
+
 def pending_keys(conn) -> dict[str, float]:
     """Idempotency keys of PENDING events and their target as epoch seconds."""
     rows = conn.execute(

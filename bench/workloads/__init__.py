@@ -13,11 +13,13 @@ from bench.workloads import (
     baselines,
     burst,
     ceiling,
+    destinations,
     endurance,
     failover,
     history,
     import_users,
     profiles,
+    rate_limited,
     receivers,
     retention,
     scale,
@@ -27,6 +29,6 @@ from bench.workloads import (
 
 WORKLOADS: dict[str, Workload] = {
     module.WORKLOAD.name: module.WORKLOAD
-    for module in (ceiling, baselines, burst, receivers, timeliness, scale, retention, history, zonerules,
-                   import_users, api, profiles, endurance, failover)
+    for module in (ceiling, baselines, burst, receivers, destinations, rate_limited, timeliness, scale, retention,
+                   history, zonerules, import_users, api, profiles, endurance, failover)
 }

@@ -1,6 +1,7 @@
 """Destinations: their secrets, formats, services, the fan-out at claim time and when an occurrence is done."""
 
 import base64
+import json
 import logging
 import threading
 import time
@@ -10,6 +11,7 @@ import pytest
 from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
@@ -565,6 +567,59 @@ def test_two_workers_ending_the_last_two_deliveries_at_once_conclude_the_occurre
     assert errors == []
     event = user.events.get(pk=event_id)
     assert (event.status, event.version) == (EventStatus.COMPLETED, version + 1)
+
+
+def test_concluding_reads_each_occurrences_own_deliveries_by_key_uncompiled_however_little_the_planner_knows():
+    # given 3,000 occurrences with a delivery to each of three destinations, all written since the
+    # table was last analyzed, as at 09:00: the planner has no statistics of them
+    destinations = [new_destination(name).pk for name in ("one", "two", "three")]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO users_user (id, first_name, last_name, date_of_birth, timezone, created_at, updated_at) "
+            "SELECT md5('u' || i)::uuid, 'Ada', 'Lovelace' || i, date '1990-03-08', 'UTC', now(), now() "
+            "FROM generate_series(1, 3000) i"
+        )
+        cursor.execute(
+            "INSERT INTO scheduling_event (id, user_id, event_type, status, occurrence_date, target_timestamp_utc, "
+            "target_timestamp_local, target_timezone, failure_reason, version, idempotency_key, created_at, "
+            "updated_at) SELECT md5('e' || i)::uuid, md5('u' || i)::uuid, 'BIRTHDAY', 'PROCESSING', current_date, "
+            "now(), '', 'UTC', '', 1, 'k' || i, now(), now() FROM generate_series(1, 3000) i"
+        )
+        cursor.execute(
+            "INSERT INTO delivery_delivery (id, event_id, destination_id, idempotency_key, endpoint_url, payload, "
+            "status, attempts, max_attempts, next_attempt_at, locked_by, last_error, delivered_at, created_at, "
+            "updated_at) SELECT gen_random_uuid(), md5('e' || i)::uuid, t, 'k' || i, 'https://x.example.org', "
+            "'{}', 'DELIVERED', 1, 8, now(), '', '', now(), now(), now() "
+            "FROM generate_series(1, 3000) i, unnest(%s::bigint[]) t",
+            [destinations],
+        )
+    events = list(Event.objects.filter(status=EventStatus.PROCESSING).values_list("pk", flat=True)[:200])
+    with connection.cursor() as cursor:
+        # However cheap the tiny table makes it look, a statement the server would compile is seen compiled.
+        cursor.execute("SET LOCAL jit_above_cost = 0")
+
+    # when a worker concludes a batch's worth of them
+    with CaptureQueriesContext(connection) as ran:
+        assert events_conclude(event_ids=events, now=timezone.now()) == (200, 0)
+
+    # then the deliveries are read through the key of each occurrence, never all of them, and not compiled
+    reads = [q["sql"] for q in ran.captured_queries if "FROM delivery_delivery" in q["sql"]]
+    assert len(reads) == 1
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (FORMAT JSON) " + reads[0])
+        plan = cursor.fetchone()[0]
+    plan = (json.loads(plan) if isinstance(plan, str) else plan)[0]
+    assert "JIT" not in plan
+    scans = [node for node in plan_nodes(plan["Plan"]) if node.get("Relation Name") == "delivery_delivery"]
+    # An index scan's condition, or a bitmap heap scan's recheck of what its index scan found.
+    conditions = [node.get("Index Cond") or node.get("Recheck Cond") or "" for node in scans]
+    assert scans and all("event_id" in condition for condition in conditions), [node["Node Type"] for node in scans]
+
+
+def plan_nodes(node: dict):
+    yield node
+    for child in node.get("Plans", []):
+        yield from plan_nodes(child)
 
 
 @pytest.mark.parametrize(

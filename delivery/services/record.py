@@ -183,7 +183,10 @@ def deliveries_record(
     now = timezone.now()
     answers = {id(r): _answer(r) for r in results}
     by_url: dict[str, list[SendResult]] = {}
-    for result in results:
+    # Endpoint rows are written in URL order, never in the order the answers came back: two
+    # workers recording answers from the same endpoints would otherwise lock their rows in
+    # opposite orders and deadlock (seen with three destinations and two workers).
+    for result in sorted(results, key=lambda r: r.delivery.endpoint_url):
         by_url.setdefault(result.delivery.endpoint_url, []).append(result)
     with transaction.atomic():
         verdicts: dict[str, Verdict | None] = {}

@@ -16,7 +16,8 @@ start, from
   rate too, a request waits for both, and the stricter wins;
 - a Retry-After the receiver asked for;
 - the endpoint's health: a failing endpoint gets one probe at a time, a paused
-  one nothing, and what waits for either goes back to the queue.
+  one nothing, and what waits for either goes back to the queue (as does what a lane
+  holds far beyond what its learnt rate starts in a second).
 
 The endpoints' shared state is read from their rows once a second, and the
 destinations' settings with them (signing secrets, timeout, limits), so an
@@ -78,6 +79,10 @@ PACE_CATCH_UP = 0.1
 # the workers sending to one receiver each learn their own share of its limit, and
 # deliveries one of them holds cannot go out sooner through another with room.
 PACED_HOLD_FOR = 1.0
+# What a lane holds beyond this many times that (its learnt rate fell) goes back to the
+# queue at the next refresh, down to what it may hold: a margin, so that a rate moving
+# by a few per cent does not hand back and claim again every second.
+PACED_EXCESS = 2
 
 
 class HealthColumns(Protocol):
@@ -162,6 +167,20 @@ class Lane:
         """Under a learned rate, how many deliveries may wait in this lane (None: no rate learnt)."""
         rate = self.rate.current
         return None if rate is None else max(1, math.ceil(rate * PACED_HOLD_FOR))
+
+    def take_excess(self) -> list[ClaimedDelivery]:
+        """Under a learned rate, what waits here beyond PACED_EXCESS times what the lane may hold: taken out.
+
+        The lane claimed them before its share of the receiver's limit was
+        learnt (or while it was larger); held here, they would go out at this
+        worker's share while another worker with room sits idle. Handed back,
+        they wait in the queue in their due order, for whichever worker has a
+        turn first. The last claimed go back; the first keep their turns.
+        """
+        held_at_most = self.held_at_most()
+        if held_at_most is None or len(self.waiting) <= PACED_EXCESS * held_at_most:
+            return []
+        return [self.waiting.pop() for _ in range(len(self.waiting) - held_at_most)]
 
     def follow_health(self, health: HealthColumns) -> None:
         self.state = health.state
@@ -253,7 +272,8 @@ class Lanes:
             lane.blocked_until_mono = max(lane.blocked_until_mono, time.monotonic() + remaining)
 
     def refresh_if_due(self) -> list[ClaimedDelivery]:
-        """Read every endpoint's row once a second; return what this worker holds for endpoints that take nothing now.
+        """Read every endpoint's row once a second; return what this worker holds for endpoints that take nothing now,
+        and what a lane holds far beyond its learnt rate (Lane.take_excess).
 
         Those go back to the queue (the caller hands them back), where they
         wait with the rest in their due order.
@@ -270,7 +290,8 @@ class Lanes:
         for lane in self.by_url.values():
             IN_FLIGHT_LIMIT.labels(endpoint=lane.url).set(lane.allowed() if lane.state == HEALTHY else 0)
             LEARNED_RATE.labels(endpoint=lane.url).set(lane.rate.current or 0)
-        return self._take_waiting(lanes=[lane for lane in self.by_url.values() if lane.state != HEALTHY])
+        stopped = self._take_waiting(lanes=[lane for lane in self.by_url.values() if lane.state != HEALTHY])
+        return stopped + [delivery for lane in self.by_url.values() for delivery in lane.take_excess()]
 
     def _follow_destinations(self) -> None:
         """Every destination has a lane with its secrets, timeout and limits, as saved now.

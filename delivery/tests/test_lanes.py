@@ -155,3 +155,30 @@ def test_an_accepted_answer_the_rate_held_back_grows_the_rate_and_counts_for_the
 
     assert learning.rate.current > 40.0
     assert learning.limit.current == 65  # slow start of the window: the whole limit was in use
+
+
+# -- what a lane holds when its rate falls --------------------------------------------------------------------------
+
+
+def test_a_lane_whose_learnt_rate_fell_hands_back_what_it_holds_beyond_twice_its_hold_down_to_its_hold():
+    # It claimed 100 before learning that its share of the receiver's limit is 2 a second.
+    paced = paced_at(2.0)
+    claimed = [delivery() for _ in range(100)]
+    paced.waiting.extend(claimed)
+
+    handed_back = paced.take_excess()
+
+    assert len(paced.waiting) == paced.held_at_most() == 2
+    assert list(paced.waiting) == claimed[:2]  # the first claimed keep their turns
+    assert {d.id for d in handed_back} == {d.id for d in claimed[2:]}
+
+
+@pytest.mark.parametrize("held", [0, 2, 4])
+def test_a_lane_holding_at_most_twice_its_hold_or_with_no_rate_learnt_keeps_everything(held):
+    paced = paced_at(2.0)
+    paced.waiting.extend(delivery() for _ in range(held))
+    unpaced = lane()
+    unpaced.waiting.extend(delivery() for _ in range(100))
+
+    assert paced.take_excess() == [] and len(paced.waiting) == held
+    assert unpaced.take_excess() == [] and len(unpaced.waiting) == 100

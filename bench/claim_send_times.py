@@ -40,7 +40,9 @@ from pathlib import Path
 import psycopg
 
 from bench import sql
+from bench.harness import log
 from bench.machine import machine_info
+from bench.products import Product, products_parse
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -58,26 +60,6 @@ WHERE users_user.id = numbered.id AND mod(numbered.n, %(every)s) = 0
 
 
 @dataclass(frozen=True)
-class Product:
-    """A checkout to run: its manage.py and the python of its .venv, with a database of its own."""
-
-    label: str
-    path: Path
-
-    @property
-    def python(self) -> str:
-        return str(self.path / ".venv" / "bin" / "python")
-
-    @property
-    def dsn(self) -> str:
-        return f"{PG}/{PREFIX}{self.label}"
-
-    def commit(self) -> str:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=self.path, capture_output=True, text=True)
-        return head.stdout.strip() or "unknown"
-
-
-@dataclass(frozen=True)
 class Variant:
     product: Product
     share: float  # of the recipients with a send time of their own
@@ -87,14 +69,15 @@ class Variant:
         return f"{self.product.label}, {self.share:.0%} own send time"
 
 
-def log(message: str) -> None:
-    print(f"[{datetime.now(UTC):%H:%M:%S}] {message}", flush=True)
+def dsn(product: Product) -> str:
+    """The product's database of its own on the bench's server."""
+    return f"{PG}/{PREFIX}{product.label}"
 
 
 def product_env(product: Product, *, secret_key: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE", "VIRTUAL_ENV")}
     env.update(
-        DATABASE_URL=product.dsn, LOG_LEVEL="WARNING", PYTHONUNBUFFERED="1", DJANGO_SECRET_KEY=secret_key,
+        DATABASE_URL=dsn(product), LOG_LEVEL="WARNING", PYTHONUNBUFFERED="1", DJANGO_SECRET_KEY=secret_key,
         # The default destination, seeded from WEBHOOK_URL; no worker runs, so nothing is sent to it.
         WEBHOOK_URL="http://127.0.0.1:9/webhook", WEBHOOK_ALLOW_HTTP="true", WEBHOOK_ALLOWED_NETWORKS="127.0.0.0/8",
         # The seeded rows have no history to prune; the pass is left out of the timing all the same.
@@ -141,7 +124,7 @@ def scheduler_once(product: Product, *, env: dict, log_path: Path) -> tuple[floa
 
 def run_once(variant: Variant, *, due: int, name: str, secret_key: str) -> dict:
     product = variant.product
-    with psycopg.connect(product.dsn, autocommit=True) as conn:
+    with psycopg.connect(dsn(product), autocommit=True) as conn:
         # Every recipient with their events and deliveries; the destinations too (the claim seeds
         # the default one from WEBHOOK_URL), in a product that has them.
         conn.execute("TRUNCATE users_user CASCADE")
@@ -243,14 +226,13 @@ def main() -> int:
     parser.add_argument("--product", action="append", default=[], metavar="LABEL=PATH",
                         help="A checkout to measure (default: this one, as 'after').")
     args = parser.parse_args()
-    products = [Product(label, Path(path).resolve()) for label, _, path in (p.partition("=") for p in args.product)]
-    products = products or [Product("after", ROOT)]
+    products = products_parse(args.product, default=Product("after", ROOT))
     RAW.mkdir(parents=True, exist_ok=True)
     secret_key = secrets.token_urlsafe(50)
     variants = []
     for product in products:
         prepare(product, secret_key=secret_key)
-        with psycopg.connect(product.dsn, autocommit=True) as conn:
+        with psycopg.connect(dsn(product), autocommit=True) as conn:
             shares = (0.0, args.share) if has_send_times(conn) else (0.0,)
         variants += [Variant(product, share) for share in shares]
     results = {"started": datetime.now(UTC).isoformat(), "machine": machine_info(), "due": args.due,

@@ -61,8 +61,9 @@ from pathlib import Path
 import psycopg
 
 from bench import sql
-from bench.harness import Harness
+from bench.harness import Harness, log
 from bench.locations import POSTGRES, RESULTS, ROOT
+from bench.products import Product, products_parse
 from bench.receiver import ECHO_MODULE, LogReader, free_port
 from bench.workload import Workload
 
@@ -182,31 +183,6 @@ class RateLimitedReceiver:
     def reader(self) -> LogReader:
         time.sleep(0.25)  # the previous run's buffered lines land before the offset is taken
         return LogReader(self.log_path)
-
-
-@dataclass(frozen=True)
-class Product:
-    """A checkout to run: its manage.py and the python of its .venv."""
-
-    label: str
-    path: Path
-
-    @property
-    def python(self) -> str:
-        return str(self.path / ".venv" / "bin" / "python")
-
-    def commit(self) -> str:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=self.path, capture_output=True, text=True)
-        if head.returncode == 0:
-            dirty = subprocess.run(["git", "status", "--short", "--", "delivery", "config"], cwd=self.path,
-                                   capture_output=True, text=True).stdout.strip()
-            return head.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
-        marker = self.path / "COMMIT"  # an export (git archive) says where it came from here
-        return marker.read_text().strip() if marker.exists() else "unknown"
-
-
-def log(message: str) -> None:
-    print(f"[{datetime.now(UTC):%H:%M:%S}] {message}", flush=True)
 
 
 def product_env(*, url: str, secret_key: str) -> dict:
@@ -503,8 +479,7 @@ def main() -> int:
                         help="a checkout to run (default: this one, as 'this'); several take turns")
     parser.add_argument("--output", default="rate-limited", help="name of the JSON and report under bench/results/")
     args = parser.parse_args()
-    products = [Product(label, Path(path).resolve()) for label, path in
-                (spec.split("=", 1) for spec in args.product)] or [Product("this", ROOT)]
+    products = products_parse(args.product, default=Product("this", ROOT))
     rates = [int(r) for r in args.rates.split(",")]
     command = " ".join([Path(sys.executable).name, "-m", "bench.rate_limited", *sys.argv[1:]])
     started = datetime.now(UTC).isoformat(timespec="seconds")

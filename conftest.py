@@ -120,7 +120,9 @@ def no_product_process_outlives_its_test(request, monkeypatch):
 
     def record(self, args, *more, **options):
         start(self, args, *more, **options)
-        if any(str(arg).endswith("manage.py") for arg in (args if isinstance(args, list | tuple) else [args])):
+        if any(
+            str(arg).endswith("manage.py") for arg in (args if isinstance(args, list | tuple) else [args])
+        ):
             started.append(self)
 
     monkeypatch.setattr(subprocess.Popen, "__init__", record)

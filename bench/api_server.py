@@ -23,7 +23,8 @@ def gunicorn_start(harness: Harness, *, settings_module: str) -> ApiServer:
     port = free_port()
     env = harness.env(DJANGO_SETTINGS_MODULE=settings_module)
     p = harness.processes.spawn(
-        "gunicorn", ["-m", "gunicorn", "config.wsgi", "-w", "2", "-b", f"127.0.0.1:{port}", "--log-level", "warning"],
+        "gunicorn",
+        ["-m", "gunicorn", "config.wsgi", "-w", "2", "-b", f"127.0.0.1:{port}", "--log-level", "warning"],
         env=env,
     )
     for _ in range(200):
@@ -40,9 +41,14 @@ def gunicorn_start(harness: Harness, *, settings_module: str) -> ApiServer:
 
 def api_token(harness: Harness) -> str:
     """The DRF token of the superuser `bench`, made if missing."""
-    r = harness.manage("shell", "-c", (
-        "from django.contrib.auth import get_user_model as g; "
-        "g().objects.filter(username='bench').exists() or g().objects.create_superuser('bench', email='', password=None)"))
+    r = harness.manage(
+        "shell",
+        "-c",
+        (
+            "from django.contrib.auth import get_user_model as g; "
+            "g().objects.filter(username='bench').exists() or g().objects.create_superuser('bench', email='', password=None)"
+        ),
+    )
     if r.returncode:
         raise RuntimeError(r.stderr)
     r = harness.manage("drf_create_token", "bench")

@@ -55,25 +55,58 @@ REPO = Path(__file__).resolve().parent.parent
 POPULATION: list[tuple[str, float, dict[str, float]]] = [
     ("India", 1450.9, {"Asia/Kolkata": 1}),
     ("China", 1419.3, {"Asia/Shanghai": 1}),
-    ("United States", 345.4, {"America/New_York": .469, "America/Chicago": .290, "America/Denver": .050,
-                              "America/Phoenix": .022, "America/Los_Angeles": .163,
-                              "America/Anchorage": .002, "Pacific/Honolulu": .004}),
-    ("Indonesia", 283.5, {"Asia/Jakarta": .805, "Asia/Makassar": .165, "Asia/Jayapura": .030}),
+    (
+        "United States",
+        345.4,
+        {
+            "America/New_York": 0.469,
+            "America/Chicago": 0.290,
+            "America/Denver": 0.050,
+            "America/Phoenix": 0.022,
+            "America/Los_Angeles": 0.163,
+            "America/Anchorage": 0.002,
+            "Pacific/Honolulu": 0.004,
+        },
+    ),
+    ("Indonesia", 283.5, {"Asia/Jakarta": 0.805, "Asia/Makassar": 0.165, "Asia/Jayapura": 0.030}),
     ("Pakistan", 251.3, {"Asia/Karachi": 1}),
     ("Nigeria", 232.7, {"Africa/Lagos": 1}),
-    ("Brazil", 211.9, {"America/Sao_Paulo": .925, "America/Manaus": .071, "America/Rio_Branco": .004}),
+    ("Brazil", 211.9, {"America/Sao_Paulo": 0.925, "America/Manaus": 0.071, "America/Rio_Branco": 0.004}),
     ("Bangladesh", 173.6, {"Asia/Dhaka": 1}),
-    ("Russia", 144.8, {"Europe/Moscow": .668, "Europe/Kaliningrad": .007, "Europe/Samara": .055,
-                       "Asia/Yekaterinburg": .117, "Asia/Omsk": .013, "Asia/Novosibirsk": .075,
-                       "Asia/Irkutsk": .023, "Asia/Yakutsk": .014, "Asia/Vladivostok": .021,
-                       "Asia/Magadan": .005, "Asia/Kamchatka": .002}),
+    (
+        "Russia",
+        144.8,
+        {
+            "Europe/Moscow": 0.668,
+            "Europe/Kaliningrad": 0.007,
+            "Europe/Samara": 0.055,
+            "Asia/Yekaterinburg": 0.117,
+            "Asia/Omsk": 0.013,
+            "Asia/Novosibirsk": 0.075,
+            "Asia/Irkutsk": 0.023,
+            "Asia/Yakutsk": 0.014,
+            "Asia/Vladivostok": 0.021,
+            "Asia/Magadan": 0.005,
+            "Asia/Kamchatka": 0.002,
+        },
+    ),
     ("Ethiopia", 132.1, {"Africa/Addis_Ababa": 1}),
-    ("Mexico", 130.9, {"America/Mexico_City": .875, "America/Tijuana": .030, "America/Hermosillo": .023,
-                       "America/Mazatlan": .045, "America/Cancun": .015, "America/Ciudad_Juarez": .012}),
+    (
+        "Mexico",
+        130.9,
+        {
+            "America/Mexico_City": 0.875,
+            "America/Tijuana": 0.030,
+            "America/Hermosillo": 0.023,
+            "America/Mazatlan": 0.045,
+            "America/Cancun": 0.015,
+            "America/Ciudad_Juarez": 0.012,
+        },
+    ),
     ("Japan", 123.8, {"Asia/Tokyo": 1}),
     ("Egypt", 116.5, {"Africa/Cairo": 1}),
     ("Philippines", 115.8, {"Asia/Manila": 1}),
-    ("DR Congo", 109.3, {"Africa/Kinshasa": .40, "Africa/Lubumbashi": .60}),
+    ("DR Congo", 109.3, {"Africa/Kinshasa": 0.40, "Africa/Lubumbashi": 0.60}),
     ("Viet Nam", 101.0, {"Asia/Ho_Chi_Minh": 1}),
     ("Iran", 91.6, {"Asia/Tehran": 1}),
     ("Turkey", 87.5, {"Europe/Istanbul": 1}),
@@ -90,15 +123,25 @@ POPULATION: list[tuple[str, float, dict[str, float]]] = [
     ("South Korea", 51.7, {"Asia/Seoul": 1}),
     ("Sudan", 50.4, {"Africa/Khartoum": 1}),
     ("Uganda", 50.0, {"Africa/Kampala": 1}),
-    ("Spain", 47.9, {"Europe/Madrid": .953, "Atlantic/Canary": .047}),
+    ("Spain", 47.9, {"Europe/Madrid": 0.953, "Atlantic/Canary": 0.047}),
     ("Algeria", 46.8, {"Africa/Algiers": 1}),
     ("Iraq", 46.0, {"Asia/Baghdad": 1}),
     ("Argentina", 45.7, {"America/Argentina/Buenos_Aires": 1}),
     ("Afghanistan", 42.6, {"Asia/Kabul": 1}),
     ("Yemen", 40.6, {"Asia/Aden": 1}),
-    ("Canada", 39.7, {"America/Toronto": .615, "America/Halifax": .050, "America/St_Johns": .013,
-                      "America/Winnipeg": .037, "America/Regina": .030, "America/Edmonton": .120,
-                      "America/Vancouver": .135}),
+    (
+        "Canada",
+        39.7,
+        {
+            "America/Toronto": 0.615,
+            "America/Halifax": 0.050,
+            "America/St_Johns": 0.013,
+            "America/Winnipeg": 0.037,
+            "America/Regina": 0.030,
+            "America/Edmonton": 0.120,
+            "America/Vancouver": 0.135,
+        },
+    ),
     ("Poland", 38.5, {"Europe/Warsaw": 1}),
     ("Morocco", 38.1, {"Africa/Casablanca": 1}),
     ("Angola", 37.9, {"Africa/Luanda": 1}),
@@ -115,9 +158,19 @@ POPULATION: list[tuple[str, float, dict[str, float]]] = [
     ("Cameroon", 29.1, {"Africa/Douala": 1}),
     ("Venezuela", 28.4, {"America/Caracas": 1}),
     ("Niger", 27.0, {"Africa/Niamey": 1}),
-    ("Australia", 26.7, {"Australia/Sydney": .330, "Australia/Melbourne": .260, "Australia/Brisbane": .205,
-                         "Australia/Hobart": .021, "Australia/Adelaide": .070, "Australia/Darwin": .009,
-                         "Australia/Perth": .105}),
+    (
+        "Australia",
+        26.7,
+        {
+            "Australia/Sydney": 0.330,
+            "Australia/Melbourne": 0.260,
+            "Australia/Brisbane": 0.205,
+            "Australia/Hobart": 0.021,
+            "Australia/Adelaide": 0.070,
+            "Australia/Darwin": 0.009,
+            "Australia/Perth": 0.105,
+        },
+    ),
     ("North Korea", 26.5, {"Asia/Pyongyang": 1}),
     ("Syria", 24.7, {"Asia/Damascus": 1}),
     ("Mali", 24.5, {"Africa/Bamako": 1}),
@@ -155,7 +208,7 @@ POPULATION: list[tuple[str, float, dict[str, float]]] = [
     ("Sweden", 10.6, {"Europe/Stockholm": 1}),
     ("Tajikistan", 10.6, {"Asia/Dushanbe": 1}),
     ("Papua New Guinea", 10.6, {"Pacific/Port_Moresby": 1}),
-    ("Portugal", 10.4, {"Europe/Lisbon": .976, "Atlantic/Azores": .024}),
+    ("Portugal", 10.4, {"Europe/Lisbon": 0.976, "Atlantic/Azores": 0.024}),
     ("Azerbaijan", 10.3, {"Asia/Baku": 1}),
     ("Greece", 10.0, {"Europe/Athens": 1}),
     ("Hungary", 9.7, {"Europe/Budapest": 1}),
@@ -260,13 +313,17 @@ def offset_shares(scope: str, on: date) -> list[tuple[str, float, list[str]]]:
 def peaks(args) -> None:
     per_day = args.recipients / DAYS_PER_YEAR
     covered = sum(zone_weights("world").values())
-    print(f"population covered: {covered:,.0f} M of {WORLD_2024_MILLIONS:,.0f} M ({covered / WORLD_2024_MILLIONS:.1%})")
+    print(
+        f"population covered: {covered:,.0f} M of {WORLD_2024_MILLIONS:,.0f} M ({covered / WORLD_2024_MILLIONS:.1%})"
+    )
     print(f"{args.recipients:,} recipients: {per_day:,.0f} birthdays a day; x1.4 with anniversaries for 40 %")
     for scope in ("world", "us"):
         for on in (date(2026, 1, 15), date(2026, 7, 15)):
             print(f"\n{scope}, 09:00 local on {on}: offset | share | burst (birthdays) | burst x1.4 | zones")
             for label, share, zones in offset_shares(scope, on)[: args.top]:
-                print(f"  {label} | {share:6.2%} | {share * per_day:9,.0f} | {share * per_day * 1.4:9,.0f} | {', '.join(zones)}")
+                print(
+                    f"  {label} | {share:6.2%} | {share * per_day:9,.0f} | {share * per_day * 1.4:9,.0f} | {', '.join(zones)}"
+                )
 
 
 def sample_zones(rng: random.Random, n: int) -> list[str]:
@@ -275,15 +332,90 @@ def sample_zones(rng: random.Random, n: int) -> list[str]:
     return rng.choices(zones, weights=[weights[z] for z in zones], k=n)
 
 
-FIRST = ["Wei", "Li", "Priya", "Rahul", "Mohammed", "Fatima", "Maria", "José", "Anna", "John", "Aisha",
-         "Oluwaseun", "Nguyen", "Siti", "Ahmad", "Yuki", "Hiroshi", "Emma", "Liam", "Olivia", "Noah",
-         "Sofia", "Mateo", "Ananya", "Arjun", "Chen", "Xiaoming", "Ivan", "Olga", "Mehmet", "Elif",
-         "Kwame", "Amara", "Lucas", "Gabriel", "Isabella", "Dmitri", "Hannah", "Kenji", "Lakshmi"]
-LAST = ["Wang", "Li", "Zhang", "Kumar", "Singh", "Sharma", "Khan", "Hossain", "Silva", "Santos",
-        "Smith", "Johnson", "Williams", "Garcia", "Martinez", "Hernandez", "Nguyen", "Tran", "Kim",
-        "Park", "Sato", "Suzuki", "Ivanov", "Smirnov", "Yilmaz", "Kaya", "Okafor", "Adeyemi",
-        "Mohamed", "Ibrahim", "Müller", "Schmidt", "Rossi", "Dubois", "Kowalski", "Papadopoulos",
-        "Chatterjee", "Venkataraman", "Fernandes", "Hakimi"]
+FIRST = [
+    "Wei",
+    "Li",
+    "Priya",
+    "Rahul",
+    "Mohammed",
+    "Fatima",
+    "Maria",
+    "José",
+    "Anna",
+    "John",
+    "Aisha",
+    "Oluwaseun",
+    "Nguyen",
+    "Siti",
+    "Ahmad",
+    "Yuki",
+    "Hiroshi",
+    "Emma",
+    "Liam",
+    "Olivia",
+    "Noah",
+    "Sofia",
+    "Mateo",
+    "Ananya",
+    "Arjun",
+    "Chen",
+    "Xiaoming",
+    "Ivan",
+    "Olga",
+    "Mehmet",
+    "Elif",
+    "Kwame",
+    "Amara",
+    "Lucas",
+    "Gabriel",
+    "Isabella",
+    "Dmitri",
+    "Hannah",
+    "Kenji",
+    "Lakshmi",
+]
+LAST = [
+    "Wang",
+    "Li",
+    "Zhang",
+    "Kumar",
+    "Singh",
+    "Sharma",
+    "Khan",
+    "Hossain",
+    "Silva",
+    "Santos",
+    "Smith",
+    "Johnson",
+    "Williams",
+    "Garcia",
+    "Martinez",
+    "Hernandez",
+    "Nguyen",
+    "Tran",
+    "Kim",
+    "Park",
+    "Sato",
+    "Suzuki",
+    "Ivanov",
+    "Smirnov",
+    "Yilmaz",
+    "Kaya",
+    "Okafor",
+    "Adeyemi",
+    "Mohamed",
+    "Ibrahim",
+    "Müller",
+    "Schmidt",
+    "Rossi",
+    "Dubois",
+    "Kowalski",
+    "Papadopoulos",
+    "Chatterjee",
+    "Venkataraman",
+    "Fernandes",
+    "Hakimi",
+]
 
 
 def _import(args) -> None:
@@ -301,8 +433,12 @@ def _import(args) -> None:
     zones = sample_zones(rng, args.users)
     start, span = date(1940, 1, 1).toordinal(), (date(2010, 12, 31) - date(1940, 1, 1)).days
     rows = (
-        {"first_name": rng.choice(FIRST), "last_name": rng.choice(LAST),
-         "date_of_birth": date.fromordinal(start + rng.randrange(span)), "timezone": zones[i]}
+        {
+            "first_name": rng.choice(FIRST),
+            "last_name": rng.choice(LAST),
+            "date_of_birth": date.fromordinal(start + rng.randrange(span)),
+            "timezone": zones[i],
+        }
         for i in range(args.users)
     )
     began = time.perf_counter()
@@ -311,8 +447,13 @@ def _import(args) -> None:
 
 
 class Measure:
-    TABLES = ["users_user", "scheduling_event", "delivery_delivery", "delivery_deliveryattempt",
-              "runtime_processheartbeat"]
+    TABLES = [
+        "users_user",
+        "scheduling_event",
+        "delivery_delivery",
+        "delivery_deliveryattempt",
+        "runtime_processheartbeat",
+    ]
 
     def __init__(self, args) -> None:
         import psycopg
@@ -339,15 +480,20 @@ class Measure:
             return None
         out = subprocess.run(
             [self.args.pg_waldump, "--stats", "-p", self.args.pg_wal, "-s", a, "-e", b],
-            capture_output=True, text=True,
+            capture_output=True,
+            text=True,
         )
         for line in out.stdout.splitlines():
             if line.startswith("Total"):
                 parts = line.split()
                 # Total  count  [pct]  record_size  [pct]  fpi_size  [pct]  combined  [pct]
                 nums = [p for p in parts[1:] if not p.startswith("[")]
-                return {"records": int(nums[0]), "record_bytes": int(nums[1]), "fpi_bytes": int(nums[2]),
-                        "total_bytes": int(nums[3])}
+                return {
+                    "records": int(nums[0]),
+                    "record_bytes": int(nums[1]),
+                    "fpi_bytes": int(nums[2]),
+                    "total_bytes": int(nums[3]),
+                }
         return {"error": out.stderr.strip()[-300:]}
 
     def fpi_by_relation(self, a: str, b: str) -> dict:
@@ -357,24 +503,34 @@ class Measure:
             "with r as (select fpi_length, (regexp_matches(block_ref, 'rel \\d+/' || %s || '/(\\d+) fork main blk \\d+ \\(FPW\\)', 'g'))[1]::oid as node "
             "from pg_get_wal_records_info(%s::pg_lsn, %s::pg_lsn) where fpi_length > 0) "
             "select coalesce(c.relname, r.node::text), count(*), sum(r.fpi_length) from r "
-            "left join pg_class c on c.relfilenode = r.node group by 1 order by 3 desc", (str(oid), a, b))
+            "left join pg_class c on c.relfilenode = r.node group by 1 order by 3 desc",
+            (str(oid), a, b),
+        )
         return {name: {"fpis": int(count), "bytes": int(size)} for name, count, size in rows}
 
     def env(self, url: str) -> dict:
         env = dict(os.environ)
-        env.update({
-            "DATABASE_URL": self.args.database_url, "WEBHOOK_URL": url, "EVENT_MAX_LATENESS": "400d",
-            # The receivers are on 127.0.0.1 over http, which the worker refuses unless allowed.
-            "WEBHOOK_ALLOW_HTTP": "true", "WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
-            "DELIVERY_RETRY_BASE": "1s", "DELIVERY_RETRY_MAX": "2s", "LOG_LEVEL": "WARNING",
-            "DJANGO_SECRET_KEY": env.get("DJANGO_SECRET_KEY") or secrets.token_urlsafe(50),
-        })
+        env.update(
+            {
+                "DATABASE_URL": self.args.database_url,
+                "WEBHOOK_URL": url,
+                "EVENT_MAX_LATENESS": "400d",
+                # The receivers are on 127.0.0.1 over http, which the worker refuses unless allowed.
+                "WEBHOOK_ALLOW_HTTP": "true",
+                "WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
+                "DELIVERY_RETRY_BASE": "1s",
+                "DELIVERY_RETRY_MAX": "2s",
+                "LOG_LEVEL": "WARNING",
+                "DJANGO_SECRET_KEY": env.get("DJANGO_SECRET_KEY") or secrets.token_urlsafe(50),
+            }
+        )
         return env
 
     def manage(self, *argv: str, url: str = "http://127.0.0.1:9/webhook") -> float:
         began = time.perf_counter()
-        subprocess.run([sys.executable, str(self.src / "manage.py"), *argv], env=self.env(url), check=True,
-                       cwd=self.src)
+        subprocess.run(
+            [sys.executable, str(self.src / "manage.py"), *argv], env=self.env(url), check=True, cwd=self.src
+        )
         return time.perf_counter() - began
 
     def phase(self, name: str, action, handled: int | None = None) -> dict:
@@ -402,30 +558,54 @@ class Measure:
             heap, table_size, indexes, total, toast = self.sql(
                 "select pg_relation_size(c.oid), pg_table_size(c.oid), pg_indexes_size(c.oid), "
                 "pg_total_relation_size(c.oid), coalesce(pg_total_relation_size(nullif(c.reltoastrelid, 0)), 0) "
-                "from pg_class c where c.relname = %s", (table,))[0]
+                "from pg_class c where c.relname = %s",
+                (table,),
+            )[0]
             width = self.sql(f"select coalesce(avg(pg_column_size(t.*)), 0)::int from {table} t")[0][0]
             idx = {
                 name: {"bytes": size, "entries": int(entries)}
                 for name, size, entries in self.sql(
                     "select i.relname, pg_relation_size(i.oid), i.reltuples from pg_index x "
                     "join pg_class i on i.oid = x.indexrelid join pg_class t on t.oid = x.indrelid "
-                    "where t.relname = %s order by 1", (table,))
+                    "where t.relname = %s order by 1",
+                    (table,),
+                )
             }
-            rels[table] = {"rows": rows, "heap_bytes": heap, "table_bytes": table_size, "toast_bytes": toast,
-                           "index_bytes": indexes, "total_bytes": total, "avg_row_width": width, "indexes": idx}
+            rels[table] = {
+                "rows": rows,
+                "heap_bytes": heap,
+                "table_bytes": table_size,
+                "toast_bytes": toast,
+                "index_bytes": indexes,
+                "total_bytes": total,
+                "avg_row_width": width,
+                "indexes": idx,
+            }
         counts = {
             "events_by_status": dict(self.sql("select status, count(*) from scheduling_event group by 1")),
-            "deliveries_by_status": dict(self.sql("select status, count(*) from delivery_delivery group by 1")),
-            "attempts_by_outcome": dict(self.sql(
-                "select outcome, count(*) from delivery_deliveryattempt group by 1")),
-            "avg_payload_bytes": int(self.sql(
-                "select coalesce(avg(pg_column_size(payload)), 0) from delivery_delivery")[0][0]),
-            "avg_excerpt_bytes": int(self.sql(
-                "select coalesce(avg(octet_length(response_excerpt)), 0) from delivery_deliveryattempt")[0][0]),
+            "deliveries_by_status": dict(
+                self.sql("select status, count(*) from delivery_delivery group by 1")
+            ),
+            "attempts_by_outcome": dict(
+                self.sql("select outcome, count(*) from delivery_deliveryattempt group by 1")
+            ),
+            "avg_payload_bytes": int(
+                self.sql("select coalesce(avg(pg_column_size(payload)), 0) from delivery_delivery")[0][0]
+            ),
+            "avg_excerpt_bytes": int(
+                self.sql(
+                    "select coalesce(avg(octet_length(response_excerpt)), 0) from delivery_deliveryattempt"
+                )[0][0]
+            ),
         }
         self.results[f"sizes_{label}"] = {"relations": rels, **counts}
-        print(f"sizes {label}: " + ", ".join(
-            f"{t} {r['rows']:,} rows {r['total_bytes'] / 2**20:.1f} MiB" for t, r in rels.items()), flush=True)
+        print(
+            f"sizes {label}: "
+            + ", ".join(
+                f"{t} {r['rows']:,} rows {r['total_bytes'] / 2**20:.1f} MiB" for t, r in rels.items()
+            ),
+            flush=True,
+        )
         return rels
 
     def vacuum(self, full: bool = False) -> None:
@@ -447,10 +627,13 @@ class Measure:
     def connections(self, command: list[str], url: str, settle: float) -> dict:
         """Client connections one long-running process holds: the most while it works, and at rest."""
         mine = self.conn.info.backend_pid
-        query = ("select count(*) from pg_stat_activity where datname = %s and backend_type = 'client backend' "
-                 "and pid <> %s")
-        proc = subprocess.Popen([sys.executable, str(self.src / "manage.py"), *command], env=self.env(url),
-                                cwd=self.src)
+        query = (
+            "select count(*) from pg_stat_activity where datname = %s and backend_type = 'client backend' "
+            "and pid <> %s"
+        )
+        proc = subprocess.Popen(
+            [sys.executable, str(self.src / "manage.py"), *command], env=self.env(url), cwd=self.src
+        )
         most, at_rest, began = 0, 0, time.monotonic()
         try:
             while time.monotonic() - began < settle:
@@ -508,17 +691,32 @@ def measure(args) -> None:
 
             def do_import(n=n, chunk=chunk):
                 out = subprocess.run(
-                    [sys.executable, __file__, "_import", "--src", str(m.src), "--users", str(n),
-                     "--seed", str(chunk)],
-                    env=m.env(url), check=True, capture_output=True, text=True, cwd=m.src)
+                    [
+                        sys.executable,
+                        __file__,
+                        "_import",
+                        "--src",
+                        str(m.src),
+                        "--users",
+                        str(n),
+                        "--seed",
+                        str(chunk),
+                    ],
+                    env=m.env(url),
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                    cwd=m.src,
+                )
                 return json.loads(out.stdout.strip().splitlines()[-1])
 
             tag = f"chunk{chunk + 1:02d}"
             steps = {
                 "import": m.phase(f"{tag}_import", do_import),
                 "vacuum_import": m.phase(f"{tag}_vacuum_import", m.vacuum),
-                "scheduler": m.phase(f"{tag}_scheduler", lambda: {
-                    "seconds_cmd": m.manage("run_scheduler", "--once", url=url)}),
+                "scheduler": m.phase(
+                    f"{tag}_scheduler", lambda: {"seconds_cmd": m.manage("run_scheduler", "--once", url=url)}
+                ),
                 "worker": m.phase(f"{tag}_worker", lambda: m.deliver_all(url)),
                 "vacuum": m.phase(f"{tag}_vacuum", m.vacuum),
             }
@@ -541,8 +739,11 @@ def measure(args) -> None:
         # Cold pages: `probe` random recipients due now, right after a CHECKPOINT:
         # no page they touch was written since, as at 100M recipients.
         probe = args.probe
-        m.sql("update scheduling_event set target_timestamp_utc = now() - interval '1 minute' where id in ("
-              "select id from scheduling_event where status = 'PENDING' order by random() limit %s)", (probe,))
+        m.sql(
+            "update scheduling_event set target_timestamp_utc = now() - interval '1 minute' where id in ("
+            "select id from scheduling_event where status = 'PENDING' order by random() limit %s)",
+            (probe,),
+        )
         m.sql("vacuum analyze scheduling_event")
         for name, action in (
             ("cold_scheduler", lambda: {"seconds_cmd": m.manage("run_scheduler", "--once", url=url)}),
@@ -562,10 +763,15 @@ def measure(args) -> None:
 
         def prune():
             with m.conn.transaction():
-                m.sql("create temp table gone on commit drop as select id from scheduling_event "
-                      "where status <> 'PENDING' order by target_timestamp_utc limit %s", (day,))
-                m.sql("delete from delivery_deliveryattempt a using delivery_delivery d, gone g "
-                      "where a.delivery_id = d.id and d.event_id = g.id")
+                m.sql(
+                    "create temp table gone on commit drop as select id from scheduling_event "
+                    "where status <> 'PENDING' order by target_timestamp_utc limit %s",
+                    (day,),
+                )
+                m.sql(
+                    "delete from delivery_deliveryattempt a using delivery_delivery d, gone g "
+                    "where a.delivery_id = d.id and d.event_id = g.id"
+                )
                 m.sql("delete from delivery_delivery d using gone g where d.event_id = g.id")
                 m.sql("delete from scheduling_event e using gone g where e.id = g.id")
             return {"events_deleted": day}
@@ -577,8 +783,10 @@ def measure(args) -> None:
 
         # Connections held by one long-running process of each kind: while it works
         # through 1,000 due events, and at rest afterwards.
-        m.sql("update scheduling_event set target_timestamp_utc = now() - interval '1 minute' where id in ("
-              "select id from scheduling_event where status = 'PENDING' order by random() limit 1000)")
+        m.sql(
+            "update scheduling_event set target_timestamp_utc = now() - interval '1 minute' where id in ("
+            "select id from scheduling_event where status = 'PENDING' order by random() limit 1000)"
+        )
         m.results["connections"] = {
             "scheduler (--claimers 2, 1,000 due)": m.connections(["run_scheduler"], url, settle=30),
             "worker (--concurrency 8)": m.connections(["run_worker"], url, settle=60),
@@ -597,7 +805,9 @@ def measure(args) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("peaks")
     p.add_argument("--recipients", type=int, default=100_000_000)
@@ -606,7 +816,9 @@ def main() -> None:
     p.add_argument("--database-url", required=True)
     p.add_argument("--users", type=int, default=200_000)
     p.add_argument("--probe", type=int, default=1000)
-    p.add_argument("--chunks", type=int, default=12, help="slices of the year, each followed by VACUUM ANALYZE")
+    p.add_argument(
+        "--chunks", type=int, default=12, help="slices of the year, each followed by VACUUM ANALYZE"
+    )
     p.add_argument("--walinspect", action="store_true", help="break full-page images down by relation")
     p.add_argument("--src", default=str(REPO))
     p.add_argument("--pg-wal", default="", help="the cluster's pg_wal directory, for pg_waldump --stats")

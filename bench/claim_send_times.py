@@ -77,9 +77,14 @@ def dsn(product: Product) -> str:
 def product_env(product: Product, *, secret_key: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE", "VIRTUAL_ENV")}
     env.update(
-        DATABASE_URL=dsn(product), LOG_LEVEL="WARNING", PYTHONUNBUFFERED="1", DJANGO_SECRET_KEY=secret_key,
+        DATABASE_URL=dsn(product),
+        LOG_LEVEL="WARNING",
+        PYTHONUNBUFFERED="1",
+        DJANGO_SECRET_KEY=secret_key,
         # The default destination, seeded from WEBHOOK_URL; no worker runs, so nothing is sent to it.
-        WEBHOOK_URL="http://127.0.0.1:9/webhook", WEBHOOK_ALLOW_HTTP="true", WEBHOOK_ALLOWED_NETWORKS="127.0.0.0/8",
+        WEBHOOK_URL="http://127.0.0.1:9/webhook",
+        WEBHOOK_ALLOW_HTTP="true",
+        WEBHOOK_ALLOWED_NETWORKS="127.0.0.0/8",
         # The seeded rows have no history to prune; the pass is left out of the timing all the same.
         HISTORY_RETENTION="36500d",
     )
@@ -87,9 +92,12 @@ def product_env(product: Product, *, secret_key: str) -> dict:
 
 
 def has_send_times(conn: psycopg.Connection) -> bool:
-    return conn.execute(
-        "SELECT 1 FROM information_schema.columns WHERE table_name = 'users_user' AND column_name = 'send_time'"
-    ).fetchone() is not None
+    return (
+        conn.execute(
+            "SELECT 1 FROM information_schema.columns WHERE table_name = 'users_user' AND column_name = 'send_time'"
+        ).fetchone()
+        is not None
+    )
 
 
 def prepare(product: Product, *, secret_key: str) -> None:
@@ -97,8 +105,13 @@ def prepare(product: Product, *, secret_key: str) -> None:
     with psycopg.connect(f"{PG}/postgres", autocommit=True) as admin:
         admin.execute(f"DROP DATABASE IF EXISTS {PREFIX}{product.label} WITH (FORCE)")
         admin.execute(f"CREATE DATABASE {PREFIX}{product.label}")
-    migrated = subprocess.run([product.python, "manage.py", "migrate", "--noinput"], cwd=product.path,
-                              env=product_env(product, secret_key=secret_key), capture_output=True, text=True)
+    migrated = subprocess.run(
+        [product.python, "manage.py", "migrate", "--noinput"],
+        cwd=product.path,
+        env=product_env(product, secret_key=secret_key),
+        capture_output=True,
+        text=True,
+    )
     if migrated.returncode:
         raise RuntimeError(f"migrate failed in {product.path}:\n{migrated.stdout}{migrated.stderr}")
 
@@ -113,8 +126,13 @@ def scheduler_once(product: Product, *, env: dict, log_path: Path) -> tuple[floa
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     with open(log_path, "w") as out:
-        done = subprocess.run([product.python, "manage.py", "run_scheduler", "--once"], cwd=product.path, env=env,
-                              stdout=out, stderr=subprocess.STDOUT)
+        done = subprocess.run(
+            [product.python, "manage.py", "run_scheduler", "--once"],
+            cwd=product.path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     seconds = time.monotonic() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode:
@@ -140,26 +158,43 @@ def run_once(variant: Variant, *, due: int, name: str, secret_key: str) -> dict:
         env = product_env(product, secret_key=secret_key)
         spawned = time.time()
         seconds, cpu = scheduler_once(product, env=env, log_path=RAW / f"{name}.log")
-        claimed = conn.execute("SELECT count(*) FROM scheduling_event WHERE status = 'PROCESSING'").fetchone()[0]
-        queued_at = conn.execute("SELECT extract(epoch FROM max(created_at)) FROM delivery_delivery").fetchone()[0]
+        claimed = conn.execute(
+            "SELECT count(*) FROM scheduling_event WHERE status = 'PROCESSING'"
+        ).fetchone()[0]
+        queued_at = conn.execute(
+            "SELECT extract(epoch FROM max(created_at)) FROM delivery_delivery"
+        ).fetchone()[0]
         # The next occurrences the claim created: a recipient's own time, or the default, in their zone (UTC).
         own_time = "to_char(u.send_time, 'HH24:MI')" if has_send_times(conn) else "NULL"
-        next_times = dict(conn.execute(f"""
+        next_times = dict(
+            conn.execute(f"""
             SELECT {own_time} IS NOT NULL,
                    count(*) FILTER (WHERE substr(e.target_timestamp_local, 12, 5) = coalesce({own_time}, '09:00'))
             FROM scheduling_event e JOIN users_user u ON u.id = e.user_id
-            WHERE e.status = 'PENDING' GROUP BY 1""").fetchall())
+            WHERE e.status = 'PENDING' GROUP BY 1""").fetchall()
+        )
         idle_seconds, idle_cpu = scheduler_once(product, env=env, log_path=RAW / f"{name}-idle.log")
     if claimed != due:
         raise RuntimeError(f"{variant.label}: claimed {claimed} of {due}")
     if sum(next_times.values()) != due:
-        raise RuntimeError(f"{variant.label}: {sum(next_times.values())} of {due} next events at their send time")
+        raise RuntimeError(
+            f"{variant.label}: {sum(next_times.values())} of {due} next events at their send time"
+        )
     return {
-        "variant": variant.label, "product": product.label, "share": variant.share, "due": due,
-        "own_send_time": own, "claimed": claimed, "seconds": seconds, "rate": claimed / seconds,
-        "queued_seconds": float(queued_at) - spawned, "queued_rate": claimed / (float(queued_at) - spawned),
-        "idle_seconds": idle_seconds, "rate_excl_startup": claimed / max(0.001, seconds - idle_seconds),
-        "cpu_seconds": cpu, "idle_cpu_seconds": idle_cpu,
+        "variant": variant.label,
+        "product": product.label,
+        "share": variant.share,
+        "due": due,
+        "own_send_time": own,
+        "claimed": claimed,
+        "seconds": seconds,
+        "rate": claimed / seconds,
+        "queued_seconds": float(queued_at) - spawned,
+        "queued_rate": claimed / (float(queued_at) - spawned),
+        "idle_seconds": idle_seconds,
+        "rate_excl_startup": claimed / max(0.001, seconds - idle_seconds),
+        "cpu_seconds": cpu,
+        "idle_cpu_seconds": idle_cpu,
         "cpu_ms_per_1000": (cpu - idle_cpu) / claimed * 1_000_000,
         "load": os.getloadavg(),
     }
@@ -169,15 +204,21 @@ def measure(*, variants: list[Variant], due: int, rounds: int, secret_key: str) 
     """Every variant `rounds` times, taking turns within each round, the first one rotating."""
     runs: list[dict] = []
     for r in range(rounds):
-        order = variants[r % len(variants):] + variants[:r % len(variants)]
+        order = variants[r % len(variants) :] + variants[: r % len(variants)]
         for i, variant in enumerate(order):
             log(f"round {r + 1}: {variant.label}, {due:,} due (load {os.getloadavg()[0]:.2f})")
-            run = run_once(variant, due=due, name=f"r{r + 1}-{i}-{variant.product.label}-{int(variant.share * 100)}",
-                           secret_key=secret_key)
+            run = run_once(
+                variant,
+                due=due,
+                name=f"r{r + 1}-{i}-{variant.product.label}-{int(variant.share * 100)}",
+                secret_key=secret_key,
+            )
             run["round"] = r + 1
             runs.append(run)
-            log(f"  {run['seconds']:.1f} s from spawn, {run['rate']:,.0f}/s ({run['rate_excl_startup']:,.0f}/s "
-                f"without start-up), {run['cpu_ms_per_1000']:.0f} ms CPU per 1,000")
+            log(
+                f"  {run['seconds']:.1f} s from spawn, {run['rate']:,.0f}/s ({run['rate_excl_startup']:,.0f}/s "
+                f"without start-up), {run['cpu_ms_per_1000']:.0f} ms CPU per 1,000"
+            )
     return {"runs": runs, "summary": summarize(runs, variants=variants)}
 
 
@@ -188,7 +229,10 @@ def summarize(runs: list[dict], *, variants: list[Variant]) -> dict:
         summary[variant.label] = {
             key: statistics.median(run[key] for run in mine)
             for key in ("seconds", "rate", "queued_rate", "rate_excl_startup", "cpu_ms_per_1000")
-        } | {"rates": [run["rate"] for run in mine], "cpu_ms_per_1000_all": [run["cpu_ms_per_1000"] for run in mine]}
+        } | {
+            "rates": [run["rate"] for run in mine],
+            "cpu_ms_per_1000_all": [run["cpu_ms_per_1000"] for run in mine],
+        }
     return summary
 
 
@@ -200,7 +244,8 @@ def report(results: dict) -> str:
         f"PostgreSQL {m['postgresql']}, load average {', '.join(f'{x:.2f}' for x in m['load_at_start'])} at the start "
         f"(the machine is shared). `{results['command']}`; {results['due']:,} due events per run, "
         f"{results['rounds']} rounds, the variants in turn within each. Products: "
-        + ", ".join(f"{label} `{commit}`" for label, commit in results["products"].items()) + ".\n",
+        + ", ".join(f"{label} `{commit}`" for label, commit in results["products"].items())
+        + ".\n",
         "| variant | from spawn, s (median) | claimed/s from spawn | without start-up | CPU ms per 1,000 | rates of the rounds |",
         "|---|---|---|---|---|---|",
     ]
@@ -213,8 +258,10 @@ def report(results: dict) -> str:
     lines.append("| round | variant | s | claimed/s | CPU ms per 1,000 | load |")
     lines.append("|---|---|---|---|---|---|")
     for run in results["runs"]:
-        lines.append(f"| {run['round']} | {run['variant']} | {run['seconds']:.1f} | {run['rate']:,.0f} | "
-                     f"{run['cpu_ms_per_1000']:.0f} | {run['load'][0]:.2f} |")
+        lines.append(
+            f"| {run['round']} | {run['variant']} | {run['seconds']:.1f} | {run['rate']:,.0f} | "
+            f"{run['cpu_ms_per_1000']:.0f} | {run['load'][0]:.2f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -222,9 +269,16 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--due", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--share", type=float, default=0.5, help="Of the recipients with their own send time.")
-    parser.add_argument("--product", action="append", default=[], metavar="LABEL=PATH",
-                        help="A checkout to measure (default: this one, as 'after').")
+    parser.add_argument(
+        "--share", type=float, default=0.5, help="Of the recipients with their own send time."
+    )
+    parser.add_argument(
+        "--product",
+        action="append",
+        default=[],
+        metavar="LABEL=PATH",
+        help="A checkout to measure (default: this one, as 'after').",
+    )
     args = parser.parse_args()
     products = products_parse(args.product, default=Product("after", ROOT))
     RAW.mkdir(parents=True, exist_ok=True)
@@ -235,10 +289,17 @@ def main() -> int:
         with psycopg.connect(dsn(product), autocommit=True) as conn:
             shares = (0.0, args.share) if has_send_times(conn) else (0.0,)
         variants += [Variant(product, share) for share in shares]
-    results = {"started": datetime.now(UTC).isoformat(), "machine": machine_info(), "due": args.due,
-               "rounds": args.rounds, "command": "python -m bench.claim_send_times " + " ".join(
-                   f"--{k} {v}" for k, v in (("due", args.due), ("rounds", args.rounds), ("share", args.share))),
-               "products": {product.label: product.commit() for product in products}}
+    results = {
+        "started": datetime.now(UTC).isoformat(),
+        "machine": machine_info(),
+        "due": args.due,
+        "rounds": args.rounds,
+        "command": "python -m bench.claim_send_times "
+        + " ".join(
+            f"--{k} {v}" for k, v in (("due", args.due), ("rounds", args.rounds), ("share", args.share))
+        ),
+        "products": {product.label: product.commit() for product in products},
+    }
     try:
         results.update(measure(variants=variants, due=args.due, rounds=args.rounds, secret_key=secret_key))
     finally:

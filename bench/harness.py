@@ -95,17 +95,30 @@ class Harness:
         env.update({k: str(v) for k, v in extra.items()})
         return env
 
-    def manage(self, *args: str, env: dict | None = None, timeout: float = 3600) -> subprocess.CompletedProcess:
+    def manage(
+        self, *args: str, env: dict | None = None, timeout: float = 3600
+    ) -> subprocess.CompletedProcess:
         """`manage.py <args>` with the product's venv, to its exit."""
         return subprocess.run(
-            [PRODUCT_PY, "manage.py", *args], cwd=ROOT, env=env or self.env(), capture_output=True, text=True,
-            timeout=timeout, check=False,
+            [PRODUCT_PY, "manage.py", *args],
+            cwd=ROOT,
+            env=env or self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
 
     def probe(self, module: str, *args: str, env: dict, timeout: float | None = None) -> dict:
         """`python -m bench.<module> <args>` with the product's venv, to its exit: the JSON of its last line of output."""
-        r = subprocess.run([PRODUCT_PY, "-m", f"bench.{module}", *args], cwd=ROOT, env=env, capture_output=True,
-                           text=True, timeout=timeout)
+        r = subprocess.run(
+            [PRODUCT_PY, "-m", f"bench.{module}", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if r.returncode:
             raise process_failure(output=r.stderr, shown=r.stderr[-2000:])
         return json.loads(r.stdout.strip().splitlines()[-1])
@@ -162,16 +175,23 @@ class Harness:
             sql.users_and_events(self.conn, tag=tag, n=1, target_sql="now()", status="PROCESSING")
             sql.deliveries(self.conn, tag=tag, n=1, url=self.receiver.url)
             self.conn.execute("NOTIFY birthday_delivery_queued")
-        expected = {k for (k,) in self.conn.execute("SELECT idempotency_key FROM delivery_delivery").fetchall()}
+        expected = {
+            k for (k,) in self.conn.execute("SELECT idempotency_key FROM delivery_delivery").fetchall()
+        }
         counts = reader.wait_for(expected, timeout=6)
-        dump = subprocess.run([str(Path(BENCH_PY).parent / "py-spy"), "dump", "--pid", str(worker.pid)],
-                              capture_output=True, text=True).stdout
+        dump = subprocess.run(
+            [str(Path(BENCH_PY).parent / "py-spy"), "dump", "--pid", str(worker.pid)],
+            capture_output=True,
+            text=True,
+        ).stdout
         # Idle waits end within --interval (1 s) even with no notification, so a second
         # delivery queued without NOTIFY shows whether the loop still turns at all.
         tag2 = self.tag("wake")
         sql.users_and_events(self.conn, tag=tag2, n=1, target_sql="now()", status="PROCESSING")
         sql.deliveries(self.conn, tag=tag2, n=1, url=self.receiver.url)
-        expected2 = {k for (k,) in self.conn.execute("SELECT idempotency_key FROM delivery_delivery").fetchall()} - expected
+        expected2 = {
+            k for (k,) in self.conn.execute("SELECT idempotency_key FROM delivery_delivery").fetchall()
+        } - expected
         counts2 = reader.wait_for(expected2, timeout=4)
         self.processes.stop([worker], timeout=5)
         hangs = counts["missing"] > 0 and counts2["missing"] > 0
@@ -182,7 +202,8 @@ class Harness:
             "py_spy_dump": dump,
             "verdict": (
                 "run_worker as committed HANGS after its first NOTIFY wake-up; measuring with the bench/product_main.py work-around"
-                if hangs else "run_worker wakes on NOTIFY and delivers; no work-around applied"
+                if hangs
+                else "run_worker wakes on NOTIFY and delivers; no work-around applied"
             ),
         }
 
@@ -267,8 +288,10 @@ class Harness:
 
     def relation_sizes(self) -> dict[str, int]:
         """pg_relation_size of the events, deliveries and attempts tables and the events' indexes."""
-        return dict(self.conn.execute("""
+        return dict(
+            self.conn.execute("""
             SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c
             WHERE c.relname IN ('scheduling_event', 'event_pending_due_idx', 'event_one_pending_per_user_type',
                                 'event_history_idx', 'delivery_delivery', 'delivery_deliveryattempt')
-            ORDER BY c.relname""").fetchall())
+            ORDER BY c.relname""").fetchall()
+        )

@@ -21,7 +21,9 @@ def machine_info() -> dict:
                 break
     except OSError:
         pass
-    pg = subprocess.run(["psql", f"{POSTGRES}/postgres", "-Atc", "SHOW server_version"], capture_output=True, text=True)
+    pg = subprocess.run(
+        ["psql", f"{POSTGRES}/postgres", "-Atc", "SHOW server_version"], capture_output=True, text=True
+    )
     product_py = subprocess.run([PRODUCT_PY, "-V"], capture_output=True, text=True).stdout.strip()
     nginx = subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip()
     wrk = subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.splitlines()[:1]
@@ -36,7 +38,15 @@ def machine_info() -> dict:
         "nginx": nginx,
         "wrk": wrk[0] if wrk else "",
         "load_at_start": os.getloadavg(),
-        "git_head": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip(),
-        "git_dirty": subprocess.run(["git", "status", "--short", "--", "config", "delivery", "scheduling", "users"],
-                                    cwd=ROOT, capture_output=True, text=True).stdout.strip().splitlines(),
+        "git_head": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip(),
+        "git_dirty": subprocess.run(
+            ["git", "status", "--short", "--", "config", "delivery", "scheduling", "users"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        .stdout.strip()
+        .splitlines(),
     }

@@ -29,7 +29,9 @@ try:
     from delivery.services.enqueue import deliveries_enqueue_due as claim_due  # noqa: E402
 
     CLAIM_FUNCTION = "deliveries_enqueue_due"
-except ImportError:  # a checkout older than the claim's move to delivery/, measured for a before/after comparison
+except (
+    ImportError
+):  # a checkout older than the claim's move to delivery/, measured for a before/after comparison
     from scheduling.services import events_claim_due as claim_due  # noqa: E402
 
     CLAIM_FUNCTION = "events_claim_due"
@@ -42,10 +44,14 @@ def captured_claim(batch):
             claim_due(now=timezone.now(), batch_size=batch)
         transaction.set_rollback(True)
     # Django interpolates the parameters into captured_queries as literals: runnable as is.
-    statements = [q["sql"] for q in ctx.captured_queries if not re.match(r"\s*(RELEASE )?SAVEPOINT\b", q["sql"], re.I)]
+    statements = [
+        q["sql"] for q in ctx.captured_queries if not re.match(r"\s*(RELEASE )?SAVEPOINT\b", q["sql"], re.I)
+    ]
     claim = next((s for s in statements if "SKIP LOCKED" in s.upper()), None)
     if claim is None:
-        raise RuntimeError(f"{CLAIM_FUNCTION} executed no statement with SKIP LOCKED:\n" + "\n".join(statements))
+        raise RuntimeError(
+            f"{CLAIM_FUNCTION} executed no statement with SKIP LOCKED:\n" + "\n".join(statements)
+        )
     return claim, statements
 
 
@@ -80,8 +86,21 @@ def main():
         result = claim_due(now=timezone.now(), batch_size=batch)
         timings.append((time.perf_counter() - started) * 1000)
         claimed.append(result.claimed)
-    print(json.dumps({"function": CLAIM_FUNCTION, "sql": sql, "statements": len(statements), "explain": plan,
-                      "ms": timings, "claimed": claimed, "sql_ms": sql_ms, "sql_rows": rows, "exec_ms": exec_ms}))
+    print(
+        json.dumps(
+            {
+                "function": CLAIM_FUNCTION,
+                "sql": sql,
+                "statements": len(statements),
+                "explain": plan,
+                "ms": timings,
+                "claimed": claimed,
+                "sql_ms": sql_ms,
+                "sql_rows": rows,
+                "exec_ms": exec_ms,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

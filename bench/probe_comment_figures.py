@@ -72,7 +72,9 @@ async def _post_all(url: str, requests: int, *, trust_env: bool) -> tuple[float,
         async def sender() -> None:
             for number in numbers:
                 headers = {"Content-Type": "application/json", "X-Idempotency-Key": f"probe-{number}"}
-                async with session.post(url, data=body, headers=headers, allow_redirects=False, **options) as answer:
+                async with session.post(
+                    url, data=body, headers=headers, allow_redirects=False, **options
+                ) as answer:
                     await answer.read()
 
         cpu, started = _cpu_seconds(), time.perf_counter()
@@ -94,7 +96,9 @@ def proxies(requests: int, rounds: int) -> None:
             for trust_env in (True, False):
                 seconds, cpu = asyncio.run(_post_all(url, requests, trust_env=trust_env))
                 line = {"round": number, "trust_env": trust_env, "rate": round(requests / seconds)}
-                print(json.dumps({**line, "client_cpu_us_per_request": round(cpu / requests * 1e6)}), flush=True)
+                print(
+                    json.dumps({**line, "client_cpu_us_per_request": round(cpu / requests * 1e6)}), flush=True
+                )
     finally:
         receiver.terminate()
 
@@ -118,10 +122,26 @@ def zone_batch(events: int, rounds: int) -> None:
     from users.services import users_bulk_create_with_events
 
     zones = (
-        "Asia/Almaty", "America/New_York", "Europe/London", "Asia/Tokyo", "America/Mexico_City",
-        "Europe/Berlin", "Australia/Sydney", "America/Sao_Paulo", "Africa/Cairo", "Asia/Kolkata",
-        "Asia/Kathmandu", "Pacific/Auckland", "America/Los_Angeles", "Europe/Moscow", "Asia/Shanghai",
-        "America/Chicago", "Asia/Tehran", "Atlantic/Azores", "America/St_Johns", "Pacific/Chatham",
+        "Asia/Almaty",
+        "America/New_York",
+        "Europe/London",
+        "Asia/Tokyo",
+        "America/Mexico_City",
+        "Europe/Berlin",
+        "Australia/Sydney",
+        "America/Sao_Paulo",
+        "Africa/Cairo",
+        "Asia/Kolkata",
+        "Asia/Kathmandu",
+        "Pacific/Auckland",
+        "America/Los_Angeles",
+        "Europe/Moscow",
+        "Asia/Shanghai",
+        "America/Chicago",
+        "Asia/Tehran",
+        "Atlantic/Azores",
+        "America/St_Johns",
+        "Pacific/Chatham",
     )
     if Event.objects.filter(status=EventStatus.PENDING).count() < events:
         users_bulk_create_with_events(
@@ -163,7 +183,11 @@ def zone_batch(events: int, rounds: int) -> None:
         started = time.perf_counter()
         current_rules.moves(events=batch)
         times["moves"].append(time.perf_counter() - started)
-    print(json.dumps({"events_read": len(batch), **{name: _summary(seconds) for name, seconds in times.items()}}))
+    print(
+        json.dumps(
+            {"events_read": len(batch), **{name: _summary(seconds) for name, seconds in times.items()}}
+        )
+    )
 
 
 def hasher(rounds: int) -> None:
@@ -178,8 +202,15 @@ def hasher(rounds: int) -> None:
         make_password("probe-Pass-1!")
         seconds.append(time.perf_counter() - started)
     default = get_hasher()
-    print(json.dumps({"hasher": default.algorithm, "iterations": getattr(default, "iterations", None),
-                      "seconds": _summary(seconds)}))
+    print(
+        json.dumps(
+            {
+                "hasher": default.algorithm,
+                "iterations": getattr(default, "iterations", None),
+                "seconds": _summary(seconds),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -40,7 +40,9 @@ def reads() -> dict[str, tuple[Client, str]]:
     console.force_login(operator)
     api = Client(HTTP_AUTHORIZATION=f"Token {token.key}")
     with connection.cursor() as cursor:
-        cursor.execute("SELECT id, user_id FROM scheduling_event WHERE status = 'COMPLETED' ORDER BY id LIMIT 1 OFFSET 5000")
+        cursor.execute(
+            "SELECT id, user_id FROM scheduling_event WHERE status = 'COMPLETED' ORDER BY id LIMIT 1 OFFSET 5000"
+        )
         event_id, user_id = cursor.fetchone()
         cursor.execute("SELECT id FROM delivery_delivery WHERE event_id = %s", [event_id])
         (delivery_id,) = cursor.fetchone()
@@ -51,7 +53,9 @@ def reads() -> dict[str, tuple[Client, str]]:
             )
             (key,) = cursor.fetchone()
             for table in ("scheduling_event", "delivery_delivery"):
-                cursor.execute(f"UPDATE {table} SET idempotency_key = %s WHERE idempotency_key = %s", [SEARCH_KEY, key])
+                cursor.execute(
+                    f"UPDATE {table} SET idempotency_key = %s WHERE idempotency_key = %s", [SEARCH_KEY, key]
+                )
     admin = "/" + settings.ADMIN_URL
     events, deliveries = f"{admin}scheduling/event/", f"{admin}delivery/delivery/"
     return {

@@ -47,9 +47,18 @@ def plan(batch: int) -> dict:
                 ms = (time.perf_counter() - started) * 1000
             if done is None:
                 break
-            statements = [q["sql"] for q in ctx.captured_queries if not re.match(r"\s*(RELEASE )?SAVEPOINT\b", q["sql"])]
-            batches.append({"statements": statements, "ms": ms, "events": done.events,
-                            "deliveries": done.deliveries, "attempts": done.attempts})
+            statements = [
+                q["sql"] for q in ctx.captured_queries if not re.match(r"\s*(RELEASE )?SAVEPOINT\b", q["sql"])
+            ]
+            batches.append(
+                {
+                    "statements": statements,
+                    "ms": ms,
+                    "events": done.events,
+                    "deliveries": done.deliveries,
+                    "attempts": done.attempts,
+                }
+            )
         transaction.set_rollback(True)
     for b in batches:
         select = next(s for s in b["statements"] if "SKIP LOCKED" in s)

@@ -19,9 +19,7 @@ from bench.raw_client import bodies, post_pool, tuned_pool
 
 URL = os.environ.get("BENCH_URL", "")
 app = procrastinate.App(
-    connector=procrastinate.PsycopgConnector(
-        conninfo=os.environ["BENCH_PROC_DSN"], min_size=1, max_size=40
-    )
+    connector=procrastinate.PsycopgConnector(conninfo=os.environ["BENCH_PROC_DSN"], min_size=1, max_size=40)
 )
 _local = threading.local()
 _aio = {}
@@ -48,7 +46,9 @@ async def post_async(key: str, body: str) -> None:
     s = _aio.get("s")
     if s is None:
         s = _aio["s"] = aiohttp.ClientSession()
-    async with s.post(URL, data=body.encode(), headers={"Content-Type": "application/json", "X-Idempotency-Key": key}) as r:
+    async with s.post(
+        URL, data=body.encode(), headers={"Content-Type": "application/json", "X-Idempotency-Key": key}
+    ) as r:
         await r.read()
 
 

@@ -51,7 +51,11 @@ class RssSampler(threading.Thread):
     """Samples RSS of the given processes every `every` s; keeps the peak and a series."""
 
     def __init__(
-        self, pids: dict[str, int], *, every: float = 0.2, on_sample: Callable[[float, dict], None] | None = None
+        self,
+        pids: dict[str, int],
+        *,
+        every: float = 0.2,
+        on_sample: Callable[[float, dict], None] | None = None,
     ) -> None:
         super().__init__(daemon=True)
         self.ps = {}
@@ -107,7 +111,9 @@ class LimitSampler(threading.Thread):
     def __init__(self, ports: dict[str, int], *, url: str, every: float = 1.0) -> None:
         super().__init__(daemon=True)
         self.ports = ports
-        self.pattern = re.compile(r'^birthday_worker_in_flight_limit\{endpoint="' + re.escape(url) + r'"\} (\S+)$', re.M)
+        self.pattern = re.compile(
+            r'^birthday_worker_in_flight_limit\{endpoint="' + re.escape(url) + r'"\} (\S+)$', re.M
+        )
         self.every = every
         self.series: list[tuple[float, dict[str, float]]] = []
         self.halt = threading.Event()

@@ -35,7 +35,9 @@ def _patch_listener() -> None:
                 if self._conn is None or self._conn.closed:
                     self._conn = self._connect()
                 woken = False
-                for _ in self._conn.notifies(timeout=min(remaining, wakeup._STOP_CHECK_SECONDS), stop_after=1):
+                for _ in self._conn.notifies(
+                    timeout=min(remaining, wakeup._STOP_CHECK_SECONDS), stop_after=1
+                ):
                     woken = True
                 if woken:
                     # The first generator has released the connection's lock: drain now.

@@ -56,8 +56,14 @@ def tuned_session():
 
 def post_tuned(session, url, body: bytes, key: str) -> bytes:
     """One POST the way the product's transport sends it: stream=True, no redirects, raw body read."""
-    r = session.post(url, data=body, headers={"Content-Type": "application/json", "X-Idempotency-Key": key},
-                     timeout=10, allow_redirects=False, stream=True)
+    r = session.post(
+        url,
+        data=body,
+        headers={"Content-Type": "application/json", "X-Idempotency-Key": key},
+        timeout=10,
+        allow_redirects=False,
+        stream=True,
+    )
     try:
         length = int(r.headers.get("Content-Length", ""))
     except ValueError:
@@ -86,8 +92,16 @@ def post_pool(pool, target, body: bytes, key: str) -> bytes:
     """One POST the way the product's transport sends it (delivery/transport.py)."""
     import urllib3
 
-    r = pool.urlopen("POST", target, body=body, headers={"Content-Type": "application/json", "X-Idempotency-Key": key},
-                     timeout=urllib3.Timeout(connect=10, read=10), retries=False, redirect=False, preload_content=False)
+    r = pool.urlopen(
+        "POST",
+        target,
+        body=body,
+        headers={"Content-Type": "application/json", "X-Idempotency-Key": key},
+        timeout=urllib3.Timeout(connect=10, read=10),
+        retries=False,
+        redirect=False,
+        preload_content=False,
+    )
     try:
         length = int(r.headers.get("Content-Length", ""))
     except ValueError:
@@ -114,11 +128,15 @@ def run_aiohttp(url, n, prefix, in_flight=32):
     async def main():
         queue = list(bodies(n, prefix))
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=in_flight)) as s:
+
             async def one(worker):
                 while queue:
                     key, body = queue.pop()
-                    async with s.post(url, data=body, headers={"Content-Type": "application/json", "X-Idempotency-Key": key}) as r:
+                    async with s.post(
+                        url, data=body, headers={"Content-Type": "application/json", "X-Idempotency-Key": key}
+                    ) as r:
                         await r.read()
+
             await asyncio.gather(*(one(w) for w in range(in_flight)))
 
     asyncio.run(main())
@@ -130,7 +148,9 @@ if __name__ == "__main__":
     # One fd per open connection: thousands of them need more than a default soft limit of 1,024.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < in_flight + 256:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (65536 if hard == resource.RLIM_INFINITY else min(hard, 65536), hard))
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE, (65536 if hard == resource.RLIM_INFINITY else min(hard, 65536), hard)
+        )
     started = time.perf_counter()
     if mode == "aiohttp":
         run_aiohttp(url, n, prefix, in_flight)
@@ -138,5 +158,15 @@ if __name__ == "__main__":
         {"requests": run_requests, "urllib3": run_urllib3}[mode](url, n, prefix)
     seconds = time.perf_counter() - started
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    print(json.dumps({"mode": mode, "n": n, "seconds": seconds, "rate": n / seconds,
-                      "in_flight": in_flight if mode == "aiohttp" else 1, "cpu_s": usage.ru_utime + usage.ru_stime}))
+    print(
+        json.dumps(
+            {
+                "mode": mode,
+                "n": n,
+                "seconds": seconds,
+                "rate": n / seconds,
+                "in_flight": in_flight if mode == "aiohttp" else 1,
+                "cpu_s": usage.ru_utime + usage.ru_stime,
+            }
+        )
+    )

@@ -91,8 +91,10 @@ DESTINATION_SERVER = """\
 def latency_location(ms: int) -> str:
     if ms == 0:
         return """        location = /ms/0 { default_type application/json; return 200 '{"ok":true}'; }"""
-    return (f"        location = /ms/{ms} {{ default_type application/json; "
-            f"echo_read_request_body; echo_sleep {ms / 1000:g}; echo '{{\"ok\":true}}'; }}")
+    return (
+        f"        location = /ms/{ms} {{ default_type application/json; "
+        f"echo_read_request_body; echo_sleep {ms / 1000:g}; echo '{{\"ok\":true}}'; }}"
+    )
 
 
 def free_port() -> int:
@@ -140,8 +142,12 @@ class Receiver:
         """nginx stub_status: active connections, and those reading / writing / waiting (idle keep-alive)."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port_lat}/status", timeout=2) as r:
             words = r.read().decode().split()
-        return {"active": int(words[2]), "reading": int(words[11]), "writing": int(words[13]),
-                "waiting": int(words[15])}
+        return {
+            "active": int(words[2]),
+            "reading": int(words[11]),
+            "writing": int(words[13]),
+            "waiting": int(words[15]),
+        }
 
     def start(self) -> Receiver:
         if self.slow_mode is None:
@@ -184,7 +190,11 @@ class Receiver:
                 return self
             except OSError:
                 if self.proc.poll() is not None:
-                    raise RuntimeError((self.tmp / "stderr.log").read_text() + (self.tmp / "error.log").read_text() if (self.tmp / "error.log").exists() else "") from None
+                    raise RuntimeError(
+                        (self.tmp / "stderr.log").read_text() + (self.tmp / "error.log").read_text()
+                        if (self.tmp / "error.log").exists()
+                        else ""
+                    ) from None
                 time.sleep(0.05)
         raise RuntimeError("nginx did not start")
 
@@ -340,4 +350,8 @@ class StatusSampler(threading.Thread):
     def finish(self) -> dict:
         self.halt.set()
         self.join()
-        return {"peak_connections": self.peak["active"], "peak_writing": self.peak["writing"], "samples": self.samples}
+        return {
+            "peak_connections": self.peak["active"],
+            "peak_writing": self.peak["writing"],
+            "samples": self.samples,
+        }

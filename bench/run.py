@@ -61,21 +61,37 @@ def workloads_listed() -> str:
     lines = []
     for name, workload in WORKLOADS.items():
         module = sys.modules[workload.measure.__module__]
-        lines.append(f"{name:<13} bench/workloads/{module.__name__.rpartition('.')[2]}.py: "
-                     f"{module.__doc__.strip().splitlines()[0]}")
+        lines.append(
+            f"{name:<13} bench/workloads/{module.__name__.rpartition('.')[2]}.py: "
+            f"{module.__doc__.strip().splitlines()[0]}"
+        )
     return "\n".join(lines)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--size", choices=SIZE_NAMES, default="full")
-    parser.add_argument("--only", default=",".join(WORKLOADS),
-                        help=f"Comma-separated workloads, run in this order: {', '.join(WORKLOADS)} (default: all).")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=N",
-                        help="Override one size, e.g. --set scale_events=2000000.")
-    parser.add_argument("--merge", action="store_true", help="Keep other workloads' results from raw/results.json.")
-    parser.add_argument("--report-only", action="store_true", help="Re-render REPORT.md from raw/results.json.")
-    parser.add_argument("--list", action="store_true", help="List the workloads, their modules and what they measure.")
+    parser.add_argument(
+        "--only",
+        default=",".join(WORKLOADS),
+        help=f"Comma-separated workloads, run in this order: {', '.join(WORKLOADS)} (default: all).",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=N",
+        help="Override one size, e.g. --set scale_events=2000000.",
+    )
+    parser.add_argument(
+        "--merge", action="store_true", help="Keep other workloads' results from raw/results.json."
+    )
+    parser.add_argument(
+        "--report-only", action="store_true", help="Re-render REPORT.md from raw/results.json."
+    )
+    parser.add_argument(
+        "--list", action="store_true", help="List the workloads, their modules and what they measure."
+    )
     args = parser.parse_args()
     if args.list:
         print(workloads_listed())
@@ -100,7 +116,9 @@ def main() -> int:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            raise SystemExit("another bench run holds bench/results/raw/.lock; it shares the bench databases") from None
+            raise SystemExit(
+                "another bench run holds bench/results/raw/.lock; it shares the bench databases"
+            ) from None
         harness = Harness(size=args.size, sizes=sizes_flat(sizes))
         harness.results["command"] = "python -m bench.run " + " ".join(sys.argv[1:])
         if args.merge and (RAW / "results.json").exists():

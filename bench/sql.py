@@ -120,14 +120,23 @@ def _seq_uuid(kind: str, n: str) -> str:
 def _numbered_users(conn, args: dict) -> None:
     """Users numbered %(lo)s to %(hi)s (First<i> Last<i>), in the caller's transaction, without triggers."""
     conn.execute("SET LOCAL session_replication_role = replica")
-    conn.execute(f"""
+    conn.execute(
+        f"""
         INSERT INTO users_user (id, first_name, last_name, date_of_birth, timezone, created_at, updated_at)
         SELECT {_seq_uuid("8000", "i")}, 'First' || i, 'Last' || i, date '1960-01-01' + mod(i, 15000), 'UTC', now(), now()
-        FROM generate_series(%(lo)s::int, %(hi)s::int) i""", args)
+        FROM generate_series(%(lo)s::int, %(hi)s::int) i""",
+        args,
+    )
 
 
 def yearly_history(
-    conn, *, users: int, due: int, first_year: int = 1, failed_every: int = 0, deliveries: bool = False,
+    conn,
+    *,
+    users: int,
+    due: int,
+    first_year: int = 1,
+    failed_every: int = 0,
+    deliveries: bool = False,
     chunk: int = 100_000,
 ) -> None:
     """`users` users, each with nine past yearly occurrences handled and one PENDING.
@@ -138,7 +147,11 @@ def yearly_history(
     PENDING events are due (within the last hour), the rest later this year.
     """
     uid = _seq_uuid("8000", "i")
-    status = f"CASE WHEN mod(i + y, {failed_every}) = 0 THEN 'FAILED' ELSE 'COMPLETED' END" if failed_every else "'COMPLETED'"
+    status = (
+        f"CASE WHEN mod(i + y, {failed_every}) = 0 THEN 'FAILED' ELSE 'COMPLETED' END"
+        if failed_every
+        else "'COMPLETED'"
+    )
     history = f"""
         FROM generate_series(%(lo)s::int, %(hi)s::int) i, generate_series(1, 9) y,
              LATERAL (SELECT (current_date - make_interval(years => y + {first_year - 1}))::date - mod(i, 300) AS d,
@@ -148,7 +161,8 @@ def yearly_history(
         args = {"lo": lo, "hi": hi, "due": due}
         with conn.transaction():
             _numbered_users(conn, args)
-            conn.execute(f"""
+            conn.execute(
+                f"""
                 INSERT INTO scheduling_event (id, user_id, event_type, status, occurrence_date, target_timestamp_utc,
                     target_timestamp_local, target_timezone, executed_at, failure_reason, version,
                     idempotency_key, created_at, updated_at)
@@ -156,9 +170,12 @@ def yearly_history(
                     status, d, d + time '09:00', to_char(d, 'YYYY-MM-DD') || 'T09:00:00+00:00', 'UTC',
                     d + time '09:00:01', '', 3, 'h-' || lpad(to_hex(i * 16 + y), 20, '0'),
                     now(), now()
-                {history}""", args)
+                {history}""",
+                args,
+            )
             if deliveries:
-                conn.execute(f"""
+                conn.execute(
+                    f"""
                     INSERT INTO delivery_delivery (id, event_id, idempotency_key, endpoint_url, payload, status, attempts,
                         max_attempts, next_attempt_at, locked_until, locked_by, attempt_started_at, last_status_code,
                         last_error, delivered_at, created_at, updated_at)
@@ -169,15 +186,21 @@ def yearly_history(
                         CASE status WHEN 'FAILED' THEN 'DEAD' ELSE 'DELIVERED' END, 1, 8, d + time '09:00', NULL, '',
                         NULL, CASE status WHEN 'FAILED' THEN 400 ELSE 200 END, '',
                         CASE status WHEN 'FAILED' THEN NULL ELSE d + time '09:00:01' END, d + time '09:00', d + time '09:00:01'
-                    {history}""", args)
-                conn.execute(f"""
+                    {history}""",
+                    args,
+                )
+                conn.execute(
+                    f"""
                     INSERT INTO delivery_deliveryattempt (delivery_id, number, worker, started_at, finished_at, duration_ms,
                         outcome, status_code, error, response_excerpt)
                     SELECT {_seq_uuid("b000", "i * 16 + y")}, 1, 'bench', d + time '09:00', d + time '09:00:01', 12,
                         CASE status WHEN 'FAILED' THEN 'PERMANENT_FAILURE' ELSE 'DELIVERED' END,
                         CASE status WHEN 'FAILED' THEN 400 ELSE 200 END, '', ''
-                    {history}""", args)
-            conn.execute(f"""
+                    {history}""",
+                    args,
+                )
+            conn.execute(
+                f"""
                 INSERT INTO scheduling_event (id, user_id, event_type, status, occurrence_date, target_timestamp_utc,
                     target_timestamp_local, target_timezone, executed_at, failure_reason, version,
                     idempotency_key, created_at, updated_at)
@@ -187,7 +210,9 @@ def yearly_history(
                     'p-' || lpad(to_hex(i), 20, '0'), now(), now()
                 FROM (SELECT i, CASE WHEN i <= %(due)s THEN now() - make_interval(secs => mod(i, 3600))
                                      ELSE now() + make_interval(days => 1 + mod(i, 360)) END AS t
-                      FROM generate_series(%(lo)s::int, %(hi)s::int) i) s""", args)
+                      FROM generate_series(%(lo)s::int, %(hi)s::int) i) s""",
+                args,
+            )
 
 
 def more_recipients(conn, *, first: int, last: int, chunk: int = 200_000) -> None:
@@ -201,14 +226,17 @@ def more_recipients(conn, *, first: int, last: int, chunk: int = 200_000) -> Non
         args = {"lo": lo, "hi": min(last, lo + chunk - 1)}
         with conn.transaction():
             _numbered_users(conn, args)
-            conn.execute(f"""
+            conn.execute(
+                f"""
                 INSERT INTO scheduling_event (id, user_id, event_type, status, occurrence_date, target_timestamp_utc,
                     target_timestamp_local, target_timezone, executed_at, failure_reason, version,
                     idempotency_key, created_at, updated_at)
                 SELECT {_seq_uuid("a000", "i")}, {uid}, 'BIRTHDAY', 'PENDING', (t AT TIME ZONE 'UTC')::date, t,
                     {_iso_utc("t")}, 'UTC', NULL, '', 1, 'p-' || lpad(to_hex(i), 20, '0'), now(), now()
                 FROM (SELECT i, now() + make_interval(days => 1 + mod(i, 360)) AS t
-                      FROM generate_series(%(lo)s::int, %(hi)s::int) i) s""", args)
+                      FROM generate_series(%(lo)s::int, %(hi)s::int) i) s""",
+                args,
+            )
 
 
 def older_history(conn, *, users: int, block: int, failed_every: int = 0, chunk: int = 100_000) -> None:
@@ -221,7 +249,11 @@ def older_history(conn, *, users: int, block: int, failed_every: int = 0, chunk:
     """
     first_year = 1 + 9 * block
     kind = f"{block:04x}"
-    status = f"CASE WHEN mod(i + y, {failed_every}) = 0 THEN 'FAILED' ELSE 'COMPLETED' END" if failed_every else "'COMPLETED'"
+    status = (
+        f"CASE WHEN mod(i + y, {failed_every}) = 0 THEN 'FAILED' ELSE 'COMPLETED' END"
+        if failed_every
+        else "'COMPLETED'"
+    )
     history = f"""
         FROM generate_series(%(lo)s::int, %(hi)s::int) i, generate_series(1, 9) y,
              LATERAL (SELECT (current_date - make_interval(years => y + {first_year - 1}))::date - mod(i, 300) AS d,
@@ -234,14 +266,18 @@ def older_history(conn, *, users: int, block: int, failed_every: int = 0, chunk:
         args = {"lo": lo, "hi": hi}
         with conn.transaction():
             conn.execute("SET LOCAL session_replication_role = replica")
-            conn.execute(f"""
+            conn.execute(
+                f"""
                 INSERT INTO scheduling_event (id, user_id, event_type, status, occurrence_date, target_timestamp_utc,
                     target_timestamp_local, target_timezone, executed_at, failure_reason, version,
                     idempotency_key, created_at, updated_at)
                 SELECT {event_id}, {_seq_uuid("8000", "i")}, 'BIRTHDAY', status, d, d + time '09:00',
                     to_char(d, 'YYYY-MM-DD') || 'T09:00:00+00:00', 'UTC', d + time '09:00:01', '', 3, {key}, now(), now()
-                {history}""", args)
-            conn.execute(f"""
+                {history}""",
+                args,
+            )
+            conn.execute(
+                f"""
                 INSERT INTO delivery_delivery (id, event_id, idempotency_key, endpoint_url, payload, status, attempts,
                     max_attempts, next_attempt_at, locked_until, locked_by, attempt_started_at, last_status_code,
                     last_error, delivered_at, created_at, updated_at)
@@ -251,21 +287,28 @@ def older_history(conn, *, users: int, block: int, failed_every: int = 0, chunk:
                     CASE status WHEN 'FAILED' THEN 'DEAD' ELSE 'DELIVERED' END, 1, 8, d + time '09:00', NULL, '',
                     NULL, CASE status WHEN 'FAILED' THEN 400 ELSE 200 END, '',
                     CASE status WHEN 'FAILED' THEN NULL ELSE d + time '09:00:01' END, d + time '09:00', d + time '09:00:01'
-                {history}""", args)
-            conn.execute(f"""
+                {history}""",
+                args,
+            )
+            conn.execute(
+                f"""
                 INSERT INTO delivery_deliveryattempt (delivery_id, number, worker, started_at, finished_at, duration_ms,
                     outcome, status_code, error, response_excerpt)
                 SELECT {delivery_id}, 1, 'bench', d + time '09:00', d + time '09:00:01', 12,
                     CASE status WHEN 'FAILED' THEN 'PERMANENT_FAILURE' ELSE 'DELIVERED' END,
                     CASE status WHEN 'FAILED' THEN 400 ELSE 200 END, '', ''
-                {history}""", args)
+                {history}""",
+                args,
+            )
 
 
 # A time-ordered UUID made in SQL (48-bit milliseconds, then random), like the
 # product's uuid7: its rows land at the right-hand end of the key indexes too.
-_UUID7_SQL = ("encode(overlay(uuid_send(gen_random_uuid()) placing "
-              "substring(int8send((extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3) FROM 1 FOR 6), "
-              "'hex')::uuid")
+_UUID7_SQL = (
+    "encode(overlay(uuid_send(gen_random_uuid()) placing "
+    "substring(int8send((extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3) FROM 1 FOR 6), "
+    "'hex')::uuid"
+)
 
 # The rows a claim batch writes, written by PostgreSQL alone: the due events
 # locked (SKIP LOCKED) and moved to PROCESSING, each recipient's next event

@@ -28,7 +28,9 @@ class Workload:
     repeat_whole: bool = False
 
 
-def sizes_chosen(workloads: Mapping[str, Workload], *, size: str, overrides: Mapping[str, int]) -> dict[str, Any]:
+def sizes_chosen(
+    workloads: Mapping[str, Workload], *, size: str, overrides: Mapping[str, int]
+) -> dict[str, Any]:
     """Each workload's sizes at `size`, with each override (`--set key=n`) in every workload that has the key."""
     chosen = {name: workload.sizes[size] for name, workload in workloads.items()}
     for key, value in overrides.items():

@@ -10,7 +10,10 @@ import subprocess
 def wrk_run(url: str, *, script: str, connections: int, seconds: int, env: dict | None = None) -> dict:
     out = subprocess.run(
         ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", script, url],
-        capture_output=True, text=True, env={**os.environ, **(env or {})}, check=False,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        check=False,
     ).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)\b", out)

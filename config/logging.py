@@ -7,9 +7,11 @@ import logging
 from datetime import UTC, datetime
 
 # Attributes every LogRecord has; anything else on a record came from `extra`.
-_STANDARD_ATTRIBUTES = set(
-    logging.LogRecord("", 0, "", 0, "", (), None).__dict__
-) | {"message", "asctime", "taskName"}
+_STANDARD_ATTRIBUTES = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
+    "message",
+    "asctime",
+    "taskName",
+}
 
 
 def _extra_fields(record: logging.LogRecord) -> dict:
@@ -20,9 +22,7 @@ class TextFormatter(logging.Formatter):
     """`time level logger message key=value ...` for people reading a terminal."""
 
     def format(self, record: logging.LogRecord) -> str:
-        stamp = datetime.fromtimestamp(record.created, tz=UTC).strftime(
-            "%Y-%m-%dT%H:%M:%S.%f"
-        )[:-3]
+        stamp = datetime.fromtimestamp(record.created, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
         line = f"{stamp}Z {record.levelname:<7} {record.name}: {record.getMessage()}"
         extras = _extra_fields(record)
         if extras:

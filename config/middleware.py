@@ -26,8 +26,7 @@ class RequestBodyLimitMiddleware:
             return JsonResponse(
                 {
                     "detail": (
-                        "Transfer-Encoding is not supported: send the body with a "
-                        "Content-Length header."
+                        "Transfer-Encoding is not supported: send the body with a Content-Length header."
                     )
                 },
                 status=411,

@@ -41,8 +41,7 @@ class TokenScheme(OpenApiAuthenticationExtension):
             "in": "header",
             "name": "Authorization",
             "description": (
-                "`Token <key>`: an operator's DRF token "
-                "(`python manage.py drf_create_token <operator>`)."
+                "`Token <key>`: an operator's DRF token (`python manage.py drf_create_token <operator>`)."
             ),
         }
 
@@ -126,7 +125,7 @@ IF_MATCH = OpenApiParameter(
     description=(
         'Optional: `*` or a list of ETags, such as `"3"`. The request is carried out '
         "only if the resource is still at one of these versions; otherwise it answers "
-        "412 and changes nothing. Weak tags (`W/\"3\"`) never match."
+        '412 and changes nothing. Weak tags (`W/"3"`) never match.'
     ),
 )
 
@@ -185,8 +184,7 @@ class AutoSchema(openapi.AutoSchema):
             responses.append(
                 (
                     "400",
-                    f"The request was refused and nothing changed: {', '.join(causes[:-1])} "
-                    f"or {causes[-1]}.",
+                    f"The request was refused and nothing changed: {', '.join(causes[:-1])} or {causes[-1]}.",
                     {"oneOf": [validation.ref, error]},
                 )
             )

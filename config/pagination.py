@@ -79,7 +79,9 @@ class StandardPagination(PageNumberPagination):
         try:
             self.page = paginator.page(page_number)
         except InvalidPage as exc:
-            raise NotFound(self.invalid_page_message.format(page_number=page_number, message=str(exc))) from exc
+            raise NotFound(
+                self.invalid_page_message.format(page_number=page_number, message=str(exc))
+            ) from exc
         if paginator.num_pages > 1 and self.template is not None:
             self.display_page_controls = True
         return list(self.page)

@@ -135,7 +135,9 @@ DATABASES = {
     "default": env.db_url_config(env.str("DATABASE_URL", default="") or LOCAL_DATABASE_URL),
 }
 if DATABASES["default"].get("ENGINE") != "django.db.backends.postgresql":
-    raise ImproperlyConfigured("DATABASE_URL must name a PostgreSQL database: postgres://user@host:port/name.")
+    raise ImproperlyConfigured(
+        "DATABASE_URL must name a PostgreSQL database: postgres://user@host:port/name."
+    )
 # DB_CONN_MAX_AGE: seconds a connection is kept open. Long-running workers
 # reconnecting for every unit of work (Django's default, CONN_MAX_AGE=0) would
 # spend a large share of their time connecting instead of working.
@@ -299,7 +301,7 @@ SPECTACULAR_SETTINGS = {
         "`results`; `?page=` and `?page_size=` up to 500).\n\n"
         "Errors are JSON: a 400 for invalid fields maps each bad field (or "
         "`non_field_errors`) to a list of messages; every other error is "
-        "`{\"detail\": \"...\"}`."
+        '`{"detail": "..."}`.'
     ),
     # Public, on purpose: the schema describes only the API's shape (which the
     # docs/api.md publishes too), never data, and a client developer needs it before
@@ -350,9 +352,7 @@ EVENT_CATCH_UP_WINDOW_BY_TYPE = {
 }
 # SCHEDULER_RECONCILE_INTERVAL: how often run_scheduler looks for users without
 # a pending event (rows created by paths that skipped signals).
-SCHEDULER_RECONCILE_INTERVAL = parse_duration(
-    env("SCHEDULER_RECONCILE_INTERVAL", default="5m")
-)
+SCHEDULER_RECONCILE_INTERVAL = parse_duration(env("SCHEDULER_RECONCILE_INTERVAL", default="5m"))
 # HISTORY_RETENTION: how long COMPLETED and FAILED events (by target time) are kept,
 # with their deliveries and attempts; older ones are deleted by the scheduler
 # between claims and by `manage.py prune_history`. Each recipient's latest
@@ -445,7 +445,8 @@ METRICS_TOKEN = env("METRICS_TOKEN", default="")
 # (config.client_address, through TRUSTED_PROXY_COUNT proxies). A bad entry stops
 # every process at start-up rather than leave /metrics open or shut by surprise.
 METRICS_ALLOWED_NETWORKS = [
-    ip_network(network) for network in env.list("METRICS_ALLOWED_NETWORKS", default=["127.0.0.1/32", "::1/128"])
+    ip_network(network)
+    for network in env.list("METRICS_ALLOWED_NETWORKS", default=["127.0.0.1/32", "::1/128"])
 ]
 # METRICS_PORT: the port on which run_scheduler and run_worker serve their own
 # metrics (0: they do not; --metrics-port overrides it, one port per process on a

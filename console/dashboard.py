@@ -44,9 +44,7 @@ class Chart:
     gridlines: list[tuple[float, int]]  # (y, value)
 
 
-def hourly_chart(
-    buckets: list[tuple[datetime, int]], *, width: int = 760, height: int = 220
-) -> Chart:
+def hourly_chart(buckets: list[tuple[datetime, int]], *, width: int = 760, height: int = 220) -> Chart:
     """Lay out an SVG bar chart of counts per hour (geometry only; the template draws it)."""
     left, right, top, bottom = 44, 8, 12, 28
     plot_height = height - top - bottom
@@ -68,8 +66,7 @@ def hourly_chart(
             )
         )
     gridlines = [
-        (round(top + plot_height - plot_height * step / 4, 1), scale_max * step // 4)
-        for step in range(0, 5)
+        (round(top + plot_height - plot_height * step / 4, 1), scale_max * step // 4) for step in range(0, 5)
     ]
     return Chart(
         width=width,
@@ -150,7 +147,8 @@ def zone_data_line(*, processes: list) -> ZoneDataLine:
         moved=sum(count for _, count in moved),
         moved_by_zone=moved[:5],
         out_of_step=[
-            process for process in processes
+            process
+            for process in processes
             if process.state == "running" and agreed and process.zone_data and process.zone_data not in agreed
         ],
         web_out_of_step=bool(agreed) and zone_data_version() not in agreed,
@@ -198,10 +196,10 @@ def dashboard_view(request, *, site: admin.AdminSite):
         "lost_after": ProcessHeartbeat.LOST_AFTER_SECONDS,
         "zone_data": zone_data_line(processes=processes),
         "chart": chart,
-        "chart_by_type": [(EventType(event_type).label, event_type, count) for event_type, count in per_type.items()],
+        "chart_by_type": [
+            (EventType(event_type).label, event_type, count) for event_type, count in per_type.items()
+        ],
         "chart_until": this_hour + timedelta(hours=24),
         "process_badges": {state: badge(state) for state in ("running", "lost", "stopped")},
     }
     return TemplateResponse(request, "admin/dashboard.html", context)
-
-

@@ -33,7 +33,10 @@ class ConsoleAdminSite(admin.AdminSite):
 
     def get_app_list(self, request, app_label=None):
         """Django's app list (each app's models still by name), the apps in APP_ORDER."""
-        return sorted(super().get_app_list(request, app_label), key=lambda app: _app_position(app_label=app["app_label"]))
+        return sorted(
+            super().get_app_list(request, app_label),
+            key=lambda app: _app_position(app_label=app["app_label"]),
+        )
 
     def each_context(self, request):
         return {**super().each_context(request), "can_view_dashboard": self.can_view_dashboard(request)}

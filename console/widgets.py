@@ -92,9 +92,7 @@ def run_operator_action(
         try:
             service(**{kwarg: obj}, operator=operator)
         except SchedulingError as exc:
-            modeladmin.message_user(
-                request, f"{verb} refused for {obj}: {exc}", level=messages.ERROR
-            )
+            modeladmin.message_user(request, f"{verb} refused for {obj}: {exc}", level=messages.ERROR)
             continue
         modeladmin.log_change(request, obj, f"{verb} by operator {operator}.")
         done += 1

@@ -112,15 +112,19 @@ class Health:
 
     def refused_by_message(self, answer: Answer) -> bool:
         """A refusal the receiver contradicted: it accepted a message sent no earlier."""
-        return answer.signal == Signal.REFUSAL and self.last_success_at is not None and (
-            self.last_success_at >= answer.started_at
+        return (
+            answer.signal == Signal.REFUSAL
+            and self.last_success_at is not None
+            and (self.last_success_at >= answer.started_at)
         )
 
 
 def observe(*, health: Health, answers: Sequence[Answer], now: datetime, policy: HealthPolicy) -> Health:
     """The endpoint's health after `answers` (one worker's batch, in any order)."""
     successes = [a.finished_at for a in answers if a.signal == Signal.SUCCESS]
-    last_success = max([*successes, *([health.last_success_at] if health.last_success_at else [])], default=None)
+    last_success = max(
+        [*successes, *([health.last_success_at] if health.last_success_at else [])], default=None
+    )
     seen = Health(**{**health.__dict__, "last_success_at": last_success})
     consecutive = health.consecutive_failures
     last_failure, last_error = health.last_failure_at, health.last_error
@@ -147,7 +151,9 @@ def observe(*, health: Health, answers: Sequence[Answer], now: datetime, policy:
     }
     probe_failed = any(a.probe and a.signal != Signal.SUCCESS for a in answers)
     if health.state == EndpointState.FAILING and successes:
-        fields.update(state=EndpointState.HEALTHY, failing_since=None, next_probe_at=None, probe_interval=None)
+        fields.update(
+            state=EndpointState.HEALTHY, failing_since=None, next_probe_at=None, probe_interval=None
+        )
     elif health.state == EndpointState.HEALTHY and consecutive >= policy.failure_threshold:
         fields.update(
             state=EndpointState.FAILING,

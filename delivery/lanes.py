@@ -192,7 +192,9 @@ class Lane:
     ) -> None:
         """The destination's settings as now saved; `max_rate` and `max_in_flight` are the settings' defaults."""
         self.max_rate = destination.max_rate if destination.max_rate is not None else max_rate
-        self.max_in_flight = destination.max_in_flight if destination.max_in_flight is not None else max_in_flight
+        self.max_in_flight = (
+            destination.max_in_flight if destination.max_in_flight is not None else max_in_flight
+        )
         self.timeout = destination.timeout.total_seconds() if destination.timeout is not None else None
         if tuple(secrets) != self.signing_secrets:
             self.signing_secrets = tuple(secrets)
@@ -204,7 +206,9 @@ class Lane:
         """One answer's lessons for this lane: the rate's sample, the limit's, and a Retry-After to obey at once."""
         if result.refused:
             return  # no request was made (a refused address): nothing to learn about the receiver
-        signal = signal_of(outcome=result.outcome, status_code=result.status_code, retry_after=result.retry_after)
+        signal = signal_of(
+            outcome=result.outcome, status_code=result.status_code, retry_after=result.retry_after
+        )
         if signal in (Signal.SUCCESS, Signal.PACE):
             self.rate.on_answer(
                 started_mono=result.started_mono,
@@ -260,7 +264,11 @@ class Lanes:
             endpoint = endpoint or endpoints_ensure(urls=[url])[url]
             limit = FixedLimit(self.concurrency) if self.concurrency else AdaptiveLimit()
             lane = self.by_url[url] = Lane(
-                url=url, endpoint_id=endpoint.pk, limit=limit, max_rate=self.max_rate, max_in_flight=self.max_in_flight
+                url=url,
+                endpoint_id=endpoint.pk,
+                limit=limit,
+                max_rate=self.max_rate,
+                max_in_flight=self.max_in_flight,
             )
             self._follow_row(lane, endpoint)
         return lane
@@ -306,7 +314,9 @@ class Lanes:
         secrets = destination_signing_secrets(destinations=destinations, now=timezone.now())
         for destination in destinations:
             self.lane(destination.url).follow_destination(
-                destination, secrets=secrets[destination.pk], max_rate=self.max_rate,
+                destination,
+                secrets=secrets[destination.pk],
+                max_rate=self.max_rate,
                 max_in_flight=self.max_in_flight,
             )
 
@@ -317,8 +327,13 @@ class Lanes:
                 continue
             want = lane.limit.current if (lane.waiting or lane.open or lane.state == HEALTHY) else 0
             lane.share = endpoint_share_in_flight(
-                endpoint_id=lane.endpoint_id, worker=self.worker, want=want, holding=lane.open,
-                cap=lane.max_in_flight, lease=self.lease, now=timezone.now(),
+                endpoint_id=lane.endpoint_id,
+                worker=self.worker,
+                want=want,
+                holding=lane.open,
+                cap=lane.max_in_flight,
+                lease=self.lease,
+                now=timezone.now(),
             )
 
     def follow_verdicts(self, verdicts: Mapping[str, HealthColumns]) -> None:
@@ -331,7 +346,11 @@ class Lanes:
 
     def healthy_urls(self) -> list[str]:
         """The endpoints last seen HEALTHY with no failure counted (deliveries_record's quiet path)."""
-        return [url for url, lane in self.by_url.items() if lane.state == HEALTHY and lane.consecutive_failures == 0]
+        return [
+            url
+            for url, lane in self.by_url.items()
+            if lane.state == HEALTHY and lane.consecutive_failures == 0
+        ]
 
     def release_shares(self) -> None:
         """A stopping worker gives its in-flight shares back at once (they also expire by themselves)."""
@@ -368,7 +387,12 @@ class Lanes:
     def probes_due(self) -> Iterator[Lane]:
         now = timezone.now()
         for lane in list(self.by_url.values()):
-            if lane.state == FAILING and not lane.probing and lane.next_probe_at is not None and lane.next_probe_at <= now:
+            if (
+                lane.state == FAILING
+                and not lane.probing
+                and lane.next_probe_at is not None
+                and lane.next_probe_at <= now
+            ):
                 yield lane
 
     def take_probe(self, lane: Lane) -> bool:
@@ -391,7 +415,9 @@ class Lanes:
     def until_sendable(self) -> float:
         """Seconds until a lane holding deliveries may start one (0 if one may now)."""
         now_mono = time.monotonic()
-        return min((lane.blocked_until_mono - now_mono for lane in self.by_url.values() if lane.waiting), default=0.0)
+        return min(
+            (lane.blocked_until_mono - now_mono for lane in self.by_url.values() if lane.waiting), default=0.0
+        )
 
     def ready_to_start(self, *, may_reserve: bool) -> Iterator[tuple[Lane, ClaimedDelivery, float | None]]:
         """The waiting deliveries each lane allows to start now, with the rate slot each must wait for.
@@ -405,7 +431,10 @@ class Lanes:
         now_mono = time.monotonic()
         for lane in self.by_url.values():
             while (
-                lane.waiting and lane.open < lane.allowed() and lane.takes_claims(now_mono) and lane.may_hand_over()
+                lane.waiting
+                and lane.open < lane.allowed()
+                and lane.takes_claims(now_mono)
+                and lane.may_hand_over()
             ):
                 slot_mono = None
                 if lane.max_rate:

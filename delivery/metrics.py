@@ -49,7 +49,11 @@ LEARNED_RATE = Gauge(
 # alerts then see a failure's first increase, not a series appearing out of nothing.
 # ABANDONED is not among them: a worker that abandons an attempt is dead, and the
 # one that logs it did not make it (the web's attempts gauge counts those).
-for _outcome in (AttemptOutcome.DELIVERED, AttemptOutcome.TRANSIENT_FAILURE, AttemptOutcome.PERMANENT_FAILURE):
+for _outcome in (
+    AttemptOutcome.DELIVERED,
+    AttemptOutcome.TRANSIENT_FAILURE,
+    AttemptOutcome.PERMANENT_FAILURE,
+):
     ATTEMPT_DURATION.labels(outcome=_outcome)
 for _kind in ProcessKind.values:
     CLAIM_BATCH_DURATION.labels(kind=_kind)

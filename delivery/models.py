@@ -32,8 +32,12 @@ class Destination(models.Model):
     name = models.CharField(max_length=100, unique=True)
     url = models.URLField(max_length=2000, unique=True)
     # The event types it receives; empty: every type, including types added later.
-    event_types = ArrayField(models.CharField(max_length=32, choices=EventType.choices), default=list, blank=True)
-    format = models.CharField(max_length=16, choices=DestinationFormat.choices, default=DestinationFormat.STANDARD)
+    event_types = ArrayField(
+        models.CharField(max_length=32, choices=EventType.choices), default=list, blank=True
+    )
+    format = models.CharField(
+        max_length=16, choices=DestinationFormat.choices, default=DestinationFormat.STANDARD
+    )
     # Disabled: occurrences claimed meanwhile get no delivery for it (what is queued still goes).
     enabled = models.BooleanField(default=True)
     # Null: WEBHOOK_MAX_RATE / WEBHOOK_MAX_IN_FLIGHT / WEBHOOK_TIMEOUT.
@@ -53,7 +57,9 @@ class Destination(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(version__gte=1), name="destination_version_positive"),
             models.CheckConstraint(condition=~Q(name=""), name="destination_name_not_blank"),
-            models.CheckConstraint(condition=Q(format__in=DestinationFormat.values), name="destination_format_valid"),
+            models.CheckConstraint(
+                condition=Q(format__in=DestinationFormat.values), name="destination_format_valid"
+            ),
             models.CheckConstraint(
                 condition=Q(event_types__contained_by=EventType.values), name="destination_event_types_valid"
             ),
@@ -66,7 +72,8 @@ class Destination(models.Model):
             ),
             # Its upper bound, WEBHOOK_TIMEOUT, is a setting: the service holds it to that.
             models.CheckConstraint(
-                condition=Q(timeout__isnull=True) | Q(timeout__gt=timedelta(0)), name="destination_timeout_positive"
+                condition=Q(timeout__isnull=True) | Q(timeout__gt=timedelta(0)),
+                name="destination_timeout_positive",
             ),
         ]
 
@@ -92,7 +99,11 @@ class DestinationSecret(models.Model):
         ordering = ["destination", "-created_at"]
         indexes = [
             # The periodic drop of expired secrets reads only the few rotated ones.
-            models.Index(fields=["expires_at"], condition=Q(expires_at__isnull=False), name="destination_secret_expiry_idx"),
+            models.Index(
+                fields=["expires_at"],
+                condition=Q(expires_at__isnull=False),
+                name="destination_secret_expiry_idx",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -126,7 +137,12 @@ class Delivery(models.Model):
     # Null for history queued before destinations existed, and after its destination
     # was deleted (refused while it has deliveries to send: delivery.services.destinations).
     destination = models.ForeignKey(
-        Destination, on_delete=models.SET_NULL, null=True, blank=True, related_name="deliveries", db_index=False
+        Destination,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="deliveries",
+        db_index=False,
     )
     # Copied from the event so the worker's claim reads one table: the same key
     # at every destination (Standard Webhooks: one message, one id). Not indexed:
@@ -137,9 +153,7 @@ class Delivery(models.Model):
     endpoint_url = models.URLField(max_length=2000)
     # The JSON body, rendered when the event was claimed.
     payload = models.JSONField()
-    status = models.CharField(
-        max_length=16, choices=DeliveryStatus.choices, default=DeliveryStatus.QUEUED
-    )
+    status = models.CharField(max_length=16, choices=DeliveryStatus.choices, default=DeliveryStatus.QUEUED)
     attempts = models.PositiveIntegerField(default=0)
     # Attempts allowed before DEAD: DELIVERY_MAX_ATTEMPTS when queued, raised by
     # that much again when an operator resends (attempt numbers keep counting).
@@ -308,7 +322,11 @@ class Endpoint(models.Model):
             models.CheckConstraint(condition=Q(state__in=EndpointState.values), name="endpoint_state_valid"),
             models.CheckConstraint(
                 condition=~Q(state=EndpointState.FAILING)
-                | (Q(failing_since__isnull=False) & Q(next_probe_at__isnull=False) & Q(probe_interval__isnull=False)),
+                | (
+                    Q(failing_since__isnull=False)
+                    & Q(next_probe_at__isnull=False)
+                    & Q(probe_interval__isnull=False)
+                ),
                 name="endpoint_failing_has_probe",
             ),
             models.CheckConstraint(
@@ -399,8 +417,12 @@ class Recovery(models.Model):
         verbose_name_plural = "recoveries"
         ordering = ["-requested_at", "-id"]
         constraints = [
-            models.CheckConstraint(condition=Q(status__in=RecoveryStatus.values), name="recovery_status_valid"),
-            models.CheckConstraint(condition=Q(since__lt=models.F("until")), name="recovery_since_before_until"),
+            models.CheckConstraint(
+                condition=Q(status__in=RecoveryStatus.values), name="recovery_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(since__lt=models.F("until")), name="recovery_since_before_until"
+            ),
             models.CheckConstraint(
                 condition=Q(states__contained_by=list(RECOVERABLE_STATUSES)) & Q(states__len__gte=1),
                 name="recovery_states_valid",

@@ -25,7 +25,10 @@ def webhook_payload(
     """
     return {
         "message": render_message(
-            template=template, handler=get_handler(event_type), user=recipient, occurrence_date=occurrence_date
+            template=template,
+            handler=get_handler(event_type),
+            user=recipient,
+            occurrence_date=occurrence_date,
         ),
         "event_id": str(event_id),
         "event_type": event_type,

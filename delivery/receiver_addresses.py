@@ -127,11 +127,17 @@ class Refusal:
 
     def describe(self, *, host: str | None = None) -> str:
         """One line for an attempt's error and a validation message, naming the setting that would allow it."""
-        subject = str(self.address) if self.embedded is None else f"{self.address} (embedding {self.embedded})"
+        subject = (
+            str(self.address) if self.embedded is None else f"{self.address} (embedding {self.embedded})"
+        )
         if host and host.strip("[]") != str(self.address):
             subject = f"{host} at {subject}"
         judged = self.embedded or self.address
-        setting = "WEBHOOK_ALLOWED_NETWORKS, naming it alone" if judged in CLOUD_METADATA else "WEBHOOK_ALLOWED_NETWORKS"
+        setting = (
+            "WEBHOOK_ALLOWED_NETWORKS, naming it alone"
+            if judged in CLOUD_METADATA
+            else "WEBHOOK_ALLOWED_NETWORKS"
+        )
         return f"Refused: {subject} is {self.kind} ({setting})"
 
 

@@ -97,12 +97,23 @@ def decide(
     given up instead (a receiver that answers 429 for ever cannot keep it).
     """
     decision = _decide(
-        outcome=outcome, attempt=attempt, max_attempts=max_attempts, description=description,
-        status_code=status_code, retry_after=retry_after, endpoint_down=endpoint_down,
-        refused_by_message=refused_by_message, policy=policy, jitter=jitter,
+        outcome=outcome,
+        attempt=attempt,
+        max_attempts=max_attempts,
+        description=description,
+        status_code=status_code,
+        retry_after=retry_after,
+        endpoint_down=endpoint_down,
+        refused_by_message=refused_by_message,
+        policy=policy,
+        jitter=jitter,
     )
     if outlived is not None and decision.status == DeliveryStatus.QUEUED:
-        return Decision(status=DeliveryStatus.DEAD, delay=timedelta(0), reason=late_reason(lateness=outlived, last=description))
+        return Decision(
+            status=DeliveryStatus.DEAD,
+            delay=timedelta(0),
+            reason=late_reason(lateness=outlived, last=description),
+        )
     return decision
 
 
@@ -126,14 +137,18 @@ def _decide(
         # The receiver's own pace. With a Retry-After the whole endpoint waits (delivery.health)
         # and this one as asked; without, it keeps its place and the lanes slow down to a
         # learned rate (delivery.limit).
-        delay = None if retry_after is None else retry_delay(
-            attempt=attempt, retry_after=retry_after, policy=policy, jitter=jitter
+        delay = (
+            None
+            if retry_after is None
+            else retry_delay(attempt=attempt, retry_after=retry_after, policy=policy, jitter=jitter)
         )
         return Decision(status=DeliveryStatus.QUEUED, delay=delay, reason=description, charged=False)
     if endpoint_down and signal in (Signal.FAILURE, Signal.REFUSAL):
         return Decision(status=DeliveryStatus.QUEUED, delay=None, reason=description, charged=False)
     if outcome == AttemptOutcome.PERMANENT_FAILURE and (signal != Signal.REFUSAL or refused_by_message):
-        return Decision(status=DeliveryStatus.DEAD, delay=timedelta(0), reason=f"Permanent failure: {description}")
+        return Decision(
+            status=DeliveryStatus.DEAD, delay=timedelta(0), reason=f"Permanent failure: {description}"
+        )
     if attempt >= max_attempts:
         return Decision(
             status=DeliveryStatus.DEAD,

@@ -78,7 +78,9 @@ class Scheduler(ProcessLoop):
 
     def run(self) -> int:
         data = zone_data()
-        logger.info("Time zone data %s from %s", data.version or "unknown", data.path, extra={"scheduler": self.name})
+        logger.info(
+            "Time zone data %s from %s", data.version or "unknown", data.path, extra={"scheduler": self.name}
+        )
         self.with_database(self._log_backlog)
         self.heartbeat(start=True)
         while not self.stop.is_set():
@@ -113,7 +115,9 @@ class Scheduler(ProcessLoop):
         logger.info(
             "Scheduler started: %s overdue event(s)%s",
             summary.count,
-            f", targets from {summary.oldest.isoformat()} to {summary.newest.isoformat()}" if summary.count else "",
+            f", targets from {summary.oldest.isoformat()} to {summary.newest.isoformat()}"
+            if summary.count
+            else "",
             extra={"scheduler": self.name, "overdue": summary.count},
         )
 
@@ -134,7 +138,9 @@ class Scheduler(ProcessLoop):
             return first + self._claim_until_drained(own_connection=False)
         if self.pool is None:
             self.pool = ThreadPoolExecutor(max_workers=self.claimers, thread_name_prefix="claim")
-        futures = [self.pool.submit(self._claim_until_drained, own_connection=True) for _ in range(self.claimers)]
+        futures = [
+            self.pool.submit(self._claim_until_drained, own_connection=True) for _ in range(self.claimers)
+        ]
         # Every claimer finishes before an error (the database went away) is
         # raised, so the outage back-off never runs beside a claimer still at work.
         wait(futures)

@@ -27,12 +27,23 @@ NEW_DESTINATION = OpenApiExample(
 CREATED = OpenApiExample(
     "Created, with its secret shown this once",
     value={
-        "id": 3, "name": "team-slack", "url": "https://hooks.slack.com/services/T000/B000/XXXX",
-        "event_types": ["BIRTHDAY"], "format": "slack", "enabled": True, "max_rate": 1.0,
-        "max_in_flight": None, "timeout": None,
+        "id": 3,
+        "name": "team-slack",
+        "url": "https://hooks.slack.com/services/T000/B000/XXXX",
+        "event_types": ["BIRTHDAY"],
+        "format": "slack",
+        "enabled": True,
+        "max_rate": 1.0,
+        "max_in_flight": None,
+        "timeout": None,
         "secrets": [{"hint": "whsec_q2Vd…", "created_at": "2026-11-26T08:00:00Z", "expires_at": None}],
-        "paused": False, "endpoint_state": "HEALTHY", "created_by": "ops-alice", "updated_by": "ops-alice",
-        "created_at": "2026-11-26T08:00:00Z", "updated_at": "2026-11-26T08:00:00Z", "version": 1,
+        "paused": False,
+        "endpoint_state": "HEALTHY",
+        "created_by": "ops-alice",
+        "updated_by": "ops-alice",
+        "created_at": "2026-11-26T08:00:00Z",
+        "updated_at": "2026-11-26T08:00:00Z",
+        "version": 1,
         "secret": "whsec_q2Vd0c3rR0kP8nY5uWm0K3b8eXhI1tqO6o2QmJxkR2A=",
     },
     response_only=True,
@@ -41,17 +52,26 @@ CREATED = OpenApiExample(
 RECEIVER_FAILED = OpenApiExample(
     "The receiver answered 500",
     value={
-        "status_code": 500, "ok": False, "latency_ms": 41, "body_start": "upstream unavailable",
-        "error": "Internal Server Error", "refused": False, "message_id": "test-5f0c7d3e9a2b4c1d8e6f0a1b2c3d4e5f",
+        "status_code": 500,
+        "ok": False,
+        "latency_ms": 41,
+        "body_start": "upstream unavailable",
+        "error": "Internal Server Error",
+        "refused": False,
+        "message_id": "test-5f0c7d3e9a2b4c1d8e6f0a1b2c3d4e5f",
     },
     response_only=True,
 )
 REFUSED = OpenApiExample(
     "Its address is refused (no request made)",
     value={
-        "status_code": None, "ok": False, "latency_ms": 0, "body_start": "",
+        "status_code": None,
+        "ok": False,
+        "latency_ms": 0,
+        "body_start": "",
         "error": "Refused: hooks.internal at 10.0.0.5 is a private address (WEBHOOK_ALLOWED_NETWORKS)",
-        "refused": True, "message_id": "test-0a1b2c3d4e5f60718293a4b5c6d7e8f9",
+        "refused": True,
+        "message_id": "test-0a1b2c3d4e5f60718293a4b5c6d7e8f9",
     },
     response_only=True,
 )
@@ -140,29 +160,52 @@ RECOVERY_REFUSED = OpenApiResponse(
 )
 RECOVER_LOST_DAY = OpenApiExample(
     "Everything the CRM accepted between Tuesday 08:00 and Wednesday 10:00 (Paris), counted first",
-    value={"states": ["DELIVERED"], "since": "2026-11-24T08:00:00+01:00", "until": "2026-11-25T10:00:00+01:00",
-           "dry_run": True},
+    value={
+        "states": ["DELIVERED"],
+        "since": "2026-11-24T08:00:00+01:00",
+        "until": "2026-11-25T10:00:00+01:00",
+        "dry_run": True,
+    },
     request_only=True,
 )
 RECOVERY_PREVIEW = OpenApiExample(
     "The count",
-    value={"dry_run": True, "count": 1234, "states": ["DELIVERED"], "since": "2026-11-24T07:00:00Z",
-           "until": "2026-11-25T09:00:00Z"},
+    value={
+        "dry_run": True,
+        "count": 1234,
+        "states": ["DELIVERED"],
+        "since": "2026-11-24T07:00:00Z",
+        "until": "2026-11-25T09:00:00Z",
+    },
     response_only=True,
     status_codes=["200"],
 )
 RECOVERY_CREATED = OpenApiExample(
     "Recorded, for the workers",
-    value={"id": 7, "destination": 3, "states": ["DELIVERED"], "since": "2026-11-24T07:00:00Z",
-           "until": "2026-11-25T09:00:00Z", "status": "PENDING", "total": 1234, "done": 0, "skipped": 0,
-           "batches": 0, "requested_by": "ops-alice", "requested_at": "2026-11-26T10:00:00Z", "finished_at": None,
-           "updated_at": "2026-11-26T10:00:00Z"},
+    value={
+        "id": 7,
+        "destination": 3,
+        "states": ["DELIVERED"],
+        "since": "2026-11-24T07:00:00Z",
+        "until": "2026-11-25T09:00:00Z",
+        "status": "PENDING",
+        "total": 1234,
+        "done": 0,
+        "skipped": 0,
+        "batches": 0,
+        "requested_by": "ops-alice",
+        "requested_at": "2026-11-26T10:00:00Z",
+        "finished_at": None,
+        "updated_at": "2026-11-26T10:00:00Z",
+    },
     response_only=True,
     status_codes=["201"],
 )
 
 recovery_schema = extend_schema_view(
-    list=extend_schema(summary="List a destination's recoveries", description="Newest first, with their progress."),
+    list=extend_schema(
+        summary="List a destination's recoveries", description="Newest first, with their progress."
+    ),
     retrieve=extend_schema(
         summary="Read a recovery's progress",
         description="done and skipped grow a batch at a time while it is RUNNING; FINISHED: done + skipped = total.",

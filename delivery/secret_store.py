@@ -46,7 +46,8 @@ def secret_check(value: str) -> str:
         raise ValidationError(f"A signing secret is {PREFIX} followed by base64.", code="invalid") from None
     if not MIN_BYTES <= len(key) <= MAX_BYTES:
         raise ValidationError(
-            f"A signing secret's key is {MIN_BYTES} to {MAX_BYTES} bytes; this one has {len(key)}.", code="invalid"
+            f"A signing secret's key is {MIN_BYTES} to {MAX_BYTES} bytes; this one has {len(key)}.",
+            code="invalid",
         )
     return value
 
@@ -81,12 +82,16 @@ def _box() -> MultiFernet:
 
 @cache
 def _box_for(keys: tuple[str, ...], secret_key: str) -> MultiFernet:
-    derived = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"birthday-scheduler destination secrets")
+    derived = HKDF(
+        algorithm=hashes.SHA256(), length=32, salt=None, info=b"birthday-scheduler destination secrets"
+    )
     derived_key = Fernet(base64.urlsafe_b64encode(derived.derive(secret_key.encode())))
     try:
         explicit = [Fernet(key) for key in keys]
     except (ValueError, binascii.Error):
-        raise ImproperlyConfigured("WEBHOOK_SECRET_KEYS: every key must be a Fernet key (Fernet.generate_key()).") from None
+        raise ImproperlyConfigured(
+            "WEBHOOK_SECRET_KEYS: every key must be a Fernet key (Fernet.generate_key())."
+        ) from None
     # The derived key last: it still opens what was stored before explicit keys were set,
     # so moving to them is "set the keys, re-encrypt", and it never encrypts once they are.
     return MultiFernet([*explicit, derived_key])

@@ -26,11 +26,15 @@ from scheduling.admin_log import admin_log_export
 
 def deliveries_export(*, event_ids: Collection) -> list[dict]:
     """Every delivery of these events with its attempts and the console's log of it, as JSON-ready dicts."""
-    deliveries = list(Delivery.objects.filter(event_id__in=list(event_ids)).order_by("created_at", "id").values())
+    deliveries = list(
+        Delivery.objects.filter(event_id__in=list(event_ids)).order_by("created_at", "id").values()
+    )
     attempts: dict = {}
-    for attempt in DeliveryAttempt.objects.filter(delivery_id__in=[d["id"] for d in deliveries]).order_by(
-        "delivery_id", "number"
-    ).values():
+    for attempt in (
+        DeliveryAttempt.objects.filter(delivery_id__in=[d["id"] for d in deliveries])
+        .order_by("delivery_id", "number")
+        .values()
+    ):
         attempts.setdefault(attempt["delivery_id"], []).append(attempt)
     return [
         {
@@ -44,7 +48,9 @@ def deliveries_export(*, event_ids: Collection) -> list[dict]:
 
 def next_retry_at() -> datetime | None:
     """When the earliest QUEUED delivery is due (an idle worker sleeps until then)."""
-    return Delivery.objects.filter(status=DeliveryStatus.QUEUED).aggregate(first=Min("next_attempt_at"))["first"]
+    return Delivery.objects.filter(status=DeliveryStatus.QUEUED).aggregate(first=Min("next_attempt_at"))[
+        "first"
+    ]
 
 
 def delivery_outcome_counts(*, now: datetime) -> dict[str, int]:
@@ -58,9 +64,7 @@ def delivery_outcome_counts(*, now: datetime) -> dict[str, int]:
     finished = Delivery.objects.filter(
         status__in=[DeliveryStatus.DELIVERED, DeliveryStatus.DEAD], updated_at__gt=day_ago
     ).aggregate(
-        delivered_hour=Count(
-            "id", filter=Q(status=DeliveryStatus.DELIVERED, updated_at__gt=hour_ago)
-        ),
+        delivered_hour=Count("id", filter=Q(status=DeliveryStatus.DELIVERED, updated_at__gt=hour_ago)),
         delivered_day=Count("id", filter=Q(status=DeliveryStatus.DELIVERED)),
         dead_hour=Count("id", filter=Q(status=DeliveryStatus.DEAD, updated_at__gt=hour_ago)),
         dead_day=Count("id", filter=Q(status=DeliveryStatus.DEAD)),
@@ -79,9 +83,7 @@ def delivery_outcome_counts(*, now: datetime) -> dict[str, int]:
 
 def delivery_backlog_counts() -> dict[str, int]:
     """Deliveries waiting (QUEUED) and under a worker's lease (SENDING)."""
-    return Delivery.objects.filter(
-        status__in=[DeliveryStatus.QUEUED, DeliveryStatus.SENDING]
-    ).aggregate(
+    return Delivery.objects.filter(status__in=[DeliveryStatus.QUEUED, DeliveryStatus.SENDING]).aggregate(
         queued=Count("id", filter=Q(status=DeliveryStatus.QUEUED)),
         sending=Count("id", filter=Q(status=DeliveryStatus.SENDING)),
     )
@@ -105,7 +107,9 @@ def delivery_finished_counts(*, since: datetime) -> dict[str, int]:
     is read. A DEAD delivery resent since is QUEUED again and not counted.
     """
     finished = [DeliveryStatus.DELIVERED, DeliveryStatus.DEAD]
-    return counts_by(Delivery.objects.filter(status__in=finished, updated_at__gt=since), field="status", keys=finished)
+    return counts_by(
+        Delivery.objects.filter(status__in=finished, updated_at__gt=since), field="status", keys=finished
+    )
 
 
 @dataclass(frozen=True)
@@ -193,10 +197,14 @@ def destinations_for_claim() -> list[Destination]:
     return list(Destination.objects.raw(f"SELECT * FROM {table} WHERE enabled ORDER BY id FOR KEY SHARE"))
 
 
-def destination_signing_secrets(*, destinations: Iterable[Destination], now: datetime) -> dict[int, list[str]]:
+def destination_signing_secrets(
+    *, destinations: Iterable[Destination], now: datetime
+) -> dict[int, list[str]]:
     """Each destination's secrets in force at `now`, decrypted, newest first (the worker's signers)."""
     by_destination: dict[int, list[str]] = {d.pk: [] for d in destinations}
-    rows = DestinationSecret.objects.filter(destination__in=list(by_destination)).order_by("-created_at", "-id")
+    rows = DestinationSecret.objects.filter(destination__in=list(by_destination)).order_by(
+        "-created_at", "-id"
+    )
     for stored in rows:
         if stored.expires_at is None or stored.expires_at > now:
             by_destination[stored.destination_id].append(secret_store.secret_decrypt(stored.ciphertext))

@@ -32,8 +32,12 @@ class DestinationSecretSerializer(serializers.ModelSerializer):
         model = DestinationSecret
         fields = ["hint", "created_at", "expires_at"]
         extra_kwargs = {
-            "hint": {"help_text": "The prefix and the first characters: enough to tell secrets apart, never to sign."},
-            "expires_at": {"help_text": "Null: in force. Else it signs beside the newer one until then (rotation)."},
+            "hint": {
+                "help_text": "The prefix and the first characters: enough to tell secrets apart, never to sign."
+            },
+            "expires_at": {
+                "help_text": "Null: in force. Else it signs beside the newer one until then (rotation)."
+            },
         }
 
 
@@ -42,42 +46,74 @@ class DestinationSerializer(serializers.ModelSerializer):
     answer to the create and rotate-secret requests, once."""
 
     event_types = serializers.ListField(
-        child=serializers.ChoiceField(choices=EventType.choices), required=False, allow_empty=True,
+        child=serializers.ChoiceField(choices=EventType.choices),
+        required=False,
+        allow_empty=True,
         help_text="The event types it receives; empty (the default): every type, including types added later.",
     )
     format = serializers.ChoiceField(
-        choices=DestinationFormat.choices, required=False,
+        choices=DestinationFormat.choices,
+        required=False,
         help_text="standard: the JSON body with Standard Webhooks signatures; slack, discord, teams: the body "
         "their incoming webhooks accept (signed too).",
     )
     timeout = SecondsField(
-        required=False, allow_null=True,
+        required=False,
+        allow_null=True,
         help_text="Seconds to wait for its answer; null: WEBHOOK_TIMEOUT, which it may not exceed.",
     )
     secret = serializers.CharField(
-        write_only=True, required=False, allow_blank=True, trim_whitespace=True,
+        write_only=True,
+        required=False,
+        allow_blank=True,
+        trim_whitespace=True,
         help_text="On create only: a signing secret to use (whsec_ + base64 of 24 to 64 bytes); left out, the "
         "server makes one. Either way it is in this answer only.",
     )
-    secrets = DestinationSecretSerializer(many=True, read_only=True, help_text="Its signing secrets, as hints.")
-    paused = serializers.SerializerMethodField(help_text="Whether an operator paused it (its endpoint's pause).")
-    endpoint_state = serializers.SerializerMethodField(help_text="Its URL's health: HEALTHY, FAILING or PAUSED.")
+    secrets = DestinationSecretSerializer(
+        many=True, read_only=True, help_text="Its signing secrets, as hints."
+    )
+    paused = serializers.SerializerMethodField(
+        help_text="Whether an operator paused it (its endpoint's pause)."
+    )
+    endpoint_state = serializers.SerializerMethodField(
+        help_text="Its URL's health: HEALTHY, FAILING or PAUSED."
+    )
 
     class Meta:
         model = Destination
         fields = [
-            "id", "name", "url", "event_types", "format", "enabled", "max_rate", "max_in_flight", "timeout",
-            "secret", "secrets", "paused", "endpoint_state", "created_by", "updated_by", "created_at", "updated_at",
+            "id",
+            "name",
+            "url",
+            "event_types",
+            "format",
+            "enabled",
+            "max_rate",
+            "max_in_flight",
+            "timeout",
+            "secret",
+            "secrets",
+            "paused",
+            "endpoint_state",
+            "created_by",
+            "updated_by",
+            "created_at",
+            "updated_at",
             "version",
         ]
         read_only_fields = ["created_by", "updated_by", "created_at", "updated_at", "version"]
         extra_kwargs = {
             "name": {"help_text": "Unique; how operators and failure reasons name it."},
-            "url": {"help_text": "Where its deliveries are POSTed (http or https). A new URL takes its unsent "
-                    "deliveries with it."},
+            "url": {
+                "help_text": "Where its deliveries are POSTed (http or https). A new URL takes its unsent "
+                "deliveries with it."
+            },
             "enabled": {"help_text": "Disabled: occurrences claimed meanwhile get no delivery for it."},
             "max_rate": {"help_text": "Most requests per second from all workers; null: WEBHOOK_MAX_RATE."},
-            "max_in_flight": {"help_text": "Most requests open at once from all workers; null: WEBHOOK_MAX_IN_FLIGHT."},
+            "max_in_flight": {
+                "help_text": "Most requests open at once from all workers; null: WEBHOOK_MAX_IN_FLIGHT."
+            },
             "version": {"help_text": "Bumped by every change of its settings or secrets; the ETag."},
         }
         # The service validates and reports each field; the model's unique validators would only read twice.
@@ -99,7 +135,9 @@ class DestinationSerializer(serializers.ModelSerializer):
 
     def to_internal_value(self, data):
         if not isinstance(data, dict):
-            raise serializers.ValidationError({"non_field_errors": ["Expected a JSON object with the destination's fields."]})
+            raise serializers.ValidationError(
+                {"non_field_errors": ["Expected a JSON object with the destination's fields."]}
+            )
         writable = {name for name, field in self.fields.items() if not field.read_only}
         errors = {field: ["Unknown field."] for field in sorted(set(data) - writable)}
         if self.instance is not None and "secret" in data:
@@ -116,7 +154,9 @@ class DestinationSerializer(serializers.ModelSerializer):
 def _messages(detail) -> list:
     """A field's errors as a list of messages: a list's are by item ({"0": [...]}), said as "Item 1: ..."."""
     if isinstance(detail, dict):
-        return [f"Item {int(index) + 1}: {message}" for index, messages in detail.items() for message in messages]
+        return [
+            f"Item {int(index) + 1}: {message}" for index, messages in detail.items() for message in messages
+        ]
     return detail
 
 
@@ -129,7 +169,8 @@ class NewSecretSerializer(serializers.Serializer):
 
 class RotateSecretSerializer(serializers.Serializer):
     secret = serializers.CharField(
-        required=False, allow_blank=True,
+        required=False,
+        allow_blank=True,
         help_text="A signing secret to use (whsec_ + base64 of 24 to 64 bytes); left out, the server makes one.",
     )
 
@@ -160,7 +201,8 @@ class RecoveryRequestSerializer(serializers.Serializer):
     """What to recover: the states, the window and whether only to count. The values are the service's to judge."""
 
     states = serializers.ListField(
-        child=serializers.CharField(), allow_empty=True,
+        child=serializers.CharField(),
+        allow_empty=True,
         help_text="DEAD, DELIVERED or both: the states of the deliveries to send again.",
     )
     since = AwareDateTimeField(
@@ -191,7 +233,9 @@ class RecoveryPreviewSerializer(serializers.Serializer):
     """The answer to a dry run: how many deliveries the recovery would send again now."""
 
     dry_run = serializers.BooleanField(help_text="Always true: nothing was recorded.")
-    count = serializers.IntegerField(help_text="The deliveries a recovery with these values would queue again.")
+    count = serializers.IntegerField(
+        help_text="The deliveries a recovery with these values would queue again."
+    )
     states = serializers.ListField(child=serializers.CharField())
     since = serializers.DateTimeField()
     until = serializers.DateTimeField()
@@ -201,18 +245,34 @@ class RecoverySerializer(serializers.ModelSerializer):
     class Meta:
         model = Recovery
         fields = [
-            "id", "destination", "states", "since", "until", "status", "total", "done", "skipped", "batches",
-            "requested_by", "requested_at", "finished_at", "updated_at",
+            "id",
+            "destination",
+            "states",
+            "since",
+            "until",
+            "status",
+            "total",
+            "done",
+            "skipped",
+            "batches",
+            "requested_by",
+            "requested_at",
+            "finished_at",
+            "updated_at",
         ]
         read_only_fields = fields
         extra_kwargs = {
             "status": {"help_text": "PENDING (waiting for a worker), RUNNING, FINISHED or CANCELLED."},
             "total": {"help_text": "The deliveries counted when it was asked for: what was confirmed."},
             "done": {"help_text": "Queued again so far, each under its own idempotency key."},
-            "skipped": {"help_text": "Counted but not queued again: gone since (recipient erased, event pruned), "
-                        "sent again meanwhile, or the recipient no longer has that date. FINISHED: done + "
-                        "skipped = total."},
-            "batches": {"help_text": "The workers' batches so far (DELIVERY_RECOVERY_BATCH deliveries each)."},
+            "skipped": {
+                "help_text": "Counted but not queued again: gone since (recipient erased, event pruned), "
+                "sent again meanwhile, or the recipient no longer has that date. FINISHED: done + "
+                "skipped = total."
+            },
+            "batches": {
+                "help_text": "The workers' batches so far (DELIVERY_RECOVERY_BATCH deliveries each)."
+            },
         }
 
 
@@ -225,8 +285,12 @@ class PingResultSerializer(serializers.Serializer):
     status_code = serializers.IntegerField(
         allow_null=True, help_text="The receiver's HTTP status; null when it gave none (see error)."
     )
-    ok = serializers.BooleanField(help_text="The receiver accepted it (2xx), as a delivery would count delivered.")
-    latency_ms = serializers.IntegerField(help_text="Milliseconds from the start of the request to the answer.")
+    ok = serializers.BooleanField(
+        help_text="The receiver accepted it (2xx), as a delivery would count delivered."
+    )
+    latency_ms = serializers.IntegerField(
+        help_text="Milliseconds from the start of the request to the answer."
+    )
     body_start = serializers.CharField(
         allow_blank=True, help_text="The first 500 bytes of the answer's body, decoded as UTF-8."
     )

@@ -247,10 +247,14 @@ class WebhookTransport:
         self._proxied_verdicts[key] = (now_mono + DNS_CACHE_SECONDS, verdict)
         return verdict
 
-    def headers_for(self, delivery: ClaimedDelivery, body: str, signer: WebhookSigner | None) -> dict[str, str]:
+    def headers_for(
+        self, delivery: ClaimedDelivery, body: str, signer: WebhookSigner | None
+    ) -> dict[str, str]:
         headers = {**self._headers, "X-Idempotency-Key": delivery.idempotency_key}
         if signer is not None:
-            headers.update(signer.headers(msg_id=delivery.idempotency_key, body=body, sent_at=datetime.now(UTC)))
+            headers.update(
+                signer.headers(msg_id=delivery.idempotency_key, body=body, sent_at=datetime.now(UTC))
+            )
         return headers
 
     async def send(
@@ -291,7 +295,11 @@ class WebhookTransport:
                 timeout=self._timeout_of(timeout),
             ) as response:
                 excerpt = await _read_excerpt(response)
-                status, reason, retry_after_header = response.status, response.reason, response.headers.get("Retry-After")
+                status, reason, retry_after_header = (
+                    response.status,
+                    response.reason,
+                    response.headers.get("Retry-After"),
+                )
         except AddressRefused as exc:
             return finish(AttemptOutcome.PERMANENT_FAILURE, error=str(exc), refused=True)
         except TimeoutError:
@@ -309,7 +317,9 @@ class WebhookTransport:
             retry_after = parse_retry_after(retry_after_header)
         if outcome != AttemptOutcome.DELIVERED:
             error = reason or ""
-        return finish(outcome, status_code=status, error=error, response_excerpt=excerpt, retry_after=retry_after)
+        return finish(
+            outcome, status_code=status, error=error, response_excerpt=excerpt, retry_after=retry_after
+        )
 
 
 async def _read_excerpt(response: aiohttp.ClientResponse) -> str:

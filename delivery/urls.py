@@ -5,7 +5,9 @@ from delivery.views import DestinationRecoveryViewSet, DestinationViewSet
 router = DefaultRouter()
 router.register("destinations", DestinationViewSet, basename="destination")
 router.register(
-    r"destinations/(?P<destination_pk>[0-9]+)/recoveries", DestinationRecoveryViewSet, basename="destination-recovery"
+    r"destinations/(?P<destination_pk>[0-9]+)/recoveries",
+    DestinationRecoveryViewSet,
+    basename="destination-recovery",
 )
 
 urlpatterns = router.urls

@@ -95,7 +95,9 @@ class DestinationViewSet(viewsets.ModelViewSet):
         serializer = self.get_serializer(destination, data=request.data, partial=kwargs.get("partial", False))
         serializer.is_valid(raise_exception=True)
         updated = services.destination_update(
-            destination=destination, operator=self._operator(), changes=serializer.validated_data,
+            destination=destination,
+            operator=self._operator(),
+            changes=serializer.validated_data,
             expected_versions=self._expected_versions(),
         )
         return self._answer(updated)
@@ -105,7 +107,12 @@ class DestinationViewSet(viewsets.ModelViewSet):
             destination=instance, operator=self._operator(), expected_versions=self._expected_versions()
         )
 
-    @action(detail=True, methods=["post"], url_path="rotate-secret", permission_classes=[ChangeDestinationPermission])
+    @action(
+        detail=True,
+        methods=["post"],
+        url_path="rotate-secret",
+        permission_classes=[ChangeDestinationPermission],
+    )
     def rotate_secret(self, request, pk=None):
         destination = self.get_object()
         serializer = RotateSecretSerializer(data=request.data)
@@ -114,7 +121,9 @@ class DestinationViewSet(viewsets.ModelViewSet):
             destination=destination, operator=self._operator(), secret=serializer.validated_data.get("secret")
         )
         secrets = rotated.destination.secrets.order_by("-created_at", "-id")
-        return Response({"secret": rotated.value, "secrets": DestinationSecretSerializer(secrets, many=True).data})
+        return Response(
+            {"secret": rotated.value, "secrets": DestinationSecretSerializer(secrets, many=True).data}
+        )
 
     @action(detail=True, methods=["post"], permission_classes=[ChangeDestinationPermission])
     def pause(self, request, pk=None):

@@ -104,7 +104,9 @@ class Worker(ProcessLoop):
         # When the loop last moved on from one step to the next (see _held_up).
         self.progress_mono = 0.0
         self.next_claim_mono = float("-inf")
-        self.renew_leases = SideTask("lease renewal", max(0.5, self.lease.total_seconds() / 3), self._renew_leases)
+        self.renew_leases = SideTask(
+            "lease renewal", max(0.5, self.lease.total_seconds() / 3), self._renew_leases
+        )
         self.side_tasks += [
             self.renew_leases,
             SideTask(
@@ -118,7 +120,9 @@ class Worker(ProcessLoop):
         for task in self.side_tasks:
             task.last = time.monotonic()
         # A recovery left unfinished (its worker killed) is taken up at once, by a --once run too.
-        self.advance_recoveries = SideTask("recovery of destinations", RECOVERIES_EVERY, self._advance_recoveries)
+        self.advance_recoveries = SideTask(
+            "recovery of destinations", RECOVERIES_EVERY, self._advance_recoveries
+        )
         self.side_tasks.append(self.advance_recoveries)
         # Whether the last turn's recovery batch queued something or left more: the turn had work.
         self.recovering_destinations = False
@@ -179,7 +183,11 @@ class Worker(ProcessLoop):
         self.recovering_destinations = False
         self.run_side_tasks()
         return bool(
-            claimed or self.lanes.waiting() or self.sender.busy or self.sender.answers or self.recovering_destinations
+            claimed
+            or self.lanes.waiting()
+            or self.sender.busy
+            or self.sender.answers
+            or self.recovering_destinations
         )
 
     def _rest(self) -> None:
@@ -309,7 +317,9 @@ class Worker(ProcessLoop):
         same key.
         """
         answers = self.sender.answers
-        if not answers or not (force or not self.sender.busy or self.sender.answers_due(batch=self.worthwhile_batch)):
+        if not answers or not (
+            force or not self.sender.busy or self.sender.answers_due(batch=self.worthwhile_batch)
+        ):
             return
         summary = deliveries_record(worker=self.name, results=answers, healthy=self.lanes.healthy_urls())
         self.sender.answers_recorded()
@@ -330,7 +340,9 @@ class Worker(ProcessLoop):
         timeline: those are left to expire and be taken over, not kept forever.
         """
         waiting = [delivery.id for lane in self.lanes.by_url.values() for delivery in lane.waiting]
-        return deliveries_renew_leases(worker=self.name, ids=waiting + self.sender.held_ids(), lease=self.lease)
+        return deliveries_renew_leases(
+            worker=self.name, ids=waiting + self.sender.held_ids(), lease=self.lease
+        )
 
     def _renew_leases(self, *, idle: float) -> None:
         """Every third of a lease: the leases of what this worker holds outlast the request each waits on."""
@@ -367,7 +379,9 @@ class Worker(ProcessLoop):
         unstarted = self.lanes.take_all_waiting()
         if self.sender.busy:
             logger.info(
-                "Waiting for %s in-flight sends to finish", len(self.sender.begun), extra={"worker": self.name}
+                "Waiting for %s in-flight sends to finish",
+                len(self.sender.begun),
+                extra={"worker": self.name},
             )
         # Begun requests end within the timeout.
         unstarted += self.sender.drain(timeout=self.timeout + 5)

@@ -26,10 +26,15 @@ from users.services import user_create  # noqa: E402
 def main() -> int:
     if User.objects.exists():
         return 0
-    ada = user_create(first_name="Ada", last_name="Lovelace", date_of_birth=date(1990, 12, 10), timezone="Europe/London")
+    ada = user_create(
+        first_name="Ada", last_name="Lovelace", date_of_birth=date(1990, 12, 10), timezone="Europe/London"
+    )
     birthday = ada.events.get(status=EventStatus.PENDING)
     event_deliver_now(event=birthday, operator="make run (first message)")
-    print("A first recipient, Ada Lovelace, was created and her birthday greeting sent now: watch the sink.", flush=True)
+    print(
+        "A first recipient, Ada Lovelace, was created and her birthday greeting sent now: watch the sink.",
+        flush=True,
+    )
     return 0
 
 

@@ -137,8 +137,13 @@ def supervise(env: dict[str, str]) -> int:
 
     # On an empty database, a first recipient whose greeting goes out at once.
     demo = subprocess.Popen(
-        [sys.executable, "-m", "devtools.demo"], cwd=BASE_DIR, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        [sys.executable, "-m", "devtools.demo"],
+        cwd=BASE_DIR,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
     threading.Thread(target=_pump, args=("demo", demo.stdout), daemon=True).start()
 

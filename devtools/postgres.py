@@ -165,8 +165,16 @@ def _unprivileged_account() -> pwd.struct_passwd:
         pass
     subprocess.run(
         [
-            "useradd", "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
-            "--shell", "/usr/sbin/nologin", "--comment", "PostgreSQL of make run and make test",
+            "useradd",
+            "--system",
+            "--user-group",
+            "--no-create-home",
+            "--home-dir",
+            "/nonexistent",
+            "--shell",
+            "/usr/sbin/nologin",
+            "--comment",
+            "PostgreSQL of make run and make test",
             UNPRIVILEGED_ACCOUNT,
         ],
         check=True,
@@ -201,7 +209,12 @@ class EmbeddedPostgres:
     """
 
     def __init__(
-        self, *, root: Path, port: int, superuser: str = "postgres", throwaway: bool = False,
+        self,
+        *,
+        root: Path,
+        port: int,
+        superuser: str = "postgres",
+        throwaway: bool = False,
         binaries: Path | None = None,
     ) -> None:
         self.root = root
@@ -217,8 +230,17 @@ class EmbeddedPostgres:
         self._prepare_root()
         if not (self.data / "PG_VERSION").exists():
             self._run(
-                "initdb", "-D", str(self.data), "-U", self.superuser, "-A", "trust", "-E", "UTF8",
-                "--locale=C", *(["--no-sync"] if self.throwaway else []),
+                "initdb",
+                "-D",
+                str(self.data),
+                "-U",
+                self.superuser,
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                *(["--no-sync"] if self.throwaway else []),
             )
         if self.is_running():
             # postmaster.pid's fourth line is the port the running server listens on.
@@ -240,8 +262,17 @@ class EmbeddedPostgres:
             options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         try:
             self._run(
-                "pg_ctl", "start", "-D", str(self.data), "-l", str(self.log), "-w", "-t", _PG_CTL_WAIT,
-                "-o", options,
+                "pg_ctl",
+                "start",
+                "-D",
+                str(self.data),
+                "-l",
+                str(self.log),
+                "-w",
+                "-t",
+                _PG_CTL_WAIT,
+                "-o",
+                options,
             )
         except EmbeddedPostgresError as exc:
             raise EmbeddedPostgresError(f"{exc} Server log {self.log}: {self._log_tail()}") from None
@@ -277,8 +308,20 @@ class EmbeddedPostgres:
         )
         standby._prepare_root()
         standby._run(
-            "pg_basebackup", "--pgdata", str(standby.data), "--host", "127.0.0.1", "--port", str(self.port),
-            "--username", self.superuser, "--write-recovery-conf", "--wal-method", "stream", "--checkpoint", "fast",
+            "pg_basebackup",
+            "--pgdata",
+            str(standby.data),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--username",
+            self.superuser,
+            "--write-recovery-conf",
+            "--wal-method",
+            "stream",
+            "--checkpoint",
+            "fast",
             *(["--no-sync"] if self.throwaway else []),
         )
         return standby
@@ -315,8 +358,13 @@ class EmbeddedPostgres:
         # inherit the pipe and keep `run` waiting for its end.
         with tempfile.TemporaryFile("w+") as output:
             result = subprocess.run(
-                command, cwd=self.root, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
-                text=True, **switch_user,
+                command,
+                cwd=self.root,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                text=True,
+                **switch_user,
             )
             if check and result.returncode != 0:
                 output.seek(0)

@@ -147,7 +147,9 @@ class WebhookSink:
         # stop() waits for the serving loop to look at its stop flag, which it does once
         # per poll interval (half a second by default): the tests stop a sink after each
         # test, so a short interval is what makes stopping one immediate.
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
         self.thread.start()
         return self
 

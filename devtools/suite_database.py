@@ -60,7 +60,10 @@ def run_with_database(
     config["PORT"] = int(config["PORT"] or 5432)
     server = None
     if config["HOST"] in THIS_MACHINE and not port_is_open(host=config["HOST"], port=config["PORT"]):
-        print(f"No PostgreSQL at {config['HOST']}:{config['PORT']}; starting the embedded one there.", flush=True)
+        print(
+            f"No PostgreSQL at {config['HOST']}:{config['PORT']}; starting the embedded one there.",
+            flush=True,
+        )
         try:
             # Made inside the try: as root, making it copies the binaries, which can fail too.
             server = EmbeddedPostgres(

@@ -31,7 +31,11 @@ def metrics_access(*, request: HttpRequest) -> MetricsAccess:
     """
     token = settings.METRICS_TOKEN
     scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
-    if token and scheme.lower() == "bearer" and secrets.compare_digest(credentials.strip().encode(), token.encode()):
+    if (
+        token
+        and scheme.lower() == "bearer"
+        and secrets.compare_digest(credentials.strip().encode(), token.encode())
+    ):
         return MetricsAccess.ALLOWED
     forwarded = any(header in request.headers for header in ("X-Forwarded-For", "Forwarded"))
     trusted_address = settings.TRUSTED_PROXY_COUNT or not forwarded

@@ -98,8 +98,8 @@ class DatabaseCollector:
         held_back = events_held_back_counts(since=now - ATTEMPTS_WINDOW)
         yield _labelled(
             "birthday_events_paused_last_hour",
-            "Events whose send time came in the last hour while their recipient (paused=\"recipient\") or their "
-            "event type (paused=\"event_type\") was paused: FAILED, not sent, counted exactly.",
+            'Events whose send time came in the last hour while their recipient (paused="recipient") or their '
+            'event type (paused="event_type") was paused: FAILED, not sent, counted exactly.',
             "paused",
             {"recipient": held_back[RECIPIENT_PAUSED], "event_type": held_back[EVENT_TYPE_PAUSED]},
         )
@@ -131,7 +131,9 @@ class DatabaseCollector:
             delivery_finished_counts(since=now - ATTEMPTS_WINDOW),
         )
         yield _labelled(
-            "birthday_deliveries_estimated", f"Deliveries in each status, estimated: {ESTIMATE_NOTE}", "status",
+            "birthday_deliveries_estimated",
+            f"Deliveries in each status, estimated: {ESTIMATE_NOTE}",
+            "status",
             delivery_status_estimates(),
         )
         due = delivery_due_summary(now=now)
@@ -219,8 +221,12 @@ def _endpoint_families(*, now: datetime, endpoints: list[Endpoint]) -> Iterator[
             state.add_metric([url, value], 1 if endpoint.state == value else 0)
         failures.add_metric([url], endpoint.consecutive_failures)
         queued.add_metric([url], waiting[url].queued)
-        failing.add_metric([url], _age(now, endpoint.failing_since) if endpoint.state == EndpointState.FAILING else 0)
-        paused.add_metric([url], _age(now, endpoint.paused_at) if endpoint.state == EndpointState.PAUSED else 0)
+        failing.add_metric(
+            [url], _age(now, endpoint.failing_since) if endpoint.state == EndpointState.FAILING else 0
+        )
+        paused.add_metric(
+            [url], _age(now, endpoint.paused_at) if endpoint.state == EndpointState.PAUSED else 0
+        )
     yield from (state, failures, queued, failing, paused)
 
 

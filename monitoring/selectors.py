@@ -73,7 +73,9 @@ def readiness(*, connection: BaseDatabaseWrapper | None = None) -> Readiness:
         with connection.cursor() as cursor:
             # Whatever the current transaction is: in recovery (a standby), or
             # every new transaction read-only (a primary being demoted).
-            cursor.execute("SELECT pg_is_in_recovery() OR current_setting('default_transaction_read_only') = 'on'")
+            cursor.execute(
+                "SELECT pg_is_in_recovery() OR current_setting('default_transaction_read_only') = 'on'"
+            )
             read_only = cursor.fetchone()[0]
         executor = MigrationExecutor(connection)
         plan = executor.migration_plan(executor.loader.graph.leaf_nodes())

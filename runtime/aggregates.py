@@ -15,9 +15,7 @@ def counts_by(queryset: QuerySet, *, field: str, keys: Iterable[str]) -> dict[st
     the filter's columns and `field` answers it without reading the rows.
     """
     counts = dict.fromkeys(keys, 0)
-    counts.update(
-        queryset.values(field).annotate(count=Count("*")).order_by().values_list(field, "count")
-    )
+    counts.update(queryset.values(field).annotate(count=Count("*")).order_by().values_list(field, "count"))
     return counts
 
 

@@ -36,11 +36,15 @@ class ProcessCommand(BaseCommand):
     def add_arguments(self, parser):
         self.add_process_arguments(parser)
         parser.add_argument(
-            "--interval", type=float, default=1.0,
+            "--interval",
+            type=float,
+            default=1.0,
             help="Longest sleep in seconds between looks for work when idle. Default 1.",
         )
         parser.add_argument(
-            "--metrics-port", type=int, default=settings.METRICS_PORT,
+            "--metrics-port",
+            type=int,
+            default=settings.METRICS_PORT,
             help="Serve this process's Prometheus metrics on this port (METRICS_PORT; 0: do not).",
         )
         parser.add_argument("--once", action="store_true", help=self.once_help)
@@ -56,7 +60,9 @@ class ProcessCommand(BaseCommand):
             loop = self.process(interval=interval, once=once, stop=stop, **options)
             with metrics_served(port=metrics_port, address=settings.METRICS_ADDRESS) as server:
                 if server is not None:
-                    logger.info("Serving metrics on http://%s:%s/metrics", settings.METRICS_ADDRESS, metrics_port)
+                    logger.info(
+                        "Serving metrics on http://%s:%s/metrics", settings.METRICS_ADDRESS, metrics_port
+                    )
                 loop.run()
         except DatabaseUnavailable as exc:
             # A --once run (cron, tests) that cannot reach PostgreSQL: one line, exit 1.

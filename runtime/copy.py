@@ -17,7 +17,11 @@ from psycopg.types.json import Jsonb
 
 
 def copy_rows(
-    model: type[models.Model], columns: Sequence[str], rows: Sequence[tuple], *, same_for_all: Mapping[str, Any] | None = None
+    model: type[models.Model],
+    columns: Sequence[str],
+    rows: Sequence[tuple],
+    *,
+    same_for_all: Mapping[str, Any] | None = None,
 ) -> None:
     """Insert plain tuples whose values follow `columns` (attribute names).
 

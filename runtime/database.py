@@ -60,7 +60,9 @@ def is_database_outage(exc: BaseException) -> bool:
 
 def is_server_read_only(exc: BaseException) -> bool:
     """Whether `exc` came from a server that is up but cannot take writes (a standby, a demoted primary)."""
-    return any(getattr(error, "sqlstate", None) in SERVER_READ_ONLY_SQLSTATES for error in _error_and_causes(exc))
+    return any(
+        getattr(error, "sqlstate", None) in SERVER_READ_ONLY_SQLSTATES for error in _error_and_causes(exc)
+    )
 
 
 class Backoff:

@@ -12,7 +12,12 @@ def heartbeat_start(*, kind: str, name: str, host: str, pid: int, zone_data: str
     beat, _ = ProcessHeartbeat.objects.update_or_create(
         name=name,
         defaults={
-            "kind": kind, "host": host, "pid": pid, "started_at": now, "last_seen_at": now, "stopped_at": None,
+            "kind": kind,
+            "host": host,
+            "pid": pid,
+            "started_at": now,
+            "last_seen_at": now,
+            "stopped_at": None,
             "zone_data": zone_data,
         },
     )
@@ -40,6 +45,12 @@ def heartbeat_beat(
         # The row is gone (a migration recreated the table, an operator deleted
         # it): a live process writes itself back rather than vanish from the console.
         ProcessHeartbeat.objects.create(
-            kind=kind, name=name, host=host, pid=pid, started_at=now, last_seen_at=now,
-            stopped_at=now if stopped else None, **counts,
+            kind=kind,
+            name=name,
+            host=host,
+            pid=pid,
+            started_at=now,
+            last_seen_at=now,
+            stopped_at=now if stopped else None,
+            **counts,
         )

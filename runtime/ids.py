@@ -34,4 +34,6 @@ def uuid7() -> uuid.UUID:
     """
     ms = time.time_ns() // 1_000_000
     rand = random.getrandbits(74)
-    return uuid.UUID(int=(ms & 0xFFFF_FFFF_FFFF) << 80 | 0x7 << 76 | (rand >> 62) << 64 | 0b10 << 62 | rand & _RANDOM_62)
+    return uuid.UUID(
+        int=(ms & 0xFFFF_FFFF_FFFF) << 80 | 0x7 << 76 | (rand >> 62) << 64 | 0b10 << 62 | rand & _RANDOM_62
+    )

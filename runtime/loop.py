@@ -72,7 +72,12 @@ class ProcessLoop:
         self.stop = stop or threading.Event()
         self.name = process_name()
         # What this process's heartbeat row says about it.
-        self.identity = {"kind": self.kind, "name": self.name, "host": socket.gethostname(), "pid": os.getpid()}
+        self.identity = {
+            "kind": self.kind,
+            "name": self.name,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+        }
         self.counted = dict.fromkeys(self.HEARTBEAT_COLUMNS.values(), 0)
         self.counts_lock = threading.Lock()
         self.backoff = Backoff()
@@ -105,7 +110,9 @@ class ProcessLoop:
                 heartbeat_start(**self.identity, zone_data=self.reported_zone_data())
             else:
                 columns = {column: self.counted[name] for column, name in self.HEARTBEAT_COLUMNS.items()}
-                heartbeat_beat(**self.identity, zone_data=self.reported_zone_data(), **columns, stopped=stopped)
+                heartbeat_beat(
+                    **self.identity, zone_data=self.reported_zone_data(), **columns, stopped=stopped
+                )
             self.heartbeat_task.last = time.monotonic()
         except DB_ERRORS as exc:
             self._side_task_failed("heartbeat", exc)
@@ -143,8 +150,11 @@ class ProcessLoop:
 
     def _side_task_failed(self, name: str, exc: Exception) -> None:
         # No pause here: the next main step meets the same outage and waits it out.
-        logger.warning("%s not done: database unavailable", name.capitalize(),
-                       extra={self.kind: self.name, "error": database_error_reason(exc)})
+        logger.warning(
+            "%s not done: database unavailable",
+            name.capitalize(),
+            extra={self.kind: self.name, "error": database_error_reason(exc)},
+        )
         self.database_lost()
         reset_connection_after_error()
 

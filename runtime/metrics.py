@@ -26,7 +26,9 @@ def metrics_served(*, port: int, address: str) -> Iterator[WSGIServer | None]:
     try:
         server, _thread = start_http_server(port, addr=address)
     except OSError as exc:
-        raise MetricsPortUnavailable(f"Cannot serve metrics on {address}:{port}: {exc.strerror or exc}") from exc
+        raise MetricsPortUnavailable(
+            f"Cannot serve metrics on {address}:{port}: {exc.strerror or exc}"
+        ) from exc
     try:
         yield server
     finally:

@@ -102,7 +102,9 @@ def send(sql: str, params: Sequence, *, binary: bool = False) -> Callable[[], tu
     return wait
 
 
-def rows_relation(alias: str, columns: Sequence[tuple[str, models.Field]], rows: Sequence[tuple]) -> tuple[str, list]:
+def rows_relation(
+    alias: str, columns: Sequence[tuple[str, models.Field]], rows: Sequence[tuple]
+) -> tuple[str, list]:
     """A FROM-clause relation named `alias` whose columns hold `rows`, and its parameters.
 
     `columns` names each column and the model field whose type it has.
@@ -139,7 +141,10 @@ def insert_rows(
     relation, params = rows_relation("v", [(f"v_{f.column}", f) for f in fields], rows)
     target = ", ".join(connection.ops.quote_name(f.column) for f in [*fields, *constant_fields])
     selected = ", ".join([f"v.v_{f.column}" for f in fields] + ["%s"] * len(constant_fields))
-    constants = [f.get_db_prep_value(value, connection) for f, value in zip(constant_fields, same_for_all.values(), strict=True)]
+    constants = [
+        f.get_db_prep_value(value, connection)
+        for f, value in zip(constant_fields, same_for_all.values(), strict=True)
+    ]
     sql = f"INSERT INTO {model._meta.db_table} ({target}) SELECT {selected} FROM {relation}"
     if ignore_conflicts:
         sql += " ON CONFLICT DO NOTHING"

@@ -89,7 +89,9 @@ class Listener:
         # libpq's own options from the URL's query, target_session_attrs above all:
         # with several hosts, it is what makes the connection skip a standby.
         options = {
-            key: value for key, value in settings_dict.get("OPTIONS", {}).items() if key not in _DJANGO_ONLY_OPTIONS
+            key: value
+            for key, value in settings_dict.get("OPTIONS", {}).items()
+            if key not in _DJANGO_ONLY_OPTIONS
         }
         options.setdefault("connect_timeout", 5)
         conn = psycopg.connect(
@@ -138,9 +140,7 @@ class Listener:
                     continue
                 woken = any(
                     True
-                    for _ in self._conn.notifies(
-                        timeout=min(remaining, _STOP_CHECK_SECONDS), stop_after=1
-                    )
+                    for _ in self._conn.notifies(timeout=min(remaining, _STOP_CHECK_SECONDS), stop_after=1)
                 )
                 if woken:
                     # Several notifications may be queued; one wake-up serves them

@@ -44,5 +44,7 @@ def admin_log_export(*, model: type[models.Model], object_ids: Collection) -> li
             "object_id": entry.object_id,
             "message": entry.get_change_message(),
         }
-        for entry in _entries(model=model, object_ids=object_ids).select_related("user").order_by("action_time", "id")
+        for entry in _entries(model=model, object_ids=object_ids)
+        .select_related("user")
+        .order_by("action_time", "id")
     ]

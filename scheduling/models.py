@@ -39,13 +39,9 @@ class Event(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     # No index of its own: the unique (user, event_type, occurrence_date) index
     # starts with user and serves every lookup by user.
-    user = models.ForeignKey(
-        "users.User", on_delete=models.CASCADE, related_name="events", db_index=False
-    )
+    user = models.ForeignKey("users.User", on_delete=models.CASCADE, related_name="events", db_index=False)
     event_type = models.CharField(max_length=32, choices=EventType.choices)
-    status = models.CharField(
-        max_length=16, choices=EventStatus.choices, default=EventStatus.PENDING
-    )
+    status = models.CharField(max_length=16, choices=EventStatus.choices, default=EventStatus.PENDING)
     # The date in the user's own calendar being celebrated (Feb 28 for a Feb 29
     # birthday in a non-leap year).
     occurrence_date = models.DateField()
@@ -73,12 +69,8 @@ class Event(models.Model):
     class Meta:
         ordering = ["-occurrence_date", "-created_at"]
         constraints = [
-            models.CheckConstraint(
-                condition=Q(status__in=EventStatus.values), name="event_status_valid"
-            ),
-            models.CheckConstraint(
-                condition=Q(event_type__in=EventType.values), name="event_type_valid"
-            ),
+            models.CheckConstraint(condition=Q(status__in=EventStatus.values), name="event_status_valid"),
+            models.CheckConstraint(condition=Q(event_type__in=EventType.values), name="event_type_valid"),
             models.CheckConstraint(condition=Q(version__gte=1), name="event_version_positive"),
             models.UniqueConstraint(fields=["idempotency_key"], name="event_idempotency_key_unique"),
             models.UniqueConstraint(

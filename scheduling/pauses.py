@@ -50,7 +50,8 @@ def pause_constraints(*, prefix: str) -> list[models.CheckConstraint]:
     """
     return [
         models.CheckConstraint(
-            condition=Q(paused_at__isnull=True, paused_by="") | (Q(paused_at__isnull=False) & ~Q(paused_by="")),
+            condition=Q(paused_at__isnull=True, paused_by="")
+            | (Q(paused_at__isnull=False) & ~Q(paused_by="")),
             name=f"{prefix}_paused_by_whom",
         ),
         models.CheckConstraint(

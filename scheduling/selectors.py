@@ -34,15 +34,16 @@ def event_list_for_user(*, user_id) -> QuerySet[Event]:
 
 def deleted_occurrence_latest(*, external_id: str, event_type: str, now: datetime) -> date | None:
     """The latest occurrence of the type handled for a deleted recipient who had this external id, still remembered."""
-    return (
-        DeletedRecipientOccurrence.objects.filter(
-            recipient_digest=DeletedRecipientOccurrence.digest_of(external_id), event_type=event_type, expires_at__gt=now
-        )
-        .aggregate(latest=Max("occurrence_date"))["latest"]
-    )
+    return DeletedRecipientOccurrence.objects.filter(
+        recipient_digest=DeletedRecipientOccurrence.digest_of(external_id),
+        event_type=event_type,
+        expires_at__gt=now,
+    ).aggregate(latest=Max("occurrence_date"))["latest"]
 
 
-def deleted_occurrences_latest(*, external_ids: Collection[str], now: datetime) -> dict[tuple[str, str], date]:
+def deleted_occurrences_latest(
+    *, external_ids: Collection[str], now: datetime
+) -> dict[tuple[str, str], date]:
     """deleted_occurrence_latest for many external ids at once, by (external id, event type); absent: none.
 
     One query, and none at all (nor a digest computed) while nothing is
@@ -52,7 +53,9 @@ def deleted_occurrences_latest(*, external_ids: Collection[str], now: datetime) 
     remembered = DeletedRecipientOccurrence.objects.filter(expires_at__gt=now)
     if not external_ids or not remembered.exists():
         return {}
-    by_digest = {DeletedRecipientOccurrence.digest_of(external_id): external_id for external_id in external_ids}
+    by_digest = {
+        DeletedRecipientOccurrence.digest_of(external_id): external_id for external_id in external_ids
+    }
     rows = (
         remembered.filter(recipient_digest__in=list(by_digest))
         .values("recipient_digest", "event_type")
@@ -67,9 +70,9 @@ def event_type_pauses() -> dict[str, PauseSpan]:
     """The pause of every event type ever paused, in one query (the scheduler reads it once per claim batch)."""
     return {
         event_type: PauseSpan(paused_at, resumed_at)
-        for event_type, paused_at, resumed_at in EventTypePause.objects.filter(paused_at__isnull=False).values_list(
-            "event_type", "paused_at", "resumed_at"
-        )
+        for event_type, paused_at, resumed_at in EventTypePause.objects.filter(
+            paused_at__isnull=False
+        ).values_list("event_type", "paused_at", "resumed_at")
     }
 
 
@@ -80,7 +83,9 @@ def events_held_back_counts(*, since: datetime) -> dict[str, int]:
     event_history_idx (FAILED, target time), so only what failed lately is read.
     """
     held_back = Event.objects.filter(
-        status=EventStatus.FAILED, target_timestamp_utc__gt=since, failure_reason__in=(RECIPIENT_PAUSED, EVENT_TYPE_PAUSED)
+        status=EventStatus.FAILED,
+        target_timestamp_utc__gt=since,
+        failure_reason__in=(RECIPIENT_PAUSED, EVENT_TYPE_PAUSED),
     )
     return counts_by(held_back, field="failure_reason", keys=(RECIPIENT_PAUSED, EVENT_TYPE_PAUSED))
 
@@ -163,9 +168,9 @@ def overdue_summary(*, now: datetime) -> OverdueSummary:
     COUNT(*), not of a column, so the range of event_pending_due_idx is read
     without visiting the rows (a backlog is when the metrics scrape this most).
     """
-    row = Event.objects.filter(
-        status=EventStatus.PENDING, target_timestamp_utc__lte=now
-    ).aggregate(count=Count("*"), oldest=Min("target_timestamp_utc"), newest=Max("target_timestamp_utc"))
+    row = Event.objects.filter(status=EventStatus.PENDING, target_timestamp_utc__lte=now).aggregate(
+        count=Count("*"), oldest=Min("target_timestamp_utc"), newest=Max("target_timestamp_utc")
+    )
     return OverdueSummary(count=row["count"], oldest=row["oldest"], newest=row["newest"])
 
 
@@ -181,6 +186,7 @@ def events_zone_data() -> EventZoneData:
 # Aggregates only: each function is one or two queries whose cost depends on the
 # index ranges they read (the pending partial index within a time range,
 # (status, updated_at), attempt finished_at), never on a Python loop over rows.
+
 
 def event_processing_count() -> int:
     """Events claimed and not yet handled (PROCESSING), counted exactly: what is in flight.
@@ -228,10 +234,7 @@ def pending_per_hour(*, start: datetime, hours: int = 24) -> list[tuple[datetime
         .annotate(count=Count("id"))
         .values_list("hour", "count")
     )
-    return [
-        (start + timedelta(hours=i), counts.get(start + timedelta(hours=i), 0))
-        for i in range(hours)
-    ]
+    return [(start + timedelta(hours=i), counts.get(start + timedelta(hours=i), 0)) for i in range(hours)]
 
 
 def pending_per_type(*, start: datetime, hours: int = 24) -> dict[str, int]:

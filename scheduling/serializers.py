@@ -10,7 +10,7 @@ class EventTypePauseSerializer(serializers.ModelSerializer):
     paused = StrictBooleanField(
         help_text=(
             "true holds back this type's messages for every recipient from now on: an occurrence whose "
-            "send time comes while paused is not sent but FAILED with the reason \"event type paused\", "
+            'send time comes while paused is not sent but FAILED with the reason "event type paused", '
             "and the next one is scheduled. false resumes: each recipient's next occurrence whose send "
             "time has not passed is sent."
         ),
@@ -23,7 +23,9 @@ class EventTypePauseSerializer(serializers.ModelSerializer):
         extra_kwargs = {
             "event_type": {"help_text": "BIRTHDAY, or ANNIVERSARY (a wedding anniversary)."},
             "paused_at": {"help_text": "When the latest pause began; null if never paused."},
-            "paused_by": {"help_text": "Who made the latest pause (an operator's or API account's username)."},
+            "paused_by": {
+                "help_text": "Who made the latest pause (an operator's or API account's username)."
+            },
             "resumed_at": {"help_text": "When the latest pause ended; null while paused or if never paused."},
             "resumed_by": {"help_text": "Who ended the latest pause."},
         }

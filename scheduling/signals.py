@@ -10,7 +10,9 @@ from scheduling.services.pauses import event_type_pauses_create_missing
 from scheduling.services.sync import event_sync_for_user, events_create_first
 
 
-def _sync_events_after_user_save(sender, instance, created: bool = False, raw: bool = False, **kwargs) -> None:
+def _sync_events_after_user_save(
+    sender, instance, created: bool = False, raw: bool = False, **kwargs
+) -> None:
     if raw:  # loaddata: fixtures carry their own events
         return
     if created:

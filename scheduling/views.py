@@ -18,8 +18,9 @@ from scheduling.services.pauses import event_type_pause, event_type_resume
         examples=[OpenApiExample("Pause", value={"paused": True}, request_only=True)],
     ),
 )
-class EventTypePauseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.UpdateModelMixin,
-                            viewsets.GenericViewSet):
+class EventTypePauseViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.UpdateModelMixin, viewsets.GenericViewSet
+):
     """Event types: whether each one's messages go out."""
 
     queryset = EventTypePause.objects.order_by("event_type")
@@ -29,4 +30,6 @@ class EventTypePauseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mi
 
     def perform_update(self, serializer):
         change = event_type_pause if serializer.validated_data["paused"] else event_type_resume
-        serializer.instance = change(event_type=serializer.instance.event_type, by=self.request.user.get_username())
+        serializer.instance = change(
+            event_type=serializer.instance.event_type, by=self.request.user.get_username()
+        )

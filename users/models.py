@@ -28,9 +28,7 @@ class User(models.Model):
     first_name = models.CharField(max_length=NAME_MAX_LENGTH)
     last_name = models.CharField(max_length=NAME_MAX_LENGTH)
     date_of_birth = models.DateField()
-    timezone = models.CharField(
-        max_length=64, help_text="IANA time zone name, e.g. America/New_York."
-    )
+    timezone = models.CharField(max_length=64, help_text="IANA time zone name, e.g. America/New_York.")
     # The client's own id for the recipient, so that an import run again, or a
     # client's sync, finds the row it made instead of adding another. NULL, not
     # "", when the client gave none: the unique constraint below admits any

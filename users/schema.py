@@ -106,9 +106,7 @@ user_schema = extend_schema_view(
         summary="Change some of a recipient's fields",
         description=f"Only the fields sent change. {RESCHEDULING}",
         parameters=[IF_MATCH, etag_header(200)],
-        examples=[
-            OpenApiExample("A move to Tokyo", value={"timezone": "Asia/Tokyo"}, request_only=True)
-        ],
+        examples=[OpenApiExample("A move to Tokyo", value={"timezone": "Asia/Tokyo"}, request_only=True)],
     ),
     destroy=extend_schema(
         summary="Erase a recipient",

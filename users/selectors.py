@@ -27,9 +27,7 @@ def user_list(*, external_id: str | None = None) -> QuerySet[User]:
     return users.order_by("created_at", "id").prefetch_related(
         Prefetch(
             "events",
-            queryset=Event.objects.filter(status=EventStatus.PENDING).order_by(
-                "target_timestamp_utc"
-            ),
+            queryset=Event.objects.filter(status=EventStatus.PENDING).order_by("target_timestamp_utc"),
             to_attr="pending_events",
         )
     )
@@ -78,7 +76,11 @@ def user_ids_found(*, term: str, bound: int) -> tuple[list, bool]:
     """The ids of at most `bound` recipients an operator's search finds, and whether it found more."""
     # No ORDER BY: under a LIMIT, an order would have PostgreSQL walk that order's index
     # in search of the matches, the very trap this avoids.
-    found = list(User.objects.filter(user_search_filter(term=term)).order_by().values_list("id", flat=True)[: bound + 1])
+    found = list(
+        User.objects.filter(user_search_filter(term=term))
+        .order_by()
+        .values_list("id", flat=True)[: bound + 1]
+    )
     return found[:bound], len(found) > bound
 
 
@@ -97,7 +99,8 @@ def user_export(*, user_id) -> dict:
         "recipient": recipient,
         "console_log": admin_log_export(model=User, object_ids=[user_id]),
         "events": [
-            {**event, "console_log": admin_log_export(model=Event, object_ids=[event["id"]])} for event in events
+            {**event, "console_log": admin_log_export(model=Event, object_ids=[event["id"]])}
+            for event in events
         ],
     }
     for _receiver, sections in recipient_exporting.send(sender=User, user_id=user_id, event_ids=event_ids):

@@ -108,9 +108,7 @@ class StrictCharField(serializers.CharField):
         return super().to_internal_value(data)
 
 
-@extend_schema_field(
-    {"type": "string", "pattern": SEND_TIME_PATTERN, "nullable": True, "example": "10:30"}
-)
+@extend_schema_field({"type": "string", "pattern": SEND_TIME_PATTERN, "nullable": True, "example": "10:30"})
 class SendTimeField(serializers.Field):
     """A local time of day as "HH:MM" (null for none), by users.validators.clean_send_time."""
 
@@ -185,8 +183,8 @@ class UserSerializer(serializers.ModelSerializer):
         required=False,
         help_text=(
             "Optional: true holds back every message of the recipient's from now on: an occurrence "
-            "whose send time comes while paused is not sent but FAILED with the reason \"recipient "
-            "paused\", and the next one is scheduled. false resumes: the next occurrence whose send "
+            'whose send time comes while paused is not sent but FAILED with the reason "recipient '
+            'paused", and the next one is scheduled. false resumes: the next occurrence whose send '
             "time has not passed is sent. Who paused or resumed, and when, are recorded (paused_by, "
             "paused_at, resumed_by, resumed_at). Omitted: unchanged (false on creation)."
         ),
@@ -224,8 +222,16 @@ class UserSerializer(serializers.ModelSerializer):
             "updated_at",
         ]
         read_only_fields = [
-            "id", "paused_at", "paused_by", "resumed_at", "resumed_by", "next_event", "next_events", "version",
-            "created_at", "updated_at",
+            "id",
+            "paused_at",
+            "paused_by",
+            "resumed_at",
+            "resumed_by",
+            "next_event",
+            "next_events",
+            "version",
+            "created_at",
+            "updated_at",
         ]
         extra_kwargs = {
             "id": {"help_text": "The recipient's id, assigned on creation."},
@@ -245,7 +251,9 @@ class UserSerializer(serializers.ModelSerializer):
                 )
             },
             "paused_at": {"help_text": "When the latest pause began; null if never paused."},
-            "paused_by": {"help_text": "Who made the latest pause (an operator's or API account's username)."},
+            "paused_by": {
+                "help_text": "Who made the latest pause (an operator's or API account's username)."
+            },
             "resumed_at": {"help_text": "When the latest pause ended; null while paused or if never paused."},
             "resumed_by": {"help_text": "Who ended the latest pause."},
             "version": {
@@ -305,4 +313,3 @@ class UserSerializer(serializers.ModelSerializer):
     @extend_schema_field(NextEventSerializer(many=True))
     def get_next_events(self, user: User):
         return NextEventSerializer(self._pending(user), many=True).data
-

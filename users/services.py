@@ -37,7 +37,13 @@ from users.validators import clean_user_fields
 logger = logging.getLogger(__name__)
 
 USER_FIELDS = (
-    "first_name", "last_name", "date_of_birth", "timezone", "external_id", "anniversary_date", "send_time",
+    "first_name",
+    "last_name",
+    "date_of_birth",
+    "timezone",
+    "external_id",
+    "anniversary_date",
+    "send_time",
 )
 
 
@@ -223,7 +229,10 @@ def user_erase(*, user: User, expected_versions: Collection[int] | None = None) 
         # the two waited for each other until PostgreSQL cancelled one).
         recipient_erasing.send(sender=User, user_id=current.id)
         event_ids = list(
-            Event.objects.select_for_update().filter(user_id=current.id).order_by("id").values_list("id", flat=True)
+            Event.objects.select_for_update()
+            .filter(user_id=current.id)
+            .order_by("id")
+            .values_list("id", flat=True)
         )
         # A claim that held one of the events has committed by now, with its delivery.
         recipient_erasing.send(sender=User, user_id=current.id)
@@ -236,6 +245,7 @@ def user_erase(*, user: User, expected_versions: Collection[int] | None = None) 
 
 
 # --- the bulk import ----------------------------------------------------------
+
 
 class ImportedUserRow(NamedTuple):
     """A new recipient as the import writes it: its fields are the columns written.
@@ -432,7 +442,9 @@ def users_import(
         # Looked up a batch at a time, while the writer thread commits the
         # previous batch's new rows; no external_id is in two batches.
         for chunk in _chunks(rows, batch_size):
-            stored = users_by_external_id(external_ids=[row["external_id"] for row in chunk if row.get("external_id")])
+            stored = users_by_external_id(
+                external_ids=[row["external_id"] for row in chunk if row.get("external_id")]
+            )
             for row in chunk:
                 current = stored.get(row.get("external_id"))
                 if current is None:

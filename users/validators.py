@@ -38,8 +38,7 @@ def clean_name(value: str, *, field_label: str) -> str:
         raise ValidationError(f"{field_label} must not be blank.")
     if len(trimmed) > NAME_MAX_LENGTH:
         raise ValidationError(
-            f"{field_label} must be at most {NAME_MAX_LENGTH} characters "
-            f"(got {len(trimmed)})."
+            f"{field_label} must be at most {NAME_MAX_LENGTH} characters (got {len(trimmed)})."
         )
     return trimmed
 
@@ -55,9 +54,7 @@ def clean_timezone(value: str) -> str:
                 f"'{name}' is a UTC offset, not a time zone: offsets do not follow "
                 "daylight saving time. Use an IANA name such as Asia/Kathmandu."
             )
-        raise ValidationError(
-            f"'{name}' is not a known IANA time zone (for example Europe/London)."
-        )
+        raise ValidationError(f"'{name}' is not a known IANA time zone (for example Europe/London).")
     return name
 
 
@@ -74,8 +71,7 @@ def clean_external_id(value: str | None) -> str | None:
     trimmed = value.strip()
     if len(trimmed) > EXTERNAL_ID_MAX_LENGTH:
         raise ValidationError(
-            f"External id must be at most {EXTERNAL_ID_MAX_LENGTH} characters "
-            f"(got {len(trimmed)})."
+            f"External id must be at most {EXTERNAL_ID_MAX_LENGTH} characters (got {len(trimmed)})."
         )
     return trimmed or None
 
@@ -162,4 +158,3 @@ def clean_user_fields(data: dict) -> dict:
     if errors:
         raise ValidationError(errors)
     return cleaned
-

@@ -39,7 +39,9 @@ class UserViewSet(viewsets.ModelViewSet):
         return user_list()
 
     def perform_create(self, serializer):
-        serializer.instance = services.user_create(**serializer.validated_data, by=self.request.user.get_username())
+        serializer.instance = services.user_create(
+            **serializer.validated_data, by=self.request.user.get_username()
+        )
 
     def perform_update(self, serializer):
         services.user_update(
@@ -88,7 +90,11 @@ class UserViewSet(viewsets.ModelViewSet):
         response["ETag"] = etag_for(version=response.data["version"])
         return response
 
-    @action(detail=True, methods=["get"], permission_classes=[*api_settings.DEFAULT_PERMISSION_CLASSES, CanViewEvents])
+    @action(
+        detail=True,
+        methods=["get"],
+        permission_classes=[*api_settings.DEFAULT_PERMISSION_CLASSES, CanViewEvents],
+    )
     def events(self, request, pk=None, format=None):
         # `format` arrives from the router's suffix routes (`/events.json`, `/events.api`);
         # the renderer has already been chosen from it by then.
@@ -96,6 +102,8 @@ class UserViewSet(viewsets.ModelViewSet):
         page = self.paginate_queryset(user_events(user_id=user.pk))
         return self.get_paginated_response(EventSerializer(page, many=True).data)
 
-    @action(detail=True, methods=["get"], permission_classes=[*api_settings.DEFAULT_PERMISSION_CLASSES, CanExport])
+    @action(
+        detail=True, methods=["get"], permission_classes=[*api_settings.DEFAULT_PERMISSION_CLASSES, CanExport]
+    )
     def export(self, request, pk=None, format=None):
         return Response(user_export(user_id=self.get_object().pk))

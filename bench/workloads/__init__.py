@@ -29,6 +29,22 @@ from bench.workloads import (
 
 WORKLOADS: dict[str, Workload] = {
     module.WORKLOAD.name: module.WORKLOAD
-    for module in (ceiling, baselines, burst, receivers, destinations, rate_limited, timeliness, scale, retention,
-                   history, zonerules, import_users, api, profiles, endurance, failover)
+    for module in (
+        ceiling,
+        baselines,
+        burst,
+        receivers,
+        destinations,
+        rate_limited,
+        timeliness,
+        scale,
+        retention,
+        history,
+        zonerules,
+        import_users,
+        api,
+        profiles,
+        endurance,
+        failover,
+    )
 }

@@ -26,13 +26,21 @@ def measure(harness: Harness, *, size: ApiSize) -> dict:
     secs = size.api_seconds
     out = {"product": [], "bare": []}
     for _ in range(size.runs):
-        for which, module, path in (("product", "config.settings", "/api/v1/users/"),
-                                    ("bare", "bench.bareapi.settings", "/bench/bare-insert/")):
+        for which, module, path in (
+            ("product", "config.settings", "/api/v1/users/"),
+            ("bare", "bench.bareapi.settings", "/bench/bare-insert/"),
+        ):
+
             def one(module: str, path: str):
                 server = gunicorn_start(harness, settings_module=module)
                 try:
-                    return wrk_run(f"http://127.0.0.1:{server.port}{path}", script="bench/api_post.lua",
-                                   connections=8, seconds=secs, env={"BENCH_TOKEN": token})
+                    return wrk_run(
+                        f"http://127.0.0.1:{server.port}{path}",
+                        script="bench/api_post.lua",
+                        connections=8,
+                        seconds=secs,
+                        env={"BENCH_TOKEN": token},
+                    )
                 finally:
                     harness.processes.stop([server.process])
 
@@ -43,11 +51,15 @@ def measure(harness: Harness, *, size: ApiSize) -> dict:
     users = harness.conn.execute("SELECT count(*) FROM users_user").fetchone()[0]
     events = harness.conn.execute("SELECT count(*) FROM scheduling_event").fetchone()[0]
     return {
-        "runs": out, "product_rps": p, "bare_rps": b, "ratio": p / b,
+        "runs": out,
+        "product_rps": p,
+        "bare_rps": b,
+        "ratio": p / b,
         "product_p99_ms": median(r["p99_ms"] for r in out["product"]),
         "bare_p99_ms": median(r["p99_ms"] for r in out["bare"]),
         "product_non_2xx": sum(r["non_2xx"] for r in out["product"]),
-        "users_created": users, "events_created": events,
+        "users_created": users,
+        "events_created": events,
         "setup": f"gunicorn config.wsgi -w 2 (sync workers); wrk -t1 -c8 -d{secs}s --latency",
     }
 

@@ -33,7 +33,9 @@ SIZES = {
 }
 
 
-def burst_once(harness: Harness, *, n: int, workers: int, concurrency: int, slow: bool, profile: float = 0) -> dict:
+def burst_once(
+    harness: Harness, *, n: int, workers: int, concurrency: int, slow: bool, profile: float = 0
+) -> dict:
     expected = harness.seed_due(tag=harness.tag("burst"), n=n)
     url = harness.receiver.url_slow if slow else harness.receiver.url
     env = harness.env(WEBHOOK_URL=url)
@@ -41,7 +43,9 @@ def burst_once(harness: Harness, *, n: int, workers: int, concurrency: int, slow
     started = time.time()
     sched = harness.processes.spawn("scheduler", ["-m", "bench.product_main", "run_scheduler"], env=env)
     ws = [
-        harness.processes.spawn("worker", ["-m", "bench.product_main", "run_worker", "--concurrency", str(concurrency)], env=env)
+        harness.processes.spawn(
+            "worker", ["-m", "bench.product_main", "run_worker", "--concurrency", str(concurrency)], env=env
+        )
         for _ in range(workers)
     ]
     names = {"scheduler": sched.pid, **{f"worker{i + 1}": w.pid for i, w in enumerate(ws)}}
@@ -60,9 +64,15 @@ def burst_once(harness: Harness, *, n: int, workers: int, concurrency: int, slow
     counts.pop("arrivals")
     seconds = (counts["last_arrival"] or time.time()) - started
     return {
-        "n": n, "workers": workers, "concurrency": concurrency, "receiver": "50ms" if slow else "0ms",
-        "seconds": seconds, "rate": counts["unique"] / seconds, "steady_rate": steady_rate(counts),
-        "peak_rss_mb": peak, **counts,
+        "n": n,
+        "workers": workers,
+        "concurrency": concurrency,
+        "receiver": "50ms" if slow else "0ms",
+        "seconds": seconds,
+        "rate": counts["unique"] / seconds,
+        "steady_rate": steady_rate(counts),
+        "peak_rss_mb": peak,
+        **counts,
     }
 
 
@@ -77,7 +87,9 @@ def measure(harness: Harness, *, size: BurstSize) -> dict:
         for n, w, c, slow in configs:
             key = f"{n} events, {w} worker(s) x concurrency {c}, {'50 ms' if slow else '0 ms'} receiver"
             log(f"burst: {key}")
-            runs.setdefault(key, []).append(harness.attempt(burst_once, harness, n=n, workers=w, concurrency=c, slow=slow))
+            runs.setdefault(key, []).append(
+                harness.attempt(burst_once, harness, n=n, workers=w, concurrency=c, slow=slow)
+            )
     summary = {key: summarize_burst(rs) for key, rs in runs.items()}
     zero = {k: v for k, v in summary.items() if "0 ms" in k and "50 ms" not in k}
     best_key = max(zero, key=lambda k: zero[k]["steady_rate"] or 0)
@@ -94,14 +106,28 @@ def measure(harness: Harness, *, size: BurstSize) -> dict:
     harness.sizes_decided(big_runs=big_run_count)
     for _ in range(big_run_count):
         log(f"burst: {big_key}")
-        big_runs.append(harness.attempt(burst_once, harness, n=size.burst_big_n, workers=best["workers"],
-                                        concurrency=best["concurrency"], slow=False))
+        big_runs.append(
+            harness.attempt(
+                burst_once,
+                harness,
+                n=size.burst_big_n,
+                workers=best["workers"],
+                concurrency=best["concurrency"],
+                slow=False,
+            )
+        )
     runs[big_key] = big_runs
     summary[big_key] = summarize_burst(big_runs)
     # The endurance workload's one worker runs at the matrix's best concurrency when one worker was best, else 8.
     best_in_matrix = runs[best_key][0]
-    return {"runs": runs, "summary": summary, "best_matrix": best_key, "big_from": big_from, "big": big_key,
-            "endurance_concurrency": best_in_matrix["concurrency"] if best_in_matrix["workers"] == 1 else 8}
+    return {
+        "runs": runs,
+        "summary": summary,
+        "best_matrix": best_key,
+        "big_from": big_from,
+        "big": big_key,
+        "endurance_concurrency": best_in_matrix["concurrency"] if best_in_matrix["workers"] == 1 else 8,
+    }
 
 
 def summarize_burst(runs: list[dict]) -> dict:
@@ -115,7 +141,9 @@ def summarize_burst(runs: list[dict]) -> dict:
         "missing": sum(r["missing"] for r in runs),
         "non_200": sum(r["non_200"] for r in runs),
         "peak_rss_mb": {k: max(r["peak_rss_mb"].get(k, 0) for r in runs) for k in runs[0]["peak_rss_mb"]},
-        "n": runs[0]["n"], "workers": runs[0]["workers"], "concurrency": runs[0]["concurrency"],
+        "n": runs[0]["n"],
+        "workers": runs[0]["workers"],
+        "concurrency": runs[0]["concurrency"],
         "receiver": runs[0]["receiver"],
     }
 

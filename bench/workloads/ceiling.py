@@ -21,8 +21,14 @@ SIZES = {"small": CeilingSize(runs=3), "full": CeilingSize(runs=3)}
 def measure(harness: Harness, *, size: CeilingSize) -> dict:
     out = {"zero": [], "slow": []}
     for _ in range(size.runs):
-        out["zero"].append(harness.attempt(wrk_run, harness.receiver.url, script="bench/post.lua", connections=16, seconds=5))
-        out["slow"].append(harness.attempt(wrk_run, harness.receiver.url_slow, script="bench/post.lua", connections=64, seconds=5))
+        out["zero"].append(
+            harness.attempt(wrk_run, harness.receiver.url, script="bench/post.lua", connections=16, seconds=5)
+        )
+        out["slow"].append(
+            harness.attempt(
+                wrk_run, harness.receiver.url_slow, script="bench/post.lua", connections=64, seconds=5
+            )
+        )
     return {
         "zero_rps": median(r["rps"] for r in out["zero"]),
         "slow_rps": median(r["rps"] for r in out["slow"]),

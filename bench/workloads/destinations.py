@@ -69,15 +69,20 @@ def destinations_once(harness: Harness, *, n: int, count: int, profile: float = 
     load_before = os.getloadavg()
     started = time.time()
     sched = harness.processes.spawn("scheduler", ["-m", "bench.product_main", "run_scheduler"], env=env)
-    ws = [harness.processes.spawn("worker", ["-m", "bench.product_main", "run_worker"], env=env) for _ in range(2)]
+    ws = [
+        harness.processes.spawn("worker", ["-m", "bench.product_main", "run_worker"], env=env)
+        for _ in range(2)
+    ]
     procs = {"scheduler": sched, **{f"worker{i + 1}": w for i, w in enumerate(ws)}}
     sampler = RssSampler({name: p.pid for name, p in procs.items()})
     sampler.start()
     profilers = []
     if profile:
         time.sleep(3)  # past Django's start-up and the first claims, into the steady state
-        profilers = [py_spy_record(p.pid, seconds=profile, out=RAW / f"profile-destinations-{name}.txt")
-                     for name, p in procs.items()]
+        profilers = [
+            py_spy_record(p.pid, seconds=profile, out=RAW / f"profile-destinations-{name}.txt")
+            for name, p in procs.items()
+        ]
     seen: list[set[str]] = [set() for _ in readers]
     deadline = time.monotonic() + n * count / SLOWEST_RATE + 120
     try:
@@ -88,8 +93,10 @@ def destinations_once(harness: Harness, *, n: int, count: int, profile: float = 
                 keys.update(key for _, key, _ in reader.rows[before:] if key in expected)
             dead = [name for name, p in procs.items() if p.poll() is not None]
             if dead:  # say so now rather than wait out the deadline
-                raise RuntimeError(f"{', '.join(dead)} exited during the run; see bench/results/raw/scheduler.log "
-                                   "and worker.log")
+                raise RuntimeError(
+                    f"{', '.join(dead)} exited during the run; see bench/results/raw/scheduler.log "
+                    "and worker.log"
+                )
             time.sleep(0.1)
         time.sleep(0.3)  # late duplicates, if any, are counted too
         for reader in readers:
@@ -105,34 +112,48 @@ def destinations_once(harness: Harness, *, n: int, count: int, profile: float = 
         counts = reader.count(expected)
         counts.pop("arrivals")
         last = counts["last_arrival"]
-        per_destination.append({
-            "destination": i + 1, **counts,
-            "seconds": (last - started) if last else None,
-            "rate": counts["unique"] / (last - started) if last else 0.0,
-        })
+        per_destination.append(
+            {
+                "destination": i + 1,
+                **counts,
+                "seconds": (last - started) if last else None,
+                "rate": counts["unique"] / (last - started) if last else 0.0,
+            }
+        )
     delivered = sum(d["unique"] for d in per_destination)
     lasts = [d["last_arrival"] for d in per_destination if d["last_arrival"]]
     firsts = [d["first_arrival"] for d in per_destination if d["first_arrival"]]
     seconds = (max(lasts) if lasts else time.time()) - started
     cpu = sum(sampler.cpu.values())
     not_delivered = harness.conn.execute(
-        "SELECT count(*) FILTER (WHERE status <> 'DELIVERED'), count(*) FROM delivery_delivery").fetchone()
+        "SELECT count(*) FILTER (WHERE status <> 'DELIVERED'), count(*) FROM delivery_delivery"
+    ).fetchone()
     return {
-        "n": n, "destinations": count, "seconds": seconds, "deliveries": delivered,
+        "n": n,
+        "destinations": count,
+        "seconds": seconds,
+        "deliveries": delivered,
         "rate": delivered / seconds,
         # First to last arrival at any destination: Django's start-up and the first claim left out.
-        "steady_rate": (delivered - 1) / (max(lasts) - min(firsts)) if lasts and max(lasts) > min(firsts) else None,
+        "steady_rate": (delivered - 1) / (max(lasts) - min(firsts))
+        if lasts and max(lasts) > min(firsts)
+        else None,
         "per_destination": per_destination,
-        "cpu_s": sampler.cpu, "cpu_s_total": cpu,
+        "cpu_s": sampler.cpu,
+        "cpu_s_total": cpu,
         "cpu_ms_per_delivery": 1000 * cpu / delivered if delivered else None,
         "cpu_ms_per_occurrence": 1000 * cpu / n,
         "duplicates": sum(d["duplicates"] for d in per_destination),
         "missing": sum(d["missing"] for d in per_destination),
         "non_200": sum(d["non_200"] for d in per_destination),
-        "not_delivered": not_delivered[0], "delivery_rows": not_delivered[1],
-        "peak_rss_mb": peak, "load_before": load_before, "load_after": load_after,
+        "not_delivered": not_delivered[0],
+        "delivery_rows": not_delivered[1],
+        "peak_rss_mb": peak,
+        "load_before": load_before,
+        "load_after": load_after,
         "profile": {name: top_functions(RAW / f"profile-destinations-{name}.txt") for name in procs}
-        if profile else None,
+        if profile
+        else None,
     }
 
 
@@ -146,27 +167,43 @@ def measure(harness: Harness, *, size: DestinationsSize) -> dict:
         for count in order:
             profile = size.destinations_profile if count > 1 and not profiled else 0
             profiled = profiled or bool(profile)
-            log(f"destinations: {n:,} events due at once to {count} destination(s), 1 scheduler + 2 workers as "
-                f"shipped (round {i + 1}/{rounds}); load {os.getloadavg()[0]:.1f}")
+            log(
+                f"destinations: {n:,} events due at once to {count} destination(s), 1 scheduler + 2 workers as "
+                f"shipped (round {i + 1}/{rounds}); load {os.getloadavg()[0]:.1f}"
+            )
             run = harness.attempt(destinations_once, harness, n=n, count=count, profile=profile)
             run["round"] = i + 1
             runs[str(count)].append(run)
             each = ", ".join(f"{d['rate']:,.0f}" for d in run["per_destination"])
-            log(f"destinations: {count}: {run['rate']:,.0f} deliveries/s in total ({run['seconds']:.1f} s; per "
+            log(
+                f"destinations: {count}: {run['rate']:,.0f} deliveries/s in total ({run['seconds']:.1f} s; per "
                 f"destination {each}), CPU "
                 f"{run['cpu_ms_per_delivery'] or 0:.3f} ms/delivery, duplicates {run['duplicates']}, missing "
-                f"{run['missing']}, not DELIVERED {run['not_delivered']}; load {run['load_after'][0]:.1f}")
+                f"{run['missing']}, not DELIVERED {run['not_delivered']}; load {run['load_after'][0]:.1f}"
+            )
     summary = {key: summarize(rs) for key, rs in runs.items()}
     one, three = summary[str(COUNTS[0])], summary[str(COUNTS[1])]
     # Each round's two runs saw about the same load: their ratio is the paired figure.
-    paired = [b["rate"] / a["rate"] for a, b in zip(runs[str(COUNTS[0])], runs[str(COUNTS[1])], strict=True)
-              if a["rate"]]
+    paired = [
+        b["rate"] / a["rate"]
+        for a, b in zip(runs[str(COUNTS[0])], runs[str(COUNTS[1])], strict=True)
+        if a["rate"]
+    ]
     return {
-        "n": n, "runs": rounds, "counts": list(COUNTS), "product_runs": runs, "summary": summary,
+        "n": n,
+        "runs": rounds,
+        "counts": list(COUNTS),
+        "product_runs": runs,
+        "summary": summary,
         "ratio": three["rate"] / one["rate"] if one["rate"] else None,
-        "ratio_steady": three["steady_rate"] / one["steady_rate"] if one["steady_rate"] and three["steady_rate"] else None,
-        "ratios_by_round": paired, "ratio_median_of_rounds": median(paired),
-        "cpu_ratio": three["cpu_ms_per_delivery"] / one["cpu_ms_per_delivery"] if one["cpu_ms_per_delivery"] else None,
+        "ratio_steady": three["steady_rate"] / one["steady_rate"]
+        if one["steady_rate"] and three["steady_rate"]
+        else None,
+        "ratios_by_round": paired,
+        "ratio_median_of_rounds": median(paired),
+        "cpu_ratio": three["cpu_ms_per_delivery"] / one["cpu_ms_per_delivery"]
+        if one["cpu_ms_per_delivery"]
+        else None,
         "command": harness.results.get("command"),
     }
 
@@ -174,16 +211,21 @@ def measure(harness: Harness, *, size: DestinationsSize) -> dict:
 def summarize(runs: list[dict]) -> dict:
     count = runs[0]["destinations"]
     return {
-        "destinations": count, "n": runs[0]["n"], "runs": len(runs),
+        "destinations": count,
+        "n": runs[0]["n"],
+        "runs": len(runs),
         "seconds": median(r["seconds"] for r in runs),
-        "rate": median(r["rate"] for r in runs), "rates": [r["rate"] for r in runs],
+        "rate": median(r["rate"] for r in runs),
+        "rates": [r["rate"] for r in runs],
         "steady_rate": median(r["steady_rate"] for r in runs),
         "per_destination_rate": [median(r["per_destination"][i]["rate"] for r in runs) for i in range(count)],
         "cpu_ms_per_delivery": median(r["cpu_ms_per_delivery"] for r in runs),
         "cpu_ms_per_deliveries": [r["cpu_ms_per_delivery"] for r in runs],
         "cpu_ms_per_occurrence": median(r["cpu_ms_per_occurrence"] for r in runs),
-        "duplicates": sum(r["duplicates"] for r in runs), "missing": sum(r["missing"] for r in runs),
-        "non_200": sum(r["non_200"] for r in runs), "not_delivered": sum(r["not_delivered"] for r in runs),
+        "duplicates": sum(r["duplicates"] for r in runs),
+        "missing": sum(r["missing"] for r in runs),
+        "non_200": sum(r["non_200"] for r in runs),
+        "not_delivered": sum(r["not_delivered"] for r in runs),
         "peak_rss_mb": {k: max(r["peak_rss_mb"].get(k, 0) for r in runs) for k in runs[0]["peak_rss_mb"]},
         "load": [min(r["load_before"][0] for r in runs), max(r["load_after"][0] for r in runs)],
     }
@@ -206,9 +248,11 @@ def report_section(res: dict) -> list[str]:
         "*Rate* = deliveries / (last delivery at any destination - spawn); *per destination* = its deliveries / (its "
         "last - spawn); *CPU* = user + system seconds of the scheduler and both workers over the deliveries.\n"
     )
-    lines.append("| destinations | time s | deliveries/s in total (runs) | per destination | steady /s "
-                 "| CPU ms / delivery (runs) | CPU ms / occurrence | twice / missing / non-200 / not DELIVERED "
-                 "| load (1 min) |")
+    lines.append(
+        "| destinations | time s | deliveries/s in total (runs) | per destination | steady /s "
+        "| CPU ms / delivery (runs) | CPU ms / occurrence | twice / missing / non-200 / not DELIVERED "
+        "| load (1 min) |"
+    )
     lines.append("|---|---|---|---|---|---|---|---|---|")
     for s in w["summary"].values():
         rates = ", ".join(f"{x:,.0f}" for x in s["rates"])

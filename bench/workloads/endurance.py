@@ -29,8 +29,11 @@ def measure(harness: Harness, *, size: EnduranceSize) -> dict:
     # The issue's 500,000 when one worker can send them in ~5.5 min (judged from the
     # burst's 1-worker steady rate, which shares the CPU with a scheduler), else less,
     # down to the 200,000 the issue allows.
-    one = [v for v in harness.results.get("burst", {}).get("summary", {}).values()
-           if v["workers"] == 1 and v["receiver"] == "0ms" and v.get("steady_rate")]
+    one = [
+        v
+        for v in harness.results.get("burst", {}).get("summary", {}).values()
+        if v["workers"] == 1 and v["receiver"] == "0ms" and v.get("steady_rate")
+    ]
     if one and harness.size == "full":
         rate = max(v["steady_rate"] for v in one) * 1.3
         size = replace(size, endurance_n=int(min(500_000, max(200_000, rate * 330 // 100_000 * 100_000))))
@@ -40,20 +43,28 @@ def measure(harness: Harness, *, size: EnduranceSize) -> dict:
     tag = harness.tag("endure")
     harness.truncate()
     log(f"endurance: building {n:,} queued deliveries")
-    sql.users_and_events(harness.conn, tag=tag, n=n, target_sql="now() - interval '1 minute'", status="PROCESSING")
+    sql.users_and_events(
+        harness.conn, tag=tag, n=n, target_sql="now() - interval '1 minute'", status="PROCESSING"
+    )
     sql.deliveries(harness.conn, tag=tag, n=n, url=harness.receiver.url)
     harness.conn.execute("VACUUM ANALYZE users_user, scheduling_event, delivery_delivery")
-    expected = {k for (k,) in harness.conn.execute("SELECT idempotency_key FROM delivery_delivery").fetchall()}
+    expected = {
+        k for (k,) in harness.conn.execute("SELECT idempotency_key FROM delivery_delivery").fetchall()
+    }
     concurrency = harness.results.get("burst", {}).get("endurance_concurrency", 8)
     env = harness.env()
     reader = harness.receiver.reader()
     started = time.time()
-    worker = harness.processes.spawn("worker", ["-m", "bench.product_main", "run_worker", "--concurrency", str(concurrency)], env=env)
+    worker = harness.processes.spawn(
+        "worker", ["-m", "bench.product_main", "run_worker", "--concurrency", str(concurrency)], env=env
+    )
     series = []
     state = {"seen": 0}
 
     def on_sample(ts, sample):
-        series.append({"t": ts - started, "rss_mb": sample.get("worker", 0) / 2**20, "delivered": state["seen"]})
+        series.append(
+            {"t": ts - started, "rss_mb": sample.get("worker", 0) / 2**20, "delivered": state["seen"]}
+        )
 
     sampler = RssSampler({"worker": worker.pid}, every=1.0, on_sample=on_sample)
     sampler.start()
@@ -82,12 +93,19 @@ def measure(harness: Harness, *, size: EnduranceSize) -> dict:
             if len(pts) >= 2:
                 windows.append((pts[-1]["delivered"] - pts[0]["delivered"]) / (pts[-1]["t"] - pts[0]["t"]))
     return {
-        "n": n, "concurrency": concurrency, "seconds": seconds, "rate": counts["unique"] / seconds, **counts,
-        "rss_after_first_mb": after_first, "rss_end_mb": at_end, "first": first,
+        "n": n,
+        "concurrency": concurrency,
+        "seconds": seconds,
+        "rate": counts["unique"] / seconds,
+        **counts,
+        "rss_after_first_mb": after_first,
+        "rss_end_mb": at_end,
+        "first": first,
         "rss_growth": (at_end / after_first - 1) if after_first and at_end else None,
-        "window_rates": windows, "series": series, "postgres_restarted_during_run": restarted,
+        "window_rates": windows,
+        "series": series,
+        "postgres_restarted_during_run": restarted,
     }
-
 
 
 WORKLOAD = Workload(name="endurance", measure=measure, sizes=SIZES)

@@ -66,7 +66,9 @@ class ReplicatedPair:
     """A primary and a synchronous streaming standby of it, private to one round."""
 
     def __init__(self) -> None:
-        self.roots = [Path(tempfile.mkdtemp(prefix=f"bench-failover-{role}-")) for role in ("primary", "standby")]
+        self.roots = [
+            Path(tempfile.mkdtemp(prefix=f"bench-failover-{role}-")) for role in ("primary", "standby")
+        ]
         self.primary = EmbeddedPostgres(root=self.roots[0], port=free_port())
         self.standby: EmbeddedPostgres | None = None
 
@@ -84,7 +86,9 @@ class ReplicatedPair:
     def build(self, harness: Harness) -> None:
         self.primary.start()
         self.primary.database_ensure(name=DATABASE)
-        migrated = harness.manage("migrate", "--noinput", env=harness.env(DATABASE_URL=self.dsn(self.primary)))
+        migrated = harness.manage(
+            "migrate", "--noinput", env=harness.env(DATABASE_URL=self.dsn(self.primary))
+        )
         if migrated.returncode:
             raise RuntimeError("migrate failed:\n" + migrated.stdout + migrated.stderr)
         self.standby = self.primary.standby_create(root=self.roots[1], port=free_port())
@@ -93,7 +97,12 @@ class ReplicatedPair:
             conn.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
             conn.execute("SELECT pg_reload_conf()")
             deadline = time.monotonic() + 60
-            while conn.execute("SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'").fetchone()[0] < 1:
+            while (
+                conn.execute("SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'").fetchone()[
+                    0
+                ]
+                < 1
+            ):
                 if time.monotonic() > deadline:
                     raise RuntimeError("the standby never replicated synchronously")
                 time.sleep(0.2)
@@ -124,7 +133,9 @@ def burst_once(harness: Harness, pair: ReplicatedPair, *, n: int, fail_over: boo
     reader = harness.receiver.reader()
     started = time.time()
     names = ["scheduler", "worker-1", "worker-2"]
-    procs = [harness.processes.spawn("failover-scheduler", ["-m", "bench.product_main", "run_scheduler"], env=env)]
+    procs = [
+        harness.processes.spawn("failover-scheduler", ["-m", "bench.product_main", "run_scheduler"], env=env)
+    ]
     procs += [
         harness.processes.spawn(f"failover-worker-{i}", ["-m", "bench.product_main", "run_worker"], env=env)
         for i in (1, 2)
@@ -140,7 +151,9 @@ def burst_once(harness: Harness, pair: ReplicatedPair, *, n: int, fail_over: boo
         time.sleep(delay)
         pair.standby.promote()
         timeline["promoted"] = time.time()
-        log(f"failover: primary crashed at half, standby promoted {timeline['promoted'] - timeline['crashed']:.1f} s later")
+        log(
+            f"failover: primary crashed at half, standby promoted {timeline['promoted'] - timeline['crashed']:.1f} s later"
+        )
 
     failer = threading.Thread(target=crash_and_promote, daemon=True)
     if fail_over:
@@ -151,8 +164,10 @@ def burst_once(harness: Harness, pair: ReplicatedPair, *, n: int, fail_over: boo
             half.set()
         dead = [(name, p) for name, p in zip(names, procs, strict=True) if p.poll() is not None]
         if dead:  # say so now rather than wait out the timeout
-            raise RuntimeError(f"{', '.join(name for name, _ in dead)} exited during the run (code "
-                               f"{', '.join(str(p.returncode) for _, p in dead)}); see bench/results/raw/")
+            raise RuntimeError(
+                f"{', '.join(name for name, _ in dead)} exited during the run (code "
+                f"{', '.join(str(p.returncode) for _, p in dead)}); see bench/results/raw/"
+            )
 
     try:
         counts = reader.wait_for(expected, timeout=min(n / 15 + 180, 1200), on_tick=on_tick)
@@ -166,11 +181,15 @@ def burst_once(harness: Harness, pair: ReplicatedPair, *, n: int, fail_over: boo
     with sql.connect(pair.dsn(final)) as conn:
         # Outcomes are recorded just after their arrival: wait for the last ones.
         deadline = time.monotonic() + 60
-        while (left := conn.execute(
-            "SELECT count(*) FROM delivery_delivery WHERE status <> 'DELIVERED'"
-        ).fetchone()[0]) and time.monotonic() < deadline:
+        while (
+            left := conn.execute(
+                "SELECT count(*) FROM delivery_delivery WHERE status <> 'DELIVERED'"
+            ).fetchone()[0]
+        ) and time.monotonic() < deadline:
             time.sleep(0.5)
-        delivered = conn.execute("SELECT count(*) FROM delivery_delivery WHERE status = 'DELIVERED'").fetchone()[0]
+        delivered = conn.execute(
+            "SELECT count(*) FROM delivery_delivery WHERE status = 'DELIVERED'"
+        ).fetchone()[0]
         first_recorded = None
         if fail_over and "promoted" in timeline:
             first_recorded = conn.execute(
@@ -180,9 +199,15 @@ def burst_once(harness: Harness, pair: ReplicatedPair, *, n: int, fail_over: boo
     arrivals = sorted(counts.pop("arrivals").values())
     seconds = (counts["last_arrival"] or time.time()) - started
     out = {
-        "n": n, "failover": fail_over, "seconds": seconds, "rate": counts["unique"] / seconds,
-        "running_at_end": running, "exit_codes": [p.returncode for p in procs],
-        "not_delivered_on_final_primary": left, "delivered_on_final_primary": delivered, **counts,
+        "n": n,
+        "failover": fail_over,
+        "seconds": seconds,
+        "rate": counts["unique"] / seconds,
+        "running_at_end": running,
+        "exit_codes": [p.returncode for p in procs],
+        "not_delivered_on_final_primary": left,
+        "delivered_on_final_primary": delivered,
+        **counts,
     }
     if fail_over and "promoted" in timeline:
         first = float(first_recorded) if first_recorded is not None else None
@@ -190,7 +215,9 @@ def burst_once(harness: Harness, pair: ReplicatedPair, *, n: int, fail_over: boo
             delay_s=timeline["promoted"] - timeline["crashed"],
             crash_to_first_recorded_s=first - timeline["crashed"] if first else None,
             promotion_to_first_recorded_s=first - timeline["promoted"] if first else None,
-            longest_pause_at_receiver_s=max((b - a for a, b in zip(arrivals, arrivals[1:], strict=False)), default=None),
+            longest_pause_at_receiver_s=max(
+                (b - a for a, b in zip(arrivals, arrivals[1:], strict=False)), default=None
+            ),
         )
     return out
 
@@ -206,14 +233,21 @@ def measure(harness: Harness, *, size: FailoverSize) -> dict:
         try:
             pair.build(harness)
             for fail_over in (False, True):
-                log(f"failover: {n:,} events due at once, {'with' if fail_over else 'without'} a failover "
-                    f"(round {i + 1}/{rounds})")
+                log(
+                    f"failover: {n:,} events due at once, {'with' if fail_over else 'without'} a failover "
+                    f"(round {i + 1}/{rounds})"
+                )
                 run = burst_once(harness, pair, n=n, fail_over=fail_over, delay=delay)
                 runs["with" if fail_over else "without"].append(run)
-                log(f"failover: {run['seconds']:.1f} s, {run['rate']:,.0f}/s, duplicates {run['duplicates']}, "
+                log(
+                    f"failover: {run['seconds']:.1f} s, {run['rate']:,.0f}/s, duplicates {run['duplicates']}, "
                     f"missing {run['missing']}, not DELIVERED {run['not_delivered_on_final_primary']}"
-                    + (f", first recorded {run['promotion_to_first_recorded_s']:.2f} s after the promotion"
-                       if run.get("promotion_to_first_recorded_s") is not None else ""))
+                    + (
+                        f", first recorded {run['promotion_to_first_recorded_s']:.2f} s after the promotion"
+                        if run.get("promotion_to_first_recorded_s") is not None
+                        else ""
+                    )
+                )
         finally:
             pair.stop(logs)
     return {"n": n, "runs": rounds, "delay_s": delay, "product_runs": runs, "summary": summarize(runs)}
@@ -271,11 +305,17 @@ def report_section(res: dict) -> list[str]:
         ("burst with a failover, spawn to last key", sec(s["seconds_with"])),
         ("with / without", f"{s['ratio']:.2f}x" if s.get("ratio") else "n/a"),
         ("crash to the first delivery recorded on the new primary", sec(s["crash_to_first_recorded_s"])),
-        ("promotion to the first delivery recorded on the new primary", sec(s["promotion_to_first_recorded_s"])),
+        (
+            "promotion to the first delivery recorded on the new primary",
+            sec(s["promotion_to_first_recorded_s"]),
+        ),
         ("longest pause between arrivals at the receiver", sec(s["longest_pause_at_receiver_s"])),
         ("keys sent twice / missing, all runs", f"{s['duplicates']} / {s['missing']}"),
         ("deliveries not DELIVERED on the final primary", str(s["not_delivered"])),
-        ("processes that exited during a run / exited non-zero on SIGTERM", f"{s['processes_exited']} / {s['unclean_exits']}"),
+        (
+            "processes that exited during a run / exited non-zero on SIGTERM",
+            f"{s['processes_exited']} / {s['unclean_exits']}",
+        ),
     ]
     lines += [f"| {name} | {value} |" for name, value in rows]
     return lines + [""]

@@ -15,7 +15,9 @@ from bench.workload import Workload
 class HistorySize:
     history_users: int  # recipients with nine handled years each
     history_blocks: int  # blocks of nine older years added to the same recipients
-    history_recipient_growth: int  # then this many times the recipients, the new ones with a PENDING event only
+    history_recipient_growth: (
+        int  # then this many times the recipients, the new ones with a PENDING event only
+    )
 
 
 SIZES = {
@@ -52,22 +54,42 @@ def measure(harness: Harness, *, size: HistorySize) -> dict:
         if step == 2:
             log(f"history: {growth}x the recipients, the new ones with a PENDING event only")
             sql.more_recipients(conn, first=users + 1, last=users * growth)
-        conn.execute("VACUUM ANALYZE users_user, scheduling_event, delivery_delivery, delivery_deliveryattempt")
+        conn.execute(
+            "VACUUM ANALYZE users_user, scheduling_event, delivery_delivery, delivery_deliveryattempt"
+        )
         built = time.monotonic() - started
         events, recipients = conn.execute(
-            "SELECT (SELECT count(*) FROM scheduling_event), (SELECT count(*) FROM users_user)").fetchone()
-        log(f"history: {events:,} events, {recipients:,} recipients (built in {built:.0f} s); timing the reads")
-        sizes.append({"events": events, "recipients": recipients, "build_s": built,
-                      "relations": harness.relation_sizes(), "reads": history_reads(harness),
-                      "load": os.getloadavg()[0]})
+            "SELECT (SELECT count(*) FROM scheduling_event), (SELECT count(*) FROM users_user)"
+        ).fetchone()
+        log(
+            f"history: {events:,} events, {recipients:,} recipients (built in {built:.0f} s); timing the reads"
+        )
+        sizes.append(
+            {
+                "events": events,
+                "recipients": recipients,
+                "build_s": built,
+                "relations": harness.relation_sizes(),
+                "reads": history_reads(harness),
+                "load": os.getloadavg()[0],
+            }
+        )
         started = time.monotonic()
     small, large, wide = sizes
     ratios = {name: large["reads"][name]["median_ms"] / r["median_ms"] for name, r in small["reads"].items()}
-    recipient_ratios = {name: wide["reads"][name]["median_ms"] / r["median_ms"] for name, r in large["reads"].items()}
-    return {"users": users, "growth": growth, "sizes": sizes, "ratios": ratios, "recipient_ratios": recipient_ratios,
-            "worst_ratio": max(ratios.values()), "worst_recipient_ratio": max(recipient_ratios.values()),
-            "slowest_ms": max(r["median_ms"] for size in sizes for r in size["reads"].values())}
-
+    recipient_ratios = {
+        name: wide["reads"][name]["median_ms"] / r["median_ms"] for name, r in large["reads"].items()
+    }
+    return {
+        "users": users,
+        "growth": growth,
+        "sizes": sizes,
+        "ratios": ratios,
+        "recipient_ratios": recipient_ratios,
+        "worst_ratio": max(ratios.values()),
+        "worst_recipient_ratio": max(recipient_ratios.values()),
+        "slowest_ms": max(r["median_ms"] for size in sizes for r in size["reads"].values()),
+    }
 
 
 WORKLOAD = Workload(name="history", measure=measure, sizes=SIZES, repeat_whole=True)

@@ -40,10 +40,34 @@ def measure(harness: Harness, *, size: ImportSize) -> dict:
     if not path.exists():
         log(f"import: writing {n:,}-row CSV")
         rnd = random.Random(42)
-        zones = ["UTC", "Europe/London", "Europe/Berlin", "America/New_York", "America/Los_Angeles",
-                 "Asia/Tokyo", "Asia/Kolkata", "Australia/Sydney", "America/Sao_Paulo", "Africa/Lagos",
-                 "Asia/Jakarta", "Pacific/Auckland", "America/St_Johns", "Asia/Kathmandu"]
-        firsts = ["Ada", "Alan", "Grace", "Linus", "Margaret", "Ken", "Barbara", "Dennis", "Frances", "Edsger"]
+        zones = [
+            "UTC",
+            "Europe/London",
+            "Europe/Berlin",
+            "America/New_York",
+            "America/Los_Angeles",
+            "Asia/Tokyo",
+            "Asia/Kolkata",
+            "Australia/Sydney",
+            "America/Sao_Paulo",
+            "Africa/Lagos",
+            "Asia/Jakarta",
+            "Pacific/Auckland",
+            "America/St_Johns",
+            "Asia/Kathmandu",
+        ]
+        firsts = [
+            "Ada",
+            "Alan",
+            "Grace",
+            "Linus",
+            "Margaret",
+            "Ken",
+            "Barbara",
+            "Dennis",
+            "Frances",
+            "Edsger",
+        ]
         lasts = ["Lovelace", "Turing", "Hopper", "Torvalds", "Hamilton", "Thompson", "Liskov", "Ritchie"]
         with open(path, "w", newline="") as f:
             w = csv.writer(f)
@@ -51,6 +75,7 @@ def measure(harness: Harness, *, size: ImportSize) -> dict:
             for i in range(n):
                 dob = f"{rnd.randint(1940, 2010)}-{rnd.randint(1, 12):02d}-{rnd.randint(1, 28):02d}"
                 w.writerow([rnd.choice(firsts), f"{rnd.choice(lasts)}{i}", dob, rnd.choice(zones)])
+
     def one(i):
         harness.truncate()
         harness.conn.execute("VACUUM users_user, scheduling_event")
@@ -63,7 +88,9 @@ def measure(harness: Harness, *, size: ImportSize) -> dict:
                 raise psycopg.OperationalError(r.stderr[-300:])
             raise RuntimeError(r.stdout + r.stderr)
         users = harness.conn.execute("SELECT count(*) FROM users_user").fetchone()[0]
-        events = harness.conn.execute("SELECT count(*) FROM scheduling_event WHERE status = 'PENDING'").fetchone()[0]
+        events = harness.conn.execute(
+            "SELECT count(*) FROM scheduling_event WHERE status = 'PENDING'"
+        ).fetchone()[0]
         return {"seconds": seconds, "users": users, "pending_events": events, "output": r.stdout.strip()}
 
     runs = [harness.attempt(one, 0)]
@@ -71,9 +98,12 @@ def measure(harness: Harness, *, size: ImportSize) -> dict:
     run_count = 3 if runs[0]["seconds"] <= 75 else 1
     harness.sizes_decided(import_runs=run_count)
     runs += [harness.attempt(one, i) for i in range(1, run_count)]
-    return {"rows": n, "runs": runs, "seconds": median(r["seconds"] for r in runs),
-            "rate": n / median(r["seconds"] for r in runs)}
-
+    return {
+        "rows": n,
+        "runs": runs,
+        "seconds": median(r["seconds"] for r in runs),
+        "rate": n / median(r["seconds"] for r in runs),
+    }
 
 
 WORKLOAD = Workload(name="import", measure=measure, sizes=SIZES)

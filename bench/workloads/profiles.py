@@ -19,12 +19,17 @@ from bench.wrk import wrk_run
 class ProfilesSize:
     profile_seconds: int  # seconds each profiler samples a burst's processes and the API
     burst_n: int  # events of the profiled burst: the burst workload's
-    import_rows: int  # the import workload's CSV, whose first rows (200,000 at most) are imported under py-spy
+    import_rows: (
+        int  # the import workload's CSV, whose first rows (200,000 at most) are imported under py-spy
+    )
 
 
 SIZES = {
-    size: ProfilesSize(profile_seconds=seconds, burst_n=burst.SIZES[size].burst_n,
-                       import_rows=import_users.SIZES[size].import_rows)
+    size: ProfilesSize(
+        profile_seconds=seconds,
+        burst_n=burst.SIZES[size].burst_n,
+        import_rows=import_users.SIZES[size].import_rows,
+    )
     for size, seconds in (("small", 5), ("full", 10))
 }
 
@@ -33,7 +38,9 @@ def measure(harness: Harness, *, size: ProfilesSize) -> dict:
     out = {}
     secs = size.profile_seconds
     log("profiles: burst, 1 worker x concurrency 8, py-spy on scheduler and worker")
-    run = harness.attempt(burst.burst_once, harness, n=size.burst_n, workers=1, concurrency=8, slow=False, profile=secs)
+    run = harness.attempt(
+        burst.burst_once, harness, n=size.burst_n, workers=1, concurrency=8, slow=False, profile=secs
+    )
     out["burst_run"] = {k: v for k, v in run.items()}
     for name in ("scheduler", "worker1"):
         path = RAW / f"profile-burst-{name}.txt"
@@ -63,8 +70,13 @@ def measure(harness: Harness, *, size: ProfilesSize) -> dict:
     kids = psutil.Process(server.process.pid).children()
     if kids:
         prof = py_spy_record(kids[0].pid, seconds=secs, out=RAW / "profile-api.txt")
-        wrk_run(f"http://127.0.0.1:{server.port}/api/v1/users/", script="bench/api_post.lua", connections=8,
-                seconds=secs + 1, env={"BENCH_TOKEN": token})
+        wrk_run(
+            f"http://127.0.0.1:{server.port}/api/v1/users/",
+            script="bench/api_post.lua",
+            connections=8,
+            seconds=secs + 1,
+            env={"BENCH_TOKEN": token},
+        )
         prof.wait()
         out["api"] = top_functions(RAW / "profile-api.txt")
     harness.processes.stop([server.process])

@@ -153,13 +153,19 @@ class RateLimitedReceiver:
             for rate in self.rates
         )
         conf = CONF.format(
-            echo=ECHO_MODULE, tmp=self.tmp, port=self.port, nofile=nofile,
-            connections=max(1024, min(16384, nofile - 64)), zones=zones, locations=locations,
+            echo=ECHO_MODULE,
+            tmp=self.tmp,
+            port=self.port,
+            nofile=nofile,
+            connections=max(1024, min(16384, nofile - 64)),
+            zones=zones,
+            locations=locations,
         )
         (self.tmp / "nginx.conf").write_text(conf)
         self.proc = subprocess.Popen(
             ["nginx", "-p", str(self.tmp), "-c", str(self.tmp / "nginx.conf"), "-g", "daemon off;"],
-            stdout=subprocess.DEVNULL, stderr=open(self.tmp / "stderr.log", "w"),
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.tmp / "stderr.log", "w"),
         )
         for _ in range(100):
             try:
@@ -188,19 +194,26 @@ class RateLimitedReceiver:
 def product_env(*, url: str, secret_key: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE", "VIRTUAL_ENV")}
     env.update(
-        DATABASE_URL=DSN, WEBHOOK_URL=url, WEBHOOK_TIMEOUT="10s", WEBHOOK_SECRET="", LOG_LEVEL="WARNING",
-        PYTHONUNBUFFERED="1", DJANGO_SECRET_KEY=secret_key,
+        DATABASE_URL=DSN,
+        WEBHOOK_URL=url,
+        WEBHOOK_TIMEOUT="10s",
+        WEBHOOK_SECRET="",
+        LOG_LEVEL="WARNING",
+        PYTHONUNBUFFERED="1",
+        DJANGO_SECRET_KEY=secret_key,
         # The receiver is local and plain http: a product that refuses receivers behind it
         # (SSRF rules) must be told to allow this one; one without such rules ignores these.
-        WEBHOOK_ALLOW_HTTP="true", WEBHOOK_ALLOWED_NETWORKS="127.0.0.0/8",
+        WEBHOOK_ALLOW_HTTP="true",
+        WEBHOOK_ALLOWED_NETWORKS="127.0.0.0/8",
     )
     return env
 
 
 def spawn(product: Product, args: list[str], env: dict, log_path: Path) -> subprocess.Popen:
     out = open(log_path, "w")
-    return subprocess.Popen([product.python, "manage.py", *args], cwd=product.path, env=env, stdout=out,
-                            stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [product.python, "manage.py", *args], cwd=product.path, env=env, stdout=out, stderr=subprocess.STDOUT
+    )
 
 
 def learned_rate(port: int) -> float | None:
@@ -237,7 +250,13 @@ def seed_due(conn: psycopg.Connection, *, tag: str, n: int) -> set[str]:
 
 
 def run_once(
-    conn: psycopg.Connection, receiver: RateLimitedReceiver, product: Product, *, rate: int, n: int, name: str,
+    conn: psycopg.Connection,
+    receiver: RateLimitedReceiver,
+    product: Product,
+    *,
+    rate: int,
+    n: int,
+    name: str,
     secret_key: str,
 ) -> dict:
     """n events due at once to the receiver limited at `rate`; until every one got a 200."""
@@ -245,13 +264,19 @@ def run_once(
     env = product_env(url=receiver.url(rate), secret_key=secret_key)
     reader = receiver.reader()
     started = time.time()
-    logs = {"scheduler": RAW / f"{name}-scheduler.log", **{f"worker{i + 1}": RAW / f"{name}-worker{i + 1}.log"
-                                                          for i in range(WORKERS)}}
+    logs = {
+        "scheduler": RAW / f"{name}-scheduler.log",
+        **{f"worker{i + 1}": RAW / f"{name}-worker{i + 1}.log" for i in range(WORKERS)},
+    }
     # Each worker serves its metrics on a port of its own: its learned rate is read at the end.
     ports = {f"worker{i + 1}": free_port() for i in range(WORKERS)}
     processes = {"scheduler": spawn(product, ["run_scheduler"], env, logs["scheduler"])}
-    processes.update({role: spawn(product, ["run_worker", "--metrics-port", str(port)], env, logs[role])
-                      for role, port in ports.items()})
+    processes.update(
+        {
+            role: spawn(product, ["run_worker", "--metrics-port", str(port)], env, logs[role])
+            for role, port in ports.items()
+        }
+    )
     accepted: set[str] = set()
     load_before = os.getloadavg()
     deadline = time.monotonic() + n / (rate * 0.2) + 120
@@ -259,7 +284,9 @@ def run_once(
         while len(accepted) < len(expected) and time.monotonic() < deadline:
             before = len(reader.rows)
             reader.poll()
-            accepted.update(key for _, key, status in reader.rows[before:] if status == 200 and key in expected)
+            accepted.update(
+                key for _, key, status in reader.rows[before:] if status == 200 and key in expected
+            )
             dead = [role for role, process in processes.items() if process.poll() is not None]
             if dead:
                 raise RuntimeError(f"{', '.join(dead)} exited during the run; see {RAW}")
@@ -276,21 +303,34 @@ def run_once(
     seconds_accepting = ok[-1] - ok[0] if len(ok) > 1 else None
     accepted_rate = (len(ok) - 1) / seconds_accepting if seconds_accepting else None
     dead = conn.execute("SELECT count(*) FROM delivery_delivery WHERE status = 'DEAD'").fetchone()[0]
-    failing = sum(path.read_text().count("Endpoint failing") for role, path in logs.items() if role != "scheduler")
+    failing = sum(
+        path.read_text().count("Endpoint failing") for role, path in logs.items() if role != "scheduler"
+    )
     # Accepted per second over the run, from the first 200: how the rate was found and held.
     timeline = Counter(int(at - ok[0]) for at in ok) if ok else Counter()
     return {
-        "product": product.label, "rate_limit": rate, "burst": burst_for(rate), "n": n,
-        "requests": len(rows), "accepted": len(ok), "unique_accepted": len(per_key),
-        "missing": len(expected) - len(per_key), "duplicates": sum(c - 1 for c in per_key.values()),
+        "product": product.label,
+        "rate_limit": rate,
+        "burst": burst_for(rate),
+        "n": n,
+        "requests": len(rows),
+        "accepted": len(ok),
+        "unique_accepted": len(per_key),
+        "missing": len(expected) - len(per_key),
+        "duplicates": sum(c - 1 for c in per_key.values()),
         "statuses": {str(k): v for k, v in sorted(statuses.items())},
-        "refused": statuses.get(429, 0), "refused_share": statuses.get(429, 0) / len(rows) if rows else None,
-        "seconds_accepting": seconds_accepting, "accepted_rate": accepted_rate,
+        "refused": statuses.get(429, 0),
+        "refused_share": statuses.get(429, 0) / len(rows) if rows else None,
+        "seconds_accepting": seconds_accepting,
+        "accepted_rate": accepted_rate,
         "fraction_of_limit": accepted_rate / rate if accepted_rate else None,
         "seconds_from_spawn": (ok[-1] - started) if ok else None,
         "rate_from_spawn": len(per_key) / (ok[-1] - started) if ok else None,
-        "dead": dead, "endpoint_failing": failing, "learned_rates": rates,
-        "load_before": load_before, "load_after": os.getloadavg(),
+        "dead": dead,
+        "endpoint_failing": failing,
+        "learned_rates": rates,
+        "load_before": load_before,
+        "load_after": os.getloadavg(),
         "timeline": [timeline.get(second, 0) for second in range(int(ok[-1] - ok[0]) + 1)] if ok else [],
     }
 
@@ -298,10 +338,17 @@ def run_once(
 def measure(harness: Harness, *, size: RateLimitedSize) -> dict:
     """The workload: this checkout at the issue's rates (its own receiver and database, not the harness's)."""
     product = Product("this", ROOT)
-    results = measure_products(products=[product], rates=list(RATES), seconds=size.rate_limited_seconds,
-                               runs=size.rate_limited_runs)
-    results.update(product_commit=product.commit(), latency_s=LATENCY_S, workers=WORKERS,
-                   seconds=size.rate_limited_seconds, rates=list(RATES), command=harness.results.get("command"))
+    results = measure_products(
+        products=[product], rates=list(RATES), seconds=size.rate_limited_seconds, runs=size.rate_limited_runs
+    )
+    results.update(
+        product_commit=product.commit(),
+        latency_s=LATENCY_S,
+        workers=WORKERS,
+        seconds=size.rate_limited_seconds,
+        rates=list(RATES),
+        command=harness.results.get("command"),
+    )
     return results
 
 
@@ -311,9 +358,13 @@ def measure_products(*, products: list[Product], rates: list[int], seconds: int,
     database_create()
     secret_key = secrets.token_urlsafe(50)
     for product in products:  # the same migrations, or the later one's on top
-        migrate = subprocess.run([product.python, "manage.py", "migrate", "--noinput"], cwd=product.path,
-                                 env=product_env(url="http://127.0.0.1:9/", secret_key=secret_key),
-                                 capture_output=True, text=True)
+        migrate = subprocess.run(
+            [product.python, "manage.py", "migrate", "--noinput"],
+            cwd=product.path,
+            env=product_env(url="http://127.0.0.1:9/", secret_key=secret_key),
+            capture_output=True,
+            text=True,
+        )
         if migrate.returncode:
             raise RuntimeError(f"migrate failed in {product.path}:\n{migrate.stdout}{migrate.stderr}")
     conn = sql.connect(DSN)
@@ -324,17 +375,22 @@ def measure_products(*, products: list[Product], rates: list[int], seconds: int,
             for product in products:
                 for rate in rates:
                     name = f"{product.label}-{rate}-{round_ + 1}"
-                    log(f"{name}: {rate * seconds:,} events, receiver limited at {rate}/s (burst "
-                        f"{burst_for(rate)}), {LATENCY_S * 1000:g} ms; load {os.getloadavg()[0]:.1f}")
+                    log(
+                        f"{name}: {rate * seconds:,} events, receiver limited at {rate}/s (burst "
+                        f"{burst_for(rate)}), {LATENCY_S * 1000:g} ms; load {os.getloadavg()[0]:.1f}"
+                    )
                     results["load"].append(os.getloadavg()[0])
-                    run = run_once(conn, receiver, product, rate=rate, n=rate * seconds, name=name,
-                                   secret_key=secret_key)
+                    run = run_once(
+                        conn, receiver, product, rate=rate, n=rate * seconds, name=name, secret_key=secret_key
+                    )
                     run["round"] = round_ + 1
                     results["runs"].append(run)
-                    log(f"{name}: {run['accepted_rate'] or 0:.1f}/s accepted = {run['fraction_of_limit'] or 0:.3f} "
+                    log(
+                        f"{name}: {run['accepted_rate'] or 0:.1f}/s accepted = {run['fraction_of_limit'] or 0:.3f} "
                         f"of the limit, {100 * (run['refused_share'] or 0):.1f} % refused, dead {run['dead']}, "
                         f"missing {run['missing']}, duplicates {run['duplicates']}, "
-                        f"endpoint failing {run['endpoint_failing']}x")
+                        f"endpoint failing {run['endpoint_failing']}x"
+                    )
     finally:
         receiver.stop()
         conn.close()
@@ -364,38 +420,59 @@ def summarize(runs: list[dict], *, products: list[Product], rates: list[int]) ->
             if not mine:
                 continue
             summary[f"{product.label} {rate}"] = {
-                "product": product.label, "rate_limit": rate, "runs": len(mine),
+                "product": product.label,
+                "rate_limit": rate,
+                "runs": len(mine),
                 "fraction_of_limit": statistics.median(r["fraction_of_limit"] or 0 for r in mine),
                 "fractions": [r["fraction_of_limit"] for r in mine],
                 "accepted_rate": statistics.median(r["accepted_rate"] or 0 for r in mine),
                 "refused_share": statistics.median(r["refused_share"] or 0 for r in mine),
                 "refused_shares": [r["refused_share"] for r in mine],
                 "rate_from_spawn": statistics.median(r["rate_from_spawn"] or 0 for r in mine),
-                "dead": sum(r["dead"] for r in mine), "missing": sum(r["missing"] for r in mine),
+                "dead": sum(r["dead"] for r in mine),
+                "missing": sum(r["missing"] for r in mine),
                 "duplicates": sum(r["duplicates"] for r in mine),
                 "endpoint_failing": sum(r["endpoint_failing"] for r in mine),
-                "learned_rate_sums": [sum(v for v in r["learned_rates"].values() if v is not None)
-                                      if any(v is not None for v in r["learned_rates"].values()) else None
-                                      for r in mine],
+                "learned_rate_sums": [
+                    sum(v for v in r["learned_rates"].values() if v is not None)
+                    if any(v is not None for v in r["learned_rates"].values())
+                    else None
+                    for r in mine
+                ],
             }
     return summary
 
 
 def machine() -> dict:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), "unknown")
-    pg = subprocess.run(["psql", f"{POSTGRES}/postgres", "-Atc", "SHOW server_version"], capture_output=True,
-                        text=True)
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        "unknown",
+    )
+    pg = subprocess.run(
+        ["psql", f"{POSTGRES}/postgres", "-Atc", "SHOW server_version"], capture_output=True, text=True
+    )
     nginx = subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip()
-    return {"nproc": os.cpu_count(), "cpu": cpu, "postgresql": pg.stdout.strip(), "nginx": nginx,
-            "python": platform.python_version(), "load_at_start": os.getloadavg()}
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "postgresql": pg.stdout.strip(),
+        "nginx": nginx,
+        "python": platform.python_version(),
+        "load_at_start": os.getloadavg(),
+    }
 
 
 def report(results: dict) -> str:
     """The report of one invocation as a module: how it was run, on what, and the figures; what they mean is
     added by hand."""
     m = results["machine"]
-    products = "; ".join(f"`{label}`: {p['commit']} ({p['path']})" for label, p in results["products"].items())
+    products = "; ".join(
+        f"`{label}`: {p['commit']} ({p['path']})" for label, p in results["products"].items()
+    )
     lines = [
         "# A receiver's rate limit, learned (issue 28, point 7)",
         "",
@@ -408,7 +485,8 @@ def report(results: dict) -> str:
         "",
         f"Products: {products}.",
         "",
-        method(results) + " *Learned rates* = the sum of the workers' `birthday_worker_learned_rate` at the end (a "
+        method(results)
+        + " *Learned rates* = the sum of the workers' `birthday_worker_learned_rate` at the end (a "
         "product from before the learned rate has none).",
         "",
         *table(results["summary"]),
@@ -475,9 +553,16 @@ def main() -> int:
     parser.add_argument("--rates", default="200,50", help="the limiter's rates, requests/s")
     parser.add_argument("--seconds", type=int, default=40, help="events due = rate x this")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--product", action="append", default=[], metavar="LABEL=DIR",
-                        help="a checkout to run (default: this one, as 'this'); several take turns")
-    parser.add_argument("--output", default="rate-limited", help="name of the JSON and report under bench/results/")
+    parser.add_argument(
+        "--product",
+        action="append",
+        default=[],
+        metavar="LABEL=DIR",
+        help="a checkout to run (default: this one, as 'this'); several take turns",
+    )
+    parser.add_argument(
+        "--output", default="rate-limited", help="name of the JSON and report under bench/results/"
+    )
     args = parser.parse_args()
     products = products_parse(args.product, default=Product("this", ROOT))
     rates = [int(r) for r in args.rates.split(",")]
@@ -485,9 +570,15 @@ def main() -> int:
     started = datetime.now(UTC).isoformat(timespec="seconds")
     results = measure_products(products=products, rates=rates, seconds=args.seconds, runs=args.runs)
     results.update(
-        started=started, finished=datetime.now(UTC).isoformat(timespec="seconds"), command=command,
-        machine=machine(), products={p.label: {"path": str(p.path), "commit": p.commit()} for p in products},
-        latency_s=LATENCY_S, workers=WORKERS, seconds=args.seconds, rates=rates,
+        started=started,
+        finished=datetime.now(UTC).isoformat(timespec="seconds"),
+        command=command,
+        machine=machine(),
+        products={p.label: {"path": str(p.path), "commit": p.commit()} for p in products},
+        latency_s=LATENCY_S,
+        workers=WORKERS,
+        seconds=args.seconds,
+        rates=rates,
     )
     (RESULTS / f"{args.output}.json").write_text(json.dumps(results, indent=1))
     text = report(results)

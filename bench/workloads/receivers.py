@@ -55,7 +55,9 @@ def receivers_once(harness: Harness, *, n: int, latency_ms: int) -> dict:
     started = time.time()
     sched = harness.processes.spawn("scheduler", ["-m", "bench.product_main", "run_scheduler"], env=env)
     ws = [
-        harness.processes.spawn("worker", ["-m", "bench.product_main", "run_worker", "--metrics-port", str(port)], env=env)
+        harness.processes.spawn(
+            "worker", ["-m", "bench.product_main", "run_worker", "--metrics-port", str(port)], env=env
+        )
         for port in ports.values()
     ]
     names = {"scheduler": sched.pid, **{f"worker{i + 1}": w.pid for i, w in enumerate(ws)}}
@@ -73,9 +75,11 @@ def receivers_once(harness: Harness, *, n: int, latency_ms: int) -> dict:
             cpu_at_first.update(sampler.cpu_seconds())
         dead = [name for name, proc in procs.items() if proc.poll() is not None]
         if dead:  # say so now rather than wait out the timeout
-            raise RuntimeError(f"{', '.join(dead)} exited during the run (code "
-                               f"{', '.join(str(procs[d].returncode) for d in dead)}); see bench/results/raw/"
-                               "scheduler.log and worker.log")
+            raise RuntimeError(
+                f"{', '.join(dead)} exited during the run (code "
+                f"{', '.join(str(procs[d].returncode) for d in dead)}); see bench/results/raw/"
+                "scheduler.log and worker.log"
+            )
 
     try:
         counts = reader.wait_for(expected, timeout=min(n / 15 + 120, 900), on_tick=on_tick)
@@ -92,16 +96,26 @@ def receivers_once(harness: Harness, *, n: int, latency_ms: int) -> dict:
     cpu = sum(sampler.cpu.values())
     cpu_first = sum(cpu_at_first.values()) if cpu_at_first else None
     return {
-        "n": n, "latency_ms": latency_ms, "seconds": seconds, "rate": delivered / seconds,
-        "steady_rate": steady_rate(counts), "peak_rss_mb": peak,
-        "peak_in_flight": flight["peak"], "mean_in_flight": flight["mean"], **receiver,
+        "n": n,
+        "latency_ms": latency_ms,
+        "seconds": seconds,
+        "rate": delivered / seconds,
+        "steady_rate": steady_rate(counts),
+        "peak_rss_mb": peak,
+        "peak_in_flight": flight["peak"],
+        "mean_in_flight": flight["mean"],
+        **receiver,
         "worker_limit": limit,
-        "cpu_s": sampler.cpu, "cpu_s_total": cpu,
+        "cpu_s": sampler.cpu,
+        "cpu_s_total": cpu,
         "cpu_ms_per_delivery": 1000 * cpu / delivered if delivered else None,
         "cpu_s_to_first": cpu_first,
         "cpu_ms_per_delivery_after_first": 1000 * (cpu - cpu_first) / (delivered - 1)
-        if cpu_first is not None and delivered > 1 else None,
-        "p50_s": percentile(since, percent=50), "p99_s": percentile(since, percent=99), **counts,
+        if cpu_first is not None and delivered > 1
+        else None,
+        "p50_s": percentile(since, percent=50),
+        "p99_s": percentile(since, percent=99),
+        **counts,
     }
 
 
@@ -117,7 +131,10 @@ def reference_once(harness: Harness, *, n: int, latency_ms: int) -> dict:
     try:
         r = subprocess.run(
             [BENCH_PY, "-m", "bench.raw_client", "aiohttp", url, str(n), prefix, str(in_flight)],
-            cwd=ROOT, capture_output=True, text=True, timeout=min(n / 15 + 120, 900),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=min(n / 15 + 120, 900),
         )
     finally:
         receiver = status.finish()
@@ -131,10 +148,19 @@ def reference_once(harness: Harness, *, n: int, latency_ms: int) -> dict:
     seconds = (counts["last_arrival"] or time.time()) - started
     delivered = counts["unique"]
     return {
-        "n": n, "latency_ms": latency_ms, "in_flight": in_flight, "seconds": seconds,
-        "rate": delivered / seconds, "client_seconds": res["seconds"], "client_rate": res["rate"],
-        "cpu_s_total": res["cpu_s"], "cpu_ms_per_delivery": 1000 * res["cpu_s"] / delivered if delivered else None,
-        "peak_in_flight": flight["peak"], "mean_in_flight": flight["mean"], **receiver, **counts,
+        "n": n,
+        "latency_ms": latency_ms,
+        "in_flight": in_flight,
+        "seconds": seconds,
+        "rate": delivered / seconds,
+        "client_seconds": res["seconds"],
+        "client_rate": res["rate"],
+        "cpu_s_total": res["cpu_s"],
+        "cpu_ms_per_delivery": 1000 * res["cpu_s"] / delivered if delivered else None,
+        "peak_in_flight": flight["peak"],
+        "mean_in_flight": flight["mean"],
+        **receiver,
+        **counts,
     }
 
 
@@ -147,58 +173,84 @@ def measure(harness: Harness, *, size: ReceiversSize) -> dict:
     load = os.getloadavg()
     for i in range(rounds):
         for ms in LATENCIES_MS:
-            log(f"receivers: {n:,} events due, {ms} ms receiver, 1 scheduler + 2 workers as shipped "
-                f"(run {i + 1}/{rounds})")
+            log(
+                f"receivers: {n:,} events due, {ms} ms receiver, 1 scheduler + 2 workers as shipped "
+                f"(run {i + 1}/{rounds})"
+            )
             run = harness.attempt(receivers_once, harness, n=n, latency_ms=ms)
             product[str(ms)].append(run)
-            log(f"receivers: {ms} ms: {run['rate']:,.0f}/s ({run['seconds']:.1f} s), peak in flight "
+            log(
+                f"receivers: {ms} ms: {run['rate']:,.0f}/s ({run['seconds']:.1f} s), peak in flight "
                 f"{run['peak_in_flight']}, {run['peak_connections']} connections, CPU "
                 f"{run['cpu_ms_per_delivery'] or 0:.3f} ms/delivery, worker limits {run['worker_limit']['peak']}, "
-                f"duplicates {run['duplicates']}, missing {run['missing']}")
+                f"duplicates {run['duplicates']}, missing {run['missing']}"
+            )
             ref = reference_once(harness, n=n, latency_ms=ms)
             reference[str(ms)].append(ref)
-            log(f"receivers: {ms} ms: aiohttp reference ({ref['in_flight']} in flight) {ref['rate']:,.0f}/s, "
-                f"peak in flight {ref['peak_in_flight']}, missing {ref['missing']}")
+            log(
+                f"receivers: {ms} ms: aiohttp reference ({ref['in_flight']} in flight) {ref['rate']:,.0f}/s, "
+                f"peak in flight {ref['peak_in_flight']}, missing {ref['missing']}"
+            )
     summary = {}
     for ms in LATENCIES_MS:
         p, r = product[str(ms)], reference[str(ms)]
         summary[str(ms)] = {
-            "latency_ms": ms, "n": n, "runs": len(p),
-            "seconds": median(x["seconds"] for x in p), "rate": median(x["rate"] for x in p),
-            "rates": [x["rate"] for x in p], "steady_rate": median(x["steady_rate"] for x in p),
+            "latency_ms": ms,
+            "n": n,
+            "runs": len(p),
+            "seconds": median(x["seconds"] for x in p),
+            "rate": median(x["rate"] for x in p),
+            "rates": [x["rate"] for x in p],
+            "steady_rate": median(x["steady_rate"] for x in p),
             "peak_in_flight": median(x["peak_in_flight"] for x in p),
             "mean_in_flight": median(x["mean_in_flight"] for x in p),
             "peak_connections": median(x["peak_connections"] for x in p),
             "peak_writing": median(x["peak_writing"] for x in p),
-            "worker_limit_peak": max((v for x in p for v in x["worker_limit"]["peak"].values()), default=None),
+            "worker_limit_peak": max(
+                (v for x in p for v in x["worker_limit"]["peak"].values()), default=None
+            ),
             "worker_limit_peak_sum": median(x["worker_limit"]["peak_sum"] for x in p),
             "cpu_ms_per_delivery": median(x["cpu_ms_per_delivery"] for x in p),
             "cpu_ms_per_delivery_after_first": median(x["cpu_ms_per_delivery_after_first"] for x in p),
             "cpu_s_to_first": median(x["cpu_s_to_first"] for x in p),
-            "p50_s": median(x["p50_s"] for x in p), "p99_s": median(x["p99_s"] for x in p),
-            "duplicates": sum(x["duplicates"] for x in p), "missing": sum(x["missing"] for x in p),
+            "p50_s": median(x["p50_s"] for x in p),
+            "p99_s": median(x["p99_s"] for x in p),
+            "duplicates": sum(x["duplicates"] for x in p),
+            "missing": sum(x["missing"] for x in p),
             "non_200": sum(x["non_200"] for x in p),
             "peak_rss_mb": {k: max(x["peak_rss_mb"].get(k, 0) for x in p) for k in p[0]["peak_rss_mb"]},
             "reference": {
-                "in_flight": REFERENCE_IN_FLIGHT[ms], "rate": median(x["rate"] for x in r),
-                "rates": [x["rate"] for x in r], "client_rate": median(x["client_rate"] for x in r),
+                "in_flight": REFERENCE_IN_FLIGHT[ms],
+                "rate": median(x["rate"] for x in r),
+                "rates": [x["rate"] for x in r],
+                "client_rate": median(x["client_rate"] for x in r),
                 "seconds": median(x["seconds"] for x in r),
                 "peak_in_flight": median(x["peak_in_flight"] for x in r),
                 "peak_connections": median(x["peak_connections"] for x in r),
                 "cpu_ms_per_delivery": median(x["cpu_ms_per_delivery"] for x in r),
-                "duplicates": sum(x["duplicates"] for x in r), "missing": sum(x["missing"] for x in r),
+                "duplicates": sum(x["duplicates"] for x in r),
+                "missing": sum(x["missing"] for x in r),
             },
         }
     zero = summary["0"]["rate"]
     for v in summary.values():
         v["ratio_to_zero"] = v["rate"] / zero if zero else None
-        v["reference"]["ratio_to_zero"] = (v["reference"]["rate"] / summary["0"]["reference"]["rate"]
-                                           if summary["0"]["reference"]["rate"] else None)
+        v["reference"]["ratio_to_zero"] = (
+            v["reference"]["rate"] / summary["0"]["reference"]["rate"]
+            if summary["0"]["reference"]["rate"]
+            else None
+        )
         v["ratio_to_reference"] = v["rate"] / v["reference"]["rate"] if v["reference"]["rate"] else None
     return {
-        "n": n, "runs": rounds, "latencies_ms": list(LATENCIES_MS), "product": product, "reference": reference,
-        "summary": summary, "reference_in_flight": {str(k): v for k, v in REFERENCE_IN_FLIGHT.items()},
-        "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[0], "load_at_start": load,
+        "n": n,
+        "runs": rounds,
+        "latencies_ms": list(LATENCIES_MS),
+        "product": product,
+        "reference": reference,
+        "summary": summary,
+        "reference_in_flight": {str(k): v for k, v in REFERENCE_IN_FLIGHT.items()},
+        "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+        "load_at_start": load,
         "command": harness.results.get("command"),
     }
 

@@ -42,10 +42,12 @@ def measure(harness: Harness, *, size: ScaleSize) -> dict:
     conn.execute("VACUUM ANALYZE scheduling_event")
     vacuumed = time.monotonic()
     counts = dict(conn.execute("SELECT status, count(*) FROM scheduling_event GROUP BY status").fetchall())
-    sizes = dict(conn.execute("""
+    sizes = dict(
+        conn.execute("""
         SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c
         WHERE c.relname IN ('scheduling_event', 'event_pending_due_idx', 'event_history_idx',
-                            'scheduling_event_pkey', 'users_user')""").fetchall())
+                            'scheduling_event_pkey', 'users_user')""").fetchall()
+    )
     # The nine past years stay: this workload measures the claim, and run_scheduler --once
     # would otherwise spend part of each run pruning them (the retention workload measures that).
     env = harness.env(HISTORY_RETENTION="36500d")
@@ -66,7 +68,9 @@ def measure(harness: Harness, *, size: ScaleSize) -> dict:
     # Due -> queued: from the spawn to the last delivery's created_at (the
     # scheduler's clock, this machine's); the command's exit comes after its
     # repair and prune passes.
-    last_queued = conn.execute("SELECT extract(epoch FROM max(created_at)) FROM delivery_delivery").fetchone()[0]
+    last_queued = conn.execute(
+        "SELECT extract(epoch FROM max(created_at)) FROM delivery_delivery"
+    ).fetchone()[0]
     queued_seconds = float(last_queued) - spawned
     left = conn.execute(
         "SELECT count(*) FROM scheduling_event WHERE status = 'PENDING' AND target_timestamp_utc <= now()"
@@ -78,7 +82,9 @@ def measure(harness: Harness, *, size: ScaleSize) -> dict:
     claimed = remaining - left
     # A second, profiled pass on 20,000 freshly due events in the same big table.
     extra = min(20_000, due)
-    sql.users_and_events(conn, tag=harness.tag("scale-prof"), n=extra, target_sql="now() - interval '1 minute'")
+    sql.users_and_events(
+        conn, tag=harness.tag("scale-prof"), n=extra, target_sql="now() - interval '1 minute'"
+    )
     conn.execute("ANALYZE scheduling_event")
     log(f"scale: profiled run_scheduler --once over {extra:,} more due events")
     t = time.monotonic()
@@ -87,20 +93,39 @@ def measure(harness: Harness, *, size: ScaleSize) -> dict:
     p.wait()
     prof.wait()
     profiled_seconds = time.monotonic() - t
-    harness.results.setdefault("profiles_extra", {})["scale-scheduler"] = top_functions(RAW / "profile-scale-scheduler.txt")
+    harness.results.setdefault("profiles_extra", {})["scale-scheduler"] = top_functions(
+        RAW / "profile-scale-scheduler.txt"
+    )
     return {
         "profiled_pass": {"events": extra, "seconds": profiled_seconds},
-        "events": total, "users": users, "due": due, "status_counts": counts, "sizes_bytes": sizes,
-        "build_s": built - started, "vacuum_analyze_s": vacuumed - built,
-        "claim_function": probe["function"], "claim_statements": probe["statements"],
-        "explain": probe["explain"], "claim_sql": probe["sql"], "claim_ms": probe["ms"],
-        "claim_ms_median": median([ms for ms, c in zip(probe["ms"], probe["claimed"], strict=True) if c == 1000] or probe["ms"]),
-        "exec_ms": probe["exec_ms"], "exec_ms_median": median(probe["exec_ms"]), "claimed_per_call": probe["claimed"],
-        "sql_ms": probe["sql_ms"], "sql_ms_median": median(probe["sql_ms"]), "sql_rows": probe["sql_rows"],
-        "scheduler_once_s": sched_seconds, "scheduler_idle_once_s": idle_seconds,
-        "scheduler_claimed": claimed, "deliveries_total": queued,
+        "events": total,
+        "users": users,
+        "due": due,
+        "status_counts": counts,
+        "sizes_bytes": sizes,
+        "build_s": built - started,
+        "vacuum_analyze_s": vacuumed - built,
+        "claim_function": probe["function"],
+        "claim_statements": probe["statements"],
+        "explain": probe["explain"],
+        "claim_sql": probe["sql"],
+        "claim_ms": probe["ms"],
+        "claim_ms_median": median(
+            [ms for ms, c in zip(probe["ms"], probe["claimed"], strict=True) if c == 1000] or probe["ms"]
+        ),
+        "exec_ms": probe["exec_ms"],
+        "exec_ms_median": median(probe["exec_ms"]),
+        "claimed_per_call": probe["claimed"],
+        "sql_ms": probe["sql_ms"],
+        "sql_ms_median": median(probe["sql_ms"]),
+        "sql_rows": probe["sql_rows"],
+        "scheduler_once_s": sched_seconds,
+        "scheduler_idle_once_s": idle_seconds,
+        "scheduler_claimed": claimed,
+        "deliveries_total": queued,
         "scheduler_rate": claimed / sched_seconds,
-        "scheduler_queued_s": queued_seconds, "scheduler_queued_rate": claimed / queued_seconds,
+        "scheduler_queued_s": queued_seconds,
+        "scheduler_queued_rate": claimed / queued_seconds,
         "scheduler_rate_excl_startup": claimed / max(0.001, sched_seconds - idle_seconds),
         "uses_partial_index": "event_pending_due_idx" in probe["explain"],
         "floor": floor,
@@ -122,9 +147,12 @@ def claim_floor(harness: Harness, *, batch: int = 1000, calls: int = 7, per_conn
     try:
         with ThreadPoolExecutor(max_workers=2) as pool:
             started = time.perf_counter()
-            done = list(pool.map(
-                lambda c: [sql.claim_floor(c, batch=batch, url=url) for _ in range(per_connection)], connections
-            ))
+            done = list(
+                pool.map(
+                    lambda c: [sql.claim_floor(c, batch=batch, url=url) for _ in range(per_connection)],
+                    connections,
+                )
+            )
             wall = time.perf_counter() - started
     finally:
         for c in connections:
@@ -132,9 +160,12 @@ def claim_floor(harness: Harness, *, batch: int = 1000, calls: int = 7, per_conn
     claimed_two = sum(n for batches in done for _, n in batches)
     return {
         "batch": batch,
-        "one_ms": [ms for ms, _ in one], "one_claimed": [n for _, n in one],
+        "one_ms": [ms for ms, _ in one],
+        "one_claimed": [n for _, n in one],
         "one_ms_median": median([ms for ms, n in one if n == batch] or [ms for ms, _ in one]),
-        "two_claimed": claimed_two, "two_s": wall, "two_rate": claimed_two / wall,
+        "two_claimed": claimed_two,
+        "two_s": wall,
+        "two_rate": claimed_two / wall,
     }
 
 

@@ -37,11 +37,14 @@ def timeliness_once(harness: Harness, *, n: int, window: float) -> dict:
     t0 = time.time() + lead
     step = window / n
     # Distinct sub-second instants: i * step plus a jitter below step (never colliding).
-    target = (
-        "to_timestamp(%(t0)s + i * %(step)s + mod(i * 7919, %(jit)s) / 1000.0)"
+    target = "to_timestamp(%(t0)s + i * %(step)s + mod(i * 7919, %(jit)s) / 1000.0)"
+    sql.users_and_events(
+        harness.conn,
+        tag=tag,
+        n=n,
+        target_sql=target,
+        params={"t0": t0, "step": step, "jit": max(1, int(step * 1000 * 0.8))},
     )
-    sql.users_and_events(harness.conn, tag=tag, n=n, target_sql=target,
-                         params={"t0": t0, "step": step, "jit": max(1, int(step * 1000 * 0.8))})
     harness.conn.execute("ANALYZE users_user; ANALYZE scheduling_event")
     targets = sql.pending_keys(harness.conn)
     assert time.time() < t0, "building the events took longer than the lead time"
@@ -51,9 +54,14 @@ def timeliness_once(harness: Harness, *, n: int, window: float) -> dict:
     arrivals = counts.pop("arrivals")
     lateness = sorted((arrivals[k] - targets[k]) * 1000 for k in arrivals)
     return {
-        "n": n, "window_s": window, **counts,
-        "p50_ms": percentile(lateness, percent=50), "p90_ms": percentile(lateness, percent=90), "p99_ms": percentile(lateness, percent=99),
-        "max_ms": lateness[-1] if lateness else None, "min_ms": lateness[0] if lateness else None,
+        "n": n,
+        "window_s": window,
+        **counts,
+        "p50_ms": percentile(lateness, percent=50),
+        "p90_ms": percentile(lateness, percent=90),
+        "p99_ms": percentile(lateness, percent=99),
+        "max_ms": lateness[-1] if lateness else None,
+        "min_ms": lateness[0] if lateness else None,
         "early": sum(1 for x in lateness if x < 0),
         "lateness_ms": [round(x, 2) for x in lateness],
     }
@@ -63,7 +71,9 @@ def measure(harness: Harness, *, size: TimelinessSize) -> dict:
     runs = []
     for i in range(size.runs):
         log(f"timeliness run {i + 1}")
-        runs.append(harness.attempt(timeliness_once, harness, n=size.timeliness_n, window=size.timeliness_window))
+        runs.append(
+            harness.attempt(timeliness_once, harness, n=size.timeliness_n, window=size.timeliness_window)
+        )
     return {
         "runs": runs,
         **{k: median(r[k] for r in runs) for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")},

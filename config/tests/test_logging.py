@@ -17,7 +17,9 @@ def configured(name: str) -> logging.Formatter:
 
 
 def make_record(**extra) -> logging.LogRecord:
-    record = logging.LogRecord("delivery.services", logging.INFO, __file__, 1, "Delivery attempt %s", ("delivered",), None)
+    record = logging.LogRecord(
+        "delivery.services", logging.INFO, __file__, 1, "Delivery attempt %s", ("delivered",), None
+    )
     record.__dict__.update(extra)
     return record
 

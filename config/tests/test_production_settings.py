@@ -35,12 +35,19 @@ def manage(*args: str, tmp_path: Path, **environment: str) -> subprocess.Complet
     env["DJANGO_SECRET_KEY_FILE"] = str(tmp_path / "no-such-key")
     env.update(environment)
     return subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=BASE_DIR, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "manage.py", *args],
+        cwd=BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
 def test_check_deploy_is_clean_with_the_production_settings_the_readme_lists(tmp_path):
-    result = manage("check", "--deploy", "--fail-level", "WARNING", tmp_path=tmp_path, **README_PRODUCTION_SETTINGS)
+    result = manage(
+        "check", "--deploy", "--fail-level", "WARNING", tmp_path=tmp_path, **README_PRODUCTION_SETTINGS
+    )
 
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
@@ -106,15 +113,23 @@ def test_debug_on_runs_without_a_key(tmp_path):
 
 
 def test_a_database_url_that_is_not_postgresql_stops_start_up_in_one_line(tmp_path):
-    result = manage("check", tmp_path=tmp_path, DJANGO_SECRET_KEY=STRONG_KEY, DATABASE_URL="sqlite:///db.sqlite3")
+    result = manage(
+        "check", tmp_path=tmp_path, DJANGO_SECRET_KEY=STRONG_KEY, DATABASE_URL="sqlite:///db.sqlite3"
+    )
 
     assert result.returncode == 1
-    assert result.stderr == "error: DATABASE_URL must name a PostgreSQL database: postgres://user@host:port/name.\n"
+    assert (
+        result.stderr
+        == "error: DATABASE_URL must name a PostgreSQL database: postgres://user@host:port/name.\n"
+    )
 
 
 def test_a_receiver_network_that_is_not_cidr_stops_start_up_in_one_line(tmp_path):
     result = manage(
-        "check", tmp_path=tmp_path, DJANGO_SECRET_KEY=STRONG_KEY, WEBHOOK_ALLOWED_NETWORKS="127.0.0.0/8, 10.0.0.5/8"
+        "check",
+        tmp_path=tmp_path,
+        DJANGO_SECRET_KEY=STRONG_KEY,
+        WEBHOOK_ALLOWED_NETWORKS="127.0.0.0/8, 10.0.0.5/8",
     )
 
     assert result.returncode == 1

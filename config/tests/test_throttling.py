@@ -38,7 +38,9 @@ def test_an_account_over_its_rate_gets_429_with_retry_after(api_client, rates):
 def test_accounts_are_limited_separately(api_client, rates, django_user_model):
     rates(user="2/minute")
     other = APIClient()
-    other.force_authenticate(django_user_model.objects.create_superuser(username="other", password="x-Pass-123!"))
+    other.force_authenticate(
+        django_user_model.objects.create_superuser(username="other", password="x-Pass-123!")
+    )
 
     assert [api_client.get(USERS_URL).status_code for _ in range(3)] == [200, 200, 429]
     assert other.get(USERS_URL).status_code == 200
@@ -117,12 +119,18 @@ def test_behind_a_proxy_an_attacker_locked_out_of_the_admin_does_not_lock_out_th
             **proxy,
         )
     attacker = client.post(
-        "/admin/login/", {"username": "ops", "password": "right-Pass-123!"}, HTTP_X_FORWARDED_FOR="198.51.100.66", **proxy
+        "/admin/login/",
+        {"username": "ops", "password": "right-Pass-123!"},
+        HTTP_X_FORWARDED_FOR="198.51.100.66",
+        **proxy,
     )
 
     # then the attacker's address is locked out, and the operator's is not
     operator = client.post(
-        "/admin/login/", {"username": "ops", "password": "right-Pass-123!"}, HTTP_X_FORWARDED_FOR="203.0.113.9", **proxy
+        "/admin/login/",
+        {"username": "ops", "password": "right-Pass-123!"},
+        HTTP_X_FORWARDED_FOR="203.0.113.9",
+        **proxy,
     )
     assert attacker.status_code == 429
     assert operator.status_code == 302

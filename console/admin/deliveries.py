@@ -27,9 +27,7 @@ class AttemptOutcomeFilter(admin.SimpleListFilter):
     def queryset(self, request, queryset):
         if self.value() in AttemptOutcome.values:
             return queryset.filter(
-                Exists(
-                    DeliveryAttempt.objects.filter(delivery=OuterRef("pk"), outcome=self.value())
-                )
+                Exists(DeliveryAttempt.objects.filter(delivery=OuterRef("pk"), outcome=self.value()))
             )
         return queryset
 
@@ -87,7 +85,10 @@ class DeliveryAttemptInline(widgets.ReadOnlyInlineMixin, admin.TabularInline):
 
 def status_chosen(request) -> bool:
     """Whether the list is narrowed to one status (by its filter, or the lease one, which means SENDING)."""
-    return request.GET.get("status__exact") in DeliveryStatus.values or request.GET.get("lease") in ("held", "expired")
+    return request.GET.get("status__exact") in DeliveryStatus.values or request.GET.get("lease") in (
+        "held",
+        "expired",
+    )
 
 
 @admin.register(Delivery)
@@ -117,8 +118,17 @@ class DeliveryAdmin(widgets.ViewOnlyPageMixin, BoundedListAdmin):
     fieldsets = [
         (
             None,
-            {"fields": ["id", "idempotency_key", "event_link", "destination", "status_badge", "attempts_used",
-                        "endpoint_link"]},
+            {
+                "fields": [
+                    "id",
+                    "idempotency_key",
+                    "event_link",
+                    "destination",
+                    "status_badge",
+                    "attempts_used",
+                    "endpoint_link",
+                ]
+            },
         ),
         (
             "Schedule and lease",
@@ -226,4 +236,3 @@ class DeliveryAdmin(widgets.ViewOnlyPageMixin, BoundedListAdmin):
         widgets.run_operator_action(
             self, request, queryset, service=delivery_resend, verb="Resend", kwarg="delivery"
         )
-

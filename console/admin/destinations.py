@@ -40,11 +40,15 @@ CHANGED_SINCE = (
 class DestinationForm(forms.ModelForm):
     url = forms.URLField(max_length=2000, assume_scheme="https", help_text="Where its deliveries are POSTed.")
     event_types = forms.MultipleChoiceField(
-        choices=EventType.choices, required=False, widget=forms.CheckboxSelectMultiple,
+        choices=EventType.choices,
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
         help_text="None ticked: every event type, including types added later.",
     )
     secret = forms.CharField(
-        required=False, strip=True, widget=forms.PasswordInput(render_value=False),
+        required=False,
+        strip=True,
+        widget=forms.PasswordInput(render_value=False),
         help_text="On creation only: a secret of your own (whsec_ + base64 of 24 to 64 bytes). Left empty, one "
         "is made and shown once.",
     )
@@ -69,7 +73,10 @@ class DestinationForm(forms.ModelForm):
         # (Between this read and the save, the service checks again under the row's lock.)
         if self.instance.pk and loaded is not None and loaded != self.instance.version:
             self.add_error(
-                None, CHANGED_SINCE.format(updated_by=self.instance.updated_by or "?", version=self.instance.version)
+                None,
+                CHANGED_SINCE.format(
+                    updated_by=self.instance.updated_by or "?", version=self.instance.version
+                ),
             )
         values = {name: cleaned[name] for name in services.EDITABLE_FIELDS if name in cleaned}
         try:
@@ -98,20 +105,41 @@ class DestinationChangeList(ChangeList):
 @admin.register(Destination)
 class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
     form = DestinationForm
-    list_display = ["name", "url", "subscriptions", "format", "enabled", "endpoint_state", "updated_by", "updated_at"]
+    list_display = [
+        "name",
+        "url",
+        "subscriptions",
+        "format",
+        "enabled",
+        "endpoint_state",
+        "updated_by",
+        "updated_at",
+    ]
     list_filter = ["enabled", "format"]
     search_fields = ["name", "url"]
     actions = ["send_test", "rotate_secret", "drop_previous_secrets", "pause", "resume"]
     change_form_template = "admin/delivery/destination/change_form.html"
-    readonly_fields = ["secret_hints", "endpoint_state", "created_by", "created_at", "updated_by", "updated_at"]
+    readonly_fields = [
+        "secret_hints",
+        "endpoint_state",
+        "created_by",
+        "created_at",
+        "updated_by",
+        "updated_at",
+    ]
 
     def get_fieldsets(self, request, obj=None):
         main = ["name", "url", "event_types", "format", "enabled"]
         main.append("secret" if obj is None else "loaded_version")
         return [
             (None, {"fields": main}),
-            ("Pace", {"fields": ["max_rate", "max_in_flight", "timeout"],
-                      "description": "Empty: WEBHOOK_MAX_RATE, WEBHOOK_MAX_IN_FLIGHT, WEBHOOK_TIMEOUT."}),
+            (
+                "Pace",
+                {
+                    "fields": ["max_rate", "max_in_flight", "timeout"],
+                    "description": "Empty: WEBHOOK_MAX_RATE, WEBHOOK_MAX_IN_FLIGHT, WEBHOOK_TIMEOUT.",
+                },
+            ),
             ("Signing", {"fields": ["secret_hints"]}),
             ("State", {"fields": ["endpoint_state", "created_by", "created_at", "updated_by", "updated_at"]}),
         ]
@@ -122,8 +150,11 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
     def get_urls(self):
         # Before the default ones, whose "<path:object_id>/" would take "<id>/test/" as an id.
         return [
-            path("<path:object_id>/test/", self.admin_site.admin_view(self.send_test_view),
-                 name=f"{self.opts.app_label}_{self.opts.model_name}_test"),
+            path(
+                "<path:object_id>/test/",
+                self.admin_site.admin_view(self.send_test_view),
+                name=f"{self.opts.app_label}_{self.opts.model_name}_test",
+            ),
             *super().get_urls(),
         ]
 
@@ -146,7 +177,9 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
     @admin.display(description="subscriptions")
     def subscriptions(self, destination: Destination) -> str:
         labels = dict(EventType.choices)
-        return ", ".join(labels[t] for t in destination.event_types) if destination.event_types else "every type"
+        return (
+            ", ".join(labels[t] for t in destination.event_types) if destination.event_types else "every type"
+        )
 
     @admin.display(description="endpoint")
     def endpoint_state(self, destination: Destination):
@@ -162,33 +195,47 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
         if not secrets:
             return "— (unsigned)"
         return format_html_join(
-            "", "<div><code>{}</code> <span class='bs-muted'>{}</span></div>",
-            ((s.hint, f"until {s.expires_at:%Y-%m-%d %H:%M}" if s.expires_at else "in force") for s in secrets),
+            "",
+            "<div><code>{}</code> <span class='bs-muted'>{}</span></div>",
+            (
+                (s.hint, f"until {s.expires_at:%Y-%m-%d %H:%M}" if s.expires_at else "in force")
+                for s in secrets
+            ),
         )
 
     # --- writes ---------------------------------------------------------------------
 
     def save_model(self, request, obj, form, change):
         operator = request.user.get_username()
-        values = {name: form.cleaned_data[name] for name in services.EDITABLE_FIELDS if name in form.cleaned_data}
+        values = {
+            name: form.cleaned_data[name] for name in services.EDITABLE_FIELDS if name in form.cleaned_data
+        }
         if change:
             loaded = form.cleaned_data.get("loaded_version")
             services.destination_update(
-                destination=obj, operator=operator, changes=values,
+                destination=obj,
+                operator=operator,
+                changes=values,
                 expected_versions=[loaded] if loaded is not None else None,
             )
             return
-        created = services.destination_create(operator=operator, secret=form.cleaned_data.get("secret"), **values)
+        created = services.destination_create(
+            operator=operator, secret=form.cleaned_data.get("secret"), **values
+        )
         obj.pk = created.destination.pk
-        self.message_user(request, SECRET_SHOWN_ONCE.format(name=obj.name, value=created.value), messages.WARNING)
+        self.message_user(
+            request, SECRET_SHOWN_ONCE.format(name=obj.name, value=created.value), messages.WARNING
+        )
 
     def delete_view(self, request, object_id, extra_context=None):
         # Asked before the confirmation page: the service refuses again under the row lock.
         unsent = destination_unsent_count(destination_id=int(object_id)) if str(object_id).isdigit() else 0
         if unsent:
             self.message_user(
-                request, f"This destination still has {unsent} deliveries to send: disable it and let them finish "
-                "before deleting it.", messages.ERROR,
+                request,
+                f"This destination still has {unsent} deliveries to send: disable it and let them finish "
+                "before deleting it.",
+                messages.ERROR,
             )
             return HttpResponseRedirect(reverse("admin:delivery_destination_change", args=[object_id]))
         return super().delete_view(request, object_id, extra_context)
@@ -204,11 +251,14 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
         # Side by side: the page waits for the slowest receiver, at most its timeout.
         for result in destinations_send_test(destinations=list(queryset), operator=operator):
             self.log_change(
-                request, result.destination, f"Test message {result.message_id} sent by operator {operator}: "
-                f"{result.status_code if result.status_code is not None else result.error}."
+                request,
+                result.destination,
+                f"Test message {result.message_id} sent by operator {operator}: "
+                f"{result.status_code if result.status_code is not None else result.error}.",
             )
             self.message_user(
-                request, f"Test message to {result.destination.name}: {result.describe()}",
+                request,
+                f"Test message to {result.destination.name}: {result.describe()}",
                 messages.SUCCESS if result.ok else messages.ERROR,
             )
 
@@ -225,35 +275,53 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
         self.send_test(request, Destination.objects.filter(pk=destination.pk))
         return HttpResponseRedirect(reverse("admin:delivery_destination_change", args=[destination.pk]))
 
-    @admin.action(description="Rotate the signing secret of the selected destinations", permissions=["change"])
+    @admin.action(
+        description="Rotate the signing secret of the selected destinations", permissions=["change"]
+    )
     def rotate_secret(self, request, queryset):
         operator = request.user.get_username()
         for destination in queryset:
             rotated = services.destination_rotate_secret(destination=destination, operator=operator)
             self.log_change(request, destination, f"Signing secret rotated by operator {operator}.")
             self.message_user(
-                request, SECRET_SHOWN_ONCE.format(name=destination.name, value=rotated.value), messages.WARNING
+                request,
+                SECRET_SHOWN_ONCE.format(name=destination.name, value=rotated.value),
+                messages.WARNING,
             )
 
-    @admin.action(description="Stop signing with the previous secrets now (end the grace period)",
-                  permissions=["change"])
+    @admin.action(
+        description="Stop signing with the previous secrets now (end the grace period)",
+        permissions=["change"],
+    )
     def drop_previous_secrets(self, request, queryset):
         operator = request.user.get_username()
         for destination in queryset:
             dropped = services.destination_drop_previous_secrets(destination=destination, operator=operator)
-            self.log_change(request, destination, f"{dropped} previous secrets dropped by operator {operator}.")
+            self.log_change(
+                request, destination, f"{dropped} previous secrets dropped by operator {operator}."
+            )
         self.message_user(request, "Only the newest secret signs from now on.", messages.SUCCESS)
 
     @admin.action(description="Pause the selected destinations", permissions=["change"])
     def pause(self, request, queryset):
         widgets.run_operator_action(
-            self, request, queryset, service=services.destination_pause, verb="Pause", kwarg="destination",
+            self,
+            request,
+            queryset,
+            service=services.destination_pause,
+            verb="Pause",
+            kwarg="destination",
             outcome="paused",
         )
 
     @admin.action(description="Resume the selected destinations", permissions=["change"])
     def resume(self, request, queryset):
         widgets.run_operator_action(
-            self, request, queryset, service=services.destination_resume, verb="Resume", kwarg="destination",
+            self,
+            request,
+            queryset,
+            service=services.destination_resume,
+            verb="Resume",
+            kwarg="destination",
             outcome="resumed",
         )

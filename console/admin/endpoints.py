@@ -112,8 +112,14 @@ class EndpointAdmin(widgets.ViewOnlyPageMixin, admin.ModelAdmin):
         prefix = f"{self.opts.app_label}_{self.opts.model_name}"
         # Before the default ones, whose "<path:object_id>/" would take "<id>/pause/" as an id.
         return [
-            path("<path:object_id>/pause/", self.admin_site.admin_view(self.pause_view), name=f"{prefix}_pause"),
-            path("<path:object_id>/resume/", self.admin_site.admin_view(self.resume_view), name=f"{prefix}_resume"),
+            path(
+                "<path:object_id>/pause/", self.admin_site.admin_view(self.pause_view), name=f"{prefix}_pause"
+            ),
+            path(
+                "<path:object_id>/resume/",
+                self.admin_site.admin_view(self.resume_view),
+                name=f"{prefix}_resume",
+            ),
             *super().get_urls(),
         ]
 
@@ -204,7 +210,13 @@ class EndpointAdmin(widgets.ViewOnlyPageMixin, admin.ModelAdmin):
     @admin.action(description="Resume selected paused endpoints", permissions=["change"])
     def resume(self, request, queryset):
         widgets.run_operator_action(
-            self, request, queryset, service=endpoint_resume, verb="Resume", kwarg="endpoint", outcome="resumed"
+            self,
+            request,
+            queryset,
+            service=endpoint_resume,
+            verb="Resume",
+            kwarg="endpoint",
+            outcome="resumed",
         )
 
     def pause_view(self, request, object_id):

@@ -75,12 +75,17 @@ class TargetWindowFilter(admin.SimpleListFilter):
         now = timezone.now()
         window = Q(target_timestamp_utc__gte=now + start, target_timestamp_utc__lt=now + end)
         # Each arm carries its partial index's own predicate, so each is read from it.
-        return queryset.filter((Q(status=EventStatus.PENDING) & window) | (~Q(status=EventStatus.PENDING) & window))
+        return queryset.filter(
+            (Q(status=EventStatus.PENDING) & window) | (~Q(status=EventStatus.PENDING) & window)
+        )
 
 
 def status_chosen(request) -> bool:
     """Whether the list is narrowed to one status (by its filter, or the overdue one, which means PENDING)."""
-    return request.GET.get("status__exact") in EventStatus.values or request.GET.get("overdue") in ("yes", "no")
+    return request.GET.get("status__exact") in EventStatus.values or request.GET.get("overdue") in (
+        "yes",
+        "no",
+    )
 
 
 @admin.register(Event)
@@ -100,6 +105,7 @@ class EventAdmin(BoundedListAdmin):
     def get_queryset(self, request):
         # The deliveries of a page's events in one more query, for `retries`.
         return super().get_queryset(request).prefetch_related("deliveries")
+
     list_filter = ["status", "event_type", OverdueFilter, TargetWindowFilter]
     # What the search box looks in; get_search_results does the matching.
     search_fields = ["user__first_name", "user__last_name", "user__external_id"]

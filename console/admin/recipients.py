@@ -29,9 +29,7 @@ class EventInline(widgets.ReadOnlyInlineMixin, admin.TabularInline):
     model = Event
     # Years of them are history: the latest only, and the events list has them all.
     formset = widgets.LatestRowsFormSet
-    verbose_name_plural = (
-        f"events (the latest {widgets.LatestRowsFormSet.shown}; the events list has every one: search the recipient's id)"
-    )
+    verbose_name_plural = f"events (the latest {widgets.LatestRowsFormSet.shown}; the events list has every one: search the recipient's id)"
     show_change_link = True
     ordering = ["-occurrence_date", "-created_at"]
     fields = [
@@ -103,7 +101,12 @@ class RecipientAdmin(BoundedListAdmin):
             None,
             {
                 "fields": [
-                    "first_name", "last_name", "date_of_birth", "timezone", "send_time", "anniversary_date",
+                    "first_name",
+                    "last_name",
+                    "date_of_birth",
+                    "timezone",
+                    "send_time",
+                    "anniversary_date",
                     "external_id",
                 ]
             },
@@ -111,7 +114,16 @@ class RecipientAdmin(BoundedListAdmin):
         ("Greetings", {"fields": ["greetings", "paused_at", "paused_by", "resumed_at", "resumed_by"]}),
         ("Record", {"fields": ["id", "created_at", "updated_at"]}),
     ]
-    readonly_fields = ["id", "created_at", "updated_at", "greetings", "paused_at", "paused_by", "resumed_at", "resumed_by"]
+    readonly_fields = [
+        "id",
+        "created_at",
+        "updated_at",
+        "greetings",
+        "paused_at",
+        "paused_by",
+        "resumed_at",
+        "resumed_by",
+    ]
     actions = ["pause_greetings", "resume_greetings", "delete_selected"]
 
     def get_inlines(self, request, obj):
@@ -229,7 +241,9 @@ class RecipientAdmin(BoundedListAdmin):
     @staticmethod
     def _next(user: User) -> Event | None:
         # The birthday, as the columns say; the change page lists every event.
-        return next((e for e in getattr(user, "pending_events", []) if e.event_type == EventType.BIRTHDAY), None)
+        return next(
+            (e for e in getattr(user, "pending_events", []) if e.event_type == EventType.BIRTHDAY), None
+        )
 
     @admin.display(description="send time")
     def send_time_shown(self, user: User) -> str:

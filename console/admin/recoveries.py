@@ -25,14 +25,19 @@ DATETIME_INPUT = forms.DateTimeInput(attrs={"type": "datetime-local", "step": 1}
 
 class RecoveryForm(forms.Form):
     states = forms.MultipleChoiceField(
-        choices=[(s.value, s.label) for s in RECOVERABLE_STATUSES], initial=[RECOVERABLE_STATUSES[0].value],
+        choices=[(s.value, s.label) for s in RECOVERABLE_STATUSES],
+        initial=[RECOVERABLE_STATUSES[0].value],
         widget=forms.CheckboxSelectMultiple,
         help_text="Dead: given up on. Delivered: accepted by the receiver (for one that lost what it accepted).",
     )
-    since = forms.DateTimeField(label="From (UTC)", widget=DATETIME_INPUT,
-                                help_text="Deliveries that reached that state at or after this instant…")
-    until = forms.DateTimeField(label="Until (UTC)", widget=DATETIME_INPUT,
-                                help_text="…and before this one (never after now).")
+    since = forms.DateTimeField(
+        label="From (UTC)",
+        widget=DATETIME_INPUT,
+        help_text="Deliveries that reached that state at or after this instant…",
+    )
+    until = forms.DateTimeField(
+        label="Until (UTC)", widget=DATETIME_INPUT, help_text="…and before this one (never after now)."
+    )
 
     def __init__(self, *args, destination, **kwargs):
         super().__init__(*args, **kwargs)
@@ -89,7 +94,11 @@ class DestinationRecoveryAdminMixin:
         prefix = f"{self.opts.app_label}_{self.opts.model_name}"
         # Before the default ones, whose "<path:object_id>/" would take "<id>/recover/" as an id.
         return [
-            path("<path:object_id>/recover/", self.admin_site.admin_view(self.recover_view), name=f"{prefix}_recover"),
+            path(
+                "<path:object_id>/recover/",
+                self.admin_site.admin_view(self.recover_view),
+                name=f"{prefix}_recover",
+            ),
             *super().get_urls(),
         ]
 
@@ -103,7 +112,9 @@ class DestinationRecoveryAdminMixin:
             return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
         if not self.has_change_permission(request, destination):
             raise PermissionDenied
-        change_url = reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_change", args=[destination.pk])
+        change_url = reverse(
+            f"admin:{self.opts.app_label}_{self.opts.model_name}_change", args=[destination.pk]
+        )
         form = RecoveryForm(request.POST or None, destination=destination)
         confirming = False
         if request.method == "POST" and form.is_valid():
@@ -117,11 +128,17 @@ class DestinationRecoveryAdminMixin:
                 except RecoveryRefused as exc:
                     form.add_error(None, str(exc))
                 else:
-                    self.log_change(request, destination, f"Recovery {recovery.pk} of {recovery.total} deliveries "
-                                    f"asked by operator {request.user.get_username()}.")
+                    self.log_change(
+                        request,
+                        destination,
+                        f"Recovery {recovery.pk} of {recovery.total} deliveries "
+                        f"asked by operator {request.user.get_username()}.",
+                    )
                     self.message_user(
-                        request, f"Recovery recorded: the workers are queuing {recovery.total} deliveries again; "
-                        "its progress is below.", messages.SUCCESS,
+                        request,
+                        f"Recovery recorded: the workers are queuing {recovery.total} deliveries again; "
+                        "its progress is below.",
+                        messages.SUCCESS,
                     )
                     return HttpResponseRedirect(change_url + "#recoveries-group")
             else:

@@ -17,8 +17,23 @@ from scheduling.services.messages import message_template_save
 @admin.register(MessageTemplate)
 class MessageTemplateAdmin(admin.ModelAdmin):
     list_display = ["event_type", "body", "updated_at", "updated_by"]
-    fields = ["event_type", "body", "allowed_placeholders", "default_body", "preview", "updated_at", "updated_by"]
-    readonly_fields = ["event_type", "allowed_placeholders", "default_body", "preview", "updated_at", "updated_by"]
+    fields = [
+        "event_type",
+        "body",
+        "allowed_placeholders",
+        "default_body",
+        "preview",
+        "updated_at",
+        "updated_by",
+    ]
+    readonly_fields = [
+        "event_type",
+        "allowed_placeholders",
+        "default_body",
+        "preview",
+        "updated_at",
+        "updated_by",
+    ]
     # A message may run over several lines; the body is the form's one text field.
     # (Its errors come from the model's clean(), which the form runs.)
     formfield_overrides = {models.CharField: {"widget": forms.Textarea(attrs={"rows": 3, "cols": 80})}}

@@ -123,8 +123,12 @@ def failed_event(
 
 
 def endpoint(
-    url: str, *, state: str = EndpointState.HEALTHY, since: timedelta = timedelta(minutes=12),
-    paused_by: str = "ops-carol", last_error: str = "",
+    url: str,
+    *,
+    state: str = EndpointState.HEALTHY,
+    since: timedelta = timedelta(minutes=12),
+    paused_by: str = "ops-carol",
+    last_error: str = "",
 ) -> Endpoint:
     """An endpoint row as the workers (FAILING) or an operator (PAUSED) would have left it, `since` ago."""
     now = timezone.now()
@@ -148,15 +152,24 @@ def waiting_for(user: User, url: str, *, status: str = DeliveryStatus.QUEUED) ->
     delivery = delivery_for(past_event(user, status=EventStatus.PROCESSING), status=DeliveryStatus.QUEUED)
     fields: dict = {"endpoint_url": url}
     if status == DeliveryStatus.SENDING:
-        fields.update(status=status, locked_by="worker-7:311:beef", locked_until=timezone.now() + timedelta(seconds=30))
+        fields.update(
+            status=status, locked_by="worker-7:311:beef", locked_until=timezone.now() + timedelta(seconds=30)
+        )
     Delivery.objects.filter(pk=delivery.pk).update(**fields)
     delivery.refresh_from_db()
     return delivery
 
 
 def heartbeat(
-    *, kind: str = ProcessKind.WORKER, seen_ago: timedelta = timedelta(seconds=2), stopped: bool = False,
-    host: str = "app-1", processed: int = 0, succeeded: int = 0, failed: int = 0, zone_data: str = "",
+    *,
+    kind: str = ProcessKind.WORKER,
+    seen_ago: timedelta = timedelta(seconds=2),
+    stopped: bool = False,
+    host: str = "app-1",
+    processed: int = 0,
+    succeeded: int = 0,
+    failed: int = 0,
+    zone_data: str = "",
 ) -> ProcessHeartbeat:
     now = timezone.now()
     pid = next(_pids)
@@ -236,6 +249,15 @@ def populate_demo(*, recipients: int = 48) -> dict:
     heartbeat(kind=ProcessKind.SCHEDULER, host="sched-1", processed=1284, succeeded=1284)
     heartbeat(kind=ProcessKind.WORKER, host="worker-1", processed=1140, succeeded=1127, failed=13)
     heartbeat(kind=ProcessKind.WORKER, host="worker-2", processed=1098, succeeded=1090, failed=8)
-    heartbeat(kind=ProcessKind.WORKER, host="worker-3", seen_ago=timedelta(minutes=4), processed=311, succeeded=309, failed=2)
-    heartbeat(kind=ProcessKind.SCHEDULER, host="sched-0", seen_ago=timedelta(hours=2), stopped=True, processed=806)
+    heartbeat(
+        kind=ProcessKind.WORKER,
+        host="worker-3",
+        seen_ago=timedelta(minutes=4),
+        processed=311,
+        succeeded=309,
+        failed=2,
+    )
+    heartbeat(
+        kind=ProcessKind.SCHEDULER, host="sched-0", seen_ago=timedelta(hours=2), stopped=True, processed=806
+    )
     return {"users": users, "completed": completed, "failed": failed, "overdue": overdue}

@@ -50,13 +50,14 @@ def test_a_list_within_the_bound_is_counted_exactly(console):
     assert MOST_ROWS_COUNTED >= 1000
 
 
-
 # --- the orderings an index serves --------------------------------------------------------------
 
 
 def test_events_in_one_status_come_by_send_time_and_otherwise_by_when_they_were_scheduled(console):
     first, second = (completed_event(UserFactory()) for _ in range(2))
-    Event.objects.filter(pk=first.pk).update(target_timestamp_utc=second.target_timestamp_utc + timedelta(days=1))
+    Event.objects.filter(pk=first.pk).update(
+        target_timestamp_utc=second.target_timestamp_utc + timedelta(days=1)
+    )
 
     in_status = console.get(f"{A}scheduling/event/", {"status__exact": "COMPLETED"}).context["cl"]
     across = console.get(f"{A}scheduling/event/").context["cl"]

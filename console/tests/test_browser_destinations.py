@@ -52,7 +52,9 @@ def create_destination(page, live_server, *, name: str, url: str) -> str:
     page.fill("#id_url", url)
     page.click("input[name=_save]")
     page.wait_for_url(re.compile(r".*/delivery/destination/$"))
-    shown = re.search(rf"Signing secret of {re.escape(name)}, shown this once .*: (whsec_\S+)", page_messages(page))
+    shown = re.search(
+        rf"Signing secret of {re.escape(name)}, shown this once .*: (whsec_\S+)", page_messages(page)
+    )
     assert shown, page_messages(page)
     return shown.group(1)
 
@@ -117,7 +119,9 @@ def test_operator_creates_a_destination_tests_pauses_resumes_and_recovers_it(
 
     # A test message: the receiver gets it signed with that secret; the page shows its answer.
     answer = send_test_message(page, destination)
-    assert re.fullmatch(r'Test message to team-hook: HTTP 200 in \d+ ms; answer: \{"ok":true\}', answer), answer
+    assert re.fullmatch(r'Test message to team-hook: HTTP 200 in \d+ ms; answer: \{"ok":true\}', answer), (
+        answer
+    )
     [request] = sink.received
     assert Webhook(secret).verify(request.raw_body, request.headers)["event_type"] == "destination.test"
     assert not Delivery.objects.exists()
@@ -143,8 +147,13 @@ def test_operator_creates_a_destination_tests_pauses_resumes_and_recovers_it(
     # Recover what it got in the last hour: the count first, nothing recorded before the operator confirms.
     open_destination(page, live_server, destination)
     now = timezone.now()
-    count = recover(page, destination, states=["DELIVERED"], since=now - timedelta(hours=1),
-                    until=now + timedelta(minutes=1))
+    count = recover(
+        page,
+        destination,
+        states=["DELIVERED"],
+        since=now - timedelta(hours=1),
+        until=now + timedelta(minutes=1),
+    )
     assert count == "3"
     assert not Recovery.objects.exists()
     page.click("#recover-yes")

@@ -20,7 +20,6 @@ CHANGELIST = "admin:delivery_delivery_changelist"
 pytestmark = pytest.mark.django_db
 
 
-
 def changelist(console, **params):
     response = console.get(reverse(CHANGELIST), params)
     assert response.status_code == 200

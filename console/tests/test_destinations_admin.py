@@ -23,8 +23,15 @@ pytestmark = pytest.mark.django_db
 ADD = reverse("admin:delivery_destination_add")
 LIST = reverse("admin:delivery_destination_changelist")
 FORM = {
-    "name": "team-slack", "url": "https://hooks.example.org/slack", "event_types": ["BIRTHDAY"], "format": "slack",
-    "enabled": "on", "max_rate": "", "max_in_flight": "", "timeout": "", "secret": "",
+    "name": "team-slack",
+    "url": "https://hooks.example.org/slack",
+    "event_types": ["BIRTHDAY"],
+    "format": "slack",
+    "enabled": "on",
+    "max_rate": "",
+    "max_in_flight": "",
+    "timeout": "",
+    "secret": "",
 }
 
 
@@ -51,7 +58,11 @@ def test_creating_a_destination_shows_its_secret_once_then_only_its_hint(console
     [message] = [m for m in shown(response) if "shown this once" in m]
     value = message.rsplit(": ", 1)[1]
     assert value.startswith("whsec_")
-    assert (destination.created_by, destination.event_types, destination.format) == ("ops-alice", ["BIRTHDAY"], "slack")
+    assert (destination.created_by, destination.event_types, destination.format) == (
+        "ops-alice",
+        ["BIRTHDAY"],
+        "slack",
+    )
     key = value.removeprefix("whsec_")
     assert key in console.get(response.url).content.decode()  # the page after the save shows it, once
     page = console.get(change_url(destination)).content.decode()
@@ -70,13 +81,20 @@ def test_bad_input_is_shown_on_the_form_and_creates_nothing(console):
 
 
 def test_an_edit_is_saved_through_the_service_and_says_who_made_it(console):
-    destination = destination_create(name="crm", url="https://crm.example.org/", operator="ops-bob").destination
+    destination = destination_create(
+        name="crm", url="https://crm.example.org/", operator="ops-bob"
+    ).destination
 
-    console.post(change_url(destination), {**FORM, "name": "crm", "url": "https://crm2.example.org/", "event_types": []})
+    console.post(
+        change_url(destination),
+        {**FORM, "name": "crm", "url": "https://crm2.example.org/", "event_types": []},
+    )
 
     destination.refresh_from_db()
     assert (destination.url, destination.updated_by, destination.event_types) == (
-        "https://crm2.example.org/", "ops-alice", []
+        "https://crm2.example.org/",
+        "ops-alice",
+        [],
     )
 
 
@@ -95,7 +113,9 @@ def test_rotating_shows_the_new_secret_once_and_both_hints_after(console):
 
 
 def test_pause_and_resume_move_the_destinations_endpoint(console):
-    destination = destination_create(name="crm", url="https://crm.example.org/", operator="ops-bob").destination
+    destination = destination_create(
+        name="crm", url="https://crm.example.org/", operator="ops-bob"
+    ).destination
 
     console.post(LIST, {"action": "pause", "_selected_action": [destination.pk]})
     assert Endpoint.objects.get(url=destination.url).state == EndpointState.PAUSED
@@ -106,7 +126,9 @@ def test_pause_and_resume_move_the_destinations_endpoint(console):
 
 
 def test_a_destination_with_deliveries_to_send_cannot_be_deleted_from_the_console(console):
-    destination = destination_create(name="crm", url="https://crm.example.org/", operator="ops-bob").destination
+    destination = destination_create(
+        name="crm", url="https://crm.example.org/", operator="ops-bob"
+    ).destination
     make_due([UserFactory().events.get()])
     Scheduler(once=True).run()
     delete = reverse("admin:delivery_destination_delete", args=[destination.pk])
@@ -120,17 +142,23 @@ def test_a_destination_with_deliveries_to_send_cannot_be_deleted_from_the_consol
     assert Delivery.objects.count() == 1
 
 
-def test_the_list_action_sends_a_test_message_to_each_selected_destination_and_shows_each_answer(console, sink):
+def test_the_list_action_sends_a_test_message_to_each_selected_destination_and_shows_each_answer(
+    console, sink
+):
     crm = destination_create(name="crm", url=sink.url, operator="ops-bob").destination
     sink.respond = lambda received: Reply(status=500, body=b"down for maintenance")
-    chat = destination_create(name="chat", url=sink.url + "chat", operator="ops-bob", format="slack").destination
+    chat = destination_create(
+        name="chat", url=sink.url + "chat", operator="ops-bob", format="slack"
+    ).destination
 
     response = console.post(LIST, {"action": "send_test", "_selected_action": [crm.pk, chat.pk]}, follow=True)
 
     answers = sorted(m for m in shown(response) if m.startswith("Test message to"))
     assert len(answers) == 2 and len(sink.received) == 2
     assert answers[0].startswith("Test message to chat: HTTP 500 (Internal Server Error) in ")
-    assert answers[1].startswith("Test message to crm: HTTP 500") and answers[1].endswith("answer: down for maintenance")
+    assert answers[1].startswith("Test message to crm: HTTP 500") and answers[1].endswith(
+        "answer: down for maintenance"
+    )
     assert "down for maintenance" in response.content.decode()
     assert not Delivery.objects.exists()
 
@@ -167,20 +195,31 @@ def test_a_refused_address_is_shown_as_refused_and_no_request_is_made(console, s
     response = console.post(reverse("admin:delivery_destination_test", args=[destination.pk]), follow=True)
 
     [answer] = [m for m in shown(response) if m.startswith("Test message to")]
-    assert answer == "Test message to crm: Refused: 127.0.0.1 is a loopback address (WEBHOOK_ALLOWED_NETWORKS)"
+    assert (
+        answer == "Test message to crm: Refused: 127.0.0.1 is a loopback address (WEBHOOK_ALLOWED_NETWORKS)"
+    )
     assert sink.received == []
 
 
 def edit_form(destination, **changes) -> dict:
     """The change form as its page renders it, the version it was opened at included."""
-    return {**FORM, "name": destination.name, "url": destination.url, "event_types": destination.event_types,
-            "format": destination.format, "loaded_version": destination.version, **changes}
+    return {
+        **FORM,
+        "name": destination.name,
+        "url": destination.url,
+        "event_types": destination.event_types,
+        "format": destination.format,
+        "loaded_version": destination.version,
+        **changes,
+    }
 
 
 def test_a_save_over_a_change_made_since_the_form_was_opened_is_refused_and_overwrites_nothing(
     console, django_user_model
 ):
-    destination = destination_create(name="crm", url="https://crm.example.org/", operator="ops-bob").destination
+    destination = destination_create(
+        name="crm", url="https://crm.example.org/", operator="ops-bob"
+    ).destination
     page = console.get(change_url(destination)).content.decode()
     assert f'name="loaded_version" value="{destination.version}"' in page
     # Two operators opened the same page (the same version); Bob saves first.
@@ -189,23 +228,33 @@ def test_a_save_over_a_change_made_since_the_form_was_opened_is_refused_and_over
     other.force_login(bob)
     other.post(change_url(destination), edit_form(destination, url="https://crm-bob.example.org/"))
 
-    response = console.post(change_url(destination), edit_form(destination, url="https://crm-alice.example.org/"))
+    response = console.post(
+        change_url(destination), edit_form(destination, url="https://crm-alice.example.org/")
+    )
 
     assert response.status_code == 200
     errors = response.context["adminform"].form.non_field_errors()
     assert len(errors) == 1 and "changed since you opened it (by ops-bob, now at version 2)" in errors[0]
     destination.refresh_from_db()
-    assert (destination.url, destination.updated_by, destination.version) == ("https://crm-bob.example.org/", "ops-bob", 2)
+    assert (destination.url, destination.updated_by, destination.version) == (
+        "https://crm-bob.example.org/",
+        "ops-bob",
+        2,
+    )
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_change_between_the_forms_check_and_its_save_is_refused_too(console, monkeypatch):
-    destination = destination_create(name="crm", url="https://crm.example.org/", operator="ops-bob").destination
+    destination = destination_create(
+        name="crm", url="https://crm.example.org/", operator="ops-bob"
+    ).destination
     check = services.destination_values_clean
 
     def bob_saves() -> None:
         try:
-            Destination.objects.filter(pk=destination.pk).update(version=F("version") + 1, updated_by="ops-bob")
+            Destination.objects.filter(pk=destination.pk).update(
+                version=F("version") + 1, updated_by="ops-bob"
+            )
         finally:
             connection.close()
 
@@ -218,7 +267,9 @@ def test_a_change_between_the_forms_check_and_its_save_is_refused_too(console, m
         return check(**kwargs)
 
     monkeypatch.setattr(services, "destination_values_clean", someone_saves_meanwhile)
-    response = console.post(change_url(destination), edit_form(destination, url="https://crm-alice.example.org/"))
+    response = console.post(
+        change_url(destination), edit_form(destination, url="https://crm-alice.example.org/")
+    )
 
     assert response.status_code == 200
     assert "changed since you opened it" in response.context["adminform"].form.non_field_errors()[0]
@@ -227,7 +278,9 @@ def test_a_change_between_the_forms_check_and_its_save_is_refused_too(console, m
 
 
 def test_a_save_from_the_version_the_form_was_opened_at_goes_through(console):
-    destination = destination_create(name="crm", url="https://crm.example.org/", operator="ops-bob").destination
+    destination = destination_create(
+        name="crm", url="https://crm.example.org/", operator="ops-bob"
+    ).destination
 
     response = console.post(change_url(destination), edit_form(destination, url="https://crm2.example.org/"))
 

@@ -52,7 +52,9 @@ def press(client, endpoint_row: Endpoint, button: str):
 @pytest.fixture
 def viewer(client, django_user_model):
     """A staff account that may read endpoints but not change them."""
-    account = django_user_model.objects.create_user(username="ops-viewer", password="unused-Pass-1!", is_staff=True)
+    account = django_user_model.objects.create_user(
+        username="ops-viewer", password="unused-Pass-1!", is_staff=True
+    )
     account.user_permissions.set(permissions_named("delivery.view_endpoint", "delivery.view_delivery"))
     client.force_login(account)
     return client
@@ -185,7 +187,9 @@ def test_a_get_never_pauses(console):
 def test_pause_without_the_csrf_token_is_refused(django_user_model):
     row = endpoint(RECEIVER)
     client = Client(enforce_csrf_checks=True)
-    client.force_login(django_user_model.objects.create_superuser(username="ops-dan", password="unused-Pass-1!"))
+    client.force_login(
+        django_user_model.objects.create_superuser(username="ops-dan", password="unused-Pass-1!")
+    )
 
     response = client.post(reverse("admin:delivery_endpoint_pause", args=[row.pk]))
 

@@ -29,7 +29,6 @@ CHANGELIST = "admin:scheduling_event_changelist"
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("default_destination")]
 
 
-
 def pending_of(user) -> Event:
     return user.events.get(status=EventStatus.PENDING)
 
@@ -249,7 +248,10 @@ def test_the_event_form_links_to_its_delivery(console):
 
     response = console.get(reverse("admin:scheduling_event_change", args=[event.pk]))
 
-    assert reverse("admin:delivery_delivery_change", args=[event.deliveries.get().pk]) in response.content.decode()
+    assert (
+        reverse("admin:delivery_delivery_change", args=[event.deliveries.get().pk])
+        in response.content.decode()
+    )
 
 
 # --- actions -------------------------------------------------------------------------------
@@ -384,7 +386,10 @@ def test_dashboard_counts_events_backlog_and_deliveries(console):
     assert response.status_code == 200
     context = response.context
     assert dict((s, n) for _, s, n, _ in context["status_counts"]) == {
-        "PENDING": 7, "PROCESSING": 0, "COMPLETED": 2, "FAILED": 2,
+        "PENDING": 7,
+        "PROCESSING": 0,
+        "COMPLETED": 2,
+        "FAILED": 2,
     }
     assert context["estimated_statuses"] == [EventStatus.PENDING, EventStatus.COMPLETED, EventStatus.FAILED]
     assert context["backlog"].count == 2
@@ -405,12 +410,19 @@ def test_dashboard_breaks_the_next_24_hours_of_sends_down_by_event_type(console)
     now = timezone.now()
     for birthday_in, anniversary_in in ((2, 3), (5, 48)):
         user = UserFactory(anniversary_date=date(2015, 6, 20))
-        user.events.filter(event_type="BIRTHDAY").update(target_timestamp_utc=now + timedelta(hours=birthday_in))
-        user.events.filter(event_type="ANNIVERSARY").update(target_timestamp_utc=now + timedelta(hours=anniversary_in))
+        user.events.filter(event_type="BIRTHDAY").update(
+            target_timestamp_utc=now + timedelta(hours=birthday_in)
+        )
+        user.events.filter(event_type="ANNIVERSARY").update(
+            target_timestamp_utc=now + timedelta(hours=anniversary_in)
+        )
 
     response = console.get(reverse("admin:dashboard"))
 
-    assert response.context["chart_by_type"] == [("Birthday", "BIRTHDAY", 2), ("Wedding anniversary", "ANNIVERSARY", 1)]
+    assert response.context["chart_by_type"] == [
+        ("Birthday", "BIRTHDAY", 2),
+        ("Wedding anniversary", "ANNIVERSARY", 1),
+    ]
     html = response.content.decode()
     assert '<strong data-event-type="BIRTHDAY">2</strong>' in html
     assert '<strong data-event-type="ANNIVERSARY">1</strong>' in html
@@ -435,8 +447,11 @@ def test_dashboard_shows_running_lost_and_stopped_processes(console):
 
 def test_dashboard_says_which_zone_data_the_events_follow_and_which_process_computes_with_other(console):
     current = zone_data_version()
-    EventZoneData.objects.create(version=current, moved={"Asia/Almaty": 12, "America/Mexico_City": 40},
-                                 pass_completed_at=timezone.now())
+    EventZoneData.objects.create(
+        version=current,
+        moved={"Asia/Almaty": 12, "America/Mexico_City": 40},
+        pass_completed_at=timezone.now(),
+    )
     heartbeat(kind=ProcessKind.SCHEDULER, host="sched-1", zone_data=current)
     heartbeat(kind=ProcessKind.WORKER, host="worker-behind", zone_data="2023d")
     heartbeat(kind=ProcessKind.WORKER, host="worker-stopped", zone_data="2023d", stopped=True)
@@ -448,13 +463,18 @@ def test_dashboard_says_which_zone_data_the_events_follow_and_which_process_comp
     assert "moved 52 events: America/Mexico_City 40, Asia/Almaty 12." in html
     # Only the running process out of step is named; the one that stopped no longer computes.
     out_of_step = html.split('id="zone-data-out-of-step"')[1].split("</p>")[0]
-    assert "worker worker-behind" in out_of_step and "(2023d)" in out_of_step and "worker-stopped" not in out_of_step
+    assert (
+        "worker worker-behind" in out_of_step
+        and "(2023d)" in out_of_step
+        and "worker-stopped" not in out_of_step
+    )
     assert 'id="zone-data-web-out-of-step"' not in html
 
 
 def test_dashboard_shows_a_pass_in_progress_and_a_web_server_behind_the_events(console):
-    EventZoneData.objects.create(version="2023d", pass_version="2099a", moved={"Asia/Almaty": 7},
-                                 pass_started_at=timezone.now())
+    EventZoneData.objects.create(
+        version="2023d", pass_version="2099a", moved={"Asia/Almaty": 7}, pass_started_at=timezone.now()
+    )
 
     html = console.get(reverse("admin:dashboard")).content.decode()
 
@@ -568,4 +588,3 @@ def test_the_right_password_logs_in_before_the_limit(client, django_user_model):
 
     assert response.status_code == 302
     assert client.get(reverse("admin:index")).status_code == 200
-

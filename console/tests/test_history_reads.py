@@ -50,8 +50,17 @@ BACKLOG_STATUSES = re.compile(r"\b(PENDING|PROCESSING|QUEUED|SENDING)\b")
 HISTORY_STATUSES = re.compile(r"\b(COMPLETED|FAILED|DELIVERED|DEAD)\b")
 # A condition on one of these narrows a read to a time range or to some rows by key.
 NARROWING_COLUMNS = (
-    "target_timestamp_utc", "updated_at", "finished_at", "next_attempt_at", "locked_until",
-    "id =", "id = ANY", "user_id", "event_id", "delivery_id", "idempotency_key",
+    "target_timestamp_utc",
+    "updated_at",
+    "finished_at",
+    "next_attempt_at",
+    "locked_until",
+    "id =",
+    "id = ANY",
+    "user_id",
+    "event_id",
+    "delivery_id",
+    "idempotency_key",
 )
 # Nodes that pass rows on as they come: a LIMIT above them stops the read below.
 STREAMING = {"Limit", "Nested Loop", "Incremental Sort", "Result", "Subquery Scan", "Unique", "Merge Join"}
@@ -74,8 +83,10 @@ def scan_is_bounded(node: dict) -> bool:
         return True
     # A bitmap heap scan is as narrow as the index scans feeding it.
     children = node.get("Plans", [])
-    return node["Node Type"] == "Bitmap Heap Scan" and bool(children) and all(
-        child_is_bounded(child) for child in children
+    return (
+        node["Node Type"] == "Bitmap Heap Scan"
+        and bool(children)
+        and all(child_is_bounded(child) for child in children)
     )
 
 
@@ -93,13 +104,17 @@ def unbounded_reads(node: dict, *, under_limit: bool = False) -> list[str]:
         if node["Node Type"] == "Seq Scan":
             found.append(f"Seq Scan on {node['Relation Name']}")
         elif not scan_is_bounded(node) and not under_limit:
-            found.append(f"{node['Node Type']} on {node['Relation Name']} ({node.get('Index Name')}), unbounded")
+            found.append(
+                f"{node['Node Type']} on {node['Relation Name']} ({node.get('Index Name')}), unbounded"
+            )
     if node.get("Relation Name") == RECIPIENTS and SEARCHED_COLUMNS.search(node.get("Filter", "")):
         found.append(f"{node['Node Type']} on {RECIPIENTS} reading recipients to test {node['Filter']}")
     # Keeping some recipients' rows from an index read in another order walks the
     # history until it meets them, under a LIMIT or not: a rare name, all of it.
     if node.get("Relation Name") in GROWING_TABLES and "user_id" in node.get("Filter", ""):
-        found.append(f"{node['Node Type']} on {node['Relation Name']} testing each row's recipient: {node['Filter']}")
+        found.append(
+            f"{node['Node Type']} on {node['Relation Name']} testing each row's recipient: {node['Filter']}"
+        )
     streaming = node["Node Type"] == "Limit" or (under_limit and node["Node Type"] in STREAMING)
     for child in node.get("Plans", []):
         # A nested loop's inner side runs once per outer row, with the outer row's key as its condition.
@@ -151,7 +166,8 @@ def growing_statements(client, url: str) -> list[str]:
         response = client.get(url)
     assert response.status_code == 200, url
     return [
-        q["sql"] for q in captured.captured_queries
+        q["sql"]
+        for q in captured.captured_queries
         if q["sql"].lstrip().upper().startswith("SELECT") and any(t in q["sql"] for t in GROWING_TABLES)
     ]
 
@@ -221,7 +237,9 @@ def _history() -> dict:
     event = completed_event(UserFactory(first_name="Grace", last_name="Hopper"), years_ago=3)
     queued = Event.objects.filter(status=EventStatus.PENDING).first()
     Event.objects.filter(pk=queued.pk).update(status=EventStatus.PROCESSING)
-    delivery_for(queued, status=DeliveryStatus.QUEUED, attempts=[(AttemptOutcome.TRANSIENT_FAILURE, 503, "HTTP 503")])
+    delivery_for(
+        queued, status=DeliveryStatus.QUEUED, attempts=[(AttemptOutcome.TRANSIENT_FAILURE, 503, "HTTP 503")]
+    )
     with connection.cursor() as cursor:
         # Years of handled history behind each recipient, so that reading all of
         # a table costs the planner more than reading what an index narrows to.
@@ -241,7 +259,10 @@ def _history() -> dict:
         cursor.execute("ANALYZE scheduling_event, delivery_delivery, delivery_deliveryattempt, users_user")
     endpoint(queued.deliveries.get().endpoint_url)
     return {
-        "event": event, "delivery": event.deliveries.get(), "failed": failed, "user": event.user,
+        "event": event,
+        "delivery": event.deliveries.get(),
+        "failed": failed,
+        "user": event.user,
         "template": MessageTemplate.objects.get(event_type=EventType.BIRTHDAY),
     }
 
@@ -283,7 +304,9 @@ def reads(h) -> dict[str, str]:
     }
 
 
-READS = list(reads({"event": Event(pk=1), "delivery": Event(pk=2), "user": Event(pk=3), "template": Event(pk=4)}))
+READS = list(
+    reads({"event": Event(pk=1), "delivery": Event(pk=2), "user": Event(pk=3), "template": Event(pk=4)})
+)
 
 
 @pytest.mark.parametrize("read", READS)
@@ -306,7 +329,9 @@ def test_a_metrics_scrape_never_scans_the_history(client, history):
         assert not unbounded(sql), (sql, unbounded(sql))
 
 
-@pytest.mark.parametrize("path", ["/api/v1/users/", "/api/v1/users/?page=2&page_size=2", "/api/v1/users/{user}/events/"])
+@pytest.mark.parametrize(
+    "path", ["/api/v1/users/", "/api/v1/users/?page=2&page_size=2", "/api/v1/users/{user}/events/"]
+)
 def test_an_api_list_never_scans_or_counts_the_history_or_the_recipients(operator, history, path):
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=operator).key}")
@@ -355,8 +380,9 @@ def test_the_checker_catches_a_search_that_reads_recipients_to_test_their_names(
     # Django's own admin search as it was: no index serves iexact on the external id,
     # so the names' arms cannot be looked up either, even under a LIMIT.
     sql = sql_of(
-        User.objects.filter(Q(last_name__icontains="Hopper") | Q(external_id__iexact="Hopper")).order_by("created_at")[:50]
+        User.objects.filter(Q(last_name__icontains="Hopper") | Q(external_id__iexact="Hopper")).order_by(
+            "created_at"
+        )[:50]
     )
 
     assert any("to test" in read for read in unbounded(sql)), unbounded(sql)
-

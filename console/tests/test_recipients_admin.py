@@ -20,7 +20,6 @@ CHANGELIST = "admin:users_user_changelist"
 pytestmark = pytest.mark.django_db
 
 
-
 def changelist(console, **params):
     response = console.get(reverse(CHANGELIST), params)
     assert response.status_code == 200
@@ -33,7 +32,12 @@ def listed(response) -> set:
 
 def form_data(user: User | None = None, **fields) -> dict:
     """What the add or change form posts (with the events inline's management form)."""
-    data = {"first_name": "Ada", "last_name": "Lovelace", "date_of_birth": "1990-03-14", "timezone": "Asia/Kathmandu"}
+    data = {
+        "first_name": "Ada",
+        "last_name": "Lovelace",
+        "date_of_birth": "1990-03-14",
+        "timezone": "Asia/Kathmandu",
+    }
     data.update(fields)
     if user is not None:
         count = user.events.count()
@@ -48,7 +52,13 @@ def form_data(user: User | None = None, **fields) -> dict:
     return data
 
 
-EVENT_SCHEDULE = ["occurrence_date", "target_timestamp_utc", "target_timestamp_local", "target_timezone", "status"]
+EVENT_SCHEDULE = [
+    "occurrence_date",
+    "target_timestamp_utc",
+    "target_timestamp_local",
+    "target_timezone",
+    "status",
+]
 
 
 # --- the list ---------------------------------------------------------------------------------
@@ -88,7 +98,9 @@ def test_list_flags_an_overdue_next_birthday(console):
     assert "Pending, overdue" in changelist(console).content.decode()
 
 
-def test_list_reads_the_pending_events_in_one_query_whatever_the_page_size(console, django_assert_max_num_queries):
+def test_list_reads_the_pending_events_in_one_query_whatever_the_page_size(
+    console, django_assert_max_num_queries
+):
     for _ in range(2):
         UserFactory()
     changelist(console)
@@ -127,7 +139,9 @@ def test_list_shows_the_external_id_and_finds_a_recipient_by_it_whole(console):
     assert listed(changelist(console, q="CRM-1042")) == set()
 
 
-@pytest.mark.parametrize(("term", "found"), [("al", {"Alan"}), ("A", {"Alan", "Ada"}), ("sal", {"Sal", "Ursala"})])
+@pytest.mark.parametrize(
+    ("term", "found"), [("al", {"Alan"}), ("A", {"Alan", "Ada"}), ("sal", {"Sal", "Ursala"})]
+)
 def test_a_search_word_too_short_for_a_trigram_matches_the_start_of_a_name(console, term, found):
     for first_name in ("Alan", "Ada", "Sal", "Ursala"):
         UserFactory(first_name=first_name, last_name="Smith")
@@ -156,7 +170,11 @@ def test_change_page_shows_the_recipients_events_read_only(console):
     assert str(old.occurrence_date) in html or old.occurrence_date.strftime("%b. %-d, %Y") in html
     assert "Failed" in html and "Pending" in html
     inline = response.context["inline_admin_formsets"][0]
-    assert not inline.has_add_permission and not inline.has_change_permission and not inline.has_delete_permission
+    assert (
+        not inline.has_add_permission
+        and not inline.has_change_permission
+        and not inline.has_delete_permission
+    )
 
 
 # --- add and edit, through users.services ----------------------------------------------------------
@@ -170,7 +188,12 @@ def test_adding_a_recipient_schedules_the_event_exactly_as_the_api_does(console,
     assert by_console.first_name == "Ada"  # trimmed by the shared rules
     api = api_client.post(
         "/api/v1/users/",
-        {"first_name": "Ada", "last_name": "Lovelace", "date_of_birth": "1990-03-14", "timezone": "Asia/Kathmandu"},
+        {
+            "first_name": "Ada",
+            "last_name": "Lovelace",
+            "date_of_birth": "1990-03-14",
+            "timezone": "Asia/Kathmandu",
+        },
         format="json",
     )
     assert api.status_code == 201
@@ -235,8 +258,13 @@ def test_editing_the_zone_moves_the_pending_event_and_keeps_its_key(console):
 
     response = console.post(
         reverse("admin:users_user_change", args=[user.pk]),
-        form_data(user, first_name=user.first_name, last_name=user.last_name,
-                  date_of_birth=user.date_of_birth.isoformat(), timezone="Europe/London"),
+        form_data(
+            user,
+            first_name=user.first_name,
+            last_name=user.last_name,
+            date_of_birth=user.date_of_birth.isoformat(),
+            timezone="Europe/London",
+        ),
     )
 
     assert response.status_code == 302
@@ -262,7 +290,9 @@ def test_an_invalid_edit_shows_errors_and_changes_nothing(console):
 
 
 def test_adding_with_a_send_time_schedules_at_it_and_the_change_form_shows_it_as_typed(console):
-    response = console.post(reverse("admin:users_user_add"), form_data(send_time="10:30", timezone="Asia/Kolkata"))
+    response = console.post(
+        reverse("admin:users_user_add"), form_data(send_time="10:30", timezone="Asia/Kolkata")
+    )
 
     assert response.status_code == 302
     user = User.objects.get()
@@ -284,13 +314,21 @@ def test_a_bad_send_time_is_refused_on_its_field_with_the_apis_message(console, 
 
 # Before the login's session expires: the console fixture logs in at the real time.
 @freeze_time("2026-01-10T12:00:00Z")
-def test_editing_the_send_time_moves_the_pending_event_and_keeps_its_key_and_clearing_it_restores_the_default(console):
+def test_editing_the_send_time_moves_the_pending_event_and_keeps_its_key_and_clearing_it_restores_the_default(
+    console,
+):
     user = UserFactory(timezone="Asia/Kolkata", send_time=time(10, 30), date_of_birth=date(1990, 5, 5))
     before = user.events.get(status=EventStatus.PENDING)
-    fields = {"first_name": user.first_name, "last_name": user.last_name,
-              "date_of_birth": user.date_of_birth.isoformat(), "timezone": "Asia/Kolkata"}
+    fields = {
+        "first_name": user.first_name,
+        "last_name": user.last_name,
+        "date_of_birth": user.date_of_birth.isoformat(),
+        "timezone": "Asia/Kolkata",
+    }
 
-    console.post(reverse("admin:users_user_change", args=[user.pk]), form_data(user, **fields, send_time="07:45"))
+    console.post(
+        reverse("admin:users_user_change", args=[user.pk]), form_data(user, **fields, send_time="07:45")
+    )
     moved = user.events.get(status=EventStatus.PENDING)
     console.post(reverse("admin:users_user_change", args=[user.pk]), form_data(user, **fields, send_time=""))
     cleared = user.events.get(status=EventStatus.PENDING)
@@ -350,9 +388,13 @@ def test_the_delete_confirmation_lists_as_deleted_only_what_the_erase_deletes_an
     assert ("keyed digest" in kept) is (external_id is not None)
 
     # and the erase then does what the page said
-    assert console.post(reverse("admin:users_user_delete", args=[user.pk]), {"post": "yes"}).status_code == 302
+    assert (
+        console.post(reverse("admin:users_user_delete", args=[user.pk]), {"post": "yes"}).status_code == 302
+    )
     assert not User.objects.exists() and not Event.objects.exists() and not Delivery.objects.exists()
-    assert set(DeliveryAttempt.objects.values_list("delivery_id", "error", "response_excerpt")) == {(None, "", "")}
+    assert set(DeliveryAttempt.objects.values_list("delivery_id", "error", "response_excerpt")) == {
+        (None, "", "")
+    }
     assert DeliveryAttempt.objects.count() == 4
 
 

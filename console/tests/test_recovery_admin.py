@@ -38,7 +38,9 @@ def test_the_count_is_shown_first_and_nothing_is_recorded_until_the_operator_con
     confirmed = console.post(recover_url(crm), {**WINDOW, "_confirm": "Yes"})
 
     assert confirmed.status_code == 302
-    assert confirmed["Location"].endswith(reverse("admin:delivery_destination_change", args=[crm.pk]) + "#recoveries-group")
+    assert confirmed["Location"].endswith(
+        reverse("admin:delivery_destination_change", args=[crm.pk]) + "#recoveries-group"
+    )
     recovery = Recovery.objects.get()
     assert (recovery.total, recovery.requested_by, recovery.states) == (6, "ops-alice", ["DEAD", "DELIVERED"])
     assert not Delivery.objects.filter(status=DeliveryStatus.QUEUED).exists()
@@ -78,8 +80,10 @@ def test_bad_values_come_back_on_the_form_naming_the_field(console, history, val
 def test_an_empty_window_says_nothing_to_recover_and_offers_no_confirmation(console, history):
     crm, _, _ = history
 
-    response = console.post(recover_url(crm), {**WINDOW, "since": "2026-11-25T10:00:01",
-                                                "until": "2026-11-25T11:00:00", "_count": "Count"})
+    response = console.post(
+        recover_url(crm),
+        {**WINDOW, "since": "2026-11-25T10:00:01", "until": "2026-11-25T11:00:00", "_count": "Count"},
+    )
 
     assert 'id="recover-nothing"' in response.content.decode()
     assert "recover-yes" not in response.content.decode()

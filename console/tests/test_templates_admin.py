@@ -27,7 +27,9 @@ def change_url() -> str:
 
 
 def staff_client(client, django_user_model, *permissions: str):
-    staff = django_user_model.objects.create_user(username="ops-bob", password="unused-Pass-1!", is_staff=True)
+    staff = django_user_model.objects.create_user(
+        username="ops-bob", password="unused-Pass-1!", is_staff=True
+    )
     staff.user_permissions.set(permissions_named(*permissions))
     client.force_login(staff)
     return client
@@ -84,7 +86,11 @@ def test_a_bad_template_is_refused_with_the_error_shown_and_nothing_stored(conso
     assert errors and response.context["adminform"].form.errors["body"] == errors
     assert escape(errors[0]) in response.content.decode()
     after = birthday_template()
-    assert (after.body, after.updated_by, after.updated_at) == (before.body, before.updated_by, before.updated_at)
+    assert (after.body, after.updated_by, after.updated_at) == (
+        before.body,
+        before.updated_by,
+        before.updated_at,
+    )
     assert not LogEntry.objects.exists()
 
 
@@ -120,7 +126,9 @@ def test_view_permission_shows_the_template_but_refuses_a_change(client, django_
 
 
 def test_change_permission_lets_an_operator_save(client, django_user_model):
-    staff = staff_client(client, django_user_model, "scheduling.view_messagetemplate", "scheduling.change_messagetemplate")
+    staff = staff_client(
+        client, django_user_model, "scheduling.view_messagetemplate", "scheduling.change_messagetemplate"
+    )
 
     assert staff.post(change_url(), {"body": "Hi {first_name}", "_save": "Save"}).status_code == 302
     assert (birthday_template().body, birthday_template().updated_by) == ("Hi {first_name}", "ops-bob")

@@ -51,8 +51,13 @@ def events_conclude(*, event_ids: Collection[uuid.UUID], now: datetime) -> tuple
         "FILTER (WHERE d.status = %s) AS dead, array_agg(d.last_error) FILTER (WHERE d.status = %s) AS dead_errors "
         f"FROM {Delivery._meta.db_table} d LEFT JOIN {Destination._meta.db_table} t ON t.id = d.destination_id "
         "WHERE d.event_id = e.id) x WHERE x.deliveries > 0",
-        [[row[0] for row in locked], DeliveryStatus.QUEUED, DeliveryStatus.SENDING, DeliveryStatus.DEAD,
-         DeliveryStatus.DEAD],
+        [
+            [row[0] for row in locked],
+            DeliveryStatus.QUEUED,
+            DeliveryStatus.SENDING,
+            DeliveryStatus.DEAD,
+            DeliveryStatus.DEAD,
+        ],
     )
     completed, failed, reasons = [], [], []
     for event_id, unfinished, deliveries, dead, dead_errors in rows:
@@ -66,11 +71,19 @@ def events_conclude(*, event_ids: Collection[uuid.UUID], now: datetime) -> tuple
             completed.append(EventRef(event_id))
     # Locked and PROCESSING: both moves succeed (strict raises if that were ever not so).
     events_transition(
-        events=completed, source=EventStatus.PROCESSING, target=EventStatus.COMPLETED, actor=Actor.WORKER,
-        now=now, changes={"executed_at": now},
+        events=completed,
+        source=EventStatus.PROCESSING,
+        target=EventStatus.COMPLETED,
+        actor=Actor.WORKER,
+        now=now,
+        changes={"executed_at": now},
     )
     events_transition(
-        events=failed, source=EventStatus.PROCESSING, target=EventStatus.FAILED, actor=Actor.WORKER,
-        now=now, per_event={"failure_reason": reasons},
+        events=failed,
+        source=EventStatus.PROCESSING,
+        target=EventStatus.FAILED,
+        actor=Actor.WORKER,
+        now=now,
+        per_event={"failure_reason": reasons},
     )
     return len(completed), len(failed)

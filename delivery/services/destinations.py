@@ -57,7 +57,9 @@ class DestinationVersionMismatch(Exception):
         self.current_version = current_version
 
 
-def _lock_current(*, destination: Destination, expected_versions: Collection[int] | None) -> Destination | None:
+def _lock_current(
+    *, destination: Destination, expected_versions: Collection[int] | None
+) -> Destination | None:
     """The destination's row as stored now, locked until the transaction ends (None if deleted meanwhile).
 
     DestinationVersionMismatch if the caller expects versions it is no longer at (None: any will do).
@@ -123,7 +125,9 @@ def _cleaned(values: Mapping[str, Any]) -> dict[str, Any]:
         types = list(values["event_types"] or [])
         wrong = [t for t in types if t not in EventType.values]
         if wrong:
-            errors["event_types"] = [f"Not an event type: {', '.join(map(str, wrong))} (one of {', '.join(EventType.values)})."]
+            errors["event_types"] = [
+                f"Not an event type: {', '.join(map(str, wrong))} (one of {', '.join(EventType.values)})."
+            ]
         elif len(set(types)) != len(types):
             errors["event_types"] = ["An event type is named twice."]
         cleaned["event_types"] = types
@@ -181,8 +185,16 @@ def destination_create(
 ) -> NewSecret:
     """A new destination with one signing secret (made here unless `secret` is given), returned once."""
     values = _cleaned(
-        {"name": name, "url": url, "event_types": event_types, "format": format, "enabled": enabled,
-         "max_rate": max_rate, "max_in_flight": max_in_flight, "timeout": timeout}
+        {
+            "name": name,
+            "url": url,
+            "event_types": event_types,
+            "format": format,
+            "enabled": enabled,
+            "max_rate": max_rate,
+            "max_in_flight": max_in_flight,
+            "timeout": timeout,
+        }
     )
     value = _secret_value(secret)
     with transaction.atomic():
@@ -190,12 +202,17 @@ def destination_create(
         destination = Destination(**values, created_by=operator, updated_by=operator)
         _saved(destination, values=values)
         stored = _secret_add(destination=destination, value=value)
-    logger.info("Destination created by %s", operator, extra={"destination": destination.name, "operator": operator})
+    logger.info(
+        "Destination created by %s", operator, extra={"destination": destination.name, "operator": operator}
+    )
     return NewSecret(destination=destination, secret=stored, value=value)
 
 
 def destination_update(
-    *, destination: Destination, operator: str, changes: Mapping[str, Any],
+    *,
+    destination: Destination,
+    operator: str,
+    changes: Mapping[str, Any],
     expected_versions: Collection[int] | None = None,
 ) -> Destination:
     """Apply `changes` (fields of EDITABLE_FIELDS); a new URL takes the deliveries not yet delivered with it."""
@@ -214,9 +231,12 @@ def destination_update(
         moved = 0
         if current.url != old_url:
             # A SENDING one finishes its request to the old URL; a retry goes to the new one.
-            moved = Delivery.objects.filter(destination=current, status__in=UNSENT).update(endpoint_url=current.url)
+            moved = Delivery.objects.filter(destination=current, status__in=UNSENT).update(
+                endpoint_url=current.url
+            )
     logger.info(
-        "Destination changed by %s", operator,
+        "Destination changed by %s",
+        operator,
         extra={"destination": current.name, "operator": operator, "fields": sorted(values), "moved": moved},
     )
     return current
@@ -241,22 +261,29 @@ def destination_delete(
                 "finish before deleting it."
             )
         current.delete()
-    logger.info("Destination deleted by %s", operator, extra={"destination": destination.name, "operator": operator})
+    logger.info(
+        "Destination deleted by %s", operator, extra={"destination": destination.name, "operator": operator}
+    )
 
 
-def destination_rotate_secret(*, destination: Destination, operator: str, secret: str | None = None) -> NewSecret:
+def destination_rotate_secret(
+    *, destination: Destination, operator: str, secret: str | None = None
+) -> NewSecret:
     """Add a new signing secret; the ones in force sign beside it for DESTINATION_SECRET_GRACE, then go."""
     value = _secret_value(secret)
     now = timezone.now()
     with transaction.atomic():
         current = Destination.objects.select_for_update().get(pk=destination.pk)
-        current.secrets.filter(expires_at__isnull=True).update(expires_at=now + settings.DESTINATION_SECRET_GRACE)
+        current.secrets.filter(expires_at__isnull=True).update(
+            expires_at=now + settings.DESTINATION_SECRET_GRACE
+        )
         stored = _secret_add(destination=current, value=value)
         current.updated_by = operator
         current.version += 1
         current.save(update_fields=["updated_by", "updated_at", "version"])
     logger.info(
-        "Destination secret rotated by %s", operator,
+        "Destination secret rotated by %s",
+        operator,
         extra={"destination": current.name, "operator": operator, "secret_hint": stored.hint},
     )
     return NewSecret(destination=current, secret=stored, value=value)
@@ -266,7 +293,8 @@ def destination_drop_previous_secrets(*, destination: Destination, operator: str
     """End a rotation's grace period now: only the newest secret signs from here on; return how many went."""
     dropped, _ = destination.secrets.filter(expires_at__isnull=False).delete()
     logger.info(
-        "Destination's previous secrets dropped by %s", operator,
+        "Destination's previous secrets dropped by %s",
+        operator,
         extra={"destination": destination.name, "operator": operator, "dropped": dropped},
     )
     return dropped
@@ -331,7 +359,10 @@ def destinations_seed_default() -> Destination | None:
     try:
         with transaction.atomic():
             destination = Destination.objects.create(
-                name=DEFAULT_NAME, url=settings.WEBHOOK_URL, created_by="WEBHOOK_URL", updated_by="WEBHOOK_URL"
+                name=DEFAULT_NAME,
+                url=settings.WEBHOOK_URL,
+                created_by="WEBHOOK_URL",
+                updated_by="WEBHOOK_URL",
             )
             for value in secrets:
                 _secret_add(destination=destination, value=value)
@@ -339,7 +370,8 @@ def destinations_seed_default() -> Destination | None:
         return None
     logger.warning(
         "Seeded the destination %r from WEBHOOK_URL (no destination existed); unset WEBHOOK_URL once "
-        "destinations are managed from the console or the API", DEFAULT_NAME,
+        "destinations are managed from the console or the API",
+        DEFAULT_NAME,
         extra={"destination": DEFAULT_NAME},
     )
     return destination
@@ -356,6 +388,7 @@ def _secret_value(secret: str | None) -> str:
 
 def _secret_add(*, destination: Destination, value: str) -> DestinationSecret:
     return DestinationSecret.objects.create(
-        destination=destination, ciphertext=secret_store.secret_encrypt(value), hint=secret_store.secret_hint(value)
+        destination=destination,
+        ciphertext=secret_store.secret_encrypt(value),
+        hint=secret_store.secret_hint(value),
     )
-

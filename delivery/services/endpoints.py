@@ -57,7 +57,12 @@ _HEALTH_FIELDS = tuple(Health.__dataclass_fields__)
 
 
 def endpoint_transition(
-    *, endpoint_id: int, source: str, target: str, actor: EndpointActor, changes: Mapping[str, Any] | None = None
+    *,
+    endpoint_id: int,
+    source: str,
+    target: str,
+    actor: EndpointActor,
+    changes: Mapping[str, Any] | None = None,
 ) -> bool:
     """Move the endpoint from `source` to `target` if it is still in `source`; say whether it moved."""
     if ENDPOINT_TRANSITIONS.get((source, target)) != actor:
@@ -103,11 +108,15 @@ def endpoint_record_answers(
         endpoint = Endpoint.objects.select_for_update().get(url=url)
     before = Health(**{name: getattr(endpoint, name) for name in _HEALTH_FIELDS})
     after = observe(health=before, answers=answers, now=now, policy=policy)
-    changes = {name: getattr(after, name) for name in _HEALTH_FIELDS if getattr(after, name) != getattr(before, name)}
+    changes = {
+        name: getattr(after, name) for name in _HEALTH_FIELDS if getattr(after, name) != getattr(before, name)
+    }
     moves = changes.pop("state", None)
     if moves is not None:
         actor = EndpointActor.WORKER if moves == FAILING else EndpointActor.PROBE
-        endpoint_transition(endpoint_id=endpoint.pk, source=before.state, target=moves, actor=actor, changes=changes)
+        endpoint_transition(
+            endpoint_id=endpoint.pk, source=before.state, target=moves, actor=actor, changes=changes
+        )
         _log_move(url=url, before=before, after=after)
         if moves == HEALTHY:
             notify(WORKER_CHANNEL)  # idle workers drain the backlog now, not at their next poll
@@ -146,8 +155,13 @@ def endpoint_pause(*, endpoint: Endpoint, operator: str) -> Endpoint:
             source=source,
             target=PAUSED,
             actor=EndpointActor.OPERATOR,
-            changes={"paused_by": operator, "paused_at": now, "failing_since": None, "next_probe_at": None,
-                     "probe_interval": None},
+            changes={
+                "paused_by": operator,
+                "paused_at": now,
+                "failing_since": None,
+                "next_probe_at": None,
+                "probe_interval": None,
+            },
         ):
             logger.warning("Endpoint paused by %s", operator, extra={"endpoint": endpoint.url, "was": source})
             notify(WORKER_CHANNEL)
@@ -166,7 +180,9 @@ def endpoint_resume(*, endpoint: Endpoint, operator: str) -> Endpoint:
         changes={"paused_by": "", "paused_at": None, "consecutive_failures": 0, "blocked_until": None},
     ):
         current = Endpoint.objects.get(pk=endpoint.pk)
-        raise InvalidStateTransition(f"Endpoint {current.url} is {current.state}, not paused: nothing to resume.")
+        raise InvalidStateTransition(
+            f"Endpoint {current.url} is {current.state}, not paused: nothing to resume."
+        )
     logger.warning("Endpoint resumed by %s", operator, extra={"endpoint": endpoint.url})
     notify(WORKER_CHANNEL)
     return Endpoint.objects.get(pk=endpoint.pk)
@@ -219,13 +235,16 @@ def endpoint_share_in_flight(
     """
     with transaction.atomic():
         Endpoint.objects.select_for_update().only("id").get(pk=endpoint_id)
-        EndpointPermit.objects.filter(endpoint_id=endpoint_id, expires_at__lte=now).delete()  # dead workers' shares
+        EndpointPermit.objects.filter(
+            endpoint_id=endpoint_id, expires_at__lte=now
+        ).delete()  # dead workers' shares
         live = EndpointPermit.objects.filter(endpoint_id=endpoint_id).exclude(worker=worker)
         others = live.aggregate(total=Sum("permits"))["total"] or 0
         fair = -(-cap // (live.count() + 1))
         granted = max(0, min(want, fair, cap - others))
         EndpointPermit.objects.update_or_create(
-            endpoint_id=endpoint_id, worker=worker,
+            endpoint_id=endpoint_id,
+            worker=worker,
             defaults={"permits": max(granted, holding), "expires_at": now + lease},
         )
     return granted

@@ -116,7 +116,11 @@ def queued_delivery_row(
     """A new delivery of the event's standard `payload` to `destination`, in its format, as a row to insert."""
     # By position, in the fields' order: one call per row of a batch, and keywords cost more.
     return QueuedDeliveryRow(
-        uuid7(), event_id, destination.pk, destination.url, idempotency_key,
+        uuid7(),
+        event_id,
+        destination.pk,
+        destination.url,
+        idempotency_key,
         body_format(format=destination.format, payload=payload),
     )
 
@@ -164,7 +168,9 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
         # rendering rather than after it.
         with pipeline():
             moved_to_processing = _start_move_to_processing(events=on_time, now=now)
-            moved_to_failed = _start_move_to_failed(too_late=too_late, held_back=held_back, claimed=claimed, now=now)
+            moved_to_failed = _start_move_to_failed(
+                too_late=too_late, held_back=held_back, claimed=claimed, now=now
+            )
             moved_to_completed = _start_move_to_completed(events=unsubscribed, now=now)
             # The next occurrences first, and their INSERT (the batch's costliest
             # statement: five index entries a row) sent as soon as they are
@@ -222,7 +228,8 @@ def _due_events_lock(*, now: datetime, batch_size: int) -> list[ClaimedEvent]:
     )
     split, pause = len(_EVENT_FIELDS), -len(_PAUSE_FIELDS)
     return [
-        ClaimedEvent(*row[:split], RecipientRow._make(row[split:pause]), PauseSpan._make(row[pause:])) for row in rows
+        ClaimedEvent(*row[:split], RecipientRow._make(row[split:pause]), PauseSpan._make(row[pause:]))
+        for row in rows
     ]
 
 
@@ -243,7 +250,9 @@ def _held_back(*, events: list[ClaimedEvent], type_pauses: Mapping[str, PauseSpa
     for event in events:
         if event.pause.holds(event.target_timestamp_utc):
             held_back[event.id] = RECIPIENT_PAUSED
-        elif (type_pause := type_pauses.get(event.event_type)) and type_pause.holds(event.target_timestamp_utc):
+        elif (type_pause := type_pauses.get(event.event_type)) and type_pause.holds(
+            event.target_timestamp_utc
+        ):
             held_back[event.id] = EVENT_TYPE_PAUSED
     return held_back
 
@@ -271,7 +280,11 @@ def _start_move_to_processing(*, events: list[ClaimedEvent], now: datetime) -> C
 
 
 def _start_move_to_failed(
-    *, too_late: list[ClaimedEvent], held_back: Mapping[uuid.UUID, str], claimed: list[ClaimedEvent], now: datetime
+    *,
+    too_late: list[ClaimedEvent],
+    held_back: Mapping[uuid.UUID, str],
+    claimed: list[ClaimedEvent],
+    now: datetime,
 ) -> Callable[[], list[uuid.UUID]]:
     """Send the one UPDATE that fails the held-back and the too-late events, each with its reason; the function
     returned checks it."""
@@ -305,7 +318,9 @@ def _start_move_to_completed(*, events: list[ClaimedEvent], now: datetime) -> Ca
         actor=Actor.SCHEDULER,
         now=now,
         changes={"executed_at": now},
-        per_event={"failure_reason": [NO_DESTINATION_REASON.format(type=event.event_type) for event in events]},
+        per_event={
+            "failure_reason": [NO_DESTINATION_REASON.format(type=event.event_type) for event in events]
+        },
     )
 
 
@@ -352,7 +367,10 @@ def _rendered_deliveries(
         )
         rows += [
             queued_delivery_row(
-                event_id=event.id, destination=destination, idempotency_key=event.idempotency_key, payload=payload
+                event_id=event.id,
+                destination=destination,
+                idempotency_key=event.idempotency_key,
+                payload=payload,
             )
             for destination in by_type[event.event_type]
         ]

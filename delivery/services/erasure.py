@@ -37,7 +37,9 @@ def deliveries_erase(*, user_id: uuid.UUID) -> int:
     )
     if not delivery_ids:
         return 0
-    DeliveryAttempt.objects.filter(delivery_id__in=delivery_ids).update(delivery=None, error="", response_excerpt="")
+    DeliveryAttempt.objects.filter(delivery_id__in=delivery_ids).update(
+        delivery=None, error="", response_excerpt=""
+    )
     admin_log_forget(model=Delivery, object_ids=delivery_ids)
     deleted, _ = Delivery.objects.filter(id__in=delivery_ids).delete()
     return deleted

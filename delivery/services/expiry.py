@@ -69,9 +69,9 @@ def deliveries_expire_late(*, now: datetime) -> int:
             events_conclude(event_ids={row[1] for row, _ in kept}, now=now)
         expired += len(kept)
         logger.warning(
-            "Failed %s deliveries still waiting on their receiver past EVENT_MAX_LATENESS", len(kept),
+            "Failed %s deliveries still waiting on their receiver past EVENT_MAX_LATENESS",
+            len(kept),
             extra={"cutoff": cutoff.isoformat()},
         )
         if len(rows) < EXPIRE_BATCH:
             return expired
-

@@ -20,8 +20,18 @@ from runtime.wakeup import WORKER_CHANNEL, notify
 
 logger = logging.getLogger(__name__)
 
-_CLAIM_RETURNS = ("id", "event_id", "idempotency_key", "endpoint_url", "payload", "attempts", "max_attempts",
-                  "next_attempt_at", "created_at", "requeued_at")
+_CLAIM_RETURNS = (
+    "id",
+    "event_id",
+    "idempotency_key",
+    "endpoint_url",
+    "payload",
+    "attempts",
+    "max_attempts",
+    "next_attempt_at",
+    "created_at",
+    "requeued_at",
+)
 _EXPIRED_FIELDS = ("id", "attempts", "max_attempts", "locked_by", "locked_until", "attempt_started_at")
 
 
@@ -85,7 +95,11 @@ def _take_over_expired(*, now: datetime, limit: int) -> int:
         cursor.execute(
             f"SELECT {', '.join(_EXPIRED_FIELDS)} FROM {table} WHERE status = %s AND locked_until < %s "
             f"ORDER BY locked_until LIMIT %s FOR UPDATE SKIP LOCKED",
-            [DeliveryStatus.SENDING, Delivery._meta.get_field("locked_until").get_db_prep_value(now, connection), limit],
+            [
+                DeliveryStatus.SENDING,
+                Delivery._meta.get_field("locked_until").get_db_prep_value(now, connection),
+                limit,
+            ],
         )
         expired = cursor.fetchall()
     if not expired:

@@ -43,12 +43,16 @@ def event_resend(*, event: Event, operator: str) -> Event:
                 f"Only FAILED events can be resent; event {event.id} (version "
                 f"{event.version}) is {event.status}."
             )
-        dead = list(Delivery.objects.select_for_update(of=("self",)).select_related("destination").filter(
-            event_id=event.id, status=DeliveryStatus.DEAD
-        ))
+        dead = list(
+            Delivery.objects.select_for_update(of=("self",))
+            .select_related("destination")
+            .filter(event_id=event.id, status=DeliveryStatus.DEAD)
+        )
         has_deliveries = bool(dead) or Delivery.objects.filter(event_id=event.id).exists()
         if has_deliveries and not dead:
-            raise InvalidStateTransition(f"Event {event.id} has no DEAD delivery; there is nothing to resend.")
+            raise InvalidStateTransition(
+                f"Event {event.id} has no DEAD delivery; there is nothing to resend."
+            )
         if not has_deliveries:
             destinations = [d for d in destinations_for_queueing() if d.subscribes_to(event.event_type)]
             if not destinations:
@@ -73,7 +77,9 @@ def delivery_resend(*, delivery: Delivery, operator: str) -> Delivery:
     """Resend one DEAD delivery (one destination's); its FAILED event is PROCESSING again until it ends."""
     with transaction.atomic():
         event = _event_locked(event=delivery.event)
-        current = Delivery.objects.select_for_update(of=("self",)).select_related("destination").get(pk=delivery.pk)
+        current = (
+            Delivery.objects.select_for_update(of=("self",)).select_related("destination").get(pk=delivery.pk)
+        )
         if current.status != DeliveryStatus.DEAD:
             raise InvalidStateTransition(
                 f"Only DEAD deliveries can be resent; delivery {current.id} is {current.status}."
@@ -84,7 +90,11 @@ def delivery_resend(*, delivery: Delivery, operator: str) -> Delivery:
     logger.info(
         "Operator %s resent delivery",
         operator,
-        extra={"operator": operator, "delivery_id": str(current.id), "idempotency_key": current.idempotency_key},
+        extra={
+            "operator": operator,
+            "delivery_id": str(current.id),
+            "idempotency_key": current.idempotency_key,
+        },
     )
     current.refresh_from_db()
     return current
@@ -120,7 +130,10 @@ def _deliveries_create(*, event: Event, destinations: list[Destination]) -> None
         QueuedDeliveryRow._fields,
         [
             queued_delivery_row(
-                event_id=event.id, destination=destination, idempotency_key=event.idempotency_key, payload=payload
+                event_id=event.id,
+                destination=destination,
+                idempotency_key=event.idempotency_key,
+                payload=payload,
             )
             for destination in destinations
         ],
@@ -132,10 +145,15 @@ def _deliveries_create(*, event: Event, destinations: list[Destination]) -> None
 def _deliveries_requeue(*, event: Event, deliveries: list[Delivery]) -> None:
     """Queue the DEAD `deliveries` again: to their destination's URL and format as they are now."""
     moved = deliveries_requeue(
-        source=DeliveryStatus.DEAD, deliveries=deliveries, events={event.id: event}, templates=message_templates(),
+        source=DeliveryStatus.DEAD,
+        deliveries=deliveries,
+        events={event.id: event},
+        templates=message_templates(),
         now=timezone.now(),
     )
     if len(moved) != len(deliveries):
         lost = next(d for d in deliveries if d.id not in set(moved))
-        raise InvalidStateTransition(f"Delivery {lost.id} is {lost.status}; only a DEAD delivery can be resent.")
+        raise InvalidStateTransition(
+            f"Delivery {lost.id} is {lost.status}; only a DEAD delivery can be resent."
+        )
     notify(WORKER_CHANNEL)

@@ -63,7 +63,9 @@ class PingResult:
         if self.status_code is None:
             return self.error if self.refused else f"{self.error} ({self.latency_ms} ms)"
         answer = f"HTTP {self.status_code}" + (f" ({self.error})" if self.error else "")
-        return f"{answer} in {self.latency_ms} ms" + (f"; answer: {self.body_start}" if self.body_start else "")
+        return f"{answer} in {self.latency_ms} ms" + (
+            f"; answer: {self.body_start}" if self.body_start else ""
+        )
 
 
 def destination_send_test(*, destination: Destination, operator: str) -> PingResult:
@@ -84,12 +86,18 @@ def destinations_send_test(*, destinations: Sequence[Destination], operator: str
     results = [_result(destination=d, sent=s) for d, s in zip(destinations, sent, strict=True)]
     for result in results:
         logger.info(
-            "Test message to destination %s sent by %s: %s", result.destination.name, operator,
+            "Test message to destination %s sent by %s: %s",
+            result.destination.name,
+            operator,
             result.status_code if result.status_code is not None else result.error,
             extra={
-                "destination": result.destination.name, "destination_id": result.destination.pk,
-                "operator": operator, "message_id": result.message_id, "status_code": result.status_code,
-                "latency_ms": result.latency_ms, "refused": result.refused,
+                "destination": result.destination.name,
+                "destination_id": result.destination.pk,
+                "operator": operator,
+                "message_id": result.message_id,
+                "status_code": result.status_code,
+                "latency_ms": result.latency_ms,
+                "refused": result.refused,
             },
         )
     return results
@@ -130,7 +138,10 @@ async def _send_all(
     try:
         return list(
             await asyncio.gather(
-                *(_send(transport, ping, signer=s, timeout=t) for ping, s, t in zip(pings, signers, timeouts, strict=True))
+                *(
+                    _send(transport, ping, signer=s, timeout=t)
+                    for ping, s, t in zip(pings, signers, timeouts, strict=True)
+                )
             )
         )
     finally:
@@ -148,8 +159,11 @@ async def _send(
             return await transport.send(ping, signer=signer, timeout=timeout)
     except TimeoutError:
         return SendResult(
-            delivery=ping, outcome=AttemptOutcome.TRANSIENT_FAILURE, started_at=started_at,
-            finished_at=timezone.now(), duration_ms=int((time.monotonic() - started_mono) * 1000),
+            delivery=ping,
+            outcome=AttemptOutcome.TRANSIENT_FAILURE,
+            started_at=started_at,
+            finished_at=timezone.now(),
+            duration_ms=int((time.monotonic() - started_mono) * 1000),
             error=f"Timed out after {timeout:g} s",
         )
 

@@ -81,7 +81,10 @@ class AttemptLogRow(NamedTuple):
 
 
 def attempts_apply(
-    *, records: Sequence[AttemptRecord], now: datetime, held_by: str | None = None,
+    *,
+    records: Sequence[AttemptRecord],
+    now: datetime,
+    held_by: str | None = None,
     expired_before: datetime | None = None,
 ) -> set[uuid.UUID]:
     """Apply each record's decision to its delivery and event, and log the attempts; return the ids applied.
@@ -92,7 +95,12 @@ def attempts_apply(
     applied: dict[uuid.UUID, uuid.UUID] = {}  # delivery id -> event id
     for (status, charged, keeps_due), group in _by_move(records=records).items():
         moved = _deliveries_move(
-            records=group, status=status, charged=charged, keeps_due=keeps_due, now=now, held_by=held_by,
+            records=group,
+            status=status,
+            charged=charged,
+            keeps_due=keeps_due,
+            now=now,
+            held_by=held_by,
             expired_before=expired_before,
         )
         applied.update(moved)
@@ -112,8 +120,14 @@ def _by_move(*, records: Sequence[AttemptRecord]) -> dict[tuple[str, bool, bool]
 
 
 def _deliveries_move(
-    *, records: list[AttemptRecord], status: str, charged: bool, keeps_due: bool, now: datetime,
-    held_by: str | None, expired_before: datetime | None,
+    *,
+    records: list[AttemptRecord],
+    status: str,
+    charged: bool,
+    keeps_due: bool,
+    now: datetime,
+    held_by: str | None,
+    expired_before: datetime | None,
 ) -> list[tuple]:
     """Move the records' deliveries still under the lease to `status`; return (id, event id) of each moved."""
     values = {
@@ -151,18 +165,30 @@ def _attempts_log(*, records: list[AttemptRecord]) -> None:
     # By position, in the fields' order: one row per attempt, and keywords cost more.
     rows = [
         AttemptLogRow(
-            r.delivery_id, r.attempt, r.worker, r.started_at, r.finished_at, r.duration_ms, r.outcome,
-            r.status_code, r.error, r.response_excerpt,
+            r.delivery_id,
+            r.attempt,
+            r.worker,
+            r.started_at,
+            r.finished_at,
+            r.duration_ms,
+            r.outcome,
+            r.status_code,
+            r.error,
+            r.response_excerpt,
         )
         for r in records
     ]
     copy_rows(DeliveryAttempt, AttemptLogRow._fields, rows)
 
 
-def _events_follow(*, records: list[AttemptRecord], event_ids: Mapping[uuid.UUID, uuid.UUID], now: datetime) -> None:
+def _events_follow(
+    *, records: list[AttemptRecord], event_ids: Mapping[uuid.UUID, uuid.UUID], now: datetime
+) -> None:
     """The events of the deliveries that ended here conclude, if this was their last delivery to end."""
     ended = (DeliveryStatus.DELIVERED, DeliveryStatus.DEAD)
-    events_conclude(event_ids={event_ids[r.delivery_id] for r in records if r.decision.status in ended}, now=now)
+    events_conclude(
+        event_ids={event_ids[r.delivery_id] for r in records if r.decision.status in ended}, now=now
+    )
 
 
 def deliveries_record(
@@ -192,10 +218,16 @@ def deliveries_record(
         verdicts: dict[str, Verdict | None] = {}
         for url, group in by_url.items():
             quiet = url in healthy and all(answers[id(r)].signal == Signal.SUCCESS for r in group)
-            verdicts[url] = None if quiet else endpoint_record_answers(
-                url=url, answers=[answers[id(r)] for r in group], now=now, policy=health_policy
+            verdicts[url] = (
+                None
+                if quiet
+                else endpoint_record_answers(
+                    url=url, answers=[answers[id(r)] for r in group], now=now, policy=health_policy
+                )
             )
-        records = [_record(r, worker, answers[id(r)], verdicts[r.delivery.endpoint_url], policy) for r in results]
+        records = [
+            _record(r, worker, answers[id(r)], verdicts[r.delivery.endpoint_url], policy) for r in results
+        ]
         applied = attempts_apply(records=records, now=now, held_by=worker)
         for url, verdict in verdicts.items():
             if verdict is None:
@@ -227,7 +259,9 @@ def deliveries_record(
 
 def _answer(result: SendResult) -> Answer:
     return Answer(
-        signal=signal_of(outcome=result.outcome, status_code=result.status_code, retry_after=result.retry_after),
+        signal=signal_of(
+            outcome=result.outcome, status_code=result.status_code, retry_after=result.retry_after
+        ),
         started_at=result.started_at,
         finished_at=result.finished_at,
         description=result.describe(),
@@ -236,7 +270,9 @@ def _answer(result: SendResult) -> Answer:
     )
 
 
-def _record(result: SendResult, worker: str, answer: Answer, verdict: Verdict | None, policy: RetryPolicy) -> AttemptRecord:
+def _record(
+    result: SendResult, worker: str, answer: Answer, verdict: Verdict | None, policy: RetryPolicy
+) -> AttemptRecord:
     return AttemptRecord(
         delivery_id=result.delivery.id,
         attempt=result.delivery.attempt,

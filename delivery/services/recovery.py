@@ -79,8 +79,9 @@ class RecoveryValues:
     until: datetime
 
 
-def recovery_values_clean(*, states: Sequence[str], since: datetime | None, until: datetime | None,
-                          now: datetime) -> RecoveryValues:
+def recovery_values_clean(
+    *, states: Sequence[str], since: datetime | None, until: datetime | None, now: datetime
+) -> RecoveryValues:
     """The values asked for, checked; ValidationError naming every field at fault."""
     errors: dict[str, list[str]] = {}
     states = list(states or [])
@@ -121,7 +122,11 @@ def recovery_preview(
 
 
 def recovery_create(
-    *, destination: Destination, operator: str, states: Sequence[str], since: datetime | None,
+    *,
+    destination: Destination,
+    operator: str,
+    states: Sequence[str],
+    since: datetime | None,
     until: datetime | None,
 ) -> Recovery:
     """Record a recovery of `destination` for the workers, counted now; it queues nothing itself.
@@ -138,18 +143,29 @@ def recovery_create(
     if current is None:
         raise Destination.DoesNotExist(f"Destination {destination.pk} no longer exists.")
     if not current.enabled:
-        raise RecoveryRefused(f"Destination {current.name} is disabled: enable it before recovering its deliveries.")
+        raise RecoveryRefused(
+            f"Destination {current.name} is disabled: enable it before recovering its deliveries."
+        )
     total = recovery_count(destination_id=current.pk, before=now, **values.__dict__)
     if total == 0:
-        raise ValidationError({"non_field_errors": [
-            f"No {' or '.join(values.states)} delivery of {current.name} reached that state between "
-            f"{values.since.isoformat()} and {values.until.isoformat()}: nothing to recover."
-        ]})
+        raise ValidationError(
+            {
+                "non_field_errors": [
+                    f"No {' or '.join(values.states)} delivery of {current.name} reached that state between "
+                    f"{values.since.isoformat()} and {values.until.isoformat()}: nothing to recover."
+                ]
+            }
+        )
     try:
         with transaction.atomic():
             recovery = Recovery.objects.create(
-                destination=current, states=list(values.states), since=values.since, until=values.until,
-                requested_by=operator, requested_at=now, total=total,
+                destination=current,
+                states=list(values.states),
+                since=values.since,
+                until=values.until,
+                requested_by=operator,
+                requested_at=now,
+                total=total,
             )
             notify(WORKER_CHANNEL)  # sent at commit
     except IntegrityError:
@@ -159,9 +175,18 @@ def recovery_create(
             ) from None
         raise
     logger.info(
-        "Recovery of destination asked by %s: %s deliveries", operator, total,
-        extra={"destination": current.name, "operator": operator, "recovery_id": recovery.pk, "total": total,
-               "states": list(values.states), "since": values.since.isoformat(), "until": values.until.isoformat()},
+        "Recovery of destination asked by %s: %s deliveries",
+        operator,
+        total,
+        extra={
+            "destination": current.name,
+            "operator": operator,
+            "recovery_id": recovery.pk,
+            "total": total,
+            "states": list(values.states),
+            "since": values.since.isoformat(),
+            "until": values.until.isoformat(),
+        },
     )
     return recovery
 
@@ -174,7 +199,10 @@ def recovery_cancel(*, recovery: Recovery, operator: str) -> Recovery:
         current = Recovery.objects.select_for_update().get(pk=recovery.pk)
         recoveries_transition(recovery=current, target=CANCELLED, changes={"finished_at": now})
     logger.info(
-        "Recovery cancelled by %s after %s of %s deliveries", operator, current.done, current.total,
+        "Recovery cancelled by %s after %s of %s deliveries",
+        operator,
+        current.done,
+        current.total,
         extra={"operator": operator, "recovery_id": current.pk, "done": current.done, "total": current.total},
     )
     return current
@@ -234,11 +262,20 @@ def recoveries_advance(*, batch_size: int | None = None) -> RecoveryBatch | None
         candidates = _next_candidates(recovery=recovery, limit=batch_size)
         if not candidates:
             skipped = max(recovery.skipped, recovery.total - recovery.done)
-            recoveries_transition(recovery=recovery, target=FINISHED, changes={"finished_at": now, "skipped": skipped})
+            recoveries_transition(
+                recovery=recovery, target=FINISHED, changes={"finished_at": now, "skipped": skipped}
+            )
             logger.info(
-                "Recovery finished: %s deliveries queued again, %s skipped", recovery.done, recovery.skipped,
-                extra={"recovery_id": recovery.pk, "destination": recovery.destination.name,
-                       "done": recovery.done, "skipped": recovery.skipped, "batches": recovery.batches},
+                "Recovery finished: %s deliveries queued again, %s skipped",
+                recovery.done,
+                recovery.skipped,
+                extra={
+                    "recovery_id": recovery.pk,
+                    "destination": recovery.destination.name,
+                    "done": recovery.done,
+                    "skipped": recovery.skipped,
+                    "batches": recovery.batches,
+                },
             )
             return RecoveryBatch(recovery=recovery, requeued=0, skipped=0, more=False)
         requeued = _candidates_requeue(recovery=recovery, candidates=candidates, now=now)
@@ -285,8 +322,14 @@ def _next_candidates(*, recovery: Recovery, limit: int) -> list[_Candidate]:
     rows = execute(
         f"SELECT id, event_id, status, updated_at FROM {table} WHERE destination_id = %s AND status = ANY(%s) "
         f"AND updated_at >= %s AND updated_at < %s{after} ORDER BY status, updated_at, id LIMIT %s",
-        [recovery.destination_id, list(recovery.states), recovery.since, min(recovery.until, recovery.requested_at),
-         *params, limit],
+        [
+            recovery.destination_id,
+            list(recovery.states),
+            recovery.since,
+            min(recovery.until, recovery.requested_at),
+            *params,
+            limit,
+        ],
     )
     return [_Candidate(*row) for row in rows]
 
@@ -316,10 +359,15 @@ def _candidates_requeue(*, recovery: Recovery, candidates: list[_Candidate], now
     templates = message_templates()
     moved: set[uuid.UUID] = set()
     for state in recovery.states:
-        moved.update(deliveries_requeue(
-            source=state, deliveries=[d for d in deliveries if d.status == state], events=events,
-            templates=templates, now=now,
-        ))
+        moved.update(
+            deliveries_requeue(
+                source=state,
+                deliveries=[d for d in deliveries if d.status == state],
+                events=events,
+                templates=templates,
+                now=now,
+            )
+        )
     events_reopen(events=[events[d.event_id] for d in _unique_events(deliveries, moved)], now=now)
     return len(moved)
 
@@ -346,8 +394,9 @@ def _renderable_event_ids(*, events: Collection[Event]) -> set[uuid.UUID]:
         by_type.setdefault(event.event_type, []).append(event)
     for event_type, typed in by_type.items():
         applies = set(
-            User.objects.filter(get_handler(event_type).applies_to, pk__in=[e.user_id for e in typed])
-            .values_list("pk", flat=True)
+            User.objects.filter(
+                get_handler(event_type).applies_to, pk__in=[e.user_id for e in typed]
+            ).values_list("pk", flat=True)
         )
         renderable.update(e.id for e in typed if e.user_id in applies)
     return renderable

@@ -58,7 +58,9 @@ def deliveries_requeue(
     for delivery in deliveries:
         payload = payloads.get(delivery.event_id)
         if payload is None:
-            payload = payloads[delivery.event_id] = event_payload(event=events[delivery.event_id], templates=templates)
+            payload = payloads[delivery.event_id] = event_payload(
+                event=events[delivery.event_id], templates=templates
+            )
         destination = delivery.destination
         # A delivery whose destination was deleted goes, in the standard format, where it went.
         bodies.append(body_format(format=destination.format, payload=payload) if destination else payload)

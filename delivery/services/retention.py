@@ -120,7 +120,9 @@ def _select_sql(*, after: bool, lock: bool) -> str:
     event = Event._meta.db_table
     # Written as a range plus a filter, not a row comparison: event_history_idx
     # holds (status, target), so only the target bound can be an index condition.
-    keyset = " AND e.target_timestamp_utc >= %s AND (e.target_timestamp_utc > %s OR e.id > %s)" if after else ""
+    keyset = (
+        " AND e.target_timestamp_utc >= %s AND (e.target_timestamp_utc > %s OR e.id > %s)" if after else ""
+    )
     # "A later handled occurrence exists" as a comparison with a correlated MAX, not
     # EXISTS: PostgreSQL never turns this into a join, so it stays one backward probe
     # of the (user, type, date) index per candidate; with EXISTS it chose, on small or

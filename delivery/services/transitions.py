@@ -38,9 +38,15 @@ DELIVERY_TRANSITIONS: Mapping[tuple[str, str], str] = {
     "take over: its worker was lost, tried again now",
     (SENDING, DEAD): "record: a permanent failure, or the last attempt failed",
     (DEAD, QUEUED): "resend or recovery: an operator queues it again, under the same key",
-    (DELIVERED, QUEUED): "recovery: an operator queues it again, under the same key, for a receiver that lost "
+    (
+        DELIVERED,
+        QUEUED,
+    ): "recovery: an operator queues it again, under the same key, for a receiver that lost "
     "what it had accepted",
-    (QUEUED, DEAD): "expire: still waiting (on a failing or paused endpoint) EVENT_MAX_LATENESS after it was queued",
+    (
+        QUEUED,
+        DEAD,
+    ): "expire: still waiting (on a failing or paused endpoint) EVENT_MAX_LATENESS after it was queued",
 }
 
 
@@ -127,7 +133,9 @@ def _check_transition(*, source: str, target: str, select: Due | Rows, lease: Ne
     """Refuse a move the state machine has not, and one that takes or ends a lease where it must not."""
     if (source, target) not in DELIVERY_TRANSITIONS:
         raise InvalidStateTransition(f"A delivery cannot move from {source} to {target}.")
-    under_lease = isinstance(select, Rows) and (select.held_by is not None or select.expired_before is not None)
+    under_lease = isinstance(select, Rows) and (
+        select.held_by is not None or select.expired_before is not None
+    )
     if (source == SENDING) != under_lease:
         raise InvalidStateTransition(
             f"{source} -> {target}: a delivery under lease is moved only by its holder or after the lease expired."
@@ -147,7 +155,12 @@ def _shared_assignments(
     assignments = ["status = %s", "updated_at = %s"]
     params: list = [target, _prep("updated_at", now)]
     if lease is not None:
-        assignments += ["attempts = d.attempts + 1", "locked_by = %s", "locked_until = %s", "attempt_started_at = %s"]
+        assignments += [
+            "attempts = d.attempts + 1",
+            "locked_by = %s",
+            "locked_until = %s",
+            "attempt_started_at = %s",
+        ]
         params += [lease.worker, _prep("locked_until", lease.until), _prep("attempt_started_at", now)]
     elif source == SENDING:
         assignments += ["locked_by = ''", "locked_until = NULL"]

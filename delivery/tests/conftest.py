@@ -113,13 +113,20 @@ def destinations_create_at(urls: Sequence[str]) -> None:
     """
     for number, url in enumerate(urls):
         destination_create(
-            name=f"receiver{number}", url=url, operator="ops", format=FAN_OUT_FORMATS[number % len(FAN_OUT_FORMATS)]
+            name=f"receiver{number}",
+            url=url,
+            operator="ops",
+            format=FAN_OUT_FORMATS[number % len(FAN_OUT_FORMATS)],
         )
 
 
 @contextmanager
 def receivers(
-    settings, sink: ScriptedSink, count: int, *, create: Callable[[list[str]], object] = destinations_create_at
+    settings,
+    sink: ScriptedSink,
+    count: int,
+    *,
+    create: Callable[[list[str]], object] = destinations_create_at,
 ) -> Iterator[list[ScriptedSink]]:
     """Where a fault test's deliveries go: with one, `sink` as the default destination (WEBHOOK_URL);
     with more, that many receivers of their own, no WEBHOOK_URL, and `create` makes their destinations."""
@@ -134,15 +141,23 @@ def receivers(
         yield sinks
 
 
-def assert_each_receiver_accepted_each_key_once(sinks: Sequence[ScriptedSink], keys: set[str], why: str = "") -> None:
+def assert_each_receiver_accepted_each_key_once(
+    sinks: Sequence[ScriptedSink], keys: set[str], why: str = ""
+) -> None:
     """Counted at each receiver, what it answered 2xx: every key (nothing lost), none twice (nothing sent twice)."""
     for number, sink in enumerate(sinks):
         accepted = sink.accepted()
         missing = keys - set(accepted)
-        assert not missing, f"receiver {number}: {len(missing)} of {len(keys)} never accepted: {sorted(missing)[:5]}"
-        assert set(accepted) == keys, f"receiver {number}: keys of no event: {sorted(set(accepted) - keys)[:5]}"
+        assert not missing, (
+            f"receiver {number}: {len(missing)} of {len(keys)} never accepted: {sorted(missing)[:5]}"
+        )
+        assert set(accepted) == keys, (
+            f"receiver {number}: keys of no event: {sorted(set(accepted) - keys)[:5]}"
+        )
         twice = sorted(key for key, n in accepted.items() if n > 1)
-        assert not twice, f"receiver {number}: {len(twice)} of {len(keys)} accepted more than once{why}: {twice[:5]}"
+        assert not twice, (
+            f"receiver {number}: {len(twice)} of {len(keys)} accepted more than once{why}: {twice[:5]}"
+        )
 
 
 def assert_every_delivery_delivered_and_event_completed(*, events: int, destinations: int) -> None:
@@ -186,7 +201,9 @@ def create_due_users(count: int, *, ago: timedelta = timedelta(seconds=1)) -> No
 def process_env(settings, **extra) -> dict:
     """Environment for a product process that works on this test's database."""
     db = connection.settings_dict
-    url = f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    url = (
+        f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    )
     env = {
         **os.environ,
         "DATABASE_URL": url,
@@ -272,10 +289,16 @@ class ScriptedDns(AbstractResolver):
     def __call__(self, host: str, port: int) -> list[str]:
         return self.addresses(host)
 
-    async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
         return [
             ResolveResult(
-                hostname=host, host=address, port=port, proto=0, flags=socket.AI_NUMERICHOST,
+                hostname=host,
+                host=address,
+                port=port,
+                proto=0,
+                flags=socket.AI_NUMERICHOST,
                 family=socket.AF_INET6 if ":" in address else socket.AF_INET,
             )
             for address in self.addresses(host)
@@ -311,7 +334,8 @@ def network(monkeypatch) -> Network:
     async def start_routed_connection(addr_infos, *args, **kwargs):
         addr_infos = [
             (socket.AF_INET, kind, proto, name, routed.routes[address[0]])
-            if address[0] in routed.routes else (family, kind, proto, name, address)
+            if address[0] in routed.routes
+            else (family, kind, proto, name, address)
             for family, kind, proto, name, address in addr_infos
         ]
         return await start_connection(addr_infos, *args, **kwargs)
@@ -353,4 +377,6 @@ def assert_rate_held(received, *, rate: float, used: float | None = None) -> Non
     busiest = busiest_window(received, seconds=RATE_WINDOW)
     assert busiest <= RATE_WINDOW * rate * 1.1, f"{busiest} requests in {RATE_WINDOW:g} s against {rate}/s"
     if used is not None:
-        assert busiest >= RATE_WINDOW * used, f"only {busiest} requests in {RATE_WINDOW:g} s: the cap was not used"
+        assert busiest >= RATE_WINDOW * used, (
+            f"only {busiest} requests in {RATE_WINDOW:g} s: the cap was not used"
+        )

@@ -16,7 +16,9 @@ WEDNESDAY_10 = datetime(2026, 11, 25, 10, 0, tzinfo=UTC)
 
 
 def new_destination(name: str, **fields) -> Destination:
-    return destination_create(name=name, url=f"https://{name}.example.org/hook", operator="ops", **fields).destination
+    return destination_create(
+        name=name, url=f"https://{name}.example.org/hook", operator="ops", **fields
+    ).destination
 
 
 def two_destinations_with_queued_deliveries() -> tuple[Destination, Destination]:
@@ -31,7 +33,9 @@ def end(deliveries, *, status: str, at: datetime) -> None:
     """The deliveries ended at `at`, as a worker's record leaves them (their events: events_ended)."""
     ids = [d.pk for d in deliveries]
     Delivery.objects.filter(pk__in=ids).update(
-        status=status, updated_at=at, delivered_at=at if status == DELIVERED else None,
+        status=status,
+        updated_at=at,
+        delivered_at=at if status == DELIVERED else None,
         last_error="" if status == DELIVERED else "HTTP 410",
     )
 

@@ -31,7 +31,8 @@ def send_test(api_client, destination: Destination):
 
 def attempts_measured() -> float:
     return sum(
-        REGISTRY.get_sample_value("birthday_delivery_attempt_duration_seconds_count", {"outcome": outcome}) or 0
+        REGISTRY.get_sample_value("birthday_delivery_attempt_duration_seconds_count", {"outcome": outcome})
+        or 0
         for outcome in ("DELIVERED", "TRANSIENT_FAILURE", "PERMANENT_FAILURE")
     )
 
@@ -52,7 +53,11 @@ def test_an_accepted_test_message_is_signed_like_a_delivery_and_recorded_nowhere
     assert request.headers["webhook-id"] == request.headers["X-Idempotency-Key"] == answer["message_id"]
     assert answer["message_id"].startswith("test-")
     payload = Webhook(created.value).verify(request.raw_body, request.headers)
-    assert (payload["event_type"], payload["test"], payload["destination"]) == ("destination.test", True, "crm")
+    assert (payload["event_type"], payload["test"], payload["destination"]) == (
+        "destination.test",
+        True,
+        "crm",
+    )
     assert Delivery.objects.count() == DeliveryAttempt.objects.count() == Endpoint.objects.count() == 0
     assert attempts_measured() == measured
 
@@ -154,7 +159,9 @@ def test_an_unsigned_destination_gets_an_unsigned_test_message(api_client, sink)
     assert "webhook-signature" not in sink.received[0].headers
 
 
-def test_the_secret_is_in_no_answer_and_no_log_line_and_the_log_says_who_tested_what(api_client, sink, caplog):
+def test_the_secret_is_in_no_answer_and_no_log_line_and_the_log_says_who_tested_what(
+    api_client, sink, caplog
+):
     caplog.set_level(logging.DEBUG)
     # A receiver that echoes back what it was sent, headers included.
     sink.respond = lambda received: Reply(body=json.dumps(received.headers).encode())

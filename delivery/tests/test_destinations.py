@@ -53,14 +53,19 @@ PAYLOAD = {
 
 
 def new_destination(name: str, url: str | None = None, **fields) -> Destination:
-    return destination_create(name=name, url=url or f"https://{name}.example.org/hook", operator="ops", **fields).destination
+    return destination_create(
+        name=name, url=url or f"https://{name}.example.org/hook", operator="ops", **fields
+    ).destination
 
 
 def due_user(**overrides):
     """A recipient with a birthday and a wedding anniversary, both due now."""
     fields = {
-        "first_name": "Ada", "last_name": "Lovelace", "date_of_birth": date(1990, 3, 8),
-        "timezone": "America/New_York", "anniversary_date": date(2015, 6, 1),
+        "first_name": "Ada",
+        "last_name": "Lovelace",
+        "date_of_birth": date(1990, 3, 8),
+        "timezone": "America/New_York",
+        "anniversary_date": date(2015, 6, 1),
     }
     user = user_create(**{**fields, **overrides})
     make_due(list(user.events.all()))
@@ -80,8 +85,14 @@ def test_a_generated_secret_is_whsec_and_32_random_bytes_and_the_signing_library
 
 
 @pytest.mark.parametrize(
-    "value", ["abc", "whsec_", "whsec_not base64!", "whsec_" + base64.b64encode(b"x" * 23).decode(),
-              "whsec_" + base64.b64encode(b"x" * 65).decode()],
+    "value",
+    [
+        "abc",
+        "whsec_",
+        "whsec_not base64!",
+        "whsec_" + base64.b64encode(b"x" * 23).decode(),
+        "whsec_" + base64.b64encode(b"x" * 65).decode(),
+    ],
 )
 def test_a_supplied_secret_must_be_whsec_and_base64_of_24_to_64_bytes(value):
     with pytest.raises(ValidationError) as raised:
@@ -175,8 +186,12 @@ def schema_errors(body: dict, schema: dict) -> list[str]:
         elif not isinstance(body[key], kind) or body[key] == "":
             errors.append(f"{key} is not a non-empty {kind.__name__}")
     errors += [f"unexpected {key}" for key in body if key not in allowed]
-    errors += [f"{key} too long" for key, most in schema["max_length"].items() if len(body.get(key, "")) > most]
-    errors += [f"{key} is not {value}" for key, value in schema.get("const", {}).items() if body.get(key) != value]
+    errors += [
+        f"{key} too long" for key, most in schema["max_length"].items() if len(body.get(key, "")) > most
+    ]
+    errors += [
+        f"{key} is not {value}" for key, value in schema.get("const", {}).items() if body.get(key) != value
+    ]
     return errors
 
 
@@ -212,8 +227,14 @@ def test_create_returns_the_secret_once_and_stores_only_its_ciphertext_and_hint(
     caplog.set_level(logging.DEBUG)
 
     created = destination_create(
-        name="crm", url="https://crm.example.org/hook", operator="ops-alice", event_types=["BIRTHDAY"],
-        format="slack", max_rate=5, max_in_flight=3, timeout=timedelta(seconds=2),
+        name="crm",
+        url="https://crm.example.org/hook",
+        operator="ops-alice",
+        event_types=["BIRTHDAY"],
+        format="slack",
+        max_rate=5,
+        max_in_flight=3,
+        timeout=timedelta(seconds=2),
     )
 
     destination = Destination.objects.get(name="crm")
@@ -221,17 +242,25 @@ def test_create_returns_the_secret_once_and_stores_only_its_ciphertext_and_hint(
     assert created.value.startswith("whsec_")
     assert stored.hint == created.value[:10] + "…"
     assert created.value not in stored.ciphertext
-    assert (destination.created_by, destination.updated_by, destination.format) == ("ops-alice", "ops-alice", "slack")
+    assert (destination.created_by, destination.updated_by, destination.format) == (
+        "ops-alice",
+        "ops-alice",
+        "slack",
+    )
     assert created.value not in caplog.text and created.value[10:] not in caplog.text
 
 
 def test_a_supplied_secret_is_kept_and_a_bad_one_refused_naming_the_field_and_creating_nothing():
     supplied = "whsec_" + base64.b64encode(b"s" * 24).decode()
-    created = destination_create(name="hr", url="https://hr.example.org/hook", operator="ops", secret=supplied)
+    created = destination_create(
+        name="hr", url="https://hr.example.org/hook", operator="ops", secret=supplied
+    )
     assert created.value == supplied
 
     with pytest.raises(ValidationError) as raised:
-        destination_create(name="crm", url="https://crm.example.org/hook", operator="ops", secret="whsec_short")
+        destination_create(
+            name="crm", url="https://crm.example.org/hook", operator="ops", secret="whsec_short"
+        )
 
     assert set(raised.value.message_dict) == {"secret"}
     assert not Destination.objects.filter(name="crm").exists()
@@ -268,7 +297,9 @@ def test_a_name_or_url_another_destination_has_is_refused_naming_the_field():
     crm = new_destination("crm")
 
     with pytest.raises(ValidationError) as raised:
-        destination_update(destination=crm, operator="ops", changes={"name": "hr", "url": "https://hr.example.org/hook"})
+        destination_update(
+            destination=crm, operator="ops", changes={"name": "hr", "url": "https://hr.example.org/hook"}
+        )
 
     assert set(raised.value.message_dict) == {"name", "url"}
     crm.refresh_from_db()
@@ -282,15 +313,22 @@ def test_a_new_url_takes_the_unsent_deliveries_with_it_not_the_history(default_d
     delivered = Delivery.objects.filter(destination=destination).first()
     Delivery.objects.filter(pk=delivered.pk).update(status=DeliveryStatus.DELIVERED)
 
-    destination_update(destination=destination, operator="ops-bob", changes={"url": "https://new.example.org/hook"})
+    destination_update(
+        destination=destination, operator="ops-bob", changes={"url": "https://new.example.org/hook"}
+    )
 
     urls = dict(Delivery.objects.values_list("status", "endpoint_url"))
-    assert urls == {DeliveryStatus.QUEUED: "https://new.example.org/hook", DeliveryStatus.DELIVERED: default_destination}
+    assert urls == {
+        DeliveryStatus.QUEUED: "https://new.example.org/hook",
+        DeliveryStatus.DELIVERED: default_destination,
+    }
     destination.refresh_from_db()
     assert destination.updated_by == "ops-bob"
 
 
-def test_a_destination_with_deliveries_to_send_cannot_be_deleted_and_its_history_outlives_it(default_destination):
+def test_a_destination_with_deliveries_to_send_cannot_be_deleted_and_its_history_outlives_it(
+    default_destination,
+):
     due_user()
     Scheduler(once=True).run()
     destination = Destination.objects.get(name="default")
@@ -360,9 +398,14 @@ def test_webhook_url_and_secret_seed_a_default_destination_once_only_when_none_e
 
     default = Destination.objects.get()
     assert (default.name, default.url, default.event_types, default.format) == (
-        "default", "https://legacy.example.org/hook", [], "standard"
+        "default",
+        "https://legacy.example.org/hook",
+        [],
+        "standard",
     )
-    assert sorted(destination_signing_secrets(destinations=[default], now=timezone.now())[default.pk]) == sorted(secrets)
+    assert sorted(
+        destination_signing_secrets(destinations=[default], now=timezone.now())[default.pk]
+    ) == sorted(secrets)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -421,11 +464,17 @@ def test_each_occurrence_gets_one_delivery_per_subscribed_enabled_destination_un
     anniversary = user.events.get(event_type=EventType.ANNIVERSARY, status=EventStatus.PROCESSING)
     got = {(d.event_id, d.destination_id): d for d in Delivery.objects.all()}
     assert set(got) == {
-        (birthday.id, everything.pk), (birthday.id, birthdays.pk),
-        (anniversary.id, everything.pk), (anniversary.id, anniversaries.pk),
+        (birthday.id, everything.pk),
+        (birthday.id, birthdays.pk),
+        (anniversary.id, everything.pk),
+        (anniversary.id, anniversaries.pk),
     }
-    assert {d.idempotency_key for d in got.values() if d.event_id == birthday.id} == {birthday.idempotency_key}
-    assert got[(birthday.id, birthdays.pk)].payload == {"text": got[(birthday.id, everything.pk)].payload["message"]}
+    assert {d.idempotency_key for d in got.values() if d.event_id == birthday.id} == {
+        birthday.idempotency_key
+    }
+    assert got[(birthday.id, birthdays.pk)].payload == {
+        "text": got[(birthday.id, everything.pk)].payload["message"]
+    }
     assert got[(anniversary.id, anniversaries.pk)].payload["@type"] == "MessageCard"
     assert got[(birthday.id, birthdays.pk)].endpoint_url == birthdays.url
 
@@ -438,7 +487,9 @@ def test_an_occurrence_no_destination_subscribes_to_is_completed_with_the_reason
 
     anniversary = user.events.exclude(status=EventStatus.PENDING).get(event_type=EventType.ANNIVERSARY)
     assert anniversary.status == EventStatus.COMPLETED
-    assert anniversary.failure_reason == "Nothing sent: no enabled destination subscribes to ANNIVERSARY events."
+    assert (
+        anniversary.failure_reason == "Nothing sent: no enabled destination subscribes to ANNIVERSARY events."
+    )
     assert not Delivery.objects.filter(event=anniversary).exists()
 
 
@@ -464,7 +515,9 @@ def two_receivers(delivery_settings, sink):
     with ScriptedSink() as chat:
         delivery_settings.WEBHOOK_URL = ""
         standard = destination_create(name="crm", url=sink.url, operator="ops", event_types=["BIRTHDAY"])
-        slack = destination_create(name="chat", url=chat.url, operator="ops", event_types=["BIRTHDAY"], format="slack")
+        slack = destination_create(
+            name="chat", url=chat.url, operator="ops", event_types=["BIRTHDAY"], format="slack"
+        )
         yield (sink, standard), (chat, slack)
 
 
@@ -479,7 +532,9 @@ def test_every_destination_receives_its_body_signed_with_its_own_secret_under_th
     [crm_request], [chat_request] = crm_sink.received, chat_sink.received
     assert crm_request.idempotency_key == chat_request.idempotency_key == event.idempotency_key
     assert Webhook(crm.value).verify(crm_request.raw_body, dict(crm_request.headers.items()))["message"]
-    assert Webhook(chat.value).verify(chat_request.raw_body, dict(chat_request.headers.items())).keys() == {"text"}
+    assert Webhook(chat.value).verify(chat_request.raw_body, dict(chat_request.headers.items())).keys() == {
+        "text"
+    }
 
 
 def test_one_dead_destination_fails_the_occurrence_naming_it_and_the_other_is_still_delivered(two_receivers):
@@ -492,7 +547,8 @@ def test_one_dead_destination_fails_the_occurrence_naming_it_and_the_other_is_st
 
     event = user.events.get(status=EventStatus.FAILED)
     assert dict(Delivery.objects.values_list("destination__name", "status")) == {
-        "crm": DeliveryStatus.DELIVERED, "chat": DeliveryStatus.DEAD
+        "crm": DeliveryStatus.DELIVERED,
+        "chat": DeliveryStatus.DEAD,
     }
     assert event.failure_reason.startswith("Dead at chat: ")
     assert len(crm_sink.received) == 1
@@ -613,7 +669,9 @@ def test_concluding_reads_each_occurrences_own_deliveries_by_key_uncompiled_howe
     scans = [node for node in plan_nodes(plan["Plan"]) if node.get("Relation Name") == "delivery_delivery"]
     # An index scan's condition, or a bitmap heap scan's recheck of what its index scan found.
     conditions = [node.get("Index Cond") or node.get("Recheck Cond") or "" for node in scans]
-    assert scans and all("event_id" in condition for condition in conditions), [node["Node Type"] for node in scans]
+    assert scans and all("event_id" in condition for condition in conditions), [
+        node["Node Type"] for node in scans
+    ]
 
 
 def plan_nodes(node: dict):
@@ -624,8 +682,14 @@ def plan_nodes(node: dict):
 
 @pytest.mark.parametrize(
     "fields",
-    [{"event_types": ["GRADUATION"]}, {"format": "telegram"}, {"timeout": timedelta(0)}, {"max_rate": 0.0},
-     {"max_in_flight": 0}, {"name": ""}],
+    [
+        {"event_types": ["GRADUATION"]},
+        {"format": "telegram"},
+        {"timeout": timedelta(0)},
+        {"max_rate": 0.0},
+        {"max_in_flight": 0},
+        {"name": ""},
+    ],
 )
 def test_the_database_refuses_what_the_service_would_have_refused(fields):
     from django.db import IntegrityError
@@ -640,23 +704,40 @@ def test_the_database_refuses_what_the_service_would_have_refused(fields):
 def lanes():
     from delivery.lanes import Lanes
 
-    return Lanes(worker="w1", concurrency=None, batch_size=10, max_rate=0.0, max_in_flight=0, lease=timedelta(seconds=30))
+    return Lanes(
+        worker="w1",
+        concurrency=None,
+        batch_size=10,
+        max_rate=0.0,
+        max_in_flight=0,
+        lease=timedelta(seconds=30),
+    )
 
 
 def test_a_workers_lane_follows_its_destinations_secrets_timeout_and_limits_at_its_next_refresh(settings):
     settings.WEBHOOK_URL = ""
     created = destination_create(
-        name="crm", url="https://crm.example.org/hook", operator="ops", max_rate=5, timeout=timedelta(seconds=2)
+        name="crm",
+        url="https://crm.example.org/hook",
+        operator="ops",
+        max_rate=5,
+        timeout=timedelta(seconds=2),
     )
     worker_lanes = lanes()
 
     worker_lanes.refresh_if_due()
     lane = worker_lanes.by_url[created.destination.url]
-    assert (lane.max_rate, lane.max_in_flight, lane.timeout, lane.signing_secrets) == (5, 0, 2.0, (created.value,))
+    assert (lane.max_rate, lane.max_in_flight, lane.timeout, lane.signing_secrets) == (
+        5,
+        0,
+        2.0,
+        (created.value,),
+    )
 
     rotated = destination_rotate_secret(destination=created.destination, operator="ops")
     destination_update(
-        destination=created.destination, operator="ops",
+        destination=created.destination,
+        operator="ops",
         changes={"max_rate": None, "max_in_flight": 3, "timeout": None},
     )
     worker_lanes.stale = True  # as a second later

@@ -17,7 +17,12 @@ from users.tests.factories import UserFactory
 pytestmark = pytest.mark.django_db
 
 URL = "/api/v1/destinations/"
-NEW = {"name": "team-slack", "url": "https://hooks.example.org/slack", "event_types": ["BIRTHDAY"], "format": "slack"}
+NEW = {
+    "name": "team-slack",
+    "url": "https://hooks.example.org/slack",
+    "event_types": ["BIRTHDAY"],
+    "format": "slack",
+}
 
 
 def create(api_client, **fields) -> dict:
@@ -31,10 +36,19 @@ def test_create_answers_the_destination_with_its_secret_this_once(api_client):
 
     destination = Destination.objects.get()
     assert body["secret"].startswith("whsec_")
-    assert body["secrets"] == [{"hint": body["secret"][:10] + "…", "created_at": body["secrets"][0]["created_at"],
-                                "expires_at": None}]
+    assert body["secrets"] == [
+        {
+            "hint": body["secret"][:10] + "…",
+            "created_at": body["secrets"][0]["created_at"],
+            "expires_at": None,
+        }
+    ]
     assert (body["name"], body["format"], body["event_types"], body["timeout"], body["max_rate"]) == (
-        "team-slack", "slack", ["BIRTHDAY"], 2.5, 1.0
+        "team-slack",
+        "slack",
+        ["BIRTHDAY"],
+        2.5,
+        1.0,
     )
     assert (body["created_by"], body["paused"], body["endpoint_state"]) == ("operator", False, "HEALTHY")
     assert destination.created_by == "operator"
@@ -47,10 +61,12 @@ def test_the_secret_never_appears_again_in_any_answer_or_log_line(api_client, ca
     rotated = api_client.post(f"{URL}{created['id']}/rotate-secret/", {}, format="json").json()
 
     answers = [
-        api_client.get(URL), api_client.get(f"{URL}{created['id']}/"),
+        api_client.get(URL),
+        api_client.get(f"{URL}{created['id']}/"),
         api_client.patch(f"{URL}{created['id']}/", {"enabled": False}, format="json"),
         api_client.put(f"{URL}{created['id']}/", NEW, format="json"),
-        api_client.post(f"{URL}{created['id']}/pause/"), api_client.post(f"{URL}{created['id']}/resume/"),
+        api_client.post(f"{URL}{created['id']}/pause/"),
+        api_client.post(f"{URL}{created['id']}/resume/"),
     ]
 
     for response in answers:
@@ -65,8 +81,9 @@ def test_a_supplied_secret_is_used_and_a_bad_one_refused_naming_it(api_client):
     supplied = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
     assert create(api_client, secret=supplied)["secret"] == supplied
-    response = api_client.post(URL, {**NEW, "name": "other", "url": "https://o.example.org/", "secret": "nope"},
-                               format="json")
+    response = api_client.post(
+        URL, {**NEW, "name": "other", "url": "https://o.example.org/", "secret": "nope"}, format="json"
+    )
 
     assert response.status_code == 400
     assert set(response.json()) == {"secret"}
@@ -162,7 +179,11 @@ def test_pause_and_resume_are_the_endpoints_and_a_second_pause_is_409(api_client
     again = api_client.post(f"{URL}{created['id']}/pause/")
     resumed = api_client.post(f"{URL}{created['id']}/resume/")
 
-    assert (paused.status_code, paused.json()["paused"], paused.json()["endpoint_state"]) == (200, True, "PAUSED")
+    assert (paused.status_code, paused.json()["paused"], paused.json()["endpoint_state"]) == (
+        200,
+        True,
+        "PAUSED",
+    )
     assert again.status_code == 409
     assert (resumed.status_code, resumed.json()["paused"]) == (200, False)
     assert Endpoint.objects.get(url=NEW["url"]).state == EndpointState.HEALTHY

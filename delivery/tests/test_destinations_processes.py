@@ -32,7 +32,9 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 EVENTS = 300
 
 
-def test_three_destinations_each_get_every_occurrence_once_while_one_fails_for_a_while(delivery_settings, tmp_path):
+def test_three_destinations_each_get_every_occurrence_once_while_one_fails_for_a_while(
+    delivery_settings, tmp_path
+):
     # given three receivers, the chat one answering 500 for the first seconds, and no WEBHOOK_URL to seed from
     delivery_settings.WEBHOOK_URL = ""
     with ScriptedSink() as crm_sink, ScriptedSink() as chat_sink, ScriptedSink() as hr_sink:
@@ -46,7 +48,8 @@ def test_three_destinations_each_get_every_occurrence_once_while_one_fails_for_a
         env = process_env(delivery_settings, DELIVERY_MAX_ATTEMPTS=50)
         processes = [start_process(["run_scheduler", "--batch-size", "100"], env, tmp_path / "scheduler.log")]
         processes += [
-            start_process(["run_worker", "--batch-size", "50"], env, tmp_path / f"worker{i}.log") for i in range(2)
+            start_process(["run_worker", "--batch-size", "50"], env, tmp_path / f"worker{i}.log")
+            for i in range(2)
         ]
         try:
             # when the others have everything while the chat receiver still fails
@@ -90,7 +93,9 @@ def test_one_destinations_max_rate_holds_over_two_workers_and_slows_no_other(del
             assert len(set(chat_sink.keys())) < count
             assert chat_sink.wait_for(count, timeout=60), f"chat got {len(set(chat_sink.keys()))}"
             wait_until(
-                lambda: not Delivery.objects.exclude(status=DeliveryStatus.DELIVERED).exists(), 30, "every outcome"
+                lambda: not Delivery.objects.exclude(status=DeliveryStatus.DELIVERED).exists(),
+                30,
+                "every outcome",
             )
         finally:
             exit_codes = stop_all(processes)

@@ -308,7 +308,12 @@ def test_an_idle_endpoint_saves_no_burst_for_later(endpoint):
 
 def share(endpoint, worker, *, want=100, holding=0, cap=12, now=None):
     return endpoint_share_in_flight(
-        endpoint_id=endpoint.pk, worker=worker, want=want, holding=holding, cap=cap, lease=LEASE,
+        endpoint_id=endpoint.pk,
+        worker=worker,
+        want=want,
+        holding=holding,
+        cap=cap,
+        lease=LEASE,
         now=now or timezone.now(),
     )
 

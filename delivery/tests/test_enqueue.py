@@ -19,7 +19,11 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("default_destinatio
 @freeze_time("2027-05-05T06:00:00Z")
 def test_the_next_occurrence_a_claim_creates_follows_the_recipients_send_time():
     user = user_create(
-        first_name="Ada", last_name="L", date_of_birth=date(1990, 5, 6), timezone="Asia/Kolkata", send_time="10:30"
+        first_name="Ada",
+        last_name="L",
+        date_of_birth=date(1990, 5, 6),
+        timezone="Asia/Kolkata",
+        send_time="10:30",
     )
     Event.objects.filter(user=user).update(target_timestamp_utc=datetime(2027, 5, 5, 5, 0, tzinfo=UTC))
 
@@ -42,8 +46,11 @@ def test_a_claim_batch_sends_the_same_statements_for_5_recipients_as_for_60_each
     users_bulk_create_with_events(
         rows=[
             {
-                "first_name": f"U{i}", "last_name": "Load", "date_of_birth": date(1990, 1 + i % 12, 1 + i % 28),
-                "timezone": "Europe/London", "send_time": time(i % 24, (7 * i) % 60),
+                "first_name": f"U{i}",
+                "last_name": "Load",
+                "date_of_birth": date(1990, 1 + i % 12, 1 + i % 28),
+                "timezone": "Europe/London",
+                "send_time": time(i % 24, (7 * i) % 60),
             }
             for i in range(65)
         ]
@@ -72,8 +79,11 @@ def test_a_claim_batch_sends_the_same_statements_whether_none_half_or_all_of_its
         users_bulk_create_with_events(
             rows=[
                 {
-                    "first_name": f"U{i}", "last_name": "Load", "date_of_birth": date(1990, 1 + i % 12, 1 + i % 28),
-                    "timezone": "Europe/London", "send_time": time(i % 24, (7 * i) % 60) if i < own else None,
+                    "first_name": f"U{i}",
+                    "last_name": "Load",
+                    "date_of_birth": date(1990, 1 + i % 12, 1 + i % 28),
+                    "timezone": "Europe/London",
+                    "send_time": time(i % 24, (7 * i) % 60) if i < own else None,
                 }
                 for i in range(40)
             ]

@@ -29,8 +29,11 @@ pytestmark = pytest.mark.django_db
 
 USERS_URL = "/api/v1/users/"
 PERSON = {
-    "first_name": "Zephyrine", "last_name": "Quackenbush", "date_of_birth": "1990-05-05",
-    "timezone": "Europe/London", "external_id": "crm-erase-4242",
+    "first_name": "Zephyrine",
+    "last_name": "Quackenbush",
+    "date_of_birth": "1990-05-05",
+    "timezone": "Europe/London",
+    "external_id": "crm-erase-4242",
 }
 
 
@@ -61,8 +64,14 @@ def greeted(api_client, sink, console=None) -> dict:
     Worker(once=True).run()
     assert Event.objects.get(pk=event.pk).status == EventStatus.COMPLETED
     if console is not None:
-        console.post(reverse("admin:users_user_changelist"), {"action": "pause_greetings", "_selected_action": [body["id"]]})
-        console.post(reverse("admin:users_user_changelist"), {"action": "resume_greetings", "_selected_action": [body["id"]]})
+        console.post(
+            reverse("admin:users_user_changelist"),
+            {"action": "pause_greetings", "_selected_action": [body["id"]]},
+        )
+        console.post(
+            reverse("admin:users_user_changelist"),
+            {"action": "resume_greetings", "_selected_action": [body["id"]]},
+        )
     return body
 
 
@@ -85,7 +94,9 @@ def test_the_export_holds_every_row_about_the_recipient(exporter, delivery_setti
     assert export["console_log"][0]["operator"] == "ops-alice"
 
 
-def test_the_export_needs_the_permissions_to_view_events_and_deliveries_and_an_unknown_id_is_404(api_client, exporter):
+def test_the_export_needs_the_permissions_to_view_events_and_deliveries_and_an_unknown_id_is_404(
+    api_client, exporter
+):
     user_id = api_client.post(USERS_URL, PERSON, format="json").json()["id"]
     assert exporter.get(f"{USERS_URL}{user_id}/export/").status_code == 200
     assert exporter.get(f"{USERS_URL}00000000-0000-0000-0000-000000000000/export/").status_code == 404
@@ -103,7 +114,11 @@ def test_after_the_erase_no_column_of_any_table_holds_the_recipient_and_the_bare
     body = greeted(exporter, sink, console)
     # What the search looks for is there before: it can fail.
     assert {table for table, _column in traces(*needles(body["id"]))} >= {
-        "users_user", "scheduling_event", "delivery_delivery", "delivery_deliveryattempt", "django_admin_log",
+        "users_user",
+        "scheduling_event",
+        "delivery_delivery",
+        "delivery_deliveryattempt",
+        "django_admin_log",
     }
 
     response = exporter.delete(f"{USERS_URL}{body['id']}/")
@@ -113,16 +128,34 @@ def test_after_the_erase_no_column_of_any_table_holds_the_recipient_and_the_bare
     assert not User.objects.exists() and not Event.objects.exists() and not Delivery.objects.exists()
     assert not LogEntry.objects.filter(object_id=body["id"]).exists()
     # The attempts stay, naming no one: when, how long, how it went.
-    kept = list(DeliveryAttempt.objects.order_by("number").values("delivery_id", "status_code", "outcome", "error", "response_excerpt"))
+    kept = list(
+        DeliveryAttempt.objects.order_by("number").values(
+            "delivery_id", "status_code", "outcome", "error", "response_excerpt"
+        )
+    )
     assert kept == [
-        {"delivery_id": None, "status_code": 503, "outcome": AttemptOutcome.TRANSIENT_FAILURE, "error": "", "response_excerpt": ""},
-        {"delivery_id": None, "status_code": 200, "outcome": AttemptOutcome.DELIVERED, "error": "", "response_excerpt": ""},
+        {
+            "delivery_id": None,
+            "status_code": 503,
+            "outcome": AttemptOutcome.TRANSIENT_FAILURE,
+            "error": "",
+            "response_excerpt": "",
+        },
+        {
+            "delivery_id": None,
+            "status_code": 200,
+            "outcome": AttemptOutcome.DELIVERED,
+            "error": "",
+            "response_excerpt": "",
+        },
     ]
     # and, for the catch-up window, the day already greeted under a digest of the external id
     assert DeletedRecipientOccurrence.objects.count() == 1
 
 
-def test_the_metrics_count_an_erased_recipients_attempts_still(client, settings, exporter, delivery_settings, sink):
+def test_the_metrics_count_an_erased_recipients_attempts_still(
+    client, settings, exporter, delivery_settings, sink
+):
     settings.METRICS_TOKEN = ""
     body = greeted(exporter, sink)
 
@@ -133,12 +166,16 @@ def test_the_metrics_count_an_erased_recipients_attempts_still(client, settings,
     assert 'birthday_delivery_attempts_last_hour{outcome="TRANSIENT_FAILURE"} 1.0' in text
 
 
-def test_an_erased_recipients_attempts_go_with_the_history_after_the_retention(exporter, delivery_settings, sink):
+def test_an_erased_recipients_attempts_go_with_the_history_after_the_retention(
+    exporter, delivery_settings, sink
+):
     body = greeted(exporter, sink)
     exporter.delete(f"{USERS_URL}{body['id']}/")
     DeliveryAttempt.objects.filter(number=1).update(finished_at=timezone.now() - timedelta(days=500))
 
-    deleted = sum(batch.attempts for batch in history_prune_batches(cutoff=history_cutoff(now=timezone.now())))
+    deleted = sum(
+        batch.attempts for batch in history_prune_batches(cutoff=history_cutoff(now=timezone.now()))
+    )
 
     assert deleted == 1
     assert list(DeliveryAttempt.objects.values_list("number", flat=True)) == [2]
@@ -156,8 +193,17 @@ def test_a_delivery_being_sent_when_its_recipient_is_erased_is_cancelled_and_its
     now = timezone.now()
     summary = deliveries_record(
         worker="w1",
-        results=[SendResult(delivery=claimed, outcome=AttemptOutcome.DELIVERED, started_at=now, finished_at=now,
-                            duration_ms=3, status_code=200, response_excerpt="thanks, Zephyrine")],
+        results=[
+            SendResult(
+                delivery=claimed,
+                outcome=AttemptOutcome.DELIVERED,
+                started_at=now,
+                finished_at=now,
+                duration_ms=3,
+                status_code=200,
+                response_excerpt="thanks, Zephyrine",
+            )
+        ],
     )
 
     assert (summary.delivered, summary.lease_lost) == (0, 1)
@@ -165,7 +211,9 @@ def test_a_delivery_being_sent_when_its_recipient_is_erased_is_cancelled_and_its
     assert traces(*needles(body["id"])) == {}
 
 
-def test_a_recipient_erased_through_the_console_leaves_nothing_either(console, exporter, delivery_settings, sink):
+def test_a_recipient_erased_through_the_console_leaves_nothing_either(
+    console, exporter, delivery_settings, sink
+):
     body = greeted(exporter, sink, console)
 
     response = console.post(reverse("admin:users_user_delete", args=[body["id"]]), {"post": "yes"})
@@ -198,7 +246,9 @@ def test_an_erase_beside_a_worker_recording_an_outcome_waits_for_it_instead_of_d
     def record() -> None:
         try:
             with transaction.atomic():
-                Delivery.objects.filter(pk=claimed.id).update(status="DELIVERED", locked_until=None, locked_by="")
+                Delivery.objects.filter(pk=claimed.id).update(
+                    status="DELIVERED", locked_until=None, locked_by=""
+                )
                 holding.set()
                 time.sleep(1.5)  # the erase is waiting by now, on one row or the other
                 Event.objects.filter(pk=claimed.event_id).update(status=EventStatus.COMPLETED)

@@ -69,7 +69,12 @@ PROMOTION_DELAY = 3.0
 def query(cluster: EmbeddedPostgres, sql: str, params=None) -> list[tuple]:
     """Run one statement on that node alone; its rows, if it returns any."""
     with psycopg.connect(
-        host="127.0.0.1", port=cluster.port, user="postgres", dbname=DATABASE_NAME, autocommit=True, connect_timeout=5
+        host="127.0.0.1",
+        port=cluster.port,
+        user="postgres",
+        dbname=DATABASE_NAME,
+        autocommit=True,
+        connect_timeout=5,
     ) as conn:
         cursor = conn.execute(sql, params)
         return cursor.fetchall() if cursor.description else []
@@ -97,7 +102,8 @@ class ReplicatedPair:
         query(self.primary, "ALTER SYSTEM SET synchronous_standby_names = '*'")
         query(self.primary, "SELECT pg_reload_conf()")
         wait_until(
-            lambda: count(self.primary, "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'") == 1,
+            lambda: count(self.primary, "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'")
+            == 1,
             30,
             "the standby to replicate synchronously",
         )
@@ -167,16 +173,21 @@ def switch_over_leaving_the_old_primary_up(pair: ReplicatedPair, sink) -> dict:
         lambda: count(
             pair.primary,
             "SELECT count(*) FROM pg_stat_activity WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()",
-        ) == 0,
+        )
+        == 0,
         30,
         "the writes under way on the old primary to end",
     )
     pair.standby.promote()
     sessions_left = count(
-        pair.primary, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
-        "AND pid <> pg_backend_pid() AND datname = current_database()"
+        pair.primary,
+        "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
+        "AND pid <> pg_backend_pid() AND datname = current_database()",
     )
-    return {"arrived at the failover": at_failover, "sessions open on the old primary at promotion": sessions_left}
+    return {
+        "arrived at the failover": at_failover,
+        "sessions open on the old primary at promotion": sessions_left,
+    }
 
 
 def lose_the_last_commits(pair: ReplicatedPair, sink) -> dict:
@@ -185,10 +196,14 @@ def lose_the_last_commits(pair: ReplicatedPair, sink) -> dict:
     query(pair.standby, "ALTER SYSTEM SET primary_conninfo = ''")
     query(pair.standby, "SELECT pg_reload_conf()")
     wait_until(
-        lambda: count(pair.primary, "SELECT count(*) FROM pg_stat_replication") == 0, 30, "the standby to be cut off"
+        lambda: count(pair.primary, "SELECT count(*) FROM pg_stat_replication") == 0,
+        30,
+        "the standby to be cut off",
     )
     wait_until(lambda: arrived(sink) >= RECIPIENTS // 2, 60, "half of the greetings to arrive")
-    delivered_on_the_primary = count(pair.primary, f"SELECT count(*) FROM {DELIVERIES} WHERE status = 'DELIVERED'")
+    delivered_on_the_primary = count(
+        pair.primary, f"SELECT count(*) FROM {DELIVERIES} WHERE status = 'DELIVERED'"
+    )
     pair.primary.crash()
     at_failover = arrived(sink)
     time.sleep(PROMOTION_DELAY)
@@ -213,8 +228,13 @@ def lose_the_last_commits(pair: ReplicatedPair, sink) -> dict:
     ],
 )
 def test_a_failover_under_running_processes_loses_nothing_and_no_process_exits(
-    replicated_pair, delivery_settings, sink, tmp_path,
-    fail_over: Callable[[ReplicatedPair, object], dict], synchronous: bool, resends_allowed: bool,
+    replicated_pair,
+    delivery_settings,
+    sink,
+    tmp_path,
+    fail_over: Callable[[ReplicatedPair, object], dict],
+    synchronous: bool,
+    resends_allowed: bool,
 ):
     # Given 300 greetings falling due over 6 s on a primary with a standby, one multi-host
     # DATABASE_URL, a 3 s lease and a receiver answering in 100-300 ms
@@ -235,7 +255,8 @@ def test_a_failover_under_running_processes_loses_nothing_and_no_process_exits(
     logs = [tmp_path / name for name in ("scheduler.log", "worker-1.log", "worker-2.log")]
     processes = [start_process(["run_scheduler", "--batch-size", "50"], env, logs[0])]
     processes += [
-        start_process(["run_worker", "--concurrency", "4", "--batch-size", "20"], env, log) for log in logs[1:]
+        start_process(["run_worker", "--concurrency", "4", "--batch-size", "20"], env, log)
+        for log in logs[1:]
     ]
     new_primary = pair.standby
     try:
@@ -249,7 +270,8 @@ def test_a_failover_under_running_processes_loses_nothing_and_no_process_exits(
                 new_primary,
                 f"SELECT (SELECT count(*) FROM {DELIVERIES} WHERE status <> 'DELIVERED')"
                 f" + (SELECT count(*) FROM {EVENTS} WHERE status = 'PROCESSING')",
-            ) == 0,
+            )
+            == 0,
             timeout=90,
         )
         settled_after = time.monotonic() - promoted
@@ -287,7 +309,9 @@ def test_a_failover_under_running_processes_loses_nothing_and_no_process_exits(
     )
     assert without_next == 0, f"{without_next} recipients have no next event"
     first_recorded = query(
-        new_primary, f"SELECT min(delivered_at) - %s FROM {DELIVERIES} WHERE delivered_at > %s", [promoted_at] * 2
+        new_primary,
+        f"SELECT min(delivered_at) - %s FROM {DELIVERIES} WHERE delivered_at > %s",
+        [promoted_at] * 2,
     )[0][0]
     print(  # what the run saw, for pytest -rP
         f"{seen}; first delivery recorded on the new primary {first_recorded.total_seconds():.1f} s after the "

@@ -273,7 +273,9 @@ def test_the_longest_retry_after_of_a_batch_wins():
 def test_a_429_without_retry_after_counts_neither_for_nor_against_the_endpoint_and_blocks_nothing():
     # Given two failures in a row, then a limiter's refusals of a burst, more than the threshold
     before = replace(FRESH, consecutive_failures=2, last_success_at=at(-60))
-    answers = [answer(Signal.PACE, started=-1.0, finished=i / 100) for i in range(POLICY.failure_threshold * 4)]
+    answers = [
+        answer(Signal.PACE, started=-1.0, finished=i / 100) for i in range(POLICY.failure_threshold * 4)
+    ]
 
     after = observe(health=before, answers=answers, now=NOW, policy=POLICY)
 

@@ -27,16 +27,27 @@ def paced_at(rate: float, *, last_turn_mono: float = 10.0) -> Lane:
 
 def delivery() -> ClaimedDelivery:
     return ClaimedDelivery(
-        id=uuid.uuid4(), event_id=uuid.uuid4(), idempotency_key="event-0123456789abcdef", endpoint_url="x",
-        body="{}", attempt=1, max_attempts=8,
+        id=uuid.uuid4(),
+        event_id=uuid.uuid4(),
+        idempotency_key="event-0123456789abcdef",
+        endpoint_url="x",
+        body="{}",
+        attempt=1,
+        max_attempts=8,
     )
 
 
 def answer(status: int, *, started_mono: float = 10.0, retry_after: float | None = None) -> SendResult:
     outcome = AttemptOutcome.DELIVERED if status == 200 else AttemptOutcome.TRANSIENT_FAILURE
     return SendResult(
-        delivery=delivery(), outcome=outcome, started_at=NOW, finished_at=NOW, duration_ms=1, status_code=status,
-        retry_after=retry_after, started_mono=started_mono,
+        delivery=delivery(),
+        outcome=outcome,
+        started_at=NOW,
+        finished_at=NOW,
+        duration_ms=1,
+        status_code=status,
+        retry_after=retry_after,
+        started_mono=started_mono,
     )
 
 
@@ -88,7 +99,9 @@ def test_the_first_refusal_paces_from_the_last_start_rather_than_letting_a_catch
     learning.take_turn(10.0)
 
     # When the receiver refuses it, before any answer told a rate: one a second, to begin with
-    learning.learn_from(answer(429, started_mono=10.0), open_at_start=1, finished_mono=10.001, waited_for_turn=False)
+    learning.learn_from(
+        answer(429, started_mono=10.0), open_at_start=1, finished_mono=10.001, waited_for_turn=False
+    )
 
     assert learning.rate.current == 1.0
     assert learning.turn_in(10.001) == pytest.approx(0.999)
@@ -140,7 +153,9 @@ def test_a_429_without_retry_after_teaches_a_rate_and_leaves_the_concurrency_alo
 def test_a_429_with_retry_after_halves_the_concurrency_and_blocks_the_lane_but_teaches_no_rate():
     learning = lane()
 
-    learning.learn_from(answer(429, retry_after=3.0), open_at_start=64, finished_mono=10.001, waited_for_turn=False)
+    learning.learn_from(
+        answer(429, retry_after=3.0), open_at_start=64, finished_mono=10.001, waited_for_turn=False
+    )
 
     assert learning.rate.current is None
     assert learning.limit.current == 32

@@ -116,7 +116,9 @@ def test_resending_an_anniversary_whose_date_was_removed_is_refused_and_changes_
     # given a recipient whose failed anniversary was followed by their date being removed
     user = new_user("Ada", "Lovelace", anniversary_date=date(2015, 6, 1))
     anniversary = user.events.get(event_type=EventType.ANNIVERSARY, status=EventStatus.PENDING)
-    type(anniversary).objects.filter(pk=anniversary.pk).update(status=EventStatus.FAILED, failure_reason="dead")
+    type(anniversary).objects.filter(pk=anniversary.pk).update(
+        status=EventStatus.FAILED, failure_reason="dead"
+    )
     user_update(user=user, data={"anniversary_date": None})
 
     # when an operator resends it, then it is refused with the reason, and nothing moves

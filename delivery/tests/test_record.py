@@ -30,8 +30,12 @@ def endpoint_writes(queries) -> list[str]:
     return urls
 
 
-@pytest.mark.parametrize("healthy", [set(URLS), set()], ids=["successes on healthy endpoints", "weighed by health"])
-def test_endpoint_rows_are_written_in_url_order_whatever_order_the_answers_came_back_in(delivery_settings, healthy):
+@pytest.mark.parametrize(
+    "healthy", [set(URLS), set()], ids=["successes on healthy endpoints", "weighed by health"]
+)
+def test_endpoint_rows_are_written_in_url_order_whatever_order_the_answers_came_back_in(
+    delivery_settings, healthy
+):
     # Two workers recording answers from the same endpoints in opposite orders deadlocked on their rows.
     delivery_settings.WEBHOOK_URL = ""
     destinations_create_at(URLS)
@@ -41,8 +45,14 @@ def test_endpoint_rows_are_written_in_url_order_whatever_order_the_answers_came_
     assert len({d.endpoint_url for d in claimed}) == 3
     now = timezone.now()
     answers = [
-        SendResult(delivery=d, outcome=AttemptOutcome.DELIVERED, started_at=now, finished_at=now, duration_ms=1,
-                   status_code=200)
+        SendResult(
+            delivery=d,
+            outcome=AttemptOutcome.DELIVERED,
+            started_at=now,
+            finished_at=now,
+            duration_ms=1,
+            status_code=200,
+        )
         for d in sorted(claimed, key=lambda d: d.endpoint_url, reverse=True)
     ]
 

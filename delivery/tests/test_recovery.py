@@ -41,8 +41,11 @@ def advance_all(batch_size: int):
 
 def test_the_recovery_table_moves_only_forward_and_only_the_unfinished_ones_end():
     assert set(RECOVERY_TRANSITIONS) == {
-        ("PENDING", "RUNNING"), ("PENDING", "FINISHED"), ("RUNNING", "FINISHED"),
-        ("PENDING", "CANCELLED"), ("RUNNING", "CANCELLED"),
+        ("PENDING", "RUNNING"),
+        ("PENDING", "FINISHED"),
+        ("RUNNING", "FINISHED"),
+        ("PENDING", "CANCELLED"),
+        ("RUNNING", "CANCELLED"),
     }
     assert (DELIVERED, QUEUED) in DELIVERY_TRANSITIONS and (DEAD, QUEUED) in DELIVERY_TRANSITIONS
 
@@ -83,7 +86,10 @@ def test_a_preview_of_another_destination_counts_its_own_only(history):
         ({"since": datetime(2026, 11, 24, 8, 0)}, "since"),
         ({"until": datetime(2026, 11, 25, 10, 0)}, "until"),
         ({"since": None}, "since"),
-        ({"since": timezone.now() + timedelta(hours=1), "until": timezone.now() + timedelta(hours=2)}, "since"),
+        (
+            {"since": timezone.now() + timedelta(hours=1), "until": timezone.now() + timedelta(hours=2)},
+            "since",
+        ),
     ],
 )
 def test_bad_values_are_refused_naming_the_field_and_nothing_is_created(history, values, field):
@@ -102,8 +108,13 @@ def test_nothing_to_recover_is_refused(history):
     crm, _, _ = history
 
     with pytest.raises(ValidationError, match="nothing to recover"):
-        recovery_create(destination=crm, operator="ops", states=[DEAD], since=WEDNESDAY_10,
-                        until=WEDNESDAY_10 + timedelta(hours=1))
+        recovery_create(
+            destination=crm,
+            operator="ops",
+            states=[DEAD],
+            since=WEDNESDAY_10,
+            until=WEDNESDAY_10 + timedelta(hours=1),
+        )
 
     assert not Recovery.objects.exists()
 
@@ -113,23 +124,40 @@ def test_a_disabled_destination_is_refused_and_a_paused_one_accepted(history):
     destination_update(destination=crm, operator="ops", changes={"enabled": False})
 
     with pytest.raises(RecoveryRefused, match="disabled"):
-        recovery_create(destination=crm, operator="ops", states=[DELIVERED], since=TUESDAY_8, until=WEDNESDAY_10)
+        recovery_create(
+            destination=crm, operator="ops", states=[DELIVERED], since=TUESDAY_8, until=WEDNESDAY_10
+        )
     from delivery.services.destinations import destination_pause
 
     destination_pause(destination=chat, operator="ops")
-    assert recovery_create(destination=chat, operator="ops", states=[DELIVERED], since=TUESDAY_8,
-                           until=WEDNESDAY_10).total == 12
+    assert (
+        recovery_create(
+            destination=chat, operator="ops", states=[DELIVERED], since=TUESDAY_8, until=WEDNESDAY_10
+        ).total
+        == 12
+    )
 
 
 def test_one_recovery_at_a_time_per_destination_the_database_says_so_too(history):
     crm, chat, _ = history
-    first = recovery_create(destination=crm, operator="ops", states=[DEAD], since=TUESDAY_8, until=WEDNESDAY_10)
+    first = recovery_create(
+        destination=crm, operator="ops", states=[DEAD], since=TUESDAY_8, until=WEDNESDAY_10
+    )
 
     with pytest.raises(RecoveryRefused, match="already under way"):
-        recovery_create(destination=crm, operator="ops", states=[DELIVERED], since=TUESDAY_8, until=WEDNESDAY_10)
+        recovery_create(
+            destination=crm, operator="ops", states=[DELIVERED], since=TUESDAY_8, until=WEDNESDAY_10
+        )
     with pytest.raises(IntegrityError), transaction.atomic():
-        Recovery.objects.create(destination=crm, states=[DEAD], since=TUESDAY_8, until=WEDNESDAY_10,
-                                requested_by="x", requested_at=timezone.now(), total=1)
+        Recovery.objects.create(
+            destination=crm,
+            states=[DEAD],
+            since=TUESDAY_8,
+            until=WEDNESDAY_10,
+            requested_by="x",
+            requested_at=timezone.now(),
+            total=1,
+        )
     recovery_create(destination=chat, operator="ops", states=[DELIVERED], since=TUESDAY_8, until=WEDNESDAY_10)
     recovery_cancel(recovery=first, operator="ops")
     recovery_create(destination=crm, operator="ops", states=[DELIVERED], since=TUESDAY_8, until=WEDNESDAY_10)
@@ -147,8 +175,16 @@ def test_one_recovery_at_a_time_per_destination_the_database_says_so_too(history
 )
 def test_the_database_refuses_what_the_service_refuses(history, fields):
     crm, _, _ = history
-    row = {"destination": crm, "states": [DEAD], "since": TUESDAY_8, "until": WEDNESDAY_10, "requested_by": "x",
-           "requested_at": timezone.now(), "total": 1, **fields}
+    row = {
+        "destination": crm,
+        "states": [DEAD],
+        "since": TUESDAY_8,
+        "until": WEDNESDAY_10,
+        "requested_by": "x",
+        "requested_at": timezone.now(),
+        "total": 1,
+        **fields,
+    }
 
     with pytest.raises(IntegrityError), transaction.atomic():
         Recovery.objects.create(**row)
@@ -157,10 +193,13 @@ def test_the_database_refuses_what_the_service_refuses(history, fields):
 # --- the workers' batches --------------------------------------------------------------
 
 
-def test_the_workers_queue_exactly_the_counted_deliveries_again_in_batches_same_key_and_reopen_their_events(history):
+def test_the_workers_queue_exactly_the_counted_deliveries_again_in_batches_same_key_and_reopen_their_events(
+    history,
+):
     crm, chat, deliveries = history
-    recovery = recovery_create(destination=crm, operator="ops", states=[DELIVERED, DEAD], since=TUESDAY_8,
-                               until=WEDNESDAY_10)
+    recovery = recovery_create(
+        destination=crm, operator="ops", states=[DELIVERED, DEAD], since=TUESDAY_8, until=WEDNESDAY_10
+    )
     inside = {d.pk: d for d in deliveries[:4] + deliveries[8:10]}
     keys_before = {d.pk: d.idempotency_key for d in inside.values()}
 
@@ -169,7 +208,11 @@ def test_the_workers_queue_exactly_the_counted_deliveries_again_in_batches_same_
     assert [(b.requeued, b.skipped, b.more) for b in batches] == [(4, 0, True), (2, 0, True), (0, 0, False)]
     recovery.refresh_from_db()
     assert (recovery.status, recovery.total, recovery.done, recovery.skipped, recovery.batches) == (
-        RecoveryStatus.FINISHED, 6, 6, 0, 2
+        RecoveryStatus.FINISHED,
+        6,
+        6,
+        0,
+        2,
     )
     assert recovery.finished_at is not None
     requeued = {d.pk: d for d in Delivery.objects.filter(status=QUEUED)}
@@ -187,8 +230,9 @@ def test_the_workers_queue_exactly_the_counted_deliveries_again_in_batches_same_
 
 def test_a_requeued_delivery_goes_to_the_destinations_current_url_in_its_current_format(history):
     crm, _, deliveries = history
-    destination_update(destination=crm, operator="ops", changes={"url": "https://crm2.example.org/hook",
-                                                                  "format": "slack"})
+    destination_update(
+        destination=crm, operator="ops", changes={"url": "https://crm2.example.org/hook", "format": "slack"}
+    )
     recovery_create(destination=crm, operator="ops", states=[DELIVERED], since=TUESDAY_8, until=WEDNESDAY_10)
 
     advance_all(batch_size=500)
@@ -203,7 +247,9 @@ def test_a_requeued_delivery_goes_to_the_destinations_current_url_in_its_current
 def test_what_ended_after_the_request_is_not_taken_even_inside_the_window(history):
     crm, _, deliveries = history
     until = timezone.now() + timedelta(days=1)
-    recovery = recovery_create(destination=crm, operator="ops", states=[DELIVERED], since=TUESDAY_8, until=until)
+    recovery = recovery_create(
+        destination=crm, operator="ops", states=[DELIVERED], since=TUESDAY_8, until=until
+    )
     assert recovery.total == 6  # the four on Tuesday, the two at Wednesday 10:00
     # a delivery of the window delivered again after the request (another resend, say)
     end(deliveries[:1], status=DELIVERED, at=timezone.now() + timedelta(seconds=1))
@@ -217,8 +263,9 @@ def test_what_ended_after_the_request_is_not_taken_even_inside_the_window(histor
 
 def test_a_delivery_gone_or_whose_recipient_lost_the_date_is_skipped_and_counted(history):
     crm, _, deliveries = history
-    recovery = recovery_create(destination=crm, operator="ops", states=[DELIVERED], since=TUESDAY_8,
-                               until=WEDNESDAY_10)
+    recovery = recovery_create(
+        destination=crm, operator="ops", states=[DELIVERED], since=TUESDAY_8, until=WEDNESDAY_10
+    )
     # one recipient erased (their deliveries go with them), one event pruned
     from users.services import user_erase
 
@@ -230,14 +277,16 @@ def test_a_delivery_gone_or_whose_recipient_lost_the_date_is_skipped_and_counted
     recovery.refresh_from_db()
     assert (recovery.total, recovery.done, recovery.skipped) == (4, 2, 2)
     assert set(Delivery.objects.filter(status=QUEUED).values_list("pk", flat=True)) == {
-        deliveries[2].pk, deliveries[3].pk
+        deliveries[2].pk,
+        deliveries[3].pk,
     }
 
 
 def test_a_cancelled_recovery_stops_and_keeps_what_it_queued(history):
     crm, _, _ = history
-    recovery = recovery_create(destination=crm, operator="ops", states=[DELIVERED, DEAD], since=TUESDAY_8,
-                               until=WEDNESDAY_10)
+    recovery = recovery_create(
+        destination=crm, operator="ops", states=[DELIVERED, DEAD], since=TUESDAY_8, until=WEDNESDAY_10
+    )
     recoveries_advance(batch_size=1)
 
     recovery_cancel(recovery=recovery, operator="ops")
@@ -252,7 +301,9 @@ def test_a_cancelled_recovery_stops_and_keeps_what_it_queued(history):
 
 def test_a_move_from_a_status_the_row_has_left_is_refused(history):
     crm, _, _ = history
-    recovery = recovery_create(destination=crm, operator="ops", states=[DEAD], since=TUESDAY_8, until=WEDNESDAY_10)
+    recovery = recovery_create(
+        destination=crm, operator="ops", states=[DEAD], since=TUESDAY_8, until=WEDNESDAY_10
+    )
     stale = Recovery.objects.get(pk=recovery.pk)
     recovery_cancel(recovery=recovery, operator="ops")
 
@@ -262,8 +313,9 @@ def test_a_move_from_a_status_the_row_has_left_is_refused(history):
 
 def test_a_batch_that_fails_leaves_nothing_half_done(history, monkeypatch):
     crm, _, _ = history
-    recovery = recovery_create(destination=crm, operator="ops", states=[DELIVERED], since=TUESDAY_8,
-                               until=WEDNESDAY_10)
+    recovery = recovery_create(
+        destination=crm, operator="ops", states=[DELIVERED], since=TUESDAY_8, until=WEDNESDAY_10
+    )
     import delivery.services.recovery as module
 
     def outage(**kwargs):
@@ -300,14 +352,20 @@ def test_a_worker_run_carries_a_recovery_out_and_its_deliveries_arrive_again_und
     Scheduler(once=True).run()
     Worker(once=True).run()
     assert Event.objects.filter(status=EventStatus.COMPLETED).count() == 5
-    recovery = recovery_create(destination=crm, operator="ops", states=[DELIVERED], since=started,
-                               until=timezone.now())
+    recovery = recovery_create(
+        destination=crm, operator="ops", states=[DELIVERED], since=started, until=timezone.now()
+    )
     delivery_settings.DELIVERY_RECOVERY_BATCH = 2
 
     Worker(once=True).run()
 
     recovery.refresh_from_db()
-    assert (recovery.status, recovery.total, recovery.done, recovery.batches) == (RecoveryStatus.FINISHED, 5, 5, 3)
+    assert (recovery.status, recovery.total, recovery.done, recovery.batches) == (
+        RecoveryStatus.FINISHED,
+        5,
+        5,
+        3,
+    )
     assert set(Counter(sink.keys()).values()) == {2}
     assert Event.objects.filter(status=EventStatus.COMPLETED).count() == 5
     assert Delivery.objects.filter(status=DELIVERED).count() == 5

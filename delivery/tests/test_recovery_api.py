@@ -14,7 +14,10 @@ from delivery.tests.recovery_data import TUESDAY_8, WEDNESDAY_10
 
 pytestmark = pytest.mark.django_db
 
-WINDOW = {"since": "2026-11-24T09:00:00+01:00", "until": "2026-11-25T11:00:00+01:00"}  # TUESDAY_8 to WEDNESDAY_10
+WINDOW = {
+    "since": "2026-11-24T09:00:00+01:00",
+    "until": "2026-11-25T11:00:00+01:00",
+}  # TUESDAY_8 to WEDNESDAY_10
 
 
 def url(destination, rid=None) -> str:
@@ -25,7 +28,9 @@ def url(destination, rid=None) -> str:
 def test_a_dry_run_answers_the_count_and_records_nothing(api_client, history):
     crm, _, _ = history
 
-    response = api_client.post(url(crm), {"states": ["DELIVERED", "DEAD"], **WINDOW, "dry_run": True}, format="json")
+    response = api_client.post(
+        url(crm), {"states": ["DELIVERED", "DEAD"], **WINDOW, "dry_run": True}, format="json"
+    )
 
     assert response.status_code == 200, response.content
     body = response.json()
@@ -36,19 +41,32 @@ def test_a_dry_run_answers_the_count_and_records_nothing(api_client, history):
 
 def test_a_recovery_is_recorded_with_that_count_and_its_progress_is_followed_to_the_end(api_client, history):
     crm, _, _ = history
-    count = api_client.post(url(crm), {"states": ["DELIVERED"], **WINDOW, "dry_run": True}, format="json").json()
+    count = api_client.post(
+        url(crm), {"states": ["DELIVERED"], **WINDOW, "dry_run": True}, format="json"
+    ).json()
 
     created = api_client.post(url(crm), {"states": ["DELIVERED"], **WINDOW}, format="json")
 
     assert created.status_code == 201, created.content
     body = created.json()
-    assert (body["status"], body["total"], body["done"], body["requested_by"]) == ("PENDING", count["count"], 0,
-                                                                                   "operator")
-    assert not Delivery.objects.filter(status=DeliveryStatus.QUEUED).exists()  # the request queued nothing itself
+    assert (body["status"], body["total"], body["done"], body["requested_by"]) == (
+        "PENDING",
+        count["count"],
+        0,
+        "operator",
+    )
+    assert not Delivery.objects.filter(
+        status=DeliveryStatus.QUEUED
+    ).exists()  # the request queued nothing itself
     while recoveries_advance(batch_size=3) is not None:
         pass
     followed = api_client.get(url(crm, body["id"])).json()
-    assert (followed["status"], followed["done"], followed["skipped"], followed["batches"]) == ("FINISHED", 4, 0, 2)
+    assert (followed["status"], followed["done"], followed["skipped"], followed["batches"]) == (
+        "FINISHED",
+        4,
+        0,
+        2,
+    )
     listed = api_client.get(url(crm)).json()
     assert [r["id"] for r in listed["results"]] == [body["id"]]
 
@@ -71,7 +89,9 @@ def test_a_recovery_is_recorded_with_that_count_and_its_progress_is_followed_to_
     ],
 )
 @pytest.mark.parametrize("dry_run", [False, True])
-def test_bad_input_is_a_400_naming_the_field_and_nothing_is_recorded(api_client, history, body, field, dry_run):
+def test_bad_input_is_a_400_naming_the_field_and_nothing_is_recorded(
+    api_client, history, body, field, dry_run
+):
     crm, _, _ = history
     if dry_run and "dry_run" not in body:
         body = {**body, "dry_run": True}
@@ -85,8 +105,11 @@ def test_bad_input_is_a_400_naming_the_field_and_nothing_is_recorded(api_client,
 
 def test_nothing_to_recover_is_a_400_and_a_second_recovery_at_once_a_409(api_client, history):
     crm, _, _ = history
-    empty = api_client.post(url(crm), {"states": ["DEAD"], "since": "2026-11-25T10:00:00Z",
-                                       "until": "2026-11-25T11:00:00Z"}, format="json")
+    empty = api_client.post(
+        url(crm),
+        {"states": ["DEAD"], "since": "2026-11-25T10:00:00Z", "until": "2026-11-25T11:00:00Z"},
+        format="json",
+    )
     assert empty.status_code == 400 and "nothing to recover" in empty.json()["non_field_errors"][0]
 
     first = api_client.post(url(crm), {"states": ["DEAD"], **WINDOW}, format="json")
@@ -116,8 +139,12 @@ def test_another_destinations_recovery_or_an_unknown_destination_is_a_404(api_cl
     assert api_client.get(url(chat, rid)).status_code == 404
     assert api_client.post(url(chat, rid) + "cancel/").status_code == 404
     assert api_client.get("/api/v1/destinations/999999/recoveries/").status_code == 404
-    assert api_client.post("/api/v1/destinations/999999/recoveries/", {"states": ["DEAD"], **WINDOW},
-                           format="json").status_code == 404
+    assert (
+        api_client.post(
+            "/api/v1/destinations/999999/recoveries/", {"states": ["DEAD"], **WINDOW}, format="json"
+        ).status_code
+        == 404
+    )
 
 
 def test_reading_needs_view_destination_and_recovering_change_destination(history, anonymous_client):
@@ -128,7 +155,10 @@ def test_reading_needs_view_destination_and_recovering_change_destination(histor
     client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=reader).key}")
 
     assert client.get(url(crm)).status_code == 200
-    assert client.post(url(crm), {"states": ["DEAD"], **WINDOW, "dry_run": True}, format="json").status_code == 403
+    assert (
+        client.post(url(crm), {"states": ["DEAD"], **WINDOW, "dry_run": True}, format="json").status_code
+        == 403
+    )
     assert anonymous_client.get(url(crm)).status_code == 401
     assert not Recovery.objects.exists()
 

@@ -44,7 +44,8 @@ def delivered_once(count: int, *sinks_by_name) -> dict[str, list[Delivery]]:
     Worker(concurrency=8, once=True).run()
     assert Delivery.objects.filter(status=DELIVERED).count() == count * len(sinks_by_name)
     return {
-        name: list(Delivery.objects.filter(destination__name=name).order_by("id")) for name, _ in sinks_by_name
+        name: list(Delivery.objects.filter(destination__name=name).order_by("id"))
+        for name, _ in sinks_by_name
     }
 
 
@@ -69,17 +70,28 @@ def test_recovering_delivered_between_two_instants_sends_exactly_those_again_in_
         ended_at(history["hr"], yesterday_8 + timedelta(hours=3))  # inside, but another destination's
         inside = {d.idempotency_key for d in history["crm"][20:50]}
         before = Counter(crm_sink.keys()), Counter(hr_sink.keys())
-        recovery = recovery_create(destination=crm, operator="ops", states=[DELIVERED], since=yesterday_8,
-                                   until=yesterday_8 + timedelta(hours=26))
+        recovery = recovery_create(
+            destination=crm,
+            operator="ops",
+            states=[DELIVERED],
+            since=yesterday_8,
+            until=yesterday_8 + timedelta(hours=26),
+        )
         assert recovery.total == 30
 
         # when a worker process carries it out, 7 deliveries a batch
         env = process_env(delivery_settings, DELIVERY_RECOVERY_BATCH=7)
         worker = start_process(["run_worker"], env, tmp_path / "worker.log")
         try:
-            wait_until(lambda: Recovery.objects.get().status == RecoveryStatus.FINISHED, 60, "the recovery to end")
-            wait_until(lambda: not Delivery.objects.exclude(status=DELIVERED).exists()
-                       and not Event.objects.filter(status=EventStatus.PROCESSING).exists(), 60, "the resends")
+            wait_until(
+                lambda: Recovery.objects.get().status == RecoveryStatus.FINISHED, 60, "the recovery to end"
+            )
+            wait_until(
+                lambda: not Delivery.objects.exclude(status=DELIVERED).exists()
+                and not Event.objects.filter(status=EventStatus.PROCESSING).exists(),
+                60,
+                "the resends",
+            )
         finally:
             exit_codes = stop_all([worker])
 
@@ -94,7 +106,9 @@ def test_recovering_delivered_between_two_instants_sends_exactly_those_again_in_
         assert Event.objects.filter(status=EventStatus.COMPLETED).count() == 60
 
 
-def test_a_worker_killed_mid_recovery_leaves_the_rest_to_another_and_nothing_is_missed(delivery_settings, tmp_path):
+def test_a_worker_killed_mid_recovery_leaves_the_rest_to_another_and_nothing_is_missed(
+    delivery_settings, tmp_path
+):
     # given a receiver that got 400 occurrences, all to be recovered
     delivery_settings.WEBHOOK_URL = ""
     count = 400
@@ -103,8 +117,9 @@ def test_a_worker_killed_mid_recovery_leaves_the_rest_to_another_and_nothing_is_
         started = timezone.now()
         history = delivered_once(count, ("crm", sink))
         keys = {d.idempotency_key for d in history["crm"]}
-        recovery = recovery_create(destination=crm, operator="ops", states=[DELIVERED], since=started,
-                                   until=timezone.now())
+        recovery = recovery_create(
+            destination=crm, operator="ops", states=[DELIVERED], since=started, until=timezone.now()
+        )
         assert recovery.total == count
         sink.default = Reply(delay=0.02)
         env = process_env(delivery_settings, DELIVERY_RECOVERY_BATCH=10)
@@ -119,9 +134,15 @@ def test_a_worker_killed_mid_recovery_leaves_the_rest_to_another_and_nothing_is_
             killed_at = Recovery.objects.get()
             assert killed_at.status == RecoveryStatus.RUNNING and killed_at.done < count
             processes.append(start_process(["run_worker"], env, tmp_path / "worker2.log"))
-            wait_until(lambda: Recovery.objects.get().status == RecoveryStatus.FINISHED, 90, "the recovery to end")
-            wait_until(lambda: not Delivery.objects.exclude(status=DELIVERED).exists()
-                       and not Event.objects.filter(status=EventStatus.PROCESSING).exists(), 90, "the resends")
+            wait_until(
+                lambda: Recovery.objects.get().status == RecoveryStatus.FINISHED, 90, "the recovery to end"
+            )
+            wait_until(
+                lambda: not Delivery.objects.exclude(status=DELIVERED).exists()
+                and not Event.objects.filter(status=EventStatus.PROCESSING).exists(),
+                90,
+                "the resends",
+            )
         finally:
             stop_all(processes)
 

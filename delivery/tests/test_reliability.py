@@ -67,10 +67,13 @@ def test_two_schedulers_and_four_workers_deliver_every_event_exactly_once(
         env = process_env(delivery_settings)
         # when two schedulers and four workers share the work
         processes = [
-            start_process(["run_scheduler", "--batch-size", "200"], env, tmp_path / f"s{i}.log") for i in range(2)
+            start_process(["run_scheduler", "--batch-size", "200"], env, tmp_path / f"s{i}.log")
+            for i in range(2)
         ]
         processes += [
-            start_process(["run_worker", "--concurrency", "4", "--batch-size", "50"], env, tmp_path / f"w{i}.log")
+            start_process(
+                ["run_worker", "--concurrency", "4", "--batch-size", "50"], env, tmp_path / f"w{i}.log"
+            )
             for i in range(4)
         ]
         try:
@@ -122,7 +125,9 @@ def test_sigkill_mid_delivery_is_resent_with_the_same_key_after_the_lease(delive
     assert Event.objects.get(pk=delivery.event_id).status == EventStatus.COMPLETED
 
 
-def test_sigkill_mid_send_to_three_destinations_resends_each_once_with_the_same_key(delivery_settings, tmp_path):
+def test_sigkill_mid_send_to_three_destinations_resends_each_once_with_the_same_key(
+    delivery_settings, tmp_path
+):
     from delivery.services.destinations import destination_create
     from delivery.tests.conftest import ScriptedSink
 
@@ -160,7 +165,8 @@ def test_sigkill_mid_send_to_three_destinations_resends_each_once_with_the_same_
             assert sink.keys() == [event.idempotency_key, event.idempotency_key]
         for delivery in Delivery.objects.all():
             assert list(delivery.attempt_log.values_list("number", "outcome")) == [
-                (1, AttemptOutcome.ABANDONED), (2, AttemptOutcome.DELIVERED)
+                (1, AttemptOutcome.ABANDONED),
+                (2, AttemptOutcome.DELIVERED),
             ]
 
 
@@ -206,7 +212,9 @@ def test_a_live_worker_renews_its_leases_so_a_slow_batch_is_not_taken_over(deliv
     sink.default = Reply(status=200, delay=3)
     env = process_env(delivery_settings)
 
-    slow = start_process(["run_worker", "--concurrency", "1", "--batch-size", "3"], env, tmp_path / "slow.log")
+    slow = start_process(
+        ["run_worker", "--concurrency", "1", "--batch-size", "3"], env, tmp_path / "slow.log"
+    )
     wait_until(lambda: len(sink.received) == 1, 30, "the slow batch to start")
     thief = start_process(["run_worker", "--concurrency", "1"], env, tmp_path / "thief.log")
     try:
@@ -279,7 +287,9 @@ def test_an_idle_scheduler_and_worker_are_woken_by_notifications_not_their_inter
         assert stop_all(processes) == [0, 0]
 
 
-def test_the_scheduler_sleeps_until_the_next_target_instead_of_a_whole_interval(delivery_settings, sink, tmp_path):
+def test_the_scheduler_sleeps_until_the_next_target_instead_of_a_whole_interval(
+    delivery_settings, sink, tmp_path
+):
     create_due_users(1)
     # Far enough ahead for both processes to start on a loaded machine, and well
     # short of the 30 s a scheduler sleeping whole intervals would wait.
@@ -309,7 +319,10 @@ def test_reconcile_repairs_orphans_chunk_after_chunk_without_waiting_for_the_int
 
     monkeypatch.setattr(scheduler_module, "RECONCILE_CHUNK", 3)
     User.objects.bulk_create(  # no signals: no events
-        [User(first_name=f"Orphan{i}", last_name="X", date_of_birth="1990-01-01", timezone="UTC") for i in range(10)]
+        [
+            User(first_name=f"Orphan{i}", last_name="X", date_of_birth="1990-01-01", timezone="UTC")
+            for i in range(10)
+        ]
     )
     stop = threading.Event()
     scheduler = Scheduler(interval=0.05, stop=stop)  # reconcile interval stays at 5 minutes
@@ -317,7 +330,9 @@ def test_reconcile_repairs_orphans_chunk_after_chunk_without_waiting_for_the_int
     thread.start()
     try:
         wait_until(
-            lambda: Event.objects.filter(status=EventStatus.PENDING).count() == 10, 20, "every orphan to be repaired"
+            lambda: Event.objects.filter(status=EventStatus.PENDING).count() == 10,
+            20,
+            "every orphan to be repaired",
         )
     finally:
         stop.set()
@@ -331,12 +346,20 @@ def test_once_with_the_database_unreachable_exits_1_with_one_clear_line(settings
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = process_env(settings, DATABASE_URL=f"postgres://postgres@127.0.0.1:{port}/nowhere", WEBHOOK_URL="http://127.0.0.1:9/")
+    env = process_env(
+        settings,
+        DATABASE_URL=f"postgres://postgres@127.0.0.1:{port}/nowhere",
+        WEBHOOK_URL="http://127.0.0.1:9/",
+    )
 
     # when a --once run is started
     result = subprocess.run(
         [sys.executable, "manage.py", command, "--once"],
-        cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True, timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
     # then it gives up with exit code 1 and says why on one line, without a traceback

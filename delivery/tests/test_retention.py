@@ -54,7 +54,9 @@ def handled(user, *, days_ago: int, status: str, attempts: int = 1) -> Event:
         target_timestamp_utc=target,
         target_timestamp_local=target.isoformat(),
         target_timezone="UTC",
-        idempotency_key=idempotency_key_for(user_id=user.id, event_type=EventType.BIRTHDAY, occurrence_date=target.date()),
+        idempotency_key=idempotency_key_for(
+            user_id=user.id, event_type=EventType.BIRTHDAY, occurrence_date=target.date()
+        ),
     )
     delivered = status == COMPLETED
     delivery = Delivery.objects.create(
@@ -62,7 +64,9 @@ def handled(user, *, days_ago: int, status: str, attempts: int = 1) -> Event:
         idempotency_key=event.idempotency_key,
         endpoint_url="http://127.0.0.1:9/hook",
         payload={"message": "Hey"},
-        status={COMPLETED: DeliveryStatus.DELIVERED, FAILED: DeliveryStatus.DEAD}.get(status, DeliveryStatus.QUEUED),
+        status={COMPLETED: DeliveryStatus.DELIVERED, FAILED: DeliveryStatus.DEAD}.get(
+            status, DeliveryStatus.QUEUED
+        ),
         attempts=attempts,
         max_attempts=max(attempts, 1),
         next_attempt_at=target,
@@ -74,7 +78,9 @@ def handled(user, *, days_ago: int, status: str, attempts: int = 1) -> Event:
             started_at=target,
             finished_at=target,
             duration_ms=5,
-            outcome=AttemptOutcome.DELIVERED if delivered and number == attempts else AttemptOutcome.TRANSIENT_FAILURE,
+            outcome=AttemptOutcome.DELIVERED
+            if delivered and number == attempts
+            else AttemptOutcome.TRANSIENT_FAILURE,
         )
         for number in range(1, attempts + 1)
     )
@@ -127,7 +133,11 @@ def test_pending_and_processing_events_stay_however_old():
 
     prune_all()
 
-    assert remaining(resent_and_stuck, failed, latest, overdue) == {resent_and_stuck.pk, latest.pk, overdue.pk}
+    assert remaining(resent_and_stuck, failed, latest, overdue) == {
+        resent_and_stuck.pk,
+        latest.pk,
+        overdue.pk,
+    }
     assert Delivery.objects.filter(event=resent_and_stuck).exists()
 
 
@@ -136,14 +146,18 @@ def test_each_recipients_latest_handled_occurrence_stays_however_old():
     first_older = handled(first, days_ago=OLDER, status=COMPLETED)
     first_latest = handled(first, days_ago=OLD, status=FAILED)
     only = handled(second, days_ago=OLDEST, status=COMPLETED)
-    latest_before = {user.pk: last_handled_occurrence(recipient=user, event_type=EventType.BIRTHDAY, now=timezone.now()) for user in (first, second)}
+    latest_before = {
+        user.pk: last_handled_occurrence(recipient=user, event_type=EventType.BIRTHDAY, now=timezone.now())
+        for user in (first, second)
+    }
 
     deleted = prune_all()
 
     assert deleted["events"] == 1
     assert remaining(first_older, first_latest, only) == {first_latest.pk, only.pk}
     assert {
-        user.pk: last_handled_occurrence(recipient=user, event_type=EventType.BIRTHDAY, now=timezone.now()) for user in (first, second)
+        user.pk: last_handled_occurrence(recipient=user, event_type=EventType.BIRTHDAY, now=timezone.now())
+        for user in (first, second)
     } == latest_before
 
 
@@ -197,10 +211,14 @@ def test_the_selection_reads_the_history_index_and_probes_the_unique_index(produ
         for model in (Event, Delivery, DeliveryAttempt):
             cursor.execute(f"ANALYZE {model._meta.db_table}")
     cutoff = history_cutoff(now=timezone.now())
-    after = PrunePosition(status=COMPLETED, target=timezone.now() - timedelta(days=OLDEST), id=Event.objects.first().id)
+    after = PrunePosition(
+        status=COMPLETED, target=timezone.now() - timedelta(days=OLDEST), id=Event.objects.first().id
+    )
 
     for start in (None, after):
-        sql, plan = production_plan(lambda start=start: next(history_prune_batches(cutoff=cutoff, start=start)), "SKIP LOCKED")
+        sql, plan = production_plan(
+            lambda start=start: next(history_prune_batches(cutoff=cutoff, start=start)), "SKIP LOCKED"
+        )
         assert "Index Cond: (((status)::text = 'COMPLETED'::text) AND (target_timestamp_utc <" in plan, plan
         assert "event_history_idx" in plan, plan
         # The latest-occurrence test: one backward probe of (user, type, occurrence date) per row.
@@ -218,7 +236,9 @@ def test_the_selection_reads_the_history_index_and_probes_the_unique_index(produ
         ("DELETE FROM scheduling_event WHERE", "scheduling_event_pkey"),
     ):
         _, plan = production_plan(
-            lambda: next(history_prune_batches(cutoff=cutoff)), statement, forbidden=("enable_hashjoin", "enable_mergejoin")
+            lambda: next(history_prune_batches(cutoff=cutoff)),
+            statement,
+            forbidden=("enable_hashjoin", "enable_mergejoin"),
         )
         assert re.search(rf"(Index Scan using {index} on|Bitmap Index Scan on {index})", plan), plan
         assert "Seq Scan" not in plan, plan
@@ -436,4 +456,6 @@ def test_after_pruning_a_zone_change_never_resends_an_occurrence_already_handled
         (date(2026, 11, 22), COMPLETED),
         (date(2027, 11, 22), PENDING),
     ]
-    assert Event.objects.get(user=user, status=PENDING).target_timestamp_utc == datetime(2027, 11, 22, 15, tzinfo=UTC)
+    assert Event.objects.get(user=user, status=PENDING).target_timestamp_utc == datetime(
+        2027, 11, 22, 15, tzinfo=UTC
+    )

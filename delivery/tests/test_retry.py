@@ -66,7 +66,11 @@ def test_the_jitter_spreads_each_wait_over_zero_to_the_exponential_ceiling():
     seen = []
 
     decide(
-        outcome=TRANSIENT, attempt=3, max_attempts=8, description="", policy=POLICY,
+        outcome=TRANSIENT,
+        attempt=3,
+        max_attempts=8,
+        description="",
+        policy=POLICY,
         jitter=lambda low, high: seen.append((low, high)) or 0.0,
     )
 
@@ -103,10 +107,19 @@ LATE = "Not delivered within EVENT_MAX_LATENESS (48 h) of being queued: the rece
         (PERMANENT, 422, None, False, dead("Permanent failure: answer")),
     ],
 )
-def test_a_delivery_that_outlived_the_lateness_does_not_wait_again(outcome, status_code, retry_after, endpoint_down, expected):
+def test_a_delivery_that_outlived_the_lateness_does_not_wait_again(
+    outcome, status_code, retry_after, endpoint_down, expected
+):
     decision = decide(
-        outcome=outcome, attempt=1, max_attempts=8, description="answer", status_code=status_code,
-        retry_after=retry_after, endpoint_down=endpoint_down, outlived=timedelta(hours=48), policy=POLICY,
+        outcome=outcome,
+        attempt=1,
+        max_attempts=8,
+        description="answer",
+        status_code=status_code,
+        retry_after=retry_after,
+        endpoint_down=endpoint_down,
+        outlived=timedelta(hours=48),
+        policy=POLICY,
         jitter=top_of_range,
     )
 

@@ -45,8 +45,12 @@ def test_the_timestamp_is_the_sending_time():
     assert headers["webhook-timestamp"] == str(int(sent_at.timestamp()))
     # A receiver refuses a stale timestamp: replaying an old request does not verify.
     with pytest.raises(WebhookVerificationError):
-        Webhook(OLD).verify(BODY, WebhookSigner([OLD]).headers(
-            msg_id="msg_1", body=BODY, sent_at=datetime.now(UTC) - timedelta(hours=1)))
+        Webhook(OLD).verify(
+            BODY,
+            WebhookSigner([OLD]).headers(
+                msg_id="msg_1", body=BODY, sent_at=datetime.now(UTC) - timedelta(hours=1)
+            ),
+        )
 
 
 @pytest.mark.parametrize(

@@ -32,12 +32,19 @@ def queued(delivery_settings):
 
 def test_the_table_holds_exactly_the_moves_the_product_makes():
     assert set(DELIVERY_TRANSITIONS) == {
-        (QUEUED, SENDING), (SENDING, DELIVERED), (SENDING, QUEUED), (SENDING, DEAD), (DEAD, QUEUED),
-        (QUEUED, DEAD), (DELIVERED, QUEUED),
+        (QUEUED, SENDING),
+        (SENDING, DELIVERED),
+        (SENDING, QUEUED),
+        (SENDING, DEAD),
+        (DEAD, QUEUED),
+        (QUEUED, DEAD),
+        (DELIVERED, QUEUED),
     }
 
 
-@pytest.mark.parametrize("source, target", [(QUEUED, DELIVERED), (DELIVERED, SENDING), (DEAD, SENDING), (DELIVERED, DEAD)])
+@pytest.mark.parametrize(
+    "source, target", [(QUEUED, DELIVERED), (DELIVERED, SENDING), (DEAD, SENDING), (DELIVERED, DEAD)]
+)
 def test_a_move_outside_the_table_is_refused_and_changes_nothing(queued, source, target):
     before = list(Delivery.objects.values_list("id", "status", "attempts"))
 
@@ -59,7 +66,9 @@ def test_a_row_under_lease_is_moved_only_by_its_holder_or_after_it_expired(queue
 
 def test_entering_sending_always_takes_a_lease(queued):
     with pytest.raises(InvalidStateTransition, match="takes a lease"):
-        deliveries_transition(source=QUEUED, target=SENDING, select=Due(now=timezone.now(), limit=10), now=timezone.now())
+        deliveries_transition(
+            source=QUEUED, target=SENDING, select=Due(now=timezone.now(), limit=10), now=timezone.now()
+        )
 
 
 def test_claim_leases_each_row_and_counts_the_attempt(queued):
@@ -116,7 +125,9 @@ def test_an_expired_lease_is_taken_over_its_attempt_logged_as_abandoned(queued):
     assert {c.id for c in again} == {c.id for c in claimed}
     assert {c.attempt for c in again} == {2}
     for delivery in Delivery.objects.all():
-        assert [(a.number, a.outcome, a.worker) for a in delivery.attempt_log.all()] == [(1, "ABANDONED", "lost")]
+        assert [(a.number, a.outcome, a.worker) for a in delivery.attempt_log.all()] == [
+            (1, "ABANDONED", "lost")
+        ]
 
 
 def test_an_expired_lease_is_left_alone_while_take_over_is_held_back(queued):

@@ -238,7 +238,10 @@ def test_a_name_is_judged_by_the_address_it_resolves_to_when_connecting(sink, ne
     assert dns.asked == ["receiver.test"]
     if refusal:
         assert (result.outcome, result.error, result.refused, result.status_code) == (
-            AttemptOutcome.PERMANENT_FAILURE, refusal, True, None
+            AttemptOutcome.PERMANENT_FAILURE,
+            refusal,
+            True,
+            None,
         )
         assert sink.received == []
     else:
@@ -284,20 +287,32 @@ def test_the_refused_answers_of_a_name_are_dropped_and_the_connection_goes_to_an
     "host, answers, refusal",
     [
         ("public.test", ["93.184.215.14"], None),
-        ("internal.test", ["10.0.0.5"], "Refused: internal.test at 10.0.0.5 is a private address (WEBHOOK_ALLOWED_NETWORKS)"),
+        (
+            "internal.test",
+            ["10.0.0.5"],
+            "Refused: internal.test at 10.0.0.5 is a private address (WEBHOOK_ALLOWED_NETWORKS)",
+        ),
         # The proxy picks among the answers itself: one refused answer refuses the name.
-        ("mixed.test", ["93.184.215.14", "10.0.0.5"], "Refused: mixed.test at 10.0.0.5 is a private address (WEBHOOK_ALLOWED_NETWORKS)"),
+        (
+            "mixed.test",
+            ["93.184.215.14", "10.0.0.5"],
+            "Refused: mixed.test at 10.0.0.5 is a private address (WEBHOOK_ALLOWED_NETWORKS)",
+        ),
         ("10.0.0.5", None, "Refused: 10.0.0.5 is a private address (WEBHOOK_ALLOWED_NETWORKS)"),
     ],
 )
-def test_through_a_proxy_the_proxy_is_not_screened_but_the_receiver_behind_it_is(sink, monkeypatch, host, answers, refusal):
+def test_through_a_proxy_the_proxy_is_not_screened_but_the_receiver_behind_it_is(
+    sink, monkeypatch, host, answers, refusal
+):
     # Given the sink, on loopback, as the operator's HTTP proxy, and no network allowed
     monkeypatch.setenv("HTTP_PROXY", sink.url.rsplit("/", 1)[0])
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.delenv("no_proxy", raising=False)
     dns = ScriptedDns({host: [answers]} if answers else {})
 
-    result = send(WebhookTransport(timeout=5, policy=policy(), resolver=dns), claimed(f"http://{host}/webhook"))
+    result = send(
+        WebhookTransport(timeout=5, policy=policy(), resolver=dns), claimed(f"http://{host}/webhook")
+    )
 
     if refusal:
         assert (result.outcome, result.error) == (AttemptOutcome.PERMANENT_FAILURE, refusal)

@@ -81,7 +81,9 @@ def test_as_root_each_checkout_keeps_its_servers_files_in_a_folder_of_its_own_un
     assert files.parent == system_files
     assert files.name.startswith("bday-")
     assert server_files_directory(checkout=same_checkout_by_a_link, system_files=system_files) == files
-    other = server_files_directory(checkout=root_only_checkout.parent / "other" / "bday", system_files=system_files)
+    other = server_files_directory(
+        checkout=root_only_checkout.parent / "other" / "bday", system_files=system_files
+    )
     assert other != files
 
 
@@ -112,18 +114,28 @@ def test_as_root_a_checkout_only_root_may_enter_runs_its_server_from_files_the_a
 
     # ...in a folder open to the account's group alone, with binaries only root may change.
     account = pwd.getpwnam(UNPRIVILEGED_ACCOUNT)
-    assert (stat.S_IMODE(files.stat().st_mode), files.stat().st_uid, files.stat().st_gid) == (0o750, 0, account.pw_gid)
+    assert (stat.S_IMODE(files.stat().st_mode), files.stat().st_uid, files.stat().st_gid) == (
+        0o750,
+        0,
+        account.pw_gid,
+    )
     assert program.stat().st_uid == 0
     assert not program.stat().st_mode & stat.S_IWGRP
 
 
 @pytest.mark.slow
 @as_root_only
-def test_as_root_a_system_location_that_cannot_take_the_binaries_is_refused_in_one_line_naming_it(system_files):
+def test_as_root_a_system_location_that_cannot_take_the_binaries_is_refused_in_one_line_naming_it(
+    system_files,
+):
     system_files.parent.joinpath("not-a-folder").write_text("")
-    files = server_files_directory(checkout=Path("/root/bday"), system_files=system_files.parent / "not-a-folder")
+    files = server_files_directory(
+        checkout=Path("/root/bday"), system_files=system_files.parent / "not-a-folder"
+    )
 
-    with pytest.raises(EmbeddedPostgresError, match=re.escape(f"Cannot copy PostgreSQL's binaries to {files}/")):
+    with pytest.raises(
+        EmbeddedPostgresError, match=re.escape(f"Cannot copy PostgreSQL's binaries to {files}/")
+    ):
         server_binaries(files=files)
 
 
@@ -173,7 +185,9 @@ def test_the_server_starts_serves_a_database_and_stops_leaving_the_port_free(clu
         server.database_ensure(name="birthday_scheduler")
         server.database_ensure(name="birthday_scheduler")  # a second time: already there
 
-        with psycopg.connect(f"host=127.0.0.1 port={server.port} user=postgres dbname=birthday_scheduler") as conn:
+        with psycopg.connect(
+            f"host=127.0.0.1 port={server.port} user=postgres dbname=birthday_scheduler"
+        ) as conn:
             data_directory = conn.execute("SHOW data_directory").fetchone()[0]
         assert Path(data_directory) == cluster_root / "data"
         assert server.is_running()
@@ -221,7 +235,9 @@ def test_a_second_start_on_another_port_is_refused_while_the_first_runs(cluster_
         server.start()
         other_port = free_port()
 
-        with pytest.raises(EmbeddedPostgresError, match=f"already runs on port {server.port}, not {other_port}"):
+        with pytest.raises(
+            EmbeddedPostgresError, match=f"already runs on port {server.port}, not {other_port}"
+        ):
             EmbeddedPostgres(root=cluster_root, port=other_port, throwaway=True).start()
     finally:
         server.stop()
@@ -240,8 +256,12 @@ def test_a_port_another_server_holds_is_refused_in_one_line_naming_it(cluster_ro
 
 @pytest.mark.slow
 @as_root_only
-def test_as_root_a_data_folder_the_account_cannot_reach_is_refused_in_one_line_naming_the_folder(cluster_root):
+def test_as_root_a_data_folder_the_account_cannot_reach_is_refused_in_one_line_naming_the_folder(
+    cluster_root,
+):
     cluster_root.parent.chmod(0o700)
 
-    with pytest.raises(EmbeddedPostgresError, match=f"cannot enter {cluster_root.parent}, above {cluster_root}"):
+    with pytest.raises(
+        EmbeddedPostgresError, match=f"cannot enter {cluster_root.parent}, above {cluster_root}"
+    ):
         EmbeddedPostgres(root=cluster_root, port=free_port(), throwaway=True).start()

@@ -21,7 +21,6 @@ with psycopg.connect(host=c["HOST"], port=c["PORT"], user=c["USER"], dbname=c["N
 """
 
 
-
 @pytest.fixture
 def embedded_root():
     # Not tmp_path: pytest's base temporary folder is root-only (0700), so the
@@ -51,7 +50,9 @@ def test_with_nothing_listening_the_command_runs_on_an_embedded_server_on_that_p
 @pytest.mark.django_db
 def test_a_server_that_answers_is_used_as_it_is(embedded_root, capfd):
     db = connection.settings_dict
-    url = f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    url = (
+        f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    )
 
     code = run_with_database(url=url, command=[sys.executable, "-c", SHOW_DATA_DIRECTORY], root=embedded_root)
 
@@ -65,7 +66,10 @@ def test_a_command_failing_passes_its_exit_code_on(embedded_root):
     db = connection.settings_dict
     url = f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/postgres"
 
-    assert run_with_database(url=url, command=[sys.executable, "-c", "raise SystemExit(3)"], root=embedded_root) == 3
+    assert (
+        run_with_database(url=url, command=[sys.executable, "-c", "raise SystemExit(3)"], root=embedded_root)
+        == 3
+    )
 
 
 def test_a_database_url_that_is_not_postgresql_is_refused(embedded_root, capfd):

@@ -109,7 +109,6 @@ def test_readiness_is_503_with_the_migrations_not_applied(client, monkeypatch):
     }
 
 
-
 @pytest.mark.django_db
 @pytest.mark.parametrize("path", ["/health/live", "/health/ready", "/metrics"])
 def test_probes_and_scrapes_are_answered_over_plain_http_when_https_is_enforced(client, settings, path):

@@ -49,7 +49,9 @@ def metrics_settings(settings):
     return settings
 
 
-def test_an_address_outside_the_allowed_networks_is_refused_403_without_a_token_configured(client, metrics_settings):
+def test_an_address_outside_the_allowed_networks_is_refused_403_without_a_token_configured(
+    client, metrics_settings
+):
     response = client.get("/metrics", REMOTE_ADDR=OUTSIDER)
 
     assert response.status_code == 403
@@ -61,7 +63,9 @@ def test_with_a_token_configured_a_request_without_it_is_asked_for_it(client, me
 
     missing = client.get("/metrics", REMOTE_ADDR=OUTSIDER)
     wrong = client.get("/metrics", REMOTE_ADDR=OUTSIDER, HTTP_AUTHORIZATION="Bearer not-the-token")
-    other_scheme = client.get("/metrics", REMOTE_ADDR=OUTSIDER, HTTP_AUTHORIZATION="Token s3cret-scrape-token")
+    other_scheme = client.get(
+        "/metrics", REMOTE_ADDR=OUTSIDER, HTTP_AUTHORIZATION="Token s3cret-scrape-token"
+    )
 
     for response in (missing, wrong, other_scheme):
         assert response.status_code == 401
@@ -84,7 +88,9 @@ def test_an_allowed_address_needs_no_token(client, metrics_settings, address):
     assert client.get("/metrics", REMOTE_ADDR=address).status_code == 200
 
 
-def test_a_request_forwarded_by_a_proxy_nobody_declared_is_not_trusted_by_its_address(client, metrics_settings):
+def test_a_request_forwarded_by_a_proxy_nobody_declared_is_not_trusted_by_its_address(
+    client, metrics_settings
+):
     # nginx on the same host: every client arrives from 127.0.0.1.
     response = client.get("/metrics", REMOTE_ADDR="127.0.0.1", HTTP_X_FORWARDED_FOR=OUTSIDER)
 
@@ -128,8 +134,12 @@ def test_the_gauges_count_a_small_data_set_exactly(client, metrics_settings, del
     now = timezone.now()
     Delivery.objects.filter(status=DeliveryStatus.QUEUED).update(next_attempt_at=now - timedelta(seconds=30))
     make_due([waiting], ago=timedelta(seconds=600))
-    heartbeat_start(kind=ProcessKind.WORKER, name="host-a:11:aaaaaa", host="host-a", pid=11, zone_data="2025b")
-    heartbeat_start(kind=ProcessKind.SCHEDULER, name="host-b:12:bbbbbb", host="host-b", pid=12, zone_data="2025b")
+    heartbeat_start(
+        kind=ProcessKind.WORKER, name="host-a:11:aaaaaa", host="host-a", pid=11, zone_data="2025b"
+    )
+    heartbeat_start(
+        kind=ProcessKind.SCHEDULER, name="host-b:12:bbbbbb", host="host-b", pid=12, zone_data="2025b"
+    )
     ProcessHeartbeat.objects.filter(name="host-b:12:bbbbbb").update(last_seen_at=now - timedelta(minutes=5))
 
     values = samples(client.get("/metrics"))
@@ -145,11 +155,16 @@ def test_the_gauges_count_a_small_data_set_exactly(client, metrics_settings, del
     assert value("birthday_events_due") == 1
     assert 600 <= value("birthday_events_oldest_due_age_seconds") < 660
     assert {status: value("birthday_deliveries", status=status) for status in ("QUEUED", "SENDING")} == {
-        "QUEUED": 1, "SENDING": 0,
+        "QUEUED": 1,
+        "SENDING": 0,
     }
     assert ("birthday_deliveries", (("status", "DELIVERED"),)) not in values
-    assert {status: value("birthday_deliveries_finished_last_hour", status=status) for status in ("DELIVERED", "DEAD")} == {
-        "DELIVERED": 1, "DEAD": 1,
+    assert {
+        status: value("birthday_deliveries_finished_last_hour", status=status)
+        for status in ("DELIVERED", "DEAD")
+    } == {
+        "DELIVERED": 1,
+        "DEAD": 1,
     }
     assert value("birthday_deliveries_due") == 1
     assert 30 <= value("birthday_deliveries_oldest_due_age_seconds") < 90
@@ -162,7 +177,9 @@ def test_the_gauges_count_a_small_data_set_exactly(client, metrics_settings, del
     } == {"DELIVERED": 1, "TRANSIENT_FAILURE": 1, "PERMANENT_FAILURE": 1, "ABANDONED": 0}
 
 
-def test_the_web_exports_its_zone_data_and_the_data_the_pending_events_follow_and_move_to(client, metrics_settings):
+def test_the_web_exports_its_zone_data_and_the_data_the_pending_events_follow_and_move_to(
+    client, metrics_settings
+):
     current = zone_data_version()
     EventZoneData.objects.create(version="2023d", pass_version=current)
 
@@ -213,7 +230,11 @@ def test_a_database_outage_is_a_gauge_not_a_failed_scrape(client, metrics_settin
     ("count", "statement", "indexes"),
     [
         (event_processing_count, "= 'PROCESSING'", ("event_history_idx",)),
-        (lambda: events_held_back_counts(since=timezone.now() - timedelta(hours=1)), "GROUP BY", ("event_history_idx",)),
+        (
+            lambda: events_held_back_counts(since=timezone.now() - timedelta(hours=1)),
+            "GROUP BY",
+            ("event_history_idx",),
+        ),
         (
             lambda: delivery_finished_counts(since=timezone.now() - timedelta(hours=1)),
             "GROUP BY",
@@ -231,8 +252,13 @@ def test_the_exact_counts_read_a_range_of_an_index_not_the_table(production_plan
 def test_the_history_is_estimated_from_the_statistics_and_labelled_so(client, metrics_settings):
     for user in UserFactory.create_batch(4):
         Delivery.objects.create(
-            event=user.events.get(), idempotency_key=user.events.get().idempotency_key, endpoint_url="http://x.test/",
-            payload={}, status=DeliveryStatus.DELIVERED, max_attempts=8, next_attempt_at=timezone.now(),
+            event=user.events.get(),
+            idempotency_key=user.events.get().idempotency_key,
+            endpoint_url="http://x.test/",
+            payload={},
+            status=DeliveryStatus.DELIVERED,
+            max_attempts=8,
+            next_attempt_at=timezone.now(),
         )
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE scheduling_event, delivery_delivery")
@@ -263,7 +289,9 @@ def test_the_pending_events_are_estimated_as_of_the_last_analyze_and_only_the_du
     assert values[("birthday_events_due", ())] == 2
     # No exact PENDING total under the name that meant one before.
     assert ("birthday_events", (("status", "PENDING"),)) not in values
-    help_line = next(line for line in response.content.decode().splitlines() if "HELP birthday_events_estimated" in line)
+    help_line = next(
+        line for line in response.content.decode().splitlines() if "HELP birthday_events_estimated" in line
+    )
     assert "PENDING is the entry count of their partial index" in help_line
 
 
@@ -319,7 +347,9 @@ def test_each_endpoint_has_its_state_failures_backlog_and_how_long_it_has_been_d
     assert sum(v for (name, _), v in values.items() if name == "birthday_endpoint_state") == 3
     assert value("birthday_endpoint_consecutive_failures", endpoint=RECEIVER) == 9
     assert value("birthday_endpoint_consecutive_failures", endpoint=FINE) == 0
-    waiting = {url: value("birthday_endpoint_waiting_deliveries", endpoint=url) for url in (RECEIVER, PAUSED, FINE)}
+    waiting = {
+        url: value("birthday_endpoint_waiting_deliveries", endpoint=url) for url in (RECEIVER, PAUSED, FINE)
+    }
     assert waiting == {RECEIVER: 3, PAUSED: 2, FINE: 0}
     assert 600 <= value("birthday_endpoint_failing_seconds", endpoint=RECEIVER) < 660
     assert value("birthday_endpoint_failing_seconds", endpoint=PAUSED) == 0
@@ -347,7 +377,9 @@ def test_the_endpoint_gauges_cost_two_queries_however_many_endpoints(client, met
 
     assert len(many.captured_queries) == len(one.captured_queries)
     endpoint_queries = [
-        q["sql"] for q in many.captured_queries if "delivery_endpoint" in q["sql"] or "endpoint_url" in q["sql"]
+        q["sql"]
+        for q in many.captured_queries
+        if "delivery_endpoint" in q["sql"] or "endpoint_url" in q["sql"]
     ]
     assert len(endpoint_queries) == 2
 
@@ -357,5 +389,6 @@ def test_what_waits_on_endpoints_is_read_from_the_unfinished_deliveries_indexes(
 
     assert "Seq Scan" not in plan
     assert any(
-        index in plan for index in ("delivery_queued_due_idx", "delivery_lease_idx", "delivery_status_updated_idx")
+        index in plan
+        for index in ("delivery_queued_due_idx", "delivery_lease_idx", "delivery_status_updated_idx")
     ), plan

@@ -19,7 +19,9 @@ from runtime.models import ProcessHeartbeat, ProcessKind
 BASE_DIR = Path(__file__).resolve().parents[2]
 
 
-def beat(name: str, *, kind: str = ProcessKind.WORKER, host: str = "host-a", pid: int = 100, ago: float = 0) -> None:
+def beat(
+    name: str, *, kind: str = ProcessKind.WORKER, host: str = "host-a", pid: int = 100, ago: float = 0
+) -> None:
     heartbeat_start(kind=kind, name=name, host=host, pid=pid, zone_data="2025b")
     ProcessHeartbeat.objects.filter(name=name).update(last_seen_at=timezone.now() - timedelta(seconds=ago))
 
@@ -58,10 +60,19 @@ def test_a_silent_process_fails_with_exit_1_naming_it_and_how_long_ago():
 
 @pytest.mark.django_db
 def test_a_process_that_stopped_cleanly_is_not_running():
-    heartbeat_start(kind=ProcessKind.WORKER, name="host-a:100:aaaaaa", host="host-a", pid=100, zone_data="2025b")
+    heartbeat_start(
+        kind=ProcessKind.WORKER, name="host-a:100:aaaaaa", host="host-a", pid=100, zone_data="2025b"
+    )
     heartbeat_beat(
-        kind=ProcessKind.WORKER, name="host-a:100:aaaaaa", host="host-a", pid=100, zone_data="2025b",
-        processed=0, succeeded=0, failed=0, stopped=True,
+        kind=ProcessKind.WORKER,
+        name="host-a:100:aaaaaa",
+        host="host-a",
+        pid=100,
+        zone_data="2025b",
+        processed=0,
+        succeeded=0,
+        failed=0,
+        stopped=True,
     )
 
     failure = check_fails(kind="worker")
@@ -77,7 +88,8 @@ def test_nothing_ever_seen_fails_and_says_so():
     failure = check_fails(kind="worker")
 
     assert (failure.returncode, str(failure)) == (
-        1, "STALE worker: 0 of 1 process(es) with a heartbeat within 60 s (no heartbeat ever)",
+        1,
+        "STALE worker: 0 of 1 process(es) with a heartbeat within 60 s (no heartbeat ever)",
     )
 
 
@@ -107,7 +119,9 @@ def test_min_count_asks_for_that_many_fresh_processes():
 @pytest.mark.django_db(transaction=True)
 def test_exit_codes_of_the_real_command():
     db = connection.settings_dict
-    url = f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    url = (
+        f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    )
     with socket.socket() as probe:  # nothing listens here once it closes
         probe.bind(("127.0.0.1", 0))
         dead_port = probe.getsockname()[1]
@@ -116,15 +130,21 @@ def test_exit_codes_of_the_real_command():
     def run(database_url: str, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
             [sys.executable, "manage.py", "check_process", *args],
-            cwd=BASE_DIR, env={**os.environ, "DATABASE_URL": database_url},
-            capture_output=True, text=True, timeout=60,
+            cwd=BASE_DIR,
+            env={**os.environ, "DATABASE_URL": database_url},
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
 
     fresh = run(url, "--kind", "worker")
     stale = run(url, "--kind", "scheduler")
     unknown = run(f"postgres://postgres@127.0.0.1:{dead_port}/nowhere", "--kind", "worker")
 
-    assert (fresh.returncode, fresh.stdout.strip()) == (0, "OK worker: 1 process(es) with a heartbeat within 60 s")
+    assert (fresh.returncode, fresh.stdout.strip()) == (
+        0,
+        "OK worker: 1 process(es) with a heartbeat within 60 s",
+    )
     assert stale.returncode == 1
     assert stale.stderr.strip().splitlines() == [
         "CommandError: STALE scheduler: 0 of 1 process(es) with a heartbeat within 60 s (no heartbeat ever)"

@@ -75,7 +75,10 @@ def test_a_task_that_needs_an_idle_spell_waits_for_one_long_enough_and_is_told_i
 
 def test_a_database_error_in_a_side_task_is_logged_not_raised_and_the_others_still_run(caplog):
     loop, failing, fine = Loop(), [], []
-    loop.side_tasks += [SideTask("renewal", 1.0, recorder(failing, fail=True)), SideTask("expiry", 1.0, recorder(fine))]
+    loop.side_tasks += [
+        SideTask("renewal", 1.0, recorder(failing, fail=True)),
+        SideTask("expiry", 1.0, recorder(fine)),
+    ]
 
     loop.run_side_tasks()
 
@@ -85,7 +88,10 @@ def test_a_database_error_in_a_side_task_is_logged_not_raised_and_the_others_sti
 
 def test_once_runs_each_task_until_it_has_nothing_more():
     loop, repair, prune = Loop(), [], []
-    loop.side_tasks += [SideTask("repair", 300.0, recorder(repair, more=3)), SideTask("prune", 60.0, recorder(prune))]
+    loop.side_tasks += [
+        SideTask("repair", 300.0, recorder(repair, more=3)),
+        SideTask("prune", 60.0, recorder(prune)),
+    ]
 
     loop.run_side_tasks_to_the_end()
 
@@ -99,5 +105,7 @@ def test_the_heartbeat_writes_the_counters_under_the_columns_this_kind_maps_them
 
     loop.heartbeat()
 
-    row = ProcessHeartbeat.objects.values("kind", "processed", "succeeded", "failed", "stopped_at").get(name=loop.name)
+    row = ProcessHeartbeat.objects.values("kind", "processed", "succeeded", "failed", "stopped_at").get(
+        name=loop.name
+    )
     assert row == {"kind": "worker", "processed": 5, "succeeded": 4, "failed": 1, "stopped_at": None}

@@ -20,7 +20,9 @@ from runtime.postgresql.base import LostConnectionErrorWrapper
 
 
 def raised_through(error: Exception, *, closed: bool) -> Exception:
-    backend = SimpleNamespace(Database=psycopg, connection=SimpleNamespace(closed=closed), errors_occurred=False)
+    backend = SimpleNamespace(
+        Database=psycopg, connection=SimpleNamespace(closed=closed), errors_occurred=False
+    )
     with pytest.raises(Exception) as raised, LostConnectionErrorWrapper(backend):
         raise error
     return raised.value
@@ -58,7 +60,9 @@ def test_an_error_on_a_connection_never_opened_is_passed_on_as_it_is():
     ],
 )
 def test_a_server_that_takes_no_writes_is_an_outage_and_its_connection_is_not_kept(error):
-    backend = SimpleNamespace(Database=psycopg, connection=SimpleNamespace(closed=False), errors_occurred=False)
+    backend = SimpleNamespace(
+        Database=psycopg, connection=SimpleNamespace(closed=False), errors_occurred=False
+    )
     with pytest.raises(OperationalError) as raised, LostConnectionErrorWrapper(backend):
         raise error
 
@@ -76,7 +80,10 @@ def test_a_real_write_refused_as_read_only_is_raised_as_an_outage_and_the_connec
         cursor.execute("SELECT 1")
 
     # When a write is refused
-    with pytest.raises(OperationalError, match="read-only transaction"), read_only_connection.cursor() as cursor:
+    with (
+        pytest.raises(OperationalError, match="read-only transaction"),
+        read_only_connection.cursor() as cursor,
+    ):
         cursor.execute("CREATE TABLE never_created (id int)")
 
     # Then Django's check between units of work closes the connection, although SELECT 1 still works there
@@ -117,8 +124,9 @@ def test_a_multi_host_database_url_connects_to_the_host_that_takes_writes():
     )
     assert (parsed["HOST"], parsed["PORT"]) == (f"127.0.0.1,{host}", f"{closed_port},{port}")
     # A second connection under the default alias: contrib.postgres looks its type OIDs up through it.
-    multi_host = type(default)({**default.settings_dict, **parsed, "ENGINE": default.settings_dict["ENGINE"]},
-                               alias=DEFAULT_DB_ALIAS)
+    multi_host = type(default)(
+        {**default.settings_dict, **parsed, "ENGINE": default.settings_dict["ENGINE"]}, alias=DEFAULT_DB_ALIAS
+    )
     try:
         # When it connects, then it is on the server that answered, in a session that takes writes
         with multi_host.cursor() as cursor:

@@ -24,10 +24,18 @@ def names() -> list[str]:
 
 def test_statements_sent_in_a_pipeline_run_in_order_and_their_results_come_when_asked():
     with transaction.atomic(), pipeline():
-        insert_rows(ProcessHeartbeat, COLUMNS, [(ProcessKind.WORKER, "a", "h", 1), (ProcessKind.WORKER, "b", "h", 2)],
-                    same_for_all=same_for_all())
-        renamed = send("UPDATE runtime_processheartbeat SET pid = pid + 10 WHERE name = %s RETURNING name, pid", ["a"])
-        insert_rows(ProcessHeartbeat, COLUMNS, [(ProcessKind.SCHEDULER, "c", "h", 3)], same_for_all=same_for_all())
+        insert_rows(
+            ProcessHeartbeat,
+            COLUMNS,
+            [(ProcessKind.WORKER, "a", "h", 1), (ProcessKind.WORKER, "b", "h", 2)],
+            same_for_all=same_for_all(),
+        )
+        renamed = send(
+            "UPDATE runtime_processheartbeat SET pid = pid + 10 WHERE name = %s RETURNING name, pid", ["a"]
+        )
+        insert_rows(
+            ProcessHeartbeat, COLUMNS, [(ProcessKind.SCHEDULER, "c", "h", 3)], same_for_all=same_for_all()
+        )
         # The UPDATE ran after the first insert and before the second, whenever its result is read.
         assert renamed() == ([("a", 11)], 1)
         counted = execute("SELECT count(*) FROM runtime_processheartbeat", [])
@@ -36,12 +44,21 @@ def test_statements_sent_in_a_pipeline_run_in_order_and_their_results_come_when_
 
 
 def test_an_error_in_a_pipelined_statement_surfaces_as_djangos_error_and_nothing_is_kept():
-    insert_rows(ProcessHeartbeat, COLUMNS, [(ProcessKind.WORKER, "taken", "h", 1)], same_for_all=same_for_all())
+    insert_rows(
+        ProcessHeartbeat, COLUMNS, [(ProcessKind.WORKER, "taken", "h", 1)], same_for_all=same_for_all()
+    )
     with pytest.raises(IntegrityError):
         with transaction.atomic(), pipeline():
-            insert_rows(ProcessHeartbeat, COLUMNS, [(ProcessKind.WORKER, "new", "h", 2)], same_for_all=same_for_all())
+            insert_rows(
+                ProcessHeartbeat, COLUMNS, [(ProcessKind.WORKER, "new", "h", 2)], same_for_all=same_for_all()
+            )
             # A duplicate name: refused by the unique key, known only when the results come back.
-            insert_rows(ProcessHeartbeat, COLUMNS, [(ProcessKind.WORKER, "taken", "h", 3)], same_for_all=same_for_all())
+            insert_rows(
+                ProcessHeartbeat,
+                COLUMNS,
+                [(ProcessKind.WORKER, "taken", "h", 3)],
+                same_for_all=same_for_all(),
+            )
     assert names() == ["taken"]
     # The connection is usable afterwards, outside any pipeline.
     assert execute("SELECT 1", []) == [(1,)]
@@ -49,7 +66,9 @@ def test_an_error_in_a_pipelined_statement_surfaces_as_djangos_error_and_nothing
 
 def test_pipelined_statements_are_logged_like_the_others():
     with CaptureQueriesContext(connection) as captured, transaction.atomic(), pipeline():
-        insert_rows(ProcessHeartbeat, COLUMNS, [(ProcessKind.WORKER, "logged", "h", 1)], same_for_all=same_for_all())
+        insert_rows(
+            ProcessHeartbeat, COLUMNS, [(ProcessKind.WORKER, "logged", "h", 1)], same_for_all=same_for_all()
+        )
         send("SELECT pg_notify(%s, %s)", ["runtime_test", ""])
     statements = [q["sql"] for q in captured.captured_queries]
     assert any(s.startswith("INSERT INTO runtime_processheartbeat") and "'{logged}'" in s for s in statements)

@@ -41,7 +41,9 @@ def test_without_a_pooler_or_listen_url_the_listener_uses_the_database_server(se
 
 
 @pytest.mark.django_db
-def test_behind_a_transaction_pooler_without_a_listen_url_the_listener_polls_and_says_so(settings, listener, caplog):
+def test_behind_a_transaction_pooler_without_a_listen_url_the_listener_polls_and_says_so(
+    settings, listener, caplog
+):
     settings.DATABASE_TRANSACTION_POOLING = True
     settings.DATABASE_LISTEN = None
 
@@ -57,7 +59,9 @@ def test_behind_a_transaction_pooler_without_a_listen_url_the_listener_polls_and
 
 
 @pytest.mark.django_db(transaction=True)
-def test_behind_a_transaction_pooler_the_listen_url_receives_what_the_work_connection_notifies(settings, listener):
+def test_behind_a_transaction_pooler_the_listen_url_receives_what_the_work_connection_notifies(
+    settings, listener
+):
     settings.DATABASE_TRANSACTION_POOLING = True
     settings.DATABASE_LISTEN = direct_settings()
     woken = listener()
@@ -95,12 +99,17 @@ def test_the_listener_follows_a_multi_host_url_to_the_server_that_takes_writes(s
 
 
 @pytest.mark.django_db
-def test_a_listener_on_a_server_that_takes_no_writes_reconnects_and_says_so(settings, listener, caplog, monkeypatch):
+def test_a_listener_on_a_server_that_takes_no_writes_reconnects_and_says_so(
+    settings, listener, caplog, monkeypatch
+):
     # Given a listening connection to a server whose sessions are read-only, as a demoted
     # primary's are: LISTEN still works there, but nothing will ever be notified on it
     monkeypatch.setattr(wakeup, "PRIMARY_CHECK_SECONDS", 0.0)
     settings.DATABASE_TRANSACTION_POOLING = False
-    settings.DATABASE_LISTEN = {**direct_settings(), "OPTIONS": {"options": "-c default_transaction_read_only=on"}}
+    settings.DATABASE_LISTEN = {
+        **direct_settings(),
+        "OPTIONS": {"options": "-c default_transaction_read_only=on"},
+    }
     stale = listener()
 
     # When it waits

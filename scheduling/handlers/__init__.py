@@ -26,5 +26,12 @@ def get_handler(event_type: str) -> EventHandler:
 
 
 __all__ = [
-    "REGISTRY", "EventHandler", "Occurrence", "Recipient", "RecipientRow", "get_handler", "local_send_instant", "wall_time_instant",
+    "REGISTRY",
+    "EventHandler",
+    "Occurrence",
+    "Recipient",
+    "RecipientRow",
+    "get_handler",
+    "local_send_instant",
+    "wall_time_instant",
 ]

@@ -25,7 +25,10 @@ class AnniversaryHandler:
         # The same arithmetic as a birthday's: a Feb 29 wedding is remembered
         # on Feb 28 in common years, and the wedding day itself is not one.
         return next_yearly_occurrence(
-            since=user.anniversary_date, timezone_name=user.timezone, at=user.send_time, now=now,
+            since=user.anniversary_date,
+            timezone_name=user.timezone,
+            at=user.send_time,
+            now=now,
             after_date=after_date,
         )
 

@@ -92,7 +92,9 @@ def wall_time_instant(*, wall: datetime, timezone_name: str) -> tuple[datetime, 
 @zone_cache
 @lru_cache(maxsize=16384)
 def _local_send_instant(occurrence_date: date, timezone_name: str, at: time) -> Occurrence:
-    target_utc, target_local = wall_time_instant(wall=datetime.combine(occurrence_date, at), timezone_name=timezone_name)
+    target_utc, target_local = wall_time_instant(
+        wall=datetime.combine(occurrence_date, at), timezone_name=timezone_name
+    )
     return Occurrence(
         occurrence_date=occurrence_date,
         target_utc=target_utc,

@@ -51,7 +51,11 @@ class BirthdayHandler:
         self, *, user: Recipient, now: datetime, after_date: date | None = None
     ) -> Occurrence:
         return next_yearly_occurrence(
-            since=user.date_of_birth, timezone_name=user.timezone, at=user.send_time, now=now, after_date=after_date
+            since=user.date_of_birth,
+            timezone_name=user.timezone,
+            at=user.send_time,
+            now=now,
+            after_date=after_date,
         )
 
     def message_values(self, *, user: Recipient, occurrence_date: date) -> dict[str, object]:

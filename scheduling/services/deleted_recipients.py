@@ -53,10 +53,14 @@ def deleted_occurrences_record(*, user_id: uuid.UUID, external_id: str | None, n
     ).values_list("event_type", "occurrence_date")
     rows = [
         DeletedRecipientOccurrence(
-            recipient_digest=digest, event_type=event_type, occurrence_date=occurrence_date, expires_at=expires_at
+            recipient_digest=digest,
+            event_type=event_type,
+            occurrence_date=occurrence_date,
+            expires_at=expires_at,
         )
         for event_type, occurrence_date in handled
-        if (expires_at := deleted_occurrence_expiry(event_type=event_type, occurrence_date=occurrence_date)) > now
+        if (expires_at := deleted_occurrence_expiry(event_type=event_type, occurrence_date=occurrence_date))
+        > now
     ]
     # A row already there: the same record deleted twice the same day. It stands.
     DeletedRecipientOccurrence.objects.bulk_create(rows, ignore_conflicts=True)

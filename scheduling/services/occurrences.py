@@ -83,7 +83,9 @@ def first_occurrence(
     recipient has no occurrence of this type.
     """
     return next_occurrence(
-        recipient=recipient, event_type=event_type, now=now - catch_up_window(event_type=event_type),
+        recipient=recipient,
+        event_type=event_type,
+        now=now - catch_up_window(event_type=event_type),
         after_date=after_date,
     )
 
@@ -99,7 +101,8 @@ def first_pending_event_rows(
     read is a Python call, and they were a tenth of the import's computing).
     """
     earliest = [
-        (event_type, handler, now - catch_up_window(event_type=event_type)) for event_type, handler in REGISTRY.items()
+        (event_type, handler, now - catch_up_window(event_type=event_type))
+        for event_type, handler in REGISTRY.items()
     ]
     return [
         pending_event_row(user_id=recipient.id, event_type=event_type, occurrence=occurrence)
@@ -108,7 +111,8 @@ def first_pending_event_rows(
         # None: no occurrence of this type (no anniversary date), so no event.
         if (
             occurrence := handler.next_occurrence(
-                user=recipient, now=since,
+                user=recipient,
+                now=since,
                 after_date=handled.get((recipient.external_id, event_type)) if handled else None,
             )
         )
@@ -180,13 +184,21 @@ def pending_event_row(*, user_id: uuid.UUID, event_type: str, occurrence: Occurr
         occurrence.target_utc,
         occurrence.target_local.isoformat(),
         occurrence.timezone_name,
-        idempotency_key_for(user_id=user_id, event_type=event_type, occurrence_date=occurrence.occurrence_date),
+        idempotency_key_for(
+            user_id=user_id, event_type=event_type, occurrence_date=occurrence.occurrence_date
+        ),
     )
 
 
 def pending_event_defaults(*, now: datetime) -> dict:
     """What every new PENDING event shares."""
-    return {"status": EventStatus.PENDING.value, "failure_reason": "", "version": 1, "created_at": now, "updated_at": now}
+    return {
+        "status": EventStatus.PENDING.value,
+        "failure_reason": "",
+        "version": 1,
+        "created_at": now,
+        "updated_at": now,
+    }
 
 
 def pending_event(*, user_id: uuid.UUID, event_type: str, occurrence: Occurrence, now: datetime) -> Event:

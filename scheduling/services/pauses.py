@@ -21,7 +21,9 @@ def event_type_pause(*, event_type: str, by: str) -> EventTypePause:
             pause.paused_at, pause.paused_by = timezone.now(), by
             pause.resumed_at, pause.resumed_by = None, ""
             pause.save()
-            logger.info("%s paused the %s messages", by, event_type, extra={"operator": by, "event_type": event_type})
+            logger.info(
+                "%s paused the %s messages", by, event_type, extra={"operator": by, "event_type": event_type}
+            )
     return pause
 
 
@@ -37,7 +39,9 @@ def event_type_resume(*, event_type: str, by: str) -> EventTypePause:
             # Never before the pause began, whatever the clocks of two web hosts say.
             pause.resumed_at, pause.resumed_by = max(timezone.now(), pause.paused_at), by
             pause.save()
-            logger.info("%s resumed the %s messages", by, event_type, extra={"operator": by, "event_type": event_type})
+            logger.info(
+                "%s resumed the %s messages", by, event_type, extra={"operator": by, "event_type": event_type}
+            )
     return pause
 
 
@@ -47,5 +51,6 @@ def event_type_pauses_create_missing(
     """Give every registered event type without a row one, not paused (after every migrate, as message templates)."""
     migrated = {value for value, _label in model._meta.get_field("event_type").choices}
     model.objects.using(using).bulk_create(
-        [model(event_type=event_type) for event_type in REGISTRY if event_type in migrated], ignore_conflicts=True
+        [model(event_type=event_type) for event_type in REGISTRY if event_type in migrated],
+        ignore_conflicts=True,
     )

@@ -99,9 +99,9 @@ def event_reschedule(*, event: Event, occurrence: Occurrence) -> Event:
         "target_timestamp_local": occurrence.target_local.isoformat(),
         "target_timezone": occurrence.timezone_name,
     }
-    updated = Event.objects.filter(
-        id=event.id, status=EventStatus.PENDING, version=event.version
-    ).update(version=F("version") + 1, updated_at=timezone.now(), **changes)
+    updated = Event.objects.filter(id=event.id, status=EventStatus.PENDING, version=event.version).update(
+        version=F("version") + 1, updated_at=timezone.now(), **changes
+    )
     if updated != 1:
         raise OptimisticLockError(
             f"Event {event.id} was changed by someone else: expected status PENDING "
@@ -142,9 +142,7 @@ def event_deliver_now(*, event: Event, operator: str) -> Event:
 def _event_discard_pending(*, event: Event) -> None:
     # A pending event that no longer follows from the user's data was never
     # sent and never will be; it is replaced, not kept as history.
-    deleted, _ = Event.objects.filter(
-        id=event.id, status=EventStatus.PENDING, version=event.version
-    ).delete()
+    deleted, _ = Event.objects.filter(id=event.id, status=EventStatus.PENDING, version=event.version).delete()
     if not deleted:
         raise OptimisticLockError(
             f"Event {event.id} was changed by someone else: expected status PENDING "
@@ -177,9 +175,7 @@ def _sync_one_type(*, user: StoredRecipient, event_type: str, now: datetime, res
         result.skipped += 1
 
     for _attempt in range(_SYNC_ATTEMPTS):
-        pending = Event.objects.filter(
-            user=user, event_type=event_type, status=EventStatus.PENDING
-        ).first()
+        pending = Event.objects.filter(user=user, event_type=event_type, status=EventStatus.PENDING).first()
         occurrence = scheduled_occurrence(
             recipient=user,
             event_type=event_type,

@@ -94,7 +94,13 @@ def events_transition(
     The same as start_events_transition with the same arguments, waited for at once.
     """
     return start_events_transition(
-        events=events, source=source, target=target, actor=actor, now=now, changes=changes, per_event=per_event,
+        events=events,
+        source=source,
+        target=target,
+        actor=actor,
+        now=now,
+        changes=changes,
+        per_event=per_event,
         strict=strict,
     )()
 
@@ -149,8 +155,7 @@ def _check_transition(*, events: Sequence[EventRef | Event], source: str, target
         first = events[0] if events else None
         raise InvalidStateTransition(
             f"Event {getattr(first, 'id', '')} (version {getattr(first, 'version', '')}) cannot move from "
-            f"{source} to {target}"
-            + (f" by the {actor}." if (source, target) in EVENT_TRANSITIONS else ".")
+            f"{source} to {target}" + (f" by the {actor}." if (source, target) in EVENT_TRANSITIONS else ".")
         )
     for event in events:
         if isinstance(event, Event) and event.status != source:

@@ -76,7 +76,8 @@ class MovedEventRow(NamedTuple):
 # The model fields of the columns the pass reads and writes, by name: their
 # database types adapt its parameters.
 _EVENT_FIELDS = {
-    name: Event._meta.get_field(name) for name in (*PendingInstantRow._fields, *MovedEventRow._fields, "updated_at")
+    name: Event._meta.get_field(name)
+    for name in (*PendingInstantRow._fields, *MovedEventRow._fields, "updated_at")
 }
 
 
@@ -144,7 +145,9 @@ def _move(*, rows: list[MovedEventRow], now: datetime) -> Counter:
     """Move the events in `rows` to their new instants if still PENDING at the version read; count them by zone."""
     if not rows:
         return Counter()
-    relation, params = rows_relation("v", [(f"v_{name}", _EVENT_FIELDS[name]) for name in MovedEventRow._fields], rows)
+    relation, params = rows_relation(
+        "v", [(f"v_{name}", _EVENT_FIELDS[name]) for name in MovedEventRow._fields], rows
+    )
     moved = execute(
         f"UPDATE {Event._meta.db_table} AS e SET target_timestamp_utc = v.v_target_timestamp_utc, "
         "target_timestamp_local = v.v_target_timestamp_local, "
@@ -178,7 +181,9 @@ class _CurrentRules:
             # one set otherwise (a hand-made fix in SQL) is left as it is.
             if change is not None and change.stored_instant == event.target_timestamp_utc:
                 moves.append(
-                    MovedEventRow(event.id, event.version, change.target_timestamp_utc, change.target_timestamp_local)
+                    MovedEventRow(
+                        event.id, event.version, change.target_timestamp_utc, change.target_timestamp_local
+                    )
                 )
         return moves
 
@@ -205,7 +210,9 @@ def _ahead_of(*, state: EventZoneData, version: str) -> str | None:
 def _pass_start(*, state: EventZoneData, version: str) -> None:
     now = timezone.now()
     logger.info(
-        "Recomputing PENDING events with time zone data %s (they follow %s)", version, state.version or "unknown data"
+        "Recomputing PENDING events with time zone data %s (they follow %s)",
+        version,
+        state.version or "unknown data",
     )
     state.pass_version, state.pass_after_target, state.pass_after_id = version, now, uuid.UUID(int=0)
     state.moved, state.pass_started_at, state.pass_completed_at = {}, now, None

@@ -32,8 +32,19 @@ def old_tzdata() -> Path:
         target.parent.mkdir(exist_ok=True)
         staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tzdata-"))
         subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
-             "--no-compile", "--target", str(staging), f"tzdata=={OLD_TZDATA_WHEEL}"],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "--no-compile",
+                "--target",
+                str(staging),
+                f"tzdata=={OLD_TZDATA_WHEEL}",
+            ],
             check=True,
         )
         try:

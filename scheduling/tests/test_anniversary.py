@@ -22,7 +22,9 @@ PENDING, PROCESSING = EventStatus.PENDING, EventStatus.PROCESSING
 
 
 def next_anniversary(wedding: date | None, tz: str, now: datetime, after_date: date | None = None):
-    user = SimpleNamespace(anniversary_date=wedding, date_of_birth=date(1960, 1, 1), timezone=tz, send_time=None)
+    user = SimpleNamespace(
+        anniversary_date=wedding, date_of_birth=date(1960, 1, 1), timezone=tz, send_time=None
+    )
     return get_handler(ANNIVERSARY).next_occurrence(user=user, now=now, after_date=after_date)
 
 
@@ -83,7 +85,8 @@ def test_after_date_skips_the_anniversary_already_handled():
 
 
 @pytest.mark.parametrize(
-    "wedding, occurrence, years", [(date(2015, 6, 20), date(2027, 6, 20), 12), (date(2004, 2, 29), date(2027, 2, 28), 23)]
+    "wedding, occurrence, years",
+    [(date(2015, 6, 20), date(2027, 6, 20), 12), (date(2004, 2, 29), date(2027, 2, 28), 23)],
 )
 def test_the_message_names_the_couple_and_counts_the_years_married(wedding, occurrence, years):
     handler = get_handler(ANNIVERSARY)
@@ -94,7 +97,9 @@ def test_the_message_names_the_couple_and_counts_the_years_married(wedding, occu
     assert values == {"first_name": "Ada", "last_name": "Lovelace", "years": years}
     assert set(values) == handler.placeholders
     assert (
-        render_message(template=handler.message_template, handler=handler, user=user, occurrence_date=occurrence)
+        render_message(
+            template=handler.message_template, handler=handler, user=user, occurrence_date=occurrence
+        )
         == "Hey, Ada Lovelace happy anniversary"
     )
 
@@ -128,7 +133,8 @@ def test_a_recipient_created_with_a_wedding_date_has_a_pending_anniversary_besid
 
     anniversary = pending(user)
     assert (anniversary.occurrence_date, anniversary.target_timestamp_local) == (
-        date(2027, 6, 20), "2027-06-20T09:00:00-04:00"
+        date(2027, 6, 20),
+        "2027-06-20T09:00:00-04:00",
     )
     assert anniversary.idempotency_key == key_for(user, date(2027, 6, 20))
     assert pending(user, BIRTHDAY).occurrence_date == date(2027, 5, 5)
@@ -163,7 +169,10 @@ def test_clearing_the_wedding_date_removes_the_pending_anniversary_and_keeps_its
     sent = pending(user)
     events_transition(events=[sent], source=PENDING, target=PROCESSING, actor=Actor.SCHEDULER)
     events_transition(
-        events=[sent], source=PROCESSING, target=EventStatus.COMPLETED, actor=Actor.WORKER,
+        events=[sent],
+        source=PROCESSING,
+        target=EventStatus.COMPLETED,
+        actor=Actor.WORKER,
         changes={"executed_at": datetime(2027, 6, 20, 13, tzinfo=UTC)},
     )
     with freeze_time("2027-07-01T12:00:00Z"):
@@ -205,7 +214,9 @@ def test_changing_the_wedding_date_replaces_the_pending_anniversary():
         (date(2010, 3, 14), "02:30", date(2027, 3, 14), "2027-03-14T02:30:00+09:00"),
     ],
 )
-def test_a_zone_change_keeps_the_anniversarys_occurrence_and_key(wedding, send_time, occurrence, expected_local):
+def test_a_zone_change_keeps_the_anniversarys_occurrence_and_key(
+    wedding, send_time, occurrence, expected_local
+):
     with override_settings(EVENT_SEND_TIME=send_time), freeze_time("2027-01-10T12:00:00Z"):
         user = married_new_yorker(anniversary_date=wedding)
         before = pending(user)
@@ -214,7 +225,11 @@ def test_a_zone_change_keeps_the_anniversarys_occurrence_and_key(wedding, send_t
         user_update(user=user, data={"timezone": "Asia/Tokyo"})
 
     after = pending(user)
-    assert (after.id, after.occurrence_date, after.idempotency_key) == (before.id, occurrence, before.idempotency_key)
+    assert (after.id, after.occurrence_date, after.idempotency_key) == (
+        before.id,
+        occurrence,
+        before.idempotency_key,
+    )
     assert (after.target_timezone, after.target_timestamp_local) == ("Asia/Tokyo", expected_local)
     assert after.version == before.version + 1
 
@@ -251,12 +266,22 @@ def test_the_reconcile_looks_for_missing_anniversaries_among_recipients_with_a_w
     # given recipients written without signals: unmarried ones first, a married one later
     with freeze_time("2027-01-01T12:00:00Z"):
         unmarried = User.objects.bulk_create(
-            [User(first_name=f"U{i}", last_name="Single", date_of_birth=date(1990, 5, 5), timezone="UTC") for i in range(3)]
+            [
+                User(first_name=f"U{i}", last_name="Single", date_of_birth=date(1990, 5, 5), timezone="UTC")
+                for i in range(3)
+            ]
         )
     with freeze_time("2027-01-05T12:00:00Z"):
         married = User.objects.bulk_create(
-            [User(first_name="M", last_name="Married", date_of_birth=date(1990, 5, 5), timezone="UTC",
-                  anniversary_date=date(2015, 6, 20))]
+            [
+                User(
+                    first_name="M",
+                    last_name="Married",
+                    date_of_birth=date(1990, 5, 5),
+                    timezone="UTC",
+                    anniversary_date=date(2015, 6, 20),
+                )
+            ]
         )[0]
 
     # when the reconcile runs, a chunk of one per type at a time
@@ -278,14 +303,25 @@ def test_the_reconcile_looks_for_missing_anniversaries_among_recipients_with_a_w
 @freeze_time("2027-01-10T12:00:00Z")
 def test_the_bulk_import_schedules_anniversaries_exactly_as_creating_one_by_one():
     rows = [
-        {"last_name": "Wed", "date_of_birth": date(1990, 5, 5), "timezone": "Asia/Kathmandu", "anniversary_date": date(2004, 2, 29)},
+        {
+            "last_name": "Wed",
+            "date_of_birth": date(1990, 5, 5),
+            "timezone": "Asia/Kathmandu",
+            "anniversary_date": date(2004, 2, 29),
+        },
         {"last_name": "Single", "date_of_birth": date(1990, 5, 5), "timezone": "Asia/Kathmandu"},
     ]
     users_bulk_create_with_events(rows=[{**row, "first_name": "Imported"} for row in rows])
     for row in rows:
         user_create(**row, first_name="Created")
 
-    schedule = ("event_type", "occurrence_date", "target_timestamp_utc", "target_timestamp_local", "target_timezone")
+    schedule = (
+        "event_type",
+        "occurrence_date",
+        "target_timestamp_utc",
+        "target_timestamp_local",
+        "target_timezone",
+    )
 
     def events_of(first_name: str, last_name: str) -> list[tuple]:
         return list(

@@ -28,8 +28,13 @@ NINE_LOCAL = datetime(2027, 5, 5, 3, 30, tzinfo=UTC)
 
 
 def payload(**overrides) -> dict:
-    return {"first_name": "Ada", "last_name": "Lovelace", "date_of_birth": "1990-05-05", "timezone": "Asia/Kolkata",
-            **overrides}
+    return {
+        "first_name": "Ada",
+        "last_name": "Lovelace",
+        "date_of_birth": "1990-05-05",
+        "timezone": "Asia/Kolkata",
+        **overrides,
+    }
 
 
 def pending(user_id, event_type=EventType.BIRTHDAY) -> Event:
@@ -38,15 +43,21 @@ def pending(user_id, event_type=EventType.BIRTHDAY) -> Event:
 
 def handle(event: Event) -> None:
     """Claim and complete the event, as the scheduler and a worker would."""
-    events_transition(events=[event], source=EventStatus.PENDING, target=EventStatus.PROCESSING, actor=Actor.SCHEDULER)
-    events_transition(events=[event], source=EventStatus.PROCESSING, target=EventStatus.COMPLETED, actor=Actor.WORKER)
+    events_transition(
+        events=[event], source=EventStatus.PENDING, target=EventStatus.PROCESSING, actor=Actor.SCHEDULER
+    )
+    events_transition(
+        events=[event], source=EventStatus.PROCESSING, target=EventStatus.COMPLETED, actor=Actor.WORKER
+    )
 
 
 # --- creation -------------------------------------------------------------------------------
 
 
 @freeze_time(AT_1100_LOCAL)
-def test_a_recipient_created_at_1100_on_their_birthday_gets_todays_greeting_due_now_under_its_usual_key(api_client):
+def test_a_recipient_created_at_1100_on_their_birthday_gets_todays_greeting_due_now_under_its_usual_key(
+    api_client,
+):
     response = api_client.post(USERS_URL, payload(), format="json")
 
     assert response.status_code == 201, response.content
@@ -66,10 +77,13 @@ def test_a_recipient_created_the_day_after_gets_next_years(api_client):
     assert pending(response.json()["id"]).occurrence_date == date(2028, 5, 5)
 
 
-@pytest.mark.parametrize(("now", "occurrence"), [
-    ("2027-05-05T15:00:00Z", BIRTHDAY),  # 20:30 local, 11.5 h after 09:00
-    ("2027-05-05T16:00:00Z", date(2028, 5, 5)),  # 21:30 local, 12.5 h after
-])
+@pytest.mark.parametrize(
+    ("now", "occurrence"),
+    [
+        ("2027-05-05T15:00:00Z", BIRTHDAY),  # 20:30 local, 11.5 h after 09:00
+        ("2027-05-05T16:00:00Z", date(2028, 5, 5)),  # 21:30 local, 12.5 h after
+    ],
+)
 def test_the_window_is_12_hours_by_default(now, occurrence):
     with freeze_time(now):
         user = user_create(**payload(date_of_birth=date(1990, 5, 5)))
@@ -120,12 +134,20 @@ def test_a_recipient_added_in_the_console_at_1100_on_their_birthday_gets_todays_
     with freeze_time("2026-05-05T05:30:00Z"):
         response = console.post(
             reverse("admin:users_user_add"),
-            {"first_name": "Ada", "last_name": "Lovelace", "date_of_birth": "1990-05-05", "timezone": "Asia/Kolkata"},
+            {
+                "first_name": "Ada",
+                "last_name": "Lovelace",
+                "date_of_birth": "1990-05-05",
+                "timezone": "Asia/Kolkata",
+            },
         )
 
     assert response.status_code == 302
     event = pending(User.objects.get().id)
-    assert (event.occurrence_date, event.target_timestamp_utc) == (date(2026, 5, 5), datetime(2026, 5, 5, 3, 30, tzinfo=UTC))
+    assert (event.occurrence_date, event.target_timestamp_utc) == (
+        date(2026, 5, 5),
+        datetime(2026, 5, 5, 3, 30, tzinfo=UTC),
+    )
 
 
 # --- edits ------------------------------------------------------------------------------
@@ -149,7 +171,9 @@ def test_an_edit_after_todays_greeting_went_out_never_brings_it_back():
         user = user_create(**payload(date_of_birth=date(1990, 5, 5)))
     with freeze_time("2027-05-05T03:30:00Z"):
         handle(pending(user.id))
-        user_update(user=user, data={"first_name": "Adah"})  # the claim's next occurrence, as the scheduler makes it
+        user_update(
+            user=user, data={"first_name": "Adah"}
+        )  # the claim's next occurrence, as the scheduler makes it
 
     with freeze_time(AT_1100_LOCAL):
         user_update(user=user, data={"timezone": "Asia/Colombo", "send_time": "10:00"})
@@ -174,7 +198,9 @@ def greeted_then_deleted(api_client, *, external_id: str = "crm-7") -> User:
 def test_a_recipient_deleted_and_imported_again_the_same_afternoon_is_not_greeted_twice(api_client, tmp_path):
     first = greeted_then_deleted(api_client)
     path = tmp_path / "users.csv"
-    path.write_text("external_id,first_name,last_name,date_of_birth,timezone\ncrm-7,Ada,Lovelace,1990-05-05,Asia/Kolkata\n")
+    path.write_text(
+        "external_id,first_name,last_name,date_of_birth,timezone\ncrm-7,Ada,Lovelace,1990-05-05,Asia/Kolkata\n"
+    )
 
     with freeze_time("2027-05-05T10:30:00Z"):
         call_command("import_users", str(path), stdout=io.StringIO())
@@ -189,7 +215,9 @@ def test_a_recipient_deleted_and_created_again_through_the_api_is_not_greeted_tw
     greeted_then_deleted(api_client)
 
     with freeze_time("2027-05-05T10:30:00Z"):
-        response = api_client.post(USERS_URL, payload(external_id="crm-7", timezone="America/Los_Angeles"), format="json")
+        response = api_client.post(
+            USERS_URL, payload(external_id="crm-7", timezone="America/Los_Angeles"), format="json"
+        )
 
     # Los Angeles' 09:00 today is still ahead, but the day's greeting went out already.
     assert response.json()["next_event"]["occurrence_date"] == "2028-05-05"

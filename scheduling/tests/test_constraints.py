@@ -17,7 +17,9 @@ UTC = UTC
 pytestmark = pytest.mark.django_db
 
 
-def event_row(user, *, occurrence_date=date(2020, 5, 5), status=EventStatus.COMPLETED, key=None, **extra) -> Event:
+def event_row(
+    user, *, occurrence_date=date(2020, 5, 5), status=EventStatus.COMPLETED, key=None, **extra
+) -> Event:
     """An unsaved Event with every field filled, bypassing the services."""
     return Event(
         user=user,
@@ -57,7 +59,9 @@ def test_second_pending_event_for_the_same_user_and_type_is_refused(user):
 
     # when another PENDING birthday for a different occurrence is inserted directly
     with raises_violation_of("event_one_pending_per_user_type"):
-        Event.objects.create(**_fields(event_row(user, occurrence_date=date(2099, 5, 5), status=EventStatus.PENDING)))
+        Event.objects.create(
+            **_fields(event_row(user, occurrence_date=date(2099, 5, 5), status=EventStatus.PENDING))
+        )
 
     # then only the original remains
     assert Event.objects.filter(user=user, status=EventStatus.PENDING).count() == 1
@@ -110,7 +114,9 @@ def test_duplicate_idempotency_key_is_refused(user):
 
     # when another user's finished event is inserted with the same key
     with raises_violation_of("idempotency_key"):
-        Event.objects.create(**_fields(event_row(other, occurrence_date=date(2020, 1, 1), key=existing.idempotency_key)))
+        Event.objects.create(
+            **_fields(event_row(other, occurrence_date=date(2020, 1, 1), key=existing.idempotency_key))
+        )
 
     assert Event.objects.filter(idempotency_key=existing.idempotency_key).count() == 1
 
@@ -188,7 +194,9 @@ def test_blank_name_is_refused_by_bulk_create(field):
 def test_blank_name_is_refused_by_objects_create_without_clean():
     # Model.save() does not call clean(); the database must still refuse it
     with raises_violation_of("user_first_name_not_blank"):
-        User.objects.create(first_name="  ", last_name="Lovelace", date_of_birth=date(1990, 1, 1), timezone="UTC")
+        User.objects.create(
+            first_name="  ", last_name="Lovelace", date_of_birth=date(1990, 1, 1), timezone="UTC"
+        )
 
     assert User.objects.count() == 0
 
@@ -236,15 +244,26 @@ def test_claim_query_uses_the_partial_pending_index(production_plan):
     now = datetime(2027, 6, 1, tzinfo=UTC)
     users = User.objects.bulk_create(
         [
-            User(first_name=f"U{i}", last_name="Load", date_of_birth=date(1980, 1, 1) + timedelta(days=i % 365), timezone="UTC")
+            User(
+                first_name=f"U{i}",
+                last_name="Load",
+                date_of_birth=date(1980, 1, 1) + timedelta(days=i % 365),
+                timezone="UTC",
+            )
             for i in range(600)
         ]
     )
     events = []
     for year in range(2020, 2028):
-        status = EventStatus.PENDING if year == 2027 else (EventStatus.FAILED if year == 2023 else EventStatus.COMPLETED)
+        status = (
+            EventStatus.PENDING
+            if year == 2027
+            else (EventStatus.FAILED if year == 2023 else EventStatus.COMPLETED)
+        )
         for i, u in enumerate(users):
-            events.append(event_row(u, occurrence_date=date(year, 1, 1) + timedelta(days=i % 365), status=status))
+            events.append(
+                event_row(u, occurrence_date=date(year, 1, 1) + timedelta(days=i % 365), status=status)
+            )
     Event.objects.bulk_create(events, batch_size=2000)
     assert Event.objects.count() == 600 * 8
     with connection.cursor() as cursor:

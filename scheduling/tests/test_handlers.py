@@ -21,29 +21,110 @@ def next_birthday(dob: date, tz: str, now: datetime, after_date: date | None = N
 @pytest.mark.parametrize(
     "tz, occurrence, expected_utc, expected_local",
     [
-        ("America/New_York", date(2027, 3, 1), datetime(2027, 3, 1, 14, 0, tzinfo=UTC), "2027-03-01T09:00:00-05:00"),
-        ("America/New_York", date(2027, 7, 1), datetime(2027, 7, 1, 13, 0, tzinfo=UTC), "2027-07-01T09:00:00-04:00"),
-        ("Europe/London", date(2027, 1, 15), datetime(2027, 1, 15, 9, 0, tzinfo=UTC), "2027-01-15T09:00:00+00:00"),
-        ("Europe/London", date(2027, 7, 15), datetime(2027, 7, 15, 8, 0, tzinfo=UTC), "2027-07-15T09:00:00+01:00"),
-        ("Australia/Sydney", date(2027, 1, 15), datetime(2027, 1, 14, 22, 0, tzinfo=UTC), "2027-01-15T09:00:00+11:00"),
-        ("Australia/Sydney", date(2027, 7, 15), datetime(2027, 7, 14, 23, 0, tzinfo=UTC), "2027-07-15T09:00:00+10:00"),
+        (
+            "America/New_York",
+            date(2027, 3, 1),
+            datetime(2027, 3, 1, 14, 0, tzinfo=UTC),
+            "2027-03-01T09:00:00-05:00",
+        ),
+        (
+            "America/New_York",
+            date(2027, 7, 1),
+            datetime(2027, 7, 1, 13, 0, tzinfo=UTC),
+            "2027-07-01T09:00:00-04:00",
+        ),
+        (
+            "Europe/London",
+            date(2027, 1, 15),
+            datetime(2027, 1, 15, 9, 0, tzinfo=UTC),
+            "2027-01-15T09:00:00+00:00",
+        ),
+        (
+            "Europe/London",
+            date(2027, 7, 15),
+            datetime(2027, 7, 15, 8, 0, tzinfo=UTC),
+            "2027-07-15T09:00:00+01:00",
+        ),
+        (
+            "Australia/Sydney",
+            date(2027, 1, 15),
+            datetime(2027, 1, 14, 22, 0, tzinfo=UTC),
+            "2027-01-15T09:00:00+11:00",
+        ),
+        (
+            "Australia/Sydney",
+            date(2027, 7, 15),
+            datetime(2027, 7, 14, 23, 0, tzinfo=UTC),
+            "2027-07-15T09:00:00+10:00",
+        ),
         ("Asia/Tokyo", date(2027, 5, 5), datetime(2027, 5, 5, 0, 0, tzinfo=UTC), "2027-05-05T09:00:00+09:00"),
-        ("Asia/Kolkata", date(2027, 5, 5), datetime(2027, 5, 5, 3, 30, tzinfo=UTC), "2027-05-05T09:00:00+05:30"),
-        ("Asia/Kathmandu", date(2027, 5, 5), datetime(2027, 5, 5, 3, 15, tzinfo=UTC), "2027-05-05T09:00:00+05:45"),
-        ("Pacific/Chatham", date(2027, 1, 10), datetime(2027, 1, 9, 19, 15, tzinfo=UTC), "2027-01-10T09:00:00+13:45"),
-        ("Pacific/Chatham", date(2027, 7, 10), datetime(2027, 7, 9, 20, 15, tzinfo=UTC), "2027-07-10T09:00:00+12:45"),
-        ("Pacific/Kiritimati", date(2027, 5, 5), datetime(2027, 5, 4, 19, 0, tzinfo=UTC), "2027-05-05T09:00:00+14:00"),
-        ("Pacific/Pago_Pago", date(2027, 5, 5), datetime(2027, 5, 5, 20, 0, tzinfo=UTC), "2027-05-05T09:00:00-11:00"),
-        ("Australia/Lord_Howe", date(2027, 1, 10), datetime(2027, 1, 9, 22, 0, tzinfo=UTC), "2027-01-10T09:00:00+11:00"),
-        ("Australia/Lord_Howe", date(2027, 7, 10), datetime(2027, 7, 9, 22, 30, tzinfo=UTC), "2027-07-10T09:00:00+10:30"),
-        ("Africa/Casablanca", date(2027, 5, 5), datetime(2027, 5, 5, 8, 0, tzinfo=UTC), "2027-05-05T09:00:00+01:00"),
+        (
+            "Asia/Kolkata",
+            date(2027, 5, 5),
+            datetime(2027, 5, 5, 3, 30, tzinfo=UTC),
+            "2027-05-05T09:00:00+05:30",
+        ),
+        (
+            "Asia/Kathmandu",
+            date(2027, 5, 5),
+            datetime(2027, 5, 5, 3, 15, tzinfo=UTC),
+            "2027-05-05T09:00:00+05:45",
+        ),
+        (
+            "Pacific/Chatham",
+            date(2027, 1, 10),
+            datetime(2027, 1, 9, 19, 15, tzinfo=UTC),
+            "2027-01-10T09:00:00+13:45",
+        ),
+        (
+            "Pacific/Chatham",
+            date(2027, 7, 10),
+            datetime(2027, 7, 9, 20, 15, tzinfo=UTC),
+            "2027-07-10T09:00:00+12:45",
+        ),
+        (
+            "Pacific/Kiritimati",
+            date(2027, 5, 5),
+            datetime(2027, 5, 4, 19, 0, tzinfo=UTC),
+            "2027-05-05T09:00:00+14:00",
+        ),
+        (
+            "Pacific/Pago_Pago",
+            date(2027, 5, 5),
+            datetime(2027, 5, 5, 20, 0, tzinfo=UTC),
+            "2027-05-05T09:00:00-11:00",
+        ),
+        (
+            "Australia/Lord_Howe",
+            date(2027, 1, 10),
+            datetime(2027, 1, 9, 22, 0, tzinfo=UTC),
+            "2027-01-10T09:00:00+11:00",
+        ),
+        (
+            "Australia/Lord_Howe",
+            date(2027, 7, 10),
+            datetime(2027, 7, 9, 22, 30, tzinfo=UTC),
+            "2027-07-10T09:00:00+10:30",
+        ),
+        (
+            "Africa/Casablanca",
+            date(2027, 5, 5),
+            datetime(2027, 5, 5, 8, 0, tzinfo=UTC),
+            "2027-05-05T09:00:00+01:00",
+        ),
     ],
 )
 # The grid holds under the machine's time zone database and an older one
 # (scheduling/tests/conftest.py): none of its zones changed its rules for 2027 between them.
 @pytest.mark.parametrize("zone_database", ["current", "old"], indirect=True)
-def test_send_time_is_nine_local_in_every_kind_of_zone(zone_database, tz, occurrence, expected_utc, expected_local):
-    result = next_birthday(occurrence.replace(year=1990), tz, datetime(2027, 1, 1, tzinfo=UTC) if occurrence.month > 1 else datetime(2026, 12, 1, tzinfo=UTC))
+def test_send_time_is_nine_local_in_every_kind_of_zone(
+    zone_database, tz, occurrence, expected_utc, expected_local
+):
+    result = next_birthday(
+        occurrence.replace(year=1990),
+        tz,
+        datetime(2027, 1, 1, tzinfo=UTC) if occurrence.month > 1 else datetime(2026, 12, 1, tzinfo=UTC),
+    )
 
     assert result.occurrence_date == occurrence
     assert result.target_utc == expected_utc
@@ -89,7 +170,12 @@ def test_new_years_day_in_kiritimati_already_started_while_utc_is_still_in_decem
 
 @pytest.mark.parametrize(
     "year, expected",
-    [(2028, date(2028, 2, 29)), (2027, date(2027, 2, 28)), (2100, date(2100, 2, 28)), (2000, date(2000, 2, 29))],
+    [
+        (2028, date(2028, 2, 29)),
+        (2027, date(2027, 2, 28)),
+        (2100, date(2100, 2, 28)),
+        (2000, date(2000, 2, 29)),
+    ],
 )
 def test_feb_29_birthday_falls_on_feb_28_in_common_and_century_years(year, expected):
     assert birthday_in_year(date(1996, 2, 29), year) == expected
@@ -164,4 +250,3 @@ def test_the_day_of_birth_itself_is_not_a_birthday():
     result = next_birthday(date(2026, 11, 22), "Asia/Tokyo", now)
 
     assert result.occurrence_date == date(2027, 11, 22)
-

@@ -49,19 +49,44 @@ def recipient(**fields):
         ("Hi {0}", [f"{{0}} is not a placeholder: name one of {NAMES}."]),
         ("Hi {}", [f"{{}} is not a placeholder: name one of {NAMES}."]),
         ("Hi {user.first_name}", [f"{{user.first_name}} is not a placeholder: name one of {NAMES}."]),
-        ("Hi {first_name.__class__}", [f"{{first_name.__class__}} is not a placeholder: name one of {NAMES}."]),
+        (
+            "Hi {first_name.__class__}",
+            [f"{{first_name.__class__}} is not a placeholder: name one of {NAMES}."],
+        ),
         ("Hi {a[0]}", [f"{{a[0]}} is not a placeholder: name one of {NAMES}."]),
         ("Hi { first_name }", [f"{{ first_name }} is not a placeholder: name one of {NAMES}."]),
-        ("Hi {first_name!r}", ["{first_name!r}: conversions and formats are not allowed; write {first_name}."]),
+        (
+            "Hi {first_name!r}",
+            ["{first_name!r}: conversions and formats are not allowed; write {first_name}."],
+        ),
         ("Age {age:d}", ["{age:d}: conversions and formats are not allowed; write {age}."]),
         ("Age {age:>{width}}", ["{age:>{width}}: conversions and formats are not allowed; write {age}."]),
-        ("Hi {first_name", ["Unbalanced braces (expected '}' before end of string): write {{ or }} for a literal brace."]),
-        ("Hi first_name}", ["Unbalanced braces (Single '}' encountered in format string): write {{ or }} for a literal brace."]),
-        ("Hi {", ["Unbalanced braces (Single '{' encountered in format string): write {{ or }} for a literal brace."]),
-        ("Hi {first_name!}", ["Unbalanced braces (unmatched '{' in format spec): write {{ or }} for a literal brace."]),
+        (
+            "Hi {first_name",
+            ["Unbalanced braces (expected '}' before end of string): write {{ or }} for a literal brace."],
+        ),
+        (
+            "Hi first_name}",
+            [
+                "Unbalanced braces (Single '}' encountered in format string): write {{ or }} for a literal brace."
+            ],
+        ),
+        (
+            "Hi {",
+            [
+                "Unbalanced braces (Single '{' encountered in format string): write {{ or }} for a literal brace."
+            ],
+        ),
+        (
+            "Hi {first_name!}",
+            ["Unbalanced braces (unmatched '{' in format spec): write {{ or }} for a literal brace."],
+        ),
         (
             "{nick} and {nick} and {0}",
-            [f"Unknown placeholder {{nick}}: use {NAMES}.", f"{{0}} is not a placeholder: name one of {NAMES}."],
+            [
+                f"Unknown placeholder {{nick}}: use {NAMES}.",
+                f"{{0}} is not a placeholder: name one of {NAMES}.",
+            ],
         ),
     ],
 )
@@ -93,7 +118,10 @@ def test_a_valid_template_renders_braces_in_values_as_text(template, text):
 def test_every_handlers_default_is_valid_and_uses_only_its_placeholders():
     for handler in REGISTRY.values():
         assert template_errors(template=handler.message_template, placeholders=handler.placeholders) == []
-        assert set(handler.message_values(user=recipient(), occurrence_date=date(2026, 12, 10))) == handler.placeholders
+        assert (
+            set(handler.message_values(user=recipient(), occurrence_date=date(2026, 12, 10)))
+            == handler.placeholders
+        )
 
 
 # --- rendering --------------------------------------------------------------------------------
@@ -101,7 +129,10 @@ def test_every_handlers_default_is_valid_and_uses_only_its_placeholders():
 
 def test_the_default_birthday_message_is_unchanged():
     text = render_message(
-        template=BIRTHDAY.message_template, handler=BIRTHDAY, user=recipient(), occurrence_date=date(2026, 12, 10)
+        template=BIRTHDAY.message_template,
+        handler=BIRTHDAY,
+        user=recipient(),
+        occurrence_date=date(2026, 12, 10),
     )
 
     assert text == "Hey, Ada Lovelace it's your birthday"
@@ -155,7 +186,9 @@ def test_a_flush_leaves_the_rows_in_place_as_migrate_does():
 
 @db
 def test_creating_missing_rows_restores_a_deleted_one_and_keeps_an_operators_text():
-    MessageTemplate.objects.filter(event_type=EventType.BIRTHDAY).update(body="Hi {first_name}", updated_by="ops")
+    MessageTemplate.objects.filter(event_type=EventType.BIRTHDAY).update(
+        body="Hi {first_name}", updated_by="ops"
+    )
     kept = MessageTemplate.objects.get(event_type=EventType.BIRTHDAY)
 
     message_templates_create_missing()
@@ -186,7 +219,9 @@ def test_saving_a_bad_template_is_refused_with_the_error_and_stores_nothing(body
     with pytest.raises(ValidationError) as refused:
         message_template_save(template=template, operator="ops-alice")
 
-    assert refused.value.message_dict["body"] == template_errors(template=body, placeholders=BIRTHDAY.placeholders)
+    assert refused.value.message_dict["body"] == template_errors(
+        template=body, placeholders=BIRTHDAY.placeholders
+    )
     assert MessageTemplate.objects.get(event_type=EventType.BIRTHDAY).body == BIRTHDAY.message_template
 
 
@@ -243,4 +278,3 @@ def test_a_stored_template_that_no_longer_fits_its_handler_is_logged_and_the_def
 
     assert templates == DEFAULTS
     assert [record.event_type for record in caplog.records] == [EventType.BIRTHDAY]
-

@@ -29,7 +29,9 @@ def only_pending_event(user) -> Event:
 
 
 def key_for(user, occurrence_date: date) -> str:
-    return idempotency_key_for(user_id=user.id, event_type=EventType.BIRTHDAY, occurrence_date=occurrence_date)
+    return idempotency_key_for(
+        user_id=user.id, event_type=EventType.BIRTHDAY, occurrence_date=occurrence_date
+    )
 
 
 def handle(event: Event, status: str) -> None:
@@ -37,12 +39,18 @@ def handle(event: Event, status: str) -> None:
     events_transition(events=[event], source=PENDING, target=PROCESSING, actor=Actor.SCHEDULER)
     if status == COMPLETED:
         events_transition(
-            events=[event], source=PROCESSING, target=COMPLETED, actor=Actor.WORKER,
+            events=[event],
+            source=PROCESSING,
+            target=COMPLETED,
+            actor=Actor.WORKER,
             changes={"executed_at": datetime.now(UTC)},
         )
     elif status == FAILED:
         events_transition(
-            events=[event], source=PROCESSING, target=FAILED, actor=Actor.WORKER,
+            events=[event],
+            source=PROCESSING,
+            target=FAILED,
+            actor=Actor.WORKER,
             per_event={"failure_reason": ["too late"]},
         )
 
@@ -56,7 +64,8 @@ def new_yorker_on_their_birthday_morning():
         user = UserFactory(date_of_birth=date(1990, 11, 22), timezone="America/New_York")
     event = only_pending_event(user)
     assert (event.occurrence_date, event.target_timestamp_utc) == (
-        date(2026, 11, 22), datetime(2026, 11, 22, 14, 0, tzinfo=UTC)
+        date(2026, 11, 22),
+        datetime(2026, 11, 22, 14, 0, tzinfo=UTC),
     )
     return user, event
 
@@ -160,7 +169,9 @@ def test_zone_change_never_brings_back_an_occurrence_already_handled(handled):
     # then next year's occurrence and key stay, only its instant moves
     after = only_pending_event(user)
     assert (after.id, after.occurrence_date, after.idempotency_key) == (
-        before.id, date(2027, 11, 22), before.idempotency_key
+        before.id,
+        date(2027, 11, 22),
+        before.idempotency_key,
     )
     assert after.target_timestamp_utc == datetime(2027, 11, 22, 15, 0, tzinfo=UTC)
     # and today's handled event is exactly as it was
@@ -175,14 +186,32 @@ def test_zone_change_never_brings_back_an_occurrence_already_handled(handled):
     "date_of_birth, send_time, now, occurrence, new_zone, expected_local",
     [
         # Feb 29 celebrated on Feb 28 of a common year
-        (date(1996, 2, 29), "09:00", "2027-01-10T12:00:00Z", date(2027, 2, 28),
-         "Asia/Tokyo", "2027-02-28T09:00:00+09:00"),
+        (
+            date(1996, 2, 29),
+            "09:00",
+            "2027-01-10T12:00:00Z",
+            date(2027, 2, 28),
+            "Asia/Tokyo",
+            "2027-02-28T09:00:00+09:00",
+        ),
         # 02:30 does not exist in New York on 2027-03-14: 03:30 EDT
-        (date(1990, 3, 14), "02:30", "2027-01-10T12:00:00Z", date(2027, 3, 14),
-         "America/New_York", "2027-03-14T03:30:00-04:00"),
+        (
+            date(1990, 3, 14),
+            "02:30",
+            "2027-01-10T12:00:00Z",
+            date(2027, 3, 14),
+            "America/New_York",
+            "2027-03-14T03:30:00-04:00",
+        ),
         # 01:30 happens twice in New York on 2027-11-07: the first (EDT)
-        (date(1990, 11, 7), "01:30", "2027-01-10T12:00:00Z", date(2027, 11, 7),
-         "America/New_York", "2027-11-07T01:30:00-04:00"),
+        (
+            date(1990, 11, 7),
+            "01:30",
+            "2027-01-10T12:00:00Z",
+            date(2027, 11, 7),
+            "America/New_York",
+            "2027-11-07T01:30:00-04:00",
+        ),
     ],
 )
 def test_zone_change_keeps_the_occurrence_and_key_on_feb_29_and_across_dst(
@@ -197,7 +226,9 @@ def test_zone_change_keeps_the_occurrence_and_key_on_feb_29_and_across_dst(
 
     after = only_pending_event(user)
     assert (after.id, after.occurrence_date, after.idempotency_key) == (
-        before.id, occurrence, before.idempotency_key
+        before.id,
+        occurrence,
+        before.idempotency_key,
     )
     assert after.target_timestamp_local == expected_local
     assert after.target_timezone == new_zone
@@ -216,7 +247,9 @@ def test_zone_change_after_todays_send_keeps_todays_event_due_rather_than_skippi
     # then today's occurrence stays, due at once, not moved to next year
     after = only_pending_event(user)
     assert (after.id, after.occurrence_date, after.idempotency_key) == (
-        before.id, date(2027, 5, 5), before.idempotency_key
+        before.id,
+        date(2027, 5, 5),
+        before.idempotency_key,
     )
     assert after.target_timestamp_utc == datetime(2027, 5, 5, 8, 0, tzinfo=UTC)
 

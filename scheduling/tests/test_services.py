@@ -49,7 +49,10 @@ def start_processing(event: Event) -> Event:
 
 def complete(event: Event) -> Event:
     events_transition(
-        events=[event], source=event.status, target=COMPLETED, actor=Actor.WORKER,
+        events=[event],
+        source=event.status,
+        target=COMPLETED,
+        actor=Actor.WORKER,
         changes={"executed_at": datetime.now(UTC)},
     )
     return event
@@ -57,7 +60,11 @@ def complete(event: Event) -> Event:
 
 def fail(event: Event, *, reason: str) -> Event:
     events_transition(
-        events=[event], source=event.status, target=FAILED, actor=Actor.WORKER, per_event={"failure_reason": [reason]}
+        events=[event],
+        source=event.status,
+        target=FAILED,
+        actor=Actor.WORKER,
+        per_event={"failure_reason": [reason]},
     )
     return event
 
@@ -123,7 +130,8 @@ def test_every_move_belongs_to_exactly_one_actor_and_only_the_operator_reopens_a
     assert set(EVENT_TRANSITIONS.values()) == {Actor.SCHEDULER, Actor.WORKER, Actor.OPERATOR}
     # A resend (FAILED) and a destination's recovery (FAILED or COMPLETED).
     assert [move for move, actor in EVENT_TRANSITIONS.items() if actor is Actor.OPERATOR] == [
-        (FAILED, PROCESSING), (COMPLETED, PROCESSING)
+        (FAILED, PROCESSING),
+        (COMPLETED, PROCESSING),
     ]
     assert all(target != PENDING for _, target in EVENT_TRANSITIONS)
 
@@ -254,7 +262,9 @@ def test_a_pipelined_transition_is_checked_when_waited_for_and_a_lost_lock_undoe
         with transaction.atomic(), pipeline():
             moved = start_events_transition(
                 events=[EventRef(current.id, current.version), EventRef(stale.id, stale.version)],
-                source=PENDING, target=PROCESSING, actor=Actor.SCHEDULER,
+                source=PENDING,
+                target=PROCESSING,
+                actor=Actor.SCHEDULER,
             )
             moved()
 
@@ -365,8 +375,12 @@ def test_idempotency_key_does_not_depend_on_the_timezone():
     # then the event's key did not change with the zone, and is the computed one
     event = Event.objects.get(user=user)
     assert event.target_timezone == "Australia/Sydney"
-    assert event.idempotency_key == key_in_new_york == idempotency_key_for(
-        user_id=user.id, event_type=EventType.BIRTHDAY, occurrence_date=date(2027, 5, 5)
+    assert (
+        event.idempotency_key
+        == key_in_new_york
+        == idempotency_key_for(
+            user_id=user.id, event_type=EventType.BIRTHDAY, occurrence_date=date(2027, 5, 5)
+        )
     )
 
 
@@ -589,7 +603,11 @@ def test_the_reconcile_reads_recipients_in_key_order():
     UserFactory()
     with CaptureQueriesContext(connection) as captured:
         events_create_missing()
-    scans = [q["sql"] for q in captured.captured_queries if "NOT EXISTS" in q["sql"] and 'FROM "users_user"' in q["sql"]]
+    scans = [
+        q["sql"]
+        for q in captured.captured_queries
+        if "NOT EXISTS" in q["sql"] and 'FROM "users_user"' in q["sql"]
+    ]
     assert scans, "the reconcile ran no anti-join over the recipients"
     for sql in scans:
         # The key is the only column selected: Django names it by position.

@@ -24,7 +24,10 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 def post_recipient(port: int, token: str, zone: str, born: str = "1990-06-15") -> tuple[int, dict]:
     status, _, body = request(
-        port, token, "POST", "/api/v1/users/",
+        port,
+        token,
+        "POST",
+        "/api/v1/users/",
         {"first_name": "Aigerim", "last_name": "Nurlanova", "date_of_birth": born, "timezone": zone},
     )
     return status, json.loads(body)
@@ -58,7 +61,9 @@ def env(settings) -> dict:
     return environment
 
 
-def test_a_scheduler_with_a_newer_database_moves_what_one_with_the_older_scheduled(env, old_tzdata, token, tmp_path):
+def test_a_scheduler_with_a_newer_database_moves_what_one_with_the_older_scheduled(
+    env, old_tzdata, token, tmp_path
+):
     # given two Almaty recipients created through the API under 2023d, one of them claimed since;
     # and a zone 2023d does not know, refused
     old = old_zone_env(env, old_tzdata)
@@ -94,7 +99,9 @@ def test_a_scheduler_with_a_newer_database_moves_what_one_with_the_older_schedul
     assert accepted == 201, body
 
 
-def test_running_processes_follow_an_update_of_the_zone_files_without_a_restart(env, old_tzdata, token, tmp_path):
+def test_running_processes_follow_an_update_of_the_zone_files_without_a_restart(
+    env, old_tzdata, token, tmp_path
+):
     # given a scheduler and the API running on a zone directory that holds 2023d
     zones = tmp_path / "zoneinfo"
     zones.symlink_to(old_tzdata / "tzdata" / "zoneinfo")
@@ -104,7 +111,9 @@ def test_running_processes_follow_an_update_of_the_zone_files_without_a_restart(
         with api_server(env=running, log_path=tmp_path / "api.log", workers=1, threads=2) as port:
             created, body = post_recipient(port, token, "Asia/Almaty")
             assert post_recipient(port, token, "America/Coyhaique")[0] == 400
-            wait_until(lambda: EventZoneData.objects.filter(version=OLD_VERSION).exists(), 30, "the first look")
+            wait_until(
+                lambda: EventZoneData.objects.filter(version=OLD_VERSION).exists(), 30, "the first look"
+            )
             before = birthday(body["id"])
             assert before.target_timestamp_utc == at(before, 3)
 
@@ -113,7 +122,9 @@ def test_running_processes_follow_an_update_of_the_zone_files_without_a_restart(
             os.replace(tmp_path / "next", zones)
 
             # then the scheduler moves the event to 04:00Z with the same key, without a restart
-            wait_until(lambda: birthday(body["id"]).target_timestamp_utc == at(before, 4), 30, "the event to move")
+            wait_until(
+                lambda: birthday(body["id"]).target_timestamp_utc == at(before, 4), 30, "the event to move"
+            )
             assert birthday(body["id"]).idempotency_key == before.idempotency_key
             # and the API accepts the new zone, and schedules a new Almaty recipient by the new rules
             wait_until(lambda: post_recipient(port, token, "America/Coyhaique")[0] == 201, 10, "the new zone")

@@ -34,7 +34,9 @@ def recipient(zone: str = "Asia/Almaty", born: date = date(1990, 6, 15)):
 
 
 def birthday(user) -> Event:
-    return Event.objects.get(user=user, event_type=EventType.BIRTHDAY, status__in=[EventStatus.PENDING, EventStatus.PROCESSING])
+    return Event.objects.get(
+        user=user, event_type=EventType.BIRTHDAY, status__in=[EventStatus.PENDING, EventStatus.PROCESSING]
+    )
 
 
 def at(event: Event, hour: int) -> datetime:
@@ -60,14 +62,20 @@ def test_a_newer_database_moves_the_pending_events_whose_instant_changes_keeping
     assert after.target_timestamp_utc == at(before, 4)
     assert after.target_timestamp_local == f"{before.occurrence_date.isoformat()}T09:00:00+05:00"
     assert (after.occurrence_date, after.idempotency_key, after.status) == (
-        before.occurrence_date, before.idempotency_key, EventStatus.PENDING,
+        before.occurrence_date,
+        before.idempotency_key,
+        EventStatus.PENDING,
     )
     assert after.version == before.version + 1
     # and New York's rules did not change: its row was not written
     assert Event.objects.values().get(pk=untouched["id"]) == untouched
     assert result.moved == {"Asia/Almaty": 1}
     state = EventZoneData.objects.get()
-    assert (state.version, state.pass_version, state.moved) == (zonedata.zone_data_version(), "", {"Asia/Almaty": 1})
+    assert (state.version, state.pass_version, state.moved) == (
+        zonedata.zone_data_version(),
+        "",
+        {"Asia/Almaty": 1},
+    )
 
 
 def test_a_processing_event_is_left_as_it_was_claimed(use_zone_database):
@@ -169,7 +177,9 @@ def test_an_event_the_new_rules_make_earlier_than_now_is_claimed_by_the_same_run
     event = birthday(recipient())
     stored = (timezone.now() + timedelta(minutes=30)).replace(microsecond=0)
     wall = (stored + timedelta(hours=4)).replace(tzinfo=None)
-    Event.objects.filter(pk=event.pk).update(target_timestamp_utc=stored, target_timestamp_local=f"{wall.isoformat()}+04:00")
+    Event.objects.filter(pk=event.pk).update(
+        target_timestamp_utc=stored, target_timestamp_local=f"{wall.isoformat()}+04:00"
+    )
 
     # when a scheduler runs
     Scheduler(once=True).run()
@@ -202,23 +212,33 @@ def test_the_pass_reads_the_pending_events_through_the_claims_index(production_p
     # Enough pending events over the year that a batch is a small part of them, as in production.
     users_bulk_create_with_events(
         rows=[
-            {"first_name": "A", "last_name": "B", "date_of_birth": date(1990, 1, 1) + timedelta(days=i % 365),
-             "timezone": ("Asia/Almaty", "Europe/London")[i % 2]}
+            {
+                "first_name": "A",
+                "last_name": "B",
+                "date_of_birth": date(1990, 1, 1) + timedelta(days=i % 365),
+                "timezone": ("Asia/Almaty", "Europe/London")[i % 2],
+            }
             for i in range(3000)
         ]
     )
     with connection.cursor() as cursor:
         cursor.execute(f"ANALYZE {Event._meta.db_table}")
 
-    _, plan = production_plan(lambda: events_follow_zone_data(batch_size=100), "ORDER BY target_timestamp_utc, id")
+    _, plan = production_plan(
+        lambda: events_follow_zone_data(batch_size=100), "ORDER BY target_timestamp_utc, id"
+    )
 
     assert "event_pending_due_idx" in plan, plan
 
 
 @pytest.mark.django_db(databases=[])
-def test_the_version_comes_from_the_first_zone_directory_else_the_tzdata_package(use_zone_database, old_tzdata):
+def test_the_version_comes_from_the_first_zone_directory_else_the_tzdata_package(
+    use_zone_database, old_tzdata
+):
     use_zone_database("old")
-    assert zonedata.zone_data() == zonedata.ZoneData(version=OLD_VERSION, path=str(old_tzdata / "tzdata" / "zoneinfo"))
+    assert zonedata.zone_data() == zonedata.ZoneData(
+        version=OLD_VERSION, path=str(old_tzdata / "tzdata" / "zoneinfo")
+    )
 
     zoneinfo.reset_tzpath(to=[])
     zonedata.zone_data_refresh()
@@ -227,7 +247,9 @@ def test_the_version_comes_from_the_first_zone_directory_else_the_tzdata_package
 
 
 @pytest.mark.django_db(databases=[])
-def test_replacing_the_zone_files_under_a_running_process_drops_its_cached_zones(use_zone_database, old_tzdata, tmp_path):
+def test_replacing_the_zone_files_under_a_running_process_drops_its_cached_zones(
+    use_zone_database, old_tzdata, tmp_path
+):
     # given a process whose zone directory holds 2023d, with Almaty loaded
     directory = tmp_path / "zoneinfo"
     directory.symlink_to(old_tzdata / "tzdata" / "zoneinfo")
@@ -269,7 +291,10 @@ def test_the_command_checks_then_moves_the_pending_events_to_this_hosts_data(use
     out = StringIO()
     call_command("follow_zone_data", stdout=out)
     assert birthday(almaty.user).target_timestamp_utc == at(almaty, 4)
-    assert f"Every PENDING event follows {zonedata.zone_data_version()}; 1 moved now.\n  Asia/Almaty: 1" in out.getvalue()
+    assert (
+        f"Every PENDING event follows {zonedata.zone_data_version()}; 1 moved now.\n  Asia/Almaty: 1"
+        in out.getvalue()
+    )
     call_command("follow_zone_data", check=True, stdout=StringIO())
 
 

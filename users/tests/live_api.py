@@ -23,9 +23,22 @@ def api_server(*, env: dict, log_path: Path, workers: int, threads: int) -> Iter
     port = free_port()
     with open(log_path, "w") as log:
         server = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "--workers", str(workers), "--threads", str(threads),
-             "--bind", f"127.0.0.1:{port}", "config.wsgi"],
-            cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "--workers",
+                str(workers),
+                "--threads",
+                str(threads),
+                "--bind",
+                f"127.0.0.1:{port}",
+                "config.wsgi",
+            ],
+            cwd=BASE_DIR,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
     try:
         deadline = time.monotonic() + 30
@@ -47,7 +60,9 @@ def request(port: int, token: str, method: str, path: str, body=None, headers=No
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     all_headers = {"Authorization": f"Token {token}", "Content-Type": "application/json", **(headers or {})}
     if chunked:
-        conn.request(method, path, body=iter([json.dumps(body).encode()]), headers=all_headers, encode_chunked=True)
+        conn.request(
+            method, path, body=iter([json.dumps(body).encode()]), headers=all_headers, encode_chunked=True
+        )
     else:
         conn.request(method, path, body=None if body is None else json.dumps(body), headers=all_headers)
     response = conn.getresponse()

@@ -270,9 +270,7 @@ def test_delete_removes_the_user_and_cascades_to_its_events(api_client):
         event_type=pending.event_type,
         status=EventStatus.COMPLETED,
         occurrence_date=pending.occurrence_date.replace(year=pending.occurrence_date.year - 1),
-        target_timestamp_utc=pending.target_timestamp_utc.replace(
-            year=pending.target_timestamp_utc.year - 1
-        ),
+        target_timestamp_utc=pending.target_timestamp_utc.replace(year=pending.target_timestamp_utc.year - 1),
         target_timestamp_local="x",
         target_timezone=user.timezone,
         idempotency_key="event-completed00000",
@@ -440,9 +438,7 @@ def test_blank_or_whitespace_name_is_refused(api_client, field, value):
 
 @pytest.mark.parametrize("field", ["first_name", "last_name"])
 def test_name_longer_than_100_characters_after_trimming_is_refused(api_client, field):
-    assert_refused_and_nothing_stored(
-        api_client, valid_payload(**{field: "x" * 101}), bad_fields={field}
-    )
+    assert_refused_and_nothing_stored(api_client, valid_payload(**{field: "x" * 101}), bad_fields={field})
 
 
 @pytest.mark.parametrize("field", ["first_name", "last_name"])
@@ -545,7 +541,10 @@ def test_invalid_date_of_birth_is_refused(api_client, value):
     )
 
 
-@pytest.mark.parametrize("field, value", [("first_name", True), ("timezone", None), ("last_name", ["A"]), ("date_of_birth", 19900505)])
+@pytest.mark.parametrize(
+    "field, value",
+    [("first_name", True), ("timezone", None), ("last_name", ["A"]), ("date_of_birth", 19900505)],
+)
 def test_wrongly_typed_values_are_refused(api_client, field, value):
     assert_refused_and_nothing_stored(api_client, valid_payload(**{field: value}), bad_fields={field})
 
@@ -576,9 +575,7 @@ def test_malformed_json_is_refused(api_client):
 def test_json_array_body_is_refused(api_client):
     before = stored_counts()
 
-    response = api_client.post(
-        USERS_URL, json.dumps([valid_payload()]), content_type="application/json"
-    )
+    response = api_client.post(USERS_URL, json.dumps([valid_payload()]), content_type="application/json")
 
     assert response.status_code == 400
     assert "non_field_errors" in response.json()
@@ -702,9 +699,7 @@ def test_put_with_only_a_new_timezone_reschedules_the_same_way(api_client):
     )
     before = only_pending_event(user)
 
-    response = api_client.put(
-        detail_url(user.id), valid_payload(timezone="Europe/London"), format="json"
-    )
+    response = api_client.put(detail_url(user.id), valid_payload(timezone="Europe/London"), format="json")
 
     assert response.status_code == 200, response.content
     after = only_pending_event(user)
@@ -866,7 +861,9 @@ def test_changing_to_an_external_id_another_recipient_holds_is_400_and_changes_n
     user = UserFactory(first_name="Grace", external_id="crm-2")
     user_before = User.objects.values().get(id=user.id)
     event_before = Event.objects.values().get(user=user)
-    payload = valid_payload(first_name="Ada", external_id="crm-1") if method == "put" else {"external_id": "crm-1"}
+    payload = (
+        valid_payload(first_name="Ada", external_id="crm-1") if method == "put" else {"external_id": "crm-1"}
+    )
 
     response = getattr(api_client, method)(detail_url(user.id), payload, format="json")
 
@@ -898,9 +895,13 @@ def test_put_without_the_external_id_leaves_it_as_it_is(api_client):
     assert response.json()["external_id"] == "crm-7"
 
 
-@pytest.mark.parametrize("value, message", [("x" * 256, "at most 255"), (42, "valid string"), (["crm-1"], "valid string")])
+@pytest.mark.parametrize(
+    "value, message", [("x" * 256, "at most 255"), (42, "valid string"), (["crm-1"], "valid string")]
+)
 def test_a_bad_external_id_is_refused(api_client, value, message):
-    body = assert_refused_and_nothing_stored(api_client, valid_payload(external_id=value), bad_fields={"external_id"})
+    body = assert_refused_and_nothing_stored(
+        api_client, valid_payload(external_id=value), bad_fields={"external_id"}
+    )
     assert message in body["external_id"][0]
 
 
@@ -1008,7 +1009,9 @@ def test_patch_sets_changes_and_clears_the_wedding_date_and_the_anniversary_foll
 
 @freeze_time("2027-01-10T12:00:00Z")
 def test_a_zone_change_keeps_both_events_occurrence_and_key(api_client):
-    user = UserFactory(date_of_birth=date(1990, 5, 5), anniversary_date=date(2004, 2, 29), timezone="America/New_York")
+    user = UserFactory(
+        date_of_birth=date(1990, 5, 5), anniversary_date=date(2004, 2, 29), timezone="America/New_York"
+    )
     before = events_by_type(user)
 
     response = api_client.patch(detail_url(user.id), {"timezone": "Asia/Tokyo"}, format="json")
@@ -1016,9 +1019,11 @@ def test_a_zone_change_keeps_both_events_occurrence_and_key(api_client):
     assert response.status_code == 200, response.content
     after = events_by_type(user)
     for event_type in ("BIRTHDAY", "ANNIVERSARY"):
-        assert (after[event_type].id, after[event_type].occurrence_date, after[event_type].idempotency_key) == (
-            before[event_type].id, before[event_type].occurrence_date, before[event_type].idempotency_key
-        )
+        assert (
+            after[event_type].id,
+            after[event_type].occurrence_date,
+            after[event_type].idempotency_key,
+        ) == (before[event_type].id, before[event_type].occurrence_date, before[event_type].idempotency_key)
         assert after[event_type].target_timezone == "Asia/Tokyo"
     assert after["ANNIVERSARY"].target_timestamp_local == "2027-02-28T09:00:00+09:00"
 
@@ -1044,7 +1049,9 @@ def test_put_without_the_wedding_date_leaves_it_and_its_anniversary(api_client):
     ],
 )
 def test_a_bad_wedding_date_is_refused(api_client, value, message):
-    body = assert_refused_and_nothing_stored(api_client, valid_payload(anniversary_date=value), bad_fields={"anniversary_date"})
+    body = assert_refused_and_nothing_stored(
+        api_client, valid_payload(anniversary_date=value), bad_fields={"anniversary_date"}
+    )
     assert message in body["anniversary_date"][0]
 
 
@@ -1052,9 +1059,13 @@ def test_a_bad_wedding_date_is_refused(api_client, value, message):
 def test_a_wedding_date_in_the_future_in_the_recipients_zone_is_refused_and_today_there_is_not(api_client):
     # it is already the 23rd in Kiritimati, still the 22nd in New York
     body = assert_refused_and_nothing_stored(
-        api_client, valid_payload(anniversary_date="2026-11-23", timezone="America/New_York"), bad_fields={"anniversary_date"}
+        api_client,
+        valid_payload(anniversary_date="2026-11-23", timezone="America/New_York"),
+        bad_fields={"anniversary_date"},
     )
-    accepted = api_client.post(USERS_URL, valid_payload(anniversary_date="2026-11-23", timezone="Pacific/Kiritimati"), format="json")
+    accepted = api_client.post(
+        USERS_URL, valid_payload(anniversary_date="2026-11-23", timezone="Pacific/Kiritimati"), format="json"
+    )
 
     assert "is in the future" in body["anniversary_date"][0]
     assert accepted.status_code == 201, accepted.content

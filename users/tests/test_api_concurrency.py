@@ -48,7 +48,9 @@ def test_a_patch_that_changes_nothing_keeps_the_version(api_client):
 def test_patch_with_a_matching_if_match_is_applied(api_client, if_match):
     user = UserFactory(first_name="Ada")
 
-    response = api_client.patch(detail_url(user), {"first_name": "Grace"}, format="json", HTTP_IF_MATCH=if_match)
+    response = api_client.patch(
+        detail_url(user), {"first_name": "Grace"}, format="json", HTTP_IF_MATCH=if_match
+    )
 
     assert response.status_code == 200, response.content
     user.refresh_from_db()
@@ -61,14 +63,24 @@ def test_a_stale_or_foreign_if_match_is_refused_with_412_and_changes_nothing(api
     # given a recipient someone else changed since version 1
     user = UserFactory(first_name="Ada", timezone="UTC")
     user_update(user=user, data={"last_name": "Byron"})
-    payload = {"first_name": "Grace", "last_name": "Hopper", "date_of_birth": "1990-05-05", "timezone": "Asia/Tokyo"}
+    payload = {
+        "first_name": "Grace",
+        "last_name": "Hopper",
+        "date_of_birth": "1990-05-05",
+        "timezone": "Asia/Tokyo",
+    }
 
     response = getattr(api_client, method)(detail_url(user), payload, format="json", HTTP_IF_MATCH=if_match)
 
     assert response.status_code == 412, response.content
     assert '"2"' in response.json()["detail"]
     stored = User.objects.get(pk=user.pk)
-    assert (stored.first_name, stored.last_name, stored.timezone, stored.version) == ("Ada", "Byron", "UTC", 2)
+    assert (stored.first_name, stored.last_name, stored.timezone, stored.version) == (
+        "Ada",
+        "Byron",
+        "UTC",
+        2,
+    )
 
 
 def test_delete_with_the_current_version_deletes(api_client):
@@ -84,7 +96,9 @@ def test_delete_with_the_current_version_deletes(api_client):
 def test_a_malformed_if_match_is_a_400(api_client, if_match):
     user = UserFactory(first_name="Ada")
 
-    response = api_client.patch(detail_url(user), {"first_name": "Grace"}, format="json", HTTP_IF_MATCH=if_match)
+    response = api_client.patch(
+        detail_url(user), {"first_name": "Grace"}, format="json", HTTP_IF_MATCH=if_match
+    )
 
     assert response.status_code == 400
     assert "If-Match" in response.json()["detail"]

@@ -17,7 +17,6 @@ BASE_DIR = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
-
 @pytest.fixture
 def gunicorn(tmp_path):
     """The web server as the README deploys it (4 workers x 6 threads), on this test's database."""
@@ -69,7 +68,9 @@ def test_two_clients_with_the_same_if_match_one_wins_the_other_gets_412(gunicorn
     def patch(fields):
         start.wait()
         statuses.append(
-            request(gunicorn, token, "PATCH", f"/api/v1/users/{user.id}/", fields, headers={"If-Match": '"1"'})[0]
+            request(
+                gunicorn, token, "PATCH", f"/api/v1/users/{user.id}/", fields, headers={"If-Match": '"1"'}
+            )[0]
         )
 
     threads = [
@@ -91,7 +92,12 @@ def test_two_clients_with_the_same_if_match_one_wins_the_other_gets_412(gunicorn
 def test_a_chunked_body_is_refused_with_411_and_changes_nothing(gunicorn, operator, method):
     token = Token.objects.create(user=operator).key
     user = UserFactory(first_name="Ada", timezone="UTC")
-    body = {"first_name": "Grace", "last_name": "Hopper", "date_of_birth": "1990-05-05", "timezone": "Asia/Tokyo"}
+    body = {
+        "first_name": "Grace",
+        "last_name": "Hopper",
+        "date_of_birth": "1990-05-05",
+        "timezone": "Asia/Tokyo",
+    }
     path = "/api/v1/users/" if method == "POST" else f"/api/v1/users/{user.id}/"
 
     status, _, payload = request(gunicorn, token, method, path, body, chunked=True)

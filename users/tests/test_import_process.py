@@ -23,7 +23,9 @@ def write_people(path) -> None:
         out.write("external_id,first_name,last_name,date_of_birth,timezone,anniversary_date\n")
         for i in range(ROWS):
             wedding = f"{2000 + i % 20}-{1 + i % 12:02d}-{1 + i % 28:02d}" if i % 3 == 0 else ""
-            out.write(f"crm-{i},First{i},Last,{1950 + i % 50}-{1 + i % 12:02d}-{1 + i % 28:02d},{ZONES[i % 4]},{wedding}\n")
+            out.write(
+                f"crm-{i},First{i},Last,{1950 + i % 50}-{1 + i % 12:02d}-{1 + i % 28:02d},{ZONES[i % 4]},{wedding}\n"
+            )
 
 
 def other_sessions() -> int:
@@ -78,7 +80,9 @@ def test_an_import_killed_after_its_first_batches_and_run_again_holds_each_row_o
     )
     assert len(pending) == ROWS + ROWS // 3
     assert {row["count"] for row in pending} == {1}
-    assert Event.objects.filter(event_type=EventType.ANNIVERSARY).count() == User.objects.filter(
-        anniversary_date__isnull=False
-    ).count() == ROWS // 3
+    assert (
+        Event.objects.filter(event_type=EventType.ANNIVERSARY).count()
+        == User.objects.filter(anniversary_date__isnull=False).count()
+        == ROWS // 3
+    )
     assert not Event.objects.exclude(status=EventStatus.PENDING).exists()

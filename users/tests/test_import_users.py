@@ -154,7 +154,9 @@ def test_skip_invalid_imports_only_the_good_rows(tmp_path):
     ]
 
 
-@pytest.mark.parametrize("header", ["first_name,last_name,date_of_birth\n", "first_name,surname,date_of_birth,timezone\n"])
+@pytest.mark.parametrize(
+    "header", ["first_name,last_name,date_of_birth\n", "first_name,surname,date_of_birth,timezone\n"]
+)
 def test_missing_column_is_refused(tmp_path, header):
     path = write_csv(tmp_path, header + "Ada,Lovelace,1990-05-05,UTC\n")
 
@@ -271,7 +273,10 @@ CRM_ROWS = (
 
 def users_and_events() -> dict:
     return {
-        user["external_id"]: (user, list(Event.objects.filter(user_id=user["id"]).values().order_by("occurrence_date")))
+        user["external_id"]: (
+            user,
+            list(Event.objects.filter(user_id=user["id"]).values().order_by("occurrence_date")),
+        )
         for user in User.objects.values()
     }
 
@@ -295,7 +300,9 @@ def test_an_import_run_again_finds_its_rows_by_external_id_and_changes_nothing(t
 
 @freeze_time("2026-11-22T12:00:00Z")
 def test_rows_without_an_external_id_are_created_each_time_as_before(tmp_path):
-    path = write_csv(tmp_path, HEADER_WITH_IDS + "crm-1,Ada,Lovelace,1990-05-05,UTC\n , Alan,Turing,1980-06-23,UTC\n")
+    path = write_csv(
+        tmp_path, HEADER_WITH_IDS + "crm-1,Ada,Lovelace,1990-05-05,UTC\n , Alan,Turing,1980-06-23,UTC\n"
+    )
 
     run_import(path)
     stdout, _ = run_import(path)
@@ -311,7 +318,9 @@ def test_a_changed_row_updates_its_recipient_and_reschedules_exactly_as_an_api_e
     with freeze_time("2026-11-22T12:00:00Z"):
         run_import(write_csv(tmp_path, CRM_ROWS, "first.csv"))
         twins = {
-            crm: user_create(first_name=first, last_name=last, date_of_birth=date.fromisoformat(born), timezone=zone)
+            crm: user_create(
+                first_name=first, last_name=last, date_of_birth=date.fromisoformat(born), timezone=zone
+            )
             for crm, first, last, born, zone in (line.split(",") for line in CRM_ROWS.splitlines()[1:])
         }
     before = users_and_events()
@@ -342,14 +351,25 @@ def test_a_changed_row_updates_its_recipient_and_reschedules_exactly_as_an_api_e
     assert after["crm-3"][1] == before["crm-3"][1]  # a rename touches no event
     # the move keeps the occurrence and its key and moves the instant
     (moved,) = after["crm-1"][1]
-    assert (moved["id"], moved["idempotency_key"]) == (before["crm-1"][1][0]["id"], before["crm-1"][1][0]["idempotency_key"])
+    assert (moved["id"], moved["idempotency_key"]) == (
+        before["crm-1"][1][0]["id"],
+        before["crm-1"][1][0]["idempotency_key"],
+    )
     assert moved["target_timestamp_local"] == "2027-05-05T09:00:00+09:00"
     # the new date of birth replaces the pending event
     (replaced,) = after["crm-2"][1]
     assert replaced["id"] != before["crm-2"][1][0]["id"]
     assert replaced["occurrence_date"] == date(2027, 8, 10)
     # and each imported recipient's events are scheduled exactly as its API-edited twin's
-    schedule = ["event_type", "status", "occurrence_date", "target_timestamp_utc", "target_timestamp_local", "target_timezone", "version"]
+    schedule = [
+        "event_type",
+        "status",
+        "occurrence_date",
+        "target_timestamp_utc",
+        "target_timestamp_local",
+        "target_timezone",
+        "version",
+    ]
     for crm, twin in twins.items():
         assert list(Event.objects.filter(user=twin).values(*schedule)) == [
             {field: event[field] for field in schedule} for event in after[crm][1]
@@ -378,12 +398,20 @@ def test_an_external_id_twice_in_a_file_is_reported_by_line_and_nothing_is_impor
 
 
 def another_writer_creates_crm_1_after_the_import_looked_it_up(monkeypatch):
-    user_create(first_name="Other", last_name="Writer", date_of_birth=date(1970, 1, 1), timezone="UTC", external_id="crm-1")
+    user_create(
+        first_name="Other",
+        last_name="Writer",
+        date_of_birth=date(1970, 1, 1),
+        timezone="UTC",
+        external_id="crm-1",
+    )
     monkeypatch.setattr(services, "users_by_external_id", lambda **_: {})
 
 
 @freeze_time("2026-11-22T12:00:00Z")
-def test_an_external_id_created_meanwhile_by_another_writer_stops_the_batch_without_a_duplicate(tmp_path, monkeypatch):
+def test_an_external_id_created_meanwhile_by_another_writer_stops_the_batch_without_a_duplicate(
+    tmp_path, monkeypatch
+):
     path = write_csv(tmp_path, CRM_ROWS)
     another_writer_creates_crm_1_after_the_import_looked_it_up(monkeypatch)
 
@@ -412,7 +440,9 @@ def test_the_pipelined_writer_stops_at_an_external_id_created_meanwhile_too(tmp_
 
 def anniversaries(user) -> list[tuple]:
     return list(
-        Event.objects.filter(user=user, event_type="ANNIVERSARY").values_list("status", "occurrence_date", "target_timestamp_local")
+        Event.objects.filter(user=user, event_type="ANNIVERSARY").values_list(
+            "status", "occurrence_date", "target_timestamp_local"
+        )
     )
 
 
@@ -457,16 +487,30 @@ def test_a_bad_anniversary_date_is_reported_by_line_and_nothing_is_imported(tmp_
 def test_a_rerun_sets_and_clears_wedding_dates_and_a_file_without_the_column_leaves_them(tmp_path):
     header = "external_id,first_name,last_name,date_of_birth,timezone,anniversary_date\n"
     with freeze_time("2026-11-22T12:00:00Z"):
-        run_import(write_csv(tmp_path, header + "crm-1,Ada,Lovelace,1990-05-05,UTC,2015-06-20\ncrm-2,Alan,Turing,1980-06-23,UTC,\n", "a.csv"))
+        run_import(
+            write_csv(
+                tmp_path,
+                header + "crm-1,Ada,Lovelace,1990-05-05,UTC,2015-06-20\ncrm-2,Alan,Turing,1980-06-23,UTC,\n",
+                "a.csv",
+            )
+        )
     ada, alan = User.objects.get(external_id="crm-1"), User.objects.get(external_id="crm-2")
     assert len(anniversaries(ada)) == 1 and anniversaries(alan) == []
 
     with freeze_time("2027-01-10T12:00:00Z"):
         swapped, _ = run_import(
-            write_csv(tmp_path, header + "crm-1,Ada,Lovelace,1990-05-05,UTC,\ncrm-2,Alan,Turing,1980-06-23,UTC,2016-09-03\n", "b.csv")
+            write_csv(
+                tmp_path,
+                header + "crm-1,Ada,Lovelace,1990-05-05,UTC,\ncrm-2,Alan,Turing,1980-06-23,UTC,2016-09-03\n",
+                "b.csv",
+            )
         )
         without_column, _ = run_import(
-            write_csv(tmp_path, HEADER_WITH_IDS + "crm-1,Ada,Lovelace,1990-05-05,UTC\ncrm-2,Alan,Turing,1980-06-23,UTC\n", "c.csv")
+            write_csv(
+                tmp_path,
+                HEADER_WITH_IDS + "crm-1,Ada,Lovelace,1990-05-05,UTC\ncrm-2,Alan,Turing,1980-06-23,UTC\n",
+                "c.csv",
+            )
         )
 
     assert "0 created, 2 updated, 0 unchanged" in swapped
@@ -484,16 +528,23 @@ PAUSED_HEADER = "external_id,first_name,last_name,date_of_birth,timezone,paused\
 
 def import_with_every_paused_spelling(tmp_path) -> None:
     cells = ["true", "TRUE", "1", "yes", " Yes ", "false", "0", "no", "No", ""]
-    rows = "".join(f"crm-{i},Ada{i},Lovelace,1990-05-05,Europe/London,{cell}\n" for i, cell in enumerate(cells))
+    rows = "".join(
+        f"crm-{i},Ada{i},Lovelace,1990-05-05,Europe/London,{cell}\n" for i, cell in enumerate(cells)
+    )
 
-    stdout, stderr = run_import(write_csv(tmp_path, PAUSED_HEADER + rows), "--by", "ops-bob", "--batch-size", "3")
+    stdout, stderr = run_import(
+        write_csv(tmp_path, PAUSED_HEADER + rows), "--by", "ops-bob", "--batch-size", "3"
+    )
 
     assert stderr == "" and f"{len(cells)} created" in stdout
     users = {user.external_id: user for user in User.objects.all()}
     assert [users[f"crm-{i}"].paused for i in range(len(cells))] == [True] * 5 + [False] * 5
     paused = users["crm-0"]
     assert (paused.paused_at, paused.paused_by, paused.resumed_at, paused.resumed_by) == (
-        datetime(2026, 11, 22, 12, 0, tzinfo=UTC), "ops-bob", None, "",
+        datetime(2026, 11, 22, 12, 0, tzinfo=UTC),
+        "ops-bob",
+        None,
+        "",
     )
     assert {(u.paused_at, u.paused_by) for u in users.values() if not u.paused} == {(None, "")}
     # Paused or not, each has their next occurrence: the claim holds it back, as for a pause from the API.
@@ -522,14 +573,18 @@ def test_without_by_the_import_records_the_account_running_it(tmp_path, monkeypa
 
 @pytest.mark.parametrize("by", ["", "   ", "x" * 151])
 def test_a_by_that_names_nobody_or_is_too_long_is_refused_before_anything_is_read(tmp_path, by):
-    message, _ = run_failing_import(write_csv(tmp_path, PAUSED_HEADER + "crm-1,Ada,Lovelace,1990-05-05,UTC,true\n"), "--by", by)
+    message, _ = run_failing_import(
+        write_csv(tmp_path, PAUSED_HEADER + "crm-1,Ada,Lovelace,1990-05-05,UTC,true\n"), "--by", by
+    )
 
     assert "--by" in message
     assert User.objects.count() == 0
 
 
 @freeze_time("2026-11-22T12:00:00Z")
-def test_a_paused_cell_that_is_not_a_flag_is_reported_by_line_naming_the_column_and_nothing_is_imported(tmp_path):
+def test_a_paused_cell_that_is_not_a_flag_is_reported_by_line_naming_the_column_and_nothing_is_imported(
+    tmp_path,
+):
     rows = (
         "crm-1,Ada,Lovelace,1990-05-05,UTC,true\n"  # line 2: good
         + "crm-2,Alan,Turing,1980-06-23,UTC,maybe\n"  # line 3: not a flag
@@ -541,7 +596,9 @@ def test_a_paused_cell_that_is_not_a_flag_is_reported_by_line_naming_the_column_
 
     lines = stderr.splitlines()
     assert [line.split(":")[0] for line in lines] == ["line 3", "line 4", "line 5"]
-    assert lines[0] == "line 3: paused: Must be true or false (or 1/0, yes/no; empty: not paused), not 'maybe'."
+    assert (
+        lines[0] == "line 3: paused: Must be true or false (or 1/0, yes/no; empty: not paused), not 'maybe'."
+    )
     assert "paused:" in lines[1] and "'2'" in lines[1]
     assert all(f"{field}:" in lines[2] for field in ("first_name", "timezone", "paused"))
     assert "3 bad row(s) out of 4" in message
@@ -568,15 +625,34 @@ def test_a_rerun_pauses_and_resumes_as_the_api_does_and_a_file_without_the_colum
         without_column, _ = run_import(write_csv(tmp_path, CRM_ROWS, "third.csv"), "--by", "ops-dan")
 
     assert "0 created, 2 updated, 2 unchanged" in stdout
-    assert "0 created, 0 updated, 4 unchanged" in again and "0 created, 0 updated, 4 unchanged" in without_column
+    assert (
+        "0 created, 0 updated, 4 unchanged" in again and "0 created, 0 updated, 4 unchanged" in without_column
+    )
     users = {user.external_id: user for user in User.objects.all()}
     moment = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
-    assert (users["crm-1"].paused, users["crm-1"].paused_at, users["crm-1"].paused_by) == (True, moment, "ops-bob")
-    assert (users["crm-3"].paused, users["crm-3"].paused_by, users["crm-3"].resumed_at, users["crm-3"].resumed_by) == (
-        False, "ops-alice", moment, "ops-bob",
+    assert (users["crm-1"].paused, users["crm-1"].paused_at, users["crm-1"].paused_by) == (
+        True,
+        moment,
+        "ops-bob",
+    )
+    assert (
+        users["crm-3"].paused,
+        users["crm-3"].paused_by,
+        users["crm-3"].resumed_at,
+        users["crm-3"].resumed_by,
+    ) == (
+        False,
+        "ops-alice",
+        moment,
+        "ops-bob",
     )
     assert not users["crm-2"].paused and not users["crm-4"].paused
-    assert {crm: users[crm].version - versions[crm] for crm in users} == {"crm-1": 1, "crm-2": 0, "crm-3": 1, "crm-4": 0}
+    assert {crm: users[crm].version - versions[crm] for crm in users} == {
+        "crm-1": 1,
+        "crm-2": 0,
+        "crm-3": 1,
+        "crm-4": 0,
+    }
 
 
 @pytest.mark.usefixtures("default_destination")
@@ -587,9 +663,14 @@ def test_a_recipient_imported_paused_is_not_greeted_but_failed_with_its_reason(t
 
     with freeze_time("2027-04-01T00:00:00Z"):
         run_import(
-            write_csv(tmp_path, PAUSED_HEADER + "crm-1,Ada,Lovelace,1990-05-05,Europe/London,yes\n"
-                      + "crm-2,Bea,Lovelace,1990-05-05,Europe/London,no\n"),
-            "--by", "ops-bob",
+            write_csv(
+                tmp_path,
+                PAUSED_HEADER
+                + "crm-1,Ada,Lovelace,1990-05-05,Europe/London,yes\n"
+                + "crm-2,Bea,Lovelace,1990-05-05,Europe/London,no\n",
+            ),
+            "--by",
+            "ops-bob",
         )
     nine_local = datetime(2027, 5, 5, 8, 0, 1, tzinfo=UTC)
     with freeze_time(nine_local):

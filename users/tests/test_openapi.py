@@ -91,9 +91,12 @@ def test_every_operation_documents_its_errors(anonymous_client):
         ("POST", "/api/v1/destinations/{id}/resume/"): {"200", "404", "409"} | auth | body,
         ("POST", "/api/v1/destinations/{id}/test/"): {"200", "404"} | auth | body,
         ("GET", "/api/v1/destinations/{destination_pk}/recoveries/"): {"200", "404"} | auth,
-        ("POST", "/api/v1/destinations/{destination_pk}/recoveries/"): {"200", "201", "404", "409"} | auth | body,
+        ("POST", "/api/v1/destinations/{destination_pk}/recoveries/"): {"200", "201", "404", "409"}
+        | auth
+        | body,
         ("GET", "/api/v1/destinations/{destination_pk}/recoveries/{id}/"): {"200", "404"} | auth,
-        ("POST", "/api/v1/destinations/{destination_pk}/recoveries/{id}/cancel/"): {"200", "404", "409"} | auth
+        ("POST", "/api/v1/destinations/{destination_pk}/recoveries/{id}/cancel/"): {"200", "404", "409"}
+        | auth
         | body,
     }
 

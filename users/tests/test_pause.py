@@ -37,8 +37,13 @@ def detail_url(user_id) -> str:
 def londoner(**fields) -> User:
     with freeze_time(BEFORE):
         return user_create(
-            **{"first_name": "Ada", "last_name": "Lovelace", "date_of_birth": date(1990, 5, 5),
-               "timezone": "Europe/London", **fields}
+            **{
+                "first_name": "Ada",
+                "last_name": "Lovelace",
+                "date_of_birth": date(1990, 5, 5),
+                "timezone": "Europe/London",
+                **fields,
+            }
         )
 
 
@@ -116,7 +121,9 @@ def test_a_paused_event_type_holds_back_that_type_for_everyone_and_no_other():
 
     assert (result.queued, result.paused) == (1, 1)
     assert Delivery.objects.get().event.event_type == EventType.BIRTHDAY
-    anniversary = Event.objects.get(user=user, event_type=EventType.ANNIVERSARY, occurrence_date=date(2027, 5, 5))
+    anniversary = Event.objects.get(
+        user=user, event_type=EventType.ANNIVERSARY, occurrence_date=date(2027, 5, 5)
+    )
     assert (anniversary.status, anniversary.failure_reason) == (EventStatus.FAILED, EVENT_TYPE_PAUSED)
     with freeze_time("2027-06-01T00:00:00Z"):
         event_type_resume(event_type=EventType.ANNIVERSARY, by="ops")
@@ -155,22 +162,34 @@ def test_patching_paused_records_who_and_when_and_changes_no_event(api_client):
 
     assert response.status_code == 200, response.content
     body = response.json()
-    assert (body["paused"], body["paused_by"], body["paused_at"]) == (True, "operator", "2027-05-01T10:00:00Z")
+    assert (body["paused"], body["paused_by"], body["paused_at"]) == (
+        True,
+        "operator",
+        "2027-05-01T10:00:00Z",
+    )
     assert (body["resumed_at"], body["resumed_by"], body["version"]) == (None, "", user.version + 1)
     assert list(Event.objects.values()) == [before]
 
     with freeze_time("2027-05-02T10:00:00Z"):
         body = api_client.patch(detail_url(user.id), {"paused": False}, format="json").json()
     assert (body["paused"], body["paused_at"], body["resumed_at"], body["resumed_by"]) == (
-        False, "2027-05-01T10:00:00Z", "2027-05-02T10:00:00Z", "operator",
+        False,
+        "2027-05-01T10:00:00Z",
+        "2027-05-02T10:00:00Z",
+        "operator",
     )
 
 
 def test_a_recipient_can_be_created_paused(api_client):
     response = api_client.post(
         USERS_URL,
-        {"first_name": "Ada", "last_name": "L", "date_of_birth": "1990-05-05", "timezone": "Europe/London",
-         "paused": True},
+        {
+            "first_name": "Ada",
+            "last_name": "L",
+            "date_of_birth": "1990-05-05",
+            "timezone": "Europe/London",
+            "paused": True,
+        },
         format="json",
     )
 
@@ -222,7 +241,8 @@ def test_the_event_types_are_listed_with_their_pauses(types_client):
 
     assert response.status_code == 200, response.content
     assert [(row["event_type"], row["paused"]) for row in response.json()["results"]] == [
-        ("ANNIVERSARY", False), ("BIRTHDAY", False),
+        ("ANNIVERSARY", False),
+        ("BIRTHDAY", False),
     ]
 
 
@@ -235,7 +255,9 @@ def test_an_event_type_is_paused_and_resumed_through_the_api_recording_who(types
     assert (resumed.json()["paused"], resumed.json()["resumed_by"]) == (False, "operator")
 
 
-@pytest.mark.parametrize(("body", "field"), [({"paused": "true"}, "paused"), ({}, "paused"), ({"pause": True}, "pause")])
+@pytest.mark.parametrize(
+    ("body", "field"), [({"paused": "true"}, "paused"), ({}, "paused"), ({"pause": True}, "pause")]
+)
 def test_a_bad_event_type_change_is_400_naming_the_field_and_changes_nothing(types_client, body, field):
     response = types_client.patch(f"{TYPES_URL}BIRTHDAY/", body, format="json")
 
@@ -244,7 +266,9 @@ def test_a_bad_event_type_change_is_400_naming_the_field_and_changes_nothing(typ
     assert not EventTypePause.objects.get(event_type="BIRTHDAY").paused
 
 
-def test_an_unknown_event_type_is_404_and_an_account_without_the_permission_403(types_client, api_client, operator):
+def test_an_unknown_event_type_is_404_and_an_account_without_the_permission_403(
+    types_client, api_client, operator
+):
     assert types_client.patch(f"{TYPES_URL}WEDDING/", {"paused": True}, format="json").status_code == 404
     operator.user_permissions.remove(*Permission.objects.filter(codename="change_eventtypepause"))
     assert api_client.patch(f"{TYPES_URL}BIRTHDAY/", {"paused": True}, format="json").status_code == 403
@@ -265,8 +289,11 @@ def test_an_operator_pauses_and_resumes_recipients_from_the_list_and_the_log_say
     console.post(changelist, {"action": "resume_greetings", "_selected_action": [str(user.pk)]})
     user.refresh_from_db()
     assert (user.paused, user.resumed_by) == (False, "ops-alice")
-    assert sorted(LogEntry.objects.filter(object_id=str(user.pk)).values_list("change_message", flat=True)) == [
-        "Paused greetings", "Resumed greetings",
+    assert sorted(
+        LogEntry.objects.filter(object_id=str(user.pk)).values_list("change_message", flat=True)
+    ) == [
+        "Paused greetings",
+        "Resumed greetings",
     ]
 
 

@@ -60,7 +60,9 @@ def test_without_a_send_time_the_default_applies_and_reads_back_as_null(api_clie
     assert response.json()["next_event"]["target_timestamp_local"] == "2027-05-05T09:00:00+05:30"
 
 
-@pytest.mark.parametrize("bad", ["25:00", "9am", "09:00:00.5", "", "9:30", "09:30:00", " 09:30", "09:60", 930, True, ["09:30"]])
+@pytest.mark.parametrize(
+    "bad", ["25:00", "9am", "09:00:00.5", "", "9:30", "09:30:00", " 09:30", "09:60", 930, True, ["09:30"]]
+)
 def test_a_bad_send_time_is_400_naming_the_field_and_creates_nothing(api_client, bad):
     response = api_client.post(USERS_URL, payload(send_time=bad), format="json")
 
@@ -72,7 +74,9 @@ def test_a_bad_send_time_is_400_naming_the_field_and_creates_nothing(api_client,
 @freeze_time("2027-01-10T12:00:00Z")
 @pytest.mark.parametrize("bad", ["25:00", "9am", "09:00:00.5", ""])
 def test_a_bad_send_time_in_a_patch_changes_neither_the_recipient_nor_the_event(api_client, bad):
-    user = user_create(first_name="Ada", last_name="L", date_of_birth=date(1990, 5, 5), timezone="Asia/Kolkata")
+    user = user_create(
+        first_name="Ada", last_name="L", date_of_birth=date(1990, 5, 5), timezone="Asia/Kolkata"
+    )
     user_before = User.objects.values().get(id=user.id)
     event_before = Event.objects.values().get(user=user)
 
@@ -86,7 +90,9 @@ def test_a_bad_send_time_in_a_patch_changes_neither_the_recipient_nor_the_event(
 
 @freeze_time("2027-01-10T12:00:00Z")
 def test_a_new_send_time_moves_the_pending_event_keeping_its_occurrence_and_key(api_client):
-    user = user_create(first_name="Ada", last_name="L", date_of_birth=date(1990, 5, 5), timezone="Asia/Kolkata")
+    user = user_create(
+        first_name="Ada", last_name="L", date_of_birth=date(1990, 5, 5), timezone="Asia/Kolkata"
+    )
     before = pending(user.id)
 
     response = api_client.patch(detail_url(user.id), {"send_time": "10:30"}, format="json")
@@ -94,7 +100,9 @@ def test_a_new_send_time_moves_the_pending_event_keeping_its_occurrence_and_key(
     assert response.status_code == 200, response.content
     after = pending(user.id)
     assert (after.id, after.occurrence_date, after.idempotency_key) == (
-        before.id, before.occurrence_date, before.idempotency_key,
+        before.id,
+        before.occurrence_date,
+        before.idempotency_key,
     )
     assert after.target_timestamp_utc == datetime(2027, 5, 5, 5, 0, tzinfo=UTC)
     assert after.version == before.version + 1
@@ -109,20 +117,29 @@ def test_a_new_send_time_moves_the_pending_event_keeping_its_occurrence_and_key(
 @freeze_time("2027-01-10T12:00:00Z")
 def test_a_new_send_time_moves_both_the_birthday_and_the_anniversary():
     user = user_create(
-        first_name="Ada", last_name="L", date_of_birth=date(1990, 5, 5), timezone="Europe/London",
+        first_name="Ada",
+        last_name="L",
+        date_of_birth=date(1990, 5, 5),
+        timezone="Europe/London",
         anniversary_date=date(2015, 6, 20),
     )
 
     user_update(user=user, data={"send_time": "18:15"})
 
-    locals_ = sorted(Event.objects.filter(user=user, status=EventStatus.PENDING).values_list("target_timestamp_local", flat=True))
+    locals_ = sorted(
+        Event.objects.filter(user=user, status=EventStatus.PENDING).values_list(
+            "target_timestamp_local", flat=True
+        )
+    )
     assert locals_ == ["2027-05-05T18:15:00+01:00", "2027-06-20T18:15:00+01:00"]
 
 
 @freeze_time("2027-05-05T03:00:00Z")
 def test_a_send_time_change_leaves_an_event_being_sent_alone():
     # 09:00 in Kolkata is 03:30Z: the 2027 birthday is pending, then claimed.
-    user = user_create(first_name="Ada", last_name="L", date_of_birth=date(1990, 5, 5), timezone="Asia/Kolkata")
+    user = user_create(
+        first_name="Ada", last_name="L", date_of_birth=date(1990, 5, 5), timezone="Asia/Kolkata"
+    )
     claimed = pending(user.id)
     events_transition(
         events=[claimed], source=EventStatus.PENDING, target=EventStatus.PROCESSING, actor=Actor.SCHEDULER
@@ -140,10 +157,18 @@ def test_a_send_time_change_leaves_an_event_being_sent_alone():
 def test_a_send_time_inside_a_dst_gap_moves_forward_and_one_in_an_overlap_takes_the_first():
     # 2027-03-14 02:30 does not exist in New York; 2027-11-07 01:30 happens twice.
     spring = user_create(
-        first_name="A", last_name="B", date_of_birth=date(1990, 3, 14), timezone="America/New_York", send_time="02:30"
+        first_name="A",
+        last_name="B",
+        date_of_birth=date(1990, 3, 14),
+        timezone="America/New_York",
+        send_time="02:30",
     )
     autumn = user_create(
-        first_name="C", last_name="D", date_of_birth=date(1990, 11, 7), timezone="America/New_York", send_time="01:30"
+        first_name="C",
+        last_name="D",
+        date_of_birth=date(1990, 11, 7),
+        timezone="America/New_York",
+        send_time="01:30",
     )
 
     assert pending(spring.id).target_timestamp_local == "2027-03-14T03:30:00-04:00"
@@ -222,6 +247,10 @@ def test_the_openapi_description_gives_the_send_times_pattern(anonymous_client):
     schemas = anonymous_client.get("/api/v1/schema/", {"format": "json"}).json()["components"]["schemas"]
 
     field = schemas["UserRequest"]["properties"]["send_time"]
-    assert (field["type"], field["pattern"], field["nullable"]) == ("string", "^([01][0-9]|2[0-3]):[0-5][0-9]$", True)
+    assert (field["type"], field["pattern"], field["nullable"]) == (
+        "string",
+        "^([01][0-9]|2[0-3]):[0-5][0-9]$",
+        True,
+    )
     assert "send_time" not in schemas["UserRequest"]["required"]
     assert "send_time" in schemas["User"]["required"]

@@ -28,14 +28,18 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument(
-            "--batch-size", type=int, default=PRUNE_BATCH_SIZE,
+            "--batch-size",
+            type=int,
+            default=PRUNE_BATCH_SIZE,
             help=f"Events per batch, each batch one transaction. Default {PRUNE_BATCH_SIZE}.",
         )
         parser.add_argument(
             "--dry-run", action="store_true", help="Count what would be deleted, per table; delete nothing."
         )
         parser.add_argument(
-            "--rest", type=float, default=PRUNE_REST,
+            "--rest",
+            type=float,
+            default=PRUNE_REST,
             help=f"After each batch, rest this many times as long as it took, so that schedulers claiming at "
             f"the same time keep their pace (0: no rest). Default {PRUNE_REST}.",
         )

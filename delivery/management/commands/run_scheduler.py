@@ -11,9 +11,13 @@ class Command(ProcessCommand):
     once_help = "Claim everything due now, reconcile and prune once, then exit."
 
     def add_process_arguments(self, parser):
-        parser.add_argument("--batch-size", type=int, default=500, help="Most events claimed per transaction.")
         parser.add_argument(
-            "--claimers", type=int, default=2,
+            "--batch-size", type=int, default=500, help="Most events claimed per transaction."
+        )
+        parser.add_argument(
+            "--claimers",
+            type=int,
+            default=2,
             help="Threads that claim side by side when a backlog is due (each holds a connection). Default 2.",
         )
 

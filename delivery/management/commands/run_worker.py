@@ -12,12 +12,16 @@ class Command(ProcessCommand):
 
     def add_process_arguments(self, parser):
         parser.add_argument(
-            "--concurrency", type=int, default=None,
+            "--concurrency",
+            type=int,
+            default=None,
             help="Requests kept open to the receiver, fixed. Default: adapt to the receiver (slow start, "
             "halved on timeouts, 5xx and 429 or 503 with Retry-After), within WEBHOOK_MAX_IN_FLIGHT. "
             "Either way, a rate learnt from the receiver's 429s without Retry-After paces the starts.",
         )
-        parser.add_argument("--batch-size", type=int, default=200, help="Most deliveries claimed at once. Default 200.")
+        parser.add_argument(
+            "--batch-size", type=int, default=200, help="Most deliveries claimed at once. Default 200."
+        )
 
     def process(self, *, interval, once, stop, concurrency, batch_size, **options) -> Worker:
         if (concurrency is not None and concurrency < 1) or batch_size < 1:

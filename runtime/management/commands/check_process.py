@@ -25,19 +25,30 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--kind", required=True, choices=ProcessKind.values)
         parser.add_argument(
-            "--max-age", type=parse_duration, default=f"{ProcessHeartbeat.LOST_AFTER_SECONDS}s",
+            "--max-age",
+            type=parse_duration,
+            default=f"{ProcessHeartbeat.LOST_AFTER_SECONDS}s",
             help="How old the newest heartbeat may be (60s, 2m...). Processes beat every 5 s. Default 60s.",
         )
         parser.add_argument("--host", help="Only processes on this host (as its hostname says).")
         parser.add_argument("--pid", type=int, help="Only the process with this id (with --host).")
-        parser.add_argument("--name", help="Only the process of this name (host:pid:random, as the console shows).")
+        parser.add_argument(
+            "--name", help="Only the process of this name (host:pid:random, as the console shows)."
+        )
         parser.add_argument(
             "--min-count", type=int, default=1, help="How many fresh processes are needed. Default 1."
         )
 
     def handle(self, *args, kind, max_age, host, pid, name, min_count, **options):
         which = " ".join(
-            [kind, *(f"{label}={value}" for label, value in (("host", host), ("pid", pid), ("name", name)) if value)]
+            [
+                kind,
+                *(
+                    f"{label}={value}"
+                    for label, value in (("host", host), ("pid", pid), ("name", name))
+                    if value
+                ),
+            ]
         )
         now = timezone.now()
         try:

@@ -14,13 +14,17 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument(
-            "--check", action="store_true", help="Change nothing; exit 1 unless every PENDING event follows this data."
+            "--check",
+            action="store_true",
+            help="Change nothing; exit 1 unless every PENDING event follows this data.",
         )
 
     def handle(self, *args, check, **options):
         data = zone_data()
         if data.version is None:
-            raise CommandError(f"The time zone data in {data.path} does not say its version: nothing can be compared.")
+            raise CommandError(
+                f"The time zone data in {data.path} does not say its version: nothing can be compared."
+            )
         self.stdout.write(f"This host computes with time zone data {data.version} ({data.path}).")
         if check:
             events = events_zone_data()

@@ -23,9 +23,7 @@ class Command(BaseCommand):
         operator = Operator.objects.filter(username=username).first()
         if operator is None:
             password = secrets.token_urlsafe(12)
-            operator = Operator.objects.create_superuser(
-                username=username, email="", password=password
-            )
+            operator = Operator.objects.create_superuser(username=username, email="", password=password)
             token, _ = Token.objects.get_or_create(user=operator)
             CREDENTIALS_FILE.parent.mkdir(parents=True, exist_ok=True)
             CREDENTIALS_FILE.write_text(
@@ -45,5 +43,5 @@ class Command(BaseCommand):
         self.stdout.write(
             "Log in to the admin with the user and password above; call the API with\n"
             f'  curl -H "Authorization: Token {token_key}" '
-            f'http://{os.environ.get("RUN_HOST", "127.0.0.1")}:{os.environ.get("RUN_PORT", "8000")}/api/v1/users/'
+            f"http://{os.environ.get('RUN_HOST', '127.0.0.1')}:{os.environ.get('RUN_PORT', '8000')}/api/v1/users/"
         )

@@ -102,9 +102,7 @@ class Command(BaseCommand):
             action="store_true",
             help="Import the valid rows even if some rows are bad (bad rows are listed).",
         )
-        parser.add_argument(
-            "--dry-run", action="store_true", help="Validate only; import nothing."
-        )
+        parser.add_argument("--dry-run", action="store_true", help="Validate only; import nothing.")
         parser.add_argument(
             "--by",
             default=None,
@@ -134,7 +132,9 @@ class Command(BaseCommand):
                 "nothing was imported. Fix them, or pass --skip-invalid."
             )
         if dry_run:
-            self.stdout.write(f"{len(valid_rows)} valid row(s), {len(errors)} bad; dry run, nothing imported.")
+            self.stdout.write(
+                f"{len(valid_rows)} valid row(s), {len(errors)} bad; dry run, nothing imported."
+            )
             return
 
         try:
@@ -197,14 +197,14 @@ class Command(BaseCommand):
             try:
                 cleaned = _parse_row(row, columns=columns)
             except ValidationError as exc:
-                problems = [
-                    f"{field}: {' '.join(messages)}" for field, messages in exc.message_dict.items()
-                ]
+                problems = [f"{field}: {' '.join(messages)}" for field, messages in exc.message_dict.items()]
             external_id = (row.get("external_id") or "").strip()
             if external_id:
                 first = first_line.setdefault(external_id, reader.line_num)
                 if first != reader.line_num:
-                    problems.append(f"external_id: {external_id!r} is also on line {first}; each id may appear once.")
+                    problems.append(
+                        f"external_id: {external_id!r} is also on line {first}; each id may appear once."
+                    )
             if problems:
                 errors.append((reader.line_num, "; ".join(problems)))
             else:

@@ -42,11 +42,13 @@ $(SECRET_KEY_FILE):
 run: venv $(SECRET_KEY_FILE)
 	$(PY) -m devtools.local
 
-# ruff, then the dependencies between the apps that README.md draws (.importlinter).
+# ruff's lint and its formatter (the tree is formatted: a change that is not fails here),
+# then the dependencies between the apps that README.md draws (.importlinter).
 # Without import-linter's cache: the graph is quick to build afresh, and the cache
 # would leave folders of its own in the checkout.
 lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 # The browser tests drive Debian's chromium through Playwright (never

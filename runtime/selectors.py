@@ -11,7 +11,7 @@ from runtime.aggregates import counts_by
 from runtime.models import ProcessHeartbeat, ProcessKind
 
 
-def processes_recent(*, now: datetime, within: timedelta = timedelta(days=1)) -> QuerySet:
+def processes_recent(*, now: datetime, within: timedelta = timedelta(days=1)) -> QuerySet[ProcessHeartbeat]:
     """Scheduler and worker heartbeats seen `within`, annotated with state.
 
     state is "stopped" (shut down cleanly), "lost" (silent for more than

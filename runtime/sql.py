@@ -20,12 +20,12 @@ from django.db import connection, models
 from psycopg.types.json import Jsonb
 
 
-def execute(sql: str, params: Sequence, *, binary: bool = False) -> list[tuple] | None:
+def execute(sql: str, params: Sequence[Any], *, binary: bool = False) -> list[tuple[Any, ...]] | None:
     """Run one set-based statement in the current transaction; return its rows, if it has any (see send)."""
     return send(sql, params, binary=binary)()[0]
 
 
-def execute_count(sql: str, params: Sequence) -> int:
+def execute_count(sql: str, params: Sequence[Any]) -> int:
     """Run one set-based statement that returns no rows (a DELETE); return how many rows it touched."""
     return send(sql, params)()[1]
 
@@ -58,7 +58,9 @@ def pipeline() -> Iterator[None]:
             _pipelines.current, _pipelines.sent = None, []
 
 
-def send(sql: str, params: Sequence, *, binary: bool = False) -> Callable[[], tuple[list[tuple] | None, int]]:
+def send(
+    sql: str, params: Sequence[Any], *, binary: bool = False
+) -> Callable[[], tuple[list[tuple[Any, ...]] | None, int]]:
     """Send one statement in the current transaction; the function returned waits for its rows and row count.
 
     Outside `pipeline()` the statement has run by the time this returns. The
@@ -81,9 +83,9 @@ def send(sql: str, params: Sequence, *, binary: bool = False) -> Callable[[], tu
     cursor = psycopg.Cursor(connection.connection)
     with connection.wrap_database_errors:
         cursor.execute(sql, params, binary=binary)
-    result: list[tuple[list[tuple] | None, int]] = []
+    result: list[tuple[list[tuple[Any, ...]] | None, int]] = []
 
-    def wait() -> tuple[list[tuple] | None, int]:
+    def wait() -> tuple[list[tuple[Any, ...]] | None, int]:
         if not result:
             with connection.wrap_database_errors, cursor:
                 if current is not None and cursor.pgresult is None:
@@ -102,9 +104,21 @@ def send(sql: str, params: Sequence, *, binary: bool = False) -> Callable[[], tu
     return wait
 
 
+def column_field(model: type[models.Model], name: str) -> tuple[str, models.Field[Any, Any]]:
+    """`model`'s field `name` with its column's name.
+
+    A name whose field has no column of its own (a reverse relation) has no place
+    in a statement that writes or groups by columns: a mistake, said at once.
+    """
+    field = model._meta.get_field(name)
+    if not isinstance(field, models.Field) or field.column is None:
+        raise ValueError(f"{model.__name__}.{name} has no column of its own")
+    return field.column, field
+
+
 def rows_relation(
-    alias: str, columns: Sequence[tuple[str, models.Field]], rows: Sequence[tuple]
-) -> tuple[str, list]:
+    alias: str, columns: Sequence[tuple[str, models.Field[Any, Any]]], rows: Sequence[tuple[Any, ...]]
+) -> tuple[str, list[list[Any]]]:
     """A FROM-clause relation named `alias` whose columns hold `rows`, and its parameters.
 
     `columns` names each column and the model field whose type it has.
@@ -121,7 +135,7 @@ def rows_relation(
 def insert_rows(
     model: type[models.Model],
     columns: Sequence[str],
-    rows: Sequence[tuple],
+    rows: Sequence[tuple[Any, ...]],
     *,
     same_for_all: Mapping[str, Any] | None = None,
     ignore_conflicts: bool = False,
@@ -136,14 +150,14 @@ def insert_rows(
     if not rows:
         return
     same_for_all = same_for_all or {}
-    fields = [model._meta.get_field(name) for name in columns]
-    constant_fields = [model._meta.get_field(name) for name in same_for_all]
-    relation, params = rows_relation("v", [(f"v_{f.column}", f) for f in fields], rows)
-    target = ", ".join(connection.ops.quote_name(f.column) for f in [*fields, *constant_fields])
-    selected = ", ".join([f"v.v_{f.column}" for f in fields] + ["%s"] * len(constant_fields))
+    fields = [column_field(model, name) for name in columns]
+    constant_fields = [column_field(model, name) for name in same_for_all]
+    relation, params = rows_relation("v", [(f"v_{column}", f) for column, f in fields], rows)
+    target = ", ".join(connection.ops.quote_name(column) for column, _ in [*fields, *constant_fields])
+    selected = ", ".join([f"v.v_{column}" for column, _ in fields] + ["%s"] * len(constant_fields))
     constants = [
         f.get_db_prep_value(value, connection)
-        for f, value in zip(constant_fields, same_for_all.values(), strict=True)
+        for (_, f), value in zip(constant_fields, same_for_all.values(), strict=True)
     ]
     sql = f"INSERT INTO {model._meta.db_table} ({target}) SELECT {selected} FROM {relation}"
     if ignore_conflicts:

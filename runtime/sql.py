@@ -13,15 +13,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from django.db import connection, models
 from psycopg.types.json import Jsonb
 
 
-def execute(sql: str, params: Sequence[Any], *, binary: bool = False) -> list[tuple[Any, ...]] | None:
-    """Run one set-based statement in the current transaction; return its rows, if it has any (see send)."""
+def execute(sql: str, params: Sequence[Any], *, binary: bool = False) -> list[tuple[Any, ...]]:
+    """Run one set-based statement in the current transaction; return its rows (see send)."""
     return send(sql, params, binary=binary)()[0]
 
 
@@ -60,11 +60,11 @@ def pipeline() -> Iterator[None]:
 
 def send(
     sql: str, params: Sequence[Any], *, binary: bool = False
-) -> Callable[[], tuple[list[tuple[Any, ...]] | None, int]]:
+) -> Callable[[], tuple[list[tuple[Any, ...]], int]]:
     """Send one statement in the current transaction; the function returned waits for its rows and row count.
 
     Outside `pipeline()` the statement has run by the time this returns. The
-    rows are None for a statement that returns none. The parameters are bound
+    rows are an empty list for a statement that returns none. The parameters are bound
     on the server: Django's cursors bind them on the client, quoting every
     element of every array in Python, which costs more than the statement
     itself on a claim's batch. Errors come out as Django's database errors,
@@ -83,14 +83,14 @@ def send(
     cursor = psycopg.Cursor(connection.connection)
     with connection.wrap_database_errors:
         cursor.execute(sql, params, binary=binary)
-    result: list[tuple[list[tuple[Any, ...]] | None, int]] = []
+    result: list[tuple[list[tuple[Any, ...]], int]] = []
 
-    def wait() -> tuple[list[tuple[Any, ...]] | None, int]:
+    def wait() -> tuple[list[tuple[Any, ...]], int]:
         if not result:
             with connection.wrap_database_errors, cursor:
                 if current is not None and cursor.pgresult is None:
                     current.sync()
-                result.append(((cursor.fetchall() if cursor.description else None), cursor.rowcount))
+                result.append(((cursor.fetchall() if cursor.description else []), cursor.rowcount))
             if connection.queries_logged:
                 elapsed = f"{time.monotonic() - started:.3f}"
                 bound = psycopg.ClientCursor(connection.connection).mogrify(sql.replace("%b", "%s"), params)
@@ -104,7 +104,14 @@ def send(
     return wait
 
 
-def column_field(model: type[models.Model], name: str) -> tuple[str, models.Field[Any, Any]]:
+class ColumnField(NamedTuple):
+    """A model field that has a column, with the column's name."""
+
+    column: str
+    field: models.Field[Any, Any]
+
+
+def column_field(model: type[models.Model], name: str) -> ColumnField:
     """`model`'s field `name` with its column's name.
 
     A name whose field has no column of its own (a reverse relation) has no place
@@ -113,7 +120,7 @@ def column_field(model: type[models.Model], name: str) -> tuple[str, models.Fiel
     field = model._meta.get_field(name)
     if not isinstance(field, models.Field) or field.column is None:
         raise ValueError(f"{model.__name__}.{name} has no column of its own")
-    return field.column, field
+    return ColumnField(field.column, field)
 
 
 def rows_relation(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -27,18 +28,19 @@ from scheduling.pauses import EVENT_TYPE_PAUSED, RECIPIENT_PAUSED, PauseSpan
 logger = logging.getLogger(__name__)
 
 
-def event_list_for_user(*, user_id) -> QuerySet[Event]:
+def event_list_for_user(*, user_id: uuid.UUID) -> QuerySet[Event]:
     """A user's events, newest occurrence first."""
     return Event.objects.filter(user_id=user_id).order_by("-occurrence_date", "-created_at")
 
 
 def deleted_occurrence_latest(*, external_id: str, event_type: str, now: datetime) -> date | None:
     """The latest occurrence of the type handled for a deleted recipient who had this external id, still remembered."""
-    return DeletedRecipientOccurrence.objects.filter(
+    latest: date | None = DeletedRecipientOccurrence.objects.filter(
         recipient_digest=DeletedRecipientOccurrence.digest_of(external_id),
         event_type=event_type,
         expires_at__gt=now,
     ).aggregate(latest=Max("occurrence_date"))["latest"]
+    return latest
 
 
 def deleted_occurrences_latest(

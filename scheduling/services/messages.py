@@ -6,6 +6,7 @@ import logging
 
 from django.db import DEFAULT_DB_ALIAS, models
 
+from runtime.sql import column_field
 from scheduling.handlers import REGISTRY
 from scheduling.models import MessageTemplate
 
@@ -43,8 +44,8 @@ def message_templates_create_missing(
     migration (the one allowing it in the table's CHECK) is not applied yet
     gets its row from the migrate that applies it.
     """
-    migrated = {value for value, _label in model._meta.get_field("event_type").choices}
-    model.objects.using(using).bulk_create(
+    migrated = {value for value, _label in column_field(model, "event_type").field.choices or ()}
+    model._default_manager.using(using).bulk_create(
         [
             model(event_type=event_type, body=handler.message_template)
             for event_type, handler in REGISTRY.items()

@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import cast
 
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, F, OuterRef
+from django.db.models import Exists, F, Model, OuterRef
 from django.utils import timezone
 
 from runtime.wakeup import SCHEDULER_CHANNEL, notify
@@ -78,7 +79,6 @@ def events_create_first(*, user: StoredRecipient, now: datetime | None = None) -
         occurrence = first_occurrence(recipient=user, event_type=event_type, now=now, after_date=after_date)
         if occurrence is not None:
             events.append(_event_insert(user=user, event_type=event_type, occurrence=occurrence, now=now))
-    user.pending_events = events  # what the API renders as next_event and next_events
     return events
 
 
@@ -165,7 +165,7 @@ class SyncResult:
 
 def _sync_one_type(*, user: StoredRecipient, event_type: str, now: datetime, result: SyncResult) -> None:
     for processing in Event.objects.filter(
-        user=user, event_type=event_type, status=EventStatus.PROCESSING
+        user_id=user.id, event_type=event_type, status=EventStatus.PROCESSING
     ).only("id"):
         # Its delivery is already under way with the data it was claimed with.
         logger.warning(
@@ -175,7 +175,9 @@ def _sync_one_type(*, user: StoredRecipient, event_type: str, now: datetime, res
         result.skipped += 1
 
     for _attempt in range(_SYNC_ATTEMPTS):
-        pending = Event.objects.filter(user=user, event_type=event_type, status=EventStatus.PENDING).first()
+        pending = Event.objects.filter(
+            user_id=user.id, event_type=event_type, status=EventStatus.PENDING
+        ).first()
         occurrence = scheduled_occurrence(
             recipient=user,
             event_type=event_type,
@@ -255,10 +257,12 @@ def event_sync_for_user(*, user: StoredRecipient, now: datetime | None = None) -
     return result
 
 
-def _recipients():
+def _recipients() -> type[Model]:
     # The recipient model, as the event's foreign key names it: scheduling
     # reads recipients but does not import the app that owns them.
-    return Event._meta.get_field("user").related_model
+    model = Event._meta.get_field("user").related_model
+    assert isinstance(model, type)  # a foreign key's model, resolved when the apps were loaded
+    return model
 
 
 def events_create_missing(*, now: datetime | None = None, limit: int = RECONCILE_CHUNK) -> int:
@@ -284,7 +288,7 @@ def events_create_missing(*, now: datetime | None = None, limit: int = RECONCILE
         # nothing to repair, so that is the case to make cheap.
         orphans = (
             _recipients()
-            .objects.filter(handler.applies_to, ~Exists(has_pending))
+            ._default_manager.filter(handler.applies_to, ~Exists(has_pending))
             .order_by("pk")
             .values_list("pk", flat=True)
         )
@@ -294,8 +298,12 @@ def events_create_missing(*, now: datetime | None = None, limit: int = RECONCILE
                     # Read under the lock a user edit takes first: an edit made
                     # meanwhile (a cleared anniversary date) is then either what
                     # this follows, or sees this event and follows it.
-                    user = _recipients().objects.select_for_update().filter(pk=user_id).first()
-                    if user is not None and event_create_next(user=user, event_type=event_type, now=now):
+                    user = _recipients()._default_manager.select_for_update().filter(pk=user_id).first()
+                    # users.User, which has a StoredRecipient's fields (its type is not
+                    # importable here: see _recipients).
+                    if user is not None and event_create_next(
+                        user=cast(StoredRecipient, user), event_type=event_type, now=now
+                    ):
                         created += 1
             except IntegrityError:
                 # Created concurrently (by a user save or another scheduler).

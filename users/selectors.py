@@ -1,5 +1,7 @@
 import re
+import uuid
 from collections.abc import Collection
+from typing import Any
 
 from django.db import connection
 from django.db.models import Prefetch, Q, QuerySet
@@ -72,7 +74,7 @@ def user_search_filter(*, term: str, via: str = "") -> Q:
 SEARCH_RECIPIENTS_BOUND = 1_000
 
 
-def user_ids_found(*, term: str, bound: int) -> tuple[list, bool]:
+def user_ids_found(*, term: str, bound: int) -> tuple[list[uuid.UUID], bool]:
     """The ids of at most `bound` recipients an operator's search finds, and whether it found more."""
     # No ORDER BY: under a LIMIT, an order would have PostgreSQL walk that order's index
     # in search of the matches, the very trap this avoids.
@@ -84,7 +86,7 @@ def user_ids_found(*, term: str, bound: int) -> tuple[list, bool]:
     return found[:bound], len(found) > bound
 
 
-def user_export(*, user_id) -> dict:
+def user_export(*, user_id: uuid.UUID) -> dict[str, Any]:
     """Everything stored about one recipient, as JSON-ready values (the API's export).
 
     Every column of their row, of each of their events, and, from the apps
@@ -94,7 +96,7 @@ def user_export(*, user_id) -> dict:
     recipient = User.objects.values().get(pk=user_id)
     events = list(Event.objects.filter(user_id=user_id).order_by("occurrence_date", "event_type").values())
     event_ids = [event["id"] for event in events]
-    export = {
+    export: dict[str, Any] = {
         "exported_at": timezone.now(),
         "recipient": recipient,
         "console_log": admin_log_export(model=User, object_ids=[user_id]),
@@ -104,11 +106,13 @@ def user_export(*, user_id) -> dict:
         ],
     }
     for _receiver, sections in recipient_exporting.send(sender=User, user_id=user_id, event_ids=event_ids):
-        export.update(sections)
+        # django-stubs type a receiver's response as str | None; it is whatever the
+        # receiver returns, here (recipient_exporting's contract) a dict of sections.
+        export.update(sections)  # type: ignore[arg-type]
     return export
 
 
-def user_events(*, user_id) -> QuerySet[Event]:
+def user_events(*, user_id: uuid.UUID) -> QuerySet[Event]:
     """A user's events, newest first, each with its deliveries (for retry_count), in two queries."""
     return event_list_for_user(user_id=user_id).prefetch_related("deliveries")
 
@@ -117,7 +121,11 @@ def users_by_external_id(*, external_ids: Collection[str]) -> dict[str, User]:
     """The recipients holding these external ids, by id (one index probe each)."""
     if not external_ids:
         return {}
-    return {user.external_id: user for user in User.objects.filter(external_id__in=external_ids)}
+    return {
+        user.external_id: user
+        for user in User.objects.filter(external_id__in=external_ids)
+        if user.external_id is not None  # always: it is one of external_ids
+    }
 
 
 def user_timezones_in_use() -> list[str]:

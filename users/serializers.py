@@ -1,3 +1,6 @@
+from collections.abc import Callable
+from typing import Any
+
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
@@ -124,7 +127,7 @@ class SendTimeField(serializers.Field):
 
 # Field-level rules that can run on their own, so a request with one field that
 # does not even parse still hears about every other bad field in the same reply.
-_STANDALONE_RULES = {
+_STANDALONE_RULES: dict[str, Callable[[str], object]] = {
     "first_name": lambda value: clean_name(value, field_label="First name"),
     "last_name": lambda value: clean_name(value, field_label="Last name"),
     "timezone": clean_timezone,
@@ -270,10 +273,11 @@ class UserSerializer(serializers.ModelSerializer):
             )
         # A misspelt field would otherwise be dropped silently and the request
         # "succeed" without doing what the client meant.
-        errors = {field: ["Unknown field."] for field in sorted(set(data) - set(self.fields))}
+        errors: dict[str, Any] = {field: ["Unknown field."] for field in sorted(set(data) - set(self.fields))}
         try:
             attrs = super().to_internal_value(data)
         except serializers.ValidationError as exc:
+            assert isinstance(exc.detail, dict)  # a serializer's errors are by field
             errors.update(exc.detail)
         if not errors:
             return attrs

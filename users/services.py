@@ -10,7 +10,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, time
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
@@ -158,6 +158,7 @@ def _pause_columns(*, user: User, paused: bool, by: str, now: datetime) -> list[
         user.resumed_at, user.resumed_by = None, ""
         return ["paused_at", "paused_by", "resumed_at", "resumed_by"]
     _require_actor(by)
+    assert user.paused_at is not None  # paused: a pause has begun
     # Never before the pause began, whatever the clocks of two web hosts say.
     user.resumed_at, user.resumed_by = max(now, user.paused_at), by
     return ["resumed_at", "resumed_by"]
@@ -175,7 +176,7 @@ def _require_actor(by: str) -> None:
 
 
 def user_update(
-    *, user: User, data: dict, expected_versions: Collection[int] | None = None, by: str = ""
+    *, user: User, data: dict[str, Any], expected_versions: Collection[int] | None = None, by: str = ""
 ) -> User:
     """Apply a partial or full update and return the recipient as stored.
 
@@ -270,7 +271,7 @@ class ImportedUserRow(NamedTuple):
 
 
 def users_bulk_create_with_events(
-    *, rows: Iterable[dict], now: datetime | None = None, batch_size: int = 20000, by: str = ""
+    *, rows: Iterable[dict[str, Any]], now: datetime | None = None, batch_size: int = 20000, by: str = ""
 ) -> int:
     """Create users and their first events in batches, bypassing signals.
 
@@ -298,7 +299,7 @@ def users_bulk_create_with_events(
 
 
 def _user_batches(
-    *, rows: Iterable[dict], now: datetime, batch_size: int, by: str
+    *, rows: Iterable[dict[str, Any]], now: datetime, batch_size: int, by: str
 ) -> Iterator[list[ImportedUserRow]]:
     """The rows as new recipients, `batch_size` at a time, each read only when its batch is next."""
     batch: list[ImportedUserRow] = []
@@ -410,13 +411,13 @@ class ImportResult:
         return self.created + self.updated + self.unchanged
 
 
-def _chunks(rows: Sequence[dict], size: int) -> Iterator[Sequence[dict]]:
+def _chunks(rows: Sequence[dict[str, Any]], size: int) -> Iterator[Sequence[dict[str, Any]]]:
     for start in range(0, len(rows), size):
         yield rows[start : start + size]
 
 
 def users_import(
-    *, rows: Sequence[dict], now: datetime | None = None, batch_size: int = 20000, by: str = ""
+    *, rows: Sequence[dict[str, Any]], now: datetime | None = None, batch_size: int = 20000, by: str = ""
 ) -> ImportResult:
     """Create each row's recipient, or update the one that already has the row's external_id.
 
@@ -438,7 +439,7 @@ def users_import(
     """
     result = ImportResult()
 
-    def new_rows() -> Iterator[dict]:
+    def new_rows() -> Iterator[dict[str, Any]]:
         # Looked up a batch at a time, while the writer thread commits the
         # previous batch's new rows; no external_id is in two batches.
         for chunk in _chunks(rows, batch_size):
@@ -446,7 +447,8 @@ def users_import(
                 external_ids=[row["external_id"] for row in chunk if row.get("external_id")]
             )
             for row in chunk:
-                current = stored.get(row.get("external_id"))
+                external_id = row.get("external_id")
+                current = stored.get(external_id) if external_id else None
                 if current is None:
                     yield row
                 elif any(value != getattr(current, field) for field, value in row.items()):

@@ -29,7 +29,7 @@ def _known_timezone_names() -> frozenset[str]:
     return frozenset(available_timezones())
 
 
-def clean_name(value: str, *, field_label: str) -> str:
+def clean_name(value: object, *, field_label: str) -> str:
     """Trim a first or last name and check it is 1-100 characters."""
     if not isinstance(value, str):
         raise ValidationError(f"{field_label} must be a string.")
@@ -43,7 +43,7 @@ def clean_name(value: str, *, field_label: str) -> str:
     return trimmed
 
 
-def clean_timezone(value: str) -> str:
+def clean_timezone(value: object) -> str:
     """Accept only IANA names that zoneinfo can load (not offsets like +05:00)."""
     if not isinstance(value, str) or not value.strip():
         raise ValidationError("Time zone must be an IANA name such as America/New_York.")
@@ -99,7 +99,7 @@ def clean_send_time(value: str | time | None) -> time | None:
     return time(int(value[:2]), int(value[3:]))
 
 
-def clean_past_date(value: date, *, label: str, timezone_name: str | None) -> date:
+def clean_past_date(value: object, *, label: str, timezone_name: str | None) -> date:
     """Check a date of birth or wedding is a real date from 1900-01-01 up to today in the user's zone."""
     if isinstance(value, datetime) or not isinstance(value, date):
         raise ValidationError(f"{label} must be a calendar date (YYYY-MM-DD).")

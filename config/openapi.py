@@ -71,7 +71,9 @@ class ErrorSerializer(serializers.Serializer):
 
 
 def _messages(description: str) -> dict:
-    return {**build_array_type(build_basic_type(OpenApiTypes.STR)), "description": description}
+    string = build_basic_type(OpenApiTypes.STR)
+    assert string is not None  # every basic type has a schema
+    return {**build_array_type(string), "description": description}
 
 
 VALIDATION_ERROR_SCHEMA = {

@@ -1,4 +1,7 @@
+from typing import Any
+
 from django.core.paginator import InvalidPage, Paginator
+from django.db.models import QuerySet
 from django.utils.functional import cached_property
 from rest_framework.exceptions import NotFound
 from rest_framework.pagination import PageNumberPagination
@@ -24,6 +27,7 @@ class CountFromPagePaginator(Paginator):
     """
 
     bound = MOST_ITEMS_COUNTED_PAST_PAGE
+    object_list: QuerySet[Any]  # a list the API pages is a query: counted by COUNT over a LIMIT
 
     def __init__(self, object_list, per_page, *, page_number) -> None:
         super().__init__(object_list, per_page)
@@ -87,6 +91,8 @@ class StandardPagination(PageNumberPagination):
         return list(self.page)
 
     def get_paginated_response(self, data):
+        # The page paginate_queryset read, of its paginator.
+        assert self.page is not None and isinstance(self.page.paginator, CountFromPagePaginator)
         return Response(
             {
                 "count": self.page.paginator.count,

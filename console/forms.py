@@ -47,6 +47,7 @@ class RecipientAdminForm(forms.ModelForm):
 
     def clean(self) -> dict:
         cleaned = super().clean()
+        assert cleaned is not None  # ModelForm.clean returns cleaned_data
         try:
             valid = clean_user_fields({field: cleaned.get(field) for field in USER_FIELDS})
         except ValidationError as exc:
@@ -66,4 +67,5 @@ class RecipientAdminForm(forms.ModelForm):
         # (django.contrib.auth's UserCreationForm overrides _post_clean likewise.)
         if self.errors:
             return
-        super()._post_clean()
+        # BaseForm's own hook (ModelForm overrides it too); missing from django-stubs.
+        super()._post_clean()  # type: ignore[misc]

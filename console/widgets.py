@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
-from django.contrib import messages
+from django.contrib import admin, messages
 from django.forms.models import BaseInlineFormSet
 from django.utils.html import format_html
 
@@ -105,7 +106,14 @@ def run_operator_action(
         )
 
 
-class ViewOnlyPageMixin:
+if TYPE_CHECKING:
+    # What the mixin is mixed into, for the type checker (at run time a mixin is a plain class).
+    _ModelAdmin = admin.ModelAdmin[Any]
+else:
+    _ModelAdmin = object
+
+
+class ViewOnlyPageMixin(_ModelAdmin):
     """A model page that is a view: every field of its fieldsets read-only.
 
     The changelist keeps the model's change permission, because the page's
@@ -113,6 +121,7 @@ class ViewOnlyPageMixin:
     """
 
     def get_readonly_fields(self, request, obj=None):
+        assert self.fieldsets is not None  # a view-only page names its fields in fieldsets
         return [field for fieldset in self.fieldsets for field in fieldset[1]["fields"]]
 
     def has_change_permission(self, request, obj=None):

@@ -162,6 +162,7 @@ def observe(*, health: Health, answers: Sequence[Answer], now: datetime, policy:
             probe_interval=min(policy.probe_first_interval * 2, policy.probe_max_interval),
         )
     elif health.state == EndpointState.FAILING and probe_failed:
+        assert health.probe_interval is not None  # set on entering FAILING
         fields.update(
             next_probe_at=now + health.probe_interval,
             probe_interval=min(health.probe_interval * 2, policy.probe_max_interval),

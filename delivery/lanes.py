@@ -88,9 +88,13 @@ PACED_EXCESS = 2
 class HealthColumns(Protocol):
     """What a lane follows of an endpoint's health: its row (Endpoint) or a verdict just recorded (Health)."""
 
-    state: str
-    consecutive_failures: int
-    next_probe_at: datetime | None
+    # Read-only: a verdict (Health) is frozen.
+    @property
+    def state(self) -> str: ...
+    @property
+    def consecutive_failures(self) -> int: ...
+    @property
+    def next_probe_at(self) -> datetime | None: ...
 
 
 @dataclass

@@ -1,4 +1,5 @@
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
@@ -6,6 +7,9 @@ from django.db.models import Q
 
 from runtime.ids import uuid7
 from scheduling.event_types import EventType
+
+if TYPE_CHECKING:
+    from delivery.selectors import Backlog
 
 
 class DestinationFormat(models.TextChoices):
@@ -51,6 +55,10 @@ class Destination(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     # Bumped by every change of its settings or secrets: the API's ETag, checked against If-Match.
     version = models.PositiveIntegerField(default=1)
+
+    # Not a column: the Endpoint of its URL (None: none yet), set on the instances the
+    # console lists (console.admin.destinations), read in one query for the page.
+    endpoint: "Endpoint | None"
 
     class Meta:
         ordering = ["name"]
@@ -315,6 +323,10 @@ class Endpoint(models.Model):
     # instant the next request may start; each worker reserves slots from here.
     next_send_slot = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    # Not a column: what waits on it, set on the instances the console lists
+    # (console.admin.endpoints), read in one query for the page.
+    backlog: "Backlog"
 
     class Meta:
         ordering = ["url"]

@@ -116,7 +116,7 @@ class Scheduler(ProcessLoop):
             "Scheduler started: %s overdue event(s)%s",
             summary.count,
             f", targets from {summary.oldest.isoformat()} to {summary.newest.isoformat()}"
-            if summary.count
+            if summary.oldest is not None and summary.newest is not None  # as many as there are overdue
             else "",
             extra={"scheduler": self.name, "overdue": summary.count},
         )

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+import uuid
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db.models import Count, Min, Q, QuerySet
 
@@ -24,12 +26,12 @@ from runtime.aggregates import counts_by, estimated_counts_by
 from scheduling.admin_log import admin_log_export
 
 
-def deliveries_export(*, event_ids: Collection) -> list[dict]:
+def deliveries_export(*, event_ids: Collection[uuid.UUID]) -> list[dict[str, Any]]:
     """Every delivery of these events with its attempts and the console's log of it, as JSON-ready dicts."""
     deliveries = list(
         Delivery.objects.filter(event_id__in=list(event_ids)).order_by("created_at", "id").values()
     )
-    attempts: dict = {}
+    attempts: dict[uuid.UUID, list[Mapping[str, Any]]] = {}
     for attempt in (
         DeliveryAttempt.objects.filter(delivery_id__in=[d["id"] for d in deliveries])
         .order_by("delivery_id", "number")
@@ -48,9 +50,10 @@ def deliveries_export(*, event_ids: Collection) -> list[dict]:
 
 def next_retry_at() -> datetime | None:
     """When the earliest QUEUED delivery is due (an idle worker sleeps until then)."""
-    return Delivery.objects.filter(status=DeliveryStatus.QUEUED).aggregate(first=Min("next_attempt_at"))[
-        "first"
-    ]
+    first: datetime | None = Delivery.objects.filter(status=DeliveryStatus.QUEUED).aggregate(
+        first=Min("next_attempt_at")
+    )["first"]
+    return first
 
 
 def delivery_outcome_counts(*, now: datetime) -> dict[str, int]:
@@ -221,7 +224,7 @@ def destination_endpoints(*, destinations: Iterable[Destination]) -> dict[str, E
     return {e.url: e for e in Endpoint.objects.filter(url__in=[d.url for d in destinations])}
 
 
-def recipients_attempt_count(*, user_ids: Collection) -> int:
+def recipients_attempt_count(*, user_ids: Collection[uuid.UUID]) -> int:
     """How many delivery attempts the recipients' deliveries have: what their erasure keeps, stripped (delivery.services.erasure)."""
     return DeliveryAttempt.objects.filter(delivery__event__user_id__in=user_ids).count()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from django.utils import timezone
 from rest_framework import serializers
@@ -23,8 +24,10 @@ class SecondsField(serializers.FloatField):
             raise serializers.ValidationError(f"A number of seconds from 0 to {self.LONGEST:g}.")
         return timedelta(seconds=seconds)
 
-    def to_representation(self, value: timedelta):
-        return value.total_seconds()
+    # DRF's FloatField represents a float as a float; djangorestframework-stubs say str.
+    def to_representation(self, value: timedelta | float) -> float:  # type: ignore[override]
+        # A timedelta from the model; FloatField's signature takes the float it would be.
+        return value.total_seconds() if isinstance(value, timedelta) else value
 
 
 class DestinationSecretSerializer(serializers.ModelSerializer):
@@ -117,7 +120,7 @@ class DestinationSerializer(serializers.ModelSerializer):
             "version": {"help_text": "Bumped by every change of its settings or secrets; the ETag."},
         }
         # The service validates and reports each field; the model's unique validators would only read twice.
-        validators = []
+        validators: list[Any] = []
 
     def get_fields(self):
         fields = super().get_fields()
@@ -145,6 +148,7 @@ class DestinationSerializer(serializers.ModelSerializer):
         try:
             attrs = super().to_internal_value(data)
         except serializers.ValidationError as exc:
+            assert isinstance(exc.detail, dict)  # a serializer's errors are by field
             errors.update({field: _messages(detail) for field, detail in exc.detail.items()})
         if errors:
             raise serializers.ValidationError(errors)
@@ -218,10 +222,13 @@ class RecoveryRequestSerializer(serializers.Serializer):
     def to_internal_value(self, data):
         if not isinstance(data, dict):
             raise serializers.ValidationError({"non_field_errors": ["Expected a JSON object."]})
-        unknown = {field: ["Unknown field."] for field in sorted(set(data) - set(self.fields))}
+        unknown: dict[str, Any] = {
+            field: ["Unknown field."] for field in sorted(set(data) - set(self.fields))
+        }
         try:
             attrs = super().to_internal_value(data)
         except serializers.ValidationError as exc:
+            assert isinstance(exc.detail, dict)  # a serializer's errors are by field
             unknown.update(exc.detail)
             raise serializers.ValidationError(unknown) from None
         if unknown:

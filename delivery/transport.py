@@ -175,7 +175,8 @@ class WebhookTransport:
         if url not in self._proxy_for:
             parsed = urllib.parse.urlsplit(url)
             proxy = self._proxies.get(parsed.scheme or "http")
-            bypass = urllib.request.proxy_bypass_environment(parsed.hostname or "", self._proxies)
+            # Public in urllib.request (urllib's own proxy_bypass uses it) but missing from typeshed.
+            bypass = urllib.request.proxy_bypass_environment(parsed.hostname or "", self._proxies)  # type: ignore[attr-defined]
             self._proxy_for[url] = proxy if proxy and not bypass else None
         return self._proxy_for[url]
 
@@ -232,6 +233,9 @@ class WebhookTransport:
         """Behind a proxy: why the receiver's name is refused as this host resolves it, or None."""
         parsed = self._url(url)
         host = parsed.raw_host
+        assert (
+            host is not None and self._screening is not None
+        )  # url_refusal passed it; the transport is open
         if parse_address(host) is not None:
             return None  # a literal address: url_refusal has judged it
         key = (host, parsed.port)
@@ -286,6 +290,7 @@ class WebhookTransport:
             if refusal is not None:
                 return finish(AttemptOutcome.PERMANENT_FAILURE, error=refusal, refused=True)
             session = self._session if proxy is None else self._proxied_session
+            assert session is not None  # open() made both
             async with session.post(
                 self._url(url),
                 data=body.encode(),

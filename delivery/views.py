@@ -48,10 +48,11 @@ class DestinationViewSet(viewsets.ModelViewSet):
         return destination_list()
 
     def get_serializer_context(self):
-        context = super().get_serializer_context()
         # Every destination's endpoint in one query (there are few destinations).
-        context["endpoints"] = destination_endpoints(destinations=destination_list())
-        return context
+        return {
+            **super().get_serializer_context(),
+            "endpoints": destination_endpoints(destinations=destination_list()),
+        }
 
     def handle_exception(self, exc):
         if isinstance(exc, services.DestinationInUse | InvalidStateTransition):
@@ -61,7 +62,7 @@ class DestinationViewSet(viewsets.ModelViewSet):
                 f"The destination has changed since the version given in If-Match; it is now at "
                 f"version {exc.current_version} (ETag {etag_for(version=exc.current_version)})."
             )
-        elif isinstance(exc, services.Destination.DoesNotExist):  # deleted while this request waited
+        elif isinstance(exc, Destination.DoesNotExist):  # deleted while this request waited
             exc = NotFound()
         return super().handle_exception(exc)
 

@@ -30,8 +30,12 @@ class ProcessCommand(BaseCommand):
     def add_process_arguments(self, parser: CommandParser) -> None:
         """The subclass's own options."""
 
-    def process(self, *, interval: float, once: bool, stop: threading.Event, **options: Any) -> ProcessLoop:
-        """The loop to run, from the validated options; raise CommandError for a bad one."""
+    def process(self, *args: Any, **options: Any) -> ProcessLoop:
+        """The loop to run, from the validated options; raise CommandError for a bad one.
+
+        Called with `interval`, `once`, `stop` and the subclass's own options, by keyword;
+        each subclass names the ones it takes (so the signature here takes any).
+        """
         raise NotImplementedError
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -52,7 +52,7 @@ class LeaseFilter(admin.SimpleListFilter):
 
 class DeliveryAttemptInline(widgets.ReadOnlyInlineMixin, admin.TabularInline):
     model = DeliveryAttempt
-    fields = [
+    fields = readonly_fields = (
         "number",
         "outcome_badge",
         "status_code",
@@ -61,8 +61,7 @@ class DeliveryAttemptInline(widgets.ReadOnlyInlineMixin, admin.TabularInline):
         "worker",
         "error",
         "response",
-    ]
-    readonly_fields = fields
+    )
     ordering = ["-number"]
 
     @admin.display(description="outcome")

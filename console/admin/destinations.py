@@ -68,6 +68,7 @@ class DestinationForm(forms.ModelForm):
 
     def clean(self):
         cleaned = super().clean()
+        assert cleaned is not None  # ModelForm.clean returns cleaned_data
         loaded = cleaned.get("loaded_version")
         # The instance was read for this request: a version above the one loaded is someone else's save.
         # (Between this read and the save, the service checks again under the row's lock.)
@@ -269,7 +270,8 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
             return HttpResponseNotAllowed(["POST"])
         destination = self.get_object(request, unquote(object_id))
         if destination is None:
-            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+            # Django's own (ModelAdmin.change_view uses it); missing from django-stubs.
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)  # type: ignore[attr-defined]
         if not self.has_change_permission(request, destination):
             raise PermissionDenied
         self.send_test(request, Destination.objects.filter(pk=destination.pk))

@@ -24,7 +24,7 @@ from delivery.services.endpoints import endpoint_pause, endpoint_resume
 
 # The shared palette's keys whose colours say the same thing: green flowing,
 # red failing, orange held by a person.
-_STATE_BADGE_KEYS = {
+_STATE_BADGE_KEYS: dict[str, str] = {
     EndpointState.HEALTHY: "COMPLETED",
     EndpointState.FAILING: "FAILED",
     EndpointState.PAUSED: "OVERDUE",
@@ -234,6 +234,7 @@ class EndpointAdmin(widgets.ViewOnlyPageMixin, admin.ModelAdmin):
             raise PermissionDenied
         endpoint = self.get_object(request, unquote(object_id))
         if endpoint is None:
-            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+            # Django's own (ModelAdmin.change_view uses it); missing from django-stubs.
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)  # type: ignore[attr-defined]
         action(request, [endpoint])
         return HttpResponseRedirect(reverse("admin:delivery_endpoint_change", args=[endpoint.pk]))

@@ -69,9 +69,10 @@ class TargetWindowFilter(admin.SimpleListFilter):
         return [(key, label) for key, (label, _, _) in self.WINDOWS.items()]
 
     def queryset(self, request, queryset):
-        if self.value() not in self.WINDOWS:
+        value = self.value()
+        if value is None or value not in self.WINDOWS:
             return queryset
-        _, start, end = self.WINDOWS[self.value()]
+        _, start, end = self.WINDOWS[value]
         now = timezone.now()
         window = Q(target_timestamp_utc__gte=now + start, target_timestamp_utc__lt=now + end)
         # Each arm carries its partial index's own predicate, so each is read from it.

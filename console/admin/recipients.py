@@ -32,7 +32,7 @@ class EventInline(widgets.ReadOnlyInlineMixin, admin.TabularInline):
     verbose_name_plural = f"events (the latest {widgets.LatestRowsFormSet.shown}; the events list has every one: search the recipient's id)"
     show_change_link = True
     ordering = ["-occurrence_date", "-created_at"]
-    fields = [
+    fields = readonly_fields = (
         "event_type",
         "occurrence_date",
         "target_timestamp_utc",
@@ -41,8 +41,7 @@ class EventInline(widgets.ReadOnlyInlineMixin, admin.TabularInline):
         "retries",
         "executed_at",
         "failure_reason",
-    ]
-    readonly_fields = fields
+    )
 
     @admin.display(description="status")
     def status_badge(self, event: Event):
@@ -178,14 +177,15 @@ class RecipientAdmin(BoundedListAdmin):
         # The console refuses deleting those alone, not as part of their recipient.
         perms_needed -= {Event._meta.verbose_name, Delivery._meta.verbose_name}
         attempts = DeliveryAttempt._meta
-        counts.pop(attempts.verbose_name_plural, None)
+        counts.pop(str(attempts.verbose_name_plural), None)
         # The collector's list holds each row as text, "<Verbose name>: <row>", its rows below it.
         deleted = _without_rows(deleted, prefix=f"{capfirst(attempts.verbose_name)}: ")
         return deleted, counts, perms_needed, protected
 
     def delete_view(self, request, object_id, extra_context=None):
         if request.method != "POST":  # the confirmation; a POST erases
-            recipient = User.objects.filter(pk=widgets.parse_uuid(object_id))
+            pk = widgets.parse_uuid(object_id)
+            recipient = User.objects.filter(pk=pk) if pk is not None else User.objects.none()
             extra_context = {**(extra_context or {}), "erasure": _erasure_kept(recipient)}
         return super().delete_view(request, object_id, extra_context)
 
@@ -194,6 +194,7 @@ class RecipientAdmin(BoundedListAdmin):
         """Django's own action (its confirmation, then delete_queryset), with what the erase keeps."""
         response = delete_selected(self, request, queryset)
         if isinstance(response, TemplateResponse):  # the confirmation; None once erased
+            assert response.context_data is not None  # a confirmation page has its context
             response.context_data["erasure"] = _erasure_kept(queryset)
         return response
 

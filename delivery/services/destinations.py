@@ -86,7 +86,8 @@ def destination_url_validate(*, url: str) -> str:
         URLValidator(schemes=["http", "https"])(url)
     except ValidationError:
         raise ValidationError({"url": ["Enter an http or https URL."]}) from None
-    if len(url) > Destination._meta.get_field("url").max_length:
+    max_length = Destination._meta.get_field("url").max_length
+    if max_length is not None and len(url) > max_length:
         raise ValidationError({"url": ["A URL of at most 2000 characters."]})
     try:
         # The rules the worker applies at each connection, checked here first:
@@ -114,7 +115,9 @@ def _cleaned(values: Mapping[str, Any]) -> dict[str, Any]:
         cleaned["name"] = (values["name"] or "").strip()
         if not cleaned["name"]:
             errors["name"] = ["A destination needs a name."]
-        elif len(cleaned["name"]) > Destination._meta.get_field("name").max_length:
+        elif (limit := Destination._meta.get_field("name").max_length) is not None and len(
+            cleaned["name"]
+        ) > limit:
             errors["name"] = ["A name of at most 100 characters."]
     if "url" in values:
         try:
@@ -151,7 +154,7 @@ def _cleaned(values: Mapping[str, Any]) -> dict[str, Any]:
 def _unique_fields_checked(*, values: Mapping[str, Any], exclude: int | None = None) -> None:
     """A friendly error for a name or URL another destination has (the unique keys still decide)."""
     errors = {}
-    others = Destination.objects.exclude(pk=exclude)
+    others = Destination.objects.all() if exclude is None else Destination.objects.exclude(pk=exclude)
     if "name" in values and others.filter(name=values["name"]).exists():
         errors["name"] = ["Another destination has this name."]
     if "url" in values and others.filter(url=values["url"]).exists():

@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -107,11 +107,11 @@ class QueuedDeliveryRow(NamedTuple):
     destination_id: int
     endpoint_url: str
     idempotency_key: str
-    payload: dict
+    payload: dict[str, Any]
 
 
 def queued_delivery_row(
-    *, event_id: uuid.UUID, destination: Destination, idempotency_key: str, payload: dict
+    *, event_id: uuid.UUID, destination: Destination, idempotency_key: str, payload: dict[str, Any]
 ) -> QueuedDeliveryRow:
     """A new delivery of the event's standard `payload` to `destination`, in its format, as a row to insert."""
     # By position, in the fields' order: one call per row of a batch, and keywords cost more.
@@ -125,7 +125,7 @@ def queued_delivery_row(
     )
 
 
-def queued_delivery_defaults(*, now: datetime) -> dict:
+def queued_delivery_defaults(*, now: datetime) -> dict[str, Any]:
     """What every new delivery shares: due now, with a full budget of attempts."""
     return {
         "status": DeliveryStatus.QUEUED.value,
@@ -213,7 +213,8 @@ def _split_by_subscription(
 ) -> tuple[list[ClaimedEvent], list[ClaimedEvent]]:
     """The events some destination receives, and those of a type no enabled destination subscribes to."""
     subscribed_types = {t for t in EventType.values if any(d.subscribes_to(t) for d in destinations)}
-    sendable, unsubscribed = [], []
+    sendable: list[ClaimedEvent] = []
+    unsubscribed: list[ClaimedEvent] = []
     for event in events:
         (sendable if event.event_type in subscribed_types else unsubscribed).append(event)
     return sendable, unsubscribed
@@ -228,7 +229,7 @@ def _due_events_lock(*, now: datetime, batch_size: int) -> list[ClaimedEvent]:
     )
     split, pause = len(_EVENT_FIELDS), -len(_PAUSE_FIELDS)
     return [
-        ClaimedEvent(*row[:split], RecipientRow._make(row[split:pause]), PauseSpan._make(row[pause:]))
+        ClaimedEvent._make((*row[:split], RecipientRow._make(row[split:pause]), PauseSpan._make(row[pause:])))
         for row in rows
     ]
 
@@ -262,7 +263,8 @@ def _split_by_lateness(
 ) -> tuple[list[ClaimedEvent], list[ClaimedEvent]]:
     """The events still to send, and those overdue by more than EVENT_MAX_LATENESS."""
     max_lateness = settings.EVENT_MAX_LATENESS
-    on_time, too_late = [], []
+    on_time: list[ClaimedEvent] = []
+    too_late: list[ClaimedEvent] = []
     for event in events:
         (on_time if now - event.target_timestamp_utc <= max_lateness else too_late).append(event)
     return on_time, too_late

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import transaction
@@ -128,9 +128,9 @@ def _deliveries_move(
     now: datetime,
     held_by: str | None,
     expired_before: datetime | None,
-) -> list[tuple]:
+) -> list[tuple[Any, ...]]:
     """Move the records' deliveries still under the lease to `status`; return (id, event id) of each moved."""
-    values = {
+    values: dict[str, list[Any]] = {
         "last_status_code": [r.status_code for r in records],
         "last_error": [r.decision.reason for r in records],
     }
@@ -141,7 +141,8 @@ def _deliveries_move(
     if status != DeliveryStatus.QUEUED:
         changes["next_attempt_at"] = now
     elif not keeps_due:
-        values["next_attempt_at"] = [now + r.decision.delay for r in records]
+        # Each has a delay: the records are grouped by whether theirs is None (_by_move).
+        values["next_attempt_at"] = [now + r.decision.delay for r in records if r.decision.delay is not None]
     if status == DeliveryStatus.DELIVERED:
         changes["delivered_at"] = now
     return deliveries_transition(
@@ -307,7 +308,7 @@ def _outlived(result: SendResult) -> timedelta | None:
     return lateness if queued_at is not None and result.finished_at - queued_at >= lateness else None
 
 
-def _log_fields(result: SendResult) -> dict:
+def _log_fields(result: SendResult) -> dict[str, Any]:
     return {
         "event_id": str(result.delivery.event_id),
         "user_id": result.delivery.user_id,

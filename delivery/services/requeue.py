@@ -14,6 +14,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 
@@ -25,7 +26,7 @@ from scheduling.models import Event, EventStatus
 from scheduling.services.transitions import Actor, events_transition
 
 
-def event_payload(*, event: Event, templates: Mapping[str, str]) -> dict:
+def event_payload(*, event: Event, templates: Mapping[str, str]) -> dict[str, Any]:
     """The standard body of `event` (its `user` loaded) rendered now, with `templates` (message_templates())."""
     return webhook_payload(
         event_id=event.id,
@@ -53,7 +54,7 @@ def deliveries_requeue(
     """
     if not deliveries:
         return []
-    payloads: dict[uuid.UUID, dict] = {}
+    payloads: dict[uuid.UUID, dict[str, Any]] = {}
     bodies, urls, budgets = [], [], []
     for delivery in deliveries:
         payload = payloads.get(delivery.event_id)

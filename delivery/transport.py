@@ -233,9 +233,8 @@ class WebhookTransport:
         """Behind a proxy: why the receiver's name is refused as this host resolves it, or None."""
         parsed = self._url(url)
         host = parsed.raw_host
-        assert (
-            host is not None and self._screening is not None
-        )  # url_refusal passed it; the transport is open
+        # url_refusal passed the URL, so it has a host; the transport is open, so it screens.
+        assert host is not None and self._screening is not None
         if parse_address(host) is not None:
             return None  # a literal address: url_refusal has judged it
         key = (host, parsed.port)

@@ -113,11 +113,10 @@ def _cleaned(values: Mapping[str, Any]) -> dict[str, Any]:
     cleaned, errors = dict(values), {}
     if "name" in values:
         cleaned["name"] = (values["name"] or "").strip()
+        name_max_length = Destination._meta.get_field("name").max_length
         if not cleaned["name"]:
             errors["name"] = ["A destination needs a name."]
-        elif (limit := Destination._meta.get_field("name").max_length) is not None and len(
-            cleaned["name"]
-        ) > limit:
+        elif name_max_length is not None and len(cleaned["name"]) > name_max_length:
             errors["name"] = ["A name of at most 100 characters."]
     if "url" in values:
         try:

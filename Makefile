@@ -100,9 +100,10 @@ quick-suite:
 # this checkout's folder under /var/lib/birthday-scheduler-dev (devtools/postgres.py).
 # clean first stops those servers and removes their files, with the venv's Python or,
 # once the venv is gone, the system's (that step needs only the standard library).
+# mypy's cache (.mypy_cache) goes too.
 clean:
 	$(if $(wildcard $(PY)),$(PY),$(PYTHON)) -m devtools.postgres clean
-	rm -rf $(VENV) var
+	rm -rf $(VENV) var .mypy_cache
 
 # Benchmarks (bench/README.md): installs nginx/wrk if missing and its own venv
 # (bench/.venv, never the product's), then runs every workload against throwaway

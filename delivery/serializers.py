@@ -54,8 +54,9 @@ class DestinationSerializer(serializers.ModelSerializer):
     format = serializers.ChoiceField(
         choices=DestinationFormat.choices,
         required=False,
-        help_text="standard: the JSON body with Standard Webhooks signatures; slack, discord, teams: the body "
-        "their incoming webhooks accept (signed too).",
+        help_text="standard: the JSON body with Standard Webhooks signatures; slack, discord: the body their "
+        "incoming webhooks accept, mentioning no one; teams: an Adaptive Card for a Teams Workflows webhook; "
+        "teams_messagecard: the legacy connector MessageCard (all signed too).",
     )
     timeout = SecondsField(
         required=False,

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.utils import timezone
 
-from delivery.formats import body_format
+from channels import channel_for
 from delivery.models import AttemptOutcome, Destination
 from delivery.selectors import destination_signing_secrets
 from delivery.signing import WebhookSigner
@@ -124,7 +124,7 @@ def _ping(*, destination: Destination, sent_at: str) -> ClaimedDelivery:
         event_id=uuid.uuid4(),
         idempotency_key=message_id,
         endpoint_url=destination.url,
-        body=json.dumps(body_format(format=destination.format, payload=payload)),
+        body=json.dumps(channel_for(destination.format).body(payload)),
         attempt=1,
         max_attempts=1,
     )

@@ -278,6 +278,10 @@ class EndpointState(models.TextChoices):
     FAILING = "FAILING", "Failing"
     # An operator paused it: deliveries stay QUEUED until resumed.
     PAUSED = "PAUSED", "Paused"
+    # Its service answered that the destination no longer exists (a deleted webhook, an
+    # archived channel: channels.base.Verdict.GONE): deliveries stay QUEUED, without
+    # spending attempts and without probes, until an operator resumes it or changes the URL.
+    GONE = "GONE", "Gone"
 
 
 class Endpoint(models.Model):

@@ -78,7 +78,8 @@ class DestinationSerializer(serializers.ModelSerializer):
         help_text="Whether an operator paused it (its endpoint's pause)."
     )
     endpoint_state = serializers.SerializerMethodField(
-        help_text="Its URL's health: HEALTHY, FAILING or PAUSED."
+        help_text="Its URL's health: HEALTHY, FAILING, PAUSED or GONE (its service answered that the "
+        "destination no longer exists: nothing is sent to it until resumed or given a new URL)."
     )
 
     class Meta:

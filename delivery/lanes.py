@@ -8,8 +8,8 @@ start, from
 - the lane's own limit: adaptive (delivery.limit) or an operator's --concurrency;
 - the fleet's max in flight (the destination's, else WEBHOOK_MAX_IN_FLIGHT), of which
   this worker holds a share;
-- the fleet's max rate (the destination's, else WEBHOOK_MAX_RATE) schedule, from
-  which it reserves send slots;
+- the fleet's max rate (the destination's, else its chat service's pace (channels)
+  or WEBHOOK_MAX_RATE, the lower) schedule, from which it reserves send slots;
 - the rate the lane learnt from the receiver's 429s without Retry-After
   (delivery.limit.LearnedRate): each request waits for its turn at it, taken
   when it is about to start, so a cut slows what is already waiting; with a max

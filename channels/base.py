@@ -91,14 +91,19 @@ def seconds_or_none(value: object) -> float | None:
     return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
+# The readings that carry nothing but their verdict, made once: every delivered answer is read.
+_DELIVERED = Reading(Verdict.DELIVERED)
+_REFUSED = Reading(Verdict.REFUSED)
+
+
 def standard_reading(*, status: int, headers: Mapping[str, str]) -> Reading:
     """What an HTTP status says by itself, with the Retry-After of a transient one: any receiver's reading."""
     if 200 <= status < 300:
-        return Reading(Verdict.DELIVERED)
+        return _DELIVERED
     if status >= 500 or status in TRANSIENT_STATUSES:
         return Reading(Verdict.RETRY, retry_after=parse_retry_after(headers.get("Retry-After")))
     # Redirects are not followed, and any other 4xx will not get better by itself.
-    return Reading(Verdict.REFUSED)
+    return _REFUSED
 
 
 def fit(

@@ -8,8 +8,8 @@ start, from
 - the lane's own limit: adaptive (delivery.limit) or an operator's --concurrency;
 - the fleet's max in flight (the destination's, else WEBHOOK_MAX_IN_FLIGHT), of which
   this worker holds a share;
-- the fleet's max rate (the destination's, else WEBHOOK_MAX_RATE) schedule, from
-  which it reserves send slots;
+- the fleet's max rate (the destination's, else its chat service's pace (channels)
+  or WEBHOOK_MAX_RATE, the lower) schedule, from which it reserves send slots;
 - the rate the lane learnt from the receiver's 429s without Retry-After
   (delivery.limit.LearnedRate): each request waits for its turn at it, taken
   when it is about to start, so a cut slows what is already waiting; with a max
@@ -42,6 +42,7 @@ from typing import Protocol
 from django.conf import settings
 from django.utils import timezone
 
+from channels import STANDARD, Channel, channel_for
 from delivery.health import Signal, signal_of
 from delivery.limit import AdaptiveLimit, FixedLimit, LearnedRate
 from delivery.metrics import IN_FLIGHT_LIMIT, LEARNED_RATE
@@ -123,6 +124,8 @@ class Lane:
     timeout: float | None = None
     signer: WebhookSigner | None = None
     signing_secrets: tuple[str, ...] = ()
+    # The destination's kind (channels): its answers are read by it.
+    channel: Channel = STANDARD
     # The receiver's rate limit as learnt from its 429s without Retry-After, and the instant
     # of the last turn taken at it.
     rate: LearnedRate = field(default_factory=LearnedRate)
@@ -194,8 +197,18 @@ class Lane:
     def follow_destination(
         self, destination: Destination, *, secrets: list[str], max_rate: float, max_in_flight: int
     ) -> None:
-        """The destination's settings as now saved; `max_rate` and `max_in_flight` are the settings' defaults."""
-        self.max_rate = destination.max_rate if destination.max_rate is not None else max_rate
+        """The destination's settings as now saved; `max_rate` and `max_in_flight` are the settings' defaults.
+
+        Without a max_rate of its own, a destination of a chat kind keeps to its
+        service's published pace (channels), unless WEBHOOK_MAX_RATE is lower.
+        """
+        self.channel = channel_for(destination.format)
+        if destination.max_rate is not None:
+            self.max_rate = destination.max_rate
+        elif self.channel.pace is not None:
+            self.max_rate = min(max_rate, self.channel.pace) if max_rate else self.channel.pace
+        else:
+            self.max_rate = max_rate
         self.max_in_flight = (
             destination.max_in_flight if destination.max_in_flight is not None else max_in_flight
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client import REGISTRY, Gauge, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -31,6 +31,11 @@ CLAIM_BATCH_DURATION = Histogram(
     labelnames=("kind",),
     # From a worker's small claims to a scheduler's whole batch of 1,000 on a table of millions of events.
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
+ENDPOINTS_GONE = Counter(
+    "birthday_worker_endpoints_gone",
+    "Endpoints this worker made GONE: their service answered that the destination no longer exists "
+    '(the web\'s birthday_endpoint_state{state="GONE"} says which are gone now).',
 )
 IN_FLIGHT_LIMIT = Gauge(
     "birthday_worker_in_flight_limit",

@@ -5,6 +5,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 
+from channels import CHANNELS
 from runtime.ids import uuid7
 from scheduling.event_types import EventType
 
@@ -12,15 +13,11 @@ if TYPE_CHECKING:
     from delivery.selectors import Backlog
 
 
-class DestinationFormat(models.TextChoices):
-    # Today's JSON body (message, event and recipient ids, dates), signed.
-    STANDARD = "standard", "Standard Webhooks JSON"
-    # A Slack incoming webhook: {"text": message}.
-    SLACK = "slack", "Slack"
-    # A Discord webhook: {"content": message}, at most 2000 characters.
-    DISCORD = "discord", "Discord"
-    # A Microsoft Teams incoming webhook: a MessageCard.
-    TEAMS = "teams", "Microsoft Teams"
+# The kinds of destination (channels/, one module each), as choices: a kind's name is the
+# destination's `format` (STANDARD, SLACK, DISCORD, TEAMS, TEAMS_MESSAGECARD); its label names it.
+DestinationFormat = models.TextChoices(
+    "DestinationFormat", [(name.upper(), (name, channel.label)) for name, channel in CHANNELS.items()]
+)
 
 
 class Destination(models.Model):
@@ -40,7 +37,7 @@ class Destination(models.Model):
         models.CharField(max_length=32, choices=EventType.choices), default=list, blank=True
     )
     format = models.CharField(
-        max_length=16, choices=DestinationFormat.choices, default=DestinationFormat.STANDARD
+        max_length=32, choices=DestinationFormat.choices, default=DestinationFormat.STANDARD
     )
     # Disabled: occurrences claimed meanwhile get no delivery for it (what is queued still goes).
     enabled = models.BooleanField(default=True)
@@ -290,6 +287,10 @@ class EndpointState(models.TextChoices):
     FAILING = "FAILING", "Failing"
     # An operator paused it: deliveries stay QUEUED until resumed.
     PAUSED = "PAUSED", "Paused"
+    # Its service answered that the destination no longer exists (a deleted webhook, an
+    # archived channel: channels.base.Verdict.GONE): deliveries stay QUEUED, without
+    # spending attempts and without probes, until an operator resumes it or changes the URL.
+    GONE = "GONE", "Gone"
 
 
 class Endpoint(models.Model):

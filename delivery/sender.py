@@ -95,8 +95,11 @@ class Sender:
         lane.take_turn(time.monotonic())
         lane.not_begun -= 1
         self.begun.add(delivery.id)
-        # Signed and timed as the lane's destination says (delivery.lanes follows its edits).
-        return await self.transport.send(delivery, signer=lane.signer, timeout=lane.timeout), waited_for_turn
+        # Signed, timed and read as the lane's destination says (delivery.lanes follows its edits).
+        result = await self.transport.send(
+            delivery, signer=lane.signer, timeout=lane.timeout, channel=lane.channel
+        )
+        return result, waited_for_turn
 
     def run(self, *, seconds: float, return_when: Callable[[], bool]) -> None:
         """Run the loop until `return_when()` says so after a request finished, nothing is open, or `seconds` pass.

@@ -57,8 +57,9 @@ class DestinationSerializer(serializers.ModelSerializer):
     format = serializers.ChoiceField(
         choices=DestinationFormat.choices,
         required=False,
-        help_text="standard: the JSON body with Standard Webhooks signatures; slack, discord, teams: the body "
-        "their incoming webhooks accept (signed too).",
+        help_text="standard: the JSON body with Standard Webhooks signatures; slack, discord: the body their "
+        "incoming webhooks accept, mentioning no one; teams: an Adaptive Card for a Teams Workflows webhook; "
+        "teams_messagecard: the legacy connector MessageCard (all signed too).",
     )
     timeout = SecondsField(
         required=False,
@@ -80,7 +81,8 @@ class DestinationSerializer(serializers.ModelSerializer):
         help_text="Whether an operator paused it (its endpoint's pause)."
     )
     endpoint_state = serializers.SerializerMethodField(
-        help_text="Its URL's health: HEALTHY, FAILING or PAUSED."
+        help_text="Its URL's health: HEALTHY, FAILING, PAUSED or GONE (its service answered that the "
+        "destination no longer exists: nothing is sent to it until resumed or given a new URL)."
     )
 
     class Meta:

@@ -13,7 +13,6 @@ WebhookTransport. A refusal is a permanent failure that made no request.
 
 from __future__ import annotations
 
-import email.utils
 import functools
 import json
 import time
@@ -28,6 +27,8 @@ import yarl
 from aiohttp.abc import AbstractResolver
 from aiohttp.resolver import DefaultResolver
 
+from channels import STANDARD, Channel, Verdict
+from channels.base import standard_reading
 from config import __version__
 from delivery.models import AttemptOutcome, DeliveryAttempt
 from delivery.receiver_addresses import ReceiverPolicy, parse_address, url_refusal
@@ -35,8 +36,6 @@ from delivery.resolver import AddressRefused, ScreeningResolver
 from delivery.signing import WebhookSigner
 
 USER_AGENT = f"birthday-scheduler/{__version__} (+webhooks)"
-# Statuses that say "try again later" rather than "never".
-TRANSIENT_STATUSES = frozenset({408, 425, 429})
 # Bodies up to this size are read whole so the connection can be reused;
 # longer ones are cut after the excerpt and the connection dropped.
 _READ_WHOLE_BODY_UP_TO = 64 * 1024
@@ -88,6 +87,8 @@ class SendResult:
     started_mono: float = 0.0
     # No request was made: the receiver's address is refused (delivery.receiver_addresses).
     refused: bool = False
+    # The service says the destination no longer exists (channels.base.Verdict.GONE).
+    gone: bool = False
 
     def describe(self) -> str:
         if self.status_code is not None:
@@ -95,29 +96,18 @@ class SendResult:
         return self.error or "unknown error"
 
 
+# How a kind's verdict is recorded as the attempt's outcome (GONE: refused, and the endpoint gone).
+OUTCOME_OF = {
+    Verdict.DELIVERED: AttemptOutcome.DELIVERED,
+    Verdict.RETRY: AttemptOutcome.TRANSIENT_FAILURE,
+    Verdict.REFUSED: AttemptOutcome.PERMANENT_FAILURE,
+    Verdict.GONE: AttemptOutcome.PERMANENT_FAILURE,
+}
+
+
 def classify_status(status_code: int) -> AttemptOutcome:
-    if 200 <= status_code < 300:
-        return AttemptOutcome.DELIVERED
-    if status_code >= 500 or status_code in TRANSIENT_STATUSES:
-        return AttemptOutcome.TRANSIENT_FAILURE
-    # Redirects are not followed, and any other 4xx will not get better by itself.
-    return AttemptOutcome.PERMANENT_FAILURE
-
-
-def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
-    """Seconds from a Retry-After header (delta-seconds or HTTP-date); None if absent or bad."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, when.timestamp() - (now if now is not None else time.time()))
+    """What a status says by itself, as any receiver's (channels.base.standard_reading)."""
+    return OUTCOME_OF[standard_reading(status=status_code, headers={}).verdict]
 
 
 class WebhookTransport:
@@ -261,9 +251,15 @@ class WebhookTransport:
         return headers
 
     async def send(
-        self, delivery: ClaimedDelivery, *, signer: WebhookSigner | None = None, timeout: float | None = None
+        self,
+        delivery: ClaimedDelivery,
+        *,
+        signer: WebhookSigner | None = None,
+        timeout: float | None = None,
+        channel: Channel = STANDARD,
     ) -> SendResult:
-        """POST `delivery`, signed by its destination's `signer`, waiting `timeout` (default: the session's)."""
+        """POST `delivery`, signed by its destination's `signer`, waiting `timeout` (default: the session's);
+        its answer read by the destination's kind, `channel`."""
         body = delivery.body
         timeout = timeout or self.timeout
         started_at = datetime.now(UTC)
@@ -299,11 +295,7 @@ class WebhookTransport:
                 timeout=self._timeout_of(timeout),
             ) as response:
                 excerpt = await _read_excerpt(response)
-                status, reason, retry_after_header = (
-                    response.status,
-                    response.reason,
-                    response.headers.get("Retry-After"),
-                )
+                status, reason, headers = response.status, response.reason, response.headers
         except AddressRefused as exc:
             return finish(AttemptOutcome.PERMANENT_FAILURE, error=str(exc), refused=True)
         except TimeoutError:
@@ -314,15 +306,18 @@ class WebhookTransport:
             # Refused, reset, DNS, TLS, proxy, a connection closed mid-answer:
             # the receiver or the way to it, not the message.
             return finish(AttemptOutcome.TRANSIENT_FAILURE, error=f"Connection error: {_short(exc)}")
-        outcome = classify_status(status)
-        retry_after = None
-        error = ""
-        if outcome == AttemptOutcome.TRANSIENT_FAILURE:
-            retry_after = parse_retry_after(retry_after_header)
-        if outcome != AttemptOutcome.DELIVERED:
-            error = reason or ""
+        # The kind reads the answer: the status, its headers and the body's first bytes (a Slack
+        # refusal is a code in the body, Discord's wait is in its JSON).
+        reading = channel.read(status=status, headers=headers, body=excerpt)
+        outcome = OUTCOME_OF[reading.verdict]
+        error = "" if outcome == AttemptOutcome.DELIVERED else (reading.code or reason or "")
         return finish(
-            outcome, status_code=status, error=error, response_excerpt=excerpt, retry_after=retry_after
+            outcome,
+            status_code=status,
+            error=error,
+            response_excerpt=excerpt,
+            retry_after=reading.retry_after if reading.verdict == Verdict.RETRY else None,
+            gone=reading.verdict == Verdict.GONE,
         )
 
 

@@ -190,7 +190,7 @@ def _endpoint_families(*, now: datetime, endpoints: list[Endpoint]) -> Iterator[
     waiting = endpoint_backlog(urls=[endpoint.url for endpoint in endpoints])
     state = GaugeMetricFamily(
         "birthday_endpoint_state",
-        "1 for the endpoint's current state (HEALTHY, FAILING, PAUSED), 0 for the others.",
+        "1 for the endpoint's current state (HEALTHY, FAILING, PAUSED, GONE), 0 for the others.",
         labels=["endpoint", "state"],
     )
     failures = GaugeMetricFamily(

@@ -23,11 +23,13 @@ from delivery.selectors import Backlog, endpoint_backlog
 from delivery.services.endpoints import endpoint_pause, endpoint_resume
 
 # The shared palette's keys whose colours say the same thing: green flowing,
-# red failing, orange held by a person.
+# red failing or gone, orange held by a person.
 _STATE_BADGE_KEYS: dict[str, str] = {
     EndpointState.HEALTHY: "COMPLETED",
     EndpointState.FAILING: "FAILED",
     EndpointState.PAUSED: "OVERDUE",
+    # Red as a dead delivery: nothing more goes until a person acts.
+    EndpointState.GONE: "DEAD",
 }
 LAST_ERROR_SHOWN = 80
 
@@ -207,7 +209,7 @@ class EndpointAdmin(widgets.ViewOnlyPageMixin, admin.ModelAdmin):
             self, request, queryset, service=endpoint_pause, verb="Pause", kwarg="endpoint", outcome="paused"
         )
 
-    @admin.action(description="Resume selected paused endpoints", permissions=["change"])
+    @admin.action(description="Resume selected paused or gone endpoints", permissions=["change"])
     def resume(self, request, queryset):
         widgets.run_operator_action(
             self,

@@ -33,7 +33,12 @@ from delivery.models import (
 )
 from delivery.receiver_addresses import webhook_url_validate
 from delivery.selectors import destination_unsent_count, destinations_for_claim
-from delivery.services.endpoints import endpoint_pause, endpoint_resume, endpoints_ensure
+from delivery.services.endpoints import (
+    endpoint_forget_gone,
+    endpoint_pause,
+    endpoint_resume,
+    endpoints_ensure,
+)
 from delivery.signing import parse_secrets
 from scheduling.event_types import EventType
 
@@ -236,6 +241,9 @@ def destination_update(
             moved = Delivery.objects.filter(destination=current, status__in=UNSENT).update(
                 endpoint_url=current.url
             )
+            # A new URL is the operator's answer to an old one's service saying it is gone.
+            if not Destination.objects.filter(url=old_url).exists():
+                endpoint_forget_gone(url=old_url, operator=operator)
     logger.info(
         "Destination changed by %s",
         operator,

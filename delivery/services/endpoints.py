@@ -22,13 +22,19 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from delivery.health import Answer, Health, HealthPolicy, observe
+from delivery.metrics import ENDPOINTS_GONE
 from delivery.models import Endpoint, EndpointPermit, EndpointState
 from runtime.wakeup import WORKER_CHANNEL, notify
 from scheduling.exceptions import InvalidStateTransition
 
 logger = logging.getLogger(__name__)
 
-HEALTHY, FAILING, PAUSED = EndpointState.HEALTHY, EndpointState.FAILING, EndpointState.PAUSED
+HEALTHY, FAILING, PAUSED, GONE = (
+    EndpointState.HEALTHY,
+    EndpointState.FAILING,
+    EndpointState.PAUSED,
+    EndpointState.GONE,
+)
 
 
 class EndpointActor(enum.StrEnum):
@@ -36,7 +42,7 @@ class EndpointActor(enum.StrEnum):
 
     WORKER = "worker"  # recording a batch of answers
     PROBE = "probe"  # the one attempt a FAILING endpoint lets through
-    OPERATOR = "operator"  # the console's Pause and Resume
+    OPERATOR = "operator"  # the console's and the API's Pause and Resume, a destination's new URL
 
 
 # The state machine. Every other move is refused with InvalidStateTransition.
@@ -51,6 +57,15 @@ ENDPOINT_TRANSITIONS: Mapping[tuple[str, str], EndpointActor] = {
     # Resumed: HEALTHY, so the backlog drains at once; if the receiver is still
     # down, the first answers make it FAILING again.
     (PAUSED, HEALTHY): EndpointActor.OPERATOR,
+    # Its service answered that the destination no longer exists (channels: a deleted
+    # webhook, an archived channel), to any attempt, a probe's included.
+    (HEALTHY, GONE): EndpointActor.WORKER,
+    (FAILING, GONE): EndpointActor.WORKER,
+    # The operator fixed it at the service (a new webhook behind the same URL, the channel
+    # unarchived) and resumes it, or gave the destination a new URL; or pauses it meanwhile.
+    # If it is still gone, the first answer makes it GONE again.
+    (GONE, HEALTHY): EndpointActor.OPERATOR,
+    (GONE, PAUSED): EndpointActor.OPERATOR,
 }
 
 _HEALTH_FIELDS = tuple(Health.__dataclass_fields__)
@@ -113,7 +128,7 @@ def endpoint_record_answers(
     }
     moves = changes.pop("state", None)
     if moves is not None:
-        actor = EndpointActor.WORKER if moves == FAILING else EndpointActor.PROBE
+        actor = EndpointActor.WORKER if moves in (FAILING, GONE) else EndpointActor.PROBE
         endpoint_transition(
             endpoint_id=endpoint.pk, source=before.state, target=moves, actor=actor, changes=changes
         )
@@ -131,7 +146,14 @@ def endpoint_note_success(*, url: str, at: datetime) -> None:
 
 
 def _log_move(*, url: str, before: Health, after: Health) -> None:
-    if after.state == FAILING:
+    if after.state == GONE:
+        ENDPOINTS_GONE.inc()
+        logger.error(
+            "Endpoint gone: its service says the destination no longer exists; nothing is sent to it until an "
+            "operator resumes it or changes its URL",
+            extra={"endpoint": url, "last_error": after.last_error, "was": before.state},
+        )
+    elif after.state == FAILING:
         logger.warning(
             "Endpoint failing: %s failures in a row; deliveries wait for it, probing every %s s at most",
             after.consecutive_failures,
@@ -149,7 +171,7 @@ def _log_move(*, url: str, before: Health, after: Health) -> None:
 def endpoint_pause(*, endpoint: Endpoint, operator: str) -> Endpoint:
     """Hold every delivery to this endpoint: its backlog stays QUEUED until resumed."""
     now = timezone.now()
-    for source in (HEALTHY, FAILING):
+    for source in (HEALTHY, FAILING, GONE):
         if endpoint_transition(
             endpoint_id=endpoint.pk,
             source=source,
@@ -171,21 +193,45 @@ def endpoint_pause(*, endpoint: Endpoint, operator: str) -> Endpoint:
 
 
 def endpoint_resume(*, endpoint: Endpoint, operator: str) -> Endpoint:
-    """Let deliveries to this endpoint flow again; its backlog drains in due order."""
-    if not endpoint_transition(
+    """Let deliveries to this paused or gone endpoint flow again; its backlog drains in due order."""
+    for source in (PAUSED, GONE):
+        if endpoint_transition(
+            endpoint_id=endpoint.pk,
+            source=source,
+            target=HEALTHY,
+            actor=EndpointActor.OPERATOR,
+            changes={"paused_by": "", "paused_at": None, "consecutive_failures": 0, "blocked_until": None},
+        ):
+            logger.warning(
+                "Endpoint resumed by %s", operator, extra={"endpoint": endpoint.url, "was": source}
+            )
+            notify(WORKER_CHANNEL)
+            return Endpoint.objects.get(pk=endpoint.pk)
+    current = Endpoint.objects.get(pk=endpoint.pk)
+    raise InvalidStateTransition(
+        f"Endpoint {current.url} is {current.state}, neither paused nor gone: nothing to resume."
+    )
+
+
+def endpoint_forget_gone(*, url: str, operator: str) -> bool:
+    """A destination left this URL for another: a GONE verdict on it is answered, and raises no alert any more.
+
+    The old URL's row stays (its history); HEALTHY, as nothing more is sent to it
+    unless a destination takes the URL again, and then it is tried afresh.
+    """
+    endpoint = Endpoint.objects.filter(url=url, state=GONE).first()
+    if endpoint is None:
+        return False
+    moved = endpoint_transition(
         endpoint_id=endpoint.pk,
-        source=PAUSED,
+        source=GONE,
         target=HEALTHY,
         actor=EndpointActor.OPERATOR,
-        changes={"paused_by": "", "paused_at": None, "consecutive_failures": 0, "blocked_until": None},
-    ):
-        current = Endpoint.objects.get(pk=endpoint.pk)
-        raise InvalidStateTransition(
-            f"Endpoint {current.url} is {current.state}, not paused: nothing to resume."
-        )
-    logger.warning("Endpoint resumed by %s", operator, extra={"endpoint": endpoint.url})
-    notify(WORKER_CHANNEL)
-    return Endpoint.objects.get(pk=endpoint.pk)
+        changes={"consecutive_failures": 0, "blocked_until": None},
+    )
+    if moved:
+        logger.warning("Gone endpoint left for a new URL by %s", operator, extra={"endpoint": url})
+    return moved
 
 
 def endpoint_take_probe(*, endpoint_id: int, now: datetime, lease: timedelta) -> bool:

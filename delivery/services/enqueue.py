@@ -30,7 +30,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from delivery.formats import body_format
+from channels import channel_for
 from delivery.models import Delivery, DeliveryStatus, Destination
 from delivery.payload import webhook_payload
 from delivery.services.destinations import destinations_for_queueing
@@ -121,7 +121,7 @@ def queued_delivery_row(
         destination.pk,
         destination.url,
         idempotency_key,
-        body_format(format=destination.format, payload=payload),
+        channel_for(destination.format).body(payload),
     )
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.utils import timezone
 
-from delivery.formats import body_format
+from channels import Channel, channel_for
 from delivery.models import AttemptOutcome, Destination
 from delivery.selectors import destination_signing_secrets
 from delivery.signing import WebhookSigner
@@ -82,7 +82,8 @@ def destinations_send_test(*, destinations: Sequence[Destination], operator: str
     pings = [_ping(destination=d, sent_at=now.isoformat()) for d in destinations]
     signers = [WebhookSigner(secrets[d.pk]) if secrets[d.pk] else None for d in destinations]
     timeouts = [min(_timeout(d), LONGEST_WAIT) for d in destinations]
-    sent = asyncio.run(_send_all(pings, signers=signers, timeouts=timeouts))
+    channels = [channel_for(d.format) for d in destinations]
+    sent = asyncio.run(_send_all(pings, signers=signers, timeouts=timeouts, channels=channels))
     results = [_result(destination=d, sent=s) for d, s in zip(destinations, sent, strict=True)]
     for result in results:
         logger.info(
@@ -124,14 +125,18 @@ def _ping(*, destination: Destination, sent_at: str) -> ClaimedDelivery:
         event_id=uuid.uuid4(),
         idempotency_key=message_id,
         endpoint_url=destination.url,
-        body=json.dumps(body_format(format=destination.format, payload=payload)),
+        body=json.dumps(channel_for(destination.format).body(payload)),
         attempt=1,
         max_attempts=1,
     )
 
 
 async def _send_all(
-    pings: Sequence[ClaimedDelivery], *, signers: Sequence[WebhookSigner | None], timeouts: Sequence[float]
+    pings: Sequence[ClaimedDelivery],
+    *,
+    signers: Sequence[WebhookSigner | None],
+    timeouts: Sequence[float],
+    channels: Sequence[Channel],
 ) -> list[SendResult]:
     transport = WebhookTransport(timeout=max(timeouts))
     await transport.open()
@@ -139,8 +144,8 @@ async def _send_all(
         return list(
             await asyncio.gather(
                 *(
-                    _send(transport, ping, signer=s, timeout=t)
-                    for ping, s, t in zip(pings, signers, timeouts, strict=True)
+                    _send(transport, ping, signer=s, timeout=t, channel=c)
+                    for ping, s, t, c in zip(pings, signers, timeouts, channels, strict=True)
                 )
             )
         )
@@ -149,14 +154,19 @@ async def _send_all(
 
 
 async def _send(
-    transport: WebhookTransport, ping: ClaimedDelivery, *, signer: WebhookSigner | None, timeout: float
+    transport: WebhookTransport,
+    ping: ClaimedDelivery,
+    *,
+    signer: WebhookSigner | None,
+    timeout: float,
+    channel: Channel,
 ) -> SendResult:
     # The transport's deadlines are per step (connect, each read), as a worker needs; a person waiting
     # for a page needs one for the whole request, DNS included.
     started_at, started_mono = timezone.now(), time.monotonic()
     try:
         async with asyncio.timeout(timeout):
-            return await transport.send(ping, signer=signer, timeout=timeout)
+            return await transport.send(ping, signer=signer, timeout=timeout, channel=channel)
     except TimeoutError:
         return SendResult(
             delivery=ping,

@@ -261,7 +261,10 @@ def deliveries_record(
 def _answer(result: SendResult) -> Answer:
     return Answer(
         signal=signal_of(
-            outcome=result.outcome, status_code=result.status_code, retry_after=result.retry_after
+            outcome=result.outcome,
+            status_code=result.status_code,
+            retry_after=result.retry_after,
+            gone=result.gone,
         ),
         started_at=result.started_at,
         finished_at=result.finished_at,
@@ -293,6 +296,7 @@ def _record(
             description=result.describe(),
             status_code=result.status_code,
             retry_after=result.retry_after,
+            gone=result.gone,
             endpoint_down=verdict is not None and verdict.down,
             refused_by_message=verdict is not None and verdict.health.refused_by_message(answer),
             outlived=_outlived(result),

@@ -18,7 +18,7 @@ from typing import Any
 
 from django.conf import settings
 
-from delivery.formats import body_format
+from channels import channel_for
 from delivery.models import Delivery, DeliveryStatus
 from delivery.payload import webhook_payload
 from delivery.services.transitions import Rows, deliveries_transition
@@ -64,7 +64,7 @@ def deliveries_requeue(
             )
         destination = delivery.destination
         # A delivery whose destination was deleted goes, in the standard format, where it went.
-        bodies.append(body_format(format=destination.format, payload=payload) if destination else payload)
+        bodies.append(channel_for(destination.format).body(payload) if destination else payload)
         urls.append(destination.url if destination else delivery.endpoint_url)
         budgets.append(delivery.attempts + settings.DELIVERY_MAX_ATTEMPTS)
     moved = deliveries_transition(

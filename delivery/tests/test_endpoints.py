@@ -201,7 +201,7 @@ def test_resume_of_an_endpoint_that_is_not_paused_is_refused(make):
     endpoint = make()
     state = endpoint.state
 
-    with pytest.raises(InvalidStateTransition, match="not paused"):
+    with pytest.raises(InvalidStateTransition, match="neither paused nor gone"):
         endpoint_resume(endpoint=endpoint, operator="ops-bob")
 
     assert Endpoint.objects.get(pk=endpoint.pk).state == state
@@ -385,3 +385,53 @@ def test_a_stopping_worker_releases_its_shares_of_every_endpoint_at_once(endpoin
     assert EndpointPermit.objects.filter(worker="w1").count() == 0
     assert held(endpoint) == {"w2": 0}
     assert share(endpoint, "w2", cap=12) == 12
+
+
+# -- gone ---------------------------------------------------------------------------------------------------------
+
+GONE = EndpointState.GONE
+
+
+def gone_answer() -> list[Answer]:
+    now = timezone.now()
+    return [
+        Answer(
+            signal=Signal.GONE, started_at=now, finished_at=now, description="HTTP 404 (channel_not_found)"
+        )
+    ]
+
+
+def test_a_gone_answer_moves_the_endpoint_to_gone_and_logs_it_as_an_error(endpoint, caplog):
+    with caplog.at_level(logging.ERROR, logger="delivery.services.endpoints"):
+        verdict = endpoint_record_answers(url=URL, answers=gone_answer(), now=timezone.now(), policy=POLICY)
+
+    endpoint.refresh_from_db()
+    assert (endpoint.state, endpoint.last_error) == (GONE, "HTTP 404 (channel_not_found)")
+    assert verdict.down
+    assert any("Endpoint gone" in r.getMessage() for r in caplog.records)
+
+
+def test_an_operator_resumes_a_gone_endpoint_to_healthy_and_may_pause_it_meanwhile(endpoint):
+    endpoint_record_answers(url=URL, answers=gone_answer(), now=timezone.now(), policy=POLICY)
+
+    paused = endpoint_pause(endpoint=endpoint, operator="ops")
+    assert paused.state == PAUSED
+    resumed = endpoint_resume(endpoint=paused, operator="ops")
+    assert resumed.state == HEALTHY
+
+    endpoint_record_answers(url=URL, answers=gone_answer(), now=timezone.now(), policy=POLICY)
+    assert endpoint_resume(endpoint=endpoint, operator="ops").state == HEALTHY
+
+
+def test_only_the_worker_moves_an_endpoint_to_gone_and_only_the_operator_out_of_it(endpoint):
+    with pytest.raises(InvalidStateTransition):
+        endpoint_transition(
+            endpoint_id=endpoint.pk, source=HEALTHY, target=GONE, actor=EndpointActor.OPERATOR
+        )
+    assert endpoint_transition(
+        endpoint_id=endpoint.pk, source=HEALTHY, target=GONE, actor=EndpointActor.WORKER
+    )
+    with pytest.raises(InvalidStateTransition):
+        endpoint_transition(endpoint_id=endpoint.pk, source=GONE, target=HEALTHY, actor=EndpointActor.PROBE)
+    with pytest.raises(InvalidStateTransition):
+        endpoint_transition(endpoint_id=endpoint.pk, source=GONE, target=FAILING, actor=EndpointActor.WORKER)

@@ -12,6 +12,7 @@ from ipaddress import ip_network
 import pytest
 from standardwebhooks.webhooks import Webhook
 
+from channels.base import parse_retry_after
 from delivery.models import AttemptOutcome
 from delivery.receiver_addresses import ReceiverPolicy
 from delivery.retry import RetryPolicy
@@ -23,7 +24,6 @@ from delivery.transport import (
     ClaimedDelivery,
     WebhookTransport,
     classify_status,
-    parse_retry_after,
 )
 from devtools.sink import Reply
 

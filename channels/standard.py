@@ -13,4 +13,4 @@ class Standard(Channel):
 
     def body(self, payload: Mapping) -> dict:
         # The very dict: the default destination's bodies stay byte for byte what they were.
-        return payload
+        return payload if isinstance(payload, dict) else dict(payload)

@@ -15,7 +15,9 @@ if TYPE_CHECKING:
 
 # The kinds of destination (channels/, one module each), as choices: a kind's name is the
 # destination's `format` (STANDARD, SLACK, DISCORD, TEAMS, TEAMS_MESSAGECARD); its label names it.
-DestinationFormat = models.TextChoices(
+# django-stubs types only the class form of TextChoices, not the functional one Django documents
+# ("Enumeration types", the Enum functional API), hence the ignore.
+DestinationFormat = models.TextChoices(  # type: ignore[call-overload]
     "DestinationFormat", [(name.upper(), (name, channel.label)) for name, channel in CHANNELS.items()]
 )
 

@@ -6,6 +6,7 @@ from django.db.models import Q
 
 from runtime.ids import uuid7
 from scheduling.event_types import EventType
+from users.validators import LABEL_MAX_LENGTH
 
 
 class DestinationFormat(models.TextChoices):
@@ -34,6 +35,15 @@ class Destination(models.Model):
     # The event types it receives; empty: every type, including types added later.
     event_types = ArrayField(
         models.CharField(max_length=32, choices=EventType.choices), default=list, blank=True
+    )
+    # Whom it greets (delivery.audience): recipients holding any of audience_labels (empty:
+    # everyone), less those holding any of excluded_labels. Labels by the recipients'
+    # grammar (users.validators.clean_labels).
+    audience_labels = ArrayField(
+        models.CharField(max_length=LABEL_MAX_LENGTH), default=list, blank=True, db_default=[]
+    )
+    excluded_labels = ArrayField(
+        models.CharField(max_length=LABEL_MAX_LENGTH), default=list, blank=True, db_default=[]
     )
     format = models.CharField(
         max_length=16, choices=DestinationFormat.choices, default=DestinationFormat.STANDARD

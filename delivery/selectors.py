@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from django.db.models import Count, Min, Q, QuerySet
 
 from delivery import secret_store
+from delivery.audience import Audience
 from delivery.models import (
     AttemptOutcome,
     Delivery,
@@ -22,6 +23,7 @@ from delivery.models import (
 )
 from runtime.aggregates import counts_by, estimated_counts_by
 from scheduling.admin_log import admin_log_export
+from users.models import User
 
 
 def deliveries_export(*, event_ids: Collection) -> list[dict]:
@@ -195,6 +197,19 @@ def destinations_for_claim() -> list[Destination]:
     """
     table = Destination._meta.db_table
     return list(Destination.objects.raw(f"SELECT * FROM {table} WHERE enabled ORDER BY id FOR KEY SHARE"))
+
+
+def recipients_in_audience_count(*, audience: Audience) -> int:
+    """How many recipients an audience greets now (whatever their event types), read through the labels' index."""
+    return User.objects.filter(audience.recipient_filter()).count()
+
+
+def destination_audience_labels() -> list[str]:
+    """Every label the destinations' audiences name, sorted: the console's choices of recipients' labels."""
+    named: set[str] = set()
+    for greeted, excluded in Destination.objects.values_list("audience_labels", "excluded_labels"):
+        named.update(greeted, excluded)
+    return sorted(named)
 
 
 def destination_signing_secrets(

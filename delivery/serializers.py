@@ -51,6 +51,22 @@ class DestinationSerializer(serializers.ModelSerializer):
         allow_empty=True,
         help_text="The event types it receives; empty (the default): every type, including types added later.",
     )
+    audience_labels = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        allow_empty=True,
+        help_text="Whom it greets: recipients holding any of these labels (such as team:platform); empty (the "
+        "default): everyone. Labels by the recipients' rule (lowercase letters, digits and . _ -, optionally one "
+        "key:value), taken in any case. A change applies to the occurrences claimed after it is saved, on every "
+        "scheduler; still one delivery per occurrence and destination.",
+    )
+    excluded_labels = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        allow_empty=True,
+        help_text="Whom it never greets: recipients holding any of these labels, even if in audience_labels "
+        "(such as contractor); empty (the default): nobody is left out. No label may be in both lists.",
+    )
     format = serializers.ChoiceField(
         choices=DestinationFormat.choices,
         required=False,
@@ -87,6 +103,8 @@ class DestinationSerializer(serializers.ModelSerializer):
             "name",
             "url",
             "event_types",
+            "audience_labels",
+            "excluded_labels",
             "format",
             "enabled",
             "max_rate",

@@ -19,6 +19,22 @@ _UTC_OFFSET = re.compile(r"^(UTC|GMT)?\s*[+-]\d", re.IGNORECASE)
 # A send time as the API, the console and the import take it: two-digit hours and minutes.
 SEND_TIME_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
 _SEND_TIME = re.compile(SEND_TIME_PATTERN)
+# A recipient's labels: a few words a destination's audience names (delivery.audience).
+# Lowercase letters, digits and . _ -, optionally one "key:value" (team:platform,
+# office:berlin, remote): what a person types in a CSV cell or a chat channel's
+# settings, with nothing that needs quoting in a URL's ?label= or a CSV cell.
+# Taken in any case and stored in lowercase, so Team:Platform and team:platform are
+# one label an audience cannot miss by a capital.
+LABEL_MAX_LENGTH = 50
+LABELS_MAX_COUNT = 20
+LABEL_PATTERN = r"^[a-z0-9][a-z0-9._-]*(:[a-z0-9][a-z0-9._-]*)?$"
+_LABEL = re.compile(LABEL_PATTERN)
+# A language tag (BCP 47 / RFC 5646) as recipients' languages need it: a language
+# (2-3 letters), optionally a script (4 letters) and a region (2 letters or 3
+# digits), e.g. de, pt-BR, zh-Hant-TW, es-419. Extensions and private-use subtags
+# are refused: no template could be chosen by them.
+LANGUAGE_MAX_LENGTH = 35
+_LANGUAGE = re.compile(r"^([a-z]{2,3})(?:-([a-z]{4}))?(?:-([a-z]{2}|[0-9]{3}))?$", re.IGNORECASE)
 
 
 @zone_cache
@@ -99,6 +115,67 @@ def clean_send_time(value: str | time | None) -> time | None:
     return time(int(value[:2]), int(value[3:]))
 
 
+def clean_labels(value: object) -> list[str]:
+    """A recipient's labels, trimmed, lowercased, without repeats and sorted; None or [] for none.
+
+    At most LABELS_MAX_COUNT, each by LABEL_PATTERN and at most LABEL_MAX_LENGTH characters:
+    a few words to choose audiences by, not a place to store data about the person.
+    """
+    if value is None:
+        return []
+    if not isinstance(value, list | tuple) or not all(isinstance(label, str) for label in value):
+        raise ValidationError('Labels must be a list of strings, such as ["team:platform", "office:berlin"].')
+    labels = sorted({label.strip().lower() for label in value})
+    errors = []
+    for label in labels:
+        if len(label) > LABEL_MAX_LENGTH:
+            errors.append(f"Label {label!r} is longer than {LABEL_MAX_LENGTH} characters.")
+        elif not _LABEL.fullmatch(label):
+            errors.append(
+                f"Label {label!r} is not a label: lowercase letters, digits and . _ -, optionally "
+                "one key:value, such as team:platform or remote."
+            )
+    if len(labels) > LABELS_MAX_COUNT:
+        errors.append(f"At most {LABELS_MAX_COUNT} labels (got {len(labels)}).")
+    if errors:
+        raise ValidationError(errors)
+    return labels
+
+
+def clean_language(value: object) -> str:
+    """A recipient's language as a BCP 47 tag in its usual case (pt-br → pt-BR); "" or None: none.
+
+    The messages are in the language's template, else its base language's (pt-BR → pt), else
+    the event type's default (scheduling.selectors.message_templates).
+    """
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValidationError("Language must be a string, such as de or pt-BR.")
+    tag = value.strip()
+    if not tag:
+        return ""
+    match = _LANGUAGE.fullmatch(tag) if len(tag) <= LANGUAGE_MAX_LENGTH else None
+    if match is None:
+        raise ValidationError(
+            f"{tag!r} is not a language tag (BCP 47): a language, optionally a script and a region, "
+            "such as de, pt-BR or zh-Hant-TW."
+        )
+    language, script, region = match.groups()
+    return "-".join(
+        part for part in (language.lower(), script and script.title(), region and region.upper()) if part
+    )
+
+
+def language_fallbacks(language: str) -> list[str]:
+    """The tags a message in `language` may be written in, most specific first, ending with "" (the default).
+
+    zh-Hant-TW → zh-Hant-TW, zh-Hant, zh, "": each subtag dropped from the end (RFC 4647's lookup).
+    """
+    parts = language.split("-") if language else []
+    return ["-".join(parts[:n]) for n in range(len(parts), 0, -1)] + [""]
+
+
 def clean_past_date(value: date, *, label: str, timezone_name: str | None) -> date:
     """Check a date of birth or wedding is a real date from 1900-01-01 up to today in the user's zone."""
     if isinstance(value, datetime) or not isinstance(value, date):
@@ -122,7 +199,8 @@ def clean_past_date(value: date, *, label: str, timezone_name: str | None) -> da
 def clean_user_fields(data: dict) -> dict:
     """Validate every field together; raise one ValidationError naming each bad field.
 
-    The optional fields (external_id, anniversary_date, send_time) are None when `data` lacks them.
+    The optional fields (external_id, anniversary_date, send_time, labels, language) are None
+    (none) when `data` lacks them.
     """
     errors: dict[str, list[str]] = {}
     cleaned: dict = {}
@@ -143,6 +221,11 @@ def clean_user_fields(data: dict) -> dict:
         cleaned["send_time"] = clean_send_time(data.get("send_time"))
     except ValidationError as exc:
         errors["send_time"] = exc.messages
+    for field, rule in (("labels", clean_labels), ("language", clean_language)):
+        try:
+            cleaned[field] = rule(data.get(field))
+        except ValidationError as exc:
+            errors[field] = exc.messages
     for field, label, required in (
         ("date_of_birth", "Date of birth", True),
         ("anniversary_date", "Anniversary date", False),

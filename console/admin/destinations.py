@@ -21,8 +21,14 @@ from django.utils.html import format_html_join
 from console import widgets
 from console.admin.endpoints import endpoint_state_badge
 from console.admin.recoveries import DestinationRecoveryAdminMixin
+from console.forms import LabelsFormField
+from delivery.audience import Audience
 from delivery.models import Destination, EndpointState
-from delivery.selectors import destination_endpoints, destination_unsent_count
+from delivery.selectors import (
+    destination_endpoints,
+    destination_unsent_count,
+    recipients_in_audience_count,
+)
 from delivery.services import destinations as services
 from delivery.services.ping import destinations_send_test
 from scheduling.event_types import EventType
@@ -45,6 +51,16 @@ class DestinationForm(forms.ModelForm):
         widget=forms.CheckboxSelectMultiple,
         help_text="None ticked: every event type, including types added later.",
     )
+    audience_labels = LabelsFormField(
+        label="Audience",
+        help_text="Whom it greets: recipients with any of these labels (such as team:platform, separated by "
+        "commas or spaces). Empty: everyone.",
+    )
+    excluded_labels = LabelsFormField(
+        label="Excluded labels",
+        help_text="Never recipients with any of these labels, even in the audience (such as contractor). "
+        "Empty: nobody left out.",
+    )
     secret = forms.CharField(
         required=False,
         strip=True,
@@ -59,7 +75,18 @@ class DestinationForm(forms.ModelForm):
 
     class Meta:
         model = Destination
-        fields = ["name", "url", "event_types", "format", "enabled", "max_rate", "max_in_flight", "timeout"]
+        fields = [
+            "name",
+            "url",
+            "event_types",
+            "audience_labels",
+            "excluded_labels",
+            "format",
+            "enabled",
+            "max_rate",
+            "max_in_flight",
+            "timeout",
+        ]
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -109,6 +136,7 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
         "name",
         "url",
         "subscriptions",
+        "audience",
         "format",
         "enabled",
         "endpoint_state",
@@ -120,6 +148,7 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
     actions = ["send_test", "rotate_secret", "drop_previous_secrets", "pause", "resume"]
     change_form_template = "admin/delivery/destination/change_form.html"
     readonly_fields = [
+        "audience_size",
         "secret_hints",
         "endpoint_state",
         "created_by",
@@ -138,6 +167,15 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
                 {
                     "fields": ["max_rate", "max_in_flight", "timeout"],
                     "description": "Empty: WEBHOOK_MAX_RATE, WEBHOOK_MAX_IN_FLIGHT, WEBHOOK_TIMEOUT.",
+                },
+            ),
+            (
+                "Audience",
+                {
+                    "fields": ["audience_labels", "excluded_labels"]
+                    + (["audience_size"] if obj is not None else []),
+                    "description": "Whom it greets, by the recipients' labels. Applies to the occurrences "
+                    "claimed after it is saved; one already queued keeps its deliveries.",
                 },
             ),
             ("Signing", {"fields": ["secret_hints"]}),
@@ -180,6 +218,17 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
         return (
             ", ".join(labels[t] for t in destination.event_types) if destination.event_types else "every type"
         )
+
+    @admin.display(description="audience")
+    def audience(self, destination: Destination) -> str:
+        return Audience.of(destination).describe()
+
+    @admin.display(description="greets now")
+    def audience_size(self, destination: Destination) -> str:
+        audience = Audience.of(destination)
+        if audience.everyone:
+            return "every recipient"
+        return f"{recipients_in_audience_count(audience=audience):,} recipient(s)"
 
     @admin.display(description="endpoint")
     def endpoint_state(self, destination: Destination):

@@ -36,11 +36,23 @@ from delivery.selectors import destination_unsent_count, destinations_for_claim
 from delivery.services.endpoints import endpoint_pause, endpoint_resume, endpoints_ensure
 from delivery.signing import parse_secrets
 from scheduling.event_types import EventType
+from users.validators import clean_labels
 
 logger = logging.getLogger(__name__)
 
 # What an operator may set on a destination (besides its secrets).
-EDITABLE_FIELDS = ("name", "url", "event_types", "format", "enabled", "max_rate", "max_in_flight", "timeout")
+EDITABLE_FIELDS = (
+    "name",
+    "url",
+    "event_types",
+    "audience_labels",
+    "excluded_labels",
+    "format",
+    "enabled",
+    "max_rate",
+    "max_in_flight",
+    "timeout",
+)
 DEFAULT_NAME = "default"
 UNSENT = (DeliveryStatus.QUEUED, DeliveryStatus.SENDING)
 
@@ -131,6 +143,15 @@ def _cleaned(values: Mapping[str, Any]) -> dict[str, Any]:
         elif len(set(types)) != len(types):
             errors["event_types"] = ["An event type is named twice."]
         cleaned["event_types"] = types
+    for field in ("audience_labels", "excluded_labels"):
+        if field in values:
+            # The recipients' own rule, so an audience names only labels a recipient can hold.
+            try:
+                cleaned[field] = clean_labels(values[field])
+            except ValidationError as exc:
+                errors[field] = exc.messages
+    if not errors and set(cleaned.get("audience_labels", ())) & set(cleaned.get("excluded_labels", ())):
+        errors["excluded_labels"] = ["A label both greeted and excluded: the exclusion would always win."]
     if "format" in values and values["format"] not in DestinationFormat.values:
         errors["format"] = [f"One of {', '.join(DestinationFormat.values)}."]
     if values.get("max_rate") is not None and not values["max_rate"] > 0:
@@ -176,6 +197,8 @@ def destination_create(
     url: str,
     operator: str,
     event_types: Sequence[str] = (),
+    audience_labels: Sequence[str] = (),
+    excluded_labels: Sequence[str] = (),
     format: str = DestinationFormat.STANDARD,  # noqa: A002 - the field's name
     enabled: bool = True,
     max_rate: float | None = None,
@@ -189,6 +212,8 @@ def destination_create(
             "name": name,
             "url": url,
             "event_types": event_types,
+            "audience_labels": audience_labels,
+            "excluded_labels": excluded_labels,
             "format": format,
             "enabled": enabled,
             "max_rate": max_rate,
@@ -225,6 +250,11 @@ def destination_update(
         old_url = current.url
         for name, value in values.items():
             setattr(current, name, value)
+        # A change of one of the two lists, checked against the other as stored.
+        if set(current.audience_labels) & set(current.excluded_labels):
+            raise ValidationError(
+                {"excluded_labels": ["A label both greeted and excluded: the exclusion would always win."]}
+            )
         current.updated_by = operator
         current.version += 1
         _saved(current, values=values)

@@ -71,6 +71,7 @@ class DestinationRouter:
     """
 
     def __init__(self, destinations: Sequence[Destination]) -> None:
+        self.destinations = list(destinations)
         self._audiences = [(destination, Audience.of(destination)) for destination in destinations]
         self._memo: dict[tuple[str, tuple[str, ...]], tuple[Destination, ...]] = {}
 

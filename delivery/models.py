@@ -45,6 +45,10 @@ class Destination(models.Model):
     excluded_labels = ArrayField(
         models.CharField(max_length=LABEL_MAX_LENGTH), default=list, blank=True, db_default=[]
     )
+    # Its own text per event type ({"BIRTHDAY": "🎂 Happy birthday, {first_name}!"}), instead of
+    # the message templates' (any language, any milestone); a type it does not name keeps them.
+    # Checked against the type's placeholders as a template is (delivery.services.destinations).
+    message_overrides = models.JSONField(default=dict, blank=True, db_default={})
     format = models.CharField(
         max_length=16, choices=DestinationFormat.choices, default=DestinationFormat.STANDARD
     )

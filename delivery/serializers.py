@@ -67,6 +67,14 @@ class DestinationSerializer(serializers.ModelSerializer):
         help_text="Whom it never greets: recipients holding any of these labels, even if in audience_labels "
         "(such as contractor); empty (the default): nobody is left out. No label may be in both lists.",
     )
+    message_overrides = serializers.DictField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False),
+        required=False,
+        help_text='Its own text per event type, such as {"BIRTHDAY": "🎂 Happy birthday, {first_name}!"}, sent '
+        "instead of the message templates' (whatever the recipient's language or the milestone); a type it "
+        "does not name (or names with an empty text) keeps them. Checked as a template is: a placeholder the "
+        "type does not offer is refused (400). Applies to the occurrences claimed after it is saved.",
+    )
     format = serializers.ChoiceField(
         choices=DestinationFormat.choices,
         required=False,
@@ -105,6 +113,7 @@ class DestinationSerializer(serializers.ModelSerializer):
             "event_types",
             "audience_labels",
             "excluded_labels",
+            "message_overrides",
             "format",
             "enabled",
             "max_rate",

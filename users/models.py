@@ -7,13 +7,13 @@ from django.db.models import Q
 from django.db.models.functions import Length, TruncMinute, Upper
 from django.db.models.lookups import GreaterThan
 
+from scheduling.languages import LANGUAGE_MAX_LENGTH
 from scheduling.pauses import ACTOR_MAX_LENGTH, PauseSpan, pause_constraints
 from users.validators import (
     EARLIEST_DATE,
     EXTERNAL_ID_MAX_LENGTH,
     LABEL_MAX_LENGTH,
     LABELS_MAX_COUNT,
-    LANGUAGE_MAX_LENGTH,
     NAME_MAX_LENGTH,
     clean_user_fields,
 )

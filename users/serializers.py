@@ -4,6 +4,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from config.fields import StrictBooleanField
+from scheduling.languages import LANGUAGE_MAX_LENGTH, clean_language
 from scheduling.models import Event, EventType
 from users.models import User
 from users.services import USER_FIELDS
@@ -12,11 +13,9 @@ from users.validators import (
     LABEL_MAX_LENGTH,
     LABEL_PATTERN,
     LABELS_MAX_COUNT,
-    LANGUAGE_MAX_LENGTH,
     SEND_TIME_PATTERN,
     clean_external_id,
     clean_labels,
-    clean_language,
     clean_name,
     clean_send_time,
     clean_timezone,

@@ -8,6 +8,7 @@ from zoneinfo import available_timezones
 from django.core.exceptions import ValidationError
 from django.utils import timezone as django_timezone
 
+from scheduling.languages import clean_language
 from scheduling.timezones import load_timezone
 from scheduling.zonedata import zone_cache
 
@@ -29,12 +30,6 @@ LABEL_MAX_LENGTH = 50
 LABELS_MAX_COUNT = 20
 LABEL_PATTERN = r"^[a-z0-9][a-z0-9._-]*(:[a-z0-9][a-z0-9._-]*)?$"
 _LABEL = re.compile(LABEL_PATTERN)
-# A language tag (BCP 47 / RFC 5646) as recipients' languages need it: a language
-# (2-3 letters), optionally a script (4 letters) and a region (2 letters or 3
-# digits), e.g. de, pt-BR, zh-Hant-TW, es-419. Extensions and private-use subtags
-# are refused: no template could be chosen by them.
-LANGUAGE_MAX_LENGTH = 35
-_LANGUAGE = re.compile(r"^([a-z]{2,3})(?:-([a-z]{4}))?(?:-([a-z]{2}|[0-9]{3}))?$", re.IGNORECASE)
 
 
 @zone_cache
@@ -140,40 +135,6 @@ def clean_labels(value: object) -> list[str]:
     if errors:
         raise ValidationError(errors)
     return labels
-
-
-def clean_language(value: object) -> str:
-    """A recipient's language as a BCP 47 tag in its usual case (pt-br → pt-BR); "" or None: none.
-
-    The messages are in the language's template, else its base language's (pt-BR → pt), else
-    the event type's default (scheduling.selectors.message_templates).
-    """
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise ValidationError("Language must be a string, such as de or pt-BR.")
-    tag = value.strip()
-    if not tag:
-        return ""
-    match = _LANGUAGE.fullmatch(tag) if len(tag) <= LANGUAGE_MAX_LENGTH else None
-    if match is None:
-        raise ValidationError(
-            f"{tag!r} is not a language tag (BCP 47): a language, optionally a script and a region, "
-            "such as de, pt-BR or zh-Hant-TW."
-        )
-    language, script, region = match.groups()
-    return "-".join(
-        part for part in (language.lower(), script and script.title(), region and region.upper()) if part
-    )
-
-
-def language_fallbacks(language: str) -> list[str]:
-    """The tags a message in `language` may be written in, most specific first, ending with "" (the default).
-
-    zh-Hant-TW → zh-Hant-TW, zh-Hant, zh, "": each subtag dropped from the end (RFC 4647's lookup).
-    """
-    parts = language.split("-") if language else []
-    return ["-".join(parts[:n]) for n in range(len(parts), 0, -1)] + [""]
 
 
 def clean_past_date(value: date, *, label: str, timezone_name: str | None) -> date:

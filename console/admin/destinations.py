@@ -32,6 +32,8 @@ from delivery.selectors import (
 from delivery.services import destinations as services
 from delivery.services.ping import destinations_send_test
 from scheduling.event_types import EventType
+from scheduling.handlers import get_handler
+from scheduling.messages import placeholder_list
 
 SECRET_SHOWN_ONCE = (
     "Signing secret of {name}, shown this once (copy it to the receiver now; afterwards only its hint is "
@@ -41,6 +43,10 @@ CHANGED_SINCE = (
     "This destination was changed since you opened it (by {updated_by}, now at version {version}): nothing was "
     "saved. Reload the page to see that change, then make yours again."
 )
+
+
+def message_field(event_type: str) -> str:
+    return f"message_{event_type.lower()}"
 
 
 class DestinationForm(forms.ModelForm):
@@ -92,9 +98,18 @@ class DestinationForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         if self.instance.pk:
             self.fields["loaded_version"].initial = self.instance.version
+        for event_type in EventType.values:
+            self.fields[message_field(event_type)].initial = (self.instance.message_overrides or {}).get(
+                event_type, ""
+            )
 
     def clean(self):
         cleaned = super().clean()
+        cleaned["message_overrides"] = {
+            event_type: cleaned[message_field(event_type)]
+            for event_type in EventType.values
+            if (cleaned.get(message_field(event_type)) or "").strip()
+        }
         loaded = cleaned.get("loaded_version")
         # The instance was read for this request: a version above the one loaded is someone else's save.
         # (Between this read and the save, the service checks again under the row's lock.)
@@ -116,6 +131,22 @@ class DestinationForm(forms.ModelForm):
     def validate_unique(self):
         # The service's check names the field; the model's would query the same thing again.
         return
+
+
+# One box per event type for the destination's own text (message_overrides), declared on the
+# class so that the admin's fieldsets may name them.
+for _event_type, _label in EventType.choices:
+    DestinationForm.base_fields[message_field(_event_type)] = DestinationForm.declared_fields[
+        message_field(_event_type)
+    ] = forms.CharField(
+        required=False,
+        strip=False,
+        label=f"{_label} message",
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 80}),
+        help_text=f"Its own text for {_label.lower()} messages instead of the templates' (any language, any "
+        f"milestone), with the placeholders {placeholder_list(get_handler(_event_type).placeholders)}. Empty: "
+        "the templates'.",
+    )
 
 
 class DestinationChangeList(ChangeList):
@@ -176,6 +207,14 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
                     + (["audience_size"] if obj is not None else []),
                     "description": "Whom it greets, by the recipients' labels. Applies to the occurrences "
                     "claimed after it is saved; one already queued keeps its deliveries.",
+                },
+            ),
+            (
+                "Words",
+                {
+                    "fields": [message_field(event_type) for event_type in EventType.values],
+                    "description": "Its own text per event type, e.g. 🎂 Happy birthday, {first_name}! for a chat "
+                    "channel; the recipients' languages and milestones are the message templates'.",
                 },
             ),
             ("Signing", {"fields": ["secret_hints"]}),

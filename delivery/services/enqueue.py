@@ -36,7 +36,7 @@ from django.utils import timezone
 from delivery.audience import DestinationRouter
 from delivery.formats import body_format
 from delivery.models import Delivery, DeliveryStatus, Destination
-from delivery.payload import webhook_payload
+from delivery.payload import message_overrides, webhook_payload
 from delivery.services.destinations import destinations_for_queueing
 from runtime.ids import uuid7
 from runtime.sql import execute, insert_rows, pipeline
@@ -44,7 +44,7 @@ from runtime.wakeup import WORKER_CHANNEL, notify
 from scheduling.handlers import RecipientRow
 from scheduling.models import Event, EventStatus
 from scheduling.pauses import EVENT_TYPE_PAUSED, RECIPIENT_PAUSED, PauseSpan
-from scheduling.selectors import event_type_pauses, message_templates
+from scheduling.selectors import MessageTemplates, event_type_pauses, message_templates
 from scheduling.services.occurrences import (
     PendingEventRow,
     next_occurrence,
@@ -379,28 +379,39 @@ def _next_pending_events(*, claimed: list[ClaimedEvent], now: datetime) -> list[
 
 
 def _rendered_deliveries(
-    *, events: list[ClaimedEvent], templates: Mapping[str, str], router: DestinationRouter
+    *, events: list[ClaimedEvent], templates: MessageTemplates, router: DestinationRouter
 ) -> list[QueuedDeliveryRow]:
-    """A delivery for each event and destination that wants it, its message rendered once per event."""
+    """A delivery for each event and destination that wants it.
+
+    The message is rendered once per event in the recipient's language, and once more for
+    each destination with a text of its own for the type (message_overrides).
+    """
+    overrides = message_overrides(destinations=router.destinations)
     rows = []
     for event in events:
-        payload = webhook_payload(
-            event_id=event.id,
-            event_type=event.event_type,
-            occurrence_date=event.occurrence_date,
-            target_utc=event.target_timestamp_utc,
-            recipient=event.recipient,
-            template=templates[event.event_type],
-        )
-        rows += [
-            queued_delivery_row(
-                event_id=event.id,
-                destination=destination,
-                idempotency_key=event.idempotency_key,
-                payload=payload,
+        payloads: dict[str | None, dict] = {}
+        for destination in router.targets(event_type=event.event_type, labels=event.labels):
+            override = overrides.get((destination.pk, event.event_type)) if overrides else None
+            payload = payloads.get(override)
+            if payload is None:
+                payload = payloads[override] = webhook_payload(
+                    event_id=event.id,
+                    event_type=event.event_type,
+                    occurrence_date=event.occurrence_date,
+                    target_utc=event.target_timestamp_utc,
+                    recipient=event.recipient,
+                    templates=templates,
+                    language=event.language,
+                    override=override,
+                )
+            rows.append(
+                queued_delivery_row(
+                    event_id=event.id,
+                    destination=destination,
+                    idempotency_key=event.idempotency_key,
+                    payload=payload,
+                )
             )
-            for destination in router.targets(event_type=event.event_type, labels=event.labels)
-        ]
     return rows
 
 

@@ -27,6 +27,15 @@ class SecondsField(serializers.FloatField):
         return value.total_seconds()
 
 
+class TextField(serializers.CharField):
+    """Text as given: a number or a boolean is refused rather than turned into text."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class DestinationSecretSerializer(serializers.ModelSerializer):
     class Meta:
         model = DestinationSecret
@@ -68,7 +77,7 @@ class DestinationSerializer(serializers.ModelSerializer):
         "(such as contractor); empty (the default): nobody is left out. No label may be in both lists.",
     )
     message_overrides = serializers.DictField(
-        child=serializers.CharField(allow_blank=True, trim_whitespace=False),
+        child=TextField(allow_blank=True, trim_whitespace=False),
         required=False,
         help_text='Its own text per event type, such as {"BIRTHDAY": "🎂 Happy birthday, {first_name}!"}, sent '
         "instead of the message templates' (whatever the recipient's language or the milestone); a type it "
@@ -179,10 +188,13 @@ class DestinationSerializer(serializers.ModelSerializer):
 
 
 def _messages(detail) -> list:
-    """A field's errors as a list of messages: a list's are by item ({"0": [...]}), said as "Item 1: ..."."""
+    """A field's errors as a list of messages: a list's are by item ({"0": [...]}), said as "Item 1: ...";
+    an object's by key ({"BIRTHDAY": [...]}), said as "BIRTHDAY: ..."."""
     if isinstance(detail, dict):
         return [
-            f"Item {int(index) + 1}: {message}" for index, messages in detail.items() for message in messages
+            f"Item {int(key) + 1}: {message}" if str(key).isdigit() else f"{key}: {message}"
+            for key, messages in detail.items()
+            for message in messages
         ]
     return detail
 

@@ -258,6 +258,8 @@ class MessageTemplate(models.Model):
             self.language = clean_language(self.language)
         except ValidationError as exc:
             errors["language"] = exc.messages
+        if self.milestone is not None and self.milestone < 1:
+            errors["milestone"] = ["A number of years from 1, or empty for any year."]
         handler = REGISTRY.get(self.event_type)
         if (
             handler is not None

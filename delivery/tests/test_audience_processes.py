@@ -1,13 +1,16 @@
-"""Audiences for real: a scheduler and two worker processes, three team channels and one for everyone.
+"""Audiences and languages for real: a scheduler and two worker processes, three team channels and one for everyone.
 
-Counted at each receiver: it gets exactly its people, each once, and nobody else.
+Counted at each receiver: it gets exactly its people, each once, and nobody else; read at the
+receivers: a German speaker greeted in German, a speaker of a language without a template in
+the default, a chat channel in its own words.
 """
 
 from collections import Counter
 
 import pytest
 
-from delivery.services.destinations import destination_create
+from delivery.models import Destination
+from delivery.services.destinations import destination_create, destination_update
 from delivery.tests.conftest import (
     ScriptedSink,
     assert_each_receiver_accepted_each_key_once,
@@ -18,7 +21,8 @@ from delivery.tests.conftest import (
     stop_all,
     wait_until,
 )
-from scheduling.models import Event, EventStatus
+from scheduling.models import Event, EventStatus, MessageTemplate
+from scheduling.services.messages import message_template_save
 from users.models import User
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -49,9 +53,25 @@ def test_three_team_channels_and_one_for_everyone_each_get_exactly_their_people_
                 audience_labels=[label],
             )
         destination_create(name="everyone", url=everyone.url, operator="ops")
+        # The platform channel in its own words; German has a template, French none.
+        destination_update(
+            destination=Destination.objects.get(name="platform"),
+            operator="ops",
+            changes={"message_overrides": {"BIRTHDAY": "🎂 Happy birthday, {first_name}!"}},
+        )
+        message_template_save(
+            template=MessageTemplate(event_type="BIRTHDAY", language="de", body="Alles Gute, {first_name}!"),
+            operator="ops",
+        )
         create_due_users(RECIPIENTS)
         for number, user in enumerate(User.objects.order_by("first_name")):
-            User.objects.filter(pk=user.pk).update(labels=TEAMS[number % len(TEAMS)])
+            User.objects.filter(pk=user.pk).update(
+                labels=TEAMS[number % len(TEAMS)], language=("de", "fr", "")[number % 3]
+            )
+        recipients = {
+            str(pk): (name, language)
+            for pk, name, language in User.objects.values_list("pk", "first_name", "language")
+        }
         labels_by_key = {
             key: labels
             for key, labels in Event.objects.filter(status=EventStatus.PENDING).values_list(
@@ -88,3 +108,15 @@ def test_three_team_channels_and_one_for_everyone_each_get_exactly_their_people_
         }
         assert max(Counter(k for sink in sinks.values() for k in sink.keys()).values()) == 2
         assert not Event.objects.filter(status__in=[EventStatus.PROCESSING, EventStatus.FAILED]).exists()
+        # and the words: German for de, the default for fr (no template) and for none; the platform channel its own
+        words = []
+        for received in everyone.received:
+            first_name, language = recipients[received.body["user_id"]]
+            assert received.body["message"] == (
+                f"Alles Gute, {first_name}!"
+                if language == "de"
+                else f"Hey, {first_name} Load it's your birthday"
+            )
+            words.append(language)
+        assert Counter(words) == {"de": 100, "fr": 100, "": 100}
+        assert {r.body["text"].split(",")[0] for r in platform.received} == {"🎂 Happy birthday"}

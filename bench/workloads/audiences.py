@@ -125,7 +125,11 @@ def measure(harness: Harness, *, size: AudiencesSize) -> dict:
         for variant in VARIANTS if i % 2 == 0 else tuple(reversed(VARIANTS)):
             log(f"audiences: {n:,} due, {variant} (round {i + 1}/{rounds}); load {os.getloadavg()[0]:.1f}")
             run = harness.attempt(
-                audiences_once, harness, n=n, variant=variant, name=f"r{i + 1}-{variant[:3]}"
+                audiences_once,
+                harness,
+                n=n,
+                variant=variant,
+                name=f"r{i + 1}-{'one' if variant == VARIANTS[0] else 'teams'}",
             )
             run["round"] = i + 1
             runs[variant].append(run)

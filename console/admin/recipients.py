@@ -87,6 +87,10 @@ class LabelFilter(admin.SimpleListFilter):
     def queryset(self, request, queryset):
         return queryset.filter(user_labels_filter(labels=[self.value()])) if self.value() else queryset
 
+    def has_output(self) -> bool:
+        # The box is there even while no audience names a label to offer.
+        return True
+
     def choices(self, changelist):
         # The box's form keeps the list's other filters and search as hidden fields.
         self.kept_params = sorted(

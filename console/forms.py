@@ -32,7 +32,7 @@ class SendTimeFormField(forms.CharField):
 class LabelsFormField(forms.CharField):
     """Labels typed as one line, separated by commas, semicolons or spaces; checked by the shared rule.
 
-    The list goes to clean_user_fields (users.validators.clean_labels), which says what is wrong
+    The list goes to clean_user_fields (scheduling.labels.clean_labels), which says what is wrong
     with a label, as the API's 400 does.
     """
 

@@ -90,7 +90,7 @@ class DestinationRouter:
 
     def targets(self, *, event_type: str, labels: Sequence[str]) -> tuple[Destination, ...]:
         """The destinations an occurrence of `event_type` for a recipient holding `labels` goes to, in id order."""
-        # Labels are stored sorted (users.validators.clean_labels): one key per set.
+        # Labels are stored sorted (scheduling.labels.clean_labels): one key per set.
         key = (event_type, tuple(labels))
         found = self._memo.get(key)
         if found is None:

@@ -6,7 +6,7 @@ from django.db.models import Q
 
 from runtime.ids import uuid7
 from scheduling.event_types import EventType
-from users.validators import LABEL_MAX_LENGTH
+from scheduling.labels import LABEL_MAX_LENGTH
 
 
 class DestinationFormat(models.TextChoices):
@@ -38,7 +38,7 @@ class Destination(models.Model):
     )
     # Whom it greets (delivery.audience): recipients holding any of audience_labels (empty:
     # everyone), less those holding any of excluded_labels. Labels by the recipients'
-    # grammar (users.validators.clean_labels).
+    # grammar (scheduling.labels.clean_labels).
     audience_labels = ArrayField(
         models.CharField(max_length=LABEL_MAX_LENGTH), default=list, blank=True, db_default=[]
     )

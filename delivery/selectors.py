@@ -23,7 +23,7 @@ from delivery.models import (
 )
 from runtime.aggregates import counts_by, estimated_counts_by
 from scheduling.admin_log import admin_log_export
-from users.models import User
+from scheduling.models import Event
 
 
 def deliveries_export(*, event_ids: Collection) -> list[dict]:
@@ -199,9 +199,17 @@ def destinations_for_claim() -> list[Destination]:
     return list(Destination.objects.raw(f"SELECT * FROM {table} WHERE enabled ORDER BY id FOR KEY SHARE"))
 
 
-def recipients_in_audience_count(*, audience: Audience) -> int:
-    """How many recipients an audience greets now (whatever their event types), read through the labels' index."""
-    return User.objects.filter(audience.recipient_filter()).count()
+def destination_recipients(*, destination: Destination) -> QuerySet:
+    """The recipients `destination` greets now, by its audience (whatever their event types).
+
+    The one query of a destination's people (delivery.audience: the rule the claim
+    applies, as a filter the labels' GIN index serves), for whatever must list or count
+    them rather than decide occurrence by occurrence.
+    """
+    # The recipient model as the event's foreign key names it: what reads delivery (monitoring)
+    # is not to reach the recipients' app through this module.
+    recipient_model = Event._meta.get_field("user").related_model
+    return recipient_model.objects.filter(Audience.of(destination).recipient_filter())
 
 
 def destination_audience_labels() -> list[str]:

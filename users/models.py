@@ -7,13 +7,12 @@ from django.db.models import Q
 from django.db.models.functions import Length, TruncMinute, Upper
 from django.db.models.lookups import GreaterThan
 
+from scheduling.labels import LABEL_MAX_LENGTH, LABELS_MAX_COUNT
 from scheduling.languages import LANGUAGE_MAX_LENGTH
 from scheduling.pauses import ACTOR_MAX_LENGTH, PauseSpan, pause_constraints
 from users.validators import (
     EARLIEST_DATE,
     EXTERNAL_ID_MAX_LENGTH,
-    LABEL_MAX_LENGTH,
-    LABELS_MAX_COUNT,
     NAME_MAX_LENGTH,
     clean_user_fields,
 )
@@ -54,7 +53,7 @@ class User(models.Model):
     resumed_at = models.DateTimeField(null=True, blank=True)
     resumed_by = models.CharField(max_length=ACTOR_MAX_LENGTH, blank=True, default="", db_default="")
     # A few words a destination's audience chooses recipients by (team:platform,
-    # office:berlin): lowercase, sorted, no repeats (users.validators.clean_labels).
+    # office:berlin): lowercase, sorted, no repeats (scheduling.labels.clean_labels).
     # An array with a GIN index, so "who has any of these labels" (the API's and the
     # console's filter, a destination's audience) reads the index, not every row.
     labels = ArrayField(

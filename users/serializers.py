@@ -4,18 +4,15 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from config.fields import StrictBooleanField
+from scheduling.labels import LABEL_MAX_LENGTH, LABEL_PATTERN, LABELS_MAX_COUNT, clean_labels
 from scheduling.languages import LANGUAGE_MAX_LENGTH, clean_language
 from scheduling.models import Event, EventType
 from users.models import User
 from users.services import USER_FIELDS
 from users.validators import (
     EXTERNAL_ID_MAX_LENGTH,
-    LABEL_MAX_LENGTH,
-    LABEL_PATTERN,
-    LABELS_MAX_COUNT,
     SEND_TIME_PATTERN,
     clean_external_id,
-    clean_labels,
     clean_name,
     clean_send_time,
     clean_timezone,
@@ -136,7 +133,7 @@ class SendTimeField(serializers.Field):
     }
 )
 class LabelsField(serializers.Field):
-    """A recipient's labels as a JSON list of strings, by users.validators.clean_labels."""
+    """A recipient's labels as a JSON list of strings, by scheduling.labels.clean_labels."""
 
     def to_internal_value(self, data):
         try:

@@ -8,6 +8,7 @@ from zoneinfo import available_timezones
 from django.core.exceptions import ValidationError
 from django.utils import timezone as django_timezone
 
+from scheduling.labels import clean_labels
 from scheduling.languages import clean_language
 from scheduling.timezones import load_timezone
 from scheduling.zonedata import zone_cache
@@ -20,16 +21,6 @@ _UTC_OFFSET = re.compile(r"^(UTC|GMT)?\s*[+-]\d", re.IGNORECASE)
 # A send time as the API, the console and the import take it: two-digit hours and minutes.
 SEND_TIME_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
 _SEND_TIME = re.compile(SEND_TIME_PATTERN)
-# A recipient's labels: a few words a destination's audience names (delivery.audience).
-# Lowercase letters, digits and . _ -, optionally one "key:value" (team:platform,
-# office:berlin, remote): what a person types in a CSV cell or a chat channel's
-# settings, with nothing that needs quoting in a URL's ?label= or a CSV cell.
-# Taken in any case and stored in lowercase, so Team:Platform and team:platform are
-# one label an audience cannot miss by a capital.
-LABEL_MAX_LENGTH = 50
-LABELS_MAX_COUNT = 20
-LABEL_PATTERN = r"^[a-z0-9][a-z0-9._-]*(:[a-z0-9][a-z0-9._-]*)?$"
-_LABEL = re.compile(LABEL_PATTERN)
 
 
 @zone_cache
@@ -108,33 +99,6 @@ def clean_send_time(value: str | time | None) -> time | None:
             "default."
         )
     return time(int(value[:2]), int(value[3:]))
-
-
-def clean_labels(value: object) -> list[str]:
-    """A recipient's labels, trimmed, lowercased, without repeats and sorted; None or [] for none.
-
-    At most LABELS_MAX_COUNT, each by LABEL_PATTERN and at most LABEL_MAX_LENGTH characters:
-    a few words to choose audiences by, not a place to store data about the person.
-    """
-    if value is None:
-        return []
-    if not isinstance(value, list | tuple) or not all(isinstance(label, str) for label in value):
-        raise ValidationError('Labels must be a list of strings, such as ["team:platform", "office:berlin"].')
-    labels = sorted({label.strip().lower() for label in value})
-    errors = []
-    for label in labels:
-        if len(label) > LABEL_MAX_LENGTH:
-            errors.append(f"Label {label!r} is longer than {LABEL_MAX_LENGTH} characters.")
-        elif not _LABEL.fullmatch(label):
-            errors.append(
-                f"Label {label!r} is not a label: lowercase letters, digits and . _ -, optionally "
-                "one key:value, such as team:platform or remote."
-            )
-    if len(labels) > LABELS_MAX_COUNT:
-        errors.append(f"At most {LABELS_MAX_COUNT} labels (got {len(labels)}).")
-    if errors:
-        raise ValidationError(errors)
-    return labels
 
 
 def clean_past_date(value: date, *, label: str, timezone_name: str | None) -> date:

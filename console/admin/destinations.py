@@ -26,8 +26,8 @@ from delivery.audience import Audience
 from delivery.models import Destination, EndpointState
 from delivery.selectors import (
     destination_endpoints,
+    destination_recipients,
     destination_unsent_count,
-    recipients_in_audience_count,
 )
 from delivery.services import destinations as services
 from delivery.services.ping import destinations_send_test
@@ -267,7 +267,7 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
         audience = Audience.of(destination)
         if audience.everyone:
             return "every recipient"
-        return f"{recipients_in_audience_count(audience=audience):,} recipient(s)"
+        return f"{destination_recipients(destination=destination).count():,} recipient(s)"
 
     @admin.display(description="endpoint")
     def endpoint_state(self, destination: Destination):

@@ -93,3 +93,23 @@ def test_a_label_both_greeted_and_excluded_is_refused_on_the_form(console):
     assert response.status_code == 200
     assert "excluded_labels" in response.context["adminform"].form.errors
     assert not Destination.objects.exists()
+
+
+def test_an_operator_gives_a_destination_its_own_words_and_a_placeholder_its_type_lacks_is_refused(console):
+    words = {"message_birthday": "🎂 Happy birthday, {first_name}!", "message_anniversary": ""}
+    created = console.post(DESTINATION_ADD, {**DESTINATION_FORM, **words})
+    refused = console.post(
+        DESTINATION_ADD,
+        {
+            **DESTINATION_FORM,
+            "name": "other",
+            "url": "https://other.example.org/h",
+            "message_birthday": "{years}",
+        },
+    )
+
+    assert created.status_code == 302
+    assert Destination.objects.get().message_overrides == {"BIRTHDAY": "🎂 Happy birthday, {first_name}!"}
+    assert refused.status_code == 200
+    assert "BIRTHDAY: Unknown placeholder {years}" in refused.content.decode()
+    assert Destination.objects.count() == 1

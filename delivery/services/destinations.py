@@ -37,8 +37,8 @@ from delivery.services.endpoints import endpoint_pause, endpoint_resume, endpoin
 from delivery.signing import parse_secrets
 from scheduling.event_types import EventType
 from scheduling.handlers import REGISTRY
+from scheduling.labels import clean_labels
 from scheduling.messages import MESSAGE_TEMPLATE_MAX_LENGTH, template_errors
-from users.validators import clean_labels
 
 logger = logging.getLogger(__name__)
 

@@ -93,7 +93,7 @@ class ClaimedEvent(NamedTuple):
     idempotency_key: str
     recipient: RecipientRow
     pause: PauseSpan
-    # The recipient's, sorted (users.validators.clean_labels): whom destinations' audiences take.
+    # The recipient's, sorted (scheduling.labels.clean_labels): whom destinations' audiences take.
     labels: list[str]
     language: str
 

@@ -9,6 +9,7 @@ from django.utils import timezone
 from delivery.audience import Audience, DestinationRouter
 from delivery.models import Delivery, Destination
 from delivery.scheduler import Scheduler
+from delivery.selectors import destination_recipients
 from delivery.services.destinations import destination_create, destination_update
 from delivery.tests.conftest import make_due
 from scheduling.models import EventStatus, EventType
@@ -91,6 +92,28 @@ def test_an_audiences_query_of_recipients_finds_exactly_whom_it_includes(any_of,
     # then the query and the claim's rule agree on every one
     found = set(User.objects.filter(audience.recipient_filter()).values_list("pk", flat=True))
     assert found == {pk for pk, labels in users.items() if audience.includes(labels)}
+
+
+def test_a_destinations_recipients_are_those_its_audience_holds():
+    platform = new_destination("platform", audience_labels=["team:platform"], excluded_labels=["contractor"])
+    everyone = new_destination("everyone")
+    ada = user_create(
+        first_name="Ada",
+        last_name="L",
+        date_of_birth=date(1990, 1, 1),
+        timezone="UTC",
+        labels=["team:platform"],
+    )
+    user_create(
+        first_name="Bob",
+        last_name="L",
+        date_of_birth=date(1990, 1, 1),
+        timezone="UTC",
+        labels=["team:platform", "contractor"],
+    )
+
+    assert list(destination_recipients(destination=platform)) == [ada]
+    assert destination_recipients(destination=everyone).count() == 2
 
 
 def test_the_router_memo_answers_each_type_and_label_set_alike():

@@ -7,12 +7,12 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 
 from delivery.audience import Audience
+from scheduling.labels import clean_labels
 from scheduling.languages import clean_language, language_fallbacks
 from users.models import User
 from users.selectors import user_labels_filter
 from users.services import user_create, user_update
 from users.tests.test_import_users import run_failing_import, run_import, write_csv
-from users.validators import clean_labels
 
 pytestmark = pytest.mark.django_db
 

@@ -14,9 +14,13 @@ service, and nothing about the outbox that sends to it:
   operator can make it work again);
 - its name and label, which are the destination's `format` and its display.
 
-A digest (several messages in one body, issue 35) is a second body a kind
-will add beside `body`; the chat kinds build theirs from lines of text
-(`_compose`) so that one can reuse the escaping and the cut.
+A digest (one destination's message naming a day's people: delivery.services.digests)
+is a second body, `digest_body`, from the standard digest payload (a heading and
+one line per occurrence). The chat kinds build both from lines of text
+(`_compose`), with the same escaping and cut; a digest whose lines do not fit
+the service's limit keeps the heading and as many whole lines as fit, and says
+how many more there are ("… and 4,200 more"): one message, never split, so a
+digest stays one delivery under one key (docs/design.md, "Digests").
 
 This package imports no app: delivery (the outbox) imports it.
 """
@@ -28,7 +32,7 @@ import email.utils
 import enum
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC
 from typing import ClassVar
@@ -143,6 +147,30 @@ def without_bidi_controls(text: str) -> str:
     return "".join(ch for ch in text if ch not in BIDI_CONTROLS)
 
 
+def more_line(count: int) -> str:
+    """The last line of a digest cut short: how many occurrences it could not name."""
+    return f"{ELLIPSIS} and {count:,} more"
+
+
+def summarised(lines: Sequence[str], *, fits: Callable[[Sequence[str]], bool]) -> list[str]:
+    """`lines` (a heading, then one line per occurrence) if they fit; else the heading, as many of the
+    occurrences' lines as fit beside a `more_line` naming how many are left out, and that line.
+
+    A binary search on how many to keep: about 13 trials for 5,000 lines (bench: digest workload).
+    """
+    if fits(lines):
+        return list(lines)
+    total = len(lines) - 1
+    low, high = 0, total - 1
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits([*lines[: 1 + middle], more_line(total - middle)]):
+            low = middle
+        else:
+            high = middle - 1
+    return [*lines[: 1 + low], more_line(total - low)]
+
+
 class Channel(abc.ABC):
     """A kind of destination. Subclasses set `name`, `label`, `pace` and implement `body`; `read` defaults to
     the standard reading of the status."""
@@ -158,6 +186,11 @@ class Channel(abc.ABC):
     @abc.abstractmethod
     def body(self, payload: Mapping) -> dict:
         """The JSON body sent for the standard `payload` (delivery.payload), whose `message` is the text."""
+
+    @abc.abstractmethod
+    def digest_body(self, payload: Mapping) -> dict:
+        """The JSON body sent for a standard digest `payload` (delivery.services.digests.digest_payload):
+        its `heading`, then each of its `occurrences`' `line`."""
 
     def read(self, *, status: int, headers: Mapping[str, str], body: str) -> Reading:
         """What the answer (`status`, `headers`, the first bytes of its `body`, decoded) means."""

@@ -29,6 +29,7 @@ from channels.base import (
     parse_retry_after,
     seconds_or_none,
     standard_reading,
+    summarised,
     utf16_length,
     without_bidi_controls,
 )
@@ -67,14 +68,23 @@ class Discord(Channel):
     def body(self, payload: Mapping) -> dict:
         return self._compose([payload["message"]])
 
-    def _compose(self, lines: Sequence[str]) -> dict:
-        pieces = [
+    def _pieces(self, lines: Sequence[str]) -> list[str]:
+        return [
             piece
             for number, line in enumerate(lines)
             for piece in ((["\n"] if number else []) + escape(line))
         ]
+
+    def _fits(self, lines: Sequence[str]) -> bool:
+        return sum(map(utf16_length, self._pieces(lines))) <= CONTENT_MAX
+
+    def digest_body(self, payload: Mapping) -> dict:
+        lines = [payload["heading"], *(occurrence["line"] for occurrence in payload["occurrences"])]
+        return self._compose(summarised(lines, fits=self._fits))
+
+    def _compose(self, lines: Sequence[str]) -> dict:
         return {
-            "content": fit(pieces, budget=CONTENT_MAX, size=utf16_length),
+            "content": fit(self._pieces(lines), budget=CONTENT_MAX, size=utf16_length),
             "allowed_mentions": {"parse": []},
         }
 

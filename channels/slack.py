@@ -18,7 +18,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from channels.base import Channel, Reading, Verdict, fit, standard_reading, without_bidi_controls
+from channels.base import (
+    Channel,
+    Reading,
+    Verdict,
+    fit,
+    standard_reading,
+    summarised,
+    without_bidi_controls,
+)
 
 # Slack's guidance for `text`: at most 4,000 characters (longer text is cut or split by Slack).
 TEXT_MAX = 4000
@@ -54,14 +62,23 @@ class Slack(Channel):
     def body(self, payload: Mapping) -> dict:
         return self._compose([payload["message"]])
 
-    def _compose(self, lines: Sequence[str]) -> dict:
-        pieces = [
+    def _pieces(self, lines: Sequence[str]) -> list[str]:
+        return [
             piece
             for number, line in enumerate(lines)
             for piece in ((["\n"] if number else []) + escape(line))
         ]
+
+    def _fits(self, lines: Sequence[str]) -> bool:
+        return sum(map(len, self._pieces(lines))) <= TEXT_MAX
+
+    def digest_body(self, payload: Mapping) -> dict:
+        lines = [payload["heading"], *(occurrence["line"] for occurrence in payload["occurrences"])]
+        return self._compose(summarised(lines, fits=self._fits))
+
+    def _compose(self, lines: Sequence[str]) -> dict:
         return {
-            "text": fit(pieces, budget=TEXT_MAX),
+            "text": fit(self._pieces(lines), budget=TEXT_MAX),
             "mrkdwn": False,
             "unfurl_links": False,
             "unfurl_media": False,

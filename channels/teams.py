@@ -25,7 +25,15 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from channels.base import Channel, Reading, Verdict, fit, standard_reading, without_bidi_controls
+from channels.base import (
+    Channel,
+    Reading,
+    Verdict,
+    fit,
+    standard_reading,
+    summarised,
+    without_bidi_controls,
+)
 
 # Teams' limit for a message, in bytes of the body; the margin covers the separators'
 # spaces PostgreSQL's jsonb adds when the stored body is read back to be sent.
@@ -90,6 +98,18 @@ class Teams(Channel):
         ]
         text = within_body_limit(adaptive_card([_rich_text("")]), pieces)
         return adaptive_card([_rich_text(text)])
+
+    def digest_body(self, payload: Mapping) -> dict:
+        # One block per line: the heading, then one per person, as Teams shows a list.
+        lines = [payload["heading"], *(occurrence["line"] for occurrence in payload["occurrences"])]
+        return self._card_of_lines(summarised(lines, fits=self._lines_fit))
+
+    def _card_of_lines(self, lines: Sequence[str]) -> dict:
+        return adaptive_card([_rich_text(without_bidi_controls(line)) for line in lines])
+
+    def _lines_fit(self, lines: Sequence[str]) -> bool:
+        size = len(json.dumps(self._card_of_lines(lines), ensure_ascii=False).encode())
+        return size <= BODY_MAX_BYTES - _MARGIN_BYTES
 
     def read(self, *, status: int, headers: Mapping[str, str], body: str) -> Reading:
         if status == 404:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from channels.base import Channel, fit, without_bidi_controls
+from channels.base import Channel, fit, summarised, without_bidi_controls
 from channels.teams import BODY_MAX_BYTES, json_size
 
 _HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
@@ -31,13 +31,22 @@ class TeamsMessageCard(Channel):
     def body(self, payload: Mapping) -> dict:
         return self._compose([payload["message"]])
 
-    def _compose(self, lines: Sequence[str]) -> dict:
-        pieces = [
+    def _pieces(self, lines: Sequence[str]) -> list[str]:
+        return [
             piece
             for number, line in enumerate(lines)
             for piece in ((["\n\n"] if number else []) + escape(line))
         ]
-        text = fit(pieces, budget=_TEXT_BUDGET, size=json_size)
+
+    def _fits(self, lines: Sequence[str]) -> bool:
+        return sum(map(json_size, self._pieces(lines))) <= _TEXT_BUDGET
+
+    def digest_body(self, payload: Mapping) -> dict:
+        lines = [payload["heading"], *(occurrence["line"] for occurrence in payload["occurrences"])]
+        return self._compose(summarised(lines, fits=self._fits))
+
+    def _compose(self, lines: Sequence[str]) -> dict:
+        text = fit(self._pieces(lines), budget=_TEXT_BUDGET, size=json_size)
         return {
             "@type": "MessageCard",
             "@context": "https://schema.org/extensions",

@@ -74,7 +74,9 @@ class DestinationRouter:
     """
 
     def __init__(self, destinations: Sequence[Destination]) -> None:
-        self.destinations = list(destinations)
+        # A digest destination gets its greetings in its daily digest (delivery.services.digests),
+        # never one delivery per occurrence: for the claim it is as if unsubscribed.
+        self.destinations = [destination for destination in destinations if not destination.takes_digest]
         self._audiences = [Audience.of(destination) for destination in self.destinations]
         # The destinations greeting everyone (less their exclusions), and those naming each label, by position.
         self._open = [i for i, audience in enumerate(self._audiences) if not audience.any_of]

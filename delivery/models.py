@@ -3,7 +3,7 @@ from typing import TYPE_CHECKING
 
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 
 from channels import CHANNELS
 from runtime.ids import uuid7
@@ -21,6 +21,18 @@ if TYPE_CHECKING:
 DestinationFormat = models.TextChoices(  # type: ignore[call-overload]
     "DestinationFormat", [(name.upper(), (name, channel.label)) for name, channel in CHANNELS.items()]
 )
+
+
+class Weekend(models.TextChoices):
+    """Where a destination's greetings of a Saturday or a Sunday go (docs/design.md, "Digests and working days")."""
+
+    # On the day itself, as every greeting always was.
+    ON_THE_DAY = "ON_THE_DAY", "On the day"
+    # A digest destination's Friday digest names Saturday's and Sunday's people too.
+    FRIDAY_BEFORE = "FRIDAY_BEFORE", "The Friday before"
+    # Monday's digest (or Monday's send time, for a destination taking one message per
+    # occurrence) names Saturday's and Sunday's people.
+    MONDAY_AFTER = "MONDAY_AFTER", "The Monday after"
 
 
 class Destination(models.Model):
@@ -57,6 +69,19 @@ class Destination(models.Model):
     )
     # Disabled: occurrences claimed meanwhile get no delivery for it (what is queued still goes).
     enabled = models.BooleanField(default=True)
+    # Set: a daily digest (delivery.services.digests) at this wall time in digest_timezone, one
+    # message naming the day's people, and no delivery per occurrence. Null: one message per
+    # occurrence, at each recipient's own send time.
+    digest_time = models.TimeField(null=True, blank=True)
+    digest_timezone = models.CharField(max_length=64, blank=True, default="", db_default="")
+    weekend = models.CharField(
+        max_length=16, choices=Weekend.choices, default=Weekend.ON_THE_DAY, db_default=Weekend.ON_THE_DAY
+    )
+    # The next digest: its local date and the instant it is due. Kept by the services (set with
+    # the digest time, advanced by the scheduler as it builds one), so the scheduler's look for
+    # due digests reads one partial index, and the console shows what is next.
+    next_digest_date = models.DateField(null=True, blank=True)
+    next_digest_at = models.DateTimeField(null=True, blank=True)
     # Null: WEBHOOK_MAX_RATE / WEBHOOK_MAX_IN_FLIGHT / WEBHOOK_TIMEOUT.
     max_rate = models.FloatField(null=True, blank=True)
     max_in_flight = models.PositiveIntegerField(null=True, blank=True)
@@ -96,6 +121,23 @@ class Destination(models.Model):
                 condition=Q(timeout__isnull=True) | Q(timeout__gt=timedelta(0)),
                 name="destination_timeout_positive",
             ),
+            models.CheckConstraint(condition=Q(weekend__in=Weekend.values), name="destination_weekend_valid"),
+            # A digest has a zone and a next one; a destination without one has neither.
+            models.CheckConstraint(
+                condition=Q(
+                    digest_time__isnull=True, next_digest_at__isnull=True, next_digest_date__isnull=True
+                )
+                | (Q(digest_time__isnull=False) & ~Q(digest_timezone="") & Q(next_digest_at__isnull=False)),
+                name="destination_digest_complete",
+            ),
+        ]
+        indexes = [
+            # The scheduler's look for due digests, on every turn: only digest destinations are in it.
+            models.Index(
+                fields=["next_digest_at"],
+                condition=Q(next_digest_at__isnull=False),
+                name="destination_digest_due_idx",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -103,6 +145,51 @@ class Destination(models.Model):
 
     def subscribes_to(self, event_type: str) -> bool:
         return not self.event_types or event_type in self.event_types
+
+    @property
+    def takes_digest(self) -> bool:
+        return self.digest_time is not None
+
+
+class Digest(models.Model):
+    """One destination's message of one local date, naming that date's people (delivery.services.digests).
+
+    Unique per (destination, date): whatever the scheduler does twice (two
+    schedulers, a retry after a lost commit), the second insert is refused and
+    nothing more is queued. Its one Delivery sends it like any other.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    # Null once its destination was deleted (refused while it has deliveries to send).
+    destination = models.ForeignKey(
+        Destination, on_delete=models.SET_NULL, null=True, blank=True, related_name="digests", db_index=False
+    )
+    # The date it is sent on, in the destination's zone; first/last: the occurrence dates it
+    # names (Friday's digest of a "Friday before" destination names Friday to Sunday).
+    local_date = models.DateField()
+    first_date = models.DateField()
+    last_date = models.DateField()
+    # "digest-" and a hash of (destination, date): the same on every attempt and resend.
+    idempotency_key = models.CharField(max_length=32)
+    # What it names, one dict per occurrence (event_id, user_id, event_type, occurrence_date,
+    # idempotency_key, line): the body is rendered from these, and an erasure takes a
+    # recipient's out and renders it again (delivery.services.erasure).
+    entries = models.JSONField(default=list)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-local_date", "destination"]
+        constraints = [
+            # NULLs are distinct: the history of a deleted destination never collides.
+            models.UniqueConstraint(
+                fields=["destination", "local_date"], name="digest_one_per_destination_date"
+            ),
+            models.UniqueConstraint(fields=["idempotency_key"], name="digest_idempotency_key_unique"),
+            models.CheckConstraint(condition=Q(first_date__lte=F("last_date")), name="digest_dates_ordered"),
+        ]
+
+    def __str__(self) -> str:
+        return f"digest {self.local_date} of {self.destination_id}"
 
 
 class DestinationSecret(models.Model):
@@ -143,7 +230,7 @@ class DeliveryStatus(models.TextChoices):
 
 
 class Delivery(models.Model):
-    """The outbox row for one event occurrence: what to send, where, and how it went."""
+    """The outbox row for one event occurrence, or for one digest: what to send, where, and how it went."""
 
     Status = DeliveryStatus
 
@@ -152,8 +239,18 @@ class Delivery(models.Model):
     # One delivery per occurrence and destination (delivery_one_per_destination),
     # whose index, led by event_id, also serves every lookup by event: a second
     # index of its own would only cost every insert one more write.
+    # Null for a digest's delivery (`digest` set instead: delivery_event_or_digest).
     event = models.ForeignKey(
-        "scheduling.Event", on_delete=models.CASCADE, related_name="deliveries", db_index=False
+        "scheduling.Event",
+        on_delete=models.CASCADE,
+        related_name="deliveries",
+        db_index=False,
+        null=True,
+        blank=True,
+    )
+    # The digest it sends (null for an occurrence's delivery): one delivery per digest.
+    digest = models.OneToOneField(
+        Digest, on_delete=models.CASCADE, related_name="delivery", null=True, blank=True
     )
     # Null for history queued before destinations existed, and after its destination
     # was deleted (refused while it has deliveries to send: delivery.services.destinations).
@@ -200,6 +297,12 @@ class Delivery(models.Model):
         constraints = [
             # NULLs are distinct: history rows without a destination never collide.
             models.UniqueConstraint(fields=["event", "destination"], name="delivery_one_per_destination"),
+            # An occurrence's delivery or a digest's, never both nor neither.
+            models.CheckConstraint(
+                condition=Q(event__isnull=False, digest__isnull=True)
+                | Q(event__isnull=True, digest__isnull=False),
+                name="delivery_event_or_digest",
+            ),
             models.CheckConstraint(
                 condition=Q(status__in=DeliveryStatus.values), name="delivery_status_valid"
             ),

@@ -12,6 +12,7 @@ from django.db import connection
 from django.utils import timezone
 
 from delivery.metrics import CLAIM_BATCH_DURATION
+from delivery.services.digests import digests_build_due
 from delivery.services.enqueue import deliveries_enqueue_due
 from delivery.services.retention import PrunePosition, history_cutoff, history_prune
 from runtime.database import DB_ERRORS, refresh_connection, reset_connection_after_error
@@ -36,6 +37,10 @@ _BUSY_RETRY = 0.05
 # short resumes where it stopped. A day's handled events (about 2,700 for a million
 # recipients) fit in one pass; a backlog of millions is prune_history's.
 PRUNE_EVERY = 60.0
+# Digests are looked for every second (a digest goes within about a second of its time), a batch of
+# destinations per transaction.
+DIGESTS_EVERY = 1.0
+DIGESTS_BATCH = 20
 PRUNE_TIME_BOX = 0.5
 PRUNE_MIN_IDLE = 0.2
 PRUNE_BATCH_SIZE = 500
@@ -69,6 +74,8 @@ class Scheduler(ProcessLoop):
         self.zone_rules_behind = True
         # Reconciling comes after the first claims (what is due goes out first), then every interval.
         self.side_tasks += [
+            # Every second: when none is due it is one probe of a partial index (no digest destination: empty).
+            SideTask("digests", DIGESTS_EVERY, self._build_digests),
             SideTask("reconcile", settings.SCHEDULER_RECONCILE_INTERVAL.total_seconds(), self._reconcile),
             SideTask("prune history", PRUNE_EVERY, self._prune_history, min_idle=PRUNE_MIN_IDLE),
         ]
@@ -202,6 +209,11 @@ class Scheduler(ProcessLoop):
             # --once completes the pass before it claims; the loop does part of it each turn.
             result = events_follow_zone_data(seconds=None if self.once else ZONE_RULES_TIME_BOX)
             self.zone_rules_behind = not result.complete
+
+    def _build_digests(self, *, idle: float) -> bool:
+        """Queue the daily digests now due (delivery.services.digests); True when a full batch leaves more."""
+        built = digests_build_due(now=timezone.now(), limit=DIGESTS_BATCH)
+        return built.handled == DIGESTS_BATCH
 
     def _reconcile(self, *, idle: float) -> bool:
         """Create the missing pending events of a chunk of recipients; True when the chunk was full (more may wait)."""

@@ -24,11 +24,12 @@ from scheduling.services.transitions import Actor, EventRef, events_transition
 logger = logging.getLogger(__name__)
 
 
-def events_conclude(*, event_ids: Collection[uuid.UUID], now: datetime) -> tuple[int, int]:
+def events_conclude(*, event_ids: Collection[uuid.UUID | None], now: datetime) -> tuple[int, int]:
     """Conclude those of `event_ids` whose deliveries all ended; return how many COMPLETED and FAILED."""
-    if not event_ids:
+    # A digest's delivery has no event (None): nothing concludes by it.
+    ids = sorted({event_id for event_id in event_ids if event_id is not None})
+    if not ids:
         return 0, 0
-    ids = sorted(set(event_ids))
     locked = execute(
         f"SELECT id FROM {Event._meta.db_table} WHERE id = ANY(%s) AND status = %s ORDER BY id FOR UPDATE",
         [ids, EventStatus.PROCESSING],

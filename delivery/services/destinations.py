@@ -11,9 +11,10 @@ a deletion sees every delivery queued for the destination.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, time, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -23,6 +24,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from delivery import secret_store
+from delivery.digests import digest_schedule
 from delivery.models import (
     Delivery,
     DeliveryStatus,
@@ -30,6 +32,7 @@ from delivery.models import (
     DestinationFormat,
     DestinationSecret,
     Endpoint,
+    Weekend,
 )
 from delivery.receiver_addresses import webhook_url_validate
 from delivery.selectors import destination_unsent_count, destinations_for_claim
@@ -44,6 +47,7 @@ from scheduling.event_types import EventType
 from scheduling.handlers import REGISTRY
 from scheduling.labels import clean_labels
 from scheduling.messages import MESSAGE_TEMPLATE_MAX_LENGTH, template_errors
+from users.validators import SEND_TIME_PATTERN, clean_timezone
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +64,12 @@ EDITABLE_FIELDS = (
     "max_rate",
     "max_in_flight",
     "timeout",
+    "digest_time",
+    "digest_timezone",
+    "weekend",
 )
+# A change of one of these moves the next digest (delivery.digests.digest_schedule).
+DIGEST_FIELDS = ("digest_time", "digest_timezone", "weekend")
 DEFAULT_NAME = "default"
 UNSENT = (DeliveryStatus.QUEUED, DeliveryStatus.SENDING)
 
@@ -179,9 +188,59 @@ def _cleaned(values: Mapping[str, Any]) -> dict[str, Any]:
             f"Above 0 and at most WEBHOOK_TIMEOUT ({settings.WEBHOOK_TIMEOUT.total_seconds():g} s): "
             "deliveries' leases are sized from it."
         ]
+    errors.update(_digest_errors(values=values, cleaned=cleaned))
     if errors:
         raise ValidationError(errors)
     return cleaned
+
+
+def _digest_errors(*, values: Mapping[str, Any], cleaned: dict[str, Any]) -> dict[str, list[str]]:
+    """Check and normalise the digest fields given (in `cleaned`); the errors by field."""
+    errors: dict[str, list[str]] = {}
+    if "digest_time" in values:
+        value = values["digest_time"]
+        if isinstance(value, str):
+            value = value.strip() or None
+            if value is not None and re.match(SEND_TIME_PATTERN, value):
+                value = time.fromisoformat(value)
+        if value is not None and (not isinstance(value, time) or value.second or value.microsecond):
+            errors["digest_time"] = [
+                "A time of day as HH:MM (such as 09:30), or none for one message per greeting."
+            ]
+        else:
+            cleaned["digest_time"] = value.replace(tzinfo=None) if value is not None else None
+    if "digest_timezone" in values:
+        name = values["digest_timezone"]
+        if name is None or (isinstance(name, str) and not name.strip()):
+            cleaned["digest_timezone"] = ""
+        else:
+            try:
+                cleaned["digest_timezone"] = clean_timezone(name)
+            except ValidationError as exc:
+                errors["digest_timezone"] = exc.messages
+    if "weekend" in values and values["weekend"] not in Weekend.values:
+        errors["weekend"] = [f"One of {', '.join(Weekend.values)}."]
+    return errors
+
+
+def _digest_settings_checked(destination: Destination) -> None:
+    """The digest fields as they will be stored, checked together; ValidationError naming the field."""
+    if destination.digest_time is not None and not destination.digest_timezone:
+        raise ValidationError(
+            {"digest_timezone": ["A digest needs its IANA time zone (such as Europe/Berlin)."]}
+        )
+    if destination.digest_time is None and destination.weekend != Weekend.ON_THE_DAY:
+        # Moving a weekend greeting is a digest's: a destination taking one message per greeting
+        # gets it at the recipient's own send time, which the claim reaches on the day itself
+        # (a Friday before would need it claimed two days early, and a Monday after would hold a
+        # queued delivery for two days, past what EVENT_MAX_LATENESS lets a queued one wait).
+        raise ValidationError(
+            {
+                "weekend": [
+                    "Only a daily digest moves weekend greetings: set a digest_time, or keep ON_THE_DAY."
+                ]
+            }
+        )
 
 
 def destination_messages_clean(value: object) -> dict[str, str]:
@@ -249,6 +308,9 @@ def destination_create(
     max_rate: float | None = None,
     max_in_flight: int | None = None,
     timeout: timedelta | None = None,
+    digest_time: time | str | None = None,
+    digest_timezone: str = "",
+    weekend: str = Weekend.ON_THE_DAY,
     secret: str | None = None,
 ) -> NewSecret:
     """A new destination with one signing secret (made here unless `secret` is given), returned once."""
@@ -265,12 +327,17 @@ def destination_create(
             "max_rate": max_rate,
             "max_in_flight": max_in_flight,
             "timeout": timeout,
+            "digest_time": digest_time,
+            "digest_timezone": digest_timezone,
+            "weekend": weekend,
         }
     )
     value = _secret_value(secret)
     with transaction.atomic():
         _unique_fields_checked(values=values)
         destination = Destination(**values, created_by=operator, updated_by=operator)
+        _digest_settings_checked(destination)
+        digest_schedule(destination=destination, now=timezone.now())
         _saved(destination, values=values)
         stored = _secret_add(destination=destination, value=value)
     logger.info(
@@ -301,6 +368,9 @@ def destination_update(
             raise ValidationError(
                 {"excluded_labels": ["A label both greeted and excluded: the exclusion would always win."]}
             )
+        _digest_settings_checked(current)
+        if set(values) & set(DIGEST_FIELDS):
+            digest_schedule(destination=current, now=timezone.now())
         current.updated_by = operator
         current.version += 1
         _saved(current, values=values)

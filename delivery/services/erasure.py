@@ -24,11 +24,16 @@ from __future__ import annotations
 import uuid
 
 from delivery.models import Delivery, DeliveryAttempt
+from delivery.services.digests import digests_erase
 from scheduling.admin_log import admin_log_forget
 
 
 def deliveries_erase(*, user_id: uuid.UUID) -> int:
-    """Delete the deliveries of the recipient's events and strip their attempts; return how many deliveries went."""
+    """Delete the deliveries of the recipient's events and strip their attempts; return how many deliveries went.
+
+    The digests naming them lose their line and are rendered again (digests_erase).
+    """
+    digests_erase(user_id=user_id)
     delivery_ids = list(
         Delivery.objects.select_for_update(of=("self",))
         .filter(event__user_id=user_id)

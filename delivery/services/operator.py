@@ -80,7 +80,10 @@ def event_resend(*, event: Event, operator: str) -> Event:
 
 def delivery_resend(*, delivery: Delivery, operator: str) -> Delivery:
     """Resend one DEAD delivery (one destination's); its FAILED event is PROCESSING again until it ends."""
+    if delivery.digest_id is not None:
+        return _digest_resend(delivery=delivery, operator=operator)
     with transaction.atomic():
+        assert delivery.event is not None  # delivery_event_or_digest
         event = _event_locked(event=delivery.event)
         current = (
             Delivery.objects.select_for_update(of=("self",)).select_related("destination").get(pk=delivery.pk)
@@ -94,6 +97,39 @@ def delivery_resend(*, delivery: Delivery, operator: str) -> Delivery:
         _deliveries_requeue(event=event, deliveries=[current])
     logger.info(
         "Operator %s resent delivery",
+        operator,
+        extra={
+            "operator": operator,
+            "delivery_id": str(current.id),
+            "idempotency_key": current.idempotency_key,
+        },
+    )
+    current.refresh_from_db()
+    return current
+
+
+def _digest_resend(*, delivery: Delivery, operator: str) -> Delivery:
+    """Resend a DEAD digest: the same lines under the same key, in the destination's kind as it is now."""
+    with transaction.atomic():
+        current = (
+            Delivery.objects.select_for_update(of=("self",))
+            .select_related("destination", "digest")
+            .get(pk=delivery.pk)
+        )
+        if current.status != DeliveryStatus.DEAD:
+            raise InvalidStateTransition(
+                f"Only DEAD deliveries can be resent; delivery {current.id} is {current.status}."
+            )
+        deliveries_requeue(
+            source=DeliveryStatus.DEAD,
+            deliveries=[current],
+            events={},
+            templates=message_templates(),
+            now=timezone.now(),
+        )
+        notify(WORKER_CHANNEL)
+    logger.info(
+        "Operator %s resent a digest",
         operator,
         extra={
             "operator": operator,

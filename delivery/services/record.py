@@ -314,7 +314,8 @@ def _outlived(result: SendResult) -> timedelta | None:
 
 def _log_fields(result: SendResult) -> dict[str, Any]:
     return {
-        "event_id": str(result.delivery.event_id),
+        # None for a digest's delivery, which names no one event.
+        "event_id": str(result.delivery.event_id) if result.delivery.event_id else None,
         "user_id": result.delivery.user_id,
         "idempotency_key": result.delivery.idempotency_key,
         "attempt": result.delivery.attempt,

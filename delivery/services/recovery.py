@@ -311,7 +311,8 @@ def recoveries_advance(*, batch_size: int | None = None) -> RecoveryBatch | None
 @dataclass(frozen=True)
 class _Candidate:
     id: uuid.UUID
-    event_id: uuid.UUID
+    # None: a digest's delivery, which goes again without any event to reopen.
+    event_id: uuid.UUID | None
     status: str
     updated_at: datetime
 
@@ -348,15 +349,15 @@ def _candidates_requeue(*, recovery: Recovery, candidates: list[_Candidate], now
         event.id: event
         for event in Event.objects.select_for_update(of=("self",))
         .select_related("user")
-        .filter(id__in=sorted({c.event_id for c in candidates}))
+        .filter(id__in=sorted({c.event_id for c in candidates if c.event_id is not None}))
         .order_by("id")
     }
     renderable = _renderable_event_ids(events=events.values())
     deliveries = list(
         Delivery.objects.select_for_update(of=("self",), skip_locked=True)
-        .select_related("destination")
+        .select_related("destination", "digest")
         .filter(
-            id__in=[c.id for c in candidates if c.event_id in renderable],
+            id__in=[c.id for c in candidates if c.event_id is None or c.event_id in renderable],
             destination_id=recovery.destination_id,
             status__in=recovery.states,
             updated_at__gte=recovery.since,
@@ -376,7 +377,10 @@ def _candidates_requeue(*, recovery: Recovery, candidates: list[_Candidate], now
                 now=now,
             )
         )
-    events_reopen(events=[events[d.event_id] for d in _unique_events(deliveries, moved)], now=now)
+    events_reopen(
+        events=[events[d.event_id] for d in _unique_events(deliveries, moved) if d.event_id is not None],
+        now=now,
+    )
     return len(moved)
 
 

@@ -18,7 +18,8 @@ from typing import Any
 
 from django.conf import settings
 
-from channels import channel_for
+from channels import STANDARD, channel_for
+from delivery.digests import digest_body
 from delivery.models import Delivery, DeliveryStatus, Destination
 from delivery.payload import message_overrides, webhook_payload
 from delivery.services.transitions import Rows, deliveries_transition
@@ -59,7 +60,8 @@ def deliveries_requeue(
 ) -> list[uuid.UUID]:
     """Queue `deliveries` (each in `source`, its destination loaded) again in one UPDATE; return the ids moved.
 
-    `events` holds each one's event with its recipient, locked by the caller.
+    `events` holds each one's event with its recipient, locked by the caller;
+    a digest's delivery (its `digest` loaded) needs none.
     A delivery that left `source` meanwhile is not moved: the caller sees it
     missing from what comes back.
     """
@@ -69,6 +71,15 @@ def deliveries_requeue(
     bodies, urls, budgets = [], [], []
     for delivery in deliveries:
         destination = delivery.destination
+        if delivery.digest_id is not None:
+            # A digest goes again as it was built (its lines, less anyone erased since), in the
+            # destination's kind as it is now; a deleted destination's, in the standard body.
+            bodies.append(
+                digest_body(digest=delivery.digest, format=destination.format if destination else STANDARD)
+            )
+            urls.append(destination.url if destination else delivery.endpoint_url)
+            budgets.append(delivery.attempts + settings.DELIVERY_MAX_ATTEMPTS)
+            continue
         # Per destination: one with a text of its own gets it again.
         payload = payloads.get((delivery.event_id, delivery.destination_id))
         if payload is None:

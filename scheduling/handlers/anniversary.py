@@ -32,6 +32,11 @@ class AnniversaryHandler:
             after_date=after_date,
         )
 
+    def digest_line(self, *, user: Recipient, occurrence_date: date) -> str:
+        assert user.anniversary_date is not None  # as in message_values: only then is there an event
+        years = occurrence_date.year - user.anniversary_date.year
+        return f"{user.first_name} {user.last_name}, {years} year{'s' if years != 1 else ''} married"
+
     def message_values(self, *, user: Recipient, occurrence_date: date) -> dict[str, object]:
         # Only a recipient with an anniversary date has an anniversary event:
         # clearing the date removes the pending one in the same transaction.

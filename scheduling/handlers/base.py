@@ -136,6 +136,12 @@ class EventHandler(Protocol):
         such as no anniversary date): then they have no PENDING event of it.
         """
 
+    def digest_line(self, *, user: Recipient, occurrence_date: date) -> str:
+        """The occurrence as one line of a destination's daily digest ("Ada Lovelace's birthday").
+
+        Never the birth year nor the age: a digest is posted to a team's channel.
+        """
+
     def message_values(self, *, user: Recipient, occurrence_date: date) -> dict[str, object]:
         """The value of every name in `placeholders`, for the user as they are now on this occurrence.
 

@@ -58,6 +58,10 @@ class BirthdayHandler:
             after_date=after_date,
         )
 
+    def digest_line(self, *, user: Recipient, occurrence_date: date) -> str:
+        # No age: a digest goes to a channel, where a birthday is a greeting, not a figure.
+        return f"{user.first_name} {user.last_name}'s birthday"
+
     def message_values(self, *, user: Recipient, occurrence_date: date) -> dict[str, object]:
         # The occurrence is the birthday in its own year (Feb 28 for a Feb 29
         # birthday in a common year), so the age reached is the years between.

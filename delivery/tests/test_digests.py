@@ -1,0 +1,235 @@
+"""Daily digests in the database: whom a digest names, once per (destination, date), weekends, erasure, resend."""
+
+from datetime import date, datetime, time, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from delivery.digests import dates_named, digest_key, digest_schedule, next_digest
+from delivery.models import Delivery, DeliveryStatus, Destination, Digest, Weekend
+from delivery.services.digests import digests_build_due
+from delivery.services.enqueue import deliveries_enqueue_due
+from delivery.services.operator import delivery_resend
+from delivery.tests.conftest import make_due
+from scheduling.models import Event
+from users.services import user_erase
+from users.tests.factories import UserFactory
+
+pytestmark = pytest.mark.django_db
+
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+def _next_weekday(weekday: int, *, at_least: int = 3) -> date:
+    """A date at least `at_least` days ahead (Berlin) falling on `weekday` (0: Monday)."""
+    day = timezone.now().astimezone(BERLIN).date() + timedelta(days=at_least)
+    while day.weekday() != weekday:
+        day += timedelta(days=1)
+    return day
+
+
+def _born_on(day: date, *, first: str, last: str = "Lovelace", **fields) -> object:
+    return UserFactory(
+        first_name=first,
+        last_name=last,
+        date_of_birth=date(1990, day.month, day.day),
+        timezone="Europe/Berlin",
+        **fields,
+    )
+
+
+def _digest_destination(*, day: date, weekend: str = Weekend.ON_THE_DAY, **fields) -> Destination:
+    """A digest destination at 09:00 Berlin whose next digest is `day`'s (as if the days before had passed)."""
+    destination = Destination.objects.create(
+        name=fields.pop("name", "team"),
+        url=fields.pop("url", "https://hooks.example.com/team"),
+        digest_time=time(9, 0),
+        digest_timezone="Europe/Berlin",
+        weekend=weekend,
+        next_digest_at=timezone.now(),
+        **fields,
+    )
+    digest_schedule(destination=destination, now=datetime.combine(day, time(8, 0), tzinfo=BERLIN))
+    destination.save()
+    return destination
+
+
+def _at(day: date, hour: int = 9, minute: int = 0) -> datetime:
+    return datetime.combine(day, time(hour, minute), tzinfo=BERLIN)
+
+
+def test_a_digest_names_the_dates_people_in_its_audience_once(settings):
+    # given a Wednesday with three birthdays: one in the audience, one outside it, one paused
+    day = _next_weekday(2)
+    _born_on(day, first="Ada", labels=["team:platform"])
+    _born_on(day, first="Grace", last="Hopper", labels=["team:data"])
+    paused = _born_on(day, first="Paused", labels=["team:platform"])
+    paused.paused_at, paused.paused_by = timezone.now(), "ops"
+    paused.save()
+    destination = _digest_destination(day=day, audience_labels=["team:platform"])
+    assert (destination.next_digest_date, destination.next_digest_at) == (day, _at(day))
+
+    # when the scheduler looks just before, at, and again after the digest's time
+    assert digests_build_due(now=_at(day, 8, 59)).queued == 0
+    built = digests_build_due(now=_at(day, 9, 0))
+    again = digests_build_due(now=_at(day, 9, 1))
+
+    # then one digest, one delivery, under the digest's own key, naming only Ada, no age
+    assert (built.queued, again.queued) == (1, 0)
+    digest = Digest.objects.get()
+    assert digest.idempotency_key == digest_key(destination_id=destination.pk, local_date=day)
+    assert digest.idempotency_key.startswith("digest-") and len(digest.idempotency_key) == 32
+    assert [entry["line"] for entry in digest.entries] == ["Ada Lovelace's birthday"]
+    delivery = Delivery.objects.get()
+    assert delivery.event_id is None and delivery.digest_id == digest.pk
+    assert delivery.idempotency_key == digest.idempotency_key
+    assert (
+        delivery.payload["occurrences"][0]["idempotency_key"]
+        == Event.objects.get(user__first_name="Ada").idempotency_key
+    )
+    assert delivery.payload["heading"].startswith("Today, ")
+    # and the next digest is the next day's
+    destination.refresh_from_db()
+    assert destination.next_digest_date == day + timedelta(days=1)
+
+
+def test_the_database_refuses_a_second_digest_of_a_destination_and_date():
+    # given a digest built for a date
+    day = _next_weekday(2)
+    _born_on(day, first="Ada")
+    destination = _digest_destination(day=day)
+    digests_build_due(now=_at(day))
+
+    # when another one is written for the same destination and date, then the database refuses it
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Digest.objects.create(
+            destination=destination, local_date=day, first_date=day, last_date=day, idempotency_key="x"
+        )
+
+
+def test_nothing_is_sent_on_a_day_with_nobody():
+    # given a digest destination and nobody born on its date
+    day = _next_weekday(2)
+    _born_on(day + timedelta(days=1), first="Tomorrow")
+    destination = _digest_destination(day=day)
+
+    # when its time comes
+    built = digests_build_due(now=_at(day))
+
+    # then nothing is queued, and the next date is next
+    assert (built.queued, built.empty) == (0, 1)
+    assert not Digest.objects.exists() and not Delivery.objects.exists()
+    destination.refresh_from_db()
+    assert destination.next_digest_date == day + timedelta(days=1)
+
+
+def test_a_friday_before_destination_names_the_weekend_on_friday_and_sends_nothing_on_the_weekend():
+    # given birthdays on a Friday, Saturday, Sunday and Monday, and a "Friday before" digest
+    friday = _next_weekday(4)
+    for offset, name in enumerate(["Fri", "Sat", "Sun", "Mon"]):
+        _born_on(friday + timedelta(days=offset), first=name)
+    destination = _digest_destination(day=friday, weekend=Weekend.FRIDAY_BEFORE)
+
+    # when Friday's digest is built
+    digests_build_due(now=_at(friday))
+
+    # then it names Friday's, Saturday's and Sunday's people (the weekend's with their day), and the next is Monday
+    digest = Digest.objects.get()
+    assert [entry["line"] for entry in digest.entries] == [
+        "Fri Lovelace's birthday",
+        "Sat Lovelace's birthday (Saturday)",
+        "Sun Lovelace's birthday (Sunday)",
+    ]
+    destination.refresh_from_db()
+    assert destination.next_digest_date == friday + timedelta(days=3)
+    digests_build_due(now=_at(friday + timedelta(days=3)))
+    assert (
+        Digest.objects.get(local_date=friday + timedelta(days=3)).entries[0]["line"]
+        == "Mon Lovelace's birthday"
+    )
+
+
+def test_a_monday_after_destination_names_the_weekend_on_monday():
+    monday = _next_weekday(0)
+    assert dates_named(day=monday, weekend=Weekend.MONDAY_AFTER) == (monday - timedelta(days=2), monday)
+    saturday = monday - timedelta(days=2)
+    # From Friday's digest time on, the next one is Monday's: none on Saturday or Sunday.
+    assert next_digest(
+        at=time(9),
+        timezone_name="Europe/Berlin",
+        weekend=Weekend.MONDAY_AFTER,
+        after=_at(saturday - timedelta(days=1)),
+    ) == (monday, _at(monday))
+
+
+def test_a_digest_destination_gets_no_delivery_per_occurrence():
+    # given a digest destination beside one taking a message per greeting, and a due birthday
+    day = _next_weekday(2)
+    _born_on(day, first="Ada")
+    _digest_destination(day=day)
+    Destination.objects.create(name="each", url="https://hooks.example.com/each")
+    make_due()
+
+    # when the scheduler claims it
+    deliveries_enqueue_due(now=timezone.now())
+
+    # then only the other destination has a delivery for it
+    assert list(Delivery.objects.values_list("destination__name", flat=True)) == ["each"]
+
+
+def test_an_erased_recipient_is_taken_out_of_a_queued_digest_and_a_digest_of_only_them_goes_nowhere():
+    # given a queued digest naming Ada and Grace, and another destination's naming only Grace
+    day = _next_weekday(2)
+    _born_on(day, first="Ada", labels=["team:a"])
+    grace = _born_on(day, first="Grace", last="Hopper", labels=["team:b"])
+    _digest_destination(day=day)
+    _digest_destination(day=day, name="b", url="https://hooks.example.com/b", audience_labels=["team:b"])
+    digests_build_due(now=_at(day))
+    assert Delivery.objects.count() == 2
+
+    # when Grace is erased before they go
+    user_erase(user=grace)
+
+    # then the first names only Ada, in its entries and its body, and the second is gone
+    delivery = Delivery.objects.select_related("digest").get()
+    assert "Grace" not in str(delivery.payload) and "Grace" not in str(delivery.digest.entries)
+    assert [o["line"] for o in delivery.payload["occurrences"]] == ["Ada Lovelace's birthday"]
+    assert Digest.objects.count() == 2  # the date stays taken: nothing is built again for it
+
+
+def test_a_dead_digest_is_resent_under_the_same_key():
+    day = _next_weekday(2)
+    _born_on(day, first="Ada")
+    _digest_destination(day=day)
+    digests_build_due(now=_at(day))
+    delivery = Delivery.objects.get()
+    Delivery.objects.filter(pk=delivery.pk).update(status=DeliveryStatus.DEAD, last_error="gone")
+
+    resent = delivery_resend(delivery=delivery, operator="ops")
+
+    assert resent.status == DeliveryStatus.QUEUED
+    assert resent.idempotency_key == delivery.idempotency_key
+    assert resent.payload == delivery.payload
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"digest_time": "25:00", "digest_timezone": "Europe/Berlin"}, "digest_time"),
+        ({"digest_time": "09:00", "digest_timezone": "+02:00"}, "digest_timezone"),
+        ({"digest_time": "09:00"}, "digest_timezone"),
+        ({"weekend": "SOMETIMES"}, "weekend"),
+        ({"weekend": Weekend.FRIDAY_BEFORE}, "weekend"),
+        ({"weekend": Weekend.MONDAY_AFTER}, "weekend"),
+    ],
+)
+def test_bad_digest_settings_are_refused_naming_the_field(changes, field):
+    from delivery.services.destinations import destination_create
+
+    with pytest.raises(ValidationError) as refused:
+        destination_create(name="x", url="https://hooks.example.com/x", operator="ops", **changes)
+    assert field in refused.value.message_dict
+    assert not Destination.objects.exists()

@@ -1,0 +1,131 @@
+"""Daily digests for real: run_scheduler and run_worker processes, a local Slack-like receiver, counted there.
+
+The test's clock: the processes run now, so a date's digest time is brought to
+now (its `next_digest_at`), as if that morning had come; everything else (the
+scheduler's look for due digests, the build, the outbox, the worker, the kill)
+is the product's own.
+
+- A worker SIGKILLed while the digest's request is at the receiver: another
+  worker takes the lease back and sends it again under the same key; the
+  receiver sees one digest for the date (one key), sent twice at most, always
+  the same body, naming the right people.
+- The next date's digest, after a recipient born that day was erased: they are
+  not named.
+- A PostgreSQL restart (a private cluster: the shared one is never restarted)
+  while the digest is being sent: still one digest for the date.
+"""
+
+import json
+import signal
+import time as clock
+from datetime import date, time, timedelta
+
+import pytest
+from django.utils import timezone
+
+from delivery.digests import digest_key
+from delivery.models import Delivery, DeliveryStatus, Destination, Digest
+from delivery.tests.conftest import ScriptedSink, process_env, start_process, stop_all, wait_until
+from devtools.sink import Reply
+from users.services import user_erase
+from users.tests.factories import UserFactory
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def _ahead(days: int) -> date:
+    return timezone.now().date() + timedelta(days=days)
+
+
+def _born(day: date, first: str, last: str, **fields):
+    return UserFactory(
+        first_name=first,
+        last_name=last,
+        date_of_birth=date(1985, day.month, day.day),
+        timezone="Europe/Berlin",
+        **fields,
+    )
+
+
+def _bring_digest_due(destination: Destination, day: date) -> None:
+    """The test's clock: `day`'s digest time is now."""
+    Destination.objects.filter(pk=destination.pk).update(next_digest_date=day, next_digest_at=timezone.now())
+
+
+def _texts(sink: ScriptedSink, key: str) -> list[str]:
+    return [r.body["text"] for r in sink.received if r.idempotency_key == key]
+
+
+def test_a_digest_goes_once_per_date_through_a_worker_killed_mid_send_and_leaves_out_the_erased(
+    delivery_settings, tmp_path
+):
+    # given a Slack digest destination for the platform team, two of its people born on one date,
+    # one of another team, and two of its people born the next date
+    delivery_settings.WEBHOOK_URL = ""
+    first_day, second_day = _ahead(5), _ahead(6)
+    _born(first_day, "Ada", "Lovelace", labels=["team:platform"])
+    _born(first_day, "Grace", "Hopper", labels=["team:platform"])
+    _born(first_day, "Other", "Team", labels=["team:data"])
+    _born(second_day, "Alan", "Turing", labels=["team:platform"])
+    erased = _born(second_day, "Erased", "Person", labels=["team:platform"])
+    with ScriptedSink() as sink:
+        destination = Destination.objects.create(
+            name="platform",
+            url=sink.url,
+            format="slack",
+            audience_labels=["team:platform"],
+            digest_time=time(9, 0),
+            digest_timezone="Europe/Berlin",
+            next_digest_date=first_day,
+            next_digest_at=timezone.now() + timedelta(days=1),
+            max_rate=50,
+        )
+        # The first request holds long enough to be killed mid-send; the second is answered.
+        key = digest_key(destination_id=destination.pk, local_date=first_day)
+        sink.script(key, Reply(status=200, delay=20), Reply(status=200))
+        env = process_env(delivery_settings)
+        scheduler = start_process(["run_scheduler"], env, tmp_path / "scheduler.log")
+        doomed = start_process(["run_worker", "--concurrency", "1"], env, tmp_path / "doomed.log")
+        processes = [scheduler]
+        try:
+            # when the first date's digest time comes and the worker is killed while sending it
+            _bring_digest_due(destination, first_day)
+            wait_until(lambda: len(sink.received) == 1, 30, "the digest to reach the receiver")
+            doomed.send_signal(signal.SIGKILL)
+            doomed.wait(timeout=10)
+            processes.append(
+                start_process(["run_worker", "--concurrency", "1"], env, tmp_path / "rescuer.log")
+            )
+            wait_until(
+                lambda: Delivery.objects.filter(status=DeliveryStatus.DELIVERED).count() == 1,
+                60,
+                "the digest to be taken over and delivered",
+            )
+
+            # and a recipient of the second date is erased before its digest
+            user_erase(user=erased)
+            _bring_digest_due(destination, second_day)
+            wait_until(
+                lambda: Delivery.objects.filter(status=DeliveryStatus.DELIVERED).count() == 2,
+                60,
+                "the second date's digest to be delivered",
+            )
+            clock.sleep(2)  # a resend already on its way would arrive now
+        finally:
+            exit_codes = stop_all(processes)
+
+    assert exit_codes == [0, 0]
+    # then the receiver got one digest per date: the first date's key twice (the killed send and
+    # the take-over), the same body both times; the second's once
+    second_key = digest_key(destination_id=destination.pk, local_date=second_day)
+    assert [r.idempotency_key for r in sink.received] == [key, key, second_key]
+    first_texts = _texts(sink, key)
+    assert first_texts[0] == first_texts[1]
+    # naming the platform team's people of that date, with no age, and nobody else
+    assert "Ada Lovelace's birthday" in first_texts[0] and "Grace Hopper's birthday" in first_texts[0]
+    assert "Other" not in first_texts[0] and "1985" not in first_texts[0] and " age" not in first_texts[0]
+    # and the second names Alan, never the erased recipient
+    (second_text,) = _texts(sink, second_key)
+    assert "Alan Turing's birthday" in second_text and "Erased" not in second_text
+    assert all("Erased" not in json.dumps(r.body) for r in sink.received)
+    assert Digest.objects.count() == 2

@@ -26,6 +26,7 @@ from django.utils import timezone
 from delivery.digests import digest_key
 from delivery.models import Delivery, DeliveryStatus, Destination, Digest
 from delivery.tests.conftest import ScriptedSink, process_env, start_process, stop_all, wait_until
+from delivery.tests.test_outage import manage, private_postgres  # noqa: F401, F811 - the fixture
 from devtools.sink import Reply
 from users.services import user_erase
 from users.tests.factories import UserFactory
@@ -129,3 +130,73 @@ def test_a_digest_goes_once_per_date_through_a_worker_killed_mid_send_and_leaves
     assert "Alan Turing's birthday" in second_text and "Erased" not in second_text
     assert all("Erased" not in json.dumps(r.body) for r in sink.received)
     assert Digest.objects.count() == 2
+
+
+# Runs inside `manage.py shell` against the private cluster: a standard digest destination at
+# the receiver, three recipients born on the date it names, its digest time brought to now.
+CREATE_DIGEST = """
+from datetime import date, time, timedelta
+from django.utils import timezone
+from delivery.models import Destination
+from users.models import User
+
+day = timezone.now().date() + timedelta(days=5)
+for first in ("Ada", "Grace", "Alan"):
+    User.objects.create(
+        first_name=first, last_name="Restart", date_of_birth=date(1985, day.month, day.day),
+        timezone="Europe/Berlin",
+    )
+Destination.objects.create(
+    name="digest", url={url!r}, digest_time=time(9, 0), digest_timezone="Europe/Berlin",
+    next_digest_date=day, next_digest_at=timezone.now() + timedelta(seconds=2),
+)
+"""
+
+
+def test_a_digest_goes_once_through_a_postgresql_restart(private_postgres, delivery_settings, tmp_path):  # noqa: F811
+    # given a digest destination whose digest is due in two seconds, on a private cluster
+    cluster = private_postgres
+    delivery_settings.WEBHOOK_URL = ""
+    with ScriptedSink() as sink:
+        # Slow answers: the restart comes while the request is at the receiver.
+        sink.default = Reply(status=200, delay=1.0)
+        manage(
+            ["shell", "-c", CREATE_DIGEST.format(url=sink.url)],
+            cluster.database_url,
+            env=process_env(delivery_settings),
+        )
+        env = process_env(delivery_settings, DATABASE_URL=cluster.database_url)
+        processes = [
+            start_process(["run_scheduler"], env, tmp_path / "scheduler.log"),
+            start_process(["run_worker", "--concurrency", "1"], env, tmp_path / "worker.log"),
+        ]
+        try:
+            # when PostgreSQL restarts while the digest is being sent
+            wait_until(lambda: len(sink.received) >= 1, 30, "the digest to reach the receiver")
+            cluster.stop()
+            cluster.start()
+
+            def delivered() -> bool:
+                try:
+                    return (
+                        cluster.query(
+                            f"SELECT count(*) FROM {Delivery._meta.db_table} WHERE status = 'DELIVERED'"
+                        )[0][0]
+                        == 1
+                    )
+                except Exception:  # noqa: BLE001 - the cluster is coming back
+                    return False
+
+            wait_until(delivered, 60, "the digest to be recorded delivered")
+            clock.sleep(3)  # a second build or a resend on its way would arrive now
+        finally:
+            exit_codes = stop_all(processes)
+
+    assert exit_codes == [0, 0]
+    # then one digest for the date: one key at the receiver, the same body every time it came
+    assert len({r.idempotency_key for r in sink.received}) == 1
+    assert all(r.idempotency_key.startswith("digest-") for r in sink.received)
+    assert len({json.dumps(r.body, sort_keys=True) for r in sink.received}) == 1
+    names = [o["line"] for o in sink.received[0].body["occurrences"]]
+    assert names == ["Ada Restart's birthday", "Alan Restart's birthday", "Grace Restart's birthday"]
+    assert cluster.query(f"SELECT count(*) FROM {Digest._meta.db_table}")[0][0] == 1

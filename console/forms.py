@@ -40,7 +40,7 @@ class LabelsFormField(forms.CharField):
         super().__init__(required=False, **kwargs)
 
     def to_python(self, value):
-        return [label for label in re.split(r"[,;\s]+", super().to_python(value)) if label]
+        return [label for label in re.split(r"[,;\s]+", super().to_python(value) or "") if label]
 
     def prepare_value(self, value):
         return ", ".join(value) if isinstance(value, list | tuple) else value

@@ -202,7 +202,7 @@ def destinations_for_claim() -> list[Destination]:
     return list(Destination.objects.raw(f"SELECT * FROM {table} WHERE enabled ORDER BY id FOR KEY SHARE"))
 
 
-def destination_recipients(*, destination: Destination) -> QuerySet:
+def destination_recipients(*, destination: Destination) -> QuerySet[Any]:
     """The recipients `destination` greets now, by its audience (whatever their event types).
 
     The one query of a destination's people (delivery.audience: the rule the claim
@@ -212,7 +212,11 @@ def destination_recipients(*, destination: Destination) -> QuerySet:
     # The recipient model as the event's foreign key names it: what reads delivery (monitoring)
     # is not to reach the recipients' app through this module.
     recipient_model = Event._meta.get_field("user").related_model
-    return recipient_model.objects.filter(Audience.of(destination).recipient_filter())
+    assert recipient_model is not None and not isinstance(recipient_model, str)  # a resolved relation
+    recipients: QuerySet[Any] = recipient_model._default_manager.filter(
+        Audience.of(destination).recipient_filter()
+    )
+    return recipients
 
 
 def destination_audience_labels() -> list[str]:

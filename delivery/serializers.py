@@ -8,7 +8,14 @@ from typing import Any
 from django.utils import timezone
 from rest_framework import serializers
 
-from delivery.models import Destination, DestinationFormat, DestinationSecret, EndpointState, Recovery
+from delivery.models import (
+    Destination,
+    DestinationFormat,
+    DestinationSecret,
+    EndpointState,
+    Recovery,
+    Weekend,
+)
 from scheduling.event_types import EventType
 
 
@@ -99,6 +106,35 @@ class DestinationSerializer(serializers.ModelSerializer):
         allow_null=True,
         help_text="Seconds to wait for its answer; null: WEBHOOK_TIMEOUT, which it may not exceed.",
     )
+    digest_time = serializers.TimeField(
+        format="%H:%M",
+        input_formats=["%H:%M"],
+        required=False,
+        allow_null=True,
+        help_text="A daily digest at this local time (HH:MM) in digest_timezone: one message a day naming the "
+        "date's people in its audience, and no message per occurrence; null (the default): one message per "
+        "occurrence at each recipient's own send time. Exactly once per (destination, date), under its own "
+        "idempotency key (digest- and a hash of the destination and the date).",
+    )
+    digest_timezone = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        help_text="The IANA time zone of digest_time and of the dates a digest names (such as Europe/Berlin); "
+        "required with a digest_time.",
+    )
+    weekend = serializers.ChoiceField(
+        choices=Weekend.choices,
+        required=False,
+        help_text="Where a Saturday's or Sunday's greetings go: ON_THE_DAY (the default); FRIDAY_BEFORE "
+        "(Friday's digest names the weekend's people too) or MONDAY_AFTER (Monday's does), with no digest on "
+        "the weekend. Only a digest destination may move them (400 otherwise).",
+    )
+    next_digest_date = serializers.DateField(
+        read_only=True, help_text="The local date of its next digest; null without a digest_time."
+    )
+    next_digest_at = serializers.DateTimeField(
+        read_only=True, help_text="When its next digest is due (UTC); null without a digest_time."
+    )
     secret = serializers.CharField(
         write_only=True,
         required=False,
@@ -133,6 +169,11 @@ class DestinationSerializer(serializers.ModelSerializer):
             "max_rate",
             "max_in_flight",
             "timeout",
+            "digest_time",
+            "digest_timezone",
+            "weekend",
+            "next_digest_date",
+            "next_digest_at",
             "secret",
             "secrets",
             "paused",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
@@ -122,7 +122,7 @@ class MessageTemplates(Mapping[str, str]):
     def __getitem__(self, event_type: str) -> str:
         return self._defaults[event_type]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(self._defaults)
 
     def __len__(self) -> int:

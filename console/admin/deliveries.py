@@ -11,6 +11,7 @@ from django.utils.html import format_html
 from console import widgets
 from console.admin.endpoints import endpoint_state_badge
 from console.pagination import BoundedListAdmin
+from delivery.digests import KEY_PREFIX as DIGEST_KEY_PREFIX
 from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus, Endpoint
 from delivery.services.operator import delivery_resend
 
@@ -90,6 +91,20 @@ def status_chosen(request) -> bool:
     )
 
 
+def _digest_said(delivery: Delivery) -> str:
+    """A digest's delivery names no one event: its date and how many it names."""
+    digest = delivery.digest
+    if digest is None:
+        return "-"
+    named = len(digest.entries)
+    dates = (
+        f"{digest.local_date}"
+        if digest.first_date == digest.last_date
+        else f"{digest.local_date} (names {digest.first_date} to {digest.last_date})"
+    )
+    return f"Daily digest of {dates}: {named} occurrence{'s' if named != 1 else ''}"
+
+
 @admin.register(Delivery)
 class DeliveryAdmin(widgets.ViewOnlyPageMixin, BoundedListAdmin):
     # Nothing on a delivery is edited by hand.
@@ -105,12 +120,12 @@ class DeliveryAdmin(widgets.ViewOnlyPageMixin, BoundedListAdmin):
         "last_error_short",
         "updated_at",
     ]
-    list_select_related = ["event__user", "destination"]
+    list_select_related = ["event__user", "destination", "digest"]
     list_filter = ["status", LeaseFilter, AttemptOutcomeFilter]
     # Matched exactly (an indexed lookup) in get_search_results; listing the
     # field here is what shows the search box.
     search_fields = ["=event__idempotency_key"]
-    search_help_text = "An idempotency key (event-…), a delivery id or an event id."
+    search_help_text = "An idempotency key (event-… or digest-…), a delivery id or an event id."
     list_per_page = 50
     inlines = [DeliveryAttemptInline]
     actions = ["resend"]
@@ -165,6 +180,9 @@ class DeliveryAdmin(widgets.ViewOnlyPageMixin, BoundedListAdmin):
         as_uuid = widgets.parse_uuid(term)
         if as_uuid is not None:
             return queryset.filter(Q(id=as_uuid) | Q(event_id=as_uuid)), False
+        if term.startswith(DIGEST_KEY_PREFIX):
+            # Through the digest, whose key is indexed too.
+            return queryset.filter(digest__idempotency_key=term), False
         if term:
             # Through the event, whose key is indexed (the delivery's copy is not).
             return queryset.filter(event__idempotency_key=term), False
@@ -174,6 +192,8 @@ class DeliveryAdmin(widgets.ViewOnlyPageMixin, BoundedListAdmin):
 
     @admin.display(description="recipient")
     def recipient(self, delivery: Delivery):
+        if delivery.event is None:
+            return _digest_said(delivery)
         return format_html(
             '<a href="{}">{}</a>',
             reverse("admin:scheduling_event_change", args=[delivery.event_id]),
@@ -182,6 +202,8 @@ class DeliveryAdmin(widgets.ViewOnlyPageMixin, BoundedListAdmin):
 
     @admin.display(description="event")
     def event_link(self, delivery: Delivery):
+        if delivery.event is None:
+            return _digest_said(delivery)
         return format_html(
             '<a href="{}">{}</a> for {}',
             reverse("admin:scheduling_event_change", args=[delivery.event_id]),

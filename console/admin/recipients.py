@@ -84,7 +84,8 @@ class LabelFilter(admin.SimpleListFilter):
         return [(label, label) for label in destination_audience_labels()]
 
     def queryset(self, request, queryset):
-        return queryset.filter(user_labels_filter(labels=[self.value()])) if self.value() else queryset
+        value = self.value()
+        return queryset.filter(user_labels_filter(labels=[value])) if value else queryset
 
     def has_output(self) -> bool:
         # The box is there even while no audience names a label to offer.

@@ -237,7 +237,7 @@ def digests_erase(*, user_id: uuid.UUID) -> int:
             delivery.delete()
             continue
         delivery.payload = digest_body(
-            digest=digest, format=delivery.destination.format if delivery.destination else STANDARD
+            digest=digest, format=delivery.destination.format if delivery.destination else STANDARD.name
         )
         delivery.save(update_fields=["payload", "updated_at"])
     return changed

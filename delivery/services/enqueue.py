@@ -246,11 +246,13 @@ def _due_events_lock(*, now: datetime, batch_size: int) -> list[ClaimedEvent]:
     pause = split + len(_RECIPIENT_FIELDS)
     audience = pause + len(_PAUSE_FIELDS)
     return [
-        ClaimedEvent(
-            *row[:split],
-            RecipientRow._make(row[split:pause]),
-            PauseSpan._make(row[pause:audience]),
-            *row[audience:],
+        ClaimedEvent._make(
+            (
+                *row[:split],
+                RecipientRow._make(row[split:pause]),
+                PauseSpan._make(row[pause:audience]),
+                *row[audience:],
+            )
         )
         for row in rows
     ]
@@ -391,7 +393,7 @@ def _rendered_deliveries(
     overrides = message_overrides(destinations=router.destinations)
     rows = []
     for event in events:
-        payloads: dict[str | None, dict] = {}
+        payloads: dict[str | None, dict[str, Any]] = {}
         for destination in router.targets(event_type=event.event_type, labels=event.labels):
             override = overrides.get((destination.pk, event.event_type)) if overrides else None
             payload = payloads.get(override)

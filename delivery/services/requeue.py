@@ -74,12 +74,16 @@ def deliveries_requeue(
         if delivery.digest_id is not None:
             # A digest goes again as it was built (its lines, less anyone erased since), in the
             # destination's kind as it is now; a deleted destination's, in the standard body.
+            assert delivery.digest is not None  # loaded with it: the callers select_related("digest")
             bodies.append(
-                digest_body(digest=delivery.digest, format=destination.format if destination else STANDARD)
+                digest_body(
+                    digest=delivery.digest, format=destination.format if destination else STANDARD.name
+                )
             )
             urls.append(destination.url if destination else delivery.endpoint_url)
             budgets.append(delivery.attempts + settings.DELIVERY_MAX_ATTEMPTS)
             continue
+        assert delivery.event_id is not None  # delivery_event_or_digest
         # Per destination: one with a text of its own gets it again.
         payload = payloads.get((delivery.event_id, delivery.destination_id))
         if payload is None:

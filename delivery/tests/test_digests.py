@@ -233,3 +233,52 @@ def test_bad_digest_settings_are_refused_naming_the_field(changes, field):
         destination_create(name="x", url="https://hooks.example.com/x", operator="ops", **changes)
     assert field in refused.value.message_dict
     assert not Destination.objects.exists()
+
+
+def test_the_api_sets_a_digest_and_shows_the_next_one(api_client):
+    # given a destination created through the API with a digest at 09:30 Berlin, Friday before
+    answer = api_client.post(
+        "/api/v1/destinations/",
+        {
+            "name": "team",
+            "url": "https://hooks.example.com/team",
+            "format": "slack",
+            "digest_time": "09:30",
+            "digest_timezone": "Europe/Berlin",
+            "weekend": "FRIDAY_BEFORE",
+        },
+        format="json",
+    )
+
+    # then it answers with the digest settings and the next digest, a weekday at 09:30 Berlin
+    assert answer.status_code == 201, answer.json()
+    body = answer.json()
+    assert (body["digest_time"], body["digest_timezone"], body["weekend"]) == (
+        "09:30",
+        "Europe/Berlin",
+        "FRIDAY_BEFORE",
+    )
+    next_date = date.fromisoformat(body["next_digest_date"])
+    assert next_date.weekday() < 5
+    due = datetime.fromisoformat(body["next_digest_at"].replace("Z", "+00:00")).astimezone(BERLIN)
+    assert (due.date(), due.hour, due.minute) == (next_date, 9, 30)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"digest_time": "9.30", "digest_timezone": "Europe/Berlin"}, "digest_time"),
+        ({"digest_time": "09:30", "digest_timezone": "Mars/Olympus"}, "digest_timezone"),
+        ({"digest_time": "09:30"}, "digest_timezone"),
+        ({"weekend": "MONDAY_AFTER"}, "weekend"),
+    ],
+)
+def test_the_api_refuses_bad_digest_settings_with_a_400_naming_the_field(api_client, changes, field):
+    answer = api_client.post(
+        "/api/v1/destinations/",
+        {"name": "team", "url": "https://hooks.example.com/team", **changes},
+        format="json",
+    )
+    assert answer.status_code == 400
+    assert field in answer.json()
+    assert not Destination.objects.exists()

@@ -130,10 +130,14 @@ class DestinationSerializer(serializers.ModelSerializer):
         "the weekend. Only a digest destination may move them (400 otherwise).",
     )
     next_digest_date = serializers.DateField(
-        read_only=True, help_text="The local date of its next digest; null without a digest_time."
+        read_only=True,
+        allow_null=True,
+        help_text="The local date of its next digest; null without a digest_time.",
     )
     next_digest_at = serializers.DateTimeField(
-        read_only=True, help_text="When its next digest is due (UTC); null without a digest_time."
+        read_only=True,
+        allow_null=True,
+        help_text="When its next digest is due (UTC); null without a digest_time.",
     )
     secret = serializers.CharField(
         write_only=True,

@@ -23,7 +23,7 @@ from console.admin.endpoints import endpoint_state_badge
 from console.admin.recoveries import DestinationRecoveryAdminMixin
 from console.forms import LabelsFormField
 from delivery.audience import Audience
-from delivery.models import Destination, EndpointState
+from delivery.models import Destination, EndpointState, Weekend
 from delivery.selectors import (
     destination_endpoints,
     destination_recipients,
@@ -92,10 +92,22 @@ class DestinationForm(forms.ModelForm):
             "max_rate",
             "max_in_flight",
             "timeout",
+            "digest_time",
+            "digest_timezone",
+            "weekend",
         ]
+        widgets = {"digest_time": forms.TimeInput(format="%H:%M", attrs={"placeholder": "HH:MM"})}
+        help_texts = {
+            "digest_time": "A daily digest at this local time (HH:MM): one message a day naming the date's people, "
+            "and no message per greeting. Empty: one message per greeting, at each recipient's send time.",
+            "digest_timezone": "The IANA time zone of the digest time and of the dates it names (Europe/Berlin).",
+            "weekend": "Where a Saturday's or Sunday's greetings go; moving them needs a digest.",
+        }
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        # Left out of a post (an older page, a script): on the day, the default.
+        self.fields["weekend"].required = False
         if self.instance.pk:
             self.fields["loaded_version"].initial = self.instance.version
         for event_type in EventType.values:
@@ -111,6 +123,7 @@ class DestinationForm(forms.ModelForm):
             for event_type in EventType.values
             if (cleaned.get(message_field(event_type)) or "").strip()
         }
+        cleaned["weekend"] = cleaned.get("weekend") or Weekend.ON_THE_DAY
         loaded = cleaned.get("loaded_version")
         # The instance was read for this request: a version above the one loaded is someone else's save.
         # (Between this read and the save, the service checks again under the row's lock.)
@@ -170,6 +183,7 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
         "subscriptions",
         "audience",
         "format",
+        "digest",
         "enabled",
         "endpoint_state",
         "updated_by",
@@ -180,6 +194,7 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
     actions = ["send_test", "rotate_secret", "drop_previous_secrets", "pause", "resume"]
     change_form_template = "admin/delivery/destination/change_form.html"
     readonly_fields = [
+        "next_digest",
         "audience_size",
         "secret_hints",
         "endpoint_state",
@@ -199,6 +214,16 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
                 {
                     "fields": ["max_rate", "max_in_flight", "timeout"],
                     "description": "Empty: WEBHOOK_MAX_RATE, WEBHOOK_MAX_IN_FLIGHT, WEBHOOK_TIMEOUT.",
+                },
+            ),
+            (
+                "Daily digest",
+                {
+                    "fields": ["digest_time", "digest_timezone", "weekend"]
+                    + (["next_digest"] if obj is not None else []),
+                    "description": "One message a day naming the date's people in its audience, exactly once per "
+                    "date, in its format; a chat service's limit keeps as many names as fit and says how many "
+                    "more there are.",
                 },
             ),
             (
@@ -258,6 +283,19 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
         return (
             ", ".join(labels[t] for t in destination.event_types) if destination.event_types else "every type"
         )
+
+    @admin.display(description="digest")
+    def digest(self, destination: Destination) -> str:
+        if destination.digest_time is None:
+            return "per greeting"
+        return f"daily {destination.digest_time:%H:%M} {destination.digest_timezone}; next {self.next_digest(destination)}"
+
+    @admin.display(description="next digest")
+    def next_digest(self, destination: Destination) -> str:
+        day, due = destination.next_digest_date, destination.next_digest_at
+        if day is None or due is None:
+            return "— (no digest)"
+        return f"{day:%a} {day.isoformat()} at {due:%Y-%m-%d %H:%M} UTC"
 
     @admin.display(description="audience")
     def audience(self, destination: Destination) -> str:

@@ -220,6 +220,13 @@ def _digest_errors(*, values: Mapping[str, Any], cleaned: dict[str, Any]) -> dic
                 errors["digest_timezone"] = exc.messages
     if "weekend" in values and values["weekend"] not in Weekend.values:
         errors["weekend"] = [f"One of {', '.join(Weekend.values)}."]
+    if not errors and all(name in cleaned for name in DIGEST_FIELDS):
+        # All three given (a create, a form): checked together now; a partial change is checked
+        # against the stored ones under the row's lock (destination_update).
+        try:
+            _digest_settings_checked(Destination(**{name: cleaned[name] for name in DIGEST_FIELDS}))
+        except ValidationError as exc:
+            errors.update(exc.message_dict)
     return errors
 
 

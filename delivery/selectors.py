@@ -19,6 +19,7 @@ from delivery.models import (
     DeliveryStatus,
     Destination,
     DestinationSecret,
+    Digest,
     Endpoint,
     EndpointState,
     Recovery,
@@ -26,6 +27,26 @@ from delivery.models import (
 from runtime.aggregates import counts_by, estimated_counts_by
 from scheduling.admin_log import admin_log_export
 from scheduling.models import Event
+
+
+def digests_export(*, user_id: uuid.UUID) -> list[dict[str, Any]]:
+    """The daily digests naming the recipient: each one's date, destination, delivery's state and their lines."""
+    wanted = str(user_id)
+    found = (
+        Digest.objects.filter(entries__contains=[{"user_id": wanted}])
+        .select_related("delivery")
+        .order_by("local_date", "id")
+    )
+    return [
+        {
+            "destination_id": digest.destination_id,
+            "local_date": digest.local_date,
+            "idempotency_key": digest.idempotency_key,
+            "delivery_status": getattr(getattr(digest, "delivery", None), "status", None),
+            "entries": [entry for entry in digest.entries if entry.get("user_id") == wanted],
+        }
+        for digest in found
+    ]
 
 
 def deliveries_export(*, event_ids: Collection[uuid.UUID]) -> list[dict[str, Any]]:

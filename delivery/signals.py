@@ -2,7 +2,7 @@
 
 from django.apps import AppConfig
 
-from delivery.selectors import deliveries_export
+from delivery.selectors import deliveries_export, digests_export
 from delivery.services.erasure import deliveries_erase
 from users.models import User
 from users.signals import recipient_erasing, recipient_exporting
@@ -13,7 +13,7 @@ def _erase_deliveries(sender, user_id, **kwargs) -> None:
 
 
 def _export_deliveries(sender, user_id, event_ids, **kwargs) -> dict:
-    return {"deliveries": deliveries_export(event_ids=event_ids)}
+    return {"deliveries": deliveries_export(event_ids=event_ids), "digests": digests_export(user_id=user_id)}
 
 
 def connect(*, app_config: AppConfig) -> None:

@@ -9,7 +9,8 @@ CASCADE, so the database deletes no child row by itself: children go first, the
 attempts found through their deliveries while those still exist. A pass that
 reaches its end also deletes what erased recipients left: their bare attempts
 past the retention, and what recognises them once it has expired
-(_erasures_leftovers_prune).
+(_erasures_leftovers_prune); and the daily digests of dates before the
+retention whose delivery ended (_digests_prune).
 
 What is never deleted:
 - PENDING and PROCESSING events: only the two final statuses are selected, and
@@ -53,7 +54,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from delivery.models import Delivery, DeliveryAttempt
+from delivery.models import Delivery, DeliveryAttempt, DeliveryStatus, Digest
 from runtime.sql import execute, execute_count, rows_relation
 from scheduling.models import Event, EventStatus
 from scheduling.services.deleted_recipients import deleted_occurrences_forget_expired
@@ -191,6 +192,35 @@ def _erasures_leftovers_prune(*, cutoff: datetime, batch_size: int) -> int:
     )
 
 
+def _digests_prune(*, cutoff: datetime, batch_size: int) -> tuple[int, int]:
+    """At a pass's end: daily digests sent before `cutoff` (their date's) whose delivery ended, with it and its
+    attempts; return (deliveries, attempts) deleted.
+
+    Up to a batch a pass (a destination has one a day). One still QUEUED or SENDING stays. A digest
+    without a delivery (one an erasure left naming nobody) goes too: its date is long past, and the
+    calendar never builds a past date again.
+    """
+    digest, delivery, attempt = Digest._meta.db_table, Delivery._meta.db_table, DeliveryAttempt._meta.db_table
+    ids = [
+        row[0]
+        for row in execute(
+            f"SELECT g.id FROM {digest} g LEFT JOIN {delivery} d ON d.digest_id = g.id "
+            "WHERE g.local_date < %s AND (d.id IS NULL OR d.status = ANY(%s)) ORDER BY g.local_date LIMIT %s "
+            "FOR UPDATE OF g SKIP LOCKED",
+            [cutoff.date(), [DeliveryStatus.DELIVERED, DeliveryStatus.DEAD], batch_size],
+        )
+    ]
+    if not ids:
+        return 0, 0
+    attempts = execute_count(
+        f"DELETE FROM {attempt} WHERE delivery_id IN (SELECT id FROM {delivery} WHERE digest_id = ANY(%s))",
+        [ids],
+    )
+    deliveries = execute_count(f"DELETE FROM {delivery} WHERE digest_id = ANY(%s)", [ids])
+    execute_count(f"DELETE FROM {digest} WHERE id = ANY(%s)", [ids])
+    return deliveries, attempts
+
+
 def _prune_batch(*, cutoff: datetime, position: PrunePosition, batch_size: int, dry_run: bool) -> PruneBatch:
     with transaction.atomic():
         rows = _select_batch(cutoff=cutoff, position=position, batch_size=batch_size, lock=not dry_run)
@@ -206,6 +236,9 @@ def _prune_batch(*, cutoff: datetime, position: PrunePosition, batch_size: int, 
         following = PrunePosition(status=_PRUNED_STATUSES[index]) if index < len(_PRUNED_STATUSES) else None
     if following is None and not dry_run:
         attempts += _erasures_leftovers_prune(cutoff=cutoff, batch_size=batch_size)
+        digest_deliveries, digest_attempts = _digests_prune(cutoff=cutoff, batch_size=batch_size)
+        deliveries += digest_deliveries
+        attempts += digest_attempts
     return PruneBatch(events=events, deliveries=deliveries, attempts=attempts, next=following)
 
 

@@ -282,3 +282,39 @@ def test_the_api_refuses_bad_digest_settings_with_a_400_naming_the_field(api_cli
     assert answer.status_code == 400
     assert field in answer.json()
     assert not Destination.objects.exists()
+
+
+def test_a_recipients_export_holds_the_digest_lines_naming_them():
+    from users.selectors import user_export
+
+    day = _next_weekday(2)
+    ada = _born_on(day, first="Ada")
+    _born_on(day, first="Grace", last="Hopper")
+    _digest_destination(day=day)
+    digests_build_due(now=_at(day))
+
+    exported = user_export(user_id=ada.pk)
+
+    [digest] = exported["digests"]
+    assert digest["local_date"] == day and digest["delivery_status"] == DeliveryStatus.QUEUED
+    assert [entry["line"] for entry in digest["entries"]] == ["Ada Lovelace's birthday"]
+
+
+def test_the_history_prune_deletes_sent_digests_past_the_retention_and_keeps_a_queued_one():
+    from delivery.services.retention import history_prune_batches
+
+    # given two digests of a date long past: one delivered with an attempt, one still queued
+    day = _next_weekday(2)
+    _born_on(day, first="Ada")
+    _digest_destination(day=day)
+    _digest_destination(day=day, name="b", url="https://hooks.example.com/b")
+    digests_build_due(now=_at(day))
+    sent, queued = Delivery.objects.order_by("destination__name").reverse()
+    Delivery.objects.filter(pk=sent.pk).update(status=DeliveryStatus.DELIVERED)
+
+    # when the history prune runs with a cutoff after their date
+    list(history_prune_batches(cutoff=_at(day + timedelta(days=1))))
+
+    # then the delivered one is gone with its digest; the queued one stays
+    assert list(Delivery.objects.values_list("pk", flat=True)) == [queued.pk]
+    assert Digest.objects.count() == 1

@@ -51,13 +51,18 @@ def dates_named(*, day: date, weekend: str) -> tuple[date, date]:
     return day, day
 
 
-def next_digest(*, at: time, timezone_name: str, weekend: str, after: datetime) -> tuple[date, datetime]:
-    """The first digest (local date, UTC instant) due strictly after `after`."""
+def next_digest(
+    *, at: time, timezone_name: str, weekend: str, after: datetime, after_date: date | None = None
+) -> tuple[date, datetime]:
+    """The first digest (local date, UTC instant) due strictly after `after`, and on a date after `after_date`
+    (the date just built: its successor comes next, whatever the clock says)."""
     local_today = after.astimezone(load_timezone(timezone_name)).date()
+    if after_date is not None and after_date >= local_today:
+        local_today = after_date + timedelta(days=1)
     # A week and a day covers any weekend rule from any starting day.
     for offset in range(-1, 9):
         day = local_today + timedelta(days=offset)
-        if not sends_on(day=day, weekend=weekend):
+        if (after_date is not None and day <= after_date) or not sends_on(day=day, weekend=weekend):
             continue
         instant, _ = wall_time_instant(wall=datetime.combine(day, at), timezone_name=timezone_name)
         if instant > after:

@@ -119,6 +119,7 @@ def digests_build_due(*, now: datetime, limit: int = BUILD_BATCH) -> DigestsBuil
                 timezone_name=destination.digest_timezone,
                 weekend=destination.weekend,
                 after=after,
+                after_date=day,
             )
             # Not save(): that would bump nothing it should, and rewrite every column.
             Destination.objects.filter(pk=destination.pk).update(

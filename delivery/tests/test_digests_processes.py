@@ -200,3 +200,52 @@ def test_a_digest_goes_once_through_a_postgresql_restart(private_postgres, deliv
     names = [o["line"] for o in sink.received[0].body["occurrences"]]
     assert names == ["Ada Restart's birthday", "Alan Restart's birthday", "Grace Restart's birthday"]
     assert cluster.query(f"SELECT count(*) FROM {Digest._meta.db_table}")[0][0] == 1
+
+
+def test_a_friday_before_destination_names_the_weekend_in_fridays_digest(delivery_settings, tmp_path):
+    # given a "Friday before" digest destination and people born next Friday, Saturday, Sunday and Monday
+    delivery_settings.WEBHOOK_URL = ""
+    friday = _ahead(3)
+    while friday.weekday() != 4:
+        friday += timedelta(days=1)
+    for offset, first in enumerate(("Fri", "Sat", "Sun", "Mon")):
+        _born(friday + timedelta(days=offset), first, "Day")
+    with ScriptedSink() as sink:
+        destination = Destination.objects.create(
+            name="weekend",
+            url=sink.url,
+            format="discord",
+            digest_time=time(9, 0),
+            digest_timezone="Europe/Berlin",
+            weekend="FRIDAY_BEFORE",
+            next_digest_date=friday,
+            next_digest_at=timezone.now() + timedelta(days=1),
+            max_rate=50,
+        )
+        env = process_env(delivery_settings)
+        processes = [
+            start_process(["run_scheduler"], env, tmp_path / "scheduler.log"),
+            start_process(["run_worker"], env, tmp_path / "worker.log"),
+        ]
+        try:
+            # when Friday's digest time comes
+            _bring_digest_due(destination, friday)
+            wait_until(
+                lambda: Delivery.objects.filter(status=DeliveryStatus.DELIVERED).count() == 1,
+                60,
+                "Friday's digest to be delivered",
+            )
+            clock.sleep(2)
+        finally:
+            exit_codes = stop_all(processes)
+
+    assert exit_codes == [0, 0]
+    # then one message names Friday's, Saturday's and Sunday's people, not Monday's
+    [received] = sink.received
+    # As shown: Discord's escapes of its markdown characters ("\(", "\:") taken off.
+    content = received.body["content"].replace("\\", "")
+    assert "Fri Day's birthday" in content and "Sat Day's birthday (Saturday)" in content
+    assert "Sun Day's birthday (Sunday)" in content and "Mon Day" not in content
+    # and the next digest is Monday's: none on the weekend
+    destination.refresh_from_db()
+    assert destination.next_digest_date == friday + timedelta(days=3)

@@ -48,7 +48,8 @@ class ClaimedDelivery:
     """What a worker needs to send one delivery, read while claiming it."""
 
     id: uuid.UUID
-    event_id: uuid.UUID
+    # None for a daily digest's delivery (delivery.services.digests), which names no one event.
+    event_id: uuid.UUID | None
     idempotency_key: str
     endpoint_url: str
     # The JSON body as stored (sent as it is: no decoding and encoding again).

@@ -106,8 +106,9 @@ class DestinationForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        # Left out of a post (an older page, a script): on the day, the default.
-        self.fields["weekend"].required = False
+        # Left out of a post (an older page, a script): on the day, the default. (A view-only page has no field.)
+        if "weekend" in self.fields:
+            self.fields["weekend"].required = False
         if self.instance.pk:
             self.fields["loaded_version"].initial = self.instance.version
         for event_type in EventType.values:

@@ -318,3 +318,33 @@ def test_the_history_prune_deletes_sent_digests_past_the_retention_and_keeps_a_q
     # then the delivered one is gone with its digest; the queued one stays
     assert list(Delivery.objects.values_list("pk", flat=True)) == [queued.pk]
     assert Digest.objects.count() == 1
+
+
+def test_a_recovery_queues_a_delivered_digest_again_under_its_key_in_the_destinations_current_format():
+    from delivery.services.destinations import destination_update
+    from delivery.services.recovery import recoveries_advance, recovery_create
+
+    # given a delivered Slack digest
+    day = _next_weekday(2)
+    _born_on(day, first="Ada")
+    destination = _digest_destination(day=day, format="slack")
+    digests_build_due(now=_at(day))
+    delivery = Delivery.objects.get()
+    Delivery.objects.filter(pk=delivery.pk).update(status=DeliveryStatus.DELIVERED, updated_at=timezone.now())
+    destination_update(destination=destination, operator="ops", changes={"format": "discord"})
+
+    # when an operator recovers what the destination got in the last hour
+    recovery_create(
+        destination=destination,
+        operator="ops",
+        states=[DeliveryStatus.DELIVERED],
+        since=timezone.now() - timedelta(hours=1),
+        until=timezone.now() + timedelta(seconds=1),
+    )
+    while recoveries_advance(batch_size=10) is not None:
+        pass
+
+    # then the digest is queued again, same key, in the destination's format now
+    again = Delivery.objects.get()
+    assert again.status == DeliveryStatus.QUEUED and again.idempotency_key == delivery.idempotency_key
+    assert "Ada Lovelace" in again.payload["content"]

@@ -77,6 +77,7 @@ class DestinationRouter:
         # A digest destination gets its greetings in its daily digest (delivery.services.digests),
         # never one delivery per occurrence: for the claim it is as if unsubscribed.
         self.destinations = [destination for destination in destinations if not destination.takes_digest]
+        self.digests = [destination for destination in destinations if destination.takes_digest]
         self._audiences = [Audience.of(destination) for destination in self.destinations]
         # The destinations greeting everyone (less their exclusions), and those naming each label, by position.
         self._open = [i for i, audience in enumerate(self._audiences) if not audience.any_of]
@@ -85,6 +86,14 @@ class DestinationRouter:
             for label in audience.any_of:
                 self._by_label.setdefault(label, []).append(i)
         self._memo: dict[tuple[str, tuple[str, ...]], tuple[Destination, ...]] = {}
+
+    def digests_naming(self, *, event_type: str, labels: Sequence[str]) -> list[Destination]:
+        """The digest destinations whose daily digest names such an occurrence (for the claim's reason)."""
+        return [
+            destination
+            for destination in self.digests
+            if destination.subscribes_to(event_type) and Audience.of(destination).includes(labels)
+        ]
 
     def subscribed(self, event_type: str) -> bool:
         """Whether any destination subscribes to the type, whoever its recipient."""

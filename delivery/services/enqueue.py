@@ -57,6 +57,8 @@ from users.models import User
 logger = logging.getLogger(__name__)
 
 NO_DESTINATION_REASON = "Nothing sent: no enabled destination subscribes to {type} events."
+# Only digest destinations want it: their daily digest names the occurrence (delivery.services.digests).
+DIGEST_ONLY_REASON = "Nothing sent on its own: named in the daily digest of {names}."
 NO_AUDIENCE_REASON = (
     "Nothing sent: no enabled destination subscribed to {type} events has this recipient in its "
     "audience (labels: {labels})."
@@ -351,6 +353,9 @@ def _start_move_to_completed(
 
 
 def _nobody_wants_reason(*, event: ClaimedEvent, router: DestinationRouter) -> str:
+    digests = router.digests_naming(event_type=event.event_type, labels=event.labels)
+    if digests:
+        return DIGEST_ONLY_REASON.format(names=", ".join(d.name for d in digests))
     if not router.subscribed(event.event_type):
         return NO_DESTINATION_REASON.format(type=event.event_type)
     return NO_AUDIENCE_REASON.format(type=event.event_type, labels=", ".join(event.labels) or "none")

@@ -180,6 +180,22 @@ def test_a_digest_destination_gets_no_delivery_per_occurrence():
     assert list(Delivery.objects.values_list("destination__name", flat=True)) == ["each"]
 
 
+def test_an_occurrence_only_a_digest_wants_is_completed_saying_which_digest_names_it():
+    # given only a digest destination, and a due birthday
+    day = _next_weekday(2)
+    _born_on(day, first="Ada")
+    _digest_destination(day=day)
+    make_due()
+
+    # when the scheduler claims it
+    deliveries_enqueue_due(now=timezone.now())
+
+    # then it has no delivery, and is COMPLETED with the reason naming the digest
+    event = Event.objects.get(status=Event.Status.COMPLETED)
+    assert not Delivery.objects.exists()
+    assert event.failure_reason == "Nothing sent on its own: named in the daily digest of team."
+
+
 def test_an_erased_recipient_is_taken_out_of_a_queued_digest_and_a_digest_of_only_them_goes_nowhere():
     # given a queued digest naming Ada and Grace, and another destination's naming only Grace
     day = _next_weekday(2)

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt
 from delivery.scheduler import Scheduler
+from delivery.services.destinations import destination_create, destination_pause, destination_resume
 from delivery.services.leases import deliveries_claim
 from delivery.services.record import deliveries_record
 from delivery.services.retention import history_cutoff, history_prune_batches
@@ -265,3 +266,91 @@ def test_an_erase_beside_a_worker_recording_an_outcome_waits_for_it_instead_of_d
 
     assert failures == []
     assert not Delivery.objects.exists() and not Event.objects.exists() and not User.objects.exists()
+
+
+# --- an occurrence the erase cancelled, and the same person created again the same day ---------
+
+
+def _zone_where_it_is_eleven() -> str:
+    """A fixed-offset zone (Etc/GMT±N) where it is 11:00-11:59 now: past the 09:00 send time, in the window."""
+    offset = (11 - timezone.now().hour + 12) % 24 - 12  # -12 … +11
+    # POSIX signs: Etc/GMT-5 is UTC+5.
+    return "Etc/UTC" if offset == 0 else f"Etc/GMT{'-' if offset > 0 else '+'}{abs(offset)}"
+
+
+def _born_today(zone: str) -> str:
+    from zoneinfo import ZoneInfo
+
+    # 1992 was a leap year: any day, Feb 29 included, was someone's date of birth.
+    return timezone.now().astimezone(ZoneInfo(zone)).date().replace(year=1992).isoformat()
+
+
+def _cancelled_twice() -> dict:
+    zone = _zone_where_it_is_eleven()
+    return {
+        "first_name": "Cancelled",
+        "last_name": "Twice",
+        "date_of_birth": _born_today(zone),
+        "timezone": zone,
+        "external_id": "cancel-2",
+    }
+
+
+def _greetings(sink) -> list[str]:
+    return [r.body["message"] for r in sink.received if isinstance(r.body, dict) and "message" in r.body]
+
+
+def test_an_occurrence_the_erase_cancelled_before_anything_was_sent_is_greeted_once_when_created_again(
+    exporter, delivery_settings, sink
+):
+    # Given a paused destination, and a person whose birthday is today and whose send time has passed:
+    # their delivery waits QUEUED, nothing sent.
+    destination = destination_create(name="paused", url=sink.url, operator="ops").destination
+    destination_pause(destination=destination, operator="ops")
+    first = exporter.post(USERS_URL, _cancelled_twice(), format="json").json()
+    Scheduler(once=True).run()
+    Worker(once=True).run()
+    waiting = Delivery.objects.get()
+    assert (waiting.status, waiting.attempts) == ("QUEUED", 0)
+    today = waiting.event.occurrence_date.isoformat()
+
+    # When they are erased, the destination resumed, and the same person created again the same day
+    assert exporter.delete(f"{USERS_URL}{first['id']}/").status_code == 204
+    destination_resume(destination=destination, operator="ops")
+    again = exporter.post(USERS_URL, _cancelled_twice(), format="json").json()
+    Scheduler(once=True).run()
+    Worker(once=True).run()
+    Scheduler(once=True).run()
+    Worker(once=True).run()
+
+    # Then today's greeting is theirs, once
+    assert again["next_event"]["occurrence_date"] == today
+    assert _greetings(sink) == ["Hey, Cancelled Twice it's your birthday"]
+    assert Event.objects.get(user_id=again["id"], occurrence_date=today).status == EventStatus.COMPLETED
+    assert not DeletedRecipientOccurrence.objects.exists()
+
+
+def test_an_occurrence_whose_message_was_sent_before_the_erase_is_not_greeted_again_when_created_again(
+    exporter, delivery_settings, sink
+):
+    # Given a person whose greeting went to a receiver that answered 503: it waits for a retry,
+    # but the receiver may have shown it.
+    destination = destination_create(name="flaky", url=sink.url, operator="ops").destination
+    first = exporter.post(USERS_URL, _cancelled_twice(), format="json").json()
+    sink.script(first["next_event"]["idempotency_key"], Reply(status=503))
+    Scheduler(once=True).run()
+    Worker(once=True).run()
+    sent = Delivery.objects.get(destination=destination)
+    assert (sent.status, sent.attempts) == ("QUEUED", 1)
+    today = sent.event.occurrence_date.isoformat()
+
+    # When they are erased and created again the same day
+    assert exporter.delete(f"{USERS_URL}{first['id']}/").status_code == 204
+    again = exporter.post(USERS_URL, _cancelled_twice(), format="json").json()
+    Scheduler(once=True).run()
+    Worker(once=True).run()
+
+    # Then the day counts as handled: next year's is next, nothing more is sent
+    assert again["next_event"]["occurrence_date"] != today
+    assert len(sink.received) == 1
+    assert DeletedRecipientOccurrence.objects.count() == 1

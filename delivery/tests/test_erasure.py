@@ -1,5 +1,6 @@
 """Erase (DELETE) and export of a recipient: every copy of their personal data, and nothing else."""
 
+import importlib
 import threading
 import time
 from datetime import timedelta
@@ -11,7 +12,7 @@ from django.db import connections, transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt
+from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, Endpoint
 from delivery.scheduler import Scheduler
 from delivery.services.destinations import destination_create, destination_pause, destination_resume
 from delivery.services.leases import deliveries_claim
@@ -48,14 +49,18 @@ def exporter(api_client, operator):
     return api_client
 
 
+# A receiver that echoes the message in its status line, as some gateways and chat services do.
+ECHOING_REASON = "Unavailable for Hey, Zephyrine Quackenbush it's your birthday"
+
+
 def greeted(api_client, sink, console=None) -> dict:
-    """The person, created through the API, greeted after one failure (the receiver's answers name them),
-    edited in the console if given, with next year's event pending."""
+    """The person, created through the API, greeted after one failure (the receiver's answers name them,
+    in the reason phrase and the body), edited in the console if given, with next year's event pending."""
     body = api_client.post(USERS_URL, PERSON, format="json").json()
     event = Event.objects.get(user_id=body["id"])
     sink.script(
         event.idempotency_key,
-        Reply(status=503, body=b'{"error": "busy, retry Zephyrine Quackenbush"}'),
+        Reply(status=503, reason=ECHOING_REASON, body=b'{"error": "busy, retry Zephyrine Quackenbush"}'),
         Reply(status=200, body=b'{"stored": "Zephyrine Quackenbush"}'),
     )
     make_due([event])
@@ -152,6 +157,72 @@ def test_after_the_erase_no_column_of_any_table_holds_the_recipient_and_the_bare
     ]
     # and, for the catch-up window, the day already greeted under a digest of the external id
     assert DeletedRecipientOccurrence.objects.count() == 1
+
+
+def test_what_a_receiver_said_is_kept_only_on_the_attempt_rows_and_no_log_line_carries_it(
+    exporter, delivery_settings, sink, caplog
+):
+    caplog.set_level("INFO")
+    body = greeted(exporter, sink)
+
+    # The receiver's words are on the attempt's row, the one record the erase strips
+    first = DeliveryAttempt.objects.get(number=1)
+    assert (first.error, first.response_excerpt) == (
+        ECHOING_REASON,
+        '{"error": "busy, retry Zephyrine Quackenbush"}',
+    )
+    # and nowhere an erase cannot reach: the endpoint (which outlives every recipient) keeps the status only
+    endpoint = Endpoint.objects.get()
+    assert endpoint.last_error == "HTTP 503 (Service Unavailable)"
+    assert {table for table, _column in traces(PERSON["last_name"])} == {
+        "users_user",
+        "delivery_delivery",
+        "delivery_deliveryattempt",
+    }
+    # nor in any line the processes logged
+    assert [r.getMessage() for r in caplog.records if PERSON["last_name"] in repr(vars(r))] == []
+
+    exporter.delete(f"{USERS_URL}{body['id']}/")
+    assert traces(*needles(body["id"])) == {}
+
+
+def test_an_answer_recorded_after_the_erase_committed_writes_nothing_that_names_the_recipient(
+    exporter, delivery_settings, caplog
+):
+    # Given a greeting being sent when its recipient is erased
+    body = exporter.post(USERS_URL, PERSON, format="json").json()
+    make_due([Event.objects.get(user_id=body["id"])])
+    Scheduler(once=True).run()
+    [claimed] = deliveries_claim(worker="w1", limit=5, lease=timedelta(seconds=30))
+    assert exporter.delete(f"{USERS_URL}{body['id']}/").status_code == 204
+    caplog.set_level("INFO")
+
+    # When the worker records the receiver's answer, which names them, after the erase committed
+    now = timezone.now()
+    summary = deliveries_record(
+        worker="w1",
+        results=[
+            SendResult(
+                delivery=claimed,
+                outcome=AttemptOutcome.TRANSIENT_FAILURE,
+                started_at=now,
+                finished_at=now,
+                duration_ms=3,
+                status_code=503,
+                detail=ECHOING_REASON,
+                response_excerpt="busy, Zephyrine Quackenbush",
+            )
+        ],
+    )
+
+    # Then the endpoint's health counts it, in words that name no one, and nothing else is written
+    assert summary.lease_lost == 1
+    endpoint = Endpoint.objects.get()
+    assert (endpoint.consecutive_failures, endpoint.last_error) == (1, "HTTP 503 (Service Unavailable)")
+    assert traces(*needles(body["id"])) == {}
+    logged = [repr(vars(r)) for r in caplog.records]
+    assert any("Lease lost" in line for line in logged)
+    assert [line for line in logged if "Zephyrine" in line or "Quackenbush" in line] == []
 
 
 def test_the_metrics_count_an_erased_recipients_attempts_still(
@@ -354,3 +425,26 @@ def test_an_occurrence_whose_message_was_sent_before_the_erase_is_not_greeted_ag
     assert again["next_event"]["occurrence_date"] != today
     assert len(sink.received) == 1
     assert DeletedRecipientOccurrence.objects.count() == 1
+
+
+def test_the_migration_rewrites_what_endpoints_kept_of_their_receivers_words_to_what_names_no_one():
+    from django.apps import apps
+
+    migration = importlib.import_module("delivery.migrations.0012_erasure_endpoint_last_error_names_no_one")
+    kept = {
+        "https://a.example/hook": (f"HTTP 503 ({ECHOING_REASON})", "HTTP 503 (Service Unavailable)"),
+        "https://b.example/hook": ("HTTP 599 (Hey, Zephyrine)", "HTTP 599"),
+        "https://c.example/hook": (
+            "Connection error: 400, message='Bad status line Zephyrine'",
+            "Connection error",
+        ),
+        "https://d.example/hook": ("Timed out after 10 s", "Timed out after 10 s"),
+    }
+    for url, (before, _after) in kept.items():
+        Endpoint.objects.create(url=url, last_error=before)
+
+    migration.forward(apps, None)
+
+    assert dict(Endpoint.objects.values_list("url", "last_error")) == {
+        url: after for url, (_before, after) in kept.items()
+    }

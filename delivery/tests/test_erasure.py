@@ -94,10 +94,29 @@ def test_the_export_holds_every_row_about_the_recipient(exporter, delivery_setti
     assert [event["status"] for event in export["events"]] == ["COMPLETED", "PENDING"]  # by occurrence date
     [delivery] = export["deliveries"]
     assert delivery["payload"]["message"] == "Hey, Zephyrine Quackenbush it's your birthday"
-    assert [a["status_code"] for a in delivery["attempts"]] == [503, 200]
-    assert "Zephyrine" in delivery["attempts"][0]["response_excerpt"]
+    assert [a["status_code"] for a in delivery["attempt_log"]] == [503, 200]
+    assert "Zephyrine" in delivery["attempt_log"][0]["response_excerpt"]
     assert [entry["message"] for entry in export["console_log"]] == ["Paused greetings", "Resumed greetings"]
     assert export["console_log"][0]["operator"] == "ops-alice"
+
+
+def test_the_export_keeps_every_columns_name_and_value_and_answers_no_store(
+    exporter, delivery_settings, sink
+):
+    body = greeted(exporter, sink)
+
+    response = exporter.get(f"{USERS_URL}{body['id']}/export/")
+
+    assert response["Cache-Control"] == "no-store"
+    export = response.json()
+    [delivery] = export["deliveries"]
+    # Every column of each row, under its own name: the delivery's attempt count is not hidden by its attempts
+    stored = Delivery.objects.get()
+    assert {f.attname for f in Delivery._meta.concrete_fields} <= set(delivery)
+    assert delivery["attempts"] == stored.attempts == 2
+    assert {f.attname for f in DeliveryAttempt._meta.concrete_fields} <= set(delivery["attempt_log"][0])
+    assert {f.attname for f in User._meta.concrete_fields} <= set(export["recipient"])
+    assert {f.attname for f in Event._meta.concrete_fields} <= set(export["events"][0])
 
 
 def test_the_export_needs_the_permissions_to_view_events_and_deliveries_and_an_unknown_id_is_404(

@@ -6,6 +6,7 @@ from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from config.openapi import IF_MATCH, ErrorSerializer, etag_header
 from delivery.serializers import (
     DestinationSerializer,
+    DestinationUpdateSerializer,
     NewSecretSerializer,
     PingResultSerializer,
     RecoveryPreviewSerializer,
@@ -100,12 +101,18 @@ destination_schema = extend_schema_view(
         examples=[NEW_DESTINATION, CREATED],
     ),
     update=extend_schema(
-        summary="Replace a destination's settings", description=EDITS, parameters=[IF_MATCH, etag_header(200)]
+        summary="Replace a destination's settings",
+        description=EDITS,
+        parameters=[IF_MATCH, etag_header(200)],
+        request=DestinationUpdateSerializer,
+        responses={200: DestinationSerializer},
     ),
     partial_update=extend_schema(
         summary="Change some of a destination's settings",
         description=EDITS,
         parameters=[IF_MATCH, etag_header(200)],
+        request=DestinationUpdateSerializer,
+        responses={200: DestinationSerializer},
         examples=[OpenApiExample("Switch it off", value={"enabled": False}, request_only=True)],
     ),
     destroy=extend_schema(

@@ -27,7 +27,11 @@ from scheduling.admin_log import admin_log_export
 
 
 def deliveries_export(*, event_ids: Collection[uuid.UUID]) -> list[dict[str, Any]]:
-    """Every delivery of these events with its attempts and the console's log of it, as JSON-ready dicts."""
+    """Every delivery of these events with its attempts and the console's log of it, as JSON-ready dicts.
+
+    Each delivery's columns keep their names (`attempts` is its count); its attempt rows are under
+    `attempt_log`, and the console's log under `console_log`, names no column has.
+    """
     deliveries = list(
         Delivery.objects.filter(event_id__in=list(event_ids)).order_by("created_at", "id").values()
     )
@@ -41,7 +45,7 @@ def deliveries_export(*, event_ids: Collection[uuid.UUID]) -> list[dict[str, Any
     return [
         {
             **delivery,
-            "attempts": attempts.get(delivery["id"], []),
+            "attempt_log": attempts.get(delivery["id"], []),
             "console_log": admin_log_export(model=Delivery, object_ids=[delivery["id"]]),
         }
         for delivery in deliveries

@@ -6,9 +6,17 @@ from datetime import timedelta
 from typing import Any
 
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from delivery.models import Destination, DestinationFormat, DestinationSecret, EndpointState, Recovery
+from delivery.models import (
+    RECOVERABLE_STATUSES,
+    Destination,
+    DestinationFormat,
+    DestinationSecret,
+    EndpointState,
+    Recovery,
+)
 from scheduling.event_types import EventType
 
 
@@ -157,6 +165,13 @@ class DestinationSerializer(serializers.ModelSerializer):
         return attrs
 
 
+class DestinationUpdateSerializer(DestinationSerializer):
+    """What a PUT or PATCH of a destination takes: its settings, not its secret (rotate-secret changes that)."""
+
+    class Meta(DestinationSerializer.Meta):
+        fields = [name for name in DestinationSerializer.Meta.fields if name != "secret"]
+
+
 def _messages(detail) -> list:
     """A field's errors as a list of messages: a list's are by item ({"0": [...]}), said as "Item 1: ..."."""
     if isinstance(detail, dict):
@@ -203,13 +218,27 @@ class AwareDateTimeField(serializers.DateTimeField):
         return super().enforce_timezone(value)
 
 
+@extend_schema_field(
+    {
+        "type": "array",
+        "items": {"type": "string", "enum": list(RECOVERABLE_STATUSES)},
+        "minItems": 1,
+        "uniqueItems": True,
+    }
+)
+class RecoverableStatesField(serializers.ListField):
+    """The states asked for, as given: the service judges them and says why in its own words
+    (delivery.services.recovery.recovery_values_clean); the document states the same rules."""
+
+    def __init__(self, **kwargs):
+        super().__init__(child=serializers.CharField(), allow_empty=True, **kwargs)
+
+
 class RecoveryRequestSerializer(serializers.Serializer):
     """What to recover: the states, the window and whether only to count. The values are the service's to judge."""
 
-    states = serializers.ListField(
-        child=serializers.CharField(),
-        allow_empty=True,
-        help_text="DEAD, DELIVERED or both: the states of the deliveries to send again.",
+    states = RecoverableStatesField(
+        help_text="DEAD, DELIVERED or both, each once: the states of the deliveries to send again.",
     )
     since = AwareDateTimeField(
         help_text="The window's start, included: deliveries that reached their state at or after it."

@@ -13,6 +13,7 @@ from delivery.selectors import destination_endpoints, destination_list, recovery
 from delivery.serializers import (
     DestinationSecretSerializer,
     DestinationSerializer,
+    DestinationUpdateSerializer,
     PingResultSerializer,
     RecoveryPreviewSerializer,
     RecoveryRequestSerializer,
@@ -93,7 +94,12 @@ class DestinationViewSet(viewsets.ModelViewSet):
 
     def update(self, request, *args, **kwargs):
         destination = self.get_object()
-        serializer = self.get_serializer(destination, data=request.data, partial=kwargs.get("partial", False))
+        serializer = DestinationUpdateSerializer(
+            destination,
+            data=request.data,
+            partial=kwargs.get("partial", False),
+            context=self.get_serializer_context(),
+        )
         serializer.is_valid(raise_exception=True)
         updated = services.destination_update(
             destination=destination,

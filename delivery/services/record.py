@@ -286,7 +286,8 @@ def _record(
         duration_ms=result.duration_ms,
         outcome=result.outcome,
         status_code=result.status_code,
-        error=result.error,
+        # The attempt's row keeps the receiver's own words: the erase strips them there.
+        error=result.detail or result.error,
         response_excerpt=result.response_excerpt,
         max_attempts=result.delivery.max_attempts,
         decision=decide(

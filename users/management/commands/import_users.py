@@ -5,6 +5,7 @@ import getpass
 import sys
 import time
 from datetime import date
+from typing import cast
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
@@ -85,8 +86,9 @@ def _parse_row(row: dict, *, columns: tuple[str, ...]) -> dict:
     return {column: cleaned[column] for column in columns}
 
 
-# The key DictReader keeps a row's cells beyond the header under: no column can be named so.
-EXTRA_CELLS = object()
+# The key DictReader keeps a row's cells beyond the header under. No column can be named so:
+# a header naming anything but KNOWN_COLUMNS is refused before any row is read.
+EXTRA_CELLS = "(cells beyond the header)"
 
 
 def _check_header(header: list[str]) -> None:
@@ -219,7 +221,7 @@ class Command(BaseCommand):
         # Cells beyond the header's columns are kept under EXTRA_CELLS, to be refused (DictReader's
         # default drops them under a key None that nothing reads).
         reader = csv.DictReader(stream, restkey=EXTRA_CELLS)
-        header = reader.fieldnames or []
+        header = list(reader.fieldnames or [])
         _check_header(header)
         columns = REQUIRED_COLUMNS + tuple(c for c in OPTIONAL_COLUMNS if c in header)
         valid_rows: list[dict] = []
@@ -229,7 +231,8 @@ class Command(BaseCommand):
         first_line: dict[str, int] = {}
         for row in reader:
             problems = []
-            extra = row.pop(EXTRA_CELLS, None)
+            # DictReader keeps the cells beyond the header as a list under restkey (typeshed says str).
+            extra = cast("list[str] | None", row.pop(EXTRA_CELLS, None))
             if extra:
                 problems.append(_extra_cells_problem(extra, columns=len(header)))
             try:

@@ -6,7 +6,7 @@ from django.db.models import Q
 
 from runtime.ids import uuid7
 from scheduling.event_types import EventType
-from scheduling.labels import LABEL_MAX_LENGTH
+from scheduling.labels import LABEL_MAX_LENGTH, labels_by_rule
 
 
 class DestinationFormat(models.TextChoices):
@@ -76,6 +76,12 @@ class Destination(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(event_types__contained_by=EventType.values), name="destination_event_types_valid"
+            ),
+            models.CheckConstraint(
+                condition=labels_by_rule("audience_labels"), name="destination_audience_labels_by_rule"
+            ),
+            models.CheckConstraint(
+                condition=labels_by_rule("excluded_labels"), name="destination_excluded_labels_by_rule"
             ),
             models.CheckConstraint(
                 condition=Q(max_rate__isnull=True) | Q(max_rate__gt=0), name="destination_max_rate_positive"

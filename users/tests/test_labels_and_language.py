@@ -176,10 +176,29 @@ def test_the_label_filter_and_an_audience_are_queries_the_labels_index_serves():
     assert all("user_labels_idx" in plan for plan in plans), plans
 
 
-def test_the_database_refuses_more_labels_than_the_rule_allows():
+@pytest.mark.parametrize(
+    "labels", [[f"l{i}" for i in range(21)], ["Team:Platform"], ["team platform"], ["a", "b:"], [""]]
+)
+def test_the_database_refuses_labels_off_the_rule_written_around_the_services(labels):
     user = user_create(**recipient_fields())
     with pytest.raises(IntegrityError), transaction.atomic():
-        User.objects.filter(pk=user.pk).update(labels=[f"l{i}" for i in range(21)])
+        User.objects.filter(pk=user.pk).update(labels=labels)
+
+
+def test_the_database_takes_labels_by_the_rule():
+    user = user_create(**recipient_fields())
+
+    User.objects.filter(pk=user.pk).update(labels=["a", "office:berlin", "team:platform", "v1.2_x-y"])
+    User.objects.filter(pk=user.pk).update(labels=[])
+
+
+@pytest.mark.parametrize("field", ["audience_labels", "excluded_labels"])
+def test_the_database_refuses_an_audience_off_the_rule(field):
+    from delivery.models import Destination
+
+    destination = Destination.objects.create(name="d", url="https://d.example.org/h")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Destination.objects.filter(pk=destination.pk).update(**{field: ["Team:Platform"]})
 
 
 def test_a_label_change_keeps_the_pending_events_and_their_keys():

@@ -8,6 +8,7 @@ from django.db.models import Q
 from channels import CHANNELS
 from runtime.ids import uuid7
 from scheduling.event_types import EventType
+from scheduling.labels import LABEL_MAX_LENGTH, labels_by_rule
 
 if TYPE_CHECKING:
     from delivery.selectors import Backlog
@@ -38,6 +39,19 @@ class Destination(models.Model):
     event_types = ArrayField(
         models.CharField(max_length=32, choices=EventType.choices), default=list, blank=True
     )
+    # Whom it greets (delivery.audience): recipients holding any of audience_labels (empty:
+    # everyone), less those holding any of excluded_labels. Labels by the recipients'
+    # grammar (scheduling.labels.clean_labels).
+    audience_labels = ArrayField(
+        models.CharField(max_length=LABEL_MAX_LENGTH), default=list, blank=True, db_default=[]
+    )
+    excluded_labels = ArrayField(
+        models.CharField(max_length=LABEL_MAX_LENGTH), default=list, blank=True, db_default=[]
+    )
+    # Its own text per event type ({"BIRTHDAY": "🎂 Happy birthday, {first_name}!"}), instead of
+    # the message templates' (any language, any milestone); a type it does not name keeps them.
+    # Checked against the type's placeholders as a template is (delivery.services.destinations).
+    message_overrides = models.JSONField(default=dict, blank=True, db_default={})
     format = models.CharField(
         max_length=32, choices=DestinationFormat.choices, default=DestinationFormat.STANDARD
     )
@@ -69,6 +83,12 @@ class Destination(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(event_types__contained_by=EventType.values), name="destination_event_types_valid"
+            ),
+            models.CheckConstraint(
+                condition=labels_by_rule("audience_labels"), name="destination_audience_labels_by_rule"
+            ),
+            models.CheckConstraint(
+                condition=labels_by_rule("excluded_labels"), name="destination_excluded_labels_by_rule"
             ),
             models.CheckConstraint(
                 condition=Q(max_rate__isnull=True) | Q(max_rate__gt=0), name="destination_max_rate_positive"

@@ -11,6 +11,7 @@ from typing import Any
 from django.db.models import Count, Min, Q, QuerySet
 
 from delivery import secret_store
+from delivery.audience import Audience
 from delivery.models import (
     AttemptOutcome,
     Delivery,
@@ -24,6 +25,7 @@ from delivery.models import (
 )
 from runtime.aggregates import counts_by, estimated_counts_by
 from scheduling.admin_log import admin_log_export
+from scheduling.models import Event
 
 
 def deliveries_export(*, event_ids: Collection[uuid.UUID]) -> list[dict[str, Any]]:
@@ -202,6 +204,31 @@ def destinations_for_claim() -> list[Destination]:
     """
     table = Destination._meta.db_table
     return list(Destination.objects.raw(f"SELECT * FROM {table} WHERE enabled ORDER BY id FOR KEY SHARE"))
+
+
+def destination_recipients(*, destination: Destination) -> QuerySet[Any]:
+    """The recipients `destination` greets now, by its audience (whatever their event types).
+
+    The one query of a destination's people (delivery.audience: the rule the claim
+    applies, as a filter the labels' GIN index serves), for whatever must list or count
+    them rather than decide occurrence by occurrence.
+    """
+    # The recipient model as the event's foreign key names it: what reads delivery (monitoring)
+    # is not to reach the recipients' app through this module.
+    recipient_model = Event._meta.get_field("user").related_model
+    assert isinstance(recipient_model, type)  # a ForeignKey's model, resolved once the apps are loaded
+    recipients: QuerySet[Any] = recipient_model._default_manager.filter(
+        Audience.of(destination).recipient_filter()
+    )
+    return recipients
+
+
+def destination_audience_labels() -> list[str]:
+    """Every label the destinations' audiences name, sorted: the console's choices of recipients' labels."""
+    named: set[str] = set()
+    for greeted, excluded in Destination.objects.values_list("audience_labels", "excluded_labels"):
+        named.update(greeted, excluded)
+    return sorted(named)
 
 
 def destination_signing_secrets(

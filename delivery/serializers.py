@@ -38,6 +38,15 @@ class SecondsField(serializers.FloatField):
         return value.total_seconds() if isinstance(value, timedelta) else value
 
 
+class TextField(serializers.CharField):
+    """Text as given: a number or a boolean is refused rather than turned into text."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class DestinationSecretSerializer(serializers.ModelSerializer):
     class Meta:
         model = DestinationSecret
@@ -61,6 +70,30 @@ class DestinationSerializer(serializers.ModelSerializer):
         required=False,
         allow_empty=True,
         help_text="The event types it receives; empty (the default): every type, including types added later.",
+    )
+    audience_labels = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        allow_empty=True,
+        help_text="Whom it greets: recipients holding any of these labels (such as team:platform); empty (the "
+        "default): everyone. Labels by the recipients' rule (lowercase letters, digits and . _ -, optionally one "
+        "key:value), taken in any case. A change applies to the occurrences claimed after it is saved, on every "
+        "scheduler; still one delivery per occurrence and destination.",
+    )
+    excluded_labels = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        allow_empty=True,
+        help_text="Whom it never greets: recipients holding any of these labels, even if in audience_labels "
+        "(such as contractor); empty (the default): nobody is left out. No label may be in both lists.",
+    )
+    message_overrides = serializers.DictField(
+        child=TextField(allow_blank=True, trim_whitespace=False),
+        required=False,
+        help_text='Its own text per event type, such as {"BIRTHDAY": "🎂 Happy birthday, {first_name}!"}, sent '
+        "instead of the message templates' (whatever the recipient's language or the milestone); a type it "
+        "does not name (or names with an empty text) keeps them. Checked as a template is: a placeholder the "
+        "type does not offer is refused (400). Applies to the occurrences claimed after it is saved.",
     )
     format = serializers.ChoiceField(
         choices=DestinationFormat.choices,
@@ -100,6 +133,9 @@ class DestinationSerializer(serializers.ModelSerializer):
             "name",
             "url",
             "event_types",
+            "audience_labels",
+            "excluded_labels",
+            "message_overrides",
             "format",
             "enabled",
             "max_rate",
@@ -173,10 +209,13 @@ class DestinationUpdateSerializer(DestinationSerializer):
 
 
 def _messages(detail) -> list:
-    """A field's errors as a list of messages: a list's are by item ({"0": [...]}), said as "Item 1: ..."."""
+    """A field's errors as a list of messages: a list's are by item ({"0": [...]}), said as "Item 1: ...";
+    an object's by key ({"BIRTHDAY": [...]}), said as "BIRTHDAY: ..."."""
     if isinstance(detail, dict):
         return [
-            f"Item {int(index) + 1}: {message}" for index, messages in detail.items() for message in messages
+            f"Item {int(key) + 1}: {message}" if str(key).isdigit() else f"{key}: {message}"
+            for key, messages in detail.items()
+            for message in messages
         ]
     return detail
 

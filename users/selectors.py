@@ -15,17 +15,20 @@ from users.models import User
 from users.signals import recipient_exporting
 
 
-def user_list(*, external_id: str | None = None) -> QuerySet[User]:
+def user_list(*, external_id: str | None = None, labels: Collection[str] = ()) -> QuerySet[User]:
     """Users with their pending events prefetched (for `next_event`, no N+1).
 
     With `external_id`, only the recipient holding it (trimmed, as stored); a
-    blank one matches nobody, as no recipient's id is blank.
+    blank one matches nobody, as no recipient's id is blank. With `labels`, only
+    the recipients holding every one of them (user_labels_filter).
     """
     users = User.objects.all()
     if external_id is not None:
         # No stored id holds NUL (PostgreSQL text cannot), and a query holding
         # one could not even be sent.
         users = users.filter(external_id=external_id.strip()) if "\x00" not in external_id else users.none()
+    if labels:
+        users = users.filter(user_labels_filter(labels=labels))
     return users.order_by("created_at", "id").prefetch_related(
         Prefetch(
             "events",
@@ -33,6 +36,20 @@ def user_list(*, external_id: str | None = None) -> QuerySet[User]:
             to_attr="pending_events",
         )
     )
+
+
+def user_labels_filter(*, labels: Collection[str]) -> Q:
+    """The recipients holding every one of `labels` (in any case, as labels are stored lowercase).
+
+    Each label given narrows, as a filter bar's terms do; a destination's audience,
+    which takes anyone with any of its labels, is delivery.audience's. `labels @>`
+    is served by the GIN index on labels (user_labels_idx). A label no recipient
+    can hold (not by the grammar) matches nobody rather than being an error: a
+    filter answers "who has it", and the answer is no one.
+    """
+    if any("\x00" in label for label in labels):  # no label holds NUL; a query with one cannot be sent
+        return Q(pk__in=[])
+    return Q(labels__contains=sorted({label.strip().lower() for label in labels}))
 
 
 # pg_trgm indexes every run of three letters or digits in a name. A word with no

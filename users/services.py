@@ -44,6 +44,8 @@ USER_FIELDS = (
     "external_id",
     "anniversary_date",
     "send_time",
+    "labels",
+    "language",
 )
 
 
@@ -89,6 +91,8 @@ def user_create(
     external_id: str | None = None,
     anniversary_date: date | None = None,
     send_time: str | time | None = None,
+    labels: Sequence[str] | None = None,
+    language: str | None = None,
     paused: bool = False,
     by: str = "",
 ) -> User:
@@ -106,6 +110,8 @@ def user_create(
             "external_id": external_id,
             "anniversary_date": anniversary_date,
             "send_time": send_time,
+            "labels": labels,
+            "language": language,
         }
     )
     user = User(**cleaned)
@@ -277,6 +283,8 @@ class ImportedUserRow(NamedTuple):
     anniversary_date: date | None
     send_time: time | None
     external_id: str | None
+    labels: list[str]
+    language: str
     created_at: datetime
     updated_at: datetime
     # A row imported paused: when and by whom, as a pause made through the API (None, "": not paused).
@@ -334,6 +342,8 @@ def _user_batches(
                 anniversary_date=row.get("anniversary_date"),
                 send_time=row.get("send_time"),
                 external_id=row.get("external_id"),
+                labels=row.get("labels") or [],
+                language=row.get("language") or "",
                 created_at=now,
                 updated_at=now,
                 paused_at=paused_at,

@@ -8,6 +8,8 @@ from zoneinfo import available_timezones
 from django.core.exceptions import ValidationError
 from django.utils import timezone as django_timezone
 
+from scheduling.labels import clean_labels
+from scheduling.languages import clean_language
 from scheduling.timezones import load_timezone
 from scheduling.zonedata import zone_cache
 
@@ -122,7 +124,8 @@ def clean_past_date(value: object, *, label: str, timezone_name: str | None) -> 
 def clean_user_fields(data: dict) -> dict:
     """Validate every field together; raise one ValidationError naming each bad field.
 
-    The optional fields (external_id, anniversary_date, send_time) are None when `data` lacks them.
+    The optional fields (external_id, anniversary_date, send_time, labels, language) are None
+    (none) when `data` lacks them.
     """
     errors: dict[str, list[str]] = {}
     cleaned: dict = {}
@@ -143,6 +146,11 @@ def clean_user_fields(data: dict) -> dict:
         cleaned["send_time"] = clean_send_time(data.get("send_time"))
     except ValidationError as exc:
         errors["send_time"] = exc.messages
+    for field, rule in (("labels", clean_labels), ("language", clean_language)):
+        try:
+            cleaned[field] = rule(data.get(field))
+        except ValidationError as exc:
+            errors[field] = exc.messages
     for field, label, required in (
         ("date_of_birth", "Date of birth", True),
         ("anniversary_date", "Anniversary date", False),

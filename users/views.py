@@ -35,7 +35,10 @@ class UserViewSet(viewsets.ModelViewSet):
 
     def get_queryset(self):
         if self.action == "list":
-            return user_list(external_id=self.request.query_params.get("external_id"))
+            return user_list(
+                external_id=self.request.query_params.get("external_id"),
+                labels=self.request.query_params.getlist("label"),
+            )
         return user_list()
 
     def perform_create(self, serializer):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from bench.workload import Workload
 from bench.workloads import (
     api,
+    audiences,
     baselines,
     burst,
     ceiling,
@@ -35,6 +36,7 @@ WORKLOADS: dict[str, Workload] = {
         burst,
         receivers,
         destinations,
+        audiences,
         rate_limited,
         timeliness,
         scale,

@@ -21,11 +21,19 @@ from django.utils.html import format_html_join
 from console import widgets
 from console.admin.endpoints import endpoint_state_badge
 from console.admin.recoveries import DestinationRecoveryAdminMixin
+from console.forms import LabelsFormField
+from delivery.audience import Audience
 from delivery.models import Destination, EndpointState
-from delivery.selectors import destination_endpoints, destination_unsent_count
+from delivery.selectors import (
+    destination_endpoints,
+    destination_recipients,
+    destination_unsent_count,
+)
 from delivery.services import destinations as services
 from delivery.services.ping import destinations_send_test
 from scheduling.event_types import EventType
+from scheduling.handlers import get_handler
+from scheduling.messages import placeholder_list
 
 SECRET_SHOWN_ONCE = (
     "Signing secret of {name}, shown this once (copy it to the receiver now; afterwards only its hint is "
@@ -37,6 +45,10 @@ CHANGED_SINCE = (
 )
 
 
+def message_field(event_type: str) -> str:
+    return f"message_{event_type.lower()}"
+
+
 class DestinationForm(forms.ModelForm):
     url = forms.URLField(max_length=2000, assume_scheme="https", help_text="Where its deliveries are POSTed.")
     event_types = forms.MultipleChoiceField(
@@ -44,6 +56,16 @@ class DestinationForm(forms.ModelForm):
         required=False,
         widget=forms.CheckboxSelectMultiple,
         help_text="None ticked: every event type, including types added later.",
+    )
+    audience_labels = LabelsFormField(
+        label="Audience",
+        help_text="Whom it greets: recipients with any of these labels (such as team:platform, separated by "
+        "commas or spaces). Empty: everyone.",
+    )
+    excluded_labels = LabelsFormField(
+        label="Excluded labels",
+        help_text="Never recipients with any of these labels, even in the audience (such as contractor). "
+        "Empty: nobody left out.",
     )
     secret = forms.CharField(
         required=False,
@@ -59,16 +81,36 @@ class DestinationForm(forms.ModelForm):
 
     class Meta:
         model = Destination
-        fields = ["name", "url", "event_types", "format", "enabled", "max_rate", "max_in_flight", "timeout"]
+        fields = [
+            "name",
+            "url",
+            "event_types",
+            "audience_labels",
+            "excluded_labels",
+            "format",
+            "enabled",
+            "max_rate",
+            "max_in_flight",
+            "timeout",
+        ]
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if self.instance.pk:
             self.fields["loaded_version"].initial = self.instance.version
+        for event_type in EventType.values:
+            self.fields[message_field(event_type)].initial = (self.instance.message_overrides or {}).get(
+                event_type, ""
+            )
 
     def clean(self):
         cleaned = super().clean()
         assert cleaned is not None  # ModelForm.clean returns cleaned_data
+        cleaned["message_overrides"] = {
+            event_type: cleaned[message_field(event_type)]
+            for event_type in EventType.values
+            if (cleaned.get(message_field(event_type)) or "").strip()
+        }
         loaded = cleaned.get("loaded_version")
         # The instance was read for this request: a version above the one loaded is someone else's save.
         # (Between this read and the save, the service checks again under the row's lock.)
@@ -92,6 +134,22 @@ class DestinationForm(forms.ModelForm):
         return
 
 
+# One box per event type for the destination's own text (message_overrides), declared on the
+# class so that the admin's fieldsets may name them.
+for _event_type, _label in EventType.choices:
+    DestinationForm.base_fields[message_field(_event_type)] = DestinationForm.declared_fields[
+        message_field(_event_type)
+    ] = forms.CharField(
+        required=False,
+        strip=False,
+        label=f"{_label} message",
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 80}),
+        help_text=f"Its own text for {_label.lower()} messages instead of the templates' (any language, any "
+        f"milestone), with the placeholders {placeholder_list(get_handler(_event_type).placeholders)}. Empty: "
+        "the templates'.",
+    )
+
+
 class DestinationChangeList(ChangeList):
     """The change list, with the endpoint of each destination of the page read in one query."""
 
@@ -110,6 +168,7 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
         "name",
         "url",
         "subscriptions",
+        "audience",
         "format",
         "enabled",
         "endpoint_state",
@@ -121,6 +180,7 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
     actions = ["send_test", "rotate_secret", "drop_previous_secrets", "pause", "resume"]
     change_form_template = "admin/delivery/destination/change_form.html"
     readonly_fields = [
+        "audience_size",
         "secret_hints",
         "endpoint_state",
         "created_by",
@@ -139,6 +199,23 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
                 {
                     "fields": ["max_rate", "max_in_flight", "timeout"],
                     "description": "Empty: WEBHOOK_MAX_RATE, WEBHOOK_MAX_IN_FLIGHT, WEBHOOK_TIMEOUT.",
+                },
+            ),
+            (
+                "Audience",
+                {
+                    "fields": ["audience_labels", "excluded_labels"]
+                    + (["audience_size"] if obj is not None else []),
+                    "description": "Whom it greets, by the recipients' labels. Applies to the occurrences "
+                    "claimed after it is saved; one already queued keeps its deliveries.",
+                },
+            ),
+            (
+                "Words",
+                {
+                    "fields": [message_field(event_type) for event_type in EventType.values],
+                    "description": "Its own text per event type, e.g. 🎂 Happy birthday, {first_name}! for a chat "
+                    "channel; the recipients' languages and milestones are the message templates'.",
                 },
             ),
             ("Signing", {"fields": ["secret_hints"]}),
@@ -181,6 +258,17 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
         return (
             ", ".join(labels[t] for t in destination.event_types) if destination.event_types else "every type"
         )
+
+    @admin.display(description="audience")
+    def audience(self, destination: Destination) -> str:
+        return Audience.of(destination).describe()
+
+    @admin.display(description="greets now")
+    def audience_size(self, destination: Destination) -> str:
+        audience = Audience.of(destination)
+        if audience.everyone:
+            return "every recipient"
+        return f"{destination_recipients(destination=destination).count():,} recipient(s)"
 
     @admin.display(description="endpoint")
     def endpoint_state(self, destination: Destination):

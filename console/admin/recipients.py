@@ -16,11 +16,11 @@ from console.admin.events import retries_of
 from console.forms import RecipientAdminForm
 from console.pagination import BoundedListAdmin
 from delivery.models import Delivery, DeliveryAttempt
-from delivery.selectors import recipients_attempt_count
+from delivery.selectors import destination_audience_labels, recipients_attempt_count
 from scheduling.models import Event, EventStatus, EventType
 from users import services
 from users.models import User
-from users.selectors import user_search_filter, user_timezones_in_use
+from users.selectors import user_labels_filter, user_search_filter, user_timezones_in_use
 
 
 class EventInline(widgets.ReadOnlyInlineMixin, admin.TabularInline):
@@ -69,6 +69,36 @@ class TimezoneFilter(admin.SimpleListFilter):
         return queryset.filter(timezone=self.value()) if self.value() else queryset
 
 
+class LabelFilter(admin.SimpleListFilter):
+    """Recipients holding a label: one typed, or one of those the destinations' audiences name.
+
+    The choices are the audiences' labels (a few rows), not the labels every recipient holds,
+    which only a read of every recipient could list; any other is typed into the box.
+    """
+
+    title = "label"
+    parameter_name = "label"
+    template = "admin/users/user/label_filter.html"
+
+    def lookups(self, request, model_admin):
+        return [(label, label) for label in destination_audience_labels()]
+
+    def queryset(self, request, queryset):
+        label = self.value()
+        return queryset.filter(user_labels_filter(labels=[label])) if label else queryset
+
+    def has_output(self) -> bool:
+        # The box is there even while no audience names a label to offer.
+        return True
+
+    def choices(self, changelist):
+        # The box's form keeps the list's other filters and search as hidden fields.
+        self.kept_params = sorted(
+            (name, value) for name, value in changelist.params.items() if name != self.parameter_name
+        )
+        yield from super().choices(changelist)
+
+
 @admin.register(User)
 class RecipientAdmin(BoundedListAdmin):
     form = RecipientAdminForm
@@ -80,6 +110,7 @@ class RecipientAdmin(BoundedListAdmin):
         "date_of_birth",
         "anniversary_date",
         "external_id",
+        "labels_shown",
         "next_birthday_local",
         "next_birthday_utc",
         "next_status",
@@ -92,7 +123,7 @@ class RecipientAdmin(BoundedListAdmin):
         "First or last name (or both; a word of fewer than three letters matches the start of a name), "
         "an external id, or a recipient id."
     )
-    list_filter = [TimezoneFilter]
+    list_filter = [LabelFilter, TimezoneFilter]
     list_per_page = 50
     inlines = [EventInline]
     fieldsets = [
@@ -107,6 +138,8 @@ class RecipientAdmin(BoundedListAdmin):
                     "send_time",
                     "anniversary_date",
                     "external_id",
+                    "labels",
+                    "language",
                 ]
             },
         ),
@@ -245,6 +278,10 @@ class RecipientAdmin(BoundedListAdmin):
         return next(
             (e for e in getattr(user, "pending_events", []) if e.event_type == EventType.BIRTHDAY), None
         )
+
+    @admin.display(description="labels")
+    def labels_shown(self, user: User) -> str:
+        return ", ".join(user.labels) or "—"
 
     @admin.display(description="send time")
     def send_time_shown(self, user: User) -> str:

@@ -41,11 +41,26 @@ from delivery.services.endpoints import (
 )
 from delivery.signing import parse_secrets
 from scheduling.event_types import EventType
+from scheduling.handlers import REGISTRY
+from scheduling.labels import clean_labels
+from scheduling.messages import MESSAGE_TEMPLATE_MAX_LENGTH, template_errors
 
 logger = logging.getLogger(__name__)
 
 # What an operator may set on a destination (besides its secrets).
-EDITABLE_FIELDS = ("name", "url", "event_types", "format", "enabled", "max_rate", "max_in_flight", "timeout")
+EDITABLE_FIELDS = (
+    "name",
+    "url",
+    "event_types",
+    "audience_labels",
+    "excluded_labels",
+    "message_overrides",
+    "format",
+    "enabled",
+    "max_rate",
+    "max_in_flight",
+    "timeout",
+)
 DEFAULT_NAME = "default"
 UNSENT = (DeliveryStatus.QUEUED, DeliveryStatus.SENDING)
 
@@ -138,6 +153,20 @@ def _cleaned(values: Mapping[str, Any]) -> dict[str, Any]:
         elif len(set(types)) != len(types):
             errors["event_types"] = ["An event type is named twice."]
         cleaned["event_types"] = types
+    for field in ("audience_labels", "excluded_labels"):
+        if field in values:
+            # The recipients' own rule, so an audience names only labels a recipient can hold.
+            try:
+                cleaned[field] = clean_labels(values[field])
+            except ValidationError as exc:
+                errors[field] = exc.messages
+    if "message_overrides" in values:
+        try:
+            cleaned["message_overrides"] = destination_messages_clean(values["message_overrides"])
+        except ValidationError as exc:
+            errors["message_overrides"] = exc.messages
+    if not errors and set(cleaned.get("audience_labels", ())) & set(cleaned.get("excluded_labels", ())):
+        errors["excluded_labels"] = ["A label both greeted and excluded: the exclusion would always win."]
     if "format" in values and values["format"] not in DestinationFormat.values:
         errors["format"] = [f"One of {', '.join(DestinationFormat.values)}."]
     if values.get("max_rate") is not None and not values["max_rate"] > 0:
@@ -150,6 +179,35 @@ def _cleaned(values: Mapping[str, Any]) -> dict[str, Any]:
             f"Above 0 and at most WEBHOOK_TIMEOUT ({settings.WEBHOOK_TIMEOUT.total_seconds():g} s): "
             "deliveries' leases are sized from it."
         ]
+    if errors:
+        raise ValidationError(errors)
+    return cleaned
+
+
+def destination_messages_clean(value: object) -> dict[str, str]:
+    """A destination's own texts by event type ({} or None: none), each valid as that type's template is."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValidationError(
+            'An object from event type to text, such as {"BIRTHDAY": "Happy birthday, {first_name}!"}.'
+        )
+    cleaned, errors = {}, []
+    for event_type, body in value.items():
+        handler = REGISTRY.get(event_type)
+        if handler is None:
+            errors.append(f"Not an event type: {event_type} (one of {', '.join(EventType.values)}).")
+            continue
+        if not isinstance(body, str) or len(body) > MESSAGE_TEMPLATE_MAX_LENGTH:
+            errors.append(f"{event_type}: a text of at most {MESSAGE_TEMPLATE_MAX_LENGTH} characters.")
+            continue
+        if not body.strip():
+            continue  # blank: the templates' text, as if the type were not named
+        errors += [
+            f"{event_type}: {error}"
+            for error in template_errors(template=body, placeholders=handler.placeholders)
+        ]
+        cleaned[event_type] = body
     if errors:
         raise ValidationError(errors)
     return cleaned
@@ -183,6 +241,9 @@ def destination_create(
     url: str,
     operator: str,
     event_types: Sequence[str] = (),
+    audience_labels: Sequence[str] = (),
+    excluded_labels: Sequence[str] = (),
+    message_overrides: Mapping[str, str] | None = None,
     format: str = DestinationFormat.STANDARD,  # noqa: A002 - the field's name
     enabled: bool = True,
     max_rate: float | None = None,
@@ -196,6 +257,9 @@ def destination_create(
             "name": name,
             "url": url,
             "event_types": event_types,
+            "audience_labels": audience_labels,
+            "excluded_labels": excluded_labels,
+            "message_overrides": message_overrides,
             "format": format,
             "enabled": enabled,
             "max_rate": max_rate,
@@ -232,6 +296,11 @@ def destination_update(
         old_url = current.url
         for name, value in values.items():
             setattr(current, name, value)
+        # A change of one of the two lists, checked against the other as stored.
+        if set(current.audience_labels) & set(current.excluded_labels):
+            raise ValidationError(
+                {"excluded_labels": ["A label both greeted and excluded: the exclusion would always win."]}
+            )
         current.updated_by = operator
         current.version += 1
         _saved(current, values=values)

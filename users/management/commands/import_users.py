@@ -18,13 +18,15 @@ from users.validators import clean_user_fields
 REQUIRED_COLUMNS = ("first_name", "last_name", "date_of_birth", "timezone")
 # Written only when the file has the column: a file without it leaves the
 # stored value of a recipient it updates as it is.
-OPTIONAL_COLUMNS = ("external_id", "anniversary_date", "send_time", "paused")
+OPTIONAL_COLUMNS = ("external_id", "anniversary_date", "send_time", "paused", "labels", "language")
 # Every column a file may have. Any other is refused, as the API refuses unknown
 # fields: a typo (send_tme, pasued) would otherwise be ignored and its column's
 # values lost without a word (nobody paused, everyone greeted at 09:00).
 KNOWN_COLUMNS = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
 # How much of a cell the report quotes.
 CELL_SHOWN_CHARS = 40
+# Between a cell's labels: not a comma, the CSV's own separator, so a cell needs no quotes.
+LABEL_SEPARATOR = ";"
 # A paused cell, in any case; empty: not paused.
 PAUSED_VALUES = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False, "": False}
 # Printing a million bad rows helps nobody; the count is always reported.
@@ -46,6 +48,11 @@ def _parse_send_time(raw: str | None) -> str | None:
     """A cell as a send time to check; None if empty (the default; clears one on an update)."""
     # Trimmed like the dates: a space after the comma is the file's layout, not the time.
     return (raw or "").strip() or None
+
+
+def _parse_labels(raw: str | None) -> list[str]:
+    """A labels cell (team:platform;office:berlin) as a list to check; empty: none (clears them on an update)."""
+    return [label for label in (raw or "").split(LABEL_SEPARATOR) if label.strip()]
 
 
 def _parse_paused(raw: str | None) -> bool:
@@ -71,6 +78,8 @@ def _parse_row(row: dict, *, columns: tuple[str, ...]) -> dict:
                 "external_id": row.get("external_id"),
                 "anniversary_date": _parse_date(row.get("anniversary_date")),
                 "send_time": _parse_send_time(row.get("send_time")),
+                "labels": _parse_labels(row.get("labels")),
+                "language": row.get("language"),
             }
         )
     except ValidationError as exc:
@@ -123,7 +132,9 @@ class Command(BaseCommand):
         "Import recipients from a CSV file with the columns first_name, last_name, "
         "date_of_birth (YYYY-MM-DD) and timezone (IANA name), and optionally anniversary_date "
         "(YYYY-MM-DD, a wedding date; empty for none), send_time (HH:MM, the recipient's own local "
-        "send time; empty for the default), paused (true/false, 1/0 or yes/no: their greetings held "
+        "send time; empty for the default), labels (separated by semicolons, such as "
+        "team:platform;office:berlin; empty for none), language (a BCP 47 tag such as de or pt-BR; "
+        "empty for the default), paused (true/false, 1/0 or yes/no: their greetings held "
         "back, recorded as paused by --by; empty: not paused) and external_id (the client's own id: "
         "a row whose external_id a recipient already has updates that recipient, so the "
         "import can be run again). A header naming any other column is refused (a typo would "

@@ -8,7 +8,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from console import widgets
+from console import confirm, widgets
 from console.admin.endpoints import endpoint_state_badge
 from console.pagination import BoundedListAdmin
 from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus, Endpoint
@@ -231,8 +231,37 @@ class DeliveryAdmin(widgets.ViewOnlyPageMixin, BoundedListAdmin):
 
     # --- actions ------------------------------------------------------------------
 
-    @admin.action(description="Resend selected DEAD deliveries", permissions=["change"])
+    @admin.action(description="Resend selected DEAD deliveries…", permissions=["change"])
     def resend(self, request, queryset):
+        rows = confirm.selected_rows(self, request, queryset.select_related("destination"))
+        if rows is None:
+            return None
+        if not confirm.is_confirmed(request):
+            return confirm.confirmation_page(
+                self,
+                request,
+                queryset,
+                title="Resend these dead deliveries?",
+                consequence=(
+                    "Each dead delivery is queued again to its destination, under the same idempotency key, "
+                    "with a fresh budget of attempts: the receiver gets the greeting late. Its event is "
+                    "processing again until the delivery ends."
+                ),
+                button="Yes, resend them",
+                items=[
+                    confirm.Item(
+                        label=(
+                            f"{delivery.idempotency_key} to "
+                            f"{delivery.destination.name if delivery.destination else 'a deleted destination'}"
+                        ),
+                        refusal=""
+                        if delivery.status == DeliveryStatus.DEAD
+                        else f"it is {delivery.get_status_display()}",
+                    )
+                    for delivery in rows
+                ],
+            )
         widgets.run_operator_action(
-            self, request, queryset, service=delivery_resend, verb="Resend", kwarg="delivery"
+            self, request, rows, service=delivery_resend, verb="Resend", kwarg="delivery"
         )
+        return None

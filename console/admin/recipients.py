@@ -236,7 +236,8 @@ class RecipientAdmin(BoundedListAdmin):
     def greetings(self, user: User):
         if user.paused:
             return widgets.badge("OVERDUE", f"Paused by {user.paused_by}")
-        return widgets.badge("COMPLETED", "Sent")
+        # Not "Sent": whether their greetings go out, not whether one went.
+        return widgets.badge("COMPLETED", "Going out")
 
     @staticmethod
     def _next(user: User) -> Event | None:

@@ -139,7 +139,7 @@ def test_deliveries_cannot_be_added_or_deleted(console):
 def resend(console, deliveries):
     return console.post(
         reverse(CHANGELIST),
-        {"action": "resend", "_selected_action": [str(d.pk) for d in deliveries]},
+        {"action": "resend", "_selected_action": [str(d.pk) for d in deliveries], "confirmed": "yes"},
         follow=True,
     )
 

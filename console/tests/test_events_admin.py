@@ -260,7 +260,7 @@ def test_the_event_form_links_to_its_delivery(console):
 def run_action(console, action: str, events, *, follow: bool = True):
     return console.post(
         reverse(CHANGELIST),
-        {"action": action, "_selected_action": [str(e.pk) for e in events]},
+        {"action": action, "_selected_action": [str(e.pk) for e in events], "confirmed": "yes"},
         follow=follow,
     )
 
@@ -318,16 +318,65 @@ def test_resending_twice_never_creates_a_second_delivery(console):
     assert LogEntry.objects.filter(object_id=str(event.pk)).count() == 1
 
 
-def test_deliver_now_makes_a_pending_event_due_at_once_and_the_scheduler_sends_it(console):
-    event = pending_of(UserFactory())
-    assert event.target_timestamp_utc > timezone.now()
+def local_day(*, days: int = 0) -> tuple[str, date]:
+    """A zone where it is not yet 22:00, and its date `days` from today there (the session cannot be frozen)."""
+    from datetime import time as clock
+    from zoneinfo import ZoneInfo
 
-    response = run_action(console, "deliver_now", [event])
+    for zone in ("Europe/London", "Asia/Tokyo", "America/Los_Angeles"):
+        local = timezone.now().astimezone(ZoneInfo(zone))
+        if local.time() < clock(22):
+            return zone, local.date() + timedelta(days=days)
+    raise AssertionError("one of three zones eight hours apart is before 22:00")
 
+
+def born_on(*, days: int = 0) -> Event:
+    """The PENDING birthday of a recipient born `days` after today, sent at 23:30 in their zone."""
+    from datetime import time as clock
+
+    zone, day = local_day(days=days)
+    # 1992: a leap year, so today may be Feb 29 too.
+    user = UserFactory(timezone=zone, date_of_birth=day.replace(year=1992), send_time=clock(23, 30))
+    return pending_of(user)
+
+
+def test_deliver_now_asks_first_saying_what_happens_and_changes_nothing_until_confirmed(console):
+    # given today's birthday and next year's (a recipient born tomorrow)
+    today = born_on(days=0)
+    later = born_on(days=1)
+    before = list(Event.objects.order_by("pk").values())
+
+    # when an operator picks the action for both
+    response = console.post(
+        reverse(CHANGELIST), {"action": "deliver_now", "_selected_action": [str(today.pk), str(later.pk)]}
+    )
+
+    # then a page says what will happen and to how many, names the one it will refuse and why,
+    # and nothing has changed
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "sent now instead of at its send time" in page
+    assert "1 event</strong> will be affected" in page
+    assert "not of today" in page
+    assert list(Event.objects.order_by("pk").values()) == before
+
+
+def test_deliver_now_confirmed_sends_todays_occurrence_only_and_the_scheduler_sends_it(console):
+    # given today's birthday, due at 09:00 London time, and a birthday tomorrow
+    event = born_on(days=0)
+    later = born_on(days=1)
+    later_before = Event.objects.values().get(pk=later.pk)
+
+    # when an operator confirms "deliver now" for both
+    response = run_action(console, "deliver_now", [event, later])
+
+    # then today's is due now, the other is refused untouched, and the scheduler queues today's
     event.refresh_from_db()
     assert event.status == EventStatus.PENDING
     assert event.target_timestamp_utc <= timezone.now()
     assert any("Deliver now: 1 event due now" in m for m in messages_of(response))
+    assert any("Deliver now refused" in m and "not of today" in m for m in messages_of(response))
+    assert Event.objects.values().get(pk=later.pk) == later_before
     assert "ops-alice" in LogEntry.objects.get(object_id=str(event.pk)).get_change_message()
     assert deliveries_enqueue_due().queued == 1
     assert Delivery.objects.get(event=event).status == DeliveryStatus.QUEUED
@@ -335,7 +384,7 @@ def test_deliver_now_makes_a_pending_event_due_at_once_and_the_scheduler_sends_i
 
 def test_deliver_now_refuses_events_that_are_not_pending(console):
     failed = failed_event(UserFactory())
-    pending = pending_of(UserFactory())
+    pending = born_on(days=0)
 
     response = run_action(console, "deliver_now", [failed, pending])
 
@@ -345,8 +394,18 @@ def test_deliver_now_refuses_events_that_are_not_pending(console):
     assert pending.target_timestamp_utc <= timezone.now()  # the valid row went through
 
 
+def test_resend_asks_first_and_resends_nothing_until_confirmed(console):
+    event = failed_event(UserFactory())
+
+    response = console.post(reverse(CHANGELIST), {"action": "resend", "_selected_action": [str(event.pk)]})
+
+    assert response.status_code == 200
+    assert "queued again" in response.content.decode()
+    assert Delivery.objects.get(event=event).status == DeliveryStatus.DEAD
+
+
 def test_deliver_now_after_the_scheduler_claimed_it_never_creates_a_second_delivery(console):
-    event = pending_of(UserFactory())
+    event = born_on(days=0)
     run_action(console, "deliver_now", [event])
     deliveries_enqueue_due()
 

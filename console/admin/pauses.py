@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from django.contrib import admin
-
 from django.utils import timezone
 
 from console import confirm, widgets

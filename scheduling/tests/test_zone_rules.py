@@ -20,9 +20,9 @@ from django.utils import timezone
 from delivery.scheduler import Scheduler
 from scheduling import zonedata
 from scheduling.models import Event, EventStatus, EventType, EventZoneData
-from scheduling.tests.due import event_make_due_now
 from scheduling.services.zone_rules import events_follow_zone_data
 from scheduling.tests.conftest import OLD_VERSION
+from scheduling.tests.due import event_make_due_now
 from scheduling.timezones import load_timezone
 from users.services import user_create, user_update, users_bulk_create_with_events
 

@@ -451,3 +451,33 @@ class Recovery(models.Model):
 
     def __str__(self) -> str:
         return f"recovery {self.pk} of {self.destination_id} ({self.status})"
+
+
+class FailureAcknowledgement(models.Model):
+    """An operator's "seen it": a destination's dead deliveries of one cause, up to `through`, leave the failures list.
+
+    One row per (destination, cause), moved forward by each acknowledgement
+    (delivery.services.failures). A delivery of that cause given up after
+    `through` brings the group back: an acknowledgement is of what was seen,
+    never of what comes next. The deliveries themselves are not touched.
+    """
+
+    destination = models.ForeignKey(
+        Destination, on_delete=models.CASCADE, related_name="failure_acknowledgements"
+    )
+    # delivery.failures: "http_400", "timeout", "connection", ...
+    cause = models.CharField(max_length=32)
+    # Dead deliveries given up (updated_at) at or before this are acknowledged.
+    through = models.DateTimeField()
+    acknowledged_by = models.CharField(max_length=150)
+    acknowledged_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["destination", "cause"], name="failure_ack_one_per_group"),
+            models.CheckConstraint(condition=~Q(cause=""), name="failure_ack_cause_not_blank"),
+            models.CheckConstraint(condition=~Q(acknowledged_by=""), name="failure_ack_by_whom"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cause} at {self.destination_id} through {self.through:%Y-%m-%d %H:%M}"

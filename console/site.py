@@ -7,6 +7,7 @@ from django.core.exceptions import PermissionDenied
 from django.urls import path
 
 from console.dashboard import dashboard_view
+from console.failures import failures_view
 
 TITLE = "Birthday scheduler operations"
 # The dashboard summarises events and deliveries, so it shows to whoever may read both.
@@ -28,6 +29,7 @@ class ConsoleAdminSite(admin.AdminSite):
     def get_urls(self):
         return [
             path("dashboard/", self.admin_view(self.dashboard), name="dashboard"),
+            path("failures/", self.admin_view(self.failures), name="failures"),
             *super().get_urls(),
         ]
 
@@ -43,6 +45,18 @@ class ConsoleAdminSite(admin.AdminSite):
 
     def can_view_dashboard(self, request) -> bool:
         return request.user.has_perms(DASHBOARD_PERMISSIONS)
+
+    def index(self, request, extra_context=None):
+        """The landing page after login: the dashboard, with every page listed under it.
+
+        Whoever may not read the dashboard gets Django's index of the pages they may use.
+        """
+        if self.can_view_dashboard(request):
+            return dashboard_view(request, site=self, as_index=True)
+        return super().index(request, extra_context)
+
+    def failures(self, request):
+        return failures_view(request, site=self)
 
     def dashboard(self, request):
         if not self.can_view_dashboard(request):

@@ -12,9 +12,10 @@ from django.test import Client
 from django.urls import reverse
 
 from conftest import permissions_named
-from console.tests.console_data import completed_event, endpoint, waiting_for
+from console.tests.console_data import completed_event, endpoint, heartbeat, waiting_for
 from delivery.models import Delivery, DeliveryStatus, Endpoint, EndpointState
 from delivery.selectors import Backlog, endpoint_backlog
+from runtime.models import ProcessKind
 from users.tests.factories import UserFactory
 
 CHANGELIST = "admin:delivery_endpoint_changelist"
@@ -297,7 +298,10 @@ def test_dashboard_lists_failing_and_paused_endpoints_with_since_and_by_whom(con
 
 def test_dashboard_says_when_every_endpoint_is_healthy(console):
     endpoint(RECEIVER)
+    heartbeat(kind=ProcessKind.SCHEDULER)
+    heartbeat(kind=ProcessKind.WORKER)
 
     html = console.get(reverse("admin:dashboard")).content.decode()
 
-    assert "All endpoints healthy." in html
+    assert "Nothing needs attention" in html
+    assert 'class="endpoint-' not in html

@@ -214,3 +214,26 @@ def test_resending_a_group_queues_again_only_its_dead_deliveries():
     }
     assert Delivery.objects.get(pk=timeout.pk).status == DeliveryStatus.DEAD
     assert list(failure_group_deliveries(destination_id=crm.pk, cause="http_400", now=now)) == []
+
+
+# --- plans: a window's dead deliveries, never the history ------------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "read",
+    [
+        lambda: failure_groups(now=timezone.now()),
+        lambda: destinations_health(now=timezone.now()),
+        lambda: list(failure_group_deliveries(destination_id=1, cause="http_400", now=timezone.now())),
+    ],
+    ids=["failure_groups", "destinations_health", "failure_group_deliveries"],
+)
+def test_failure_reads_take_a_range_of_the_status_and_time_index(production_plan, read):
+    destination("crm")
+
+    _, plan = production_plan(read, "delivery_delivery")
+
+    # Of the deliveries, only DEAD ones of the window: a range of (status, updated_at).
+    assert "delivery_status_updated_idx" in plan, plan
+    assert "Seq Scan on delivery_delivery" not in plan, plan

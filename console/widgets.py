@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
+from django.conf import settings
 from django.contrib import messages
 from django.forms.models import BaseInlineFormSet
 from django.utils.html import format_html
@@ -81,8 +82,19 @@ def when(moment: datetime | None):
     )
 
 
-def attempts_text(*, used: int, allowed: int) -> str:
-    """Attempts as an operator reads them: '3 of 8'."""
+def attempts(*, used: int, allowed: int):
+    """Attempts as an operator reads them: '3 of 8'; a resend's raised allowance says so on hover.
+
+    An operator's Resend allows DELIVERY_MAX_ATTEMPTS more, and attempt numbers keep counting, so
+    a resent delivery reads '9 of 16' under a setting of 8.
+    """
+    if allowed > settings.DELIVERY_MAX_ATTEMPTS:
+        return format_html(
+            '<span title="Raised by a resend: each allows {} more (DELIVERY_MAX_ATTEMPTS)">{} of {}*</span>',
+            settings.DELIVERY_MAX_ATTEMPTS,
+            used,
+            allowed,
+        )
     return f"{used} of {allowed}"
 
 

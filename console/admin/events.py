@@ -90,15 +90,16 @@ def status_chosen(request) -> bool:
 
 @admin.register(Event)
 class EventAdmin(BoundedListAdmin):
+    # Status and when first after who: the columns an operator reads at any width.
     list_display = [
         "user_link",
         "event_type",
-        "occurrence_date",
-        "target_utc",
-        "target_local",
         "status_badge",
-        "retries",
+        "target_utc",
         "lateness",
+        "occurrence_date",
+        "target_local",
+        "retries",
     ]
     list_select_related = ["user"]
 
@@ -213,11 +214,11 @@ class EventAdmin(BoundedListAdmin):
             event.user,
         )
 
-    @admin.display(description="target (UTC)", ordering="target_timestamp_utc")
-    def target_utc(self, event: Event) -> str:
-        return event.target_timestamp_utc.strftime("%Y-%m-%d %H:%M")
+    @admin.display(description="send time", ordering="target_timestamp_utc")
+    def target_utc(self, event: Event):
+        return widgets.when(event.target_timestamp_utc)
 
-    @admin.display(description="target (local)")
+    @admin.display(description="recipient's local time")
     def target_local(self, event: Event):
         # The stored ISO text keeps the offset in force at that instant.
         wall, offset = widgets.split_local_time(event.target_timestamp_local)
@@ -246,6 +247,17 @@ class EventAdmin(BoundedListAdmin):
     def retries(self, event: Event) -> int:
         return retries_of(event)
 
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        # Nothing on an event's page can be edited (every field is read-only; it changes through the
+        # actions), so no Save button stands on it, whatever its status.
+        extra_context = {
+            **(extra_context or {}),
+            "show_save": False,
+            "show_save_and_continue": False,
+            "show_save_and_add_another": False,
+        }
+        return super().change_view(request, object_id, form_url, extra_context)
+
     @admin.display(description="deliveries")
     def delivery_link(self, event: Event):
         deliveries = list(event.deliveries.select_related("destination")) if event.pk else []
@@ -253,15 +265,14 @@ class EventAdmin(BoundedListAdmin):
             return "— (none queued)"
         return format_html_join(
             mark_safe("<br>"),
-            '<a href="{}">{}</a> {} {} <span class="bs-muted">{} of {} attempts used</span>',
+            '<a href="{}">{}</a> {} {} <span class="bs-muted">{} attempts used</span>',
             (
                 (
                     reverse("admin:delivery_delivery_change", args=[delivery.pk]),
                     delivery.destination.name if delivery.destination else delivery.endpoint_url,
                     delivery.idempotency_key,
                     widgets.badge(delivery.status, delivery.get_status_display()),
-                    delivery.attempts,
-                    delivery.max_attempts,
+                    widgets.attempts(used=delivery.attempts, allowed=delivery.max_attempts),
                 )
                 for delivery in deliveries
             ),

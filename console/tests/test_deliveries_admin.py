@@ -59,7 +59,7 @@ def test_list_shows_status_attempts_next_attempt_lease_and_last_error(console):
 
     assert dead.idempotency_key in html and "Grace Hopper" in html
     assert 'class="bs-badge"' in html and "Dead" in html and "Sending" in html
-    assert "3 / 3" in html
+    assert "3 of 3" in html
     assert "HTTP 503 Service Unavailable" in html
     assert leased.locked_by in html
 

@@ -1,7 +1,7 @@
 from datetime import timedelta
 
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, NotFound, ValidationError
@@ -10,6 +10,7 @@ from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from config.openapi import VALIDATION_ERROR_SCHEMA
 from config.permissions import ModelPermissions
 from config.preconditions import PreconditionFailed, etag_for, if_match_versions
 from delivery.models import Destination, Recovery
@@ -228,7 +229,12 @@ class DestinationFailuresPermission(RecoveryPermission):
         OpenApiParameter("window", str, enum=list(FAILURE_WINDOWS), description="How far back (default 7d)."),
         OpenApiParameter("destination", int, description="Only this destination's groups."),
     ],
-    responses=FailureGroupSerializer(many=True),
+    responses={
+        200: FailureGroupSerializer(many=True),
+        400: OpenApiResponse(
+            response=VALIDATION_ERROR_SCHEMA, description="An unknown window or destination."
+        ),
+    },
 )
 class FailureGroupListView(APIView):
     """Dead deliveries by (destination, cause), not acknowledged, newest group first."""

@@ -146,5 +146,7 @@ def test_status_counts_are_exact_when_small_and_labelled_estimates_beyond_the_bo
 
     assert (exact[EventStatus.PENDING].count, exact[EventStatus.PENDING].exact) == (3, True)
     assert exact[EventStatus.COMPLETED].count == 0 and exact[EventStatus.COMPLETED].exact
-    # past the bound: not exact, and never below it (the table was never analyzed: its estimate is 0)
-    assert (bounded[EventStatus.PENDING].count, bounded[EventStatus.PENDING].exact) == (3, False)
+    # past the bound: PostgreSQL's estimate, labelled so, and never below the bound (an estimate from
+    # statistics older than these rows may be anything, 0 included)
+    assert not bounded[EventStatus.PENDING].exact
+    assert bounded[EventStatus.PENDING].count >= 3

@@ -101,5 +101,11 @@ def _cause_sql(*, status: str, error: str) -> str:
     return "CASE " + " ".join(arms) + f" ELSE '{OTHER}' END"
 
 
+def cause_sql(*, alias: str = "") -> str:
+    """CAUSE_SQL over the delivery table named `alias` in the query ("" : unqualified)."""
+    prefix = f"{alias}." if alias else ""
+    return _cause_sql(status=f"{prefix}last_status_code", error=f"{prefix}last_error")
+
+
 # Over delivery_delivery's columns; `%%` because it goes into a query with parameters.
-CAUSE_SQL = _cause_sql(status="last_status_code", error="last_error")
+CAUSE_SQL = cause_sql()

@@ -202,6 +202,15 @@ class Delivery(models.Model):
                 name="delivery_lease_idx",
             ),
             models.Index(fields=["status", "updated_at"], name="delivery_status_updated_idx"),
+            # A destination's dead deliveries by when they died: its health (dead in the last hour
+            # and day, its latest failure) and its failures by cause read a range of it, whatever
+            # the other destinations' failures and the history. Partial: only DEAD rows are in it,
+            # so delivering writes nothing to it.
+            models.Index(
+                fields=["destination", "updated_at"],
+                condition=Q(status=DeliveryStatus.DEAD),
+                name="delivery_dead_destination_idx",
+            ),
         ]
 
     def __str__(self) -> str:

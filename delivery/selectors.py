@@ -304,39 +304,57 @@ def failure_groups(
 ) -> list[FailureGroup]:
     """The dead deliveries given up since `since` (FAILURE_WINDOW ago), by (destination, cause), newest group first.
 
-    One statement: the window's DEAD rows from (status, updated_at), their cause
-    computed (delivery.failures.CAUSE_SQL), less each group's acknowledged part,
-    grouped. Deliveries whose destination was deleted have no group: there is
-    no receiver left to act on.
+    One statement: the window's DEAD rows (a range of an index of dead rows),
+    their cause computed (delivery.failures.CAUSE_SQL), less each group's
+    acknowledged part, grouped; then the destinations' names. Deliveries whose
+    destination was deleted have no group: there is no receiver left to act on.
     """
     since = since or now - FAILURE_WINDOW
     table = Delivery._meta.db_table
-    acks = FailureAcknowledgement._meta.db_table
-    destinations = Destination._meta.db_table
     params: dict = {"dead": DeliveryStatus.DEAD, "since": since, "hour": now - timedelta(hours=1)}
     only = ""
     if destination_id is not None:
         only, params["destination_id"] = "AND d.destination_id = %(destination_id)s", destination_id
+    # The acknowledgements that reach into the window (a few rows) become a condition on each row,
+    # not a join: the planner cannot know how many rows the window holds, and a nested loop over
+    # them looking up an acknowledgement each cost four times the scan (bench/results/REPORT-console.md).
+    acknowledged = []
+    for number, (ack_destination, ack_cause, through) in enumerate(
+        FailureAcknowledgement.objects.filter(through__gte=since).values_list(
+            "destination_id", "cause", "through"
+        )
+    ):
+        acknowledged.append(
+            f"(d.destination_id = %(ack_d{number})s AND cause = %(ack_c{number})s "
+            f"AND d.updated_at <= %(ack_t{number})s)"
+        )
+        params.update(
+            {f"ack_d{number}": ack_destination, f"ack_c{number}": ack_cause, f"ack_t{number}": through}
+        )
+    not_acknowledged = f"WHERE NOT ({' OR '.join(acknowledged)})" if acknowledged else ""
     sql = f"""
-        WITH dead AS (
-            SELECT d.id, d.destination_id, d.updated_at, {failures.CAUSE_SQL} AS cause
+        SELECT destination_id, cause, count(*),
+               count(*) FILTER (WHERE updated_at >= %(hour)s),
+               min(updated_at), max(updated_at),
+               (array_agg(id ORDER BY updated_at DESC))[1:{EXAMPLES_PER_GROUP}]
+        FROM (
+            SELECT d.id, d.destination_id, d.updated_at, {failures.cause_sql(alias="d")} AS cause
             FROM {table} d
             WHERE d.status = %(dead)s AND d.updated_at >= %(since)s AND d.destination_id IS NOT NULL {only}
-        )
-        SELECT dead.destination_id, dest.name, dead.cause, count(*),
-               count(*) FILTER (WHERE dead.updated_at >= %(hour)s),
-               min(dead.updated_at), max(dead.updated_at),
-               (array_agg(dead.id ORDER BY dead.updated_at DESC))[1:{EXAMPLES_PER_GROUP}]
-        FROM dead
-        JOIN {destinations} dest ON dest.id = dead.destination_id
-        LEFT JOIN {acks} ack ON ack.destination_id = dead.destination_id AND ack.cause = dead.cause
-        WHERE ack.through IS NULL OR dead.updated_at > ack.through
-        GROUP BY dead.destination_id, dest.name, dead.cause
-        ORDER BY max(dead.updated_at) DESC, dead.destination_id, dead.cause
+        ) d
+        {not_acknowledged}
+        GROUP BY destination_id, cause
     """
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return [FailureGroup(*row) for row in cursor.fetchall()]
+        rows = cursor.fetchall()
+    names = dict(Destination.objects.filter(pk__in={row[0] for row in rows}).values_list("pk", "name"))
+    groups = [
+        FailureGroup(destination_id, names[destination_id], cause, count, last_hour, first, last, examples)
+        for destination_id, cause, count, last_hour, first, last, examples in rows
+        if destination_id in names  # deleted meanwhile
+    ]
+    return sorted(groups, key=lambda group: (-group.last_seen.timestamp(), group.destination_id, group.cause))
 
 
 def failure_group_deliveries(
@@ -385,8 +403,9 @@ def destinations_health(
 ) -> list[DestinationHealth]:
     """Every destination's health (or these destinations'), in three queries however long the history.
 
-    The destinations, their endpoints, and one GROUP BY over FAILURE_WINDOW's
-    dead deliveries (a range of delivery_status_updated_idx). When it last
+    The destinations, their endpoints, and for each destination three short
+    reads of its own dead deliveries (delivery_dead_destination_idx): what died
+    in the last hour and day, and the latest of FAILURE_WINDOW. When it last
     delivered is its endpoint's last success, which the workers keep.
     """
     destinations = list(destination_list() if destinations is None else destinations)
@@ -395,17 +414,24 @@ def destinations_health(
     dead: dict[int, tuple] = {}
     if destinations:
         with connection.cursor() as cursor:
+            # Per destination, three reads of delivery_dead_destination_idx: its dead of the last
+            # hour and day (index entries only), and its latest dead row of the window.
             cursor.execute(
                 f"""
-                SELECT destination_id,
-                       count(*) FILTER (WHERE updated_at >= %(hour)s),
-                       count(*) FILTER (WHERE updated_at >= %(day)s),
-                       max(updated_at),
-                       (array_agg({failures.CAUSE_SQL} ORDER BY updated_at DESC))[1],
-                       (array_agg(last_status_code ORDER BY updated_at DESC))[1]
-                FROM {table}
-                WHERE status = %(dead)s AND updated_at >= %(since)s AND destination_id = ANY(%(ids)s)
-                GROUP BY destination_id
+                SELECT d.id,
+                       (SELECT count(*) FROM {table} x
+                        WHERE x.status = %(dead)s AND x.destination_id = d.id AND x.updated_at >= %(hour)s),
+                       (SELECT count(*) FROM {table} x
+                        WHERE x.status = %(dead)s AND x.destination_id = d.id AND x.updated_at >= %(day)s),
+                       latest.updated_at, latest.cause, latest.last_status_code
+                FROM unnest(%(ids)s::int[]) AS d(id)
+                LEFT JOIN LATERAL (
+                    SELECT x.updated_at, {failures.cause_sql(alias="x")} AS cause, x.last_status_code
+                    FROM {table} x
+                    WHERE x.status = %(dead)s AND x.destination_id = d.id AND x.updated_at >= %(since)s
+                    ORDER BY x.updated_at DESC
+                    LIMIT 1
+                ) latest ON true
                 """,
                 {
                     "dead": DeliveryStatus.DEAD,

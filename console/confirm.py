@@ -53,7 +53,6 @@ def selected_rows(modeladmin, request, queryset) -> list | None:
 def confirmation_page(
     modeladmin,
     request,
-    queryset,
     *,
     title: str,
     consequence: str,

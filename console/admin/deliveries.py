@@ -258,7 +258,6 @@ class DeliveryAdmin(widgets.ViewOnlyPageMixin, BoundedListAdmin):
             return confirm.confirmation_page(
                 self,
                 request,
-                queryset,
                 title="Resend these dead deliveries?",
                 consequence=(
                     "Each dead delivery is queued again to its destination, under the same idempotency key, "

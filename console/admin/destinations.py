@@ -290,7 +290,7 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
             "",
             "<div><code>{}</code> <span class='bs-muted'>{}</span></div>",
             (
-                (s.hint, f"until {s.expires_at:%Y-%m-%d %H:%M}" if s.expires_at else "in force")
+                (s.hint, format_html("until {}", widgets.when(s.expires_at)) if s.expires_at else "in force")
                 for s in secrets
             ),
         )

@@ -289,7 +289,6 @@ class EventAdmin(BoundedListAdmin):
             return confirm.confirmation_page(
                 self,
                 request,
-                queryset,
                 title="Resend these failed events?",
                 consequence=(
                     "Each failed event's dead deliveries are queued again, under the same idempotency key, with "
@@ -323,7 +322,6 @@ class EventAdmin(BoundedListAdmin):
             return confirm.confirmation_page(
                 self,
                 request,
-                queryset,
                 title="Send today's greetings now?",
                 consequence=(
                     "Each event below is its recipient's occurrence of today: it is sent now instead of at its "

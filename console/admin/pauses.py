@@ -46,7 +46,6 @@ class EventTypePauseAdmin(widgets.ViewOnlyPageMixin, admin.ModelAdmin):
             return confirm.confirmation_page(
                 self,
                 request,
-                queryset,
                 title="Pause these messages for every recipient?",
                 consequence=(
                     "From now until someone resumes it, every recipient's occurrence of each type below whose "

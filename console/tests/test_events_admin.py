@@ -650,3 +650,15 @@ def test_the_right_password_logs_in_before_the_limit(client, django_user_model):
 
     assert response.status_code == 302
     assert client.get(reverse("admin:index")).status_code == 200
+
+
+def test_an_action_on_more_rows_than_one_request_should_take_does_nothing_and_says_why(console, monkeypatch):
+    from console import confirm
+
+    monkeypatch.setattr(confirm, "MOST_ROWS", 1)
+    events = [failed_event(UserFactory()) for _ in range(2)]
+
+    response = run_action(console, "resend", events)
+
+    assert any("More than 1 events are selected; nothing was done" in m for m in messages_of(response))
+    assert {d.status for d in Delivery.objects.filter(event__in=events)} == {DeliveryStatus.DEAD}

@@ -9,6 +9,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from delivery import failures
 from delivery.models import (
     RECOVERABLE_STATUSES,
     Destination,
@@ -382,3 +383,71 @@ class PingResultSerializer(serializers.Serializer):
     message_id = serializers.CharField(
         help_text="Its webhook-id (and X-Idempotency-Key): test- and 32 hex digits, never an event's."
     )
+
+
+class DestinationHealthSerializer(serializers.Serializer):
+    """A destination's health (delivery.selectors.DestinationHealth): what the console's destinations page shows."""
+
+    id = serializers.IntegerField(source="destination.pk")
+    name = serializers.CharField(source="destination.name")
+    condition = serializers.CharField(
+        source="condition.level",
+        help_text="failing, degraded, paused, ok, idle (nothing sent yet) or disabled (delivery.conditions).",
+    )
+    condition_label = serializers.CharField(source="condition.label")
+    reason = serializers.CharField(source="condition.reason")
+    needs_attention = serializers.BooleanField(source="condition.needs_attention")
+    endpoint_state = serializers.CharField(help_text="Its URL's endpoint: HEALTHY, FAILING or PAUSED.")
+    dead_last_hour = serializers.IntegerField()
+    dead_last_day = serializers.IntegerField()
+    last_failure_at = serializers.DateTimeField(
+        allow_null=True, help_text="Its latest DEAD delivery of the last 7 days."
+    )
+    last_failure_cause = serializers.CharField(
+        help_text='"http_400", "timeout", "connection" ... ("" if none).'
+    )
+    last_failure = serializers.CharField(source="last_failure_label", help_text="The cause in words.")
+    last_failure_status = serializers.IntegerField(allow_null=True)
+    last_delivered_at = serializers.DateTimeField(allow_null=True)
+
+
+class FailureGroupSerializer(serializers.Serializer):
+    """One destination's dead deliveries of one cause, not acknowledged (delivery.selectors.FailureGroup)."""
+
+    destination = serializers.IntegerField(source="destination_id")
+    destination_name = serializers.CharField()
+    cause = serializers.CharField()
+    cause_label = serializers.CharField(source="label")
+    count = serializers.IntegerField()
+    count_last_hour = serializers.IntegerField()
+    first_seen = serializers.DateTimeField()
+    last_seen = serializers.DateTimeField()
+    examples = serializers.ListField(
+        source="example_ids", child=serializers.UUIDField(), help_text="The latest deliveries, newest first."
+    )
+
+
+class FailureGroupActionSerializer(serializers.Serializer):
+    destination = serializers.PrimaryKeyRelatedField(queryset=Destination.objects.all())
+    cause = serializers.CharField(max_length=32)
+    through = AwareDateTimeField(
+        required=False, help_text="Acknowledge: the failures given up until then (default: now)."
+    )
+
+    def validate_cause(self, value: str) -> str:
+        if not failures.is_cause(value):
+            raise serializers.ValidationError("Unknown cause.")
+        return value
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = {field: ["Unknown field."] for field in sorted(set(data) - set(self.fields))}
+            if unknown:
+                raise serializers.ValidationError(unknown)
+        return super().to_internal_value(data)
+
+
+class FailureGroupResendSerializer(serializers.Serializer):
+    resent = serializers.IntegerField()
+    refused = serializers.IntegerField()
+    remaining = serializers.IntegerField()

@@ -314,9 +314,8 @@ def _outlived(result: SendResult) -> timedelta | None:
 
 
 def _log_fields(result: SendResult) -> dict[str, Any]:
-    return {
+    fields = {
         "event_id": str(result.delivery.event_id),
-        "user_id": result.delivery.user_id,
         "idempotency_key": result.delivery.idempotency_key,
         "attempt": result.delivery.attempt,
         "status": result.status_code,
@@ -324,3 +323,9 @@ def _log_fields(result: SendResult) -> dict[str, Any]:
         "error": result.error or None,
         "outcome": AttemptOutcome(result.outcome).label,
     }
+    # Only the standard format's body names the recipient; a chat format's does not, and a line
+    # saying user_id=None reads as a delivery for no one. The event id finds them either way.
+    user_id = result.delivery.user_id
+    if user_id is not None:
+        fields["user_id"] = user_id
+    return fields

@@ -100,6 +100,10 @@ def test_every_operation_documents_its_errors(anonymous_client):
         ("POST", "/api/v1/destinations/{destination_pk}/recoveries/{id}/cancel/"): {"200", "404", "409"}
         | auth
         | body,
+        ("GET", "/api/v1/destinations-health/"): {"200"} | auth,
+        ("GET", "/api/v1/failures/"): {"200", "400"} | auth,
+        ("POST", "/api/v1/failures/acknowledge/"): {"200"} | auth | body,
+        ("POST", "/api/v1/failures/resend/"): {"200"} | auth | body,
     }
 
 

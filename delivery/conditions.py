@@ -55,6 +55,16 @@ def destination_condition(
             "Its receiver keeps failing (timeouts, connection errors, 5xx): deliveries wait while one probe at a "
             "time tries it.",
         )
+    if endpoint_state == EndpointState.GONE:
+        # A chat service said the webhook or channel no longer exists (channels/, Verdict.GONE):
+        # nothing can get through until a person fixes it, so it is as urgent as failing.
+        return DestinationCondition(
+            FAILING,
+            "Gone",
+            "Its service says this destination no longer exists (a deleted webhook, an archived channel): "
+            "its deliveries wait without spending attempts until it is fixed there and resumed here, or given a "
+            "new URL.",
+        )
     if endpoint_state == EndpointState.PAUSED:
         return DestinationCondition(
             PAUSED, "Paused", "An operator paused it: its deliveries wait until resumed."

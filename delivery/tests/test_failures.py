@@ -85,6 +85,7 @@ HOUR_AGO, TWO_HOURS_AGO = NOW - timedelta(hours=1), NOW - timedelta(hours=2)
         (True, EndpointState.HEALTHY, 3, TWO_HOURS_AGO, HOUR_AGO, conditions.DEGRADED),  # delivered since
         (True, EndpointState.FAILING, 0, None, HOUR_AGO, conditions.FAILING),
         (True, EndpointState.PAUSED, 0, None, HOUR_AGO, conditions.PAUSED),
+        (True, EndpointState.GONE, 0, None, HOUR_AGO, conditions.FAILING),  # the chat service says deleted
         (True, EndpointState.HEALTHY, 0, None, HOUR_AGO, conditions.OK),
         (True, EndpointState.HEALTHY, 0, None, None, conditions.IDLE),
         (False, EndpointState.HEALTHY, 0, None, HOUR_AGO, conditions.DISABLED),

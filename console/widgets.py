@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.contrib import admin, messages
 from django.forms.models import BaseInlineFormSet
 from django.utils.html import format_html
@@ -59,6 +60,43 @@ def humanize_delay(delta: timedelta) -> str:
     if minutes:
         return f"{minutes} min"
     return f"{secs} s"
+
+
+def when_text(moment: datetime | None) -> str:
+    """A moment as the console writes it everywhere: '2027-03-14 13:00 UTC' ("—" for none).
+
+    The page's script (templates/admin/base_site.html) rewrites each `when()` in
+    the operator's own zone; this is what shows without it, and in messages.
+    """
+    if moment is None:
+        return "—"
+    return f"{moment.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+
+
+def when(moment: datetime | None):
+    """A moment in the console's one format, the full ISO instant on hover and in `datetime`."""
+    if moment is None:
+        return "—"
+    iso = moment.astimezone(UTC).isoformat()
+    return format_html(
+        '<time class="bs-when" datetime="{}" title="{}">{}</time>', iso, iso, when_text(moment)
+    )
+
+
+def attempts(*, used: int, allowed: int):
+    """Attempts as an operator reads them: '3 of 8'; a resend's raised allowance says so on hover.
+
+    An operator's Resend allows DELIVERY_MAX_ATTEMPTS more, and attempt numbers keep counting, so
+    a resent delivery reads '9 of 16' under a setting of 8.
+    """
+    if allowed > settings.DELIVERY_MAX_ATTEMPTS:
+        return format_html(
+            '<span title="Raised by a resend: each allows {} more (DELIVERY_MAX_ATTEMPTS)">{} of {}*</span>',
+            settings.DELIVERY_MAX_ATTEMPTS,
+            used,
+            allowed,
+        )
+    return f"{used} of {allowed}"
 
 
 def split_local_time(iso: str) -> tuple[str, str]:

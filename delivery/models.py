@@ -8,10 +8,10 @@ from django.db.models import F, Q
 from channels import CHANNELS
 from runtime.ids import uuid7
 from scheduling.event_types import EventType
-from scheduling.labels import LABEL_MAX_LENGTH
+from scheduling.labels import LABEL_MAX_LENGTH, labels_by_rule
 
 if TYPE_CHECKING:
-    from delivery.selectors import Backlog
+    from delivery.selectors import Backlog, DestinationHealth
 
 
 # The kinds of destination (channels/, one module each), as choices: a kind's name is the
@@ -97,6 +97,8 @@ class Destination(models.Model):
     # Not a column: the Endpoint of its URL (None: none yet), set on the instances the
     # console lists (console.admin.destinations), read in one query for the page.
     endpoint: "Endpoint | None"
+    # Not a column either: its health (delivery.selectors.destinations_health), set the same way.
+    health: "DestinationHealth"
 
     class Meta:
         ordering = ["name"]
@@ -108,6 +110,12 @@ class Destination(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(event_types__contained_by=EventType.values), name="destination_event_types_valid"
+            ),
+            models.CheckConstraint(
+                condition=labels_by_rule("audience_labels"), name="destination_audience_labels_by_rule"
+            ),
+            models.CheckConstraint(
+                condition=labels_by_rule("excluded_labels"), name="destination_excluded_labels_by_rule"
             ),
             models.CheckConstraint(
                 condition=Q(max_rate__isnull=True) | Q(max_rate__gt=0), name="destination_max_rate_positive"
@@ -326,6 +334,15 @@ class Delivery(models.Model):
                 name="delivery_lease_idx",
             ),
             models.Index(fields=["status", "updated_at"], name="delivery_status_updated_idx"),
+            # A destination's dead deliveries by when they died: its health (dead in the last hour
+            # and day, its latest failure) and its failures by cause read a range of it, whatever
+            # the other destinations' failures and the history. Partial: only DEAD rows are in it,
+            # so delivering writes nothing to it.
+            models.Index(
+                fields=["destination", "updated_at"],
+                condition=Q(status=DeliveryStatus.DEAD),
+                name="delivery_dead_destination_idx",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -583,3 +600,33 @@ class Recovery(models.Model):
 
     def __str__(self) -> str:
         return f"recovery {self.pk} of {self.destination_id} ({self.status})"
+
+
+class FailureAcknowledgement(models.Model):
+    """An operator's "seen it": a destination's dead deliveries of one cause, up to `through`, leave the failures list.
+
+    One row per (destination, cause), moved forward by each acknowledgement
+    (delivery.services.failures). A delivery of that cause given up after
+    `through` brings the group back: an acknowledgement is of what was seen,
+    never of what comes next. The deliveries themselves are not touched.
+    """
+
+    destination = models.ForeignKey(
+        Destination, on_delete=models.CASCADE, related_name="failure_acknowledgements"
+    )
+    # delivery.failures: "http_400", "timeout", "connection", ...
+    cause = models.CharField(max_length=32)
+    # Dead deliveries given up (updated_at) at or before this are acknowledged.
+    through = models.DateTimeField()
+    acknowledged_by = models.CharField(max_length=150)
+    acknowledged_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["destination", "cause"], name="failure_ack_one_per_group"),
+            models.CheckConstraint(condition=~Q(cause=""), name="failure_ack_cause_not_blank"),
+            models.CheckConstraint(condition=~Q(acknowledged_by=""), name="failure_ack_by_whom"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cause} at {self.destination_id} through {self.through:%Y-%m-%d %H:%M}"

@@ -6,9 +6,12 @@ from datetime import timedelta
 from typing import Any
 
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from delivery import failures
 from delivery.models import (
+    RECOVERABLE_STATUSES,
     Destination,
     DestinationFormat,
     DestinationSecret,
@@ -238,6 +241,13 @@ class DestinationSerializer(serializers.ModelSerializer):
         return attrs
 
 
+class DestinationUpdateSerializer(DestinationSerializer):
+    """What a PUT or PATCH of a destination takes: its settings, not its secret (rotate-secret changes that)."""
+
+    class Meta(DestinationSerializer.Meta):
+        fields = [name for name in DestinationSerializer.Meta.fields if name != "secret"]
+
+
 def _messages(detail) -> list:
     """A field's errors as a list of messages: a list's are by item ({"0": [...]}), said as "Item 1: ...";
     an object's by key ({"BIRTHDAY": [...]}), said as "BIRTHDAY: ..."."""
@@ -287,13 +297,27 @@ class AwareDateTimeField(serializers.DateTimeField):
         return super().enforce_timezone(value)
 
 
+@extend_schema_field(
+    {
+        "type": "array",
+        "items": {"type": "string", "enum": list(RECOVERABLE_STATUSES)},
+        "minItems": 1,
+        "uniqueItems": True,
+    }
+)
+class RecoverableStatesField(serializers.ListField):
+    """The states asked for, as given: the service judges them and says why in its own words
+    (delivery.services.recovery.recovery_values_clean); the document states the same rules."""
+
+    def __init__(self, **kwargs):
+        super().__init__(child=serializers.CharField(), allow_empty=True, **kwargs)
+
+
 class RecoveryRequestSerializer(serializers.Serializer):
     """What to recover: the states, the window and whether only to count. The values are the service's to judge."""
 
-    states = serializers.ListField(
-        child=serializers.CharField(),
-        allow_empty=True,
-        help_text="DEAD, DELIVERED or both: the states of the deliveries to send again.",
+    states = RecoverableStatesField(
+        help_text="DEAD, DELIVERED or both, each once: the states of the deliveries to send again.",
     )
     since = AwareDateTimeField(
         help_text="The window's start, included: deliveries that reached their state at or after it."
@@ -398,3 +422,71 @@ class PingResultSerializer(serializers.Serializer):
     message_id = serializers.CharField(
         help_text="Its webhook-id (and X-Idempotency-Key): test- and 32 hex digits, never an event's."
     )
+
+
+class DestinationHealthSerializer(serializers.Serializer):
+    """A destination's health (delivery.selectors.DestinationHealth): what the console's destinations page shows."""
+
+    id = serializers.IntegerField(source="destination.pk")
+    name = serializers.CharField(source="destination.name")
+    condition = serializers.CharField(
+        source="condition.level",
+        help_text="failing, degraded, paused, ok, idle (nothing sent yet) or disabled (delivery.conditions).",
+    )
+    condition_label = serializers.CharField(source="condition.label")
+    reason = serializers.CharField(source="condition.reason")
+    needs_attention = serializers.BooleanField(source="condition.needs_attention")
+    endpoint_state = serializers.CharField(help_text="Its URL's endpoint: HEALTHY, FAILING or PAUSED.")
+    dead_last_hour = serializers.IntegerField()
+    dead_last_day = serializers.IntegerField()
+    last_failure_at = serializers.DateTimeField(
+        allow_null=True, help_text="Its latest DEAD delivery of the last 7 days."
+    )
+    last_failure_cause = serializers.CharField(
+        help_text='"http_400", "timeout", "connection" ... ("" if none).'
+    )
+    last_failure = serializers.CharField(source="last_failure_label", help_text="The cause in words.")
+    last_failure_status = serializers.IntegerField(allow_null=True)
+    last_delivered_at = serializers.DateTimeField(allow_null=True)
+
+
+class FailureGroupSerializer(serializers.Serializer):
+    """One destination's dead deliveries of one cause, not acknowledged (delivery.selectors.FailureGroup)."""
+
+    destination = serializers.IntegerField(source="destination_id")
+    destination_name = serializers.CharField()
+    cause = serializers.CharField()
+    cause_label = serializers.CharField(source="label")
+    count = serializers.IntegerField()
+    count_last_hour = serializers.IntegerField()
+    first_seen = serializers.DateTimeField()
+    last_seen = serializers.DateTimeField()
+    examples = serializers.ListField(
+        source="example_ids", child=serializers.UUIDField(), help_text="The latest deliveries, newest first."
+    )
+
+
+class FailureGroupActionSerializer(serializers.Serializer):
+    destination = serializers.PrimaryKeyRelatedField(queryset=Destination.objects.all())
+    cause = serializers.CharField(max_length=32)
+    through = AwareDateTimeField(
+        required=False, help_text="Acknowledge: the failures given up until then (default: now)."
+    )
+
+    def validate_cause(self, value: str) -> str:
+        if not failures.is_cause(value):
+            raise serializers.ValidationError("Unknown cause.")
+        return value
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = {field: ["Unknown field."] for field in sorted(set(data) - set(self.fields))}
+            if unknown:
+                raise serializers.ValidationError(unknown)
+        return super().to_internal_value(data)
+
+
+class FailureGroupResendSerializer(serializers.Serializer):
+    resent = serializers.IntegerField()
+    refused = serializers.IntegerField()
+    remaining = serializers.IntegerField()

@@ -13,7 +13,9 @@ WebhookTransport. A refusal is a permanent failure that made no request.
 
 from __future__ import annotations
 
+import errno
 import functools
+import http
 import json
 import time
 import urllib.parse
@@ -74,13 +76,28 @@ class ClaimedDelivery:
 
 @dataclass
 class SendResult:
+    """One attempt's outcome.
+
+    What the receiver said in its own words (its reason phrase, its body, an
+    error text that quotes its bytes) may echo the message, and so the
+    recipient's name: it is in `detail` and `response_excerpt`, which go only
+    on the attempt's row, the one record a recipient's erase strips
+    (delivery.services.erasure). `error` and `describe()` are in our words
+    and name no one: the delivery's and the endpoint's last error, the log
+    lines, the event's failure reason; written after an erase too (a lease
+    lost mid-request), they carry nothing of the person.
+    """
+
     delivery: ClaimedDelivery
     outcome: AttemptOutcome
     started_at: datetime
     finished_at: datetime
     duration_ms: int
     status_code: int | None = None
+    # Without an answer: what went wrong, in our words (a timeout, a connection error's class).
     error: str = ""
+    # The receiver's or the connection's own words: the reason phrase, an exception's text.
+    detail: str = ""
     response_excerpt: str = ""
     retry_after: float | None = None
     # When the request started by this process's monotonic clock (started_at is the wall clock's),
@@ -92,8 +109,10 @@ class SendResult:
     gone: bool = False
 
     def describe(self) -> str:
+        """What happened, naming no one: "HTTP 503 (Service Unavailable)", "Timed out after 10 s"."""
         if self.status_code is not None:
-            return f"HTTP {self.status_code}" + (f" ({self.error})" if self.error else "")
+            # `error` beside a status is only ever a kind's code from its fixed list ("channel_not_found").
+            return status_description(self.status_code) + (f": {self.error}" if self.error else "")
         return self.error or "unknown error"
 
 
@@ -104,6 +123,24 @@ OUTCOME_OF = {
     Verdict.REFUSED: AttemptOutcome.PERMANENT_FAILURE,
     Verdict.GONE: AttemptOutcome.PERMANENT_FAILURE,
 }
+
+
+def status_description(status_code: int) -> str:
+    """The status with its standard reason phrase (RFC 9110's), never the receiver's own, which may quote anything."""
+    try:
+        return f"HTTP {status_code} ({http.HTTPStatus(status_code).phrase})"
+    except ValueError:
+        return f"HTTP {status_code}"
+
+
+def error_class(exc: BaseException) -> str:
+    """An exception as its class and, where it carries one, the errno's name: nothing it quotes."""
+    errno_number = getattr(exc, "errno", None)
+    cause = getattr(exc, "os_error", None)  # aiohttp's connector errors wrap the OSError
+    if errno_number is None and cause is not None:
+        errno_number = getattr(cause, "errno", None)
+    name = errno.errorcode.get(errno_number) if isinstance(errno_number, int) else None
+    return type(exc).__name__ + (f" ({name})" if name else "")
 
 
 def classify_status(status_code: int) -> AttemptOutcome:
@@ -302,20 +339,34 @@ class WebhookTransport:
         except TimeoutError:
             return finish(AttemptOutcome.TRANSIENT_FAILURE, error=f"Timed out after {timeout:g} s")
         except (aiohttp.InvalidURL, ValueError) as exc:
-            return finish(AttemptOutcome.PERMANENT_FAILURE, error=f"Request failed: {_short(exc)}")
+            return finish(
+                AttemptOutcome.PERMANENT_FAILURE,
+                error=f"Request failed: {error_class(exc)}",
+                detail=f"Request failed: {_short(exc)}",
+            )
         except (aiohttp.ClientError, OSError) as exc:
             # Refused, reset, DNS, TLS, proxy, a connection closed mid-answer:
-            # the receiver or the way to it, not the message.
-            return finish(AttemptOutcome.TRANSIENT_FAILURE, error=f"Connection error: {_short(exc)}")
+            # the receiver or the way to it, not the message. The text of a
+            # malformed answer's error quotes the receiver's bytes: detail only.
+            return finish(
+                AttemptOutcome.TRANSIENT_FAILURE,
+                error=f"Connection error: {error_class(exc)}",
+                detail=f"Connection error: {_short(exc)}",
+            )
         # The kind reads the answer: the status, its headers and the body's first bytes (a Slack
         # refusal is a code in the body, Discord's wait is in its JSON).
         reading = channel.read(status=status, headers=headers, body=excerpt)
         outcome = OUTCOME_OF[reading.verdict]
-        error = "" if outcome == AttemptOutcome.DELIVERED else (reading.code or reason or "")
+        # The kind's code names a condition from its fixed list ("channel_not_found"), never a
+        # person; the reason phrase is the receiver's to write ("Unavailable for Hey, Ada ..."),
+        # so it goes to the attempt row's detail only.
+        error = "" if outcome == AttemptOutcome.DELIVERED else reading.code
+        detail = (reason or "") if outcome != AttemptOutcome.DELIVERED else ""
         return finish(
             outcome,
             status_code=status,
             error=error,
+            detail=detail,
             response_excerpt=excerpt,
             retry_after=reading.retry_after if reading.verdict == Verdict.RETRY else None,
             gone=reading.verdict == Verdict.GONE,

@@ -35,6 +35,8 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b'{"ok":true}'
     delay: float = 0.0  # seconds to hold the request before answering
+    # The status line's reason phrase (None: the standard one). A receiver may write anything there.
+    reason: str | None = None
 
 
 class WebhookSink:
@@ -80,7 +82,7 @@ class WebhookSink:
                 if reply.delay:
                     time.sleep(reply.delay)
                 try:
-                    self.send_response(reply.status)
+                    self.send_response(reply.status, reply.reason)
                     for name, value in reply.headers.items():
                         self.send_header(name, value)
                     self.send_header("Content-Type", "application/json")

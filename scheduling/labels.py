@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 
 from django.core.exceptions import ValidationError
+from django.db.models import CharField, F, Func, IntegerField, Q, Value
+from django.db.models.lookups import Exact, Regex
 
 # A recipient's labels: a few words a destination's audience names (delivery.audience).
 # Lowercase letters, digits and . _ -, optionally one "key:value" (team:platform,
@@ -22,6 +24,12 @@ LABEL_MAX_LENGTH = 50
 LABELS_MAX_COUNT = 20
 LABEL_PATTERN = r"^[a-z0-9][a-z0-9._-]*(:[a-z0-9][a-z0-9._-]*)?$"
 _LABEL = re.compile(LABEL_PATTERN)
+# Every label of an array by LABEL_PATTERN, as PostgreSQL checks the array joined by spaces:
+# "" (none) or labels separated by one space. (A label holding a space would read as two
+# here: labels_by_rule also counts the pieces.)
+LABELS_JOINED_PATTERN = (
+    r"^([a-z0-9][a-z0-9._-]*(:[a-z0-9][a-z0-9._-]*)?( [a-z0-9][a-z0-9._-]*(:[a-z0-9][a-z0-9._-]*)?)*)?$"
+)
 
 
 def clean_labels(value: object) -> list[str]:
@@ -49,3 +57,21 @@ def clean_labels(value: object) -> list[str]:
     if errors:
         raise ValidationError(errors)
     return labels
+
+
+def labels_by_rule(field: str) -> Q:
+    """A CHECK constraint's condition: every label of the array column `field` is by LABEL_PATTERN.
+
+    The database holds the rule for every path that writes (an audience is matched label by
+    label, case and all: a label written around the services in capitals would match nobody).
+    The array joined by spaces matches the pattern, and splits back into as many pieces as
+    it has labels (so no label holds a space, nor is empty).
+    """
+    joined = Func(F(field), Value(" "), function="array_to_string", output_field=CharField())
+    pieces = Func(
+        Func(joined, Value(" "), function="string_to_array"),
+        function="cardinality",
+        output_field=IntegerField(),
+    )
+    count = Func(F(field), function="cardinality", output_field=IntegerField())
+    return Q(Regex(joined, LABELS_JOINED_PATTERN)) & Q(Exact(count, pieces))

@@ -168,7 +168,7 @@ class EventTypePause(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.get_event_type_display()} messages ({'paused' if self.paused else 'sent'})"
+        return f"{self.get_event_type_display()} messages ({'paused' if self.paused else 'going out'})"
 
     @property
     def pause(self) -> PauseSpan:

@@ -7,7 +7,7 @@ from django.db.models import Q
 from django.db.models.functions import Length, TruncMinute, Upper
 from django.db.models.lookups import GreaterThan
 
-from scheduling.labels import LABEL_MAX_LENGTH, LABELS_MAX_COUNT
+from scheduling.labels import LABEL_MAX_LENGTH, LABELS_MAX_COUNT, labels_by_rule
 from scheduling.languages import LANGUAGE_MAX_LENGTH
 from scheduling.pauses import ACTOR_MAX_LENGTH, PauseSpan, pause_constraints
 from users.validators import (
@@ -122,6 +122,7 @@ class User(models.Model):
             models.CheckConstraint(
                 condition=Q(labels__len__lte=LABELS_MAX_COUNT), name="user_labels_at_most_max"
             ),
+            models.CheckConstraint(condition=labels_by_rule("labels"), name="user_labels_by_rule"),
             # NULLs are distinct, so any number of recipients may have no id. A
             # constraint rather than unique=True: PostgreSQL then builds the one
             # index, without a second one for LIKE that no lookup uses.

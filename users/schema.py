@@ -150,8 +150,9 @@ user_schema = extend_schema_view(
         responses=OpenApiResponse(
             response=OpenApiTypes.OBJECT,
             description=(
-                "`recipient`, `events` (each with its `console_log`), `deliveries` (each with its "
-                "`attempts` and `console_log`), `console_log` and `exported_at`."
+                "`recipient`, `events` (each with its `console_log`), `deliveries` (each with every "
+                "column, `attempts` its count, and its attempt rows under `attempt_log`, and its "
+                "`console_log`), `console_log` and `exported_at`. Sent with `Cache-Control: no-store`."
             ),
         ),
     ),

@@ -224,8 +224,10 @@ def user_erase(*, user: User, expected_versions: Collection[int] | None = None) 
     and attempts), then every event of theirs is locked (waiting for a claim
     that holds one to commit) and the apps above erase what such a claim
     added; nothing of theirs is created or moved after that. Then the
-    occurrences a catch-up window could still reach are remembered by a digest
-    of the external id (scheduling.services.deleted_recipients), the console's
+    occurrences a catch-up window could still reach, and that were handled
+    (one still in progress only if its message may have reached a receiver),
+    are remembered by a digest of the external id
+    (scheduling.services.deleted_recipients), the console's
     log of the recipient and their events goes, and the events and the
     recipient are deleted.
     """
@@ -234,7 +236,7 @@ def user_erase(*, user: User, expected_versions: Collection[int] | None = None) 
         # The rows about the events before the events themselves: a worker recording
         # an outcome locks its delivery, then the event (taken the other way round,
         # the two waited for each other until PostgreSQL cancelled one).
-        recipient_erasing.send(sender=User, user_id=current.id)
+        reached = _erase_rows_about_events(user_id=current.id)
         event_ids = list(
             Event.objects.select_for_update()
             .filter(user_id=current.id)
@@ -242,13 +244,25 @@ def user_erase(*, user: User, expected_versions: Collection[int] | None = None) 
             .values_list("id", flat=True)
         )
         # A claim that held one of the events has committed by now, with its delivery.
-        recipient_erasing.send(sender=User, user_id=current.id)
-        deleted_occurrences_record(user_id=current.id, external_id=current.external_id, now=timezone.now())
+        reached |= _erase_rows_about_events(user_id=current.id)
+        deleted_occurrences_record(
+            user_id=current.id, external_id=current.external_id, now=timezone.now(), reached=reached
+        )
         admin_log_forget(model=User, object_ids=[current.id])
         admin_log_forget(model=Event, object_ids=event_ids)
         Event.objects.filter(user_id=current.id).delete()
         current.delete()
     logger.info("Erased user", extra={"user_id": str(user.id), "events": len(event_ids)})
+
+
+def _erase_rows_about_events(*, user_id: uuid.UUID) -> set[uuid.UUID]:
+    """The apps above erase their rows about the recipient's events; return the events whose message may have gone."""
+    reached: set[uuid.UUID] = set()
+    for _receiver, event_ids in recipient_erasing.send(sender=User, user_id=user_id):
+        # django-stubs type a receiver's response as str | None; it is whatever the receiver
+        # returns, here (recipient_erasing's contract) a set of event ids or None.
+        reached.update(event_ids or ())  # type: ignore[arg-type]
+    return reached
 
 
 # --- the bulk import ----------------------------------------------------------

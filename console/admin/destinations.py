@@ -16,18 +16,22 @@ from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import path, reverse
-from django.utils.html import format_html_join
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
 
 from console import widgets
 from console.admin.endpoints import endpoint_state_badge
 from console.admin.recoveries import DestinationRecoveryAdminMixin
 from console.forms import LabelsFormField
+from delivery import conditions
 from delivery.audience import Audience
 from delivery.models import Destination, EndpointState, Weekend
 from delivery.selectors import (
+    DestinationHealth,
     destination_endpoints,
     destination_recipients,
     destination_unsent_count,
+    destinations_health,
 )
 from delivery.services import destinations as services
 from delivery.services.ping import destinations_send_test
@@ -165,30 +169,51 @@ for _event_type, _label in EventType.choices:
 
 
 class DestinationChangeList(ChangeList):
-    """The change list, with the endpoint of each destination of the page read in one query."""
+    """The change list, with the health of each destination of the page read at once (three queries)."""
 
     def get_results(self, request):
         super().get_results(request)
         self.result_list = list(self.result_list)
-        endpoints = destination_endpoints(destinations=self.result_list)
-        for destination in self.result_list:
-            destination.endpoint = endpoints.get(destination.url)
+        health = destinations_health(now=timezone.now(), destinations=self.result_list)
+        for destination, its_health in zip(self.result_list, health, strict=True):
+            destination.health = its_health
+
+
+def health_of(destination: Destination) -> DestinationHealth:
+    if not hasattr(destination, "health"):
+        destination.health = destinations_health(now=timezone.now(), destinations=[destination])[0]
+    return destination.health
+
+
+def condition_badge(health: DestinationHealth):
+    return widgets.badge(CONDITION_COLOURS[health.condition.level], health.condition.label)
+
+
+# A destination's condition (delivery.conditions) -> a badge colour of widgets.BADGE_COLOURS.
+CONDITION_COLOURS = {
+    conditions.FAILING: "DEAD",
+    conditions.DEGRADED: "OVERDUE",
+    conditions.PAUSED: "ABANDONED",
+    conditions.OK: "DELIVERED",
+    conditions.IDLE: "stopped",
+    conditions.DISABLED: "stopped",
+}
 
 
 @admin.register(Destination)
 class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
     form = DestinationForm
+    # What tells whether it works comes first; the URL sits under the name, so the row fits a laptop.
     list_display = [
-        "name",
-        "url",
+        "name_and_url",
+        "condition",
+        "dead_counts",
+        "last_failure",
+        "last_delivered",
         "subscriptions",
         "audience",
-        "format",
         "digest",
         "enabled",
-        "endpoint_state",
-        "updated_by",
-        "updated_at",
     ]
     list_filter = ["enabled", "format"]
     search_fields = ["name", "url"]
@@ -198,7 +223,7 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
         "next_digest",
         "audience_size",
         "secret_hints",
-        "endpoint_state",
+        "condition_detail",
         "created_by",
         "created_at",
         "updated_by",
@@ -245,7 +270,15 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
                 },
             ),
             ("Signing", {"fields": ["secret_hints"]}),
-            ("State", {"fields": ["endpoint_state", "created_by", "created_at", "updated_by", "updated_at"]}),
+            # A destination being added has no condition yet: no "Healthy" for what does not exist.
+            *(
+                [
+                    ("Health", {"fields": ["condition_detail"]}),
+                    ("Changes", {"fields": ["created_by", "created_at", "updated_by", "updated_at"]}),
+                ]
+                if obj is not None
+                else []
+            ),
         ]
 
     def get_changelist(self, request, **kwargs):
@@ -309,13 +342,69 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
             return "every recipient"
         return f"{destination_recipients(destination=destination).count():,} recipient(s)"
 
-    @admin.display(description="endpoint")
-    def endpoint_state(self, destination: Destination):
-        if not hasattr(destination, "endpoint"):
-            destination.endpoint = destination_endpoints(destinations=[destination]).get(destination.url)
-        if destination.endpoint is None:
-            return widgets.badge("COMPLETED", EndpointState.HEALTHY.label)
-        return endpoint_state_badge(destination.endpoint)
+    @admin.display(description="destination", ordering="name")
+    def name_and_url(self, destination: Destination):
+        return format_html(
+            '<strong>{}</strong><br><span class="bs-muted bs-url">{}</span>',
+            destination.name,
+            destination.url,
+        )
+
+    @admin.display(description="health")
+    def condition(self, destination: Destination):
+        return condition_badge(health_of(destination))
+
+    @admin.display(description="dead 1 h / 24 h")
+    def dead_counts(self, destination: Destination):
+        health = health_of(destination)
+        return format_html(
+            '<span class="{}">{} / {}</span>',
+            "bs-late" if health.dead_last_day else "bs-muted",
+            health.dead_last_hour,
+            health.dead_last_day,
+        )
+
+    @admin.display(description="last failure")
+    def last_failure(self, destination: Destination):
+        health = health_of(destination)
+        if health.endpoint_last_error:
+            return format_html("{}<br>{}", health.endpoint_last_error, widgets.when(health.last_failure_at))
+        if not health.last_failure_at:
+            return "—"
+        return format_html("{}<br>{}", health.last_failure_label, widgets.when(health.last_failure_at))
+
+    @admin.display(description="last delivered")
+    def last_delivered(self, destination: Destination):
+        return (
+            widgets.when(health_of(destination).last_delivered_at)
+            if health_of(destination).last_delivered_at
+            else "never"
+        )
+
+    @admin.display(description="health")
+    def condition_detail(self, destination: Destination):
+        health = health_of(destination)
+        failures_url = reverse("admin:failures") + f"?destination={destination.pk}"
+        return format_html(
+            '<div id="destination-condition">{} {}</div>'
+            "<div>Dead in the last hour: <strong>{}</strong>; in the last day: <strong>{}</strong>. "
+            '<a href="{}">Its failures by cause</a></div>'
+            "<div>Last failure: {}</div><div>Last delivered: {}</div><div>Endpoint: {}</div>",
+            condition_badge(health),
+            health.condition.reason,
+            health.dead_last_hour,
+            health.dead_last_day,
+            failures_url,
+            format_html(
+                "{} ({})",
+                health.endpoint_last_error or health.last_failure_label,
+                widgets.when(health.last_failure_at),
+            )
+            if health.last_failure_at or health.endpoint_last_error
+            else "none in the last 7 days",
+            widgets.when(health.last_delivered_at) if health.last_delivered_at else "never",
+            endpoint_state_badge_of(destination=destination, health=health),
+        )
 
     @admin.display(description="signing secrets")
     def secret_hints(self, destination: Destination):
@@ -326,7 +415,7 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
             "",
             "<div><code>{}</code> <span class='bs-muted'>{}</span></div>",
             (
-                (s.hint, f"until {s.expires_at:%Y-%m-%d %H:%M}" if s.expires_at else "in force")
+                (s.hint, format_html("until {}", widgets.when(s.expires_at)) if s.expires_at else "in force")
                 for s in secrets
             ),
         )
@@ -454,3 +543,11 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
             kwarg="destination",
             outcome="resumed",
         )
+
+
+def endpoint_state_badge_of(*, destination: Destination, health: DestinationHealth):
+    """Its URL's endpoint state (what the workers see), as on the Endpoints page."""
+    endpoint = destination_endpoints(destinations=[destination]).get(destination.url)
+    if endpoint is None:
+        return widgets.badge("stopped", f"{EndpointState(health.endpoint_state).label} (nothing sent yet)")
+    return endpoint_state_badge(endpoint)

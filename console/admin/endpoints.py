@@ -18,6 +18,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from console import widgets
+from delivery import failures
 from delivery.models import Endpoint, EndpointState
 from delivery.selectors import Backlog, endpoint_backlog
 from delivery.services.endpoints import endpoint_pause, endpoint_resume
@@ -34,8 +35,8 @@ _STATE_BADGE_KEYS: dict[str, str] = {
 LAST_ERROR_SHOWN = 80
 
 
-def _instant(moment: datetime) -> str:
-    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S")
+def _instant(moment: datetime):
+    return widgets.when(moment)
 
 
 def endpoint_state_badge(endpoint: Endpoint):
@@ -160,9 +161,16 @@ class EndpointAdmin(widgets.ViewOnlyPageMixin, admin.ModelAdmin):
         )
 
     @admin.display(description="last error")
-    def last_error_short(self, endpoint: Endpoint) -> str:
+    def last_error_short(self, endpoint: Endpoint):
+        # In words, by its class; the worker's own line (cut) on hover, the endpoint's page has it whole.
         error = endpoint.last_error
-        return (error[:LAST_ERROR_SHOWN] + "…") if len(error) > LAST_ERROR_SHOWN else (error or "—")
+        if not error:
+            return "—"
+        return format_html(
+            '<span title="{}">{}</span>',
+            (error[:LAST_ERROR_SHOWN] + "…") if len(error) > LAST_ERROR_SHOWN else error,
+            failures.description_label(error),
+        )
 
     @admin.display(description="next probe", ordering="next_probe_at")
     def next_probe(self, endpoint: Endpoint):

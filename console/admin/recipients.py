@@ -84,8 +84,8 @@ class LabelFilter(admin.SimpleListFilter):
         return [(label, label) for label in destination_audience_labels()]
 
     def queryset(self, request, queryset):
-        value = self.value()
-        return queryset.filter(user_labels_filter(labels=[value])) if value else queryset
+        label = self.value()
+        return queryset.filter(user_labels_filter(labels=[label])) if label else queryset
 
     def has_output(self) -> bool:
         # The box is there even while no audience names a label to offer.
@@ -102,21 +102,21 @@ class LabelFilter(admin.SimpleListFilter):
 @admin.register(User)
 class RecipientAdmin(BoundedListAdmin):
     form = RecipientAdminForm
+    # Who, then what is next and whether it goes out: the columns read at any width; the
+    # recipient's own data after them (console/tests/test_browser_layout.py).
     list_display = [
-        "first_name",
-        "last_name",
-        "timezone",
-        "send_time_shown",
-        "date_of_birth",
-        "anniversary_date",
-        "external_id",
-        "labels_shown",
-        "next_birthday_local",
+        "name",
         "next_birthday_utc",
         "next_status",
         "greetings",
+        "labels_shown",
+        "next_birthday_local",
+        "date_of_birth",
+        "anniversary_date",
+        "send_time_shown",
+        "external_id",
     ]
-    list_display_links = ["first_name", "last_name"]
+    list_display_links = ["name"]
     # What the search box looks in; get_search_results does the matching.
     search_fields = ["first_name", "last_name", "external_id"]
     search_help_text = (
@@ -270,7 +270,8 @@ class RecipientAdmin(BoundedListAdmin):
     def greetings(self, user: User):
         if user.paused:
             return widgets.badge("OVERDUE", f"Paused by {user.paused_by}")
-        return widgets.badge("COMPLETED", "Sent")
+        # Not "Sent": whether their greetings go out, not whether one went.
+        return widgets.badge("COMPLETED", "Going out")
 
     @staticmethod
     def _next(user: User) -> Event | None:
@@ -287,18 +288,27 @@ class RecipientAdmin(BoundedListAdmin):
     def send_time_shown(self, user: User) -> str:
         return user.send_time.strftime("%H:%M") if user.send_time else f"default ({settings.EVENT_SEND_TIME})"
 
-    @admin.display(description="next birthday (local)")
+    @admin.display(description="name", ordering="last_name")
+    def name(self, user: User) -> str:
+        return user.full_name
+
+    @admin.display(description="their local time and zone")
     def next_birthday_local(self, user: User):
         event = self._next(user)
         if event is None:
-            return "—"
+            return format_html('<span class="bs-muted">{}</span>', user.timezone)
         wall, offset = widgets.split_local_time(event.target_timestamp_local)
-        return format_html('{} <span class="bs-muted">{}</span>', wall, offset)
+        return format_html(
+            '{} <span class="bs-muted">{}</span><br><span class="bs-muted">{}</span>',
+            wall,
+            offset,
+            user.timezone,
+        )
 
-    @admin.display(description="next birthday (UTC)")
-    def next_birthday_utc(self, user: User) -> str:
+    @admin.display(description="next birthday")
+    def next_birthday_utc(self, user: User):
         event = self._next(user)
-        return event.target_timestamp_utc.strftime("%Y-%m-%d %H:%M") if event else "—"
+        return widgets.when(event.target_timestamp_utc) if event else "—"
 
     @admin.display(description="status")
     def next_status(self, user: User):

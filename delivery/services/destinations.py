@@ -35,7 +35,7 @@ from delivery.models import (
     Weekend,
 )
 from delivery.receiver_addresses import webhook_url_validate
-from delivery.selectors import destination_unsent_count, destinations_for_claim
+from delivery.selectors import destination_signing_secrets, destination_unsent_count, destinations_for_claim
 from delivery.services.endpoints import (
     endpoint_forget_gone,
     endpoint_pause,
@@ -430,6 +430,17 @@ def destination_rotate_secret(
     now = timezone.now()
     with transaction.atomic():
         current = Destination.objects.select_for_update().get(pk=destination.pk)
+        in_force = destination_signing_secrets(destinations=[current], now=now)[current.pk]
+        if secret_store.secret_key(value) in {secret_store.secret_key(signing) for signing in in_force}:
+            # It would sign twice ("v1,X v1,X") and end nothing: a rotation is to a new secret.
+            raise ValidationError(
+                {
+                    "secret": [
+                        "This secret signs for this destination already (the one in force, or one in its "
+                        "grace period): rotate to a new one."
+                    ]
+                }
+            )
         current.secrets.filter(expires_at__isnull=True).update(
             expires_at=now + settings.DESTINATION_SECRET_GRACE
         )

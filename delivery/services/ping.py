@@ -188,6 +188,7 @@ def _result(*, destination: Destination, sent: SendResult) -> PingResult:
         ok=sent.outcome == AttemptOutcome.DELIVERED,
         latency_ms=sent.duration_ms,
         body_start=body_start,
-        error=sent.error,
+        # Shown to the operator, never stored: a test message names no one, so its answer is shown whole.
+        error=sent.detail or sent.error,
         refused=sent.refused,
     )

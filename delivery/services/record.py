@@ -286,7 +286,8 @@ def _record(
         duration_ms=result.duration_ms,
         outcome=result.outcome,
         status_code=result.status_code,
-        error=result.error,
+        # The attempt's row keeps the receiver's own words: the erase strips them there.
+        error=result.detail or result.error,
         response_excerpt=result.response_excerpt,
         max_attempts=result.delivery.max_attempts,
         decision=decide(
@@ -313,10 +314,9 @@ def _outlived(result: SendResult) -> timedelta | None:
 
 
 def _log_fields(result: SendResult) -> dict[str, Any]:
-    return {
+    fields = {
         # None for a digest's delivery, which names no one event.
         "event_id": str(result.delivery.event_id) if result.delivery.event_id else None,
-        "user_id": result.delivery.user_id,
         "idempotency_key": result.delivery.idempotency_key,
         "attempt": result.delivery.attempt,
         "status": result.status_code,
@@ -324,3 +324,9 @@ def _log_fields(result: SendResult) -> dict[str, Any]:
         "error": result.error or None,
         "outcome": AttemptOutcome(result.outcome).label,
     }
+    # Only the standard format's body names the recipient; a chat format's does not, and a line
+    # saying user_id=None reads as a delivery for no one. The event id finds them either way.
+    user_id = result.delivery.user_id
+    if user_id is not None:
+        fields["user_id"] = user_id
+    return fields

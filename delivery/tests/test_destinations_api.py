@@ -172,6 +172,24 @@ def test_rotation_answers_the_new_secret_and_lists_both_while_the_old_one_still_
     assert DestinationSecret.objects.count() == 2
 
 
+@pytest.mark.parametrize("which", ["in force", "in its grace period"])
+def test_rotating_to_a_secret_that_signs_already_is_400_and_changes_nothing(api_client, which):
+    # Given a destination whose secret was rotated once: the first still signs for the grace period
+    created = create(api_client)
+    rotated = api_client.post(f"{URL}{created['id']}/rotate-secret/", {}, format="json").json()
+    same = rotated["secret"] if which == "in force" else created["secret"]
+    before = list(DestinationSecret.objects.order_by("id").values_list("id", "expires_at"))
+
+    # When it is rotated to one of those again
+    response = api_client.post(f"{URL}{created['id']}/rotate-secret/", {"secret": same}, format="json")
+
+    # Then it is refused, naming the field, and every secret stays as it was (no "v1,X v1,X" signature)
+    assert response.status_code == 400
+    assert "signs for this destination already" in response.json()["secret"][0]
+    assert list(DestinationSecret.objects.order_by("id").values_list("id", "expires_at")) == before
+    assert api_client.get(f"{URL}{created['id']}/")["ETag"] == '"2"'
+
+
 def test_pause_and_resume_are_the_endpoints_and_a_second_pause_is_409(api_client):
     created = create(api_client)
 

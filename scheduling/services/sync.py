@@ -15,7 +15,8 @@ from runtime.wakeup import SCHEDULER_CHANNEL, notify
 from scheduling.exceptions import InvalidStateTransition, OptimisticLockError
 from scheduling.handlers import REGISTRY, Occurrence, Recipient
 from scheduling.models import Event, EventStatus
-from scheduling.selectors import deleted_occurrence_latest
+from scheduling.pauses import PauseSpan
+from scheduling.selectors import deleted_occurrence_latest, event_type_pauses
 from scheduling.services.occurrences import (
     StoredRecipient,
     first_occurrence,
@@ -114,25 +115,61 @@ def event_reschedule(*, event: Event, occurrence: Occurrence) -> Event:
     return event
 
 
-def event_deliver_now(*, event: Event, operator: str) -> Event:
-    """Operator action: make a PENDING event due immediately (same occurrence and key)."""
+def event_deliver_now_refusal(*, event: Event, now: datetime) -> str:
+    """Why "deliver now" would refuse `event` ("" if it would not): the console's confirmation shows it first."""
     if event.status != EventStatus.PENDING:
-        raise InvalidStateTransition(
-            f"Only PENDING events can be delivered now; event {event.id} (version "
-            f"{event.version}) is {event.status}."
+        return (
+            f"Only PENDING events can be delivered now; event {event.id} (version {event.version}) is "
+            f"{event.status}."
         )
-    now = timezone.now()
+    today = now.astimezone(load_timezone(event.target_timezone)).date()
+    if event.occurrence_date != today:
+        return (
+            f"Event {event.id} is the occurrence of {event.occurrence_date:%Y-%m-%d}, not of today "
+            f"({today:%Y-%m-%d} in {event.target_timezone}): sending it now would send that day's greeting "
+            "today and nothing on the day. Only an occurrence due today can be delivered early."
+        )
+    if event.user.paused:
+        return (
+            f"The recipient of event {event.id} is paused: the scheduler would fail this occurrence unsent. "
+            "Resume the recipient first."
+        )
+    if event_type_pauses().get(event.event_type, PauseSpan(None, None)).active:
+        return (
+            f"{event.get_event_type_display()} messages are paused for everyone: the scheduler would fail "
+            "this occurrence unsent. Resume the event type first."
+        )
+    return ""
+
+
+def event_deliver_now(*, event: Event, operator: str, now: datetime | None = None) -> Event:
+    """Operator action: send today's occurrence now instead of at its send time (same occurrence and key).
+
+    Only the occurrence whose local date is today in the recipient's zone: any
+    other would be sent on the wrong day and the real day would get nothing,
+    since each occurrence is sent once (an operator once used up a 2028
+    birthday this way). Refused while the recipient or the event type is
+    paused: the claim would fail the occurrence unsent and move on a year.
+    """
+    now = now or timezone.now()
+    refusal = event_deliver_now_refusal(event=event, now=now)
+    if refusal:
+        raise InvalidStateTransition(refusal)
+    zone = load_timezone(event.target_timezone)
+    if event.target_timestamp_utc <= now:
+        # Already due: the scheduler claims it at its next look; moving it changes nothing.
+        return event
     event_reschedule(
         event=event,
         occurrence=Occurrence(
             occurrence_date=event.occurrence_date,
             target_utc=now,
-            target_local=now.astimezone(load_timezone(event.target_timezone)),
+            target_local=now.astimezone(zone),
             timezone_name=event.target_timezone,
         ),
     )
     logger.info(
-        "Operator %s made event due now",
+        "Operator %s made today's event due now",
         operator,
         extra={"operator": operator, "event_id": str(event.id), "idempotency_key": event.idempotency_key},
     )

@@ -10,6 +10,16 @@ from django.db import migrations, models
 # index is built CONCURRENTLY (as 0006's).
 LABELS_AT_MOST_MAX = "array_length(\"labels\", 1) <= 20"
 
+def add_not_valid(name: str, check: str) -> list[migrations.RunSQL]:
+    """The check added NOT VALID, then validated: the rows are read under a lock that lets writes go on."""
+    return [
+        migrations.RunSQL(
+            f'ALTER TABLE "users_user" ADD CONSTRAINT "{name}" CHECK ({check}) NOT VALID',
+            reverse_sql=f'ALTER TABLE "users_user" DROP CONSTRAINT "{name}"',
+        ),
+        migrations.RunSQL(f'ALTER TABLE "users_user" VALIDATE CONSTRAINT "{name}"', reverse_sql=migrations.RunSQL.noop),
+    ]
+
 
 class Migration(migrations.Migration):
     atomic = False
@@ -45,15 +55,7 @@ class Migration(migrations.Migration):
                 ),
             ],
             database_operations=[
-                migrations.RunSQL(
-                    f'ALTER TABLE "users_user" ADD CONSTRAINT "user_labels_at_most_max" '
-                    f"CHECK ({LABELS_AT_MOST_MAX}) NOT VALID",
-                    reverse_sql='ALTER TABLE "users_user" DROP CONSTRAINT "user_labels_at_most_max"',
-                ),
-                migrations.RunSQL(
-                    'ALTER TABLE "users_user" VALIDATE CONSTRAINT "user_labels_at_most_max"',
-                    reverse_sql=migrations.RunSQL.noop,
-                ),
+                *add_not_valid("user_labels_at_most_max", LABELS_AT_MOST_MAX),
             ],
         ),
     ]

@@ -159,9 +159,9 @@ def test_the_list_is_filtered_by_one_label_or_by_every_one_of_several(api_client
 
 
 def test_the_label_filter_and_an_audience_are_queries_the_labels_index_serves():
-    # given the filter's query and an audience's, as the ORM writes them; sequential scans
-    # priced out, so the plan says whether the index *can* serve them (on a test table of a
-    # few rows the planner would rightly scan)
+    # given the filter's query and an audience's, as the ORM writes them; sequential and plain
+    # index scans priced out, so the plan says whether the labels' index *can* serve them (on a
+    # test table of a few rows the planner would rightly scan, or walk the list's order index)
     queries = [
         User.objects.filter(user_labels_filter(labels=["team:platform"])),
         User.objects.filter(Audience(frozenset({"team:platform", "team:data"})).recipient_filter()),
@@ -169,16 +169,36 @@ def test_the_label_filter_and_an_audience_are_queries_the_labels_index_serves():
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SET LOCAL enable_seqscan = off")
+            cursor.execute("SET LOCAL enable_indexscan = off")
         plans = [query.explain() for query in queries]
 
     # then both read user_labels_idx
     assert all("user_labels_idx" in plan for plan in plans), plans
 
 
-def test_the_database_refuses_more_labels_than_the_rule_allows():
+@pytest.mark.parametrize(
+    "labels", [[f"l{i}" for i in range(21)], ["Team:Platform"], ["team platform"], ["a", "b:"], [""]]
+)
+def test_the_database_refuses_labels_off_the_rule_written_around_the_services(labels):
     user = user_create(**recipient_fields())
     with pytest.raises(IntegrityError), transaction.atomic():
-        User.objects.filter(pk=user.pk).update(labels=[f"l{i}" for i in range(21)])
+        User.objects.filter(pk=user.pk).update(labels=labels)
+
+
+def test_the_database_takes_labels_by_the_rule():
+    user = user_create(**recipient_fields())
+
+    User.objects.filter(pk=user.pk).update(labels=["a", "office:berlin", "team:platform", "v1.2_x-y"])
+    User.objects.filter(pk=user.pk).update(labels=[])
+
+
+@pytest.mark.parametrize("field", ["audience_labels", "excluded_labels"])
+def test_the_database_refuses_an_audience_off_the_rule(field):
+    from delivery.models import Destination
+
+    destination = Destination.objects.create(name="d", url="https://d.example.org/h")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Destination.objects.filter(pk=destination.pk).update(**{field: ["Team:Platform"]})
 
 
 def test_a_label_change_keeps_the_pending_events_and_their_keys():

@@ -249,3 +249,47 @@ def test_a_friday_before_destination_names_the_weekend_in_fridays_digest(deliver
     # and the next digest is Monday's: none on the weekend
     destination.refresh_from_db()
     assert destination.next_digest_date == friday + timedelta(days=3)
+
+
+def test_two_schedulers_build_each_destinations_digest_once(delivery_settings, tmp_path):
+    # given 30 digest destinations at one receiver, all due at once, and two people born on their date
+    delivery_settings.WEBHOOK_URL = ""
+    day = _ahead(5)
+    _born(day, "Ada", "Lovelace")
+    _born(day, "Grace", "Hopper")
+    with ScriptedSink() as sink:
+        destinations = [
+            Destination.objects.create(
+                name=f"team{i}",
+                url=f"{sink.url}/team{i}",
+                digest_time=time(9, 0),
+                digest_timezone="Europe/Berlin",
+                next_digest_date=day,
+                next_digest_at=timezone.now() + timedelta(days=1),
+                max_rate=100,
+            )
+            for i in range(30)
+        ]
+        env = process_env(delivery_settings)
+        processes = [
+            start_process(["run_scheduler"], env, tmp_path / "scheduler1.log"),
+            start_process(["run_scheduler"], env, tmp_path / "scheduler2.log"),
+            start_process(["run_worker"], env, tmp_path / "worker.log"),
+        ]
+        try:
+            # when every digest comes due at the same moment under both schedulers
+            Destination.objects.update(next_digest_at=timezone.now())
+            wait_until(
+                lambda: Delivery.objects.filter(status=DeliveryStatus.DELIVERED).count() == len(destinations),
+                60,
+                "every destination's digest to be delivered",
+            )
+            clock.sleep(3)  # a second build would be queued and sent by now
+        finally:
+            exit_codes = stop_all(processes)
+
+    assert exit_codes == [0, 0, 0]
+    # then each destination's digest arrived once, under its own key, and each was built once
+    expected = {digest_key(destination_id=d.pk, local_date=day) for d in destinations}
+    assert sorted(r.idempotency_key for r in sink.received) == sorted(expected)
+    assert Digest.objects.count() == len(destinations)

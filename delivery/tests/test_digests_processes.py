@@ -13,6 +13,11 @@ is the product's own.
   not named.
 - A PostgreSQL restart (a private cluster: the shared one is never restarted)
   while the digest is being sent: still one digest for the date.
+- A "Friday before" destination: Friday's one message names Friday to Sunday.
+- Two schedulers, 30 digest destinations due at once: each built and sent once.
+- A failover (primary crashed, synchronous standby promoted 3 s later, one
+  multi-host DATABASE_URL) while 30 digests fall due: each arrives, none is
+  accepted twice, the new primary holds one Digest each.
 """
 
 import json
@@ -25,7 +30,8 @@ from django.utils import timezone
 
 from delivery.digests import digest_key
 from delivery.models import Delivery, DeliveryStatus, Destination, Digest
-from delivery.tests.conftest import ScriptedSink, process_env, start_process, stop_all, wait_until
+from delivery.tests.conftest import ScriptedSink, eventually, process_env, start_process, stop_all, wait_until
+from delivery.tests.test_failover import replicated_pair  # noqa: F401, F811 - the fixture
 from delivery.tests.test_outage import manage, private_postgres  # noqa: F401, F811 - the fixture
 from devtools.sink import Reply
 from users.services import user_erase
@@ -293,3 +299,84 @@ def test_two_schedulers_build_each_destinations_digest_once(delivery_settings, t
     expected = {digest_key(destination_id=d.pk, local_date=day) for d in destinations}
     assert sorted(r.idempotency_key for r in sink.received) == sorted(expected)
     assert Digest.objects.count() == len(destinations)
+
+
+# Runs inside `manage.py shell` on the primary: 30 standard digest destinations at the receiver, each
+# naming one of the 30 dates most of the fixture's recipients have an occurrence on, none due yet.
+CREATE_DIGEST_DESTINATIONS = """
+from datetime import time, timedelta
+from django.db.models import Count
+from django.utils import timezone
+from delivery.models import Destination
+from scheduling.models import Event
+
+dates = [
+    row[0]
+    for row in Event.objects.values_list("occurrence_date").annotate(n=Count("id")).order_by("-n", "occurrence_date")[:30]
+]
+for i, day in enumerate(dates):
+    Destination.objects.create(
+        name=f"digest{{i}}", url=f"{url}/digest{{i}}", digest_time=time(9, 0), digest_timezone="Europe/Berlin",
+        next_digest_date=day, next_digest_at=timezone.now() + timedelta(days=1), max_rate=100,
+    )
+"""
+
+
+def test_digests_go_once_each_through_a_failover(replicated_pair, delivery_settings, sink, tmp_path):  # noqa: F811
+    import random
+    from collections import Counter
+
+    from delivery.tests.test_failover import DATABASE_NAME, PROMOTION_DELAY, count, query
+
+    # given 30 digest destinations on a primary with a synchronous standby, one multi-host DATABASE_URL,
+    # their digests falling due one every 200 ms, a receiver answering in 100-300 ms
+    pair = replicated_pair
+    delivery_settings.WEBHOOK_URL = ""
+    pair.replicate_synchronously()
+    only_primary = f"postgres://postgres@127.0.0.1:{pair.primary.port}/{DATABASE_NAME}"
+    manage(
+        ["shell", "-c", CREATE_DIGEST_DESTINATIONS.format(url=sink.url)],
+        only_primary,
+        env=process_env(delivery_settings),
+    )
+    latency = random.Random(35)
+    sink.respond = lambda received: Reply(status=200, delay=latency.uniform(0.1, 0.3))
+    env = process_env(delivery_settings, DATABASE_URL=pair.url)
+    logs = [tmp_path / name for name in ("scheduler.log", "worker-1.log", "worker-2.log")]
+    processes = [start_process(["run_scheduler"], env, logs[0])]
+    processes += [start_process(["run_worker", "--concurrency", "4"], env, log) for log in logs[1:]]
+    table = Destination._meta.db_table
+    query(
+        pair.primary,
+        f"WITH n AS (SELECT id, row_number() OVER (ORDER BY id) AS k FROM {table}) "
+        f"UPDATE {table} d SET next_digest_at = now() + n.k * interval '200 milliseconds' FROM n WHERE d.id = n.id",
+    )
+    try:
+        # when the primary crashes once a quarter have arrived, and the standby is promoted 3 s later
+        wait_until(lambda: len(set(sink.keys())) >= 8, 60, "a quarter of the digests to arrive")
+        pair.primary.crash()
+        clock.sleep(PROMOTION_DELAY)
+        pair.standby.promote()
+        new_primary = pair.standby
+        settled = sink.wait_for(30, timeout=120) and eventually(
+            lambda: count(
+                new_primary,
+                f"SELECT count(*) FROM {Delivery._meta.db_table} WHERE digest_id IS NOT NULL AND status = 'DELIVERED'",
+            )
+            == 30,
+            timeout=90,
+        )
+        clock.sleep(2)  # a resend or a second build would arrive now
+        running = [process.poll() is None for process in processes]
+    finally:
+        exit_codes = stop_all(processes)
+
+    # then no process exited, every digest arrived, none accepted twice (synchronous: no commit lost),
+    # and the new primary holds one Digest per destination, each delivered
+    assert running == [True, True, True] and exit_codes == [0, 0, 0]
+    assert settled
+    keys = Counter(sink.keys())
+    assert len(keys) == 30 and all(key.startswith("digest-") for key in keys)
+    accepted = Counter(r.idempotency_key for r in sink.received if r.status == 200)
+    assert max(accepted.values()) == 1, accepted.most_common(3)
+    assert count(new_primary, f"SELECT count(*) FROM {Digest._meta.db_table}") == 30

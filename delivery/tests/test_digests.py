@@ -364,3 +364,50 @@ def test_a_recovery_queues_a_delivered_digest_again_under_its_key_in_the_destina
     again = Delivery.objects.get()
     assert again.status == DeliveryStatus.QUEUED and again.idempotency_key == delivery.idempotency_key
     assert "Ada Lovelace" in again.payload["content"]
+
+
+def test_a_disabled_destinations_digest_is_skipped_and_its_calendar_goes_on():
+    # given a disabled digest destination due on a date with a birthday
+    day = _next_weekday(2)
+    _born_on(day, first="Ada")
+    disabled = _digest_destination(day=day, enabled=False)
+
+    # when its time comes
+    built = digests_build_due(now=_at(day))
+
+    # then nothing is sent, and its next digest is the next date's
+    assert (built.skipped, built.queued) == (1, 0)
+    assert not Digest.objects.exists() and not Delivery.objects.exists()
+    disabled.refresh_from_db()
+    assert disabled.next_digest_date == day + timedelta(days=1)
+
+
+def test_a_digest_more_than_event_max_lateness_late_is_not_sent(settings):
+    # given a digest destination whose date's digest the schedulers missed for longer than EVENT_MAX_LATENESS
+    day = _next_weekday(2)
+    _born_on(day, first="Ada")
+    late = _digest_destination(day=day)
+
+    # when a scheduler comes back
+    built = digests_build_due(now=_at(day) + settings.EVENT_MAX_LATENESS + timedelta(minutes=1))
+
+    # then that date's is skipped, and the calendar restarts within the window (a later date)
+    assert (built.skipped, built.queued) == (1, 0)
+    assert not Digest.objects.filter(local_date=day).exists()
+    late.refresh_from_db()
+    assert late.next_digest_date > day
+
+
+def test_deleting_a_destination_keeps_its_sent_digests_history_without_it():
+    from delivery.services.destinations import destination_delete
+
+    day = _next_weekday(2)
+    _born_on(day, first="Ada")
+    destination = _digest_destination(day=day)
+    digests_build_due(now=_at(day))
+    Delivery.objects.update(status=DeliveryStatus.DELIVERED)
+
+    destination_delete(destination=destination, operator="ops")
+
+    digest = Digest.objects.get()
+    assert digest.destination_id is None and Delivery.objects.get().destination_id is None

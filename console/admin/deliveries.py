@@ -34,6 +34,23 @@ class AttemptOutcomeFilter(admin.SimpleListFilter):
         return queryset
 
 
+class KindFilter(admin.SimpleListFilter):
+    """An occurrence's deliveries, or the daily digests' (delivery_event_or_digest: one or the other)."""
+
+    title = "sends"
+    parameter_name = "kind"
+
+    def lookups(self, request, model_admin):
+        return [("occurrence", "One occurrence"), ("digest", "A daily digest")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "digest":
+            return queryset.filter(digest__isnull=False)
+        if self.value() == "occurrence":
+            return queryset.filter(digest__isnull=True)
+        return queryset
+
+
 class LeaseFilter(admin.SimpleListFilter):
     """SENDING rows whose lease has run out: their worker is gone; a worker will take them back."""
 
@@ -122,7 +139,7 @@ class DeliveryAdmin(widgets.ViewOnlyPageMixin, BoundedListAdmin):
         "lease",
     ]
     list_select_related = ["event__user", "destination", "digest"]
-    list_filter = ["status", LeaseFilter, AttemptOutcomeFilter]
+    list_filter = ["status", KindFilter, LeaseFilter, AttemptOutcomeFilter]
     # Matched exactly (an indexed lookup) in get_search_results; listing the
     # field here is what shows the search box.
     search_fields = ["=event__idempotency_key"]

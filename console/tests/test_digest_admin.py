@@ -50,3 +50,42 @@ def test_a_destination_without_a_digest_says_so_in_the_list(console):
     destination_create(name="each", url="https://hooks.example.org/each", operator="ops")
 
     assert "per greeting" in console.get(LIST).content.decode()
+
+
+def test_the_deliveries_page_lists_a_digest_finds_it_by_its_key_and_filters_digests(console):
+    from datetime import datetime, time, timedelta
+    from zoneinfo import ZoneInfo
+
+    from django.utils import timezone
+
+    from delivery.digests import digest_schedule
+    from delivery.models import Delivery
+    from delivery.services.digests import digests_build_due
+    from users.tests.factories import UserFactory
+
+    # given a queued digest naming two people, beside nothing else
+    berlin = ZoneInfo("Europe/Berlin")
+    day = timezone.now().astimezone(berlin).date() + timedelta(days=3)
+    for first in ("Ada", "Grace"):
+        UserFactory(first_name=first, date_of_birth=day.replace(year=1990), timezone="Europe/Berlin")
+    destination = Destination(
+        name="team",
+        url="https://hooks.example.org/team",
+        digest_time=time(9),
+        digest_timezone="Europe/Berlin",
+    )
+    digest_schedule(destination=destination, now=datetime.combine(day, time(8), tzinfo=berlin))
+    destination.save()
+    digests_build_due(now=datetime.combine(day, time(9), tzinfo=berlin))
+    delivery = Delivery.objects.get()
+    deliveries = reverse("admin:delivery_delivery_changelist")
+
+    # then the list says what it is, its key finds it, and the digest filter keeps it
+    said = f"Daily digest of {day.isoformat()}: 2 occurrences"
+    assert said in console.get(deliveries).content.decode()
+    assert said in console.get(deliveries, {"q": delivery.idempotency_key}).content.decode()
+    assert said in console.get(deliveries, {"kind": "digest"}).content.decode()
+    assert said not in console.get(deliveries, {"kind": "occurrence"}).content.decode()
+    # and its own page too
+    page = console.get(reverse("admin:delivery_delivery_change", args=[delivery.pk])).content.decode()
+    assert said in page

@@ -38,6 +38,19 @@ TEAM_CHANNEL = OpenApiExample(
     },
     request_only=True,
 )
+DAILY_DIGEST = OpenApiExample(
+    "The Berlin office's channel: one message a day at 09:30, weekends on the Friday before",
+    value={
+        "name": "berlin-teams",
+        "url": "https://prod-00.westeurope.logic.azure.com/workflows/abc/triggers/manual/paths/invoke?sig=ZZZZ",
+        "audience_labels": ["office:berlin"],
+        "format": "teams",
+        "digest_time": "09:30",
+        "digest_timezone": "Europe/Berlin",
+        "weekend": "FRIDAY_BEFORE",
+    },
+    request_only=True,
+)
 CREATED = OpenApiExample(
     "Created, with its secret shown this once",
     value={
@@ -53,6 +66,11 @@ CREATED = OpenApiExample(
         "max_rate": 1.0,
         "max_in_flight": None,
         "timeout": None,
+        "digest_time": None,
+        "digest_timezone": "",
+        "weekend": "ON_THE_DAY",
+        "next_digest_date": None,
+        "next_digest_at": None,
         "secrets": [{"hint": "whsec_q2Vd…", "created_at": "2026-11-26T08:00:00Z", "expires_at": None}],
         "paused": False,
         "endpoint_state": "HEALTHY",
@@ -114,7 +132,7 @@ destination_schema = extend_schema_view(
             "is ever shown (afterwards only its hint). Give `secret` to use one of your own."
         ),
         parameters=[etag_header(201)],
-        examples=[NEW_DESTINATION, TEAM_CHANNEL, CREATED],
+        examples=[NEW_DESTINATION, TEAM_CHANNEL, DAILY_DIGEST, CREATED],
     ),
     update=extend_schema(
         summary="Replace a destination's settings",

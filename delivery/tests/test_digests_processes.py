@@ -18,6 +18,8 @@ is the product's own.
 - A failover (primary crashed, synchronous standby promoted 3 s later, one
   multi-host DATABASE_URL) while 30 digests fall due: each arrives, none is
   accepted twice, the new primary holds one Digest each.
+- 5,000 recipients on one date at a Slack destination: one message within
+  Slack's 4,000 characters, whole lines, "… and N more".
 """
 
 import json
@@ -380,3 +382,61 @@ def test_digests_go_once_each_through_a_failover(replicated_pair, delivery_setti
     accepted = Counter(r.idempotency_key for r in sink.received if r.status == 200)
     assert max(accepted.values()) == 1, accepted.most_common(3)
     assert count(new_primary, f"SELECT count(*) FROM {Digest._meta.db_table}") == 30
+
+
+def test_a_digest_of_5000_names_reaches_slack_within_its_limit_saying_how_many_more(
+    delivery_settings, tmp_path
+):
+    from users.services import users_bulk_create_with_events
+
+    # given 5,000 recipients born on one date and a Slack digest destination
+    delivery_settings.WEBHOOK_URL = ""
+    day = _ahead(5)
+    users_bulk_create_with_events(
+        rows=[
+            {
+                "first_name": f"Person{i}",
+                "last_name": "Many",
+                "date_of_birth": date(1980 + i % 30, day.month, day.day),
+                "timezone": "Europe/Berlin",
+            }
+            for i in range(5000)
+        ]
+    )
+    with ScriptedSink() as sink:
+        destination = Destination.objects.create(
+            name="everyone",
+            url=sink.url,
+            format="slack",
+            digest_time=time(9, 0),
+            digest_timezone="Europe/Berlin",
+            next_digest_date=day,
+            next_digest_at=timezone.now(),
+            max_rate=50,
+        )
+        env = process_env(delivery_settings)
+        processes = [
+            start_process(["run_scheduler"], env, tmp_path / "scheduler.log"),
+            start_process(["run_worker"], env, tmp_path / "worker.log"),
+        ]
+        try:
+            # when its digest is built and sent
+            wait_until(
+                lambda: Delivery.objects.filter(status=DeliveryStatus.DELIVERED).count() == 1,
+                60,
+                "the digest to be delivered",
+            )
+        finally:
+            exit_codes = stop_all(processes)
+
+    # then one message within Slack's 4,000 characters, whole lines, the rest counted
+    assert exit_codes == [0, 0]
+    [received] = sink.received
+    text = received.body["text"]
+    assert len(text) <= 4000
+    lines = text.split("\n")
+    named = [line for line in lines if line.endswith("'s birthday")]
+    assert len(named) == len(lines) - 2  # the heading, the names, the count of the rest
+    assert lines[-1] == f"… and {5000 - len(named):,} more"
+    # while the digest itself names all 5,000 (and the standard body would list them)
+    assert len(Digest.objects.get(destination=destination).entries) == 5000

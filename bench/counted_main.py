@@ -5,8 +5,8 @@
 pg_stat_statements is not loaded on the bench's server (that takes a restart), so the
 statements are counted where they are sent: every psycopg `Cursor.execute`,
 `executemany` and `copy` of the process is one, and a claim (an UPDATE of deliveries
-whose rows come from `... next_attempt_at <= ... FOR UPDATE SKIP LOCKED`) that returned
-rows is one batch. At exit the counts go, as JSON, to `$BENCH_COUNTS_DIR/<pid>.json`.
+whose rows come from `... next_attempt_at <= ... FOR UPDATE SKIP LOCKED`) whose rows were
+fetched and were some is one batch. At exit the counts go, as JSON, to `$BENCH_COUNTS_DIR/<pid>.json`.
 The counting costs a function call and two substring searches per statement, for the
 product of any commit alike.
 """
@@ -18,11 +18,15 @@ import json
 import os
 import runpy
 import sys
+import weakref
 
 import psycopg
 
 counts = {"statements": 0, "claims": 0, "claimed": 0}
+# Cursors whose last statement was a claim (psycopg's cursors have slots, no attributes of ours).
+claims: weakref.WeakSet = weakref.WeakSet()
 _execute, _executemany, _copy = psycopg.Cursor.execute, psycopg.Cursor.executemany, psycopg.Cursor.copy
+_fetchall = psycopg.Cursor.fetchall
 
 
 def _is_claim(query) -> bool:
@@ -32,11 +36,21 @@ def _is_claim(query) -> bool:
 
 def execute(self, query, params=None, **kwargs):
     counts["statements"] += 1
-    result = _execute(self, query, params, **kwargs)
-    if _is_claim(query) and self.rowcount > 0:
+    # A claim's rows are counted when fetched: in a pipeline they arrive after execute returns.
+    if _is_claim(query):
+        claims.add(self)
+    else:
+        claims.discard(self)
+    return _execute(self, query, params, **kwargs)
+
+
+def fetchall(self):
+    rows = _fetchall(self)
+    if self in claims and rows:
+        claims.discard(self)
         counts["claims"] += 1
-        counts["claimed"] += self.rowcount
-    return result
+        counts["claimed"] += len(rows)
+    return rows
 
 
 def executemany(self, query, params_seq, **kwargs):
@@ -59,6 +73,7 @@ def write_counts() -> None:
 psycopg.Cursor.execute = execute
 psycopg.Cursor.executemany = executemany
 psycopg.Cursor.copy = copy
+psycopg.Cursor.fetchall = fetchall
 atexit.register(write_counts)
 
 if __name__ == "__main__":

@@ -102,6 +102,18 @@ def send(sql: str, params: Sequence, *, binary: bool = False) -> Callable[[], tu
     return wait
 
 
+def after(check: Callable[[], object]) -> None:
+    """Call `check` once the statements sent so far have their results: at the pipeline's end, or now outside one.
+
+    For the function a `start_..._transition` returns: its move is checked (a
+    strict one raises) without the caller waiting for it before sending more.
+    """
+    if getattr(_pipelines, "current", None) is None:
+        check()
+    else:
+        _pipelines.sent.append(check)
+
+
 def rows_relation(
     alias: str, columns: Sequence[tuple[str, models.Field]], rows: Sequence[tuple]
 ) -> tuple[str, list]:

@@ -242,27 +242,32 @@ def deliveries_record(
                 if verdict is None:
                     endpoint_note_success(url=url, at=max(r.finished_at for r in by_url[url]))
     summary.verdicts = {url: verdict.health for url, verdict in verdicts.items() if verdict is not None}
+    # A line per delivery, its fields built only where the line is written: the delivered
+    # one is INFO, below the worker's usual level, and a batch has hundreds of them.
+    delivered_logged = logger.isEnabledFor(logging.INFO)
     for result, record in zip(results, records, strict=True):
-        fields = _log_fields(result)
         if record.delivery_id not in applied:
             summary.lease_lost += 1
             logger.warning(
                 "Lease lost before the outcome was recorded; another worker owns the delivery now, or its "
                 "recipient was erased",
-                extra=fields,
+                extra=_log_fields(result),
             )
         elif record.decision.status == DeliveryStatus.DELIVERED:
             summary.delivered += 1
-            logger.info("Delivery attempt delivered", extra=fields)
+            if delivered_logged:
+                logger.info("Delivery attempt delivered", extra=_log_fields(result))
         elif not record.decision.charged:
             summary.waiting += 1
-            logger.warning("Delivery attempt waits for the endpoint (attempt not counted)", extra=fields)
+            logger.warning(
+                "Delivery attempt waits for the endpoint (attempt not counted)", extra=_log_fields(result)
+            )
         elif record.decision.status == DeliveryStatus.QUEUED:
             summary.retrying += 1
-            logger.warning("Delivery attempt retrying", extra=fields)
+            logger.warning("Delivery attempt retrying", extra=_log_fields(result))
         else:
             summary.dead += 1
-            logger.warning("Delivery attempt dead", extra=fields)
+            logger.warning("Delivery attempt dead", extra=_log_fields(result))
     return summary
 
 

@@ -21,12 +21,12 @@ from django.utils import timezone
 
 from delivery.lanes import Lanes
 from delivery.metrics import CLAIM_BATCH_DURATION
-from delivery.recorder import Recorder
 from delivery.selectors import next_retry_at
 from delivery.sender import Sender
 from delivery.services.destinations import destination_secrets_drop_expired
 from delivery.services.expiry import deliveries_expire_late
 from delivery.services.leases import deliveries_claim, deliveries_release, deliveries_renew_leases
+from delivery.services.record import deliveries_record
 from delivery.services.recovery import recoveries_advance
 from delivery.transport import ClaimedDelivery, WebhookTransport
 from runtime.database import DB_ERRORS, refresh_connection, reset_connection_after_error
@@ -97,8 +97,6 @@ class Worker(ProcessLoop):
         )
         transport = WebhookTransport(timeout=self.timeout)
         self.sender = Sender(transport=transport, after_each=self._start_ready_without_reserving)
-        # Answers are written on a thread of its own while this one sends (delivery.recorder).
-        self.recorder = Recorder(worker=self.name)
         # Set from an outage until this worker has renewed its leases and recorded
         # its answers (see TAKEOVER_GRACE_BEYOND_TIMEOUT).
         self.recovering = False
@@ -189,7 +187,6 @@ class Worker(ProcessLoop):
             or self.lanes.waiting()
             or self.sender.busy
             or self.sender.answers
-            or self.recorder.busy
             or self.recovering_destinations
         )
 
@@ -303,9 +300,7 @@ class Worker(ProcessLoop):
 
     def _worth_returning(self) -> bool:
         """Whether to give the thread back to claim or record: asked after each finished request."""
-        if self.stop.is_set() or self.recorder.busy and not self.recorder.running:
-            return True  # a batch written: its verdicts to follow, and the next batch to hand over
-        if not self.recorder.running and self.sender.answers_due(batch=self.worthwhile_batch):
+        if self.stop.is_set() or self.sender.answers_due(batch=self.worthwhile_batch):
             return True
         now_mono = time.monotonic()
         if now_mono < self.next_claim_mono:
@@ -315,36 +310,19 @@ class Worker(ProcessLoop):
     # --- recording --------------------------------------------------------------
 
     def _record_if_ready(self, *, force: bool = False) -> None:
-        """Hand the answers to the recorder if they make a batch, nothing else is open, or `force`.
+        """Record the answers now if they make a batch, nothing else is open, or `force`.
 
-        One batch is written at a time, on the recorder's thread: this one goes
-        on sending meanwhile, and collects the summary on a later turn (at
-        once with `force`, or when nothing is open and nothing else would
-        happen). If the database is away the answers stay held, to be recorded
-        once it is back; if the lease runs out first, another worker resends
-        with the same key.
+        If the database is away the answers stay held, to be recorded once it
+        is back; if the lease runs out first, another worker resends with the
+        same key.
         """
-        self._collect_recorded(wait=force or (self.recorder.running and not self.sender.busy))
         answers = self.sender.answers
-        if not answers or self.recorder.busy:
+        if not answers or not (
+            force or not self.sender.busy or self.sender.answers_due(batch=self.worthwhile_batch)
+        ):
             return
-        if not (force or not self.sender.busy or self.sender.answers_due(batch=self.worthwhile_batch)):
-            return
-        self.recorder.submit(answers, healthy=self.lanes.healthy_urls())
+        summary = deliveries_record(worker=self.name, results=answers, healthy=self.lanes.healthy_urls())
         self.sender.answers_recorded()
-        if force:
-            self._collect_recorded(wait=True)
-
-    def _collect_recorded(self, *, wait: bool) -> None:
-        """Follow the verdicts of the batch the recorder wrote; a batch it could not write is held again."""
-        try:
-            written = self.recorder.collect(wait=wait)
-        except DB_ERRORS:
-            self.sender.answers[:0] = self.recorder.take_back()
-            raise
-        if written is None:
-            return
-        answers, summary = written
         self.lanes.follow_verdicts(summary.verdicts)
         self.count(sent=len(answers), delivered=summary.delivered, dead=summary.dead)
 
@@ -363,9 +341,7 @@ class Worker(ProcessLoop):
         """
         waiting = [delivery.id for lane in self.lanes.by_url.values() for delivery in lane.waiting]
         return deliveries_renew_leases(
-            worker=self.name,
-            ids=waiting + self.sender.held_ids() + self.recorder.held_ids(),
-            lease=self.lease,
+            worker=self.name, ids=waiting + self.sender.held_ids(), lease=self.lease
         )
 
     def _renew_leases(self, *, idle: float) -> None:
@@ -410,7 +386,7 @@ class Worker(ProcessLoop):
         # Begun requests end within the timeout.
         unstarted += self.sender.drain(timeout=self.timeout + 5)
         deadline_mono = time.monotonic() + max(self.timeout, DRAIN_WRITE_FOR)
-        while (self.sender.answers or self.recorder.busy or unstarted) and time.monotonic() < deadline_mono:
+        while (self.sender.answers or unstarted) and time.monotonic() < deadline_mono:
             try:
                 refresh_connection()
                 self._record_if_ready(force=True)
@@ -423,6 +399,5 @@ class Worker(ProcessLoop):
             self.lanes.release_shares()
         except DB_ERRORS:
             reset_connection_after_error()  # the shares' leases run out by themselves
-        self.recorder.close()
         self.close()
         logger.info("Worker stopped", extra={"worker": self.name, **self.counted})

@@ -380,7 +380,8 @@ def measure(harness: Harness, *, size: QueuedSize) -> dict:
         "sizes": sizes,
         "workers": list(WORKERS),
         "variants": list(VARIANTS),
-        "commits": {"this": this.commit(), BEFORE: before.commit()},
+        # The export sits inside this checkout (var/): git there would name this checkout's HEAD.
+        "commits": {"this": this.commit(), BEFORE: (before.path / "COMMIT").read_text().strip()},
         "runs": runs,
         "summary": summarize(runs),
         "command": harness.results.get("command"),

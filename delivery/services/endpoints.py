@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Sum
-from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from delivery.health import Answer, Health, HealthPolicy, observe
 from delivery.metrics import ENDPOINTS_GONE
 from delivery.models import Endpoint, EndpointPermit, EndpointState
+from runtime.sql import column_field, send
 from runtime.wakeup import WORKER_CHANNEL, notify
 from scheduling.exceptions import InvalidStateTransition
 
@@ -141,8 +141,17 @@ def endpoint_record_answers(
 
 
 def endpoint_note_success(*, url: str, at: datetime) -> None:
-    """A healthy endpoint's batch all succeeded: move its last success forward (never back)."""
-    Endpoint.objects.filter(url=url).update(last_success_at=Greatest(F("last_success_at"), at))
+    """A healthy endpoint's batch all succeeded: move its last success forward (never back).
+
+    Sent in the caller's pipeline (runtime.sql.send) with the batch's last statements, so
+    the row lock it takes lasts from there to the commit: one round trip.
+    """
+    field, quote = column_field(Endpoint, "last_success_at"), connection.ops.quote_name
+    column = quote(field.column)
+    send(
+        f"UPDATE {quote(Endpoint._meta.db_table)} SET {column} = GREATEST({column}, %s) WHERE url = %s",
+        [field.field.get_db_prep_value(at, connection), url],
+    )
 
 
 def _log_move(*, url: str, before: Health, after: Health) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client import REGISTRY, Gauge, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -42,6 +42,12 @@ LEARNED_RATE = Gauge(
     "birthday_worker_learned_rate",
     "Requests a second this worker starts to each endpoint, as learnt from its 429s without Retry-After "
     "(delivery.limit.LearnedRate); 0 while it has refused nothing.",
+    labelnames=("endpoint",),
+)
+RATE_SLOTS_MISSED = Counter(
+    "birthday_worker_rate_slots_missed",
+    "Requests not sent with their max-rate slot because they could not begin within its calendar second "
+    "(the worker was held up); each took a new slot (delivery.pace).",
     labelnames=("endpoint",),
 )
 

@@ -311,9 +311,10 @@ class Endpoint(models.Model):
     blocked_until = models.DateTimeField(null=True, blank=True)
     paused_by = models.CharField(max_length=150, blank=True, default="")
     paused_at = models.DateTimeField(null=True, blank=True)
-    # WEBHOOK_MAX_RATE's schedule (a generic cell rate algorithm): the earliest
-    # instant the next request may start; each worker reserves slots from here.
-    next_send_slot = models.DateTimeField(null=True, blank=True)
+    # The max rate's schedule in calendar seconds (delivery.pace): the second (of the
+    # epoch) whose request slots the workers are taking, and how many of them are gone.
+    rate_second = models.BigIntegerField(null=True, blank=True)
+    rate_taken = models.PositiveIntegerField(default=0)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

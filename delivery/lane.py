@@ -1,10 +1,11 @@
 """One endpoint's lane in a worker: what it holds, what is open, and how fast it may start more.
 
-The lane is the only writer of its counters. The sender tells it what
-happened to each request (`started`, `begun`, `finished`, `missed`), the
-lanes' refresh what the fleet says (`follow_health`, `follow_settings`,
-`grant_share`, `add_slots`), and each answer what the receiver taught
-(`learn_from`); everything else only reads.
+The lane is the only writer of its counters. The lanes hand it what was
+claimed (`hold`) and take what may start (`take_next`); the sender tells it
+what happened to each request (`started`, `begun`, `finished`, `missed`); the
+lanes' refresh tells it what the fleet says (`follow_health`,
+`follow_settings`, `grant_share`, `add_slots`), and each answer what the
+receiver taught (`learn_from`). Everything else only reads.
 
 Two clocks meet here: an instant named `..._mono` is time.monotonic(), for
 deadlines inside this process; a rate slot's instants are time.time(), the
@@ -152,9 +153,14 @@ class Lane:
             and self.may_hand_over()
         )
 
+    @property
+    def in_flight(self) -> int:
+        """Requests at the receiver: begun and not finished."""
+        return self.open - self.not_begun
+
     def may_begin(self) -> bool:
         """Whether a request whose slot came may go to the receiver: those begun are under the limit (and share)."""
-        return self.open - self.not_begun < self.allowed()
+        return self.in_flight < self.allowed()
 
     def short_of_slots(self, now_mono: float) -> bool:
         """Whether, under a max rate, fewer than half of SLOTS_AHEAD's requests wait for a slot and none is left."""
@@ -220,6 +226,14 @@ class Lane:
         if held_at_most is None or len(self.waiting) <= PACED_EXCESS * held_at_most:
             return []
         return [self.waiting.pop() for _ in range(len(self.waiting) - held_at_most)]
+
+    def hold(self, delivery: ClaimedDelivery) -> None:
+        """A delivery claimed for this lane waits, behind those claimed before it."""
+        self.waiting.append(delivery)
+
+    def take_next(self) -> ClaimedDelivery:
+        """The first waiting delivery, taken out to go to the sender."""
+        return self.waiting.popleft()
 
     def take_waiting(self) -> list[ClaimedDelivery]:
         taken = list(self.waiting)

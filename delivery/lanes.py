@@ -163,7 +163,7 @@ class Lanes:
                 endpoint_id=lane.endpoint_id,
                 worker=self.worker,
                 want=want,
-                holding=lane.open,
+                holding=lane.in_flight,
                 cap=lane.settings.max_in_flight,
                 lease=self.lease,
                 now=timezone.now(),
@@ -217,7 +217,7 @@ class Lanes:
 
     def hold(self, deliveries: list[ClaimedDelivery]) -> None:
         for delivery in deliveries:
-            self.lane(delivery.endpoint_url).waiting.append(delivery)
+            self.lane(delivery.endpoint_url).hold(delivery)
 
     def probes_due(self) -> Iterator[Lane]:
         now = timezone.now()
@@ -289,7 +289,7 @@ class Lanes:
                         slot = lane.next_slot(time.time())
                     if slot is None:
                         break
-                yield lane, lane.waiting.popleft(), slot
+                yield lane, lane.take_next(), slot
 
     # --- stopping ---------------------------------------------------------------------
 

@@ -50,7 +50,7 @@ def test_the_next_second_with_a_slot_is_found_without_counting_the_empty_ones(ra
         # the window moves on where another worker left it in this second
         (RateWindow(T, 25), T + 0.1, 25, 100.0, RateWindow(T, 50), T + 25 * SPAN / 100, 25),
         # the slots of this second that passed unused are gone: no burst makes up for them
-        (RateWindow(T, 10), T + 0.45, 25, 100.0, RateWindow(T, 75), T + 0.45, 25),
+        (RateWindow(T, 10), T + 50 * SPAN / 100, 25, 100.0, RateWindow(T, 75), T + 50 * SPAN / 100, 25),
         # fewer left than wanted: what is left of the second
         (RateWindow(T, 90), T + 0.1, 25, 100.0, RateWindow(T, 100), T + 90 * SPAN / 100, 10),
         # the second is full: the next one's first slots

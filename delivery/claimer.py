@@ -12,9 +12,12 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 
+from delivery.lane import Lane
 from delivery.lanes import Lanes
 from delivery.metrics import CLAIM_BATCH_DURATION
+from delivery.pace import RateSlot
 from delivery.sender import Sender
+from delivery.services.endpoints import endpoint_take_rate_slots
 from delivery.services.leases import deliveries_claim
 from delivery.takeover import TakeoverGrace
 from delivery.transport import ClaimedDelivery
@@ -87,9 +90,19 @@ class Claimer:
                 self.lanes.return_probe(lane)
                 continue
             logger.info("Probing failing endpoint", extra={"worker": self.worker, "endpoint": lane.url})
-            self.sender.start(lane, deliveries[0], slot=None)
+            self.sender.start(lane, deliveries[0], slot=self._probe_slot(lane))
             claimed += 1
         return claimed
+
+    @staticmethod
+    def _probe_slot(lane: Lane) -> RateSlot | None:
+        """A probe counts against the max rate like any request: it takes a slot too (none without a max rate)."""
+        if not lane.settings.max_rate:
+            return None
+        slots = endpoint_take_rate_slots(
+            endpoint_id=lane.endpoint_id, want=1, rate=lane.settings.max_rate, now=time.time()
+        )
+        return slots[0]
 
     def _claim(self, *, limit: int, skip_urls=(), probe_url: str | None = None) -> list[ClaimedDelivery]:
         self.held_up()

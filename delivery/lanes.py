@@ -1,8 +1,7 @@
 """A worker's mirror of the endpoints it sends to: a lane for each (delivery.lane), and what may go out now.
 
 The demand half of the worker, as Oban keeps its producer apart from its
-executor: `Lanes` decides how many more requests may start to each endpoint,
-from
+executor: `Lanes` decides how many more requests may start to each endpoint, from
 
 - the lane's own limit: adaptive (delivery.limit) or an operator's --concurrency;
 - the fleet's max in flight (the destination's, else WEBHOOK_MAX_IN_FLIGHT), of which
@@ -22,8 +21,7 @@ from
 The endpoints' shared state is read from their rows once a second, and the
 destinations' settings with them (delivery.lane_settings), so an operator's
 pause or edit, or another worker's verdict, reaches this one within about that
-long. The requests themselves run in delivery.sender; delivery.worker asks the
-two in turn.
+long. The requests run in delivery.sender; delivery.worker asks the two in turn.
 """
 
 from __future__ import annotations
@@ -70,6 +68,8 @@ class Lanes:
         self.batch_size = batch_size
         self.lease = lease
         self.by_url: dict[str, Lane] = {}
+        # The lanes under a max rate, as of the last refresh: asked after every finished request (short_of_slots).
+        self.rated: list[Lane] = []
         self.refreshed_mono = float("-inf")
         # Set when a verdict made an endpoint failing: read the rows on the next turn, not a second later.
         self.stale = True
@@ -115,6 +115,7 @@ class Lanes:
         for endpoint in Endpoint.objects.all():
             self._follow_row(self.lane(endpoint.url, endpoint), endpoint)
         self._renew_shares()
+        self.rated = [lane for lane in self.by_url.values() if lane.settings.max_rate]
         self.refreshed_mono = now_mono
         self.stale = False
         for lane in self.by_url.values():
@@ -260,7 +261,7 @@ class Lanes:
     def short_of_slots(self) -> bool:
         """Whether a lane under a max rate runs short of requests waiting for their slots (Lane.short_of_slots)."""
         now_mono = time.monotonic()
-        return any(lane.short_of_slots(now_mono) for lane in self.by_url.values())
+        return any(lane.short_of_slots(now_mono) for lane in self.rated)
 
     def ready_to_start(self, *, may_reserve: bool) -> Iterator[tuple[Lane, ClaimedDelivery, RateSlot | None]]:
         """The waiting deliveries each lane allows to start now, with the rate slot each must start in.

@@ -33,7 +33,9 @@ from devtools.sink import Reply
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-RATE = 100
+# A cap a loaded 2-core machine still reaches with one worker (one reached 79 a second at load 26):
+# a cap the fleet never reaches would hold without saying anything.
+RATE = 50
 IN_FLIGHT = 20
 
 
@@ -66,73 +68,73 @@ def restart_two_workers(env, processes, tmp_path) -> None:
 def test_the_fleet_rate_cap_holds_in_every_calendar_second_on_a_loaded_machine(
     delivery_settings, sink, tmp_path, workers
 ):
-    # Given WEBHOOK_MAX_RATE=100, 600 greetings due to a receiver that answers at once, and the CPU busy
-    create_due_users(600)
+    # Given WEBHOOK_MAX_RATE=50, 400 greetings due to a receiver that answers at once, and the CPU busy
+    create_due_users(400)
     with cpu_load():
         # When 1, 2 or 4 workers send them
         _, processes = start_fleet(delivery_settings, tmp_path, workers=workers, WEBHOOK_MAX_RATE=RATE)
         try:
-            assert eventually(lambda: delivered(sink) == 600, timeout=120), f"{delivered(sink)} of 600"
+            assert eventually(lambda: delivered(sink) == 400, timeout=120), f"{delivered(sink)} of 400"
             wait_until(settled, 60, "every outcome recorded")
         finally:
             codes = stop_all(processes)
 
-    # Then no calendar second at the receiver held more than 100 (+5 %), and the cap was what held them back
+    # Then no calendar second at the receiver held more than 50 (+5 %), and the cap was what held them back
     assert codes == [0] * (workers + 1)
     assert_rate_held(sink.received, rate=RATE, used=RATE * 0.8)
-    assert_everything_delivered(sink, 600)
+    assert_everything_delivered(sink, 400)
 
 
 def test_a_destinations_rate_cap_holds_in_every_second_with_a_learnt_rate_in_play(
     delivery_settings, tmp_path
 ):
-    # Given a destination capped at 100 a second whose receiver takes only 80 a second and refuses the rest at
+    # Given a destination capped at 50 a second whose receiver takes only 40 a second and refuses the rest at
     # once with 429 and no Retry-After (each worker learns a rate from them), and the CPU busy
     from delivery.tests.conftest import ScriptedSink
 
     delivery_settings.WEBHOOK_URL = ""
     with ScriptedSink() as limited:
-        limited.respond = RateLimiter(rate=80, burst=8, latency=0.01)
+        limited.respond = RateLimiter(rate=40, burst=4, latency=0.01)
         destination_create(name="chat", url=limited.url, operator="ops", max_rate=RATE)
-        create_due_users(500)
+        create_due_users(400)
         with cpu_load():
             _, processes = start_fleet(delivery_settings, tmp_path, workers=2)
             try:
-                assert eventually(lambda: delivered(limited) == 500, timeout=120), (
-                    f"{delivered(limited)} of 500"
+                assert eventually(lambda: delivered(limited) == 400, timeout=120), (
+                    f"{delivered(limited)} of 400"
                 )
                 wait_until(settled, 60, "every outcome recorded")
             finally:
                 codes = stop_all(processes)
 
-        # Then the receiver refused some (the learnt rate was in play), and no second held more than 100 (+5 %),
+        # Then the receiver refused some (the learnt rate was in play), and no second held more than 50 (+5 %),
         # refused requests counted
         assert codes == [0, 0, 0]
         assert any(r.status == 429 for r in limited.received)
         assert_rate_held(limited.received, rate=RATE)
-        assert_everything_delivered(limited, 500)
+        assert_everything_delivered(limited, 400)
 
 
 def test_the_fleet_rate_cap_holds_in_every_second_across_workers_killed_and_replaced(
     delivery_settings, sink, tmp_path
 ):
-    # Given WEBHOOK_MAX_RATE=100, 900 greetings due, two workers sending, and the CPU busy
-    create_due_users(900)
+    # Given WEBHOOK_MAX_RATE=50, 700 greetings due, two workers sending, and the CPU busy
+    create_due_users(700)
     with cpu_load():
         env, processes = start_fleet(delivery_settings, tmp_path, workers=2, WEBHOOK_MAX_RATE=RATE)
         try:
             assert eventually(lambda: delivered(sink) >= 100, timeout=60)
             # When one is killed (SIGKILL) and the other stopped (SIGTERM), each replaced by a new worker
             restart_two_workers(env, processes, tmp_path)
-            assert eventually(lambda: delivered(sink) == 900, timeout=120), f"{delivered(sink)} of 900"
+            assert eventually(lambda: delivered(sink) == 700, timeout=120), f"{delivered(sink)} of 700"
             wait_until(settled, 60, "every outcome recorded")
         finally:
             codes = stop_all(processes)
 
-    # Then no second at the receiver held more than 100 (+5 %), resends of what the killed worker had sent included
+    # Then no second at the receiver held more than 50 (+5 %), resends of what the killed worker had sent included
     assert codes[0] == 0 and codes[3:] == [0, 0]
     assert_rate_held(sink.received, rate=RATE, used=RATE * 0.8)
-    assert_everything_delivered(sink, 900)
+    assert_everything_delivered(sink, 700)
 
 
 @pytest.mark.parametrize("workers", [1, 2, 4])

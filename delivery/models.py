@@ -315,6 +315,10 @@ class Endpoint(models.Model):
     # epoch) whose request slots the workers are taking, and how many of them are gone.
     rate_second = models.BigIntegerField(null=True, blank=True)
     rate_taken = models.PositiveIntegerField(default=0)
+    # The schedule before it (one instant, 1/rate apart), no longer read or written here: kept
+    # while workers of the release before delivery.pace may still run beside these (a rolling
+    # deploy), which read it on every endpoint row; a later release's migration drops it.
+    next_send_slot = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -10,10 +10,6 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.RemoveField(
-            model_name='endpoint',
-            name='next_send_slot',
-        ),
         migrations.AddField(
             model_name='endpoint',
             name='rate_second',

@@ -314,7 +314,8 @@ class Endpoint(models.Model):
     # The max rate's schedule in calendar seconds (delivery.pace): the second (of the
     # epoch) whose request slots the workers are taking, and how many of them are gone.
     rate_second = models.BigIntegerField(null=True, blank=True)
-    rate_taken = models.PositiveIntegerField(default=0)
+    # A default in the database too: the previous release inserts rows without the column.
+    rate_taken = models.PositiveIntegerField(default=0, db_default=0)
     # The schedule before it (one instant, 1/rate apart), no longer read or written here: kept
     # while workers of the release before delivery.pace may still run beside these (a rolling
     # deploy), which read it on every endpoint row; a later release's migration drops it.

@@ -4,6 +4,7 @@ from datetime import timedelta
 
 import pytest
 
+from channels import channel_for
 from delivery.lane_settings import LaneSettings, lane_settings
 
 
@@ -29,8 +30,16 @@ def fleet(settings):
             {"secrets": ["whsec_b", "whsec_a"]},
             LaneSettings(50.0, 8, 10.0, signing_secrets=("whsec_b", "whsec_a")),
         ),
-        # a chat format: the same defaults
-        ({"format": "slack"}, LaneSettings(max_rate=50.0, max_in_flight=8, timeout=10.0)),
+        # a chat format: its service's pace, below the fleet's rate; the other defaults the same
+        (
+            {"format": "slack"},
+            LaneSettings(max_rate=1.0, max_in_flight=8, timeout=10.0, channel=channel_for("slack")),
+        ),
+        # its own rate wins over its service's pace
+        (
+            {"format": "discord", "max_rate": 20.0},
+            LaneSettings(max_rate=20.0, max_in_flight=8, timeout=10.0, channel=channel_for("discord")),
+        ),
     ],
 )
 def test_a_lanes_settings_take_the_destinations_own_else_the_fleets(fleet, own, expected):

@@ -25,7 +25,7 @@ class FakeTransport:
         self.hold = hold
         self.began: list[float] = []
 
-    async def send(self, delivery, *, signer=None, timeout=None) -> SendResult:
+    async def send(self, delivery, *, signer=None, timeout=None, channel=None) -> SendResult:
         self.began.append(time.time())
         await asyncio.sleep(self.hold)
         now = datetime.now(UTC)

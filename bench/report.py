@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from bench.workloads import audiences, destinations, digests, failover, rate_limited  # noqa: E402
+from bench.workloads import audiences, destinations, digests, failover, queued, rate_limited  # noqa: E402
 
 
 def f(x, digits=0, unit=""):
@@ -111,6 +111,7 @@ def render(res: dict, out_dir: Path) -> None:
     L += audiences.report_section(res)
     L += digests.report_section(res)
     L += rate_limited.report_section(res)
+    L += queued.report_section(res)
     L += section_timeliness(res, out_dir)
     L += section_scale(res)
     L += section_retention(res)

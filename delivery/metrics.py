@@ -49,6 +49,12 @@ LEARNED_RATE = Gauge(
     "(delivery.limit.LearnedRate); 0 while it has refused nothing.",
     labelnames=("endpoint",),
 )
+RATE_SLOTS_MISSED = Counter(
+    "birthday_worker_rate_slots_missed",
+    "Requests not sent with their max-rate slot because they could not begin within its calendar second "
+    "(the worker was held up); each took a new slot (delivery.pace).",
+    labelnames=("endpoint",),
+)
 
 # Every series a process can produce exists from its start, at zero: rate() and
 # alerts then see a failure's first increase, not a series appearing out of nothing.

@@ -456,8 +456,14 @@ class Endpoint(models.Model):
     blocked_until = models.DateTimeField(null=True, blank=True)
     paused_by = models.CharField(max_length=150, blank=True, default="")
     paused_at = models.DateTimeField(null=True, blank=True)
-    # WEBHOOK_MAX_RATE's schedule (a generic cell rate algorithm): the earliest
-    # instant the next request may start; each worker reserves slots from here.
+    # The max rate's schedule in calendar seconds (delivery.pace): the second (of the
+    # epoch) whose request slots the workers are taking, and how many of them are gone.
+    rate_second = models.BigIntegerField(null=True, blank=True)
+    # A default in the database too: the previous release inserts rows without the column.
+    rate_taken = models.PositiveIntegerField(default=0, db_default=0)
+    # The schedule before it (one instant, 1/rate apart), no longer read or written here: kept
+    # while workers of the release before delivery.pace may still run beside these (a rolling
+    # deploy), which read it on every endpoint row; a later release's migration drops it.
     next_send_slot = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 

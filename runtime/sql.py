@@ -123,6 +123,18 @@ def column_field(model: type[models.Model], name: str) -> ColumnField:
     return ColumnField(field.column, field)
 
 
+def after(check: Callable[[], object]) -> None:
+    """Call `check` once the statements sent so far have their results: at the pipeline's end, or now outside one.
+
+    For the function a `start_..._transition` returns: its move is checked (a
+    strict one raises) without the caller waiting for it before sending more.
+    """
+    if getattr(_pipelines, "current", None) is None:
+        check()
+    else:
+        _pipelines.sent.append(check)
+
+
 def rows_relation(
     alias: str, columns: Sequence[tuple[str, models.Field[Any, Any]]], rows: Sequence[tuple[Any, ...]]
 ) -> tuple[str, list[list[Any]]]:

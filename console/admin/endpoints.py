@@ -92,7 +92,7 @@ class EndpointAdmin(widgets.ViewOnlyPageMixin, admin.ModelAdmin):
                 ]
             },
         ),
-        ("Fleet limits", {"classes": ["collapse"], "fields": ["next_send_slot", "updated_at"]}),
+        ("Fleet limits", {"classes": ["collapse"], "fields": ["rate_second", "rate_taken", "updated_at"]}),
     ]
 
     def has_add_permission(self, request):

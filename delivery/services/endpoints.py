@@ -2,7 +2,7 @@
 
 Every write of Endpoint.state goes through `endpoint_transition`: one
 conditional UPDATE on the expected state. The other columns the workers
-share (the failure count, the Retry-After block, the rate schedule, the probe
+share (the failure count, the Retry-After block, the rate schedule in calendar seconds, the probe
 schedule) are written under the endpoint row's lock, so two workers' batches
 apply one after the other and the fleet agrees on one state.
 """
@@ -16,14 +16,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Sum
-from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from delivery.health import Answer, Health, HealthPolicy, observe
 from delivery.metrics import ENDPOINTS_GONE
 from delivery.models import Endpoint, EndpointPermit, EndpointState
+from delivery.pace import RateSlot, RateWindow, rate_slots_take
+from runtime.sql import column_field, send
 from runtime.wakeup import WORKER_CHANNEL, notify
 from scheduling.exceptions import InvalidStateTransition
 
@@ -141,8 +142,17 @@ def endpoint_record_answers(
 
 
 def endpoint_note_success(*, url: str, at: datetime) -> None:
-    """A healthy endpoint's batch all succeeded: move its last success forward (never back)."""
-    Endpoint.objects.filter(url=url).update(last_success_at=Greatest(F("last_success_at"), at))
+    """A healthy endpoint's batch all succeeded: move its last success forward (never back).
+
+    Sent in the caller's pipeline (runtime.sql.send) with the batch's last statements, so
+    the row lock it takes lasts from there to the commit: one round trip.
+    """
+    field, quote = column_field(Endpoint, "last_success_at"), connection.ops.quote_name
+    column = quote(field.column)
+    send(
+        f"UPDATE {quote(Endpoint._meta.db_table)} SET {column} = GREATEST({column}, %s) WHERE url = %s",
+        [field.field.get_db_prep_value(at, connection), url],
+    )
 
 
 def _log_move(*, url: str, before: Health, after: Health) -> None:
@@ -251,18 +261,23 @@ def endpoint_return_probe(*, endpoint_id: int, now: datetime) -> None:
     )
 
 
-def endpoint_reserve_send_slots(*, endpoint_id: int, count: int, rate: float, now: datetime) -> datetime:
-    """Reserve `count` consecutive request slots at `rate` per second; return the first slot's instant.
+def endpoint_take_rate_slots(*, endpoint_id: int, want: int, rate: float, now: float) -> list[RateSlot]:
+    """Take up to `want` request slots of the fleet's `rate` a second, all in one calendar second (delivery.pace).
 
-    A generic cell rate algorithm over the fleet: the row holds the next free
-    slot, every worker takes its slots from there, so requests from all of them
-    together start at most `rate` per second, however many workers there are.
+    Under the endpoint's row lock, so the workers take the slots one after
+    the other and no second hands out more than it holds, however many workers
+    there are. `now` is the caller's time.time(), the clock its slots are in.
     """
     with transaction.atomic():
-        endpoint = Endpoint.objects.select_for_update().only("next_send_slot").get(pk=endpoint_id)
-        first = max(endpoint.next_send_slot or now, now)
-        Endpoint.objects.filter(pk=endpoint_id).update(next_send_slot=first + timedelta(seconds=count / rate))
-    return first
+        row = Endpoint.objects.select_for_update().only("rate_second", "rate_taken").get(pk=endpoint_id)
+        window, slots = rate_slots_take(
+            window=RateWindow(second=row.rate_second or 0, taken=row.rate_taken),
+            now=now,
+            want=want,
+            rate=rate,
+        )
+        Endpoint.objects.filter(pk=endpoint_id).update(rate_second=window.second, rate_taken=window.taken)
+    return slots
 
 
 def endpoint_share_in_flight(

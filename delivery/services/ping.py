@@ -22,10 +22,10 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.conf import settings
 from django.utils import timezone
 
 from channels import Channel, channel_for
+from delivery.lane_settings import lane_settings
 from delivery.models import AttemptOutcome, Destination
 from delivery.selectors import destination_signing_secrets
 from delivery.signing import WebhookSigner
@@ -105,7 +105,8 @@ def destinations_send_test(*, destinations: Sequence[Destination], operator: str
 
 
 def _timeout(destination: Destination) -> float:
-    return (destination.timeout or settings.WEBHOOK_TIMEOUT).total_seconds()
+    # The workers' default too: decided in one place.
+    return lane_settings(format=destination.format, timeout=destination.timeout).timeout
 
 
 def _ping(*, destination: Destination, sent_at: str) -> ClaimedDelivery:

@@ -12,7 +12,7 @@ forgot a column.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 from django.db import connection
 
 from delivery.models import Delivery, DeliveryStatus
-from runtime.sql import column_field, execute, rows_relation
+from runtime.sql import column_field, rows_relation, send
 from scheduling.exceptions import InvalidStateTransition
 
 QUEUED, SENDING, DELIVERED, DEAD = (
@@ -109,13 +109,40 @@ def deliveries_transition(
     resent, the status moved on) are simply not moved: the caller sees which
     were from what comes back.
     """
+    return start_deliveries_transition(
+        source=source,
+        target=target,
+        select=select,
+        now=now,
+        lease=lease,
+        changes=changes,
+        returning=returning,
+    )()
+
+
+def start_deliveries_transition(
+    *,
+    source: str,
+    target: str,
+    select: Due | Rows,
+    now: datetime,
+    lease: NewLease | None = None,
+    changes: Mapping[str, Any] | None = None,
+    returning: Sequence[str] = ("id",),
+) -> Callable[[], list[tuple[Any, ...]]]:
+    """Send the UPDATE of deliveries_transition; the function returned waits for the rows it moved.
+
+    Inside runtime.sql.pipeline() the UPDATE runs on the server while the
+    caller sends its next statements: a batch's moves of several kinds, or a
+    claim behind the take-over of expired leases, cost one round trip.
+    """
     _check_transition(source=source, target=target, select=select, lease=lease)
     assignments, params = _shared_assignments(
         source=source, target=target, now=now, lease=lease, changes=changes
     )
     selection = _due_selection(select=select) if isinstance(select, Due) else _rows_selection(select=select)
     if selection is None:
-        return []
+        return list
     assignments += selection.assignments
     conditions = ["d.status = %s", *selection.conditions]
     sql = (
@@ -123,10 +150,10 @@ def deliveries_transition(
         f"FROM {selection.relation} WHERE d.id = v.v_id AND {' AND '.join(conditions)} "
         f"RETURNING {', '.join(_F[name].column for name in returning)}"
     )
-    rows = execute(
+    sent = send(
         sql, [*selection.cte_params, *params, *selection.relation_params, source, *selection.condition_params]
     )
-    return rows
+    return lambda: sent()[0]
 
 
 def _check_transition(*, source: str, target: str, select: Due | Rows, lease: NewLease | None) -> None:

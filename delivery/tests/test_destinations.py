@@ -16,6 +16,7 @@ from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
 from delivery import secret_store
+from delivery.lane_settings import LaneSettings
 from delivery.models import Delivery, DeliveryStatus, Destination, DestinationSecret, Endpoint, EndpointState
 from delivery.scheduler import Scheduler
 from delivery.selectors import destination_signing_secrets
@@ -633,14 +634,7 @@ def test_the_database_refuses_what_the_service_would_have_refused(fields):
 def lanes():
     from delivery.lanes import Lanes
 
-    return Lanes(
-        worker="w1",
-        concurrency=None,
-        batch_size=10,
-        max_rate=0.0,
-        max_in_flight=0,
-        lease=timedelta(seconds=30),
-    )
+    return Lanes(worker="w1", concurrency=None, batch_size=10, lease=timedelta(seconds=30))
 
 
 def test_a_workers_lane_follows_its_destinations_secrets_timeout_and_limits_at_its_next_refresh(settings):
@@ -656,11 +650,8 @@ def test_a_workers_lane_follows_its_destinations_secrets_timeout_and_limits_at_i
 
     worker_lanes.refresh_if_due()
     lane = worker_lanes.by_url[created.destination.url]
-    assert (lane.max_rate, lane.max_in_flight, lane.timeout, lane.signing_secrets) == (
-        5,
-        0,
-        2.0,
-        (created.value,),
+    assert lane.settings == LaneSettings(
+        max_rate=5, max_in_flight=0, timeout=2.0, signing_secrets=(created.value,)
     )
 
     rotated = destination_rotate_secret(destination=created.destination, operator="ops")
@@ -672,9 +663,14 @@ def test_a_workers_lane_follows_its_destinations_secrets_timeout_and_limits_at_i
     worker_lanes.stale = True  # as a second later
     worker_lanes.refresh_if_due()
 
-    assert (lane.max_rate, lane.max_in_flight, lane.timeout) == (0.0, 3, None)
-    assert lane.signing_secrets == (rotated.value, created.value)
-    headers = lane.signer.headers(msg_id="event-1", body="{}", sent_at=timezone.now())
+    # the defaults for what it no longer sets: the fleet's (no max rate, WEBHOOK_TIMEOUT)
+    assert lane.settings == LaneSettings(
+        max_rate=0.0,
+        max_in_flight=3,
+        timeout=settings.WEBHOOK_TIMEOUT.total_seconds(),
+        signing_secrets=(rotated.value, created.value),
+    )
+    headers = lane.settings.signer.headers(msg_id="event-1", body="{}", sent_at=timezone.now())
     assert len(headers["webhook-signature"].split()) == 2
 
 

@@ -46,15 +46,16 @@ from delivery.health import Signal, signal_of
 from delivery.limit import AdaptiveLimit, FixedLimit, LearnedRate
 from delivery.metrics import IN_FLIGHT_LIMIT, LEARNED_RATE
 from delivery.models import Destination, Endpoint, EndpointState
+from delivery.receiver_urls import url_decrypt
 from delivery.selectors import destination_signing_secrets
 from delivery.services.destinations import destinations_seed_default
 from delivery.services.endpoints import (
+    endpoint_for_destination,
     endpoint_release_shares,
     endpoint_reserve_send_slots,
     endpoint_return_probe,
     endpoint_share_in_flight,
     endpoint_take_probe,
-    endpoints_ensure,
 )
 from delivery.signing import WebhookSigner
 from delivery.transport import ClaimedDelivery, SendResult
@@ -97,8 +98,14 @@ class HealthColumns(Protocol):
 class Lane:
     """This worker's traffic to one endpoint: what it holds, what is open, what may be."""
 
-    url: str
+    # The endpoint's identity (Endpoint.key): what deliveries name it by.
+    key: str
     endpoint_id: int
+    # Where requests go, decrypted from the endpoint's row (a credential: never logged or labelled).
+    url: str
+    # Named in log lines and metric labels instead of the URL: its destination's name, or what
+    # the endpoint shows (Endpoint.url_display) while no destination has it.
+    name: str
     limit: AdaptiveLimit | FixedLimit
     state: str = HEALTHY
     consecutive_failures: int = 0
@@ -191,6 +198,7 @@ class Lane:
         self, destination: Destination, *, secrets: list[str], max_rate: float, max_in_flight: int
     ) -> None:
         """The destination's settings as now saved; `max_rate` and `max_in_flight` are the settings' defaults."""
+        self.name = destination.name
         self.max_rate = destination.max_rate if destination.max_rate is not None else max_rate
         self.max_in_flight = (
             destination.max_in_flight if destination.max_in_flight is not None else max_in_flight
@@ -249,7 +257,9 @@ class Lanes:
         self.max_rate = max_rate
         self.max_in_flight = max_in_flight
         self.lease = lease
-        self.by_url: dict[str, Lane] = {}
+        self.by_key: dict[str, Lane] = {}
+        # Each lane's URL as last decrypted: decrypted again only when its ciphertext changes.
+        self._url_ciphertexts: dict[str, str] = {}
         self.refreshed_mono = float("-inf")
         # Set when a verdict made an endpoint failing: read the rows on the next turn, not a second later.
         self.stale = True
@@ -258,22 +268,28 @@ class Lanes:
 
     # --- the endpoints' shared state --------------------------------------------
 
-    def lane(self, url: str, endpoint: Endpoint | None = None) -> Lane:
-        lane = self.by_url.get(url)
+    def lane(self, endpoint: Endpoint) -> Lane:
+        lane = self.by_key.get(endpoint.key)
         if lane is None:
-            endpoint = endpoint or endpoints_ensure(urls=[url])[url]
             limit = FixedLimit(self.concurrency) if self.concurrency else AdaptiveLimit()
-            lane = self.by_url[url] = Lane(
-                url=url,
+            lane = self.by_key[endpoint.key] = Lane(
+                key=endpoint.key,
                 endpoint_id=endpoint.pk,
+                url=url_decrypt(endpoint.url_ciphertext),
+                name=endpoint.url_display,
                 limit=limit,
                 max_rate=self.max_rate,
                 max_in_flight=self.max_in_flight,
             )
+            self._url_ciphertexts[endpoint.key] = endpoint.url_ciphertext
             self._follow_row(lane, endpoint)
         return lane
 
     def _follow_row(self, lane: Lane, endpoint: Endpoint) -> None:
+        if self._url_ciphertexts.get(endpoint.key) != endpoint.url_ciphertext:
+            # Re-encrypted under a new key (destination_secrets_reencrypt): the same URL.
+            lane.url = url_decrypt(endpoint.url_ciphertext)
+            self._url_ciphertexts[endpoint.key] = endpoint.url_ciphertext
         lane.follow_health(endpoint)
         if endpoint.blocked_until is not None:
             remaining = (endpoint.blocked_until - timezone.now()).total_seconds()
@@ -289,23 +305,25 @@ class Lanes:
         now_mono = time.monotonic()
         if not self.stale and now_mono - self.refreshed_mono < REFRESH_EVERY:
             return []
-        self._follow_destinations()
-        for endpoint in Endpoint.objects.all():
-            self._follow_row(self.lane(endpoint.url, endpoint), endpoint)
+        endpoints = {endpoint.key: endpoint for endpoint in Endpoint.objects.all()}
+        self._follow_destinations(endpoints)
+        for endpoint in endpoints.values():
+            self._follow_row(self.lane(endpoint), endpoint)
         self._renew_shares()
         self.refreshed_mono = now_mono
         self.stale = False
-        for lane in self.by_url.values():
-            IN_FLIGHT_LIMIT.labels(endpoint=lane.url).set(lane.allowed() if lane.state == HEALTHY else 0)
-            LEARNED_RATE.labels(endpoint=lane.url).set(lane.rate.current or 0)
-        stopped = self._take_waiting(lanes=[lane for lane in self.by_url.values() if lane.state != HEALTHY])
-        return stopped + [delivery for lane in self.by_url.values() for delivery in lane.take_excess()]
+        for lane in self.by_key.values():
+            IN_FLIGHT_LIMIT.labels(endpoint=lane.name).set(lane.allowed() if lane.state == HEALTHY else 0)
+            LEARNED_RATE.labels(endpoint=lane.name).set(lane.rate.current or 0)
+        stopped = self._take_waiting(lanes=[lane for lane in self.by_key.values() if lane.state != HEALTHY])
+        return stopped + [delivery for lane in self.by_key.values() for delivery in lane.take_excess()]
 
-    def _follow_destinations(self) -> None:
+    def _follow_destinations(self, endpoints: dict[str, Endpoint]) -> None:
         """Every destination has a lane with its secrets, timeout and limits, as saved now.
 
         A lane whose URL no destination has any more (its URL was edited)
         keeps what it had: what it still holds was queued for that destination.
+        `endpoints` are the endpoint rows by key; a destination's missing there is made.
         """
         if not self.seeded:
             destinations_seed_default()
@@ -313,7 +331,10 @@ class Lanes:
         destinations = list(Destination.objects.all())
         secrets = destination_signing_secrets(destinations=destinations, now=timezone.now())
         for destination in destinations:
-            self.lane(destination.url).follow_destination(
+            endpoint = endpoints.get(destination.url_key)
+            if endpoint is None:
+                endpoint = endpoints[destination.url_key] = endpoint_for_destination(destination=destination)
+            self.lane(endpoint).follow_destination(
                 destination,
                 secrets=secrets[destination.pk],
                 max_rate=self.max_rate,
@@ -321,7 +342,7 @@ class Lanes:
             )
 
     def _renew_shares(self) -> None:
-        for lane in self.by_url.values():
+        for lane in self.by_key.values():
             if not lane.max_in_flight:
                 lane.share = None
                 continue
@@ -338,32 +359,32 @@ class Lanes:
 
     def follow_verdicts(self, verdicts: Mapping[str, HealthColumns]) -> None:
         """The health the last record gave some endpoints; one no longer healthy hands back what waits, next turn."""
-        for url, health in verdicts.items():
-            lane = self.by_url[url]
+        for key, health in verdicts.items():
+            lane = self.by_key[key]
             lane.follow_health(health)
             if lane.state != HEALTHY:
                 self.stale = True
 
-    def healthy_urls(self) -> list[str]:
+    def healthy_keys(self) -> list[str]:
         """The endpoints last seen HEALTHY with no failure counted (deliveries_record's quiet path)."""
         return [
-            url
-            for url, lane in self.by_url.items()
+            key
+            for key, lane in self.by_key.items()
             if lane.state == HEALTHY and lane.consecutive_failures == 0
         ]
 
     def release_shares(self) -> None:
         """A stopping worker gives its in-flight shares back at once (they also expire by themselves)."""
-        if any(lane.max_in_flight for lane in self.by_url.values()):
+        if any(lane.max_in_flight for lane in self.by_key.values()):
             endpoint_release_shares(worker=self.worker)
 
     # --- what to claim --------------------------------------------------------------
 
     def accepting(self, now_mono: float) -> list[Lane]:
-        return [lane for lane in self.by_url.values() if lane.takes_claims(now_mono)]
+        return [lane for lane in self.by_key.values() if lane.takes_claims(now_mono)]
 
-    def closed_urls(self, now_mono: float) -> list[str]:
-        return [url for url, lane in self.by_url.items() if not lane.takes_claims(now_mono)]
+    def closed_keys(self, now_mono: float) -> list[str]:
+        return [key for key, lane in self.by_key.items() if not lane.takes_claims(now_mono)]
 
     def room(self, now_mono: float) -> int:
         """How many more deliveries the lanes that take claims would hold."""
@@ -380,13 +401,29 @@ class Lanes:
             for lane in lanes
         )
 
-    def hold(self, deliveries: list[ClaimedDelivery]) -> None:
+    def hold(self, deliveries: list[ClaimedDelivery]) -> list[ClaimedDelivery]:
+        """Put claimed deliveries in their lanes; return those whose endpoint is gone, for the caller to hand back.
+
+        An endpoint goes when its destination's URL changes (or the destination is
+        deleted); the change moved the unsent deliveries to the new endpoint,
+        these among them if claimed just before it, so handed back they wait
+        there.
+        """
+        unknown = {d.endpoint_key for d in deliveries if d.endpoint_key not in self.by_key}
+        for endpoint in Endpoint.objects.filter(key__in=unknown) if unknown else ():
+            self.lane(endpoint)
+        stray = []
         for delivery in deliveries:
-            self.lane(delivery.endpoint_url).waiting.append(delivery)
+            lane = self.by_key.get(delivery.endpoint_key)
+            if lane is None:
+                stray.append(delivery)
+            else:
+                lane.waiting.append(delivery)
+        return stray
 
     def probes_due(self) -> Iterator[Lane]:
         now = timezone.now()
-        for lane in list(self.by_url.values()):
+        for lane in list(self.by_key.values()):
             if (
                 lane.state == FAILING
                 and not lane.probing
@@ -407,16 +444,16 @@ class Lanes:
 
     def holding(self) -> bool:
         """Whether any delivery is claimed and not yet finished."""
-        return any(lane.waiting or lane.open for lane in self.by_url.values())
+        return any(lane.waiting or lane.open for lane in self.by_key.values())
 
     def waiting(self) -> bool:
-        return any(lane.waiting for lane in self.by_url.values())
+        return any(lane.waiting for lane in self.by_key.values())
 
     def until_sendable(self) -> float:
         """Seconds until a lane holding deliveries may start one (0 if one may now)."""
         now_mono = time.monotonic()
         return min(
-            (lane.blocked_until_mono - now_mono for lane in self.by_url.values() if lane.waiting), default=0.0
+            (lane.blocked_until_mono - now_mono for lane in self.by_key.values() if lane.waiting), default=0.0
         )
 
     def ready_to_start(self, *, may_reserve: bool) -> Iterator[tuple[Lane, ClaimedDelivery, float | None]]:
@@ -429,7 +466,7 @@ class Lanes:
         rate each then waits for its turn too (Lane.turn_in).
         """
         now_mono = time.monotonic()
-        for lane in self.by_url.values():
+        for lane in self.by_key.values():
             while (
                 lane.waiting
                 and lane.open < lane.allowed()
@@ -457,7 +494,7 @@ class Lanes:
     # --- stopping ---------------------------------------------------------------------
 
     def take_all_waiting(self) -> list[ClaimedDelivery]:
-        return self._take_waiting(lanes=list(self.by_url.values()))
+        return self._take_waiting(lanes=list(self.by_key.values()))
 
     def _take_waiting(self, *, lanes: list[Lane]) -> list[ClaimedDelivery]:
         taken = [delivery for lane in lanes for delivery in lane.waiting]

@@ -11,6 +11,7 @@ from delivery.serializers import (
     RecoveryPreviewSerializer,
     RecoveryRequestSerializer,
     RecoverySerializer,
+    RevealedUrlSerializer,
     RotateSecretSerializer,
 )
 
@@ -29,7 +30,7 @@ CREATED = OpenApiExample(
     value={
         "id": 3,
         "name": "team-slack",
-        "url": "https://hooks.slack.com/services/T000/B000/XXXX",
+        "url": "https://hooks.slack.com/…",
         "event_types": ["BIRTHDAY"],
         "format": "slack",
         "enabled": True,
@@ -83,8 +84,9 @@ IN_USE = OpenApiResponse(
 EDITS = (
     "Send the ETag you read in If-Match so that a change made meanwhile by someone else is not overwritten. "
     "Takes effect on every worker within seconds. A new URL takes the deliveries not yet delivered with it; "
-    "a new format or set of event types applies to occurrences claimed from now on. A secret cannot be "
-    "changed here: use rotate-secret."
+    "a paused destination stays paused under its new URL; a new format or set of event types applies to "
+    "occurrences claimed from now on. `url` left out, or given back as answered (redacted), keeps the URL. "
+    "A secret cannot be changed here: use rotate-secret."
 )
 
 destination_schema = extend_schema_view(
@@ -123,6 +125,16 @@ destination_schema = extend_schema_view(
         ),
         request=RotateSecretSerializer,
         responses={200: NewSecretSerializer},
+    ),
+    reveal_url=extend_schema(
+        summary="Reveal a destination's whole receiver URL",
+        description=(
+            "Every other answer shows the URL redacted (scheme and host): a chat webhook's URL is the credential "
+            "that posts to it. This one shows it whole, to a caller allowed to change the destination "
+            "(delivery.change_destination), and is logged (who, which destination; never the URL). Not cached."
+        ),
+        request=None,
+        responses={200: RevealedUrlSerializer},
     ),
     pause=extend_schema(
         summary="Pause a destination",

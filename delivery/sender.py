@@ -96,7 +96,9 @@ class Sender:
         lane.not_begun -= 1
         self.begun.add(delivery.id)
         # Signed and timed as the lane's destination says (delivery.lanes follows its edits).
-        return await self.transport.send(delivery, signer=lane.signer, timeout=lane.timeout), waited_for_turn
+        return await self.transport.send(
+            delivery, url=lane.url, signer=lane.signer, timeout=lane.timeout
+        ), waited_for_turn
 
     def run(self, *, seconds: float, return_when: Callable[[], bool]) -> None:
         """Run the loop until `return_when()` says so after a request finished, nothing is open, or `seconds` pass.

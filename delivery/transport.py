@@ -31,6 +31,7 @@ from aiohttp.resolver import DefaultResolver
 from config import __version__
 from delivery.models import AttemptOutcome, DeliveryAttempt
 from delivery.receiver_addresses import ReceiverPolicy, parse_address, url_refusal
+from delivery.receiver_urls import url_redact
 from delivery.resolver import AddressRefused, ScreeningResolver
 from delivery.signing import WebhookSigner
 
@@ -51,7 +52,8 @@ class ClaimedDelivery:
     id: uuid.UUID
     event_id: uuid.UUID
     idempotency_key: str
-    endpoint_url: str
+    # The endpoint it goes to (Endpoint.key); the URL itself is the lane's (delivery.lanes).
+    endpoint_key: str
     # The JSON body as stored (sent as it is: no decoding and encoding again).
     body: str
     attempt: int
@@ -258,9 +260,17 @@ class WebhookTransport:
         return headers
 
     async def send(
-        self, delivery: ClaimedDelivery, *, signer: WebhookSigner | None = None, timeout: float | None = None
+        self,
+        delivery: ClaimedDelivery,
+        *,
+        url: str,
+        signer: WebhookSigner | None = None,
+        timeout: float | None = None,
     ) -> SendResult:
-        """POST `delivery`, signed by its destination's `signer`, waiting `timeout` (default: the session's)."""
+        """POST `delivery` to `url`, signed by its destination's `signer`, waiting `timeout` (default: the session's).
+
+        No error it returns repeats the URL's path or query (a token): only its redacted form.
+        """
         body = delivery.body
         timeout = timeout or self.timeout
         started_at = datetime.now(UTC)
@@ -277,7 +287,6 @@ class WebhookTransport:
                 **fields,
             )
 
-        url = delivery.endpoint_url
         try:
             refusal = self.url_refusal(url)
             proxy = None if refusal else self.proxy_for(url)
@@ -301,15 +310,15 @@ class WebhookTransport:
                     response.headers.get("Retry-After"),
                 )
         except AddressRefused as exc:
-            return finish(AttemptOutcome.PERMANENT_FAILURE, error=str(exc), refused=True)
+            return finish(AttemptOutcome.PERMANENT_FAILURE, error=_scrubbed(str(exc), url), refused=True)
         except TimeoutError:
             return finish(AttemptOutcome.TRANSIENT_FAILURE, error=f"Timed out after {timeout:g} s")
         except (aiohttp.InvalidURL, ValueError) as exc:
-            return finish(AttemptOutcome.PERMANENT_FAILURE, error=f"Request failed: {_short(exc)}")
+            return finish(AttemptOutcome.PERMANENT_FAILURE, error=f"Request failed: {_short(exc, url)}")
         except (aiohttp.ClientError, OSError) as exc:
             # Refused, reset, DNS, TLS, proxy, a connection closed mid-answer:
             # the receiver or the way to it, not the message.
-            return finish(AttemptOutcome.TRANSIENT_FAILURE, error=f"Connection error: {_short(exc)}")
+            return finish(AttemptOutcome.TRANSIENT_FAILURE, error=f"Connection error: {_short(exc, url)}")
         outcome = classify_status(status)
         retry_after = None
         error = ""
@@ -337,6 +346,22 @@ async def _read_excerpt(response: aiohttp.ClientResponse) -> str:
     return raw[:limit].decode("utf-8", errors="replace")
 
 
-def _short(exc: Exception) -> str:
+def _short(exc: Exception, url: str | None = None) -> str:
     text = str(exc) or type(exc).__name__
+    if url is not None:
+        text = _scrubbed(text, url)
     return text if len(text) <= 300 else text[:300] + "..."
+
+
+def _scrubbed(text: str, url: str) -> str:
+    """`text` (an exception's, which may quote the URL it failed on) with the URL's token-bearing parts shown
+    redacted: the URL in any spelling aiohttp and yarl print it, then its path and query alone."""
+    redacted = url_redact(url)
+    spellings = {url, str(yarl.URL(url)), str(yarl.URL(url, encoded=True))}
+    for spelling in sorted(spellings, key=len, reverse=True):
+        text = text.replace(spelling, redacted)
+    parsed = urllib.parse.urlsplit(url)
+    for part in (parsed.path + ("?" + parsed.query if parsed.query else ""), parsed.query):
+        if len(part) > 1:
+            text = text.replace(part, "/…")
+    return text

@@ -253,8 +253,8 @@ class Worker(ProcessLoop):
         if room == 0 or (not worthwhile and self.lanes.holding()):
             return claimed
         want = min(room, self.batch_size)
-        deliveries = self._claim(limit=want, skip_urls=self.lanes.closed_urls(now_mono))
-        self.lanes.hold(deliveries)
+        deliveries = self._claim(limit=want, skip_keys=self.lanes.closed_keys(now_mono))
+        self._release(self.lanes.hold(deliveries))
         if len(deliveries) < want:
             self.next_claim_mono = time.monotonic() + EMPTY_CLAIM_PAUSE
         return claimed + len(deliveries)
@@ -264,16 +264,16 @@ class Worker(ProcessLoop):
         for lane in self.lanes.probes_due():
             if not self.lanes.take_probe(lane):
                 continue
-            deliveries = self._claim(limit=1, probe_url=lane.url)
+            deliveries = self._claim(limit=1, probe_key=lane.key)
             if not deliveries:
                 self.lanes.return_probe(lane)
                 continue
-            logger.info("Probing failing endpoint", extra={"worker": self.name, "endpoint": lane.url})
+            logger.info("Probing failing endpoint", extra={"worker": self.name, "destination": lane.name})
             self.sender.start(lane, deliveries[0], slot_mono=None)
             claimed += 1
         return claimed
 
-    def _claim(self, *, limit: int, skip_urls=(), probe_url: str | None = None) -> list[ClaimedDelivery]:
+    def _claim(self, *, limit: int, skip_keys=(), probe_key: str | None = None) -> list[ClaimedDelivery]:
         self._held_up()
         started = time.perf_counter()
         claimed = deliveries_claim(
@@ -281,8 +281,8 @@ class Worker(ProcessLoop):
             limit=limit,
             lease=self.lease,
             take_over_expired=time.monotonic() >= self.take_over_after_mono,
-            skip_urls=skip_urls,
-            probe_url=probe_url,
+            skip_keys=skip_keys,
+            probe_key=probe_key,
         )
         if claimed:  # only batches that found work: an idle worker's empty polls would drown them
             CLAIM_BATCH_DURATION.labels(kind=ProcessKind.WORKER).observe(time.perf_counter() - started)
@@ -321,7 +321,7 @@ class Worker(ProcessLoop):
             force or not self.sender.busy or self.sender.answers_due(batch=self.worthwhile_batch)
         ):
             return
-        summary = deliveries_record(worker=self.name, results=answers, healthy=self.lanes.healthy_urls())
+        summary = deliveries_record(worker=self.name, results=answers, healthy=self.lanes.healthy_keys())
         self.sender.answers_recorded()
         self.lanes.follow_verdicts(summary.verdicts)
         self.count(sent=len(answers), delivered=summary.delivered, dead=summary.dead)
@@ -339,7 +339,7 @@ class Worker(ProcessLoop):
         rows SENDING under this worker whose outcomes it recorded on the lost
         timeline: those are left to expire and be taken over, not kept forever.
         """
-        waiting = [delivery.id for lane in self.lanes.by_url.values() for delivery in lane.waiting]
+        waiting = [delivery.id for lane in self.lanes.by_key.values() for delivery in lane.waiting]
         return deliveries_renew_leases(
             worker=self.name, ids=waiting + self.sender.held_ids(), lease=self.lease
         )

@@ -47,7 +47,7 @@ def events_conclude(*, event_ids: Collection[uuid.UUID], now: datetime) -> tuple
     rows = execute(
         "SELECT e.id, x.unfinished, x.deliveries, x.dead, x.dead_errors FROM unnest(%s::uuid[]) AS e(id) "
         "CROSS JOIN LATERAL (SELECT bool_or(d.status IN (%s, %s)) AS unfinished, count(*) AS deliveries, "
-        "array_agg(COALESCE(t.name, d.endpoint_url) || ': ' || d.last_error ORDER BY t.name) "
+        "array_agg(COALESCE(t.name, 'a deleted destination') || ': ' || d.last_error ORDER BY t.name) "
         "FILTER (WHERE d.status = %s) AS dead, array_agg(d.last_error) FILTER (WHERE d.status = %s) AS dead_errors "
         f"FROM {Delivery._meta.db_table} d LEFT JOIN {Destination._meta.db_table} t ON t.id = d.destination_id "
         "WHERE d.event_id = e.id) x WHERE x.deliveries > 0",

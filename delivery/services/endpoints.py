@@ -22,7 +22,7 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from delivery.health import Answer, Health, HealthPolicy, observe
-from delivery.models import Endpoint, EndpointPermit, EndpointState
+from delivery.models import Destination, Endpoint, EndpointPermit, EndpointState
 from runtime.wakeup import WORKER_CHANNEL, notify
 from scheduling.exceptions import InvalidStateTransition
 
@@ -54,6 +54,15 @@ ENDPOINT_TRANSITIONS: Mapping[tuple[str, str], EndpointActor] = {
 }
 
 _HEALTH_FIELDS = tuple(Health.__dataclass_fields__)
+# The health of an endpoint whose row is gone (endpoint_record_answers): a new one's.
+_GONE = Endpoint()
+
+
+def endpoint_log_fields(endpoint: Endpoint) -> dict[str, Any]:
+    """How log lines name an endpoint: its id, its destination's name and the URL's redacted form, never
+    the URL (a credential)."""
+    destination = Destination.objects.filter(url_key=endpoint.key).values_list("name", flat=True).first()
+    return {"endpoint_id": endpoint.pk, "destination": destination, "endpoint": endpoint.url_display}
 
 
 def endpoint_transition(
@@ -73,17 +82,25 @@ def endpoint_transition(
     return moved == 1
 
 
-def endpoints_ensure(*, urls: Sequence[str]) -> dict[str, Endpoint]:
-    """The endpoint row of each URL, created HEALTHY where there is none yet."""
-    found = {e.url: e for e in Endpoint.objects.filter(url__in=list(urls))}
-    for url in urls:
-        if url not in found:
-            try:
-                with transaction.atomic():
-                    found[url] = Endpoint.objects.create(url=url)
-            except IntegrityError:  # another worker created it first
-                found[url] = Endpoint.objects.get(url=url)
-    return found
+def endpoint_for_destination(*, destination: Destination) -> Endpoint:
+    """The endpoint row of the destination's URL, created HEALTHY if there is none yet.
+
+    Destinations make theirs when created or given a new URL
+    (delivery.services.destinations); this is for what predates that, and
+    for a destination saved meanwhile.
+    """
+    found = Endpoint.objects.filter(key=destination.url_key).first()
+    if found is not None:
+        return found
+    try:
+        with transaction.atomic():
+            return Endpoint.objects.create(
+                key=destination.url_key,
+                url_ciphertext=destination.url_ciphertext,
+                url_display=destination.url_display,
+            )
+    except IntegrityError:  # another process created it first
+        return Endpoint.objects.get(key=destination.url_key)
 
 
 @dataclass(frozen=True)
@@ -95,19 +112,23 @@ class Verdict:
 
 
 def endpoint_record_answers(
-    *, url: str, answers: Sequence[Answer], now: datetime, policy: HealthPolicy
+    *, key: str, answers: Sequence[Answer], now: datetime, policy: HealthPolicy
 ) -> Verdict:
     """Apply one worker's batch of answers to the endpoint's shared health; the caller's transaction holds it.
 
     The row is locked for the rest of the caller's transaction, so batches from
-    several workers count failures one after the other.
+    several workers count failures one after the other. An endpoint gone
+    meanwhile (its destination's URL changed while these were in flight) has
+    no health left to keep: the answers are weighed as a healthy one's, and
+    nothing is written.
     """
-    endpoint = Endpoint.objects.select_for_update().filter(url=url).first()
-    if endpoint is None:
-        endpoints_ensure(urls=[url])
-        endpoint = Endpoint.objects.select_for_update().get(url=url)
-    before = Health(**{name: getattr(endpoint, name) for name in _HEALTH_FIELDS})
+    endpoint = Endpoint.objects.select_for_update().filter(key=key).first()
+    before = Health(
+        **{name: getattr(endpoint if endpoint is not None else _GONE, name) for name in _HEALTH_FIELDS}
+    )
     after = observe(health=before, answers=answers, now=now, policy=policy)
+    if endpoint is None:
+        return Verdict(health=after, down=after.is_down(policy))
     changes = {
         name: getattr(after, name) for name in _HEALTH_FIELDS if getattr(after, name) != getattr(before, name)
     }
@@ -117,7 +138,7 @@ def endpoint_record_answers(
         endpoint_transition(
             endpoint_id=endpoint.pk, source=before.state, target=moves, actor=actor, changes=changes
         )
-        _log_move(url=url, before=before, after=after)
+        _log_move(endpoint=endpoint, before=before, after=after)
         if moves == HEALTHY:
             notify(WORKER_CHANNEL)  # idle workers drain the backlog now, not at their next poll
     elif changes:
@@ -125,24 +146,24 @@ def endpoint_record_answers(
     return Verdict(health=after, down=after.is_down(policy))
 
 
-def endpoint_note_success(*, url: str, at: datetime) -> None:
+def endpoint_note_success(*, key: str, at: datetime) -> None:
     """A healthy endpoint's batch all succeeded: move its last success forward (never back)."""
-    Endpoint.objects.filter(url=url).update(last_success_at=Greatest(F("last_success_at"), at))
+    Endpoint.objects.filter(key=key).update(last_success_at=Greatest(F("last_success_at"), at))
 
 
-def _log_move(*, url: str, before: Health, after: Health) -> None:
+def _log_move(*, endpoint: Endpoint, before: Health, after: Health) -> None:
     if after.state == FAILING:
         logger.warning(
             "Endpoint failing: %s failures in a row; deliveries wait for it, probing every %s s at most",
             after.consecutive_failures,
             int(after.probe_interval.total_seconds()) if after.probe_interval else 0,
-            extra={"endpoint": url, "last_error": after.last_error},
+            extra={**endpoint_log_fields(endpoint), "last_error": after.last_error},
         )
     else:
         logger.info(
             "Endpoint healthy again after failing since %s",
             before.failing_since.isoformat() if before.failing_since else "?",
-            extra={"endpoint": url},
+            extra=endpoint_log_fields(endpoint),
         )
 
 
@@ -163,11 +184,15 @@ def endpoint_pause(*, endpoint: Endpoint, operator: str) -> Endpoint:
                 "probe_interval": None,
             },
         ):
-            logger.warning("Endpoint paused by %s", operator, extra={"endpoint": endpoint.url, "was": source})
+            logger.warning(
+                "Endpoint paused by %s", operator, extra={**endpoint_log_fields(endpoint), "was": source}
+            )
             notify(WORKER_CHANNEL)
             return Endpoint.objects.get(pk=endpoint.pk)
     current = Endpoint.objects.get(pk=endpoint.pk)
-    raise InvalidStateTransition(f"Endpoint {current.url} is already paused (by {current.paused_by}).")
+    raise InvalidStateTransition(
+        f"Endpoint {current.url_display} is already paused (by {current.paused_by})."
+    )
 
 
 def endpoint_resume(*, endpoint: Endpoint, operator: str) -> Endpoint:
@@ -181,9 +206,9 @@ def endpoint_resume(*, endpoint: Endpoint, operator: str) -> Endpoint:
     ):
         current = Endpoint.objects.get(pk=endpoint.pk)
         raise InvalidStateTransition(
-            f"Endpoint {current.url} is {current.state}, not paused: nothing to resume."
+            f"Endpoint {current.url_display} is {current.state}, not paused: nothing to resume."
         )
-    logger.warning("Endpoint resumed by %s", operator, extra={"endpoint": endpoint.url})
+    logger.warning("Endpoint resumed by %s", operator, extra=endpoint_log_fields(endpoint))
     notify(WORKER_CHANNEL)
     return Endpoint.objects.get(pk=endpoint.pk)
 

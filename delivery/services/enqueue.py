@@ -105,7 +105,7 @@ class QueuedDeliveryRow(NamedTuple):
     id: uuid.UUID
     event_id: uuid.UUID
     destination_id: int
-    endpoint_url: str
+    endpoint_key: str
     idempotency_key: str
     payload: dict
 
@@ -119,7 +119,7 @@ def queued_delivery_row(
         uuid7(),
         event_id,
         destination.pk,
-        destination.url,
+        destination.url_key,
         idempotency_key,
         body_format(format=destination.format, payload=payload),
     )

@@ -24,7 +24,7 @@ _CLAIM_RETURNS = (
     "id",
     "event_id",
     "idempotency_key",
-    "endpoint_url",
+    "endpoint_key",
     "payload",
     "attempts",
     "max_attempts",
@@ -42,8 +42,8 @@ def deliveries_claim(
     lease: timedelta,
     now: datetime | None = None,
     take_over_expired: bool = True,
-    skip_urls: Sequence[str] = (),
-    probe_url: str | None = None,
+    skip_keys: Sequence[str] = (),
+    probe_key: str | None = None,
 ) -> list[ClaimedDelivery]:
     """Lease up to `limit` due deliveries to `worker` in one short transaction.
 
@@ -52,7 +52,7 @@ def deliveries_claim(
     first put back in the queue, their attempt logged as abandoned. Rows other
     workers hold are skipped, never waited for. The HTTP calls happen after this
     commits: nothing stays locked across the network. Deliveries to
-    `skip_urls` are left waiting; with `probe_url`, only that endpoint's
+    `skip_keys` are left waiting; with `probe_key`, only that endpoint's
     oldest due delivery is claimed, as its probe.
     """
     now = now or timezone.now()
@@ -64,7 +64,7 @@ def deliveries_claim(
         rows = deliveries_transition(
             source=DeliveryStatus.QUEUED,
             target=DeliveryStatus.SENDING,
-            select=Due(now=now, limit=1 if probe_url else limit, skip_urls=skip_urls, only_url=probe_url),
+            select=Due(now=now, limit=1 if probe_key else limit, skip_keys=skip_keys, only_key=probe_key),
             now=now,
             lease=NewLease(worker=worker, until=now + lease),
             returning=_CLAIM_RETURNS,
@@ -75,14 +75,14 @@ def deliveries_claim(
             id=row[0],
             event_id=row[1],
             idempotency_key=row[2],
-            endpoint_url=row[3],
+            endpoint_key=row[3],
             # jsonb comes back as text (Django's psycopg loader), sent as it is.
             body=row[4],
             attempt=row[5],
             max_attempts=row[6],
             due_at=row[7],
             queued_at=row[9] or row[8],
-            probe=probe_url is not None,
+            probe=probe_key is not None,
         )
         for row in rows
     ]

@@ -82,7 +82,8 @@ def destinations_send_test(*, destinations: Sequence[Destination], operator: str
     pings = [_ping(destination=d, sent_at=now.isoformat()) for d in destinations]
     signers = [WebhookSigner(secrets[d.pk]) if secrets[d.pk] else None for d in destinations]
     timeouts = [min(_timeout(d), LONGEST_WAIT) for d in destinations]
-    sent = asyncio.run(_send_all(pings, signers=signers, timeouts=timeouts))
+    urls = [d.receiver_url() for d in destinations]
+    sent = asyncio.run(_send_all(pings, urls=urls, signers=signers, timeouts=timeouts))
     results = [_result(destination=d, sent=s) for d, s in zip(destinations, sent, strict=True)]
     for result in results:
         logger.info(
@@ -123,7 +124,7 @@ def _ping(*, destination: Destination, sent_at: str) -> ClaimedDelivery:
         id=uuid.uuid4(),
         event_id=uuid.uuid4(),
         idempotency_key=message_id,
-        endpoint_url=destination.url,
+        endpoint_key=destination.url_key,
         body=json.dumps(body_format(format=destination.format, payload=payload)),
         attempt=1,
         max_attempts=1,
@@ -131,7 +132,11 @@ def _ping(*, destination: Destination, sent_at: str) -> ClaimedDelivery:
 
 
 async def _send_all(
-    pings: Sequence[ClaimedDelivery], *, signers: Sequence[WebhookSigner | None], timeouts: Sequence[float]
+    pings: Sequence[ClaimedDelivery],
+    *,
+    urls: Sequence[str],
+    signers: Sequence[WebhookSigner | None],
+    timeouts: Sequence[float],
 ) -> list[SendResult]:
     transport = WebhookTransport(timeout=max(timeouts))
     await transport.open()
@@ -139,8 +144,8 @@ async def _send_all(
         return list(
             await asyncio.gather(
                 *(
-                    _send(transport, ping, signer=s, timeout=t)
-                    for ping, s, t in zip(pings, signers, timeouts, strict=True)
+                    _send(transport, ping, url=u, signer=s, timeout=t)
+                    for ping, u, s, t in zip(pings, urls, signers, timeouts, strict=True)
                 )
             )
         )
@@ -149,14 +154,19 @@ async def _send_all(
 
 
 async def _send(
-    transport: WebhookTransport, ping: ClaimedDelivery, *, signer: WebhookSigner | None, timeout: float
+    transport: WebhookTransport,
+    ping: ClaimedDelivery,
+    *,
+    url: str,
+    signer: WebhookSigner | None,
+    timeout: float,
 ) -> SendResult:
     # The transport's deadlines are per step (connect, each read), as a worker needs; a person waiting
     # for a page needs one for the whole request, DNS included.
     started_at, started_mono = timezone.now(), time.monotonic()
     try:
         async with asyncio.timeout(timeout):
-            return await transport.send(ping, signer=signer, timeout=timeout)
+            return await transport.send(ping, url=url, signer=signer, timeout=timeout)
     except TimeoutError:
         return SendResult(
             delivery=ping,

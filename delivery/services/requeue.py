@@ -54,7 +54,7 @@ def deliveries_requeue(
     if not deliveries:
         return []
     payloads: dict[uuid.UUID, dict] = {}
-    bodies, urls, budgets = [], [], []
+    bodies, keys, budgets = [], [], []
     for delivery in deliveries:
         payload = payloads.get(delivery.event_id)
         if payload is None:
@@ -64,7 +64,7 @@ def deliveries_requeue(
         destination = delivery.destination
         # A delivery whose destination was deleted goes, in the standard format, where it went.
         bodies.append(body_format(format=destination.format, payload=payload) if destination else payload)
-        urls.append(destination.url if destination else delivery.endpoint_url)
+        keys.append(destination.url_key if destination else delivery.endpoint_key)
         budgets.append(delivery.attempts + settings.DELIVERY_MAX_ATTEMPTS)
     moved = deliveries_transition(
         source=source,
@@ -72,7 +72,7 @@ def deliveries_requeue(
         select=Rows(
             ids=[d.id for d in deliveries],
             attempts=[d.attempts for d in deliveries],
-            values={"payload": bodies, "endpoint_url": urls, "max_attempts": budgets},
+            values={"payload": bodies, "endpoint_key": keys, "max_attempts": budgets},
         ),
         now=now,
         # Queued again, it is not delivered (yet): the first acceptance stays in the attempt log.

@@ -195,7 +195,7 @@ def url_refusal(*, url: str, policy: ReceiverPolicy) -> str | None:
     except (TypeError, ValueError):
         return "Refused: not a URL"
     if parsed.scheme not in ("https", "http") or not parsed.raw_host:
-        return f"Refused: {url_redact(url)} is not an https URL with a host"
+        return "Refused: not an https URL with a host"
     if parsed.scheme == "http" and not policy.allow_http:
         return f"Refused: {url_redact(url)} is not https (WEBHOOK_ALLOW_HTTP)"
     host = parsed.raw_host

@@ -28,7 +28,7 @@ from delivery.models import (
     RecoveryStatus,
 )
 from delivery.scheduler import Scheduler
-from delivery.tests.conftest import make_due
+from delivery.tests.conftest import key_of, make_due
 from devtools.sink import WebhookSink
 from users.tests.factories import UserFactory
 
@@ -84,7 +84,7 @@ def run_list_action(page, live_server, destination: Destination, action: str) ->
 
 
 def endpoint_column(page, destination: Destination) -> str:
-    row = page.locator("#result_list tbody tr", has_text=destination.url)
+    row = page.locator("#result_list tbody tr", has_text=destination.receiver_url())
     return row.locator("td.field-endpoint_state").inner_text().strip()
 
 
@@ -129,10 +129,10 @@ def test_operator_creates_a_destination_tests_pauses_resumes_and_recovers_it(
     # Paused, then resumed, from the list.
     assert "Pause: 1 destination paused." in run_list_action(page, live_server, destination, "pause")
     assert endpoint_column(page, destination) == "Paused"
-    assert Endpoint.objects.get(url=destination.url).state == EndpointState.PAUSED
+    assert Endpoint.objects.get(key=key_of(destination.receiver_url())).state == EndpointState.PAUSED
     assert "Resume: 1 destination resumed." in run_list_action(page, live_server, destination, "resume")
     assert endpoint_column(page, destination) == "Healthy"
-    assert Endpoint.objects.get(url=destination.url).state == EndpointState.HEALTHY
+    assert Endpoint.objects.get(key=key_of(destination.receiver_url())).state == EndpointState.HEALTHY
 
     # Three greetings reach it; the receiver loses them (it answered 200 and dropped them).
     for _ in range(3):

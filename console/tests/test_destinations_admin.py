@@ -14,7 +14,7 @@ from delivery.models import Delivery, DeliveryStatus, Destination, DestinationSe
 from delivery.scheduler import Scheduler
 from delivery.services import destinations as services
 from delivery.services.destinations import destination_create
-from delivery.tests.conftest import make_due
+from delivery.tests.conftest import key_of, make_due
 from devtools.sink import Reply, WebhookSink
 from users.tests.factories import UserFactory
 
@@ -91,7 +91,7 @@ def test_an_edit_is_saved_through_the_service_and_says_who_made_it(console):
     )
 
     destination.refresh_from_db()
-    assert (destination.url, destination.updated_by, destination.event_types) == (
+    assert (destination.receiver_url(), destination.updated_by, destination.event_types) == (
         "https://crm2.example.org/",
         "ops-alice",
         [],
@@ -118,11 +118,11 @@ def test_pause_and_resume_move_the_destinations_endpoint(console):
     ).destination
 
     console.post(LIST, {"action": "pause", "_selected_action": [destination.pk]})
-    assert Endpoint.objects.get(url=destination.url).state == EndpointState.PAUSED
+    assert Endpoint.objects.get(key=key_of(destination.receiver_url())).state == EndpointState.PAUSED
     assert "Paused" in console.get(LIST).content.decode()
 
     console.post(LIST, {"action": "resume", "_selected_action": [destination.pk]})
-    assert Endpoint.objects.get(url=destination.url).state == EndpointState.HEALTHY
+    assert Endpoint.objects.get(key=key_of(destination.receiver_url())).state == EndpointState.HEALTHY
 
 
 def test_a_destination_with_deliveries_to_send_cannot_be_deleted_from_the_console(console):
@@ -206,7 +206,7 @@ def edit_form(destination, **changes) -> dict:
     return {
         **FORM,
         "name": destination.name,
-        "url": destination.url,
+        "url": destination.receiver_url(),
         "event_types": destination.event_types,
         "format": destination.format,
         "loaded_version": destination.version,
@@ -236,7 +236,7 @@ def test_a_save_over_a_change_made_since_the_form_was_opened_is_refused_and_over
     errors = response.context["adminform"].form.non_field_errors()
     assert len(errors) == 1 and "changed since you opened it (by ops-bob, now at version 2)" in errors[0]
     destination.refresh_from_db()
-    assert (destination.url, destination.updated_by, destination.version) == (
+    assert (destination.receiver_url(), destination.updated_by, destination.version) == (
         "https://crm-bob.example.org/",
         "ops-bob",
         2,
@@ -274,7 +274,7 @@ def test_a_change_between_the_forms_check_and_its_save_is_refused_too(console, m
     assert response.status_code == 200
     assert "changed since you opened it" in response.context["adminform"].form.non_field_errors()[0]
     destination.refresh_from_db()
-    assert (destination.url, destination.version) == ("https://crm.example.org/", 2)
+    assert (destination.receiver_url(), destination.version) == ("https://crm.example.org/", 2)
 
 
 def test_a_save_from_the_version_the_form_was_opened_at_goes_through(console):
@@ -286,4 +286,4 @@ def test_a_save_from_the_version_the_form_was_opened_at_goes_through(console):
 
     assert response.status_code == 302
     destination.refresh_from_db()
-    assert (destination.url, destination.version) == ("https://crm2.example.org/", 2)
+    assert (destination.receiver_url(), destination.version) == ("https://crm2.example.org/", 2)

@@ -14,7 +14,13 @@ NOW = datetime(2025, 3, 8, 12, 0, tzinfo=UTC)
 
 
 def lane() -> Lane:
-    return Lane(url="http://receiver.test/webhook", endpoint_id=1, limit=AdaptiveLimit(initial=64))
+    return Lane(
+        key="x",
+        endpoint_id=1,
+        url="http://receiver.test/webhook",
+        name="receiver",
+        limit=AdaptiveLimit(initial=64),
+    )
 
 
 def paced_at(rate: float, *, last_turn_mono: float = 10.0) -> Lane:
@@ -30,7 +36,7 @@ def delivery() -> ClaimedDelivery:
         id=uuid.uuid4(),
         event_id=uuid.uuid4(),
         idempotency_key="event-0123456789abcdef",
-        endpoint_url="x",
+        endpoint_key="x",
         body="{}",
         attempt=1,
         max_attempts=8,

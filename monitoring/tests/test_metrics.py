@@ -13,7 +13,7 @@ from delivery.models import Delivery, DeliveryStatus, Endpoint, EndpointState
 from delivery.scheduler import Scheduler
 from delivery.selectors import delivery_finished_counts, endpoint_backlog
 from delivery.services.endpoints import endpoint_pause
-from delivery.tests.conftest import make_due
+from delivery.tests.conftest import endpoint_columns, key_of, make_due
 from delivery.worker import Worker
 from devtools.sink import Reply
 from runtime.heartbeats import heartbeat_start
@@ -326,9 +326,9 @@ def test_each_endpoint_has_its_state_failures_backlog_and_how_long_it_has_been_d
         next_probe_at=now + timedelta(seconds=30),
         probe_interval=timedelta(seconds=60),
     )
-    endpoint_pause(endpoint=Endpoint.objects.create(url=PAUSED), operator="ops-alice")
-    Endpoint.objects.filter(url=PAUSED).update(paused_at=now - timedelta(hours=2))
-    Endpoint.objects.create(url=FINE)
+    endpoint_pause(endpoint=Endpoint.objects.create(**endpoint_columns(PAUSED)), operator="ops-alice")
+    Endpoint.objects.filter(key=key_of(PAUSED)).update(paused_at=now - timedelta(hours=2))
+    Endpoint.objects.create(**endpoint_columns(FINE))
     queue_deliveries_to(RECEIVER, 3)
     queue_deliveries_to(RECEIVER, 1, status=DeliveryStatus.SENDING)  # in flight: not waiting
     queue_deliveries_to(PAUSED, 2)
@@ -365,11 +365,11 @@ def test_no_endpoint_yet_means_no_endpoint_series(client, metrics_settings):
 
 
 def test_the_endpoint_gauges_cost_two_queries_however_many_endpoints(client, metrics_settings):
-    Endpoint.objects.create(url=RECEIVER)
+    Endpoint.objects.create(**endpoint_columns(RECEIVER))
     with CaptureQueriesContext(connection) as one:
         client.get("/metrics")
     for number in range(20):
-        Endpoint.objects.create(url=f"https://r{number}.example.com/hook")
+        Endpoint.objects.create(**endpoint_columns(f"https://r{number}.example.com/hook"))
     queue_deliveries_to(RECEIVER, 2)
 
     with CaptureQueriesContext(connection) as many:

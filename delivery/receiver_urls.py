@@ -96,6 +96,8 @@ def url_redact(url: str) -> str:
         port = parts.port
     except ValueError:
         return "…"
+    if not host or not parts.scheme:
+        return "…"
     if ":" in host:
         host = f"[{host}]"
     scheme = parts.scheme.lower()

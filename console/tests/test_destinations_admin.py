@@ -10,6 +10,7 @@ from django.db.models import F
 from django.test import Client
 from django.urls import reverse
 
+from conftest import permissions_named
 from delivery.models import Delivery, DeliveryStatus, Destination, DestinationSecret, Endpoint, EndpointState
 from delivery.scheduler import Scheduler
 from delivery.services import destinations as services
@@ -206,7 +207,7 @@ def edit_form(destination, **changes) -> dict:
     return {
         **FORM,
         "name": destination.name,
-        "url": destination.receiver_url(),
+        "url": "",  # rendered empty: the URL is a credential, revealed on request only
         "event_types": destination.event_types,
         "format": destination.format,
         "loaded_version": destination.version,
@@ -287,3 +288,77 @@ def test_a_save_from_the_version_the_form_was_opened_at_goes_through(console):
     assert response.status_code == 302
     destination.refresh_from_db()
     assert (destination.receiver_url(), destination.version) == ("https://crm2.example.org/", 2)
+
+
+# --- the receiver URL is a credential ---------------------------------------------------------------------
+
+SLACK = "https://hooks.slack.com/services/T0001/B0001/XXXXSECRETTOKENXXXX"
+TOKEN = "XXXXSECRETTOKENXXXX"
+
+
+@pytest.fixture
+def viewer(django_user_model):
+    """A staff account that may read destinations and endpoints but change nothing."""
+    account = django_user_model.objects.create_user(
+        username="ops-viewer", password="unused-Pass-1!", is_staff=True
+    )
+    account.user_permissions.set(
+        permissions_named(
+            "delivery.view_destination",
+            "delivery.view_endpoint",
+            "delivery.view_delivery",
+            "scheduling.view_event",
+        )
+    )
+    client = Client()
+    client.force_login(account)
+    return client
+
+
+def test_pages_show_the_url_redacted_and_the_reveal_shows_it_whole_to_who_may_change_it(
+    console, viewer, caplog
+):
+    caplog.set_level(logging.DEBUG)
+    destination = destination_create(name="team-slack", url=SLACK, operator="ops").destination
+    endpoint = Endpoint.objects.get()
+    reveal = reverse("admin:delivery_destination_url", args=[destination.pk])
+    pages = [
+        LIST,
+        change_url(destination),
+        reverse("admin:delivery_endpoint_changelist"),
+        reverse("admin:delivery_endpoint_change", args=[endpoint.pk]),
+        reverse("admin:dashboard"),
+    ]
+
+    for client in (console, viewer):
+        for page in pages:
+            response = client.get(page)
+            assert response.status_code == 200, page
+            assert TOKEN not in response.content.decode(), page
+    assert "https://hooks.slack.com/…" in console.get(LIST).content.decode()
+    assert "Reveal the URL" in console.get(change_url(destination)).content.decode()
+    assert "Reveal the URL" not in viewer.get(change_url(destination)).content.decode()
+    assert console.get(reveal).status_code == 405  # a link followed by a crawler reveals nothing
+    assert viewer.post(reveal).status_code == 403
+    revealed = console.post(reveal)
+    assert revealed.status_code == 200 and SLACK in revealed.content.decode()
+    assert "no-store" in revealed["Cache-Control"]
+    assert not [m for m in shown(revealed) if TOKEN in m]  # never kept in the session's messages
+    assert TOKEN not in caplog.text
+
+
+def test_an_edit_that_leaves_the_url_empty_keeps_it_and_one_with_user_info_is_refused(console):
+    destination = destination_create(name="team-slack", url=SLACK, operator="ops").destination
+
+    kept = console.post(change_url(destination), edit_form(destination, enabled=""))
+    destination.refresh_from_db()
+    refused = console.post(
+        change_url(destination), edit_form(destination, url="https://user:pa55@hooks.example.org/x")
+    )
+
+    assert kept.status_code == 302
+    assert (destination.receiver_url(), destination.enabled) == (SLACK, False)
+    assert refused.status_code == 200 and "user name or password" in refused.content.decode()
+    assert "pa55" not in refused.content.decode().replace('value="https://user:pa55', "")
+    destination.refresh_from_db()
+    assert destination.receiver_url() == SLACK

@@ -16,8 +16,9 @@ Converts what is stored, in one transaction:
   edited URL's, left behind) is deleted, and a receiver that something unsent
   goes to without a row gets one.
 
-Not reversible: the deliveries' URLs are gone, by design; their keys say which
-receiver each went to.
+Reversed (a rollback), the URLs are decrypted back into the old columns; a
+delivery's URL is known again only where a destination or an endpoint still
+has its key (its history to a receiver no longer configured keeps none).
 """
 
 from django.db import migrations, models
@@ -33,6 +34,9 @@ def _fields(url):
 
 
 def forward(apps, schema_editor):
+    # Checked at once, not at commit: the ALTER TABLEs after this would refuse a table with pending trigger
+    # events (the deleted endpoints' foreign keys).
+    schema_editor.execute("SET CONSTRAINTS ALL IMMEDIATE")
     Destination = apps.get_model("delivery", "Destination")
     Endpoint = apps.get_model("delivery", "Endpoint")
     connection = schema_editor.connection
@@ -90,6 +94,31 @@ def forward(apps, schema_editor):
         Endpoint.objects.create(key=key, **_fields(urls_by_key[key]))
 
 
+def backward(apps, schema_editor):
+    from delivery.receiver_urls import url_decrypt
+
+    schema_editor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    Destination = apps.get_model("delivery", "Destination")
+    Endpoint = apps.get_model("delivery", "Endpoint")
+    urls_by_key = {}
+    for model, key_field in ((Endpoint, "key"), (Destination, "url_key")):
+        for row in model.objects.all():
+            url = url_decrypt(row.url_ciphertext)
+            urls_by_key[getattr(row, key_field)] = url
+            model.objects.filter(pk=row.pk).update(url=url)
+    keys = list(urls_by_key)
+    with schema_editor.connection.cursor() as cursor:
+        for start in range(0, len(keys), BATCH):
+            chunk = keys[start : start + BATCH]
+            cursor.execute(
+                "UPDATE delivery_delivery d SET endpoint_url = v.url FROM (VALUES "
+                + ", ".join(["(%s, %s)"] * len(chunk))
+                + ") AS v(key, url) WHERE d.endpoint_key = v.key",
+                [value for key in chunk for value in (key, urls_by_key[key])],
+            )
+        cursor.execute("UPDATE delivery_delivery SET endpoint_url = '' WHERE endpoint_url IS NULL")
+
+
 class Migration(migrations.Migration):
     dependencies = [
         ("delivery", "0011_recoveries"),
@@ -136,7 +165,18 @@ class Migration(migrations.Migration):
             field=models.CharField(default="", max_length=32),
             preserve_default=False,
         ),
-        migrations.RunPython(forward, elidable=False),
+        # Nullable while converted, so that a rollback (which adds them back empty, then runs `backward`)
+        # can fill them before they are NOT NULL again.
+        migrations.AlterField(
+            model_name="destination", name="url", field=models.URLField(max_length=2000, null=True)
+        ),
+        migrations.AlterField(
+            model_name="endpoint", name="url", field=models.URLField(max_length=2000, null=True)
+        ),
+        migrations.AlterField(
+            model_name="delivery", name="endpoint_url", field=models.URLField(max_length=2000, null=True)
+        ),
+        migrations.RunPython(forward, backward, elidable=False),
         migrations.RemoveField(model_name="destination", name="url"),
         migrations.RemoveField(model_name="endpoint", name="url"),
         migrations.RemoveField(model_name="delivery", name="endpoint_url"),

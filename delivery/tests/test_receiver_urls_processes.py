@@ -112,6 +112,9 @@ def test_no_token_of_a_chat_url_shows_in_logs_metrics_api_console_or_rows(
                 30,
                 "a failing endpoint",
             )
+            wait_until(
+                lambda: "Probing failing endpoint" in (tmp_path / "worker.log").read_text(), 30, "a probe"
+            )
             destination_update(
                 destination=Destination.objects.get(name="team-slack"),
                 operator="ops",

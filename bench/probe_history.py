@@ -87,6 +87,15 @@ def reads() -> dict[str, tuple[Client, str]]:
         "endpoints": (console, f"{admin}delivery/endpoint/"),
         "GET /api/v1/users/": (api, "/api/v1/users/"),
         "GET /api/v1/users/<id>/events/": (api, f"/api/v1/users/{user_id}/events/"),
+        # Issue 34's pages. The dashboard's figures are computed on every request here
+        # (FIGURES_FOR = 0 in main): its worst case, not the shared cache's hit.
+        "landing page (dashboard)": (console, admin),
+        "dashboard, live part": (console, f"{admin}dashboard/?fragment=1"),
+        "failures by cause, 7 days": (console, f"{admin}failures/"),
+        "failures by cause, 24 hours": (console, f"{admin}failures/?window=24h"),
+        "destinations": (console, f"{admin}delivery/destination/"),
+        "GET /api/v1/failures/": (api, "/api/v1/failures/"),
+        "GET /api/v1/destinations-health/": (api, "/api/v1/destinations-health/"),
     }
 
 
@@ -94,8 +103,14 @@ def main() -> None:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 5
     # The test Client's host; the settings' own list is for real requests.
     settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
+    from console import dashboard
+
+    dashboard.FIGURES_FOR = 0
+    only = os.environ.get("PROBE_ONLY")
     out = {}
     for name, (client, url) in reads().items():
+        if only and only not in name:
+            continue
         response = client.get(url)
         if response.status_code != 200:
             raise SystemExit(f"{name}: HTTP {response.status_code} from {url}")

@@ -10,6 +10,7 @@ import time
 import urllib.request
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 import psutil
 
@@ -22,11 +23,13 @@ class Processes:
     def __init__(self) -> None:
         self.running: list[subprocess.Popen] = []
 
-    def spawn(self, name: str, args: list[str], *, env: dict, python: str = PRODUCT_PY) -> subprocess.Popen:
+    def spawn(
+        self, name: str, args: list[str], *, env: dict, python: str = PRODUCT_PY, cwd: Path = ROOT
+    ) -> subprocess.Popen:
         out = open(RAW / f"{name}.log", "a")
         out.write(f"\n--- {datetime.now(UTC).isoformat()} {' '.join(args)}\n")
         out.flush()
-        proc = subprocess.Popen([python, *args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([python, *args], cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
         self.running.append(proc)
         return proc
 

@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from bench.workloads import destinations, failover, rate_limited  # noqa: E402
+from bench.workloads import audiences, destinations, failover, queued, rate_limited  # noqa: E402
 
 
 def f(x, digits=0, unit=""):
@@ -108,7 +108,9 @@ def render(res: dict, out_dir: Path) -> None:
     L += section_burst(res, out_dir)
     L += section_receivers(res)
     L += destinations.report_section(res)
+    L += audiences.report_section(res)
     L += rate_limited.report_section(res)
+    L += queued.report_section(res)
     L += section_timeliness(res, out_dir)
     L += section_scale(res)
     L += section_retention(res)

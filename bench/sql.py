@@ -102,6 +102,76 @@ def destinations(conn, *, columns: list[dict[str, str]]) -> None:
             )
 
 
+# A bad week's causes, in turn (delivery.failures): what the failures page groups by.
+RECENT_FAILURES = [
+    (400, "Bad Request"),
+    (404, "Not Found"),
+    (410, "Gone"),
+    (None, "Timed out after 10 s"),
+    (None, "Connection error: Cannot connect to host"),
+    (
+        503,
+        "Not delivered within EVENT_MAX_LATENESS (48 h) of being queued: the receiver was failing; last: HTTP 503",
+    ),
+]
+
+
+# The three destinations of recent_failures, whose URLs Harness.receiver_columns stores as the product does.
+RECENT_FAILURE_URLS = [f"https://bench-{name}.example.org/hook" for name in ("crm", "chat", "broken")]
+
+
+def recent_failures(
+    conn, *, dead: int, delivered: int, columns: dict[str, dict[str, str]], days: int = 7
+) -> None:
+    """A bad week on top of the history: `dead` of its DEAD deliveries moved into the last `days` days and
+    `delivered` DELIVERED ones into the last day, spread over three destinations (made here) and
+    RECENT_FAILURES' causes, so the failures page and the destinations' health have groups to count.
+    `columns`: Harness.receiver_columns(*RECENT_FAILURE_URLS)."""
+    destinations(conn, columns=[columns[url] for url in RECENT_FAILURE_URLS])
+    ids = [
+        row[0]
+        for row in conn.execute("SELECT id FROM delivery_destination WHERE name LIKE 'bench-%%' ORDER BY id")
+    ]
+    causes = "ARRAY[" + ", ".join(f"{code if code else 'NULL'}::int" for code, _ in RECENT_FAILURES) + "]"
+    errors = (
+        "ARRAY["
+        + ", ".join("'" + error.replace("'", "''") + "'" for _, error in RECENT_FAILURES)
+        + "]::text[]"
+    )
+    with conn.transaction():
+        conn.execute(
+            f"""
+            UPDATE delivery_delivery d
+            SET destination_id = (%(ids)s::int[])[1 + mod(n, 3)],
+                updated_at = now() - make_interval(secs => mod(n * 7919, %(days)s * 86400)),
+                last_status_code = ({causes})[1 + mod(n, {len(RECENT_FAILURES)})],
+                last_error = ({errors})[1 + mod(n, {len(RECENT_FAILURES)})]
+            FROM (SELECT id, row_number() OVER (ORDER BY id) AS n FROM delivery_delivery
+                  WHERE status = 'DEAD' ORDER BY id LIMIT %(dead)s) picked
+            WHERE d.id = picked.id""",
+            {"ids": ids, "days": days, "dead": dead},
+        )
+        conn.execute(
+            """
+            UPDATE delivery_delivery d
+            SET destination_id = (%(ids)s::int[])[1 + mod(n, 2)],
+                updated_at = now() - make_interval(secs => mod(n * 7919, 86400)),
+                delivered_at = now() - make_interval(secs => mod(n * 7919, 86400))
+            FROM (SELECT id, row_number() OVER (ORDER BY id) AS n FROM delivery_delivery
+                  WHERE status = 'DELIVERED' ORDER BY id LIMIT %(delivered)s) picked
+            WHERE d.id = picked.id""",
+            {"ids": ids, "delivered": delivered},
+        )
+        for url in RECENT_FAILURE_URLS[:2]:
+            stored = columns[url]
+            conn.execute(
+                "INSERT INTO delivery_endpoint (key, url_ciphertext, url_display, state, consecutive_failures, "
+                "last_success_at, last_error, paused_by, updated_at) VALUES (%s, %s, %s, 'HEALTHY', 0, "
+                "now() - interval '1 minute', '', '', now())",
+                [stored["url_key"], stored["url_ciphertext"], stored["url_display"]],
+            )
+
+
 def pending_keys(conn) -> dict[str, float]:
     """Idempotency keys of PENDING events and their target as epoch seconds."""
     rows = conn.execute(

@@ -71,7 +71,9 @@ class ErrorSerializer(serializers.Serializer):
 
 
 def _messages(description: str) -> dict:
-    return {**build_array_type(build_basic_type(OpenApiTypes.STR)), "description": description}
+    string = build_basic_type(OpenApiTypes.STR)
+    assert string is not None  # every basic type has a schema
+    return {**build_array_type(string), "description": description}
 
 
 VALIDATION_ERROR_SCHEMA = {
@@ -150,6 +152,15 @@ class AutoSchema(openapi.AutoSchema):
     def get_override_parameters(self):
         return [*super().get_override_parameters(), *RESPONSE_HEADERS]
 
+    def _map_serializer(self, serializer, direction, bypass_extensions=False):
+        schema = super()._map_serializer(serializer, direction, bypass_extensions)
+        if direction == "request" and schema.get("type") == "object":
+            # Every body the API takes refuses a field it does not know (400, `Unknown field.`)
+            # instead of ignoring it, so that a misspelt field is never silently dropped; a client
+            # (and a generated one) must be told so.
+            schema["additionalProperties"] = False
+        return schema
+
     def _honours_if_match(self) -> bool:
         return IF_MATCH in self.get_override_parameters()
 
@@ -163,18 +174,22 @@ class AutoSchema(openapi.AutoSchema):
                 )
         return responses
 
+    def _validation_error_component(self) -> ResolvedComponent:
+        validation = ResolvedComponent(
+            name="ValidationError",
+            type=ResolvedComponent.SCHEMA,
+            object="ValidationError",
+            schema=VALIDATION_ERROR_SCHEMA,
+        )
+        self.registry.register_on_missing(validation)
+        return validation
+
     def _error_responses(self) -> list[tuple[str, str, dict]]:
         error = self.resolve_serializer(ErrorSerializer, "response").ref
         bad_if_match = "an If-Match header that is not `*` or a list of quoted entity tags (`detail`)"
         responses = []
         if self.method in BODY_METHODS:
-            validation = ResolvedComponent(
-                name="ValidationError",
-                type=ResolvedComponent.SCHEMA,
-                object="ValidationError",
-                schema=VALIDATION_ERROR_SCHEMA,
-            )
-            self.registry.register_on_missing(validation)
+            validation = self._validation_error_component()
             causes = [
                 "invalid fields (each listed with its messages)",
                 "a body that is not valid JSON (`detail`)",
@@ -190,6 +205,11 @@ class AutoSchema(openapi.AutoSchema):
             )
         elif self._honours_if_match():
             responses.append(("400", f"Refused, nothing changed: {bad_if_match}.", error))
+        elif self._is_list_view() and self._get_paginator():
+            validation = self._validation_error_component()
+            responses.append(
+                ("400", "A `page_size` that is not a whole number of 1 or more.", validation.ref)
+            )
         responses += [
             ("401", "No credentials, or a token that does not exist.", error),
             (

@@ -1,6 +1,9 @@
+from typing import Any
+
 from django.core.paginator import InvalidPage, Paginator
+from django.db.models import QuerySet
 from django.utils.functional import cached_property
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 
@@ -24,6 +27,7 @@ class CountFromPagePaginator(Paginator):
     """
 
     bound = MOST_ITEMS_COUNTED_PAST_PAGE
+    object_list: QuerySet[Any]  # a list the API pages is a query: counted by COUNT over a LIMIT
 
     def __init__(self, object_list, per_page, *, page_number) -> None:
         super().__init__(object_list, per_page)
@@ -60,6 +64,9 @@ class CountFromPagePaginator(Paginator):
         return self._counted_from_page > self._most_counted
 
 
+PAGE_SIZE_REFUSED = "A whole number of 1 or more (pages hold at most 500 items)."
+
+
 class StandardPagination(PageNumberPagination):
     """`count`, `count_is_lower_bound`, `next`, `previous`, `results`; clients may ask for up to 500 a page."""
 
@@ -69,6 +76,30 @@ class StandardPagination(PageNumberPagination):
     page_size_query_description = (
         f"How many items a page holds: {page_size} unless given, at most {max_page_size}."
     )
+
+    def get_page_size(self, request) -> int:
+        """The page_size asked for (cut to max_page_size), or the default; a malformed one is refused.
+
+        DRF's falls back to the default for `page_size=abc` or `0`: a client's mistake would pass
+        unseen, with pages of another size than it asked for.
+        """
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw is None:
+            return self.page_size
+        try:
+            size = int(raw)
+        except ValueError:
+            size = 0
+        if size < 1 or not raw.isdigit():
+            raise ValidationError({self.page_size_query_param: [PAGE_SIZE_REFUSED]})
+        return min(size, self.max_page_size)
+
+    def get_schema_operation_parameters(self, view):
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            if parameter["name"] == self.page_size_query_param:
+                parameter["schema"]["minimum"] = 1
+        return parameters
 
     def paginate_queryset(self, queryset, request, view=None):
         # DRF's own, with a paginator that knows which page it counts from, and
@@ -87,6 +118,8 @@ class StandardPagination(PageNumberPagination):
         return list(self.page)
 
     def get_paginated_response(self, data):
+        # The page paginate_queryset read, of its paginator.
+        assert self.page is not None and isinstance(self.page.paginator, CountFromPagePaginator)
         return Response(
             {
                 "count": self.page.paginator.count,

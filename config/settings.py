@@ -179,6 +179,8 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
+# ISO dates and moments with their zone in every page (config/formats/en/formats.py).
+FORMAT_MODULE_PATH = ["config.formats"]
 USE_I18N = True
 USE_TZ = True
 
@@ -417,8 +419,8 @@ DELIVERY_RECOVERY_BATCH = env.int("DELIVERY_RECOVERY_BATCH", default=500)
 # --- The receiver's limits and health (per endpoint, over every worker) ------------------
 
 # WEBHOOK_MAX_RATE: most requests per second to the receiver from all workers on
-# all hosts together (0: no cap). Workers take their send slots from one schedule
-# in the endpoint's row. Without it, a receiver that refuses with 429 and no
+# all hosts together (0: no cap), in every calendar second: workers take the slots
+# of each second from the endpoint's row (delivery.pace). Without it, a receiver that refuses with 429 and no
 # Retry-After still gets a rate: each worker learns one from those 429s.
 WEBHOOK_MAX_RATE = env.float("WEBHOOK_MAX_RATE", default=0.0)
 # WEBHOOK_MAX_IN_FLIGHT: most requests open at the receiver from all workers

@@ -38,6 +38,9 @@ class FailedAuthenticationThrottle(ClientAddressMixin, SimpleRateThrottle):
     """
 
     scope = "failed_authentication"
+    # Set by SimpleRateThrottle.__init__ from the scope's rate; missing from djangorestframework-stubs.
+    num_requests: int
+    duration: int
 
     def get_cache_key(self, request, view) -> str:
         return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}

@@ -6,10 +6,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.contrib import admin
+from django.core.cache import cache
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils import timezone
 
 from console.widgets import badge, humanize_delay
+from delivery import conditions
 from delivery import selectors as delivery_selectors
 from delivery.models import Endpoint, EndpointState
 from runtime.models import ProcessHeartbeat, ProcessKind
@@ -155,51 +158,193 @@ def zone_data_line(*, processes: list) -> ZoneDataLine:
     )
 
 
-def dashboard_view(request, *, site: admin.AdminSite):
-    """One page with what an operator checks first: backlog, outcomes, endpoints, processes, what's next."""
-    now = timezone.now()
+@dataclass(frozen=True)
+class Attention:
+    """One thing on the dashboard's first card: what is wrong now, and where to look."""
+
+    level: str  # "alert" (red) or "warn"
+    text: str
+    url: str = ""
+    key: str = ""  # for tests and styling
+
+
+# The dashboard's figures are computed at most once per this many seconds for everyone (every
+# operator's page, every web replica: the cache is the database's, CACHE_URL), so pages that
+# refresh themselves cost the database one computation per interval however many are open.
+FIGURES_FOR = 10
+# How often an open dashboard fetches its figures again (templates/admin/dashboard.html).
+REFRESH_EVERY = 30
+# A due backlog, or a due delivery not sent, older than this needs a look: the scheduler and the
+# workers take due work within seconds.
+STUCK_AFTER = timedelta(minutes=5)
+CACHE_KEY = "console:dashboard:figures"
+
+
+def dashboard_figures(*, now: datetime) -> dict:
+    """Everything the dashboard shows that comes from the database (about twenty bounded queries)."""
     backlog = event_selectors.overdue_summary(now=now)
-    # Exact for what is in flight (and, above, for what is due); estimated for
-    # the PENDING events, an index entry per recipient, and the handled
-    # history, whose counts would read all of them on every view.
-    status_counts = {
-        **event_selectors.event_status_estimates(),
-        EventStatus.PROCESSING: event_selectors.event_processing_count(),
-    }
     this_hour = now.replace(minute=0, second=0, microsecond=0)
-    chart = hourly_chart(event_selectors.pending_per_hour(start=this_hour, hours=24))
-    per_type = event_selectors.pending_per_type(start=this_hour, hours=24)
     processes = list(processes_recent(now=now))
     for process in processes:
         process.silent_for = humanize_delay(now - process.last_seen_at)
+    return {
+        "now": now,
+        "backlog": backlog,
+        "status_counts": event_selectors.event_status_counts(),
+        "outcomes": delivery_selectors.delivery_outcome_counts(now=now),
+        "delivery_backlog": delivery_selectors.delivery_backlog_counts(),
+        "deliveries_due": delivery_selectors.delivery_due_summary(now=now),
+        "destinations": sorted(
+            delivery_selectors.destinations_health(now=now),
+            key=lambda health: (health.condition.rank, health.destination.name),
+        ),
+        "unhealthy_endpoints": unhealthy_endpoints(now=now),
+        "processes": processes,
+        "zone_data": zone_data_line(processes=processes),
+        "pending_per_hour": event_selectors.pending_per_hour(start=this_hour, hours=24),
+        "pending_per_type": event_selectors.pending_per_type(start=this_hour, hours=24),
+        "this_hour": this_hour,
+    }
+
+
+def cached_figures(*, now: datetime) -> dict:
+    figures = cache.get(CACHE_KEY)
+    if figures is None or figures["now"] > now or now - figures["now"] >= timedelta(seconds=FIGURES_FOR):
+        figures = dashboard_figures(now=now)
+        cache.set(CACHE_KEY, figures, FIGURES_FOR)
+    return figures
+
+
+def attention_items(*, figures: dict, missing_kinds: list[str]) -> list[Attention]:
+    """What needs an operator now, most urgent first: destinations, stuck work, processes, zone data."""
+    now = figures["now"]
+    items = []
+    for health in figures["destinations"]:
+        if not health.condition.needs_attention:
+            continue
+        detail = f" {health.dead_last_day} dead in 24 h" if health.dead_last_day else ""
+        last = health.endpoint_last_error or health.last_failure_label
+        items.append(
+            Attention(
+                "alert" if health.condition.level == conditions.FAILING else "warn",
+                f"Destination {health.destination.name}: {health.condition.label}.{detail}"
+                + (f"; last failure: {last}" if last else "")
+                + (
+                    f"; last delivered {humanize_delay(now - health.last_delivered_at)} ago"
+                    if health.last_delivered_at
+                    else "; never delivered"
+                ),
+                reverse("admin:delivery_destination_change", args=[health.destination.pk]),
+                f"destination-{health.destination.pk}",
+            )
+        )
+    backlog = figures["backlog"]
+    if backlog.count and backlog.oldest and now - backlog.oldest > STUCK_AFTER:
+        items.append(
+            Attention(
+                "alert",
+                f"{backlog.count} due events not claimed; the oldest is {humanize_delay(now - backlog.oldest)} late.",
+                reverse("admin:scheduling_event_changelist") + "?overdue=yes",
+                "backlog",
+            )
+        )
+    due = figures["deliveries_due"]
+    if due.count and due.oldest and now - due.oldest > STUCK_AFTER:
+        items.append(
+            Attention(
+                "warn",
+                f"{due.count} deliveries due and not sent; the oldest for {humanize_delay(now - due.oldest)}.",
+                reverse("admin:delivery_delivery_changelist") + "?status__exact=QUEUED",
+                "deliveries-due",
+            )
+        )
+    for kind in missing_kinds:
+        items.append(
+            Attention(
+                "alert",
+                f"No {kind} is running: "
+                + (
+                    "due events are not being claimed."
+                    if kind == ProcessKind.SCHEDULER
+                    else "queued deliveries are not being sent."
+                ),
+                "#processes-module",
+                f"no-{kind}",
+            )
+        )
+    lost = [p for p in figures["processes"] if p.state == "lost"]
+    if lost:
+        items.append(
+            Attention(
+                "warn",
+                f"{len(lost)} process{'es' if len(lost) > 1 else ''} lost (silent, not stopped cleanly): "
+                + ", ".join(f"{p.get_kind_display().lower()} {p.host}:{p.pid}" for p in lost[:5]),
+                "#processes-module",
+                "lost",
+            )
+        )
+    zone = figures["zone_data"]
+    if zone.out_of_step or zone.web_out_of_step:
+        items.append(
+            Attention(
+                "warn",
+                "Some processes compute with other time zone data than the pending events follow.",
+                "#zone-data",
+                "zone-data",
+            )
+        )
+    return sorted(items, key=lambda item: item.level != "alert")
+
+
+def dashboard_view(request, *, site: admin.AdminSite, as_index: bool = False):
+    """What an operator checks first: what needs attention, then backlog, outcomes, destinations, processes.
+
+    `?fragment=1` answers the page's live part alone: the page fetches it every
+    REFRESH_EVERY seconds and swaps it in, without a reload.
+    """
+    now = timezone.now()
+    figures = cached_figures(now=now)
+    processes = figures["processes"]
+    missing_kinds = [
+        kind
+        for kind in ProcessKind.values
+        if not any(p.kind == kind and p.state == "running" for p in processes)
+    ]
+    status_counts = figures["status_counts"]
+    chart = hourly_chart(figures["pending_per_hour"])
+    backlog = figures["backlog"]
+    as_of = figures["now"]
     context = {
         **site.each_context(request),
         "title": "Dashboard",
-        "now": now,
+        "now": as_of,
+        "refresh_every": REFRESH_EVERY,
+        "attention": attention_items(figures=figures, missing_kinds=missing_kinds),
         "status_counts": [
-            (EventStatus(status).label, status, count, badge(status))
-            for status, count in status_counts.items()
+            (EventStatus(status).label, status, counted, badge(status))
+            for status, counted in status_counts.items()
         ],
-        "estimated_statuses": [EventStatus.PENDING, EventStatus.COMPLETED, EventStatus.FAILED],
-        "events_total": sum(status_counts.values()),
+        "any_estimated": any(not counted.exact for counted in status_counts.values()),
         "backlog": backlog,
-        "backlog_late_by": humanize_delay(now - backlog.oldest) if backlog.oldest else None,
-        "outcomes": delivery_selectors.delivery_outcome_counts(now=now),
-        "delivery_backlog": delivery_selectors.delivery_backlog_counts(),
-        "unhealthy_endpoints": unhealthy_endpoints(now=now),
+        "backlog_late_by": humanize_delay(as_of - backlog.oldest) if backlog.oldest else None,
+        "outcomes": figures["outcomes"],
+        "delivery_backlog": figures["delivery_backlog"],
+        "destinations": figures["destinations"],
+        "unhealthy_endpoints": figures["unhealthy_endpoints"],
         "processes": processes,
-        "missing_kinds": [
-            kind
-            for kind in ProcessKind.values
-            if not any(p.kind == kind and p.state == "running" for p in processes)
-        ],
+        "missing_kinds": missing_kinds,
         "lost_after": ProcessHeartbeat.LOST_AFTER_SECONDS,
-        "zone_data": zone_data_line(processes=processes),
+        "zone_data": figures["zone_data"],
         "chart": chart,
         "chart_by_type": [
-            (EventType(event_type).label, event_type, count) for event_type, count in per_type.items()
+            (EventType(event_type).label, event_type, count)
+            for event_type, count in figures["pending_per_type"].items()
         ],
-        "chart_until": this_hour + timedelta(hours=24),
+        "chart_until": figures["this_hour"] + timedelta(hours=24),
         "process_badges": {state: badge(state) for state in ("running", "lost", "stopped")},
+        "as_index": as_index,
+        "app_list": site.get_app_list(request) if as_index else [],
     }
+    if request.GET.get("fragment"):
+        return TemplateResponse(request, "admin/dashboard_live.html", context)
     return TemplateResponse(request, "admin/dashboard.html", context)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from django import forms
 from django.core.exceptions import ValidationError
 
@@ -27,10 +29,36 @@ class SendTimeFormField(forms.CharField):
         return self.prepare_value(initial) != (data or None) if initial is not None else bool(data)
 
 
+class LabelsFormField(forms.CharField):
+    """Labels typed as one line, separated by commas, semicolons or spaces; checked by the shared rule.
+
+    The list goes to clean_user_fields (scheduling.labels.clean_labels), which says what is wrong
+    with a label, as the API's 400 does.
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(required=False, **kwargs)
+
+    def to_python(self, value):
+        return [label for label in re.split(r"[,;\s]+", super().to_python(value) or "") if label]
+
+    def prepare_value(self, value):
+        return ", ".join(value) if isinstance(value, list | tuple) else value
+
+    def has_changed(self, initial, data):
+        return sorted(initial or []) != sorted({label.lower() for label in self.to_python(data)})
+
+
 class RecipientAdminForm(forms.ModelForm):
     send_time = SendTimeFormField(
         label="Send time",
         help_text="Optional: the recipient's own local send time, HH:MM (such as 10:30). Empty: the default.",
+    )
+    labels = LabelsFormField(
+        label="Labels",
+        help_text="Optional: labels destinations' audiences choose recipients by, such as "
+        "team:platform, office:berlin (separated by commas or spaces). Lowercase letters, digits "
+        "and . _ -, optionally one key:value.",
     )
 
     class Meta:
@@ -43,10 +71,13 @@ class RecipientAdminForm(forms.ModelForm):
             "wedding anniversary message every year.",
             "external_id": "Optional: the client's own id for this recipient, held by no other "
             "(imports and API clients find the recipient by it).",
+            "language": "Optional: the language of their messages, a BCP 47 tag such as de or pt-BR; "
+            "without a template in it, its base language's (pt-BR: pt), else the default.",
         }
 
     def clean(self) -> dict:
         cleaned = super().clean()
+        assert cleaned is not None  # ModelForm.clean returns cleaned_data
         try:
             valid = clean_user_fields({field: cleaned.get(field) for field in USER_FIELDS})
         except ValidationError as exc:
@@ -66,4 +97,5 @@ class RecipientAdminForm(forms.ModelForm):
         # (django.contrib.auth's UserCreationForm overrides _post_clean likewise.)
         if self.errors:
             return
-        super()._post_clean()
+        # BaseForm's own hook (ModelForm overrides it too); missing from django-stubs.
+        super()._post_clean()  # type: ignore[misc]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
 from django.core.paginator import Paginator
+from django.db.models import QuerySet
 from django.utils.functional import cached_property
 
 # Rows counted at most: 20 pages of 50. Further back, an operator narrows the
@@ -25,6 +28,7 @@ class BoundedPaginator(Paginator):
     """
 
     bound = MOST_ROWS_COUNTED
+    object_list: QuerySet[Any]  # a change list's rows are a query: counted by COUNT over a LIMIT
 
     @cached_property
     def _counted(self) -> int:

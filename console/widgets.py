@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
-from django.contrib import messages
+from django.conf import settings
+from django.contrib import admin, messages
 from django.forms.models import BaseInlineFormSet
 from django.utils.html import format_html
 
@@ -60,6 +62,43 @@ def humanize_delay(delta: timedelta) -> str:
     return f"{secs} s"
 
 
+def when_text(moment: datetime | None) -> str:
+    """A moment as the console writes it everywhere: '2027-03-14 13:00 UTC' ("—" for none).
+
+    The page's script (templates/admin/base_site.html) rewrites each `when()` in
+    the operator's own zone; this is what shows without it, and in messages.
+    """
+    if moment is None:
+        return "—"
+    return f"{moment.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+
+
+def when(moment: datetime | None):
+    """A moment in the console's one format, the full ISO instant on hover and in `datetime`."""
+    if moment is None:
+        return "—"
+    iso = moment.astimezone(UTC).isoformat()
+    return format_html(
+        '<time class="bs-when" datetime="{}" title="{}">{}</time>', iso, iso, when_text(moment)
+    )
+
+
+def attempts(*, used: int, allowed: int):
+    """Attempts as an operator reads them: '3 of 8'; a resend's raised allowance says so on hover.
+
+    An operator's Resend allows DELIVERY_MAX_ATTEMPTS more, and attempt numbers keep counting, so
+    a resent delivery reads '9 of 16' under a setting of 8.
+    """
+    if allowed > settings.DELIVERY_MAX_ATTEMPTS:
+        return format_html(
+            '<span title="Raised by a resend: each allows {} more (DELIVERY_MAX_ATTEMPTS)">{} of {}*</span>',
+            settings.DELIVERY_MAX_ATTEMPTS,
+            used,
+            allowed,
+        )
+    return f"{used} of {allowed}"
+
+
 def split_local_time(iso: str) -> tuple[str, str]:
     """'2027-03-14T09:00:00.5-04:00' -> ('2027-03-14 09:00', '-04:00'), whatever the precision."""
     try:
@@ -105,7 +144,14 @@ def run_operator_action(
         )
 
 
-class ViewOnlyPageMixin:
+if TYPE_CHECKING:
+    # What the mixin is mixed into, for the type checker (at run time a mixin is a plain class).
+    _ModelAdmin = admin.ModelAdmin[Any]
+else:
+    _ModelAdmin = object
+
+
+class ViewOnlyPageMixin(_ModelAdmin):
     """A model page that is a view: every field of its fieldsets read-only.
 
     The changelist keeps the model's change permission, because the page's
@@ -113,6 +159,7 @@ class ViewOnlyPageMixin:
     """
 
     def get_readonly_fields(self, request, obj=None):
+        assert self.fieldsets is not None  # a view-only page names its fields in fieldsets
         return [field for fieldset in self.fieldsets for field in fieldset[1]["fields"]]
 
     def has_change_permission(self, request, obj=None):

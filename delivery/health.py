@@ -16,6 +16,10 @@ does a request that was never made: a receiver address our policy refuses
 (delivery.receiver_addresses) is our rule, not the receiver failing, so it leaves
 the endpoint's health alone and its delivery is DEAD at once with the reason,
 instead of waiting behind a FAILING endpoint for a receiver that cannot recover.
+An answer its kind reads as gone (channels: Slack's `channel_not_found`,
+Discord's Unknown Webhook) makes the endpoint GONE at once: no probe can bring
+a deleted webhook back, so nothing more is sent until an operator resumes it or
+changes the URL, and its deliveries wait, as for a pause, without spending attempts.
 
 Enough failures in a row (over every worker: the count lives in the endpoint's
 row) make the endpoint FAILING: deliveries wait without spending attempts and
@@ -45,12 +49,18 @@ class Signal(enum.StrEnum):
     PACE = "pace"  # the receiver's rate limit: 429 without Retry-After
     REFUSAL = "refusal"
     NEUTRAL = "neutral"
+    # The service says the destination no longer exists (channels.base.Verdict.GONE).
+    GONE = "gone"
 
 
-def signal_of(*, outcome: str, status_code: int | None, retry_after: float | None) -> Signal:
+def signal_of(
+    *, outcome: str, status_code: int | None, retry_after: float | None, gone: bool = False
+) -> Signal:
     """What one attempt's answer says about the endpoint (not about the message)."""
     if outcome == AttemptOutcome.DELIVERED:
         return Signal.SUCCESS
+    if gone:
+        return Signal.GONE
     if status_code == 429 and retry_after is None:
         return Signal.PACE
     if status_code in (429, 503) and retry_after is not None:
@@ -107,8 +117,11 @@ class Health:
     blocked_until: datetime | None
 
     def is_down(self, policy: HealthPolicy) -> bool:
-        """Failed often enough in a row that its deliveries wait instead of spending attempts."""
-        return self.state == EndpointState.FAILING or self.consecutive_failures >= policy.failure_threshold
+        """Gone, or failed often enough in a row, so that its deliveries wait instead of spending attempts."""
+        return (
+            self.state in (EndpointState.FAILING, EndpointState.GONE)
+            or self.consecutive_failures >= policy.failure_threshold
+        )
 
     def refused_by_message(self, answer: Answer) -> bool:
         """A refusal the receiver contradicted: it accepted a message sent no earlier."""
@@ -132,7 +145,7 @@ def observe(*, health: Health, answers: Sequence[Answer], now: datetime, policy:
     for answer in sorted(answers, key=lambda a: a.finished_at):
         if answer.signal == Signal.SUCCESS:
             consecutive = 0
-        elif answer.signal in (Signal.FAILURE, Signal.THROTTLE) or (
+        elif answer.signal in (Signal.FAILURE, Signal.THROTTLE, Signal.GONE) or (
             answer.signal == Signal.REFUSAL and not seen.refused_by_message(answer)
         ):
             consecutive += 1
@@ -150,7 +163,21 @@ def observe(*, health: Health, answers: Sequence[Answer], now: datetime, policy:
         "blocked_until": blocked_until,
     }
     probe_failed = any(a.probe and a.signal != Signal.SUCCESS for a in answers)
-    if health.state == EndpointState.FAILING and successes:
+    gone = [a for a in answers if a.signal == Signal.GONE]
+    if gone and health.state in (EndpointState.HEALTHY, EndpointState.FAILING):
+        # The service's own word that nothing sent here can be taken: no probe or retry can
+        # change that, only an operator can. It outweighs a success in the same batch (sent
+        # before the webhook was deleted). The error shown is the gone answer's.
+        last = max(gone, key=lambda a: a.finished_at)
+        fields.update(
+            state=EndpointState.GONE,
+            last_failure_at=last.finished_at,
+            last_error=last.description,
+            failing_since=None,
+            next_probe_at=None,
+            probe_interval=None,
+        )
+    elif health.state == EndpointState.FAILING and successes:
         fields.update(
             state=EndpointState.HEALTHY, failing_since=None, next_probe_at=None, probe_interval=None
         )
@@ -162,6 +189,7 @@ def observe(*, health: Health, answers: Sequence[Answer], now: datetime, policy:
             probe_interval=min(policy.probe_first_interval * 2, policy.probe_max_interval),
         )
     elif health.state == EndpointState.FAILING and probe_failed:
+        assert health.probe_interval is not None  # set on entering FAILING
         fields.update(
             next_probe_at=now + health.probe_interval,
             probe_interval=min(health.probe_interval * 2, policy.probe_max_interval),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client import REGISTRY, Gauge, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -32,6 +32,11 @@ CLAIM_BATCH_DURATION = Histogram(
     # From a worker's small claims to a scheduler's whole batch of 1,000 on a table of millions of events.
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
 )
+ENDPOINTS_GONE = Counter(
+    "birthday_worker_endpoints_gone",
+    "Endpoints this worker made GONE: their service answered that the destination no longer exists "
+    '(the web\'s birthday_endpoint_state{state="GONE"} says which are gone now).',
+)
 IN_FLIGHT_LIMIT = Gauge(
     "birthday_worker_in_flight_limit",
     "Requests this worker may keep open to each endpoint now: its adaptive limit (or --concurrency), "
@@ -42,6 +47,12 @@ LEARNED_RATE = Gauge(
     "birthday_worker_learned_rate",
     "Requests a second this worker starts to each endpoint, as learnt from its 429s without Retry-After "
     "(delivery.limit.LearnedRate); 0 while it has refused nothing.",
+    labelnames=("endpoint",),
+)
+RATE_SLOTS_MISSED = Counter(
+    "birthday_worker_rate_slots_missed",
+    "Requests not sent with their max-rate slot because they could not begin within its calendar second "
+    "(the worker was held up); each took a new slot (delivery.pace).",
     labelnames=("endpoint",),
 )
 

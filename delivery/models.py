@@ -1,22 +1,26 @@
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 
+from channels import CHANNELS
 from runtime.ids import uuid7
 from scheduling.event_types import EventType
+from scheduling.labels import LABEL_MAX_LENGTH, labels_by_rule
+
+if TYPE_CHECKING:
+    from delivery.selectors import Backlog, DestinationHealth
 
 
-class DestinationFormat(models.TextChoices):
-    # Today's JSON body (message, event and recipient ids, dates), signed.
-    STANDARD = "standard", "Standard Webhooks JSON"
-    # A Slack incoming webhook: {"text": message}.
-    SLACK = "slack", "Slack"
-    # A Discord webhook: {"content": message}, at most 2000 characters.
-    DISCORD = "discord", "Discord"
-    # A Microsoft Teams incoming webhook: a MessageCard.
-    TEAMS = "teams", "Microsoft Teams"
+# The kinds of destination (channels/, one module each), as choices: a kind's name is the
+# destination's `format` (STANDARD, SLACK, DISCORD, TEAMS, TEAMS_MESSAGECARD); its label names it.
+# django-stubs types only the class form of TextChoices, not the functional one Django documents
+# ("Enumeration types", the Enum functional API), hence the ignore.
+DestinationFormat = models.TextChoices(  # type: ignore[call-overload]
+    "DestinationFormat", [(name.upper(), (name, channel.label)) for name, channel in CHANNELS.items()]
+)
 
 
 class Destination(models.Model):
@@ -39,8 +43,21 @@ class Destination(models.Model):
     event_types = ArrayField(
         models.CharField(max_length=32, choices=EventType.choices), default=list, blank=True
     )
+    # Whom it greets (delivery.audience): recipients holding any of audience_labels (empty:
+    # everyone), less those holding any of excluded_labels. Labels by the recipients'
+    # grammar (scheduling.labels.clean_labels).
+    audience_labels = ArrayField(
+        models.CharField(max_length=LABEL_MAX_LENGTH), default=list, blank=True, db_default=[]
+    )
+    excluded_labels = ArrayField(
+        models.CharField(max_length=LABEL_MAX_LENGTH), default=list, blank=True, db_default=[]
+    )
+    # Its own text per event type ({"BIRTHDAY": "🎂 Happy birthday, {first_name}!"}), instead of
+    # the message templates' (any language, any milestone); a type it does not name keeps them.
+    # Checked against the type's placeholders as a template is (delivery.services.destinations).
+    message_overrides = models.JSONField(default=dict, blank=True, db_default={})
     format = models.CharField(
-        max_length=16, choices=DestinationFormat.choices, default=DestinationFormat.STANDARD
+        max_length=32, choices=DestinationFormat.choices, default=DestinationFormat.STANDARD
     )
     # Disabled: occurrences claimed meanwhile get no delivery for it (what is queued still goes).
     enabled = models.BooleanField(default=True)
@@ -56,6 +73,12 @@ class Destination(models.Model):
     # Bumped by every change of its settings or secrets: the API's ETag, checked against If-Match.
     version = models.PositiveIntegerField(default=1)
 
+    # Not a column: the Endpoint of its URL (None: none yet), set on the instances the
+    # console lists (console.admin.destinations), read in one query for the page.
+    endpoint: "Endpoint | None"
+    # Not a column either: its health (delivery.selectors.destinations_health), set the same way.
+    health: "DestinationHealth"
+
     class Meta:
         ordering = ["name"]
         constraints = [
@@ -66,6 +89,12 @@ class Destination(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(event_types__contained_by=EventType.values), name="destination_event_types_valid"
+            ),
+            models.CheckConstraint(
+                condition=labels_by_rule("audience_labels"), name="destination_audience_labels_by_rule"
+            ),
+            models.CheckConstraint(
+                condition=labels_by_rule("excluded_labels"), name="destination_excluded_labels_by_rule"
             ),
             models.CheckConstraint(
                 condition=Q(max_rate__isnull=True) | Q(max_rate__gt=0), name="destination_max_rate_positive"
@@ -214,6 +243,15 @@ class Delivery(models.Model):
                 name="delivery_lease_idx",
             ),
             models.Index(fields=["status", "updated_at"], name="delivery_status_updated_idx"),
+            # A destination's dead deliveries by when they died: its health (dead in the last hour
+            # and day, its latest failure) and its failures by cause read a range of it, whatever
+            # the other destinations' failures and the history. Partial: only DEAD rows are in it,
+            # so delivering writes nothing to it.
+            models.Index(
+                fields=["destination", "updated_at"],
+                condition=Q(status=DeliveryStatus.DEAD),
+                name="delivery_dead_destination_idx",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -294,6 +332,10 @@ class EndpointState(models.TextChoices):
     FAILING = "FAILING", "Failing"
     # An operator paused it: deliveries stay QUEUED until resumed.
     PAUSED = "PAUSED", "Paused"
+    # Its service answered that the destination no longer exists (a deleted webhook, an
+    # archived channel: channels.base.Verdict.GONE): deliveries stay QUEUED, without
+    # spending attempts and without probes, until an operator resumes it or changes the URL.
+    GONE = "GONE", "Gone"
 
 
 class Endpoint(models.Model):
@@ -329,10 +371,21 @@ class Endpoint(models.Model):
     blocked_until = models.DateTimeField(null=True, blank=True)
     paused_by = models.CharField(max_length=150, blank=True, default="")
     paused_at = models.DateTimeField(null=True, blank=True)
-    # WEBHOOK_MAX_RATE's schedule (a generic cell rate algorithm): the earliest
-    # instant the next request may start; each worker reserves slots from here.
+    # The max rate's schedule in calendar seconds (delivery.pace): the second (of the
+    # epoch) whose request slots the workers are taking, and how many of them are gone.
+    rate_second = models.BigIntegerField(null=True, blank=True)
+    # A default in the database too: the previous release inserts rows without the column.
+    rate_taken = models.PositiveIntegerField(default=0, db_default=0)
+    # The schedule before it (one instant, 1/rate apart), no longer read or written here: kept
+    # while workers of the release before delivery.pace may still run beside these (a rolling
+    # deploy), which read it on every endpoint row; a later release's migration drops it.
     next_send_slot = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    # Not columns: what waits on it and its destination's name (None: no destination has its URL),
+    # set on the instances the console lists (console.admin.endpoints), each read in one query for the page.
+    backlog: "Backlog"
+    destination_name: "str | None"
 
     class Meta:
         ordering = ["url_display", "key"]
@@ -469,3 +522,33 @@ class Recovery(models.Model):
 
     def __str__(self) -> str:
         return f"recovery {self.pk} of {self.destination_id} ({self.status})"
+
+
+class FailureAcknowledgement(models.Model):
+    """An operator's "seen it": a destination's dead deliveries of one cause, up to `through`, leave the failures list.
+
+    One row per (destination, cause), moved forward by each acknowledgement
+    (delivery.services.failures). A delivery of that cause given up after
+    `through` brings the group back: an acknowledgement is of what was seen,
+    never of what comes next. The deliveries themselves are not touched.
+    """
+
+    destination = models.ForeignKey(
+        Destination, on_delete=models.CASCADE, related_name="failure_acknowledgements"
+    )
+    # delivery.failures: "http_400", "timeout", "connection", ...
+    cause = models.CharField(max_length=32)
+    # Dead deliveries given up (updated_at) at or before this are acknowledged.
+    through = models.DateTimeField()
+    acknowledged_by = models.CharField(max_length=150)
+    acknowledged_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["destination", "cause"], name="failure_ack_one_per_group"),
+            models.CheckConstraint(condition=~Q(cause=""), name="failure_ack_cause_not_blank"),
+            models.CheckConstraint(condition=~Q(acknowledged_by=""), name="failure_ack_by_whom"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cause} at {self.destination_id} through {self.through:%Y-%m-%d %H:%M}"

@@ -211,7 +211,8 @@ def url_refusal(*, url: str, policy: ReceiverPolicy) -> str | None:
 
 def host_addresses(host: str, port: int) -> list[str]:
     """The addresses `host` resolves to on this machine, as the worker's resolver sees them."""
-    return [info[4][0] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
+    # An IP socket address's first item is the address, as text.
+    return [str(info[4][0]) for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
 
 
 def _resolve_within(
@@ -258,16 +259,19 @@ def webhook_url_validate(
     if refusal:
         raise ValidationError(refusal, code="refused_url")
     parsed = yarl.URL(url)
-    host = parsed.raw_host
+    host, port = parsed.raw_host, parsed.port
+    assert host is not None and port is not None  # url_refusal passed an http(s) URL with a host
     if parse_address(host) is not None:
         return
-    answers = _resolve_within(resolve, host, parsed.port, seconds=RESOLVE_TIMEOUT)
+    answers = _resolve_within(resolve, host, port, seconds=RESOLVE_TIMEOUT)
     if answers is None:
         return
     addresses = [a for a in (parse_address(answer) for answer in answers) if a is not None]
     refusals = [address_refusal(address=a, policy=policy) for a in addresses]
     if refusals and all(refusals):
-        raise ValidationError(refusals[0].describe(host=host), code="refused_url")
+        first = refusals[0]
+        assert first is not None  # all(refusals)
+        raise ValidationError(first.describe(host=host), code="refused_url")
 
 
 def webhook_url_setting_check() -> None:

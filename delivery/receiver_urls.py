@@ -114,3 +114,17 @@ def url_encrypt(url: str) -> str:
 def url_decrypt(ciphertext: str) -> str:
     """The URL; ImproperlyConfigured if no key of WEBHOOK_SECRET_KEYS opens it."""
     return secret_store.secret_decrypt(ciphertext)
+
+
+class DecryptedUrls:
+    """Receivers' URLs by endpoint key as last decrypted (held in memory only, to send): decrypted again only when
+    the ciphertext changes (re-encrypted under a new key: destination_secrets_reencrypt), not on every read."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, tuple[str, str]] = {}
+
+    def of(self, *, key: str, ciphertext: str) -> str:
+        known = self._known.get(key)
+        if known is None or known[0] != ciphertext:
+            known = self._known[key] = (ciphertext, url_decrypt(ciphertext))
+        return known[1]

@@ -80,6 +80,7 @@ def decide(
     description: str,
     status_code: int | None = None,
     retry_after: float | None = None,
+    gone: bool = False,
     endpoint_down: bool = False,
     refused_by_message: bool = False,
     outlived: timedelta | None = None,
@@ -103,6 +104,7 @@ def decide(
         description=description,
         status_code=status_code,
         retry_after=retry_after,
+        gone=gone,
         endpoint_down=endpoint_down,
         refused_by_message=refused_by_message,
         policy=policy,
@@ -125,12 +127,13 @@ def _decide(
     description: str,
     status_code: int | None,
     retry_after: float | None,
+    gone: bool,
     endpoint_down: bool,
     refused_by_message: bool,
     policy: RetryPolicy,
     jitter: Callable[[float, float], float],
 ) -> Decision:
-    signal = signal_of(outcome=outcome, status_code=status_code, retry_after=retry_after)
+    signal = signal_of(outcome=outcome, status_code=status_code, retry_after=retry_after, gone=gone)
     if signal == Signal.SUCCESS:
         return Decision(status=DeliveryStatus.DELIVERED, delay=timedelta(0), reason="")
     if signal in (Signal.THROTTLE, Signal.PACE):
@@ -143,6 +146,10 @@ def _decide(
             else retry_delay(attempt=attempt, retry_after=retry_after, policy=policy, jitter=jitter)
         )
         return Decision(status=DeliveryStatus.QUEUED, delay=delay, reason=description, charged=False)
+    if signal == Signal.GONE:
+        # The destination is gone (delivery.health made its endpoint GONE): the message is not
+        # at fault, so it waits for the operator without spending an attempt, in its due order.
+        return Decision(status=DeliveryStatus.QUEUED, delay=None, reason=description, charged=False)
     if endpoint_down and signal in (Signal.FAILURE, Signal.REFUSAL):
         return Decision(status=DeliveryStatus.QUEUED, delay=None, reason=description, charged=False)
     if outcome == AttemptOutcome.PERMANENT_FAILURE and (signal != Signal.REFUSAL or refused_by_message):

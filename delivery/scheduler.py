@@ -116,7 +116,7 @@ class Scheduler(ProcessLoop):
             "Scheduler started: %s overdue event(s)%s",
             summary.count,
             f", targets from {summary.oldest.isoformat()} to {summary.newest.isoformat()}"
-            if summary.count
+            if summary.oldest is not None and summary.newest is not None  # as many as there are overdue
             else "",
             extra={"scheduler": self.name, "overdue": summary.count},
         )
@@ -169,13 +169,23 @@ class Scheduler(ProcessLoop):
         if result.claimed:
             # Only batches that found work: the empty look at every wake-up would drown them.
             CLAIM_BATCH_DURATION.labels(kind=ProcessKind.SCHEDULER).observe(time.perf_counter() - started)
+            # Every claimed event in one of the four: the parts add up to the claim.
             logger.info(
-                "Claimed %s due event(s): %s queued for delivery, %s too late, %s with no destination subscribed",
+                "Claimed %s due event(s): %s queued for delivery, %s too late, %s held back by a pause, "
+                "%s with no destination subscribed",
                 result.claimed,
                 result.queued,
                 result.too_late,
+                result.paused,
                 result.unsubscribed,
-                extra={"scheduler": self.name},
+                extra={
+                    "scheduler": self.name,
+                    "claimed": result.claimed,
+                    "queued": result.queued,
+                    "too_late": result.too_late,
+                    "paused": result.paused,
+                    "unsubscribed": result.unsubscribed,
+                },
             )
         # Draining a large backlog can take minutes; the heartbeat must not fall
         # silent meanwhile, or the console, the metrics and check_process would

@@ -6,6 +6,7 @@ from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from config.openapi import IF_MATCH, ErrorSerializer, etag_header
 from delivery.serializers import (
     DestinationSerializer,
+    DestinationUpdateSerializer,
     NewSecretSerializer,
     PingResultSerializer,
     RecoveryPreviewSerializer,
@@ -25,6 +26,19 @@ NEW_DESTINATION = OpenApiExample(
     },
     request_only=True,
 )
+TEAM_CHANNEL = OpenApiExample(
+    "The platform team's channel: its people only, in its own words",
+    value={
+        "name": "platform-slack",
+        "url": "https://hooks.slack.com/services/T000/B001/YYYY",
+        "event_types": ["BIRTHDAY"],
+        "audience_labels": ["team:platform"],
+        "excluded_labels": ["contractor"],
+        "message_overrides": {"BIRTHDAY": "🎂 Happy birthday, {first_name}!"},
+        "format": "slack",
+    },
+    request_only=True,
+)
 CREATED = OpenApiExample(
     "Created, with its secret shown this once",
     value={
@@ -32,6 +46,9 @@ CREATED = OpenApiExample(
         "name": "team-slack",
         "url": "https://hooks.slack.com/…",
         "event_types": ["BIRTHDAY"],
+        "audience_labels": [],
+        "excluded_labels": [],
+        "message_overrides": {},
         "format": "slack",
         "enabled": True,
         "max_rate": 1.0,
@@ -99,15 +116,21 @@ destination_schema = extend_schema_view(
             "is ever shown (afterwards only its hint). Give `secret` to use one of your own."
         ),
         parameters=[etag_header(201)],
-        examples=[NEW_DESTINATION, CREATED],
+        examples=[NEW_DESTINATION, TEAM_CHANNEL, CREATED],
     ),
     update=extend_schema(
-        summary="Replace a destination's settings", description=EDITS, parameters=[IF_MATCH, etag_header(200)]
+        summary="Replace a destination's settings",
+        description=EDITS,
+        parameters=[IF_MATCH, etag_header(200)],
+        request=DestinationUpdateSerializer,
+        responses={200: DestinationSerializer},
     ),
     partial_update=extend_schema(
         summary="Change some of a destination's settings",
         description=EDITS,
         parameters=[IF_MATCH, etag_header(200)],
+        request=DestinationUpdateSerializer,
+        responses={200: DestinationSerializer},
         examples=[OpenApiExample("Switch it off", value={"enabled": False}, request_only=True)],
     ),
     destroy=extend_schema(

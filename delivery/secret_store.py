@@ -52,6 +52,11 @@ def secret_check(value: str) -> str:
     return value
 
 
+def secret_key(value: str) -> bytes:
+    """The key a secret signs with: two spellings of one key (base64's unused bits) are one secret."""
+    return base64.b64decode(value.removeprefix(PREFIX))
+
+
 def secret_hint(value: str) -> str:
     """What may be shown of a secret: enough to tell two apart, far too little to sign."""
     return value[: len(PREFIX) + HINT_CHARS] + "…"

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+import uuid
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
+from django.db import connection
 from django.db.models import Count, Min, Q, QuerySet
 
-from delivery import secret_store
+from delivery import failures, secret_store
+from delivery.audience import Audience
+from delivery.conditions import DestinationCondition, destination_condition
 from delivery.models import (
     AttemptOutcome,
     Delivery,
@@ -18,18 +23,24 @@ from delivery.models import (
     DestinationSecret,
     Endpoint,
     EndpointState,
+    FailureAcknowledgement,
     Recovery,
 )
 from runtime.aggregates import counts_by, estimated_counts_by
 from scheduling.admin_log import admin_log_export
+from scheduling.models import Event
 
 
-def deliveries_export(*, event_ids: Collection) -> list[dict]:
-    """Every delivery of these events with its attempts and the console's log of it, as JSON-ready dicts."""
+def deliveries_export(*, event_ids: Collection[uuid.UUID]) -> list[dict[str, Any]]:
+    """Every delivery of these events with its attempts and the console's log of it, as JSON-ready dicts.
+
+    Each delivery's columns keep their names (`attempts` is its count); its attempt rows are under
+    `attempt_log`, and the console's log under `console_log`, names no column has.
+    """
     deliveries = list(
         Delivery.objects.filter(event_id__in=list(event_ids)).order_by("created_at", "id").values()
     )
-    attempts: dict = {}
+    attempts: dict[uuid.UUID, list[Mapping[str, Any]]] = {}
     for attempt in (
         DeliveryAttempt.objects.filter(delivery_id__in=[d["id"] for d in deliveries])
         .order_by("delivery_id", "number")
@@ -39,7 +50,7 @@ def deliveries_export(*, event_ids: Collection) -> list[dict]:
     return [
         {
             **delivery,
-            "attempts": attempts.get(delivery["id"], []),
+            "attempt_log": attempts.get(delivery["id"], []),
             "console_log": admin_log_export(model=Delivery, object_ids=[delivery["id"]]),
         }
         for delivery in deliveries
@@ -48,9 +59,10 @@ def deliveries_export(*, event_ids: Collection) -> list[dict]:
 
 def next_retry_at() -> datetime | None:
     """When the earliest QUEUED delivery is due (an idle worker sleeps until then)."""
-    return Delivery.objects.filter(status=DeliveryStatus.QUEUED).aggregate(first=Min("next_attempt_at"))[
-        "first"
-    ]
+    first: datetime | None = Delivery.objects.filter(status=DeliveryStatus.QUEUED).aggregate(
+        first=Min("next_attempt_at")
+    )["first"]
+    return first
 
 
 def delivery_outcome_counts(*, now: datetime) -> dict[str, int]:
@@ -198,6 +210,31 @@ def destinations_for_claim() -> list[Destination]:
     return list(Destination.objects.raw(f"SELECT * FROM {table} WHERE enabled ORDER BY id FOR KEY SHARE"))
 
 
+def destination_recipients(*, destination: Destination) -> QuerySet[Any]:
+    """The recipients `destination` greets now, by its audience (whatever their event types).
+
+    The one query of a destination's people (delivery.audience: the rule the claim
+    applies, as a filter the labels' GIN index serves), for whatever must list or count
+    them rather than decide occurrence by occurrence.
+    """
+    # The recipient model as the event's foreign key names it: what reads delivery (monitoring)
+    # is not to reach the recipients' app through this module.
+    recipient_model = Event._meta.get_field("user").related_model
+    assert isinstance(recipient_model, type)  # a ForeignKey's model, resolved once the apps are loaded
+    recipients: QuerySet[Any] = recipient_model._default_manager.filter(
+        Audience.of(destination).recipient_filter()
+    )
+    return recipients
+
+
+def destination_audience_labels() -> list[str]:
+    """Every label the destinations' audiences name, sorted: the console's choices of recipients' labels."""
+    named: set[str] = set()
+    for greeted, excluded in Destination.objects.values_list("audience_labels", "excluded_labels"):
+        named.update(greeted, excluded)
+    return sorted(named)
+
+
 def destination_signing_secrets(
     *, destinations: Iterable[Destination], now: datetime
 ) -> dict[int, list[str]]:
@@ -229,7 +266,7 @@ def endpoint_destination_names(*, endpoints: Iterable[Endpoint]) -> dict[str, st
     )
 
 
-def recipients_attempt_count(*, user_ids: Collection) -> int:
+def recipients_attempt_count(*, user_ids: Collection[uuid.UUID]) -> int:
     """How many delivery attempts the recipients' deliveries have: what their erasure keeps, stripped (delivery.services.erasure)."""
     return DeliveryAttempt.objects.filter(delivery__event__user_id__in=user_ids).count()
 
@@ -274,3 +311,207 @@ def recovery_count(
 def recovery_list(*, destination_id: int) -> QuerySet[Recovery]:
     """The destination's recoveries, newest first."""
     return Recovery.objects.filter(destination_id=destination_id).order_by("-requested_at", "-id")
+
+
+# --- failures by cause, and each destination's health ---------------------------------------
+
+# How far back the failures list and a destination's last failure look: the dead deliveries
+# of this window are a range of delivery_status_updated_idx, so a read costs what died in it,
+# never the history behind it.
+FAILURE_WINDOW = timedelta(days=7)
+EXAMPLES_PER_GROUP = 3
+
+
+@dataclass(frozen=True)
+class FailureGroup:
+    """The dead deliveries of one destination and one cause (delivery.failures) not acknowledged yet."""
+
+    destination_id: int
+    destination_name: str
+    cause: str
+    count: int
+    count_last_hour: int
+    first_seen: datetime
+    last_seen: datetime
+    # The latest few, newest first.
+    example_ids: list[uuid.UUID]
+
+    @property
+    def label(self) -> str:
+        return failures.cause_label(self.cause)
+
+
+def failure_groups(
+    *, now: datetime, since: datetime | None = None, destination_id: int | None = None
+) -> list[FailureGroup]:
+    """The dead deliveries given up since `since` (FAILURE_WINDOW ago), by (destination, cause), newest group first.
+
+    One statement: the window's DEAD rows (a range of an index of dead rows),
+    their cause computed (delivery.failures.CAUSE_SQL), less each group's
+    acknowledged part, grouped; then the destinations' names. Deliveries whose
+    destination was deleted have no group: there is no receiver left to act on.
+    """
+    since = since or now - FAILURE_WINDOW
+    table = Delivery._meta.db_table
+    params: dict[str, Any] = {"dead": DeliveryStatus.DEAD, "since": since, "hour": now - timedelta(hours=1)}
+    only = ""
+    if destination_id is not None:
+        only, params["destination_id"] = "AND d.destination_id = %(destination_id)s", destination_id
+    # The acknowledgements that reach into the window (a few rows) become a condition on each row,
+    # not a join: the planner cannot know how many rows the window holds, and a nested loop over
+    # them looking up an acknowledgement each cost four times the scan (bench/results/REPORT-console.md).
+    acknowledged = []
+    for number, (ack_destination, ack_cause, through) in enumerate(
+        FailureAcknowledgement.objects.filter(through__gte=since).values_list(
+            "destination_id", "cause", "through"
+        )
+    ):
+        acknowledged.append(
+            f"(d.destination_id = %(ack_d{number})s AND cause = %(ack_c{number})s "
+            f"AND d.updated_at <= %(ack_t{number})s)"
+        )
+        params.update(
+            {f"ack_d{number}": ack_destination, f"ack_c{number}": ack_cause, f"ack_t{number}": through}
+        )
+    not_acknowledged = f"WHERE NOT ({' OR '.join(acknowledged)})" if acknowledged else ""
+    sql = f"""
+        SELECT destination_id, cause, count(*),
+               count(*) FILTER (WHERE updated_at >= %(hour)s),
+               min(updated_at), max(updated_at),
+               (array_agg(id ORDER BY updated_at DESC))[1:{EXAMPLES_PER_GROUP}]
+        FROM (
+            SELECT d.id, d.destination_id, d.updated_at, {failures.cause_sql(alias="d")} AS cause
+            FROM {table} d
+            WHERE d.status = %(dead)s AND d.updated_at >= %(since)s AND d.destination_id IS NOT NULL {only}
+        ) d
+        {not_acknowledged}
+        GROUP BY destination_id, cause
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    names = dict(Destination.objects.filter(pk__in={row[0] for row in rows}).values_list("pk", "name"))
+    groups = [
+        FailureGroup(destination_id, names[destination_id], cause, count, last_hour, first, last, examples)
+        for destination_id, cause, count, last_hour, first, last, examples in rows
+        if destination_id in names  # deleted meanwhile
+    ]
+    return sorted(groups, key=lambda group: (-group.last_seen.timestamp(), group.destination_id, group.cause))
+
+
+def failure_group_deliveries(
+    *, destination_id: int, cause: str, now: datetime, since: datetime | None = None
+) -> QuerySet[Delivery]:
+    """The dead deliveries of one group as failure_groups counts them (not acknowledged), newest first."""
+    since = since or now - FAILURE_WINDOW
+    deliveries = Delivery.objects.filter(
+        status=DeliveryStatus.DEAD, updated_at__gte=since, destination_id=destination_id
+    ).extra(where=[f"({failures.CAUSE_SQL}) = %s"], params=[cause])
+    through = (
+        FailureAcknowledgement.objects.filter(destination_id=destination_id, cause=cause)
+        .values_list("through", flat=True)
+        .first()
+    )
+    if through is not None:
+        deliveries = deliveries.filter(updated_at__gt=through)
+    return deliveries.order_by("-updated_at")
+
+
+@dataclass(frozen=True)
+class DestinationHealth:
+    """What an operator needs to judge a destination: its condition and the figures behind it."""
+
+    destination: Destination
+    endpoint_state: str  # HEALTHY, FAILING or PAUSED (its URL's endpoint)
+    condition: DestinationCondition
+    dead_last_hour: int
+    dead_last_day: int
+    # The latest dead delivery of FAILURE_WINDOW: when, its cause and HTTP status (None: no answer).
+    last_failure_at: datetime | None
+    last_failure_cause: str
+    last_failure_status: int | None
+    # Its endpoint's last success: when a delivery to this URL was last accepted.
+    last_delivered_at: datetime | None
+    # The endpoint's last error while FAILING (timeouts, 5xx ...), in words (its class, not the receiver's text).
+    endpoint_last_error: str
+
+    @property
+    def last_failure_label(self) -> str:
+        return failures.cause_label(self.last_failure_cause) if self.last_failure_cause else ""
+
+
+def destinations_health(
+    *, now: datetime, destinations: Iterable[Destination] | None = None
+) -> list[DestinationHealth]:
+    """Every destination's health (or these destinations'), in three queries however long the history.
+
+    The destinations, their endpoints, and for each destination three short
+    reads of its own dead deliveries (delivery_dead_destination_idx): what died
+    in the last hour and day, and the latest of FAILURE_WINDOW. When it last
+    delivered is its endpoint's last success, which the workers keep.
+    """
+    destinations = list(destination_list() if destinations is None else destinations)
+    endpoints = destination_endpoints(destinations=destinations)
+    table = Delivery._meta.db_table
+    dead: dict[int, tuple[Any, ...]] = {}
+    if destinations:
+        with connection.cursor() as cursor:
+            # Per destination, three reads of delivery_dead_destination_idx: its dead of the last
+            # hour and day (index entries only), and its latest dead row of the window.
+            cursor.execute(
+                f"""
+                SELECT d.id,
+                       (SELECT count(*) FROM {table} x
+                        WHERE x.status = %(dead)s AND x.destination_id = d.id AND x.updated_at >= %(hour)s),
+                       (SELECT count(*) FROM {table} x
+                        WHERE x.status = %(dead)s AND x.destination_id = d.id AND x.updated_at >= %(day)s),
+                       latest.updated_at, latest.cause, latest.last_status_code
+                FROM unnest(%(ids)s::int[]) AS d(id)
+                LEFT JOIN LATERAL (
+                    SELECT x.updated_at, {failures.cause_sql(alias="x")} AS cause, x.last_status_code
+                    FROM {table} x
+                    WHERE x.status = %(dead)s AND x.destination_id = d.id AND x.updated_at >= %(since)s
+                    ORDER BY x.updated_at DESC
+                    LIMIT 1
+                ) latest ON true
+                """,
+                {
+                    "dead": DeliveryStatus.DEAD,
+                    "since": now - FAILURE_WINDOW,
+                    "day": now - timedelta(days=1),
+                    "hour": now - timedelta(hours=1),
+                    "ids": [d.pk for d in destinations],
+                },
+            )
+            dead = {row[0]: row[1:] for row in cursor.fetchall()}
+    health = []
+    for destination in destinations:
+        endpoint = endpoints.get(destination.url_key)
+        state = endpoint.state if endpoint is not None else EndpointState.HEALTHY
+        last_success = endpoint.last_success_at if endpoint is not None else None
+        hour, day, last_dead, cause, status_code = dead.get(destination.pk, (0, 0, None, "", None))
+        health.append(
+            DestinationHealth(
+                destination=destination,
+                endpoint_state=state,
+                condition=destination_condition(
+                    enabled=destination.enabled,
+                    endpoint_state=state,
+                    dead_last_day=day,
+                    last_failure_at=last_dead,
+                    last_delivered_at=last_success,
+                ),
+                dead_last_hour=hour,
+                dead_last_day=day,
+                last_failure_at=last_dead,
+                last_failure_cause=cause or "",
+                last_failure_status=status_code,
+                last_delivered_at=last_success,
+                endpoint_last_error=(
+                    failures.description_label(endpoint.last_error)
+                    if endpoint is not None and state == EndpointState.FAILING and endpoint.last_error
+                    else ""
+                ),
+            )
+        )
+    return health

@@ -16,11 +16,13 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from delivery.lanes import Lane
-from delivery.metrics import ATTEMPT_DURATION
+from delivery.lane import Lane
+from delivery.metrics import ATTEMPT_DURATION, RATE_SLOTS_MISSED
+from delivery.pace import RateSlot
 from delivery.transport import ClaimedDelivery, SendResult, WebhookTransport
 
 # Answers are recorded in batches; an answer waits at most this long to be recorded.
@@ -58,6 +60,8 @@ class Sender:
         self.cancelled: list[ClaimedDelivery] = []
         # While `run` runs the loop: what says it is time to give the thread back. None otherwise.
         self.return_when: Callable[[], bool] | None = None
+        # Per lane, the requests whose slot came and that wait for one begun to end (Lane.may_begin).
+        self.places: dict[Lane, deque[asyncio.Future]] = {}
 
     def open(self) -> None:
         self.loop.run_until_complete(self.transport.open())
@@ -70,35 +74,63 @@ class Sender:
     def busy(self) -> bool:
         return bool(self.in_flight)
 
-    def start(self, lane: Lane, delivery: ClaimedDelivery, *, slot_mono: float | None) -> None:
-        """Start sending `delivery` (at `slot_mono` if it has a rate slot, then at its turn at the lane's learned
+    def start(self, lane: Lane, delivery: ClaimedDelivery, *, slot: RateSlot | None) -> None:
+        """Start sending `delivery` (within `slot` if it has a rate slot, then at its turn at the lane's learned
         rate); it counts as open to its lane at once."""
-        lane.open += 1
-        lane.not_begun += 1
-        if delivery.probe:
-            lane.probing = True
-        task = self.loop.create_task(self._send(lane, delivery, slot_mono))
-        self.in_flight[task] = InFlight(lane=lane, delivery=delivery, open_at_start=lane.open)
+        open_at_start = lane.started(delivery)
+        task = self.loop.create_task(self._send(lane, delivery, slot))
+        self.in_flight[task] = InFlight(lane=lane, delivery=delivery, open_at_start=open_at_start)
         task.add_done_callback(self._finished)
 
     async def _send(
-        self, lane: Lane, delivery: ClaimedDelivery, slot_mono: float | None
-    ) -> tuple[SendResult, bool]:
-        """The answer, and whether the request waited for its turn at the learned rate (the rate held it back)."""
-        if slot_mono is not None:
-            await asyncio.sleep(slot_mono - time.monotonic())
+        self, lane: Lane, delivery: ClaimedDelivery, slot: RateSlot | None
+    ) -> tuple[SendResult, bool] | None:
+        """The answer, and whether the request waited for its turn at the learned rate (the rate held it back);
+        None if it could not begin within its rate slot's second, and was not sent."""
+        if slot is not None:
+            await asyncio.sleep(slot.at - time.time())
         waited_for_turn = False
         # Asked again after each wait: a cut meanwhile makes the turn later.
         while (wait := lane.turn_in(time.monotonic())) > 0:
             waited_for_turn = True
             await asyncio.sleep(wait)
-        lane.take_turn(time.monotonic())
-        lane.not_begun -= 1
+        # Its slot came: it begins once those begun are under the lane's limit, within the slot's second.
+        while slot is not None and not lane.may_begin():
+            if not await self._place_freed(lane, until=slot.deadline):
+                break
+        if slot is not None and (time.time() >= slot.deadline or not lane.may_begin()):
+            # Late for its second (the thread was away, the CPU taken, the turn far, the lane full): sent
+            # now, it would count in the next second, whose slots the fleet hands out in full to others.
+            return None
+        lane.begun(time.monotonic())
         self.begun.add(delivery.id)
-        # Signed and timed as the lane's destination says (delivery.lanes follows its edits).
+        # Signed, timed and read as the lane's destination says (delivery.lanes follows its edits).
+        settings = lane.settings
         return await self.transport.send(
-            delivery, url=lane.url, signer=lane.signer, timeout=lane.timeout
+            delivery,
+            url=lane.url,
+            signer=settings.signer,
+            timeout=settings.timeout,
+            channel=settings.channel,
         ), waited_for_turn
+
+    async def _place_freed(self, lane: Lane, *, until: float) -> bool:
+        """Wait until a request of `lane` ends (True) or `until` (time.time()) passes (False)."""
+        freed = self.loop.create_future()
+        self.places.setdefault(lane, deque()).append(freed)
+        try:
+            done, _ = await asyncio.wait([freed], timeout=max(0.0, until - time.time()))
+        finally:
+            freed.cancel()  # no longer waiting (a no-op once set): _free_place skips it
+        return bool(done)
+
+    def _free_place(self, lane: Lane) -> None:
+        waiters = self.places.get(lane)
+        while waiters:
+            freed = waiters.popleft()
+            if not freed.done():
+                freed.set_result(None)
+                return
 
     def run(self, *, seconds: float, return_when: Callable[[], bool]) -> None:
         """Run the loop until `return_when()` says so after a request finished, nothing is open, or `seconds` pass.
@@ -118,27 +150,30 @@ class Sender:
 
     def _finished(self, task: asyncio.Task) -> None:
         flight = self.in_flight.pop(task)
-        flight.lane.open -= 1
-        if flight.delivery.probe:
-            flight.lane.probing = False
+        began = flight.delivery.id in self.begun
+        self.begun.discard(flight.delivery.id)
         if task.cancelled():
-            if flight.delivery.id not in self.begun:
-                flight.lane.not_begun -= 1
-            self.begun.discard(flight.delivery.id)
+            flight.lane.finished(flight.delivery, begun=began)
             self.cancelled.append(flight.delivery)
             return
-        self.begun.discard(flight.delivery.id)
-        result, waited_for_turn = task.result()
-        flight.lane.learn_from(
-            result,
-            open_at_start=flight.open_at_start,
-            finished_mono=time.monotonic(),
-            waited_for_turn=waited_for_turn,
-        )
-        ATTEMPT_DURATION.labels(outcome=result.outcome).observe(result.duration_ms / 1000)
-        if not self.answers:
-            self.oldest_answer_mono = time.monotonic()
-        self.answers.append(result)
+        outcome = task.result()
+        if outcome is None:
+            flight.lane.missed(flight.delivery)
+            RATE_SLOTS_MISSED.labels(endpoint=flight.lane.name).inc()
+        else:
+            flight.lane.finished(flight.delivery, begun=True)
+            self._free_place(flight.lane)
+            result, waited_for_turn = outcome
+            flight.lane.learn_from(
+                result,
+                open_at_start=flight.open_at_start,
+                finished_mono=time.monotonic(),
+                waited_for_turn=waited_for_turn,
+            )
+            ATTEMPT_DURATION.labels(outcome=result.outcome).observe(result.duration_ms / 1000)
+            if not self.answers:
+                self.oldest_answer_mono = time.monotonic()
+            self.answers.append(result)
         self.after_each()
         if self.return_when is not None and (not self.in_flight or self.return_when()):
             self.return_when = None  # stop once: later callbacks of this turn find the loop stopping

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from delivery.models import Destination, DestinationFormat, DestinationSecret, EndpointState, Recovery
+from delivery import failures
+from delivery.models import (
+    RECOVERABLE_STATUSES,
+    Destination,
+    DestinationFormat,
+    DestinationSecret,
+    EndpointState,
+    Recovery,
+)
 from scheduling.event_types import EventType
 
 
@@ -23,8 +33,19 @@ class SecondsField(serializers.FloatField):
             raise serializers.ValidationError(f"A number of seconds from 0 to {self.LONGEST:g}.")
         return timedelta(seconds=seconds)
 
-    def to_representation(self, value: timedelta):
-        return value.total_seconds()
+    # DRF's FloatField represents a float as a float; djangorestframework-stubs say str.
+    def to_representation(self, value: timedelta | float) -> float:  # type: ignore[override]
+        # A timedelta from the model; FloatField's signature takes the float it would be.
+        return value.total_seconds() if isinstance(value, timedelta) else value
+
+
+class TextField(serializers.CharField):
+    """Text as given: a number or a boolean is refused rather than turned into text."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
 
 
 class DestinationSecretSerializer(serializers.ModelSerializer):
@@ -59,11 +80,36 @@ class DestinationSerializer(serializers.ModelSerializer):
         allow_empty=True,
         help_text="The event types it receives; empty (the default): every type, including types added later.",
     )
+    audience_labels = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        allow_empty=True,
+        help_text="Whom it greets: recipients holding any of these labels (such as team:platform); empty (the "
+        "default): everyone. Labels by the recipients' rule (lowercase letters, digits and . _ -, optionally one "
+        "key:value), taken in any case. A change applies to the occurrences claimed after it is saved, on every "
+        "scheduler; still one delivery per occurrence and destination.",
+    )
+    excluded_labels = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        allow_empty=True,
+        help_text="Whom it never greets: recipients holding any of these labels, even if in audience_labels "
+        "(such as contractor); empty (the default): nobody is left out. No label may be in both lists.",
+    )
+    message_overrides = serializers.DictField(
+        child=TextField(allow_blank=True, trim_whitespace=False),
+        required=False,
+        help_text='Its own text per event type, such as {"BIRTHDAY": "🎂 Happy birthday, {first_name}!"}, sent '
+        "instead of the message templates' (whatever the recipient's language or the milestone); a type it "
+        "does not name (or names with an empty text) keeps them. Checked as a template is: a placeholder the "
+        "type does not offer is refused (400). Applies to the occurrences claimed after it is saved.",
+    )
     format = serializers.ChoiceField(
         choices=DestinationFormat.choices,
         required=False,
-        help_text="standard: the JSON body with Standard Webhooks signatures; slack, discord, teams: the body "
-        "their incoming webhooks accept (signed too).",
+        help_text="standard: the JSON body with Standard Webhooks signatures; slack, discord: the body their "
+        "incoming webhooks accept, mentioning no one; teams: an Adaptive Card for a Teams Workflows webhook; "
+        "teams_messagecard: the legacy connector MessageCard (all signed too).",
     )
     timeout = SecondsField(
         required=False,
@@ -94,7 +140,8 @@ class DestinationSerializer(serializers.ModelSerializer):
         help_text="Whether an operator paused it (its endpoint's pause)."
     )
     endpoint_state = serializers.SerializerMethodField(
-        help_text="Its URL's health: HEALTHY, FAILING or PAUSED."
+        help_text="Its URL's health: HEALTHY, FAILING, PAUSED or GONE (its service answered that the "
+        "destination no longer exists: nothing is sent to it until resumed or given a new URL)."
     )
 
     class Meta:
@@ -104,6 +151,9 @@ class DestinationSerializer(serializers.ModelSerializer):
             "name",
             "url",
             "event_types",
+            "audience_labels",
+            "excluded_labels",
+            "message_overrides",
             "format",
             "enabled",
             "max_rate",
@@ -130,7 +180,7 @@ class DestinationSerializer(serializers.ModelSerializer):
             "version": {"help_text": "Bumped by every change of its settings or secrets; the ETag."},
         }
         # The service validates and reports each field; the model's unique validators would only read twice.
-        validators = []
+        validators: list[Any] = []
 
     def get_fields(self):
         fields = super().get_fields()
@@ -162,6 +212,7 @@ class DestinationSerializer(serializers.ModelSerializer):
         try:
             attrs = super().to_internal_value(data)
         except serializers.ValidationError as exc:
+            assert isinstance(exc.detail, dict)  # a serializer's errors are by field
             errors.update({field: _messages(detail) for field, detail in exc.detail.items()})
         if errors:
             raise serializers.ValidationError(errors)
@@ -170,11 +221,21 @@ class DestinationSerializer(serializers.ModelSerializer):
         return attrs
 
 
+class DestinationUpdateSerializer(DestinationSerializer):
+    """What a PUT or PATCH of a destination takes: its settings, not its secret (rotate-secret changes that)."""
+
+    class Meta(DestinationSerializer.Meta):
+        fields = [name for name in DestinationSerializer.Meta.fields if name != "secret"]
+
+
 def _messages(detail) -> list:
-    """A field's errors as a list of messages: a list's are by item ({"0": [...]}), said as "Item 1: ..."."""
+    """A field's errors as a list of messages: a list's are by item ({"0": [...]}), said as "Item 1: ...";
+    an object's by key ({"BIRTHDAY": [...]}), said as "BIRTHDAY: ..."."""
     if isinstance(detail, dict):
         return [
-            f"Item {int(index) + 1}: {message}" for index, messages in detail.items() for message in messages
+            f"Item {int(key) + 1}: {message}" if str(key).isdigit() else f"{key}: {message}"
+            for key, messages in detail.items()
+            for message in messages
         ]
     return detail
 
@@ -222,13 +283,27 @@ class AwareDateTimeField(serializers.DateTimeField):
         return super().enforce_timezone(value)
 
 
+@extend_schema_field(
+    {
+        "type": "array",
+        "items": {"type": "string", "enum": list(RECOVERABLE_STATUSES)},
+        "minItems": 1,
+        "uniqueItems": True,
+    }
+)
+class RecoverableStatesField(serializers.ListField):
+    """The states asked for, as given: the service judges them and says why in its own words
+    (delivery.services.recovery.recovery_values_clean); the document states the same rules."""
+
+    def __init__(self, **kwargs):
+        super().__init__(child=serializers.CharField(), allow_empty=True, **kwargs)
+
+
 class RecoveryRequestSerializer(serializers.Serializer):
     """What to recover: the states, the window and whether only to count. The values are the service's to judge."""
 
-    states = serializers.ListField(
-        child=serializers.CharField(),
-        allow_empty=True,
-        help_text="DEAD, DELIVERED or both: the states of the deliveries to send again.",
+    states = RecoverableStatesField(
+        help_text="DEAD, DELIVERED or both, each once: the states of the deliveries to send again.",
     )
     since = AwareDateTimeField(
         help_text="The window's start, included: deliveries that reached their state at or after it."
@@ -243,10 +318,13 @@ class RecoveryRequestSerializer(serializers.Serializer):
     def to_internal_value(self, data):
         if not isinstance(data, dict):
             raise serializers.ValidationError({"non_field_errors": ["Expected a JSON object."]})
-        unknown = {field: ["Unknown field."] for field in sorted(set(data) - set(self.fields))}
+        unknown: dict[str, Any] = {
+            field: ["Unknown field."] for field in sorted(set(data) - set(self.fields))
+        }
         try:
             attrs = super().to_internal_value(data)
         except serializers.ValidationError as exc:
+            assert isinstance(exc.detail, dict)  # a serializer's errors are by field
             unknown.update(exc.detail)
             raise serializers.ValidationError(unknown) from None
         if unknown:
@@ -330,3 +408,71 @@ class PingResultSerializer(serializers.Serializer):
     message_id = serializers.CharField(
         help_text="Its webhook-id (and X-Idempotency-Key): test- and 32 hex digits, never an event's."
     )
+
+
+class DestinationHealthSerializer(serializers.Serializer):
+    """A destination's health (delivery.selectors.DestinationHealth): what the console's destinations page shows."""
+
+    id = serializers.IntegerField(source="destination.pk")
+    name = serializers.CharField(source="destination.name")
+    condition = serializers.CharField(
+        source="condition.level",
+        help_text="failing, degraded, paused, ok, idle (nothing sent yet) or disabled (delivery.conditions).",
+    )
+    condition_label = serializers.CharField(source="condition.label")
+    reason = serializers.CharField(source="condition.reason")
+    needs_attention = serializers.BooleanField(source="condition.needs_attention")
+    endpoint_state = serializers.CharField(help_text="Its URL's endpoint: HEALTHY, FAILING or PAUSED.")
+    dead_last_hour = serializers.IntegerField()
+    dead_last_day = serializers.IntegerField()
+    last_failure_at = serializers.DateTimeField(
+        allow_null=True, help_text="Its latest DEAD delivery of the last 7 days."
+    )
+    last_failure_cause = serializers.CharField(
+        help_text='"http_400", "timeout", "connection" ... ("" if none).'
+    )
+    last_failure = serializers.CharField(source="last_failure_label", help_text="The cause in words.")
+    last_failure_status = serializers.IntegerField(allow_null=True)
+    last_delivered_at = serializers.DateTimeField(allow_null=True)
+
+
+class FailureGroupSerializer(serializers.Serializer):
+    """One destination's dead deliveries of one cause, not acknowledged (delivery.selectors.FailureGroup)."""
+
+    destination = serializers.IntegerField(source="destination_id")
+    destination_name = serializers.CharField()
+    cause = serializers.CharField()
+    cause_label = serializers.CharField(source="label")
+    count = serializers.IntegerField()
+    count_last_hour = serializers.IntegerField()
+    first_seen = serializers.DateTimeField()
+    last_seen = serializers.DateTimeField()
+    examples = serializers.ListField(
+        source="example_ids", child=serializers.UUIDField(), help_text="The latest deliveries, newest first."
+    )
+
+
+class FailureGroupActionSerializer(serializers.Serializer):
+    destination = serializers.PrimaryKeyRelatedField(queryset=Destination.objects.all())
+    cause = serializers.CharField(max_length=32)
+    through = AwareDateTimeField(
+        required=False, help_text="Acknowledge: the failures given up until then (default: now)."
+    )
+
+    def validate_cause(self, value: str) -> str:
+        if not failures.is_cause(value):
+            raise serializers.ValidationError("Unknown cause.")
+        return value
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = {field: ["Unknown field."] for field in sorted(set(data) - set(self.fields))}
+            if unknown:
+                raise serializers.ValidationError(unknown)
+        return super().to_internal_value(data)
+
+
+class FailureGroupResendSerializer(serializers.Serializer):
+    resent = serializers.IntegerField()
+    refused = serializers.IntegerField()
+    remaining = serializers.IntegerField()

@@ -8,8 +8,8 @@ from users.models import User
 from users.signals import recipient_erasing, recipient_exporting
 
 
-def _erase_deliveries(sender, user_id, **kwargs) -> None:
-    deliveries_erase(user_id=user_id)
+def _erase_deliveries(sender, user_id, **kwargs) -> set:
+    return deliveries_erase(user_id=user_id)
 
 
 def _export_deliveries(sender, user_id, event_ids, **kwargs) -> dict:

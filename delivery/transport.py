@@ -13,8 +13,9 @@ WebhookTransport. A refusal is a permanent failure that made no request.
 
 from __future__ import annotations
 
-import email.utils
+import errno
 import functools
+import http
 import json
 import time
 import urllib.parse
@@ -28,6 +29,8 @@ import yarl
 from aiohttp.abc import AbstractResolver
 from aiohttp.resolver import DefaultResolver
 
+from channels import STANDARD, Channel, Verdict
+from channels.base import standard_reading
 from config import __version__
 from delivery.models import AttemptOutcome, DeliveryAttempt
 from delivery.receiver_addresses import ReceiverPolicy, parse_address, url_refusal
@@ -36,8 +39,6 @@ from delivery.resolver import AddressRefused, ScreeningResolver
 from delivery.signing import WebhookSigner
 
 USER_AGENT = f"birthday-scheduler/{__version__} (+webhooks)"
-# Statuses that say "try again later" rather than "never".
-TRANSIENT_STATUSES = frozenset({408, 425, 429})
 # Bodies up to this size are read whole so the connection can be reused;
 # longer ones are cut after the excerpt and the connection dropped.
 _READ_WHOLE_BODY_UP_TO = 64 * 1024
@@ -76,13 +77,28 @@ class ClaimedDelivery:
 
 @dataclass
 class SendResult:
+    """One attempt's outcome.
+
+    What the receiver said in its own words (its reason phrase, its body, an
+    error text that quotes its bytes) may echo the message, and so the
+    recipient's name: it is in `detail` and `response_excerpt`, which go only
+    on the attempt's row, the one record a recipient's erase strips
+    (delivery.services.erasure). `error` and `describe()` are in our words
+    and name no one: the delivery's and the endpoint's last error, the log
+    lines, the event's failure reason; written after an erase too (a lease
+    lost mid-request), they carry nothing of the person.
+    """
+
     delivery: ClaimedDelivery
     outcome: AttemptOutcome
     started_at: datetime
     finished_at: datetime
     duration_ms: int
     status_code: int | None = None
+    # Without an answer: what went wrong, in our words (a timeout, a connection error's class).
     error: str = ""
+    # The receiver's or the connection's own words: the reason phrase, an exception's text.
+    detail: str = ""
     response_excerpt: str = ""
     retry_after: float | None = None
     # When the request started by this process's monotonic clock (started_at is the wall clock's),
@@ -90,36 +106,47 @@ class SendResult:
     started_mono: float = 0.0
     # No request was made: the receiver's address is refused (delivery.receiver_addresses).
     refused: bool = False
+    # The service says the destination no longer exists (channels.base.Verdict.GONE).
+    gone: bool = False
 
     def describe(self) -> str:
+        """What happened, naming no one: "HTTP 503 (Service Unavailable)", "Timed out after 10 s"."""
         if self.status_code is not None:
-            return f"HTTP {self.status_code}" + (f" ({self.error})" if self.error else "")
+            # `error` beside a status is only ever a kind's code from its fixed list ("channel_not_found").
+            return status_description(self.status_code) + (f": {self.error}" if self.error else "")
         return self.error or "unknown error"
 
 
-def classify_status(status_code: int) -> AttemptOutcome:
-    if 200 <= status_code < 300:
-        return AttemptOutcome.DELIVERED
-    if status_code >= 500 or status_code in TRANSIENT_STATUSES:
-        return AttemptOutcome.TRANSIENT_FAILURE
-    # Redirects are not followed, and any other 4xx will not get better by itself.
-    return AttemptOutcome.PERMANENT_FAILURE
+# How a kind's verdict is recorded as the attempt's outcome (GONE: refused, and the endpoint gone).
+OUTCOME_OF = {
+    Verdict.DELIVERED: AttemptOutcome.DELIVERED,
+    Verdict.RETRY: AttemptOutcome.TRANSIENT_FAILURE,
+    Verdict.REFUSED: AttemptOutcome.PERMANENT_FAILURE,
+    Verdict.GONE: AttemptOutcome.PERMANENT_FAILURE,
+}
 
 
-def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
-    """Seconds from a Retry-After header (delta-seconds or HTTP-date); None if absent or bad."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
+def status_description(status_code: int) -> str:
+    """The status with its standard reason phrase (RFC 9110's), never the receiver's own, which may quote anything."""
     try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, when.timestamp() - (now if now is not None else time.time()))
+        return f"HTTP {status_code} ({http.HTTPStatus(status_code).phrase})"
+    except ValueError:
+        return f"HTTP {status_code}"
+
+
+def error_class(exc: BaseException) -> str:
+    """An exception as its class and, where it carries one, the errno's name: nothing it quotes."""
+    errno_number = getattr(exc, "errno", None)
+    cause = getattr(exc, "os_error", None)  # aiohttp's connector errors wrap the OSError
+    if errno_number is None and cause is not None:
+        errno_number = getattr(cause, "errno", None)
+    name = errno.errorcode.get(errno_number) if isinstance(errno_number, int) else None
+    return type(exc).__name__ + (f" ({name})" if name else "")
+
+
+def classify_status(status_code: int) -> AttemptOutcome:
+    """What a status says by itself, as any receiver's (channels.base.standard_reading)."""
+    return OUTCOME_OF[standard_reading(status=status_code, headers={}).verdict]
 
 
 class WebhookTransport:
@@ -177,7 +204,8 @@ class WebhookTransport:
         if url not in self._proxy_for:
             parsed = urllib.parse.urlsplit(url)
             proxy = self._proxies.get(parsed.scheme or "http")
-            bypass = urllib.request.proxy_bypass_environment(parsed.hostname or "", self._proxies)
+            # Public in urllib.request (urllib's own proxy_bypass uses it) but missing from typeshed.
+            bypass = urllib.request.proxy_bypass_environment(parsed.hostname or "", self._proxies)  # type: ignore[attr-defined]
             self._proxy_for[url] = proxy if proxy and not bypass else None
         return self._proxy_for[url]
 
@@ -234,6 +262,8 @@ class WebhookTransport:
         """Behind a proxy: why the receiver's name is refused as this host resolves it, or None."""
         parsed = self._url(url)
         host = parsed.raw_host
+        # url_refusal passed the URL, so it has a host; the transport is open, so it screens.
+        assert host is not None and self._screening is not None
         if parse_address(host) is not None:
             return None  # a literal address: url_refusal has judged it
         key = (host, parsed.port)
@@ -266,8 +296,10 @@ class WebhookTransport:
         url: str,
         signer: WebhookSigner | None = None,
         timeout: float | None = None,
+        channel: Channel = STANDARD,
     ) -> SendResult:
-        """POST `delivery` to `url`, signed by its destination's `signer`, waiting `timeout` (default: the session's).
+        """POST `delivery` to `url`, signed by its destination's `signer`, waiting `timeout` (default: the session's);
+        its answer read by the destination's kind, `channel`.
 
         No error it returns repeats the URL's path or query (a token): only its redacted form.
         """
@@ -295,6 +327,7 @@ class WebhookTransport:
             if refusal is not None:
                 return finish(AttemptOutcome.PERMANENT_FAILURE, error=refusal, refused=True)
             session = self._session if proxy is None else self._proxied_session
+            assert session is not None  # open() made both
             async with session.post(
                 self._url(url),
                 data=body.encode(),
@@ -304,30 +337,43 @@ class WebhookTransport:
                 timeout=self._timeout_of(timeout),
             ) as response:
                 excerpt = await _read_excerpt(response)
-                status, reason, retry_after_header = (
-                    response.status,
-                    response.reason,
-                    response.headers.get("Retry-After"),
-                )
+                status, reason, headers = response.status, response.reason, response.headers
         except AddressRefused as exc:
             return finish(AttemptOutcome.PERMANENT_FAILURE, error=_scrubbed(str(exc), url), refused=True)
         except TimeoutError:
             return finish(AttemptOutcome.TRANSIENT_FAILURE, error=f"Timed out after {timeout:g} s")
         except (aiohttp.InvalidURL, ValueError) as exc:
-            return finish(AttemptOutcome.PERMANENT_FAILURE, error=f"Request failed: {_short(exc, url)}")
+            return finish(
+                AttemptOutcome.PERMANENT_FAILURE,
+                error=f"Request failed: {error_class(exc)}",
+                detail=f"Request failed: {_short(exc, url)}",
+            )
         except (aiohttp.ClientError, OSError) as exc:
             # Refused, reset, DNS, TLS, proxy, a connection closed mid-answer:
-            # the receiver or the way to it, not the message.
-            return finish(AttemptOutcome.TRANSIENT_FAILURE, error=f"Connection error: {_short(exc, url)}")
-        outcome = classify_status(status)
-        retry_after = None
-        error = ""
-        if outcome == AttemptOutcome.TRANSIENT_FAILURE:
-            retry_after = parse_retry_after(retry_after_header)
-        if outcome != AttemptOutcome.DELIVERED:
-            error = reason or ""
+            # the receiver or the way to it, not the message. The text of a
+            # malformed answer's error quotes the receiver's bytes: detail only.
+            return finish(
+                AttemptOutcome.TRANSIENT_FAILURE,
+                error=f"Connection error: {error_class(exc)}",
+                detail=f"Connection error: {_short(exc, url)}",
+            )
+        # The kind reads the answer: the status, its headers and the body's first bytes (a Slack
+        # refusal is a code in the body, Discord's wait is in its JSON).
+        reading = channel.read(status=status, headers=headers, body=excerpt)
+        outcome = OUTCOME_OF[reading.verdict]
+        # The kind's code names a condition from its fixed list ("channel_not_found"), never a
+        # person; the reason phrase is the receiver's to write ("Unavailable for Hey, Ada ..."),
+        # so it goes to the attempt row's detail only.
+        error = "" if outcome == AttemptOutcome.DELIVERED else reading.code
+        detail = (reason or "") if outcome != AttemptOutcome.DELIVERED else ""
         return finish(
-            outcome, status_code=status, error=error, response_excerpt=excerpt, retry_after=retry_after
+            outcome,
+            status_code=status,
+            error=error,
+            detail=detail,
+            response_excerpt=excerpt,
+            retry_after=reading.retry_after if reading.verdict == Verdict.RETRY else None,
+            gone=reading.verdict == Verdict.GONE,
         )
 
 

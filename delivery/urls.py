@@ -1,6 +1,14 @@
+from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from delivery.views import DestinationRecoveryViewSet, DestinationViewSet
+from delivery.views import (
+    DestinationHealthView,
+    DestinationRecoveryViewSet,
+    DestinationViewSet,
+    FailureGroupAcknowledgeView,
+    FailureGroupListView,
+    FailureGroupResendView,
+)
 
 router = DefaultRouter()
 router.register("destinations", DestinationViewSet, basename="destination")
@@ -10,4 +18,11 @@ router.register(
     basename="destination-recovery",
 )
 
-urlpatterns = router.urls
+urlpatterns = [
+    # Not "destinations/health/": the router's "destinations/<pk>/" is the destination of that id.
+    path("destinations-health/", DestinationHealthView.as_view(), name="destination-health"),
+    path("failures/", FailureGroupListView.as_view(), name="failure-groups"),
+    path("failures/acknowledge/", FailureGroupAcknowledgeView.as_view(), name="failure-groups-acknowledge"),
+    path("failures/resend/", FailureGroupResendView.as_view(), name="failure-groups-resend"),
+    *router.urls,
+]

@@ -1,18 +1,36 @@
+from datetime import timedelta
+
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException, NotFound
+from rest_framework.exceptions import APIException, NotFound, ValidationError
 from rest_framework.generics import get_object_or_404
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
+from config.openapi import VALIDATION_ERROR_SCHEMA
 from config.permissions import ModelPermissions
 from config.preconditions import PreconditionFailed, etag_for, if_match_versions
 from delivery.models import Destination, Recovery
 from delivery.schema import destination_schema, recovery_schema
-from delivery.selectors import destination_endpoints, destination_list, recovery_list
+from delivery.selectors import (
+    FAILURE_WINDOW,
+    destination_endpoints,
+    destination_list,
+    destinations_health,
+    failure_groups,
+    recovery_list,
+)
 from delivery.serializers import (
+    DestinationHealthSerializer,
     DestinationSecretSerializer,
     DestinationSerializer,
+    DestinationUpdateSerializer,
+    FailureGroupActionSerializer,
+    FailureGroupResendSerializer,
+    FailureGroupSerializer,
     PingResultSerializer,
     RecoveryPreviewSerializer,
     RecoveryRequestSerializer,
@@ -22,6 +40,7 @@ from delivery.serializers import (
 )
 from delivery.services import destinations as services
 from delivery.services import recovery
+from delivery.services.failures import failure_group_acknowledge, failure_group_resend
 from delivery.services.ping import destination_send_test
 from scheduling.exceptions import InvalidStateTransition
 
@@ -49,10 +68,11 @@ class DestinationViewSet(viewsets.ModelViewSet):
         return destination_list()
 
     def get_serializer_context(self):
-        context = super().get_serializer_context()
         # Every destination's endpoint in one query (there are few destinations).
-        context["endpoints"] = destination_endpoints(destinations=destination_list())
-        return context
+        return {
+            **super().get_serializer_context(),
+            "endpoints": destination_endpoints(destinations=destination_list()),
+        }
 
     def handle_exception(self, exc):
         if isinstance(exc, services.DestinationInUse | InvalidStateTransition):
@@ -62,7 +82,7 @@ class DestinationViewSet(viewsets.ModelViewSet):
                 f"The destination has changed since the version given in If-Match; it is now at "
                 f"version {exc.current_version} (ETag {etag_for(version=exc.current_version)})."
             )
-        elif isinstance(exc, services.Destination.DoesNotExist):  # deleted while this request waited
+        elif isinstance(exc, Destination.DoesNotExist):  # deleted while this request waited
             exc = NotFound()
         return super().handle_exception(exc)
 
@@ -93,7 +113,12 @@ class DestinationViewSet(viewsets.ModelViewSet):
 
     def update(self, request, *args, **kwargs):
         destination = self.get_object()
-        serializer = self.get_serializer(destination, data=request.data, partial=kwargs.get("partial", False))
+        serializer = DestinationUpdateSerializer(
+            destination,
+            data=request.data,
+            partial=kwargs.get("partial", False),
+            context=self.get_serializer_context(),
+        )
         serializer.is_valid(raise_exception=True)
         updated = services.destination_update(
             destination=destination,
@@ -209,3 +234,97 @@ class DestinationRecoveryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixi
     def cancel(self, request, *args, **kwargs):
         cancelled = recovery.recovery_cancel(recovery=self.get_object(), operator=request.user.get_username())
         return Response(RecoverySerializer(cancelled).data)
+
+
+# --- health and failures by cause --------------------------------------------------------------
+
+FAILURE_WINDOWS = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": FAILURE_WINDOW}
+
+
+class DestinationFailuresPermission(RecoveryPermission):
+    """As for recoveries: reading a destination's health and failures needs `view_destination`, acting on a
+    group (acknowledge, resend) `change_destination`."""
+
+
+@extend_schema(
+    parameters=[
+        OpenApiParameter("window", str, enum=list(FAILURE_WINDOWS), description="How far back (default 7d)."),
+        OpenApiParameter("destination", int, description="Only this destination's groups."),
+    ],
+    responses={
+        200: FailureGroupSerializer(many=True),
+        400: OpenApiResponse(
+            response=VALIDATION_ERROR_SCHEMA, description="An unknown window or destination."
+        ),
+    },
+)
+class FailureGroupListView(APIView):
+    """Dead deliveries by (destination, cause), not acknowledged, newest group first."""
+
+    permission_classes = [DestinationFailuresPermission]
+
+    def get(self, request):
+        window = request.query_params.get("window", "7d")
+        if window not in FAILURE_WINDOWS:
+            raise ValidationError({"window": [f"One of {', '.join(FAILURE_WINDOWS)}."]})
+        destination = request.query_params.get("destination")
+        if destination is not None and not destination.isdigit():
+            raise ValidationError({"destination": ["A destination's id."]})
+        now = timezone.now()
+        groups = failure_groups(
+            now=now,
+            since=now - FAILURE_WINDOWS[window],
+            destination_id=int(destination) if destination else None,
+        )
+        return Response(FailureGroupSerializer(groups, many=True).data)
+
+
+@extend_schema(request=FailureGroupActionSerializer, responses=FailureGroupSerializer(many=True))
+class FailureGroupAcknowledgeView(APIView):
+    """Acknowledge a group: its failures until `through` leave the list until one more fails this way."""
+
+    permission_classes = [DestinationFailuresPermission]
+
+    def post(self, request):
+        serializer = FailureGroupActionSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        now = timezone.now()
+        data = serializer.validated_data
+        failure_group_acknowledge(
+            destination=data["destination"],
+            cause=data["cause"],
+            through=data.get("through") or now,
+            operator=request.user.get_username(),
+            now=now,
+        )
+        groups = failure_groups(now=now, destination_id=data["destination"].pk)
+        return Response(FailureGroupSerializer(groups, many=True).data)
+
+
+@extend_schema(request=FailureGroupActionSerializer, responses=FailureGroupResendSerializer)
+class FailureGroupResendView(APIView):
+    """Queue a group's dead deliveries again (500 at most per call; `remaining` says how many are left)."""
+
+    permission_classes = [DestinationFailuresPermission]
+
+    def post(self, request):
+        serializer = FailureGroupActionSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        result = failure_group_resend(
+            destination=data["destination"],
+            cause=data["cause"],
+            operator=request.user.get_username(),
+            now=timezone.now(),
+        )
+        return Response(FailureGroupResendSerializer(result).data)
+
+
+@extend_schema(responses=DestinationHealthSerializer(many=True))
+class DestinationHealthView(APIView):
+    """Every destination's health: its condition, dead deliveries in the last hour and day, last failure, last delivery."""
+
+    permission_classes = [DestinationFailuresPermission]
+
+    def get(self, request):
+        return Response(DestinationHealthSerializer(destinations_health(now=timezone.now()), many=True).data)

@@ -19,16 +19,16 @@ import time
 from django.conf import settings
 from django.utils import timezone
 
+from delivery.claimer import Claimer
+from delivery.lane_settings import lane_settings
 from delivery.lanes import Lanes
-from delivery.metrics import CLAIM_BATCH_DURATION
 from delivery.selectors import next_retry_at
 from delivery.sender import Sender
-from delivery.services.destinations import destination_secrets_drop_expired
-from delivery.services.expiry import deliveries_expire_late
-from delivery.services.leases import deliveries_claim, deliveries_release, deliveries_renew_leases
+from delivery.services.leases import deliveries_release, deliveries_renew_leases
 from delivery.services.record import deliveries_record
-from delivery.services.recovery import recoveries_advance
+from delivery.takeover import TakeoverGrace
 from delivery.transport import ClaimedDelivery, WebhookTransport
+from delivery.worker_tasks import DestinationRecoveries, maintenance_tasks
 from runtime.database import DB_ERRORS, refresh_connection, reset_connection_after_error
 from runtime.loop import ProcessLoop, SideTask
 from runtime.models import ProcessKind
@@ -37,25 +37,10 @@ from scheduling.zonedata import zone_data_refresh, zone_data_version
 
 logger = logging.getLogger(__name__)
 
-# After losing the database, a worker takes over nobody's expired leases for
-# WEBHOOK_TIMEOUT + this long once it is back. Every lease may have expired
-# during an outage longer than a lease, but their workers are alive: they
-# reconnect within the back-off cap (2 s, so three caps cover a slow
-# reconnect), renew their leases and record what they sent, at the latest
-# once the request each is waiting on ends. Taking the leases over first would
-# send those messages a second time.
-TAKEOVER_GRACE_BEYOND_TIMEOUT = 6.0
-# How often deliveries still waiting EVENT_MAX_LATENESS after being queued are
-# failed (more often when the lateness itself is short).
-EXPIRE_EVERY = 60.0
 # The most the event loop runs before the thread looks at leases, heartbeat and endpoints.
 LOOP_SLICE = 0.25
-# After a claim found less than it asked for, the next waits this long (or a NOTIFY).
-EMPTY_CLAIM_PAUSE = 0.2
 # A stopping worker tries this long at least to record its answers and hand back the unstarted.
 DRAIN_WRITE_FOR = 10.0
-# How often a worker looks for a destination's recovery to advance; while one runs, a batch every turn.
-RECOVERIES_EVERY = 1.0
 
 
 class Worker(ProcessLoop):
@@ -88,69 +73,57 @@ class Worker(ProcessLoop):
         self.timeout = settings.WEBHOOK_TIMEOUT.total_seconds()
         self.lease = settings.WEBHOOK_TIMEOUT + settings.DELIVERY_LEASE_MARGIN
         self.lanes = Lanes(
-            worker=self.name,
-            concurrency=concurrency,
-            batch_size=self.batch_size,
-            max_rate=settings.WEBHOOK_MAX_RATE,
-            max_in_flight=settings.WEBHOOK_MAX_IN_FLIGHT,
-            lease=self.lease,
+            worker=self.name, concurrency=concurrency, batch_size=self.batch_size, lease=self.lease
         )
         transport = WebhookTransport(timeout=self.timeout)
         self.sender = Sender(transport=transport, after_each=self._start_ready_without_reserving)
-        # Set from an outage until this worker has renewed its leases and recorded
-        # its answers (see TAKEOVER_GRACE_BEYOND_TIMEOUT).
-        self.recovering = False
-        self.take_over_after_mono = 0.0
-        # When the loop last moved on from one step to the next (see _held_up).
-        self.progress_mono = 0.0
-        self.next_claim_mono = float("-inf")
         self.renew_leases = SideTask(
             "lease renewal", max(0.5, self.lease.total_seconds() / 3), self._renew_leases
         )
-        self.side_tasks += [
-            self.renew_leases,
-            SideTask(
-                "expiry of late deliveries",
-                min(EXPIRE_EVERY, settings.EVENT_MAX_LATENESS.total_seconds() / 4),
-                self._expire_late,
-            ),
-            SideTask("drop of expired signing secrets", EXPIRE_EVERY, self._drop_expired_secrets),
-        ]
-        # Both are first due an interval after the start, like the heartbeat after heartbeat(start=True).
-        for task in self.side_tasks:
-            task.last = time.monotonic()
-        # A recovery left unfinished (its worker killed) is taken up at once, by a --once run too.
-        self.advance_recoveries = SideTask(
-            "recovery of destinations", RECOVERIES_EVERY, self._advance_recoveries
+        # A step that held the thread past a lease renewal was an outage too (delivery.takeover).
+        self.grace = TakeoverGrace(
+            timeout=self.timeout, held_up_after=self.renew_leases.every, now_mono=time.monotonic()
         )
-        self.side_tasks.append(self.advance_recoveries)
-        # Whether the last turn's recovery batch queued something or left more: the turn had work.
-        self.recovering_destinations = False
+        self.claimer = Claimer(
+            worker=self.name,
+            lanes=self.lanes,
+            sender=self.sender,
+            grace=self.grace,
+            lease=self.lease,
+            batch_size=self.batch_size,
+            worthwhile_batch=self.worthwhile_batch,
+            held_up=self._held_up,
+            release=self._release,
+        )
+        # First due an interval after the start: the heartbeat follows heartbeat(start=True).
+        self.heartbeat_task.last = self.renew_leases.last = time.monotonic()
+        self.recoveries = DestinationRecoveries()
+        self.side_tasks += [self.renew_leases, *maintenance_tasks(), self.recoveries.task]
 
     def reported_zone_data(self) -> str:
         return zone_data_version()
 
     def database_lost(self) -> None:
-        self.recovering = True
-        self.take_over_after_mono = time.monotonic() + self.timeout + TAKEOVER_GRACE_BEYOND_TIMEOUT
+        self.grace.lost(time.monotonic())
 
     # --- the loop ---------------------------------------------------------------
 
     def run(self) -> int:
+        defaults = lane_settings()  # what a destination with no limits of its own gets
         logger.info(
             "Worker started",
             extra={
                 "worker": self.name,
                 "concurrency": self.concurrency or "adaptive",
                 "batch_size": self.batch_size,
-                "max_rate": self.lanes.max_rate or None,
-                "max_in_flight": self.lanes.max_in_flight or None,
+                "max_rate": defaults.max_rate or None,
+                "max_in_flight": defaults.max_in_flight or None,
                 "zone_data": zone_data_version(),
             },
         )
         self.heartbeat(start=True)
         self.sender.open()
-        self.progress_mono = time.monotonic()
+        self.grace.rested(time.monotonic())
         try:
             while not self.stop.is_set():
                 busy = self.with_database(self._deliver)
@@ -170,25 +143,21 @@ class Worker(ProcessLoop):
         # reports follows its host's data like the scheduler's (it computes nothing with zones).
         zone_data_refresh()
         self._held_up()
-        if self.recovering:
+        if self.grace.recovery_due:
             self._recover()
         self._release(self.lanes.refresh_if_due())
-        claimed = self._claim_more()
+        claimed = 0 if self.stop.is_set() else self.claimer.claim_more()
         self._start_ready(may_reserve=True)
         if self.sender.busy:
             self.sender.run(seconds=LOOP_SLICE, return_when=self._worth_returning)
         elif self.lanes.waiting():
             self.stop.wait(min(LOOP_SLICE, max(0.01, self.lanes.until_sendable())))
         self._record_if_ready()
-        self.recovering_destinations = False
         self.run_side_tasks()
-        return bool(
-            claimed
-            or self.lanes.waiting()
-            or self.sender.busy
-            or self.sender.answers
-            or self.recovering_destinations
-        )
+        recovering, queued = self.recoveries.took()
+        if queued:
+            self.claimer.claim_now()  # what a recovery queued is due now: claimed next turn
+        return bool(claimed or self.lanes.waiting() or self.sender.busy or self.sender.answers or recovering)
 
     def _rest(self) -> None:
         """Nothing in hand: sleep until a NOTIFY or the next retry is due, never longer than --interval."""
@@ -197,29 +166,18 @@ class Worker(ProcessLoop):
         if next_due is not None:
             seconds = min(self.interval, max(0.0, (next_due - timezone.now()).total_seconds()))
         self.listener.wait(seconds)
-        self.progress_mono = time.monotonic()  # sleeping is not being held up
-        self.next_claim_mono = float("-inf")
+        self.grace.rested(time.monotonic())
+        self.claimer.claim_now()
 
     def _held_up(self) -> None:
-        """A step that held the thread past a lease renewal without an error was an outage too.
-
-        Behind PgBouncer a statement sent while PostgreSQL is away may wait for
-        a server connection instead of failing (its query_wait_timeout): the
-        worker sees a slow step, not an outage, while the workers that did see
-        one are in their back-off, their leases expiring. Taking those over now
-        would send their messages again, so the same grace applies as after an
-        error. Its own leases were not renewed either: _recover renews them.
-        """
-        now_mono = time.monotonic()
-        held = now_mono - self.progress_mono
-        self.progress_mono = now_mono
-        if held > self.renew_leases.every and not self.recovering:
+        """A step that held the thread past a lease renewal is an outage too (delivery.takeover); _recover renews."""
+        held = self.grace.stepped(time.monotonic())
+        if held is not None:
             logger.warning(
                 "A database step held the worker %.1f s: taking over no lease until its grace has passed",
                 held,
                 extra={"worker": self.name},
             )
-            self.database_lost()
 
     def _recover(self) -> None:
         """Back from a database outage: keep what is ours before taking anything new.
@@ -232,67 +190,18 @@ class Worker(ProcessLoop):
         self.renew_leases.last = time.monotonic()
         self.heartbeat()
         self._record_if_ready(force=True)
-        self.recovering = False
+        self.grace.recovered()
         logger.info(
             "Database back: renewed %s lease(s), recorded held outcomes",
             renewed,
             extra={"worker": self.name},
         )
 
-    # --- claiming ---------------------------------------------------------------
-
-    def _claim_more(self) -> int:
-        """Take the failing endpoints' probes, then top up the lanes that take deliveries; return how many were claimed."""
-        now_mono = time.monotonic()
-        if now_mono < self.next_claim_mono or self.stop.is_set():
-            return 0
-        claimed = self._claim_probes()
-        room = self.lanes.room(now_mono)
-        # Claim in batches, but do not wait for the whole batch to finish before claiming more.
-        worthwhile = self.lanes.worth_claiming(now_mono, batch=self.worthwhile_batch)
-        if room == 0 or (not worthwhile and self.lanes.holding()):
-            return claimed
-        want = min(room, self.batch_size)
-        deliveries = self._claim(limit=want, skip_keys=self.lanes.closed_keys(now_mono))
-        self._release(self.lanes.hold(deliveries))
-        if len(deliveries) < want:
-            self.next_claim_mono = time.monotonic() + EMPTY_CLAIM_PAUSE
-        return claimed + len(deliveries)
-
-    def _claim_probes(self) -> int:
-        claimed = 0
-        for lane in self.lanes.probes_due():
-            if not self.lanes.take_probe(lane):
-                continue
-            deliveries = self._claim(limit=1, probe_key=lane.key)
-            if not deliveries:
-                self.lanes.return_probe(lane)
-                continue
-            logger.info("Probing failing endpoint", extra={"worker": self.name, "destination": lane.name})
-            self.sender.start(lane, deliveries[0], slot_mono=None)
-            claimed += 1
-        return claimed
-
-    def _claim(self, *, limit: int, skip_keys=(), probe_key: str | None = None) -> list[ClaimedDelivery]:
-        self._held_up()
-        started = time.perf_counter()
-        claimed = deliveries_claim(
-            worker=self.name,
-            limit=limit,
-            lease=self.lease,
-            take_over_expired=time.monotonic() >= self.take_over_after_mono,
-            skip_keys=skip_keys,
-            probe_key=probe_key,
-        )
-        if claimed:  # only batches that found work: an idle worker's empty polls would drown them
-            CLAIM_BATCH_DURATION.labels(kind=ProcessKind.WORKER).observe(time.perf_counter() - started)
-        return claimed
-
     # --- sending ----------------------------------------------------------------
 
     def _start_ready(self, *, may_reserve: bool) -> None:
-        for lane, delivery, slot_mono in self.lanes.ready_to_start(may_reserve=may_reserve):
-            self.sender.start(lane, delivery, slot_mono=slot_mono)
+        for lane, delivery, slot in self.lanes.ready_to_start(may_reserve=may_reserve):
+            self.sender.start(lane, delivery, slot=slot)
 
     def _start_ready_without_reserving(self) -> None:
         # Called inside the event loop as each request finishes: no database work there.
@@ -300,10 +209,14 @@ class Worker(ProcessLoop):
 
     def _worth_returning(self) -> bool:
         """Whether to give the thread back to claim or record: asked after each finished request."""
-        if self.stop.is_set() or self.sender.answers_due(batch=self.worthwhile_batch):
+        if (
+            self.stop.is_set()
+            or self.sender.answers_due(batch=self.worthwhile_batch)
+            or self.lanes.short_of_slots()
+        ):
             return True
         now_mono = time.monotonic()
-        if now_mono < self.next_claim_mono:
+        if self.claimer.pausing(now_mono):
             return False
         return self.lanes.room(now_mono) >= self.worthwhile_batch and not self.lanes.waiting()
 
@@ -339,33 +252,12 @@ class Worker(ProcessLoop):
         rows SENDING under this worker whose outcomes it recorded on the lost
         timeline: those are left to expire and be taken over, not kept forever.
         """
-        waiting = [delivery.id for lane in self.lanes.by_key.values() for delivery in lane.waiting]
-        return deliveries_renew_leases(
-            worker=self.name, ids=waiting + self.sender.held_ids(), lease=self.lease
-        )
+        held = self.lanes.waiting_ids() + self.sender.held_ids()
+        return deliveries_renew_leases(worker=self.name, ids=held, lease=self.lease)
 
     def _renew_leases(self, *, idle: float) -> None:
         """Every third of a lease: the leases of what this worker holds outlast the request each waits on."""
         self._renew_held_leases()
-
-    def _expire_late(self, *, idle: float) -> None:
-        deliveries_expire_late(now=timezone.now())
-
-    def _advance_recoveries(self, *, idle: float) -> bool:
-        """One batch of a destination's recovery per turn: the sending goes on between batches.
-
-        Returns whether more is left (the task is then due again next turn).
-        """
-        batch = recoveries_advance()
-        self.recovering_destinations = batch is not None and (batch.more or batch.requeued > 0)
-        if batch is not None and batch.requeued:
-            # What it queued is due now: claim it this turn rather than after a rest.
-            self.next_claim_mono = float("-inf")
-        return batch is not None and batch.more
-
-    def _drop_expired_secrets(self, *, idle: float) -> None:
-        # The lanes already stopped signing with them at expiry; this only removes the rows.
-        destination_secrets_drop_expired(now=timezone.now())
 
     # --- stopping -----------------------------------------------------------------
 

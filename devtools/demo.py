@@ -1,9 +1,14 @@
-"""`make run`'s first message: on an empty database, one recipient whose birthday greeting goes out now.
+"""`make run`'s first message: on an empty database, one recipient whose birthday is today, greeted at once.
 
 A newcomer sees the whole path at work (API model, scheduler claim, worker,
 signed POST, the sink) within seconds of starting, instead of waiting for a
-09:00 somewhere. Run once the scheduler and worker are up; on a database that
-already has recipients it does nothing.
+09:00 somewhere. Nothing is forced: Ada Lovelace is created with today as her
+birthday (in her zone) and her own send time a moment ago, so the catch-up on
+the day she arrives (EVENT_CATCH_UP_WINDOW) makes today's greeting due at
+once, as it would for any recipient added after their send time on their
+birthday. No later occurrence is touched: her next greeting is next year's, on
+the day. Run once the scheduler and worker are up; on a database that already
+has recipients it does nothing.
 """
 
 import os
@@ -15,26 +20,45 @@ import django  # noqa: E402
 
 django.setup()
 
-from datetime import date  # noqa: E402
+from datetime import datetime  # noqa: E402
 
-from scheduling.models import EventStatus  # noqa: E402
-from scheduling.services.sync import event_deliver_now  # noqa: E402
+from django.utils import timezone  # noqa: E402
+
+from scheduling.models import EventStatus, EventType  # noqa: E402
+from scheduling.timezones import load_timezone  # noqa: E402
 from users.models import User  # noqa: E402
 from users.services import user_create  # noqa: E402
+
+ZONE = "Europe/London"
 
 
 def main() -> int:
     if User.objects.exists():
         return 0
+    local_now = timezone.now().astimezone(load_timezone(ZONE))
     ada = user_create(
-        first_name="Ada", last_name="Lovelace", date_of_birth=date(1990, 12, 10), timezone="Europe/London"
+        first_name="Ada",
+        last_name="Lovelace",
+        # 1992, a leap year: today may be Feb 29.
+        date_of_birth=local_now.date().replace(year=1992),
+        timezone=ZONE,
+        send_time=local_now.time().replace(second=0, microsecond=0),
     )
-    birthday = ada.events.get(status=EventStatus.PENDING)
-    event_deliver_now(event=birthday, operator="make run (first message)")
-    print(
-        "A first recipient, Ada Lovelace, was created and her birthday greeting sent now: watch the sink.",
-        flush=True,
-    )
+    birthday = ada.events.get(status=EventStatus.PENDING, event_type=EventType.BIRTHDAY)
+    if birthday.occurrence_date == local_now.date():
+        print(
+            "A first recipient, Ada Lovelace, whose birthday is today, was created after her send time: "
+            "today's greeting is due at once. Watch the sink.",
+            flush=True,
+        )
+    else:
+        # EVENT_CATCH_UP_WINDOW is 0: a recipient created after the day's send time waits a year.
+        print(
+            f"A first recipient, Ada Lovelace, was created; her next greeting is due "
+            f"{datetime.fromisoformat(birthday.target_timestamp_local):%Y-%m-%d %H:%M} ({ZONE}), since "
+            "EVENT_CATCH_UP_WINDOW is 0.",
+            flush=True,
+        )
     return 0
 
 

@@ -10,12 +10,42 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import socket
+import struct
 import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+# Linux's SO_TIMESTAMP (and SCM_TIMESTAMP), which Python's socket module does not name.
+SO_TIMESTAMP = 29
+_TIMEVAL = struct.Struct("@ll")
+
+
+def _stamp_arrivals(sock: socket.socket) -> bool:
+    """Have the kernel note when each packet on `sock` arrived; whether it can (Linux only)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMP, 1)
+    except OSError:
+        return False
+    return True
+
+
+def _arrival(sock: socket.socket) -> float | None:
+    """When the kernel received the bytes at the head of `sock`'s queue (waiting for some); None if closed."""
+    try:
+        data, ancillary, _, _ = sock.recvmsg(1, socket.CMSG_SPACE(_TIMEVAL.size), socket.MSG_PEEK)
+    except OSError:
+        return None
+    for level, kind, value in ancillary:
+        if data and level == socket.SOL_SOCKET and kind == SO_TIMESTAMP:
+            seconds, microseconds = _TIMEVAL.unpack(value[: _TIMEVAL.size])
+            return seconds + microseconds / 1e6
+    return None
 
 
 @dataclass
@@ -24,7 +54,9 @@ class Received:
     body: dict | str
     headers: dict[str, str]
     raw_body: bytes
-    received_at: float  # time.time()
+    # time.time() when the request's first bytes reached this host (the kernel's stamp, on Linux): a
+    # sink whose threads wait for a busy CPU still counts each request in the second it arrived.
+    received_at: float
     status: int = 200
     client_port: int = 0  # the sender's port: the same one for every request on a kept-alive connection
 
@@ -35,6 +67,8 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b'{"ok":true}'
     delay: float = 0.0  # seconds to hold the request before answering
+    # The status line's reason phrase (None: the standard one). A receiver may write anything there.
+    reason: str | None = None
 
 
 class WebhookSink:
@@ -58,6 +92,16 @@ class WebhookSink:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # keep-alive, as a real receiver would
+            arrived_at: float | None = None
+
+            def setup(self):
+                super().setup()
+                self.stamped = _stamp_arrivals(self.connection)
+
+            def handle_one_request(self):
+                # Before the request is read: its first bytes' arrival (no pipelining, so none are buffered).
+                self.arrived_at = _arrival(self.connection) if self.stamped else None
+                super().handle_one_request()
 
             def do_POST(self):  # noqa: N802
                 length = int(self.headers.get("Content-Length") or 0)
@@ -71,7 +115,7 @@ class WebhookSink:
                     body=body,
                     headers={k: v for k, v in self.headers.items()},
                     raw_body=raw,
-                    received_at=time.time(),
+                    received_at=self.arrived_at or time.time(),
                     client_port=self.client_address[1],
                 )
                 reply = sink.respond(received)
@@ -80,7 +124,7 @@ class WebhookSink:
                 if reply.delay:
                     time.sleep(reply.delay)
                 try:
-                    self.send_response(reply.status)
+                    self.send_response(reply.status, reply.reason)
                     for name, value in reply.headers.items():
                         self.send_header(name, value)
                     self.send_header("Content-Type", "application/json")

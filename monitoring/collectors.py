@@ -8,7 +8,8 @@ recipients. How many events wait in all and how much history there is come
 from PostgreSQL's own row estimates, labelled as such (the *_estimated families). Two more queries for the
 endpoints: their table (a row per webhook URL) and what waits on them (the
 unfinished deliveries only); one for the one row saying which time zone data the
-pending events follow. Nothing is kept between scrapes: every web
+pending events follow; three for the destinations' health (their table, their
+endpoints, and a week's dead deliveries by destination). Nothing is kept between scrapes: every web
 replica answers the same, so Prometheus scrapes one. What each process
 measures about itself (attempt and claim durations) is not here but on that
 process's own port (delivery.metrics).
@@ -23,13 +24,16 @@ from datetime import datetime, timedelta
 from django.db import DatabaseError
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 
+from delivery import conditions
 from delivery.models import DeliveryStatus, Endpoint, EndpointState
 from delivery.selectors import (
+    DestinationHealth,
     attempt_outcome_counts,
     delivery_backlog_counts,
     delivery_due_summary,
     delivery_finished_counts,
     delivery_status_estimates,
+    destinations_health,
     endpoint_backlog,
     endpoint_destination_names,
     endpoint_list,
@@ -163,7 +167,52 @@ class DatabaseCollector:
             attempt_outcome_counts(since=now - ATTEMPTS_WINDOW),
         )
         yield from _endpoint_families(now=now, endpoints=endpoint_list())
+        yield from _destination_families(health=destinations_health(now=now))
         yield from _zone_data_families()
+
+
+def _destination_families(*, health: list[DestinationHealth]) -> Iterator[Metric]:
+    """The birthday_destination_* gauges: one series per destination (by name), from delivery.conditions.
+
+    Where birthday_endpoint_state says whether a receiver is up, these say
+    whether what is sent to it gets through: a receiver answering 400 to
+    everything stays HEALTHY while every delivery to it ends DEAD.
+    """
+    condition = GaugeMetricFamily(
+        "birthday_destination_condition",
+        "1 for the destination's condition (failing, degraded, paused, ok, idle, disabled), 0 for the others: "
+        "failing also when its deliveries end DEAD with nothing delivered since (delivery.conditions).",
+        labels=["destination", "condition"],
+    )
+    attention = GaugeMetricFamily(
+        "birthday_destination_needs_attention",
+        "1 when the destination is failing, degraded or paused, else 0.",
+        labels=["destination"],
+    )
+    dead_hour = GaugeMetricFamily(
+        "birthday_destination_dead_last_hour",
+        "Deliveries to the destination that ended DEAD in the last hour, counted exactly.",
+        labels=["destination"],
+    )
+    dead_day = GaugeMetricFamily(
+        "birthday_destination_dead_last_day",
+        "Deliveries to the destination that ended DEAD in the last 24 hours, counted exactly.",
+        labels=["destination"],
+    )
+    delivered = GaugeMetricFamily(
+        "birthday_destination_last_delivered_timestamp_seconds",
+        "When a delivery to the destination's URL was last accepted (Unix time; 0: never).",
+        labels=["destination"],
+    )
+    for line in health:
+        name = line.destination.name
+        for level in conditions.ORDER:
+            condition.add_metric([name, level], 1 if line.condition.level == level else 0)
+        attention.add_metric([name], 1 if line.condition.needs_attention else 0)
+        dead_hour.add_metric([name], line.dead_last_hour)
+        dead_day.add_metric([name], line.dead_last_day)
+        delivered.add_metric([name], line.last_delivered_at.timestamp() if line.last_delivered_at else 0)
+    yield from (condition, attention, dead_hour, dead_day, delivered)
 
 
 def _zone_data_families() -> Iterator[Metric]:
@@ -196,7 +245,7 @@ def _endpoint_families(*, now: datetime, endpoints: list[Endpoint]) -> Iterator[
     names = endpoint_destination_names(endpoints=endpoints)
     state = GaugeMetricFamily(
         "birthday_endpoint_state",
-        "1 for the endpoint's current state (HEALTHY, FAILING, PAUSED), 0 for the others.",
+        "1 for the endpoint's current state (HEALTHY, FAILING, PAUSED, GONE), 0 for the others.",
         labels=["endpoint", "state"],
     )
     failures = GaugeMetricFamily(

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from django.db import connection
 from django.db.models import Count, Model, QuerySet
 
+from runtime.sql import column_field
 
-def counts_by(queryset: QuerySet, *, field: str, keys: Iterable[str]) -> dict[str, int]:
+
+def counts_by(queryset: QuerySet[Any], *, field: str, keys: Iterable[str]) -> dict[str, int]:
     """Rows of `queryset` per value of `field`, every one of `keys` present (zero if none).
 
     One GROUP BY counting rows (COUNT(*), not a column), so an index holding
@@ -30,7 +33,7 @@ def estimated_counts_by(model: type[Model], *, field: str, keys: Iterable[str]) 
     ANALYZE.
     """
     table = model._meta.db_table
-    column = model._meta.get_field(field).column
+    column, _ = column_field(model, field)
     with connection.cursor() as cursor:
         cursor.execute(
             """
@@ -66,4 +69,4 @@ def estimated_index_entries(*, index: str) -> int:
             [connection.ops.quote_name(index)],
         )
         (entries,) = cursor.fetchone()
-    return round(entries)
+    return round(float(entries))

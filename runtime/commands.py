@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from runtime.database import DatabaseUnavailable
 from runtime.loop import ProcessLoop
@@ -26,14 +27,18 @@ class ProcessCommand(BaseCommand):
     what: str
     once_help: str
 
-    def add_process_arguments(self, parser) -> None:
+    def add_process_arguments(self, parser: CommandParser) -> None:
         """The subclass's own options."""
 
-    def process(self, *, interval: float, once: bool, stop: threading.Event, **options) -> ProcessLoop:
-        """The loop to run, from the validated options; raise CommandError for a bad one."""
+    def process(self, *args: Any, **options: Any) -> ProcessLoop:
+        """The loop to run, from the validated options; raise CommandError for a bad one.
+
+        Called with `interval`, `once`, `stop` and the subclass's own options, by keyword;
+        each subclass names the ones it takes (so the signature here takes any).
+        """
         raise NotImplementedError
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         self.add_process_arguments(parser)
         parser.add_argument(
             "--interval",
@@ -49,7 +54,7 @@ class ProcessCommand(BaseCommand):
         )
         parser.add_argument("--once", action="store_true", help=self.once_help)
 
-    def handle(self, *args, interval, once, metrics_port, **options):
+    def handle(self, *args: Any, interval: float, once: bool, metrics_port: int, **options: Any) -> None:
         if interval <= 0:
             raise CommandError("--interval must be above 0.")
         if not 0 <= metrics_port <= 65535:

@@ -15,11 +15,13 @@ from django.db import connection, models
 from psycopg.copy import QueuedLibpqWriter
 from psycopg.types.json import Jsonb
 
+from runtime.sql import column_field
+
 
 def copy_rows(
     model: type[models.Model],
     columns: Sequence[str],
-    rows: Sequence[tuple],
+    rows: Sequence[tuple[Any, ...]],
     *,
     same_for_all: Mapping[str, Any] | None = None,
 ) -> None:
@@ -33,9 +35,9 @@ def copy_rows(
         columns = [*columns, *same_for_all]
         shared = tuple(same_for_all.values())
         rows = [row + shared for row in rows]
-    fields = [model._meta.get_field(c) for c in columns]
-    quoted = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-    json_positions = [i for i, f in enumerate(fields) if isinstance(f, models.JSONField)]
+    fields = [column_field(model, c) for c in columns]
+    quoted = ", ".join(connection.ops.quote_name(column) for column, _ in fields)
+    json_positions = [i for i, (_, f) in enumerate(fields) if isinstance(f, models.JSONField)]
     # The raw cursor's errors come out as Django's (an IntegrityError for a
     # duplicate key), as every other write's do.
     with connection.cursor() as cursor, connection.wrap_database_errors:

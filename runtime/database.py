@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connection
@@ -39,9 +41,9 @@ SERVER_READ_ONLY_SQLSTATES = frozenset({"25006"})
 _AWAY = (OperationalError, InterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
 
 
-def _error_and_causes(exc: BaseException):
+def _error_and_causes(exc: BaseException | None) -> Iterator[BaseException]:
     """The error and what it was raised from: Django's errors carry psycopg's as their cause."""
-    seen = set()
+    seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         yield exc
@@ -115,7 +117,7 @@ def database_error_reason(exc: Exception) -> str:
 
 
 def wait_out_database_outage(
-    backoff: Backoff, exc: Exception, *, doing: str, once: bool, stop: threading.Event, extra: dict
+    backoff: Backoff, exc: Exception, *, doing: str, once: bool, stop: threading.Event, extra: dict[str, Any]
 ) -> None:
     """The database is away: log, drop the connection, and pause before the next try.
 

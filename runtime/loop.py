@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar, TypedDict, TypeVar
 
 from runtime.database import (
     DB_ERRORS,
@@ -36,6 +36,17 @@ from runtime.wakeup import Listener
 logger = logging.getLogger(__name__)
 
 HEARTBEAT_EVERY = 5.0
+
+_T = TypeVar("_T")
+
+
+class ProcessIdentity(TypedDict):
+    """What a process's heartbeat row says about it."""
+
+    kind: str
+    name: str
+    host: str
+    pid: int
 
 
 @dataclass
@@ -72,7 +83,7 @@ class ProcessLoop:
         self.stop = stop or threading.Event()
         self.name = process_name()
         # What this process's heartbeat row says about it.
-        self.identity = {
+        self.identity: ProcessIdentity = {
             "kind": self.kind,
             "name": self.name,
             "host": socket.gethostname(),
@@ -88,6 +99,10 @@ class ProcessLoop:
         self.woken = False
 
     # --- hooks ------------------------------------------------------------------
+
+    def run(self) -> int:
+        """The main work, until stopped (or, with --once, until none is left); the exit status."""
+        raise NotImplementedError
 
     def reported_zone_data(self) -> str:
         """The IANA version of the time zone data the process computes with, for its heartbeat row."""
@@ -111,7 +126,12 @@ class ProcessLoop:
             else:
                 columns = {column: self.counted[name] for column, name in self.HEARTBEAT_COLUMNS.items()}
                 heartbeat_beat(
-                    **self.identity, zone_data=self.reported_zone_data(), **columns, stopped=stopped
+                    **self.identity,
+                    zone_data=self.reported_zone_data(),
+                    processed=columns["processed"],
+                    succeeded=columns["succeeded"],
+                    failed=columns["failed"],
+                    stopped=stopped,
                 )
             self.heartbeat_task.last = time.monotonic()
         except DB_ERRORS as exc:
@@ -131,7 +151,7 @@ class ProcessLoop:
 
     # --- the database -----------------------------------------------------------
 
-    def with_database(self, step: Callable, **kwargs):
+    def with_database(self, step: Callable[..., _T], **kwargs: Any) -> _T | None:
         """Run one main step; if PostgreSQL is away, log, pause (longer each time) and return None."""
         try:
             refresh_connection()

@@ -1,6 +1,8 @@
 """Migration operations shared by the apps."""
 
+from django.apps.registry import Apps
 from django.db import migrations
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
 
 def always_clean_indexes_on_vacuum(table: str) -> migrations.RunPython:
@@ -12,10 +14,10 @@ def always_clean_indexes_on_vacuum(table: str) -> migrations.RunPython:
     a plain VACUUM under that threshold leaves them where they are.
     """
 
-    def forwards(apps, schema_editor):
+    def forwards(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
         schema_editor.execute(f"ALTER TABLE {table} SET (vacuum_index_cleanup = on)")
 
-    def backwards(apps, schema_editor):
+    def backwards(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
         schema_editor.execute(f"ALTER TABLE {table} RESET (vacuum_index_cleanup)")
 
     return migrations.RunPython(forwards, backwards)

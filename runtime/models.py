@@ -29,6 +29,9 @@ class ProcessHeartbeat(models.Model):
     # ("2025b"): a host whose tzdata was not upgraded with the others shows here.
     zone_data = models.CharField(max_length=32, blank=True, default="", db_default="")
 
+    # Not a column: how long it has been silent, set on the rows the console's dashboard lists.
+    silent_for: str
+
     class Meta:
         ordering = ["-last_seen_at"]
         indexes = [models.Index(fields=["last_seen_at"], name="process_last_seen_idx")]

@@ -8,6 +8,8 @@ import signal
 import socket
 import threading
 import uuid
+from collections.abc import Callable
+from types import FrameType
 
 logger = logging.getLogger(__name__)
 
@@ -17,13 +19,13 @@ def process_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
-def install_stop_signals(stop: threading.Event, *, what: str):
+def install_stop_signals(stop: threading.Event, *, what: str) -> Callable[[], None]:
     """First SIGTERM/SIGINT: set `stop` (drain and exit 0). Second: exit at once.
 
     Returns a function that puts the previous handlers back.
     """
 
-    def handle(signum, frame):
+    def handle(signum: int, frame: FrameType | None) -> None:
         if stop.is_set():
             logger.warning("Second %s: exiting now", signal.Signals(signum).name)
             os._exit(1)

@@ -4,14 +4,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, TypedDict
 
 from django.db.models import Case, CharField, Q, QuerySet, Value, When
 
 from runtime.aggregates import counts_by
 from runtime.models import ProcessHeartbeat, ProcessKind
 
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
 
-def processes_recent(*, now: datetime, within: timedelta = timedelta(days=1)) -> QuerySet:
+
+class ProcessState(TypedDict):
+    state: str  # "running", "stopped" or "lost"
+
+
+def processes_recent(
+    *, now: datetime, within: timedelta = timedelta(days=1)
+) -> QuerySet[WithAnnotations[ProcessHeartbeat, ProcessState]]:
     """Scheduler and worker heartbeats seen `within`, annotated with state.
 
     state is "stopped" (shut down cleanly), "lost" (silent for more than

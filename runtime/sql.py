@@ -13,19 +13,19 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from django.db import connection, models
 from psycopg.types.json import Jsonb
 
 
-def execute(sql: str, params: Sequence, *, binary: bool = False) -> list[tuple] | None:
-    """Run one set-based statement in the current transaction; return its rows, if it has any (see send)."""
+def execute(sql: str, params: Sequence[Any], *, binary: bool = False) -> list[tuple[Any, ...]]:
+    """Run one set-based statement in the current transaction; return its rows (see send)."""
     return send(sql, params, binary=binary)()[0]
 
 
-def execute_count(sql: str, params: Sequence) -> int:
+def execute_count(sql: str, params: Sequence[Any]) -> int:
     """Run one set-based statement that returns no rows (a DELETE); return how many rows it touched."""
     return send(sql, params)()[1]
 
@@ -58,11 +58,13 @@ def pipeline() -> Iterator[None]:
             _pipelines.current, _pipelines.sent = None, []
 
 
-def send(sql: str, params: Sequence, *, binary: bool = False) -> Callable[[], tuple[list[tuple] | None, int]]:
+def send(
+    sql: str, params: Sequence[Any], *, binary: bool = False
+) -> Callable[[], tuple[list[tuple[Any, ...]], int]]:
     """Send one statement in the current transaction; the function returned waits for its rows and row count.
 
     Outside `pipeline()` the statement has run by the time this returns. The
-    rows are None for a statement that returns none. The parameters are bound
+    rows are an empty list for a statement that returns none. The parameters are bound
     on the server: Django's cursors bind them on the client, quoting every
     element of every array in Python, which costs more than the statement
     itself on a claim's batch. Errors come out as Django's database errors,
@@ -81,14 +83,14 @@ def send(sql: str, params: Sequence, *, binary: bool = False) -> Callable[[], tu
     cursor = psycopg.Cursor(connection.connection)
     with connection.wrap_database_errors:
         cursor.execute(sql, params, binary=binary)
-    result: list[tuple[list[tuple] | None, int]] = []
+    result: list[tuple[list[tuple[Any, ...]], int]] = []
 
-    def wait() -> tuple[list[tuple] | None, int]:
+    def wait() -> tuple[list[tuple[Any, ...]], int]:
         if not result:
             with connection.wrap_database_errors, cursor:
                 if current is not None and cursor.pgresult is None:
                     current.sync()
-                result.append(((cursor.fetchall() if cursor.description else None), cursor.rowcount))
+                result.append(((cursor.fetchall() if cursor.description else []), cursor.rowcount))
             if connection.queries_logged:
                 elapsed = f"{time.monotonic() - started:.3f}"
                 bound = psycopg.ClientCursor(connection.connection).mogrify(sql.replace("%b", "%s"), params)
@@ -102,9 +104,40 @@ def send(sql: str, params: Sequence, *, binary: bool = False) -> Callable[[], tu
     return wait
 
 
+class ColumnField(NamedTuple):
+    """A model field that has a column, with the column's name."""
+
+    column: str
+    field: models.Field[Any, Any]
+
+
+def column_field(model: type[models.Model], name: str) -> ColumnField:
+    """`model`'s field `name` with its column's name.
+
+    A name whose field has no column of its own (a reverse relation) has no place
+    in a statement that writes or groups by columns: a mistake, said at once.
+    """
+    field = model._meta.get_field(name)
+    if not isinstance(field, models.Field) or field.column is None:
+        raise ValueError(f"{model.__name__}.{name} has no column of its own")
+    return ColumnField(field.column, field)
+
+
+def after(check: Callable[[], object]) -> None:
+    """Call `check` once the statements sent so far have their results: at the pipeline's end, or now outside one.
+
+    For the function a `start_..._transition` returns: its move is checked (a
+    strict one raises) without the caller waiting for it before sending more.
+    """
+    if getattr(_pipelines, "current", None) is None:
+        check()
+    else:
+        _pipelines.sent.append(check)
+
+
 def rows_relation(
-    alias: str, columns: Sequence[tuple[str, models.Field]], rows: Sequence[tuple]
-) -> tuple[str, list]:
+    alias: str, columns: Sequence[tuple[str, models.Field[Any, Any]]], rows: Sequence[tuple[Any, ...]]
+) -> tuple[str, list[list[Any]]]:
     """A FROM-clause relation named `alias` whose columns hold `rows`, and its parameters.
 
     `columns` names each column and the model field whose type it has.
@@ -121,7 +154,7 @@ def rows_relation(
 def insert_rows(
     model: type[models.Model],
     columns: Sequence[str],
-    rows: Sequence[tuple],
+    rows: Sequence[tuple[Any, ...]],
     *,
     same_for_all: Mapping[str, Any] | None = None,
     ignore_conflicts: bool = False,
@@ -136,14 +169,14 @@ def insert_rows(
     if not rows:
         return
     same_for_all = same_for_all or {}
-    fields = [model._meta.get_field(name) for name in columns]
-    constant_fields = [model._meta.get_field(name) for name in same_for_all]
-    relation, params = rows_relation("v", [(f"v_{f.column}", f) for f in fields], rows)
-    target = ", ".join(connection.ops.quote_name(f.column) for f in [*fields, *constant_fields])
-    selected = ", ".join([f"v.v_{f.column}" for f in fields] + ["%s"] * len(constant_fields))
+    fields = [column_field(model, name) for name in columns]
+    constant_fields = [column_field(model, name) for name in same_for_all]
+    relation, params = rows_relation("v", [(f"v_{column}", f) for column, f in fields], rows)
+    target = ", ".join(connection.ops.quote_name(column) for column, _ in [*fields, *constant_fields])
+    selected = ", ".join([f"v.v_{column}" for column, _ in fields] + ["%s"] * len(constant_fields))
     constants = [
         f.get_db_prep_value(value, connection)
-        for f, value in zip(constant_fields, same_for_all.values(), strict=True)
+        for (_, f), value in zip(constant_fields, same_for_all.values(), strict=True)
     ]
     sql = f"INSERT INTO {model._meta.db_table} ({target}) SELECT {selected} FROM {relation}"
     if ignore_conflicts:

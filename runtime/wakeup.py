@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any
 
 import psycopg
 from django.conf import settings
@@ -51,10 +52,11 @@ def notify(channel: str, payload: str = "") -> None:
     send("SELECT pg_notify(%s, %s)", [channel, payload])
 
 
-def listen_settings() -> dict | None:
+def listen_settings() -> dict[str, Any] | None:
     """Where to LISTEN (a DATABASES-style dict), or None when there is nowhere: poll."""
-    if settings.DATABASE_LISTEN is not None:
-        return settings.DATABASE_LISTEN
+    listen: dict[str, Any] | None = settings.DATABASE_LISTEN
+    if listen is not None:
+        return listen
     if settings.DATABASE_TRANSACTION_POOLING:
         # A LISTEN through the pooler would hold for one transaction only: the
         # server connection then serves other clients, and its notifications
@@ -86,6 +88,7 @@ class Listener:
 
     def _connect(self) -> psycopg.Connection:
         settings_dict = self.target
+        assert settings_dict is not None  # wait() connects only when enabled
         # libpq's own options from the URL's query, target_session_attrs above all:
         # with several hosts, it is what makes the connection skip a standby.
         options = {
@@ -114,7 +117,10 @@ class Listener:
         self._primary_check_due = time.monotonic() + PRIMARY_CHECK_SECONDS
         # In an autocommit session this is the next transaction's: on in recovery,
         # and on where default_transaction_read_only was turned on.
-        return self._conn.execute("SHOW transaction_read_only").fetchone()[0] != "on"
+        assert self._conn is not None  # wait() connects first
+        row = self._conn.execute("SHOW transaction_read_only").fetchone()
+        assert row is not None  # SHOW answers one row
+        return bool(row[0] != "on")
 
     def wait(self, timeout: float) -> bool:
         """Block up to `timeout` seconds; True if woken by a notification."""

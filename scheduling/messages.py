@@ -17,6 +17,9 @@ from string import Formatter
 from scheduling.handlers.base import EventHandler, Recipient
 
 MESSAGE_TEMPLATE_MAX_LENGTH = 1000
+# The values that count an occurrence's years (a birthday's age, an anniversary's years): a type
+# offering one has milestones (scheduling.models.MessageTemplate.milestone), chosen by its value.
+YEAR_PLACEHOLDERS = frozenset({"years", "age"})
 
 
 def placeholder_list(names: Iterable[str]) -> str:
@@ -57,3 +60,11 @@ def template_errors(*, template: str, placeholders: frozenset[str]) -> list[str]
 def render_message(*, template: str, handler: EventHandler, user: Recipient, occurrence_date: date) -> str:
     """The message for one occurrence: `template` (valid for this handler) with the handler's values."""
     return template.format_map(handler.message_values(user=user, occurrence_date=occurrence_date))
+
+
+def years_counted(values: dict[str, object]) -> int | None:
+    """The years an occurrence counts, from its handler's message values; None for a type that counts none."""
+    for name in sorted(YEAR_PLACEHOLDERS):
+        if isinstance(years := values.get(name), int):
+            return years
+    return None

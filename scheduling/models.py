@@ -6,7 +6,8 @@ from django.utils.crypto import salted_hmac
 from runtime.ids import uuid7
 from scheduling.event_types import EventType
 from scheduling.handlers import REGISTRY
-from scheduling.messages import MESSAGE_TEMPLATE_MAX_LENGTH, template_errors
+from scheduling.languages import LANGUAGE_MAX_LENGTH, clean_language
+from scheduling.messages import MESSAGE_TEMPLATE_MAX_LENGTH, YEAR_PLACEHOLDERS, template_errors
 from scheduling.pauses import ACTOR_MAX_LENGTH, PauseSpan, pause_constraints
 
 
@@ -167,7 +168,7 @@ class EventTypePause(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.get_event_type_display()} messages ({'paused' if self.paused else 'sent'})"
+        return f"{self.get_event_type_display()} messages ({'paused' if self.paused else 'going out'})"
 
     @property
     def pause(self) -> PauseSpan:
@@ -181,11 +182,32 @@ class EventTypePause(models.Model):
 class MessageTemplate(models.Model):
     """The text operators chose for one event type's messages, rendered when each event is claimed.
 
-    One row per registered type (created by migrate, holding the handler's
-    default: scheduling.services.messages); a type without a row gets the default.
+    One row per registered type with no language and no milestone, the type's
+    default (created by migrate, holding the handler's default:
+    scheduling.services.messages; a type without it gets the handler's).
+    Operators add variants: in a language (a recipient's language, else its
+    base language, chooses it: scheduling.selectors.MessageTemplates), and for
+    a milestone (the occurrence's count of years, 1, 5, 10 ..., of a type whose
+    messages count them: a birthday's age, an anniversary's years).
     """
 
-    event_type = models.CharField(max_length=32, choices=EventType.choices, unique=True)
+    event_type = models.CharField(max_length=32, choices=EventType.choices)
+    # A BCP 47 tag (scheduling.languages); "": the type's default, for every language without its own.
+    language = models.CharField(
+        max_length=LANGUAGE_MAX_LENGTH,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="A language tag such as de or pt-BR; empty: for every recipient without a template in "
+        "their language.",
+    )
+    # The years counted on the occurrence this text is for; null: any.
+    milestone = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        help_text="Only for the occurrence counting this many years (a 10th anniversary, a 30th birthday); "
+        "empty: any.",
+    )
     # Placeholders as in str.format ({first_name}), checked against the type's
     # handler by clean(); varchar, so PostgreSQL also enforces the length.
     body = models.CharField(
@@ -199,26 +221,61 @@ class MessageTemplate(models.Model):
     updated_by = models.CharField(max_length=150, blank=True, default="")
 
     class Meta:
-        ordering = ["event_type"]
+        ordering = ["event_type", "language", "milestone"]
         constraints = [
+            # One text per type, language and milestone, the default row (no language, no
+            # milestone) included: NULLs not distinct, so a second "any year" row is refused.
+            models.UniqueConstraint(
+                fields=["event_type", "language", "milestone"],
+                name="message_template_one_per_variant",
+                nulls_distinct=False,
+            ),
             models.CheckConstraint(
                 condition=Q(event_type__in=EventType.values), name="message_template_event_type_valid"
             ),
             # At least one non-whitespace character (TRIM() strips only spaces).
             models.CheckConstraint(condition=Q(body__regex=r"\S"), name="message_template_body_not_blank"),
+            models.CheckConstraint(
+                condition=Q(milestone__isnull=True) | Q(milestone__gte=1),
+                name="message_template_milestone_positive",
+            ),
         ]
 
     def __str__(self) -> str:
-        return f"{self.get_event_type_display()} message"
+        variant = " ".join(
+            part for part in (self.language, f"year {self.milestone}" if self.milestone else "") if part
+        )
+        return f"{self.get_event_type_display()} message" + (f" ({variant})" if variant else "")
+
+    @property
+    def is_default(self) -> bool:
+        """The type's own row, which migrate creates and nothing deletes."""
+        return not self.language and self.milestone is None
 
     def clean(self) -> None:
+        errors = {}
+        try:
+            self.language = clean_language(self.language)
+        except ValidationError as exc:
+            errors["language"] = exc.messages
+        if self.milestone is not None and self.milestone < 1:
+            errors["milestone"] = ["A number of years from 1, or empty for any year."]
         handler = REGISTRY.get(self.event_type)
+        if (
+            handler is not None
+            and self.milestone is not None
+            and not (handler.placeholders & YEAR_PLACEHOLDERS)
+        ):
+            errors["milestone"] = [
+                f"{self.event_type} messages count no years: a milestone cannot be chosen."
+            ]
         # An unknown type or an empty body is already the field's own error.
-        if handler is None or not self.body:
-            return
-        errors = template_errors(template=self.body, placeholders=handler.placeholders)
+        if handler is not None and self.body:
+            body_errors = template_errors(template=self.body, placeholders=handler.placeholders)
+            if body_errors:
+                errors["body"] = body_errors
         if errors:
-            raise ValidationError({"body": errors})
+            raise ValidationError(errors)
 
 
 class EventZoneData(models.Model):

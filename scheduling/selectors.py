@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+import uuid
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
+from django.db import connection
 from django.db.models import Count, Max, Min, QuerySet
 from django.db.models.functions import TruncHour
 
 from runtime.aggregates import counts_by, estimated_counts_by, estimated_index_entries
 from scheduling.handlers import REGISTRY, get_handler
+from scheduling.languages import language_fallbacks
 from scheduling.messages import render_message, template_errors
 from scheduling.models import (
     PENDING_DUE_INDEX,
@@ -27,18 +30,19 @@ from scheduling.pauses import EVENT_TYPE_PAUSED, RECIPIENT_PAUSED, PauseSpan
 logger = logging.getLogger(__name__)
 
 
-def event_list_for_user(*, user_id) -> QuerySet[Event]:
+def event_list_for_user(*, user_id: uuid.UUID) -> QuerySet[Event]:
     """A user's events, newest occurrence first."""
     return Event.objects.filter(user_id=user_id).order_by("-occurrence_date", "-created_at")
 
 
 def deleted_occurrence_latest(*, external_id: str, event_type: str, now: datetime) -> date | None:
     """The latest occurrence of the type handled for a deleted recipient who had this external id, still remembered."""
-    return DeletedRecipientOccurrence.objects.filter(
+    latest: date | None = DeletedRecipientOccurrence.objects.filter(
         recipient_digest=DeletedRecipientOccurrence.digest_of(external_id),
         event_type=event_type,
         expires_at__gt=now,
     ).aggregate(latest=Max("occurrence_date"))["latest"]
+    return latest
 
 
 def deleted_occurrences_latest(
@@ -99,29 +103,85 @@ def next_pending_target(*, after: datetime | None = None) -> datetime | None:
     return next(iter(first), None)
 
 
-def message_templates() -> dict[str, str]:
-    """The template every registered event type is rendered with now, in one query.
+class MessageTemplates(Mapping[str, str]):
+    """Every template in force, read at once: by event type its default (as a mapping), and `choose`.
 
-    The scheduler reads it once per claim batch, so every scheduler process
+    `choose` picks the text of one occurrence: in the recipient's language,
+    else in each shorter form of it (pt-BR, then pt: scheduling.languages),
+    else the type's default; within a language, the variant for the
+    occurrence's milestone (its count of years) before the one for any year.
+    A language's own text wins over a milestone in another: a Portuguese speaker's
+    tenth anniversary in Portuguese, whatever the default says for tenths.
+    """
+
+    def __init__(self, *, defaults: dict[str, str], variants: dict[tuple[str, str, int | None], str]) -> None:
+        self._defaults = defaults
+        self._variants = variants
+        # A batch asks again and again for a few (type, language, years): one answer each.
+        self._chosen: dict[tuple[str, str, int | None], str] = {}
+
+    def __getitem__(self, event_type: str) -> str:
+        return self._defaults[event_type]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._defaults)
+
+    def __len__(self) -> int:
+        return len(self._defaults)
+
+    def choose(self, *, event_type: str, language: str = "", years: int | None = None) -> str:
+        key = (event_type, language, years)
+        chosen = self._chosen.get(key)
+        if chosen is None:
+            chosen = self._chosen[key] = self._lookup(event_type=event_type, language=language, years=years)
+        return chosen
+
+    def _lookup(self, *, event_type: str, language: str, years: int | None) -> str:
+        for tag in language_fallbacks(language):
+            for milestone in (years, None) if years is not None else (None,):
+                body = self._variants.get((event_type, tag, milestone))
+                if body is not None:
+                    return body
+        return self._defaults[event_type]
+
+
+def message_templates() -> MessageTemplates:
+    """The templates every registered event type is rendered with now, in one query.
+
+    The scheduler reads them once per claim batch, so every scheduler process
     renders with an operator's change from its next batch on, with no cache to
-    invalidate. A type without a row gets its handler's default, and so does a
+    invalidate. A type without its default row gets its handler's default, and so does a
     stored template that no longer fits its handler (a later release dropped a
     placeholder, or a write went around the model's validation): one bad row
-    must not stop every message of its type.
+    must not stop every message of its type; a bad variant is left out, its
+    recipients getting the text it would have replaced.
     """
-    stored = dict(MessageTemplate.objects.values_list("event_type", "body"))
-    templates = {}
-    for event_type, handler in REGISTRY.items():
-        body = stored.get(event_type, handler.message_template)
+    defaults: dict[str, str] = {
+        event_type: handler.message_template for event_type, handler in REGISTRY.items()
+    }
+    variants: dict[tuple[str, str, int | None], str] = {}
+    for event_type, language, milestone, body in MessageTemplate.objects.values_list(
+        "event_type", "language", "milestone", "body"
+    ):
+        handler = REGISTRY.get(event_type)
+        if handler is None:
+            continue
         errors = template_errors(template=body, placeholders=handler.placeholders)
         if errors:
             logger.error(
-                "Stored message template is not valid; sending the default",
-                extra={"event_type": event_type, "errors": errors},
+                "Stored message template is not valid; sending the one it would have replaced",
+                extra={
+                    "event_type": event_type,
+                    "language": language,
+                    "milestone": milestone,
+                    "errors": errors,
+                },
             )
-            body = handler.message_template
-        templates[event_type] = body
-    return templates
+        elif not language and milestone is None:
+            defaults[event_type] = body
+        else:
+            variants[(event_type, language, milestone)] = body
+    return MessageTemplates(defaults=defaults, variants=variants)
 
 
 @dataclass(frozen=True)
@@ -131,9 +191,10 @@ class MessagePreview:
     text: str
 
 
-def message_preview(*, event_type: str) -> MessagePreview | None:
+def message_preview(*, event_type: str, body: str | None = None) -> MessagePreview | None:
     """The next message of this type as it would go out now: to the recipient whose PENDING
-    event is due first, in the template the scheduler would use. None if nobody has one.
+    event is due first, in the type's default template as the scheduler would use it, or in
+    `body` (a variant's text, shown as it reads for that recipient). None if nobody has one.
 
     A real recipient rather than an invented one: it has whatever its event type
     reads, and the operator sees a case that is about to happen.
@@ -147,7 +208,7 @@ def message_preview(*, event_type: str) -> MessagePreview | None:
     if event is None:
         return None
     text = render_message(
-        template=message_templates()[event_type],
+        template=body if body is not None else message_templates()[event_type],
         handler=get_handler(event_type),
         user=event.user,
         occurrence_date=event.occurrence_date,
@@ -248,3 +309,41 @@ def pending_per_type(*, start: datetime, hours: int = 24) -> dict[str, int]:
         target_timestamp_utc__lt=start + timedelta(hours=hours),
     )
     return counts_by(due_in_range, field="event_type", keys=REGISTRY)
+
+
+# Up to this many rows a status is counted exactly; beyond, its estimate stands, labelled.
+EXACT_COUNT_UP_TO = 10_000
+
+
+@dataclass(frozen=True)
+class StatusCount:
+    count: int
+    exact: bool  # False: PostgreSQL's estimate (more than EXACT_COUNT_UP_TO rows)
+
+
+def event_status_counts(*, exact_up_to: int = EXACT_COUNT_UP_TO) -> dict[str, StatusCount]:
+    """The events in each status: counted exactly up to `exact_up_to`, estimated beyond.
+
+    Each status's count reads at most `exact_up_to + 1` entries of its index
+    (PENDING: event_pending_due_idx; the others: event_history_idx, led by
+    status), so it costs the same at any size; past the bound the estimate
+    (event_status_estimates) is used, never below the bound. A small or new
+    installation gets exact figures, where estimates read "about 0" before
+    the first ANALYZE.
+    """
+    estimates = event_status_estimates()
+    table = Event._meta.db_table
+    counts = {}
+    with connection.cursor() as cursor:
+        for status in EventStatus.values:
+            cursor.execute(
+                f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE status = %s LIMIT %s) bounded",
+                [status, exact_up_to + 1],
+            )
+            (found,) = cursor.fetchone()
+            counts[status] = (
+                StatusCount(found, True)
+                if found <= exact_up_to
+                else StatusCount(max(estimates.get(status, 0), exact_up_to + 1), False)
+            )
+    return counts

@@ -1,3 +1,5 @@
+from typing import Any
+
 from rest_framework import serializers
 
 from config.fields import StrictBooleanField
@@ -34,11 +36,12 @@ class EventTypePauseSerializer(serializers.ModelSerializer):
         if not isinstance(data, dict):
             raise serializers.ValidationError({"non_field_errors": ["Expected a JSON object with `paused`."]})
         # A misspelt field would otherwise be dropped and the request "succeed" doing nothing.
-        errors = {field: ["Unknown field."] for field in sorted(set(data) - set(self.fields))}
+        errors: dict[str, Any] = {field: ["Unknown field."] for field in sorted(set(data) - set(self.fields))}
         attrs = {}
         try:
             attrs = super().to_internal_value(data)
         except serializers.ValidationError as exc:
+            assert isinstance(exc.detail, dict)  # a serializer's errors are by field
             errors.update(exc.detail)
         if "paused" not in attrs and "paused" not in errors:
             # Even in a PATCH: it is the one thing a request here can change.

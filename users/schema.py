@@ -56,14 +56,16 @@ NEW_RECIPIENT = OpenApiExample(
         "timezone": "Europe/London",
         "external_id": "crm-1042",
         "anniversary_date": "2015-06-20",
+        "labels": ["team:platform", "office:london"],
+        "language": "en-GB",
     },
     request_only=True,
 )
 
 REQUIRED_FIELDS = (
     "first_name, last_name, date_of_birth and timezone are required; external_id (400 if "
-    "another recipient holds it), anniversary_date, send_time and paused are optional; any other "
-    "field is refused."
+    "another recipient holds it), anniversary_date, send_time, labels, language and paused are "
+    "optional; any other field is refused."
 )
 
 EXTERNAL_ID_FILTER = OpenApiParameter(
@@ -76,11 +78,23 @@ EXTERNAL_ID_FILTER = OpenApiParameter(
     ),
 )
 
+LABEL_FILTER = OpenApiParameter(
+    "label",
+    OpenApiTypes.STR,
+    OpenApiParameter.QUERY,
+    many=True,
+    explode=True,
+    description=(
+        "Only the recipients holding this label (in any case, e.g. team:platform); given more "
+        "than once (`?label=team:platform&label=office:berlin`), only those holding every one."
+    ),
+)
+
 user_schema = extend_schema_view(
     list=extend_schema(
         summary="List recipients",
         description="All recipients, oldest first, each with their next events.",
-        parameters=[EXTERNAL_ID_FILTER],
+        parameters=[EXTERNAL_ID_FILTER, LABEL_FILTER],
     ),
     create=extend_schema(
         summary="Create a recipient",
@@ -136,8 +150,9 @@ user_schema = extend_schema_view(
         responses=OpenApiResponse(
             response=OpenApiTypes.OBJECT,
             description=(
-                "`recipient`, `events` (each with its `console_log`), `deliveries` (each with its "
-                "`attempts` and `console_log`), `console_log` and `exported_at`."
+                "`recipient`, `events` (each with its `console_log`), `deliveries` (each with every "
+                "column, `attempts` its count, and its attempt rows under `attempt_log`, and its "
+                "`console_log`), `console_log` and `exported_at`. Sent with `Cache-Control: no-store`."
             ),
         ),
     ),

@@ -1,5 +1,7 @@
 import re
+import uuid
 from collections.abc import Collection
+from typing import Any
 
 from django.db import connection
 from django.db.models import Prefetch, Q, QuerySet
@@ -13,17 +15,20 @@ from users.models import User
 from users.signals import recipient_exporting
 
 
-def user_list(*, external_id: str | None = None) -> QuerySet[User]:
+def user_list(*, external_id: str | None = None, labels: Collection[str] = ()) -> QuerySet[User]:
     """Users with their pending events prefetched (for `next_event`, no N+1).
 
     With `external_id`, only the recipient holding it (trimmed, as stored); a
-    blank one matches nobody, as no recipient's id is blank.
+    blank one matches nobody, as no recipient's id is blank. With `labels`, only
+    the recipients holding every one of them (user_labels_filter).
     """
     users = User.objects.all()
     if external_id is not None:
         # No stored id holds NUL (PostgreSQL text cannot), and a query holding
         # one could not even be sent.
         users = users.filter(external_id=external_id.strip()) if "\x00" not in external_id else users.none()
+    if labels:
+        users = users.filter(user_labels_filter(labels=labels))
     return users.order_by("created_at", "id").prefetch_related(
         Prefetch(
             "events",
@@ -31,6 +36,20 @@ def user_list(*, external_id: str | None = None) -> QuerySet[User]:
             to_attr="pending_events",
         )
     )
+
+
+def user_labels_filter(*, labels: Collection[str]) -> Q:
+    """The recipients holding every one of `labels` (in any case, as labels are stored lowercase).
+
+    Each label given narrows, as a filter bar's terms do; a destination's audience,
+    which takes anyone with any of its labels, is delivery.audience's. `labels @>`
+    is served by the GIN index on labels (user_labels_idx). A label no recipient
+    can hold (not by the grammar) matches nobody rather than being an error: a
+    filter answers "who has it", and the answer is no one.
+    """
+    if any("\x00" in label for label in labels):  # no label holds NUL; a query with one cannot be sent
+        return Q(pk__in=[])
+    return Q(labels__contains=sorted({label.strip().lower() for label in labels}))
 
 
 # pg_trgm indexes every run of three letters or digits in a name. A word with no
@@ -72,7 +91,7 @@ def user_search_filter(*, term: str, via: str = "") -> Q:
 SEARCH_RECIPIENTS_BOUND = 1_000
 
 
-def user_ids_found(*, term: str, bound: int) -> tuple[list, bool]:
+def user_ids_found(*, term: str, bound: int) -> tuple[list[uuid.UUID], bool]:
     """The ids of at most `bound` recipients an operator's search finds, and whether it found more."""
     # No ORDER BY: under a LIMIT, an order would have PostgreSQL walk that order's index
     # in search of the matches, the very trap this avoids.
@@ -84,7 +103,7 @@ def user_ids_found(*, term: str, bound: int) -> tuple[list, bool]:
     return found[:bound], len(found) > bound
 
 
-def user_export(*, user_id) -> dict:
+def user_export(*, user_id: uuid.UUID) -> dict[str, Any]:
     """Everything stored about one recipient, as JSON-ready values (the API's export).
 
     Every column of their row, of each of their events, and, from the apps
@@ -94,7 +113,7 @@ def user_export(*, user_id) -> dict:
     recipient = User.objects.values().get(pk=user_id)
     events = list(Event.objects.filter(user_id=user_id).order_by("occurrence_date", "event_type").values())
     event_ids = [event["id"] for event in events]
-    export = {
+    export: dict[str, Any] = {
         "exported_at": timezone.now(),
         "recipient": recipient,
         "console_log": admin_log_export(model=User, object_ids=[user_id]),
@@ -104,11 +123,13 @@ def user_export(*, user_id) -> dict:
         ],
     }
     for _receiver, sections in recipient_exporting.send(sender=User, user_id=user_id, event_ids=event_ids):
-        export.update(sections)
+        # django-stubs type a receiver's response as str | None; it is whatever the
+        # receiver returns, here (recipient_exporting's contract) a dict of sections.
+        export.update(sections)  # type: ignore[arg-type]
     return export
 
 
-def user_events(*, user_id) -> QuerySet[Event]:
+def user_events(*, user_id: uuid.UUID) -> QuerySet[Event]:
     """A user's events, newest first, each with its deliveries (for retry_count), in two queries."""
     return event_list_for_user(user_id=user_id).prefetch_related("deliveries")
 
@@ -117,7 +138,11 @@ def users_by_external_id(*, external_ids: Collection[str]) -> dict[str, User]:
     """The recipients holding these external ids, by id (one index probe each)."""
     if not external_ids:
         return {}
-    return {user.external_id: user for user in User.objects.filter(external_id__in=external_ids)}
+    return {
+        user.external_id: user
+        for user in User.objects.filter(external_id__in=external_ids)
+        if user.external_id is not None  # always: it is one of external_ids
+    }
 
 
 def user_timezones_in_use() -> list[str]:

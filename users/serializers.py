@@ -1,9 +1,14 @@
+from collections.abc import Callable
+from typing import Any
+
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from config.fields import StrictBooleanField
+from scheduling.labels import LABEL_MAX_LENGTH, LABEL_PATTERN, LABELS_MAX_COUNT, clean_labels
+from scheduling.languages import LANGUAGE_MAX_LENGTH, clean_language
 from scheduling.models import Event, EventType
 from users.models import User
 from users.services import USER_FIELDS
@@ -122,13 +127,35 @@ class SendTimeField(serializers.Field):
         return value.strftime("%H:%M")
 
 
+@extend_schema_field(
+    {
+        "type": "array",
+        "items": {"type": "string", "pattern": LABEL_PATTERN, "maxLength": LABEL_MAX_LENGTH},
+        "maxItems": LABELS_MAX_COUNT,
+        "example": ["team:platform", "office:berlin"],
+    }
+)
+class LabelsField(serializers.Field):
+    """A recipient's labels as a JSON list of strings, by scheduling.labels.clean_labels."""
+
+    def to_internal_value(self, data):
+        try:
+            return clean_labels(data)
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.messages) from None
+
+    def to_representation(self, value):
+        return list(value)
+
+
 # Field-level rules that can run on their own, so a request with one field that
 # does not even parse still hears about every other bad field in the same reply.
-_STANDALONE_RULES = {
+_STANDALONE_RULES: dict[str, Callable[[str], object]] = {
     "first_name": lambda value: clean_name(value, field_label="First name"),
     "last_name": lambda value: clean_name(value, field_label="Last name"),
     "timezone": clean_timezone,
     "external_id": clean_external_id,
+    "language": clean_language,
 }
 
 
@@ -179,6 +206,32 @@ class UserSerializer(serializers.ModelSerializer):
             "Find a recipient by it with `GET /api/v1/users/?external_id=…`."
         ),
     )
+    labels = LabelsField(
+        required=False,
+        allow_null=True,
+        help_text=(
+            "Optional: a few labels a destination's audience chooses recipients by, such as "
+            '["team:platform", "office:berlin", "remote"]: lowercase letters, digits and . _ -, '
+            f"optionally one key:value, at most {LABEL_MAX_LENGTH} characters each and "
+            f"{LABELS_MAX_COUNT} in all; taken in any case and stored lowercase, sorted, without "
+            "repeats. null or [] means none. A change applies to the occurrences claimed after it; "
+            "one already being sent is not touched. A PUT without it leaves it as it is. Filter "
+            "the list by it with `GET /api/v1/users/?label=team:platform`."
+        ),
+    )
+    language = StrictCharField(
+        max_length=1000,
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        help_text=(
+            "Optional: the language of the recipient's messages, a BCP 47 tag such as de, pt-BR or "
+            f"zh-Hant-TW (at most {LANGUAGE_MAX_LENGTH} characters; stored in the usual case, "
+            "pt-br becomes pt-BR). A message uses the event type's template in that language, else "
+            "in its base language (pt-BR, then pt), else the type's default. null or an empty "
+            "string means none: the default. A PUT without it leaves it as it is."
+        ),
+    )
     paused = StrictBooleanField(
         required=False,
         help_text=(
@@ -210,6 +263,8 @@ class UserSerializer(serializers.ModelSerializer):
             "external_id",
             "anniversary_date",
             "send_time",
+            "labels",
+            "language",
             "paused",
             "paused_at",
             "paused_by",
@@ -270,10 +325,11 @@ class UserSerializer(serializers.ModelSerializer):
             )
         # A misspelt field would otherwise be dropped silently and the request
         # "succeed" without doing what the client meant.
-        errors = {field: ["Unknown field."] for field in sorted(set(data) - set(self.fields))}
+        errors: dict[str, Any] = {field: ["Unknown field."] for field in sorted(set(data) - set(self.fields))}
         try:
             attrs = super().to_internal_value(data)
         except serializers.ValidationError as exc:
+            assert isinstance(exc.detail, dict)  # a serializer's errors are by field
             errors.update(exc.detail)
         if not errors:
             return attrs

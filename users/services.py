@@ -10,7 +10,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, time
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
@@ -44,6 +44,8 @@ USER_FIELDS = (
     "external_id",
     "anniversary_date",
     "send_time",
+    "labels",
+    "language",
 )
 
 
@@ -89,6 +91,8 @@ def user_create(
     external_id: str | None = None,
     anniversary_date: date | None = None,
     send_time: str | time | None = None,
+    labels: Sequence[str] | None = None,
+    language: str | None = None,
     paused: bool = False,
     by: str = "",
 ) -> User:
@@ -106,6 +110,8 @@ def user_create(
             "external_id": external_id,
             "anniversary_date": anniversary_date,
             "send_time": send_time,
+            "labels": labels,
+            "language": language,
         }
     )
     user = User(**cleaned)
@@ -158,6 +164,7 @@ def _pause_columns(*, user: User, paused: bool, by: str, now: datetime) -> list[
         user.resumed_at, user.resumed_by = None, ""
         return ["paused_at", "paused_by", "resumed_at", "resumed_by"]
     _require_actor(by)
+    assert user.paused_at is not None  # paused: a pause has begun
     # Never before the pause began, whatever the clocks of two web hosts say.
     user.resumed_at, user.resumed_by = max(now, user.paused_at), by
     return ["resumed_at", "resumed_by"]
@@ -175,7 +182,7 @@ def _require_actor(by: str) -> None:
 
 
 def user_update(
-    *, user: User, data: dict, expected_versions: Collection[int] | None = None, by: str = ""
+    *, user: User, data: dict[str, Any], expected_versions: Collection[int] | None = None, by: str = ""
 ) -> User:
     """Apply a partial or full update and return the recipient as stored.
 
@@ -217,8 +224,10 @@ def user_erase(*, user: User, expected_versions: Collection[int] | None = None) 
     and attempts), then every event of theirs is locked (waiting for a claim
     that holds one to commit) and the apps above erase what such a claim
     added; nothing of theirs is created or moved after that. Then the
-    occurrences a catch-up window could still reach are remembered by a digest
-    of the external id (scheduling.services.deleted_recipients), the console's
+    occurrences a catch-up window could still reach, and that were handled
+    (one still in progress only if its message may have reached a receiver),
+    are remembered by a digest of the external id
+    (scheduling.services.deleted_recipients), the console's
     log of the recipient and their events goes, and the events and the
     recipient are deleted.
     """
@@ -227,7 +236,7 @@ def user_erase(*, user: User, expected_versions: Collection[int] | None = None) 
         # The rows about the events before the events themselves: a worker recording
         # an outcome locks its delivery, then the event (taken the other way round,
         # the two waited for each other until PostgreSQL cancelled one).
-        recipient_erasing.send(sender=User, user_id=current.id)
+        reached = _erase_rows_about_events(user_id=current.id)
         event_ids = list(
             Event.objects.select_for_update()
             .filter(user_id=current.id)
@@ -235,13 +244,25 @@ def user_erase(*, user: User, expected_versions: Collection[int] | None = None) 
             .values_list("id", flat=True)
         )
         # A claim that held one of the events has committed by now, with its delivery.
-        recipient_erasing.send(sender=User, user_id=current.id)
-        deleted_occurrences_record(user_id=current.id, external_id=current.external_id, now=timezone.now())
+        reached |= _erase_rows_about_events(user_id=current.id)
+        deleted_occurrences_record(
+            user_id=current.id, external_id=current.external_id, now=timezone.now(), reached=reached
+        )
         admin_log_forget(model=User, object_ids=[current.id])
         admin_log_forget(model=Event, object_ids=event_ids)
         Event.objects.filter(user_id=current.id).delete()
         current.delete()
     logger.info("Erased user", extra={"user_id": str(user.id), "events": len(event_ids)})
+
+
+def _erase_rows_about_events(*, user_id: uuid.UUID) -> set[uuid.UUID]:
+    """The apps above erase their rows about the recipient's events; return the events whose message may have gone."""
+    reached: set[uuid.UUID] = set()
+    for _receiver, event_ids in recipient_erasing.send(sender=User, user_id=user_id):
+        # django-stubs type a receiver's response as str | None; it is whatever the receiver
+        # returns, here (recipient_erasing's contract) a set of event ids or None.
+        reached.update(event_ids or ())  # type: ignore[arg-type]
+    return reached
 
 
 # --- the bulk import ----------------------------------------------------------
@@ -262,6 +283,8 @@ class ImportedUserRow(NamedTuple):
     anniversary_date: date | None
     send_time: time | None
     external_id: str | None
+    labels: list[str]
+    language: str
     created_at: datetime
     updated_at: datetime
     # A row imported paused: when and by whom, as a pause made through the API (None, "": not paused).
@@ -270,7 +293,7 @@ class ImportedUserRow(NamedTuple):
 
 
 def users_bulk_create_with_events(
-    *, rows: Iterable[dict], now: datetime | None = None, batch_size: int = 20000, by: str = ""
+    *, rows: Iterable[dict[str, Any]], now: datetime | None = None, batch_size: int = 20000, by: str = ""
 ) -> int:
     """Create users and their first events in batches, bypassing signals.
 
@@ -298,7 +321,7 @@ def users_bulk_create_with_events(
 
 
 def _user_batches(
-    *, rows: Iterable[dict], now: datetime, batch_size: int, by: str
+    *, rows: Iterable[dict[str, Any]], now: datetime, batch_size: int, by: str
 ) -> Iterator[list[ImportedUserRow]]:
     """The rows as new recipients, `batch_size` at a time, each read only when its batch is next."""
     batch: list[ImportedUserRow] = []
@@ -319,6 +342,8 @@ def _user_batches(
                 anniversary_date=row.get("anniversary_date"),
                 send_time=row.get("send_time"),
                 external_id=row.get("external_id"),
+                labels=row.get("labels") or [],
+                language=row.get("language") or "",
                 created_at=now,
                 updated_at=now,
                 paused_at=paused_at,
@@ -410,13 +435,13 @@ class ImportResult:
         return self.created + self.updated + self.unchanged
 
 
-def _chunks(rows: Sequence[dict], size: int) -> Iterator[Sequence[dict]]:
+def _chunks(rows: Sequence[dict[str, Any]], size: int) -> Iterator[Sequence[dict[str, Any]]]:
     for start in range(0, len(rows), size):
         yield rows[start : start + size]
 
 
 def users_import(
-    *, rows: Sequence[dict], now: datetime | None = None, batch_size: int = 20000, by: str = ""
+    *, rows: Sequence[dict[str, Any]], now: datetime | None = None, batch_size: int = 20000, by: str = ""
 ) -> ImportResult:
     """Create each row's recipient, or update the one that already has the row's external_id.
 
@@ -438,7 +463,7 @@ def users_import(
     """
     result = ImportResult()
 
-    def new_rows() -> Iterator[dict]:
+    def new_rows() -> Iterator[dict[str, Any]]:
         # Looked up a batch at a time, while the writer thread commits the
         # previous batch's new rows; no external_id is in two batches.
         for chunk in _chunks(rows, batch_size):
@@ -446,7 +471,8 @@ def users_import(
                 external_ids=[row["external_id"] for row in chunk if row.get("external_id")]
             )
             for row in chunk:
-                current = stored.get(row.get("external_id"))
+                external_id = row.get("external_id")
+                current = stored.get(external_id) if external_id else None
                 if current is None:
                     yield row
                 elif any(value != getattr(current, field) for field, value in row.items()):

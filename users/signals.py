@@ -13,6 +13,9 @@ from django.dispatch import Signal
 # claim that held one committed meanwhile. Each receiver deletes or strips its
 # own rows about the recipient's events, waiting for their row locks as it goes;
 # what it leaves must name no one, and a second call finds only what is new.
+# Each receiver returns the ids of the events whose message may have reached a
+# receiver (a request for it was started): an occurrence still in progress is
+# remembered as handled only then (scheduling.services.deleted_recipients).
 recipient_erasing = Signal()
 
 # Sent by the export with `user_id` and `event_ids`; each receiver returns a dict

@@ -8,6 +8,8 @@ from zoneinfo import available_timezones
 from django.core.exceptions import ValidationError
 from django.utils import timezone as django_timezone
 
+from scheduling.labels import clean_labels
+from scheduling.languages import clean_language
 from scheduling.timezones import load_timezone
 from scheduling.zonedata import zone_cache
 
@@ -29,7 +31,7 @@ def _known_timezone_names() -> frozenset[str]:
     return frozenset(available_timezones())
 
 
-def clean_name(value: str, *, field_label: str) -> str:
+def clean_name(value: object, *, field_label: str) -> str:
     """Trim a first or last name and check it is 1-100 characters."""
     if not isinstance(value, str):
         raise ValidationError(f"{field_label} must be a string.")
@@ -43,7 +45,7 @@ def clean_name(value: str, *, field_label: str) -> str:
     return trimmed
 
 
-def clean_timezone(value: str) -> str:
+def clean_timezone(value: object) -> str:
     """Accept only IANA names that zoneinfo can load (not offsets like +05:00)."""
     if not isinstance(value, str) or not value.strip():
         raise ValidationError("Time zone must be an IANA name such as America/New_York.")
@@ -99,7 +101,7 @@ def clean_send_time(value: str | time | None) -> time | None:
     return time(int(value[:2]), int(value[3:]))
 
 
-def clean_past_date(value: date, *, label: str, timezone_name: str | None) -> date:
+def clean_past_date(value: object, *, label: str, timezone_name: str | None) -> date:
     """Check a date of birth or wedding is a real date from 1900-01-01 up to today in the user's zone."""
     if isinstance(value, datetime) or not isinstance(value, date):
         raise ValidationError(f"{label} must be a calendar date (YYYY-MM-DD).")
@@ -122,7 +124,8 @@ def clean_past_date(value: date, *, label: str, timezone_name: str | None) -> da
 def clean_user_fields(data: dict) -> dict:
     """Validate every field together; raise one ValidationError naming each bad field.
 
-    The optional fields (external_id, anniversary_date, send_time) are None when `data` lacks them.
+    The optional fields (external_id, anniversary_date, send_time, labels, language) are None
+    (none) when `data` lacks them.
     """
     errors: dict[str, list[str]] = {}
     cleaned: dict = {}
@@ -143,6 +146,11 @@ def clean_user_fields(data: dict) -> dict:
         cleaned["send_time"] = clean_send_time(data.get("send_time"))
     except ValidationError as exc:
         errors["send_time"] = exc.messages
+    for field, rule in (("labels", clean_labels), ("language", clean_language)):
+        try:
+            cleaned[field] = rule(data.get(field))
+        except ValidationError as exc:
+            errors[field] = exc.messages
     for field, label, required in (
         ("date_of_birth", "Date of birth", True),
         ("anniversary_date", "Anniversary date", False),

@@ -35,7 +35,10 @@ class UserViewSet(viewsets.ModelViewSet):
 
     def get_queryset(self):
         if self.action == "list":
-            return user_list(external_id=self.request.query_params.get("external_id"))
+            return user_list(
+                external_id=self.request.query_params.get("external_id"),
+                labels=self.request.query_params.getlist("label"),
+            )
         return user_list()
 
     def perform_create(self, serializer):
@@ -106,4 +109,6 @@ class UserViewSet(viewsets.ModelViewSet):
         detail=True, methods=["get"], permission_classes=[*api_settings.DEFAULT_PERMISSION_CLASSES, CanExport]
     )
     def export(self, request, pk=None, format=None):
-        return Response(user_export(user_id=self.get_object().pk))
+        # Everything about a person: no cache on the way (a proxy, the browser's disk) may keep a copy
+        # that outlives their erasure.
+        return Response(user_export(user_id=self.get_object().pk), headers={"Cache-Control": "no-store"})

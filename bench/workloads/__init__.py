@@ -10,6 +10,7 @@ from __future__ import annotations
 from bench.workload import Workload
 from bench.workloads import (
     api,
+    audiences,
     baselines,
     burst,
     ceiling,
@@ -19,6 +20,7 @@ from bench.workloads import (
     history,
     import_users,
     profiles,
+    queued,
     rate_limited,
     receivers,
     retention,
@@ -35,6 +37,8 @@ WORKLOADS: dict[str, Workload] = {
         burst,
         receivers,
         destinations,
+        audiences,
+        queued,
         rate_limited,
         timeliness,
         scale,

@@ -38,3 +38,11 @@ def test_a_page_within_the_list_counts_every_item_before_it_and_those_from_it_on
 
     assert (paginator.count, paginator.count_is_lower_bound) == (5, False)
     assert [group.name for group in page] == ["group-2", "group-3"]
+
+
+@pytest.mark.parametrize("page_size", ["null", "abc", "0", "-3", "2.5", " 7"])
+def test_a_page_size_that_is_not_a_whole_number_of_1_or_more_is_refused_naming_it(api_client, page_size):
+    response = api_client.get("/api/v1/users/", {"page_size": page_size})
+
+    assert response.status_code == 400
+    assert response.json() == {"page_size": ["A whole number of 1 or more (pages hold at most 500 items)."]}

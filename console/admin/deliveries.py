@@ -8,9 +8,10 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from console import widgets
+from console import confirm, widgets
 from console.admin.endpoints import endpoint_state_badge
 from console.pagination import BoundedListAdmin
+from delivery import failures
 from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus, Endpoint
 from delivery.services.operator import delivery_resend
 
@@ -52,7 +53,7 @@ class LeaseFilter(admin.SimpleListFilter):
 
 class DeliveryAttemptInline(widgets.ReadOnlyInlineMixin, admin.TabularInline):
     model = DeliveryAttempt
-    fields = [
+    fields = readonly_fields = (
         "number",
         "outcome_badge",
         "status_code",
@@ -61,8 +62,7 @@ class DeliveryAttemptInline(widgets.ReadOnlyInlineMixin, admin.TabularInline):
         "worker",
         "error",
         "response",
-    ]
-    readonly_fields = fields
+    )
     ordering = ["-number"]
 
     @admin.display(description="outcome")
@@ -94,17 +94,17 @@ def status_chosen(request) -> bool:
 @admin.register(Delivery)
 class DeliveryAdmin(widgets.ViewOnlyPageMixin, BoundedListAdmin):
     # Nothing on a delivery is edited by hand.
+    # What an operator triages by first (status, when, the error), the key under the recipient, so
+    # the row fits a laptop's width (console/tests/test_browser_layout.py holds it to that).
     list_display = [
-        "idempotency_key",
         "recipient",
         "destination",
         "status_badge",
         "attempts_used",
-        "next_attempt_at",
-        "lease",
         "last_status_code",
         "last_error_short",
-        "updated_at",
+        "when",
+        "lease",
     ]
     list_select_related = ["event__user", "destination"]
     list_filter = ["status", LeaseFilter, AttemptOutcomeFilter]
@@ -173,13 +173,24 @@ class DeliveryAdmin(widgets.ViewOnlyPageMixin, BoundedListAdmin):
 
     # --- columns ------------------------------------------------------------------
 
-    @admin.display(description="recipient")
+    @admin.display(description="recipient and key")
     def recipient(self, delivery: Delivery):
         return format_html(
-            '<a href="{}">{}</a>',
-            reverse("admin:scheduling_event_change", args=[delivery.event_id]),
+            '<a href="{}">{}</a><br><a class="bs-muted" href="{}">{}</a>',
+            reverse("admin:delivery_delivery_change", args=[delivery.pk]),
             delivery.event.user,
+            reverse("admin:scheduling_event_change", args=[delivery.event_id]),
+            delivery.idempotency_key,
         )
+
+    @admin.display(description="when", ordering="updated_at")
+    def when(self, delivery: Delivery):
+        # A QUEUED delivery's next try is what matters; for the others, when they got where they are.
+        if delivery.status == DeliveryStatus.QUEUED:
+            return format_html(
+                '<span class="bs-muted">next try</span> {}', widgets.when(delivery.next_attempt_at)
+            )
+        return widgets.when(delivery.updated_at)
 
     @admin.display(description="event")
     def event_link(self, delivery: Delivery):
@@ -209,8 +220,8 @@ class DeliveryAdmin(widgets.ViewOnlyPageMixin, BoundedListAdmin):
         return widgets.badge(delivery.status, delivery.get_status_display())
 
     @admin.display(description="attempts", ordering="attempts")
-    def attempts_used(self, delivery: Delivery) -> str:
-        return f"{delivery.attempts} / {delivery.max_attempts}"
+    def attempts_used(self, delivery: Delivery):
+        return widgets.attempts(used=delivery.attempts, allowed=delivery.max_attempts)
 
     @admin.display(description="lease (worker, until)")
     def lease(self, delivery: Delivery):
@@ -221,19 +232,53 @@ class DeliveryAdmin(widgets.ViewOnlyPageMixin, BoundedListAdmin):
             '{}<br><span class="{}">{}{}</span>',
             delivery.locked_by,
             "bs-late" if expired else "bs-muted",
-            delivery.locked_until.strftime("%H:%M:%S") if delivery.locked_until else "",
+            widgets.when(delivery.locked_until),
             " (expired)" if expired else "",
         )
 
     @admin.display(description="last error")
     def last_error_short(self, delivery: Delivery) -> str:
-        error = delivery.last_error
-        return (error[:80] + "…") if len(error) > 80 else (error or "—")
+        # In words, by its class (delivery.failures); the receiver's own answer is on the attempt rows.
+        if not delivery.last_error and delivery.last_status_code is None:
+            return "—"
+        if delivery.status == DeliveryStatus.DELIVERED:
+            return "—"
+        return failures.cause_label(
+            failures.cause_of(status_code=delivery.last_status_code, error=delivery.last_error)
+        )
 
     # --- actions ------------------------------------------------------------------
 
-    @admin.action(description="Resend selected DEAD deliveries", permissions=["change"])
+    @admin.action(description="Resend selected DEAD deliveries…", permissions=["change"])
     def resend(self, request, queryset):
+        rows = confirm.selected_rows(self, request, queryset.select_related("destination"))
+        if rows is None:
+            return None
+        if not confirm.is_confirmed(request):
+            return confirm.confirmation_page(
+                self,
+                request,
+                title="Resend these dead deliveries?",
+                consequence=(
+                    "Each dead delivery is queued again to its destination, under the same idempotency key, "
+                    "with a fresh budget of attempts: the receiver gets the greeting late. Its event is "
+                    "processing again until the delivery ends."
+                ),
+                button="Yes, resend them",
+                items=[
+                    confirm.Item(
+                        label=(
+                            f"{delivery.idempotency_key} to "
+                            f"{delivery.destination.name if delivery.destination else 'a deleted destination'}"
+                        ),
+                        refusal=""
+                        if delivery.status == DeliveryStatus.DEAD
+                        else f"it is {delivery.get_status_display()}",
+                    )
+                    for delivery in rows
+                ],
+            )
         widgets.run_operator_action(
-            self, request, queryset, service=delivery_resend, verb="Resend", kwarg="delivery"
+            self, request, rows, service=delivery_resend, verb="Resend", kwarg="delivery"
         )
+        return None

@@ -21,17 +21,29 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
-from django.utils.html import format_html_join
+from django.utils.html import format_html, format_html_join
 
 from console import widgets
 from console.admin.endpoints import endpoint_state_badge
 from console.admin.recoveries import DestinationRecoveryAdminMixin
+from console.forms import LabelsFormField
+from delivery import conditions
+from delivery.audience import Audience
 from delivery.models import Destination, EndpointState
-from delivery.selectors import destination_endpoints, destination_unsent_count
+from delivery.selectors import (
+    DestinationHealth,
+    destination_endpoints,
+    destination_recipients,
+    destination_unsent_count,
+    destinations_health,
+)
 from delivery.services import destinations as services
 from delivery.services.ping import destinations_send_test
 from scheduling.event_types import EventType
+from scheduling.handlers import get_handler
+from scheduling.messages import placeholder_list
 
 SECRET_SHOWN_ONCE = (
     "Signing secret of {name}, shown this once (copy it to the receiver now; afterwards only its hint is "
@@ -41,6 +53,10 @@ CHANGED_SINCE = (
     "This destination was changed since you opened it (by {updated_by}, now at version {version}): nothing was "
     "saved. Reload the page to see that change, then make yours again."
 )
+
+
+def message_field(event_type: str) -> str:
+    return f"message_{event_type.lower()}"
 
 
 class DestinationForm(forms.ModelForm):
@@ -60,6 +76,16 @@ class DestinationForm(forms.ModelForm):
         widget=forms.CheckboxSelectMultiple,
         help_text="None ticked: every event type, including types added later.",
     )
+    audience_labels = LabelsFormField(
+        label="Audience",
+        help_text="Whom it greets: recipients with any of these labels (such as team:platform, separated by "
+        "commas or spaces). Empty: everyone.",
+    )
+    excluded_labels = LabelsFormField(
+        label="Excluded labels",
+        help_text="Never recipients with any of these labels, even in the audience (such as contractor). "
+        "Empty: nobody left out.",
+    )
     secret = forms.CharField(
         required=False,
         strip=True,
@@ -74,7 +100,17 @@ class DestinationForm(forms.ModelForm):
 
     class Meta:
         model = Destination
-        fields = ["name", "event_types", "format", "enabled", "max_rate", "max_in_flight", "timeout"]
+        fields = [
+            "name",
+            "event_types",
+            "audience_labels",
+            "excluded_labels",
+            "format",
+            "enabled",
+            "max_rate",
+            "max_in_flight",
+            "timeout",
+        ]
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -87,9 +123,19 @@ class DestinationForm(forms.ModelForm):
             )
         else:
             self.fields["url"].required = True
+        for event_type in EventType.values:
+            self.fields[message_field(event_type)].initial = (self.instance.message_overrides or {}).get(
+                event_type, ""
+            )
 
     def clean(self):
         cleaned = super().clean()
+        assert cleaned is not None  # ModelForm.clean returns cleaned_data
+        cleaned["message_overrides"] = {
+            event_type: cleaned[message_field(event_type)]
+            for event_type in EventType.values
+            if (cleaned.get(message_field(event_type)) or "").strip()
+        }
         loaded = cleaned.get("loaded_version")
         # The instance was read for this request: a version above the one loaded is someone else's save.
         # (Between this read and the save, the service checks again under the row's lock.)
@@ -115,37 +161,76 @@ class DestinationForm(forms.ModelForm):
         return
 
 
+# One box per event type for the destination's own text (message_overrides), declared on the
+# class so that the admin's fieldsets may name them.
+for _event_type, _label in EventType.choices:
+    DestinationForm.base_fields[message_field(_event_type)] = DestinationForm.declared_fields[
+        message_field(_event_type)
+    ] = forms.CharField(
+        required=False,
+        strip=False,
+        label=f"{_label} message",
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 80}),
+        help_text=f"Its own text for {_label.lower()} messages instead of the templates' (any language, any "
+        f"milestone), with the placeholders {placeholder_list(get_handler(_event_type).placeholders)}. Empty: "
+        "the templates'.",
+    )
+
+
 class DestinationChangeList(ChangeList):
-    """The change list, with the endpoint of each destination of the page read in one query."""
+    """The change list, with the health of each destination of the page read at once (three queries)."""
 
     def get_results(self, request):
         super().get_results(request)
         self.result_list = list(self.result_list)
-        endpoints = destination_endpoints(destinations=self.result_list)
-        for destination in self.result_list:
-            destination.endpoint = endpoints.get(destination.url_key)
+        health = destinations_health(now=timezone.now(), destinations=self.result_list)
+        for destination, its_health in zip(self.result_list, health, strict=True):
+            destination.health = its_health
+
+
+def health_of(destination: Destination) -> DestinationHealth:
+    if not hasattr(destination, "health"):
+        destination.health = destinations_health(now=timezone.now(), destinations=[destination])[0]
+    return destination.health
+
+
+def condition_badge(health: DestinationHealth):
+    return widgets.badge(CONDITION_COLOURS[health.condition.level], health.condition.label)
+
+
+# A destination's condition (delivery.conditions) -> a badge colour of widgets.BADGE_COLOURS.
+CONDITION_COLOURS = {
+    conditions.FAILING: "DEAD",
+    conditions.DEGRADED: "OVERDUE",
+    conditions.PAUSED: "ABANDONED",
+    conditions.OK: "DELIVERED",
+    conditions.IDLE: "stopped",
+    conditions.DISABLED: "stopped",
+}
 
 
 @admin.register(Destination)
 class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
     form = DestinationForm
+    # What tells whether it works comes first; the URL sits under the name, so the row fits a laptop.
     list_display = [
-        "name",
-        "receiver",
+        "name_and_url",
+        "condition",
+        "dead_counts",
+        "last_failure",
+        "last_delivered",
         "subscriptions",
-        "format",
+        "audience",
         "enabled",
-        "endpoint_state",
-        "updated_by",
-        "updated_at",
     ]
     list_filter = ["enabled", "format"]
     search_fields = ["name", "url_display"]
     actions = ["send_test", "rotate_secret", "drop_previous_secrets", "pause", "resume"]
     change_form_template = "admin/delivery/destination/change_form.html"
     readonly_fields = [
+        "audience_size",
         "secret_hints",
-        "endpoint_state",
+        "condition_detail",
         "created_by",
         "created_at",
         "updated_by",
@@ -164,8 +249,33 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
                     "description": "Empty: WEBHOOK_MAX_RATE, WEBHOOK_MAX_IN_FLIGHT, WEBHOOK_TIMEOUT.",
                 },
             ),
+            (
+                "Audience",
+                {
+                    "fields": ["audience_labels", "excluded_labels"]
+                    + (["audience_size"] if obj is not None else []),
+                    "description": "Whom it greets, by the recipients' labels. Applies to the occurrences "
+                    "claimed after it is saved; one already queued keeps its deliveries.",
+                },
+            ),
+            (
+                "Words",
+                {
+                    "fields": [message_field(event_type) for event_type in EventType.values],
+                    "description": "Its own text per event type, e.g. 🎂 Happy birthday, {first_name}! for a chat "
+                    "channel; the recipients' languages and milestones are the message templates'.",
+                },
+            ),
             ("Signing", {"fields": ["secret_hints"]}),
-            ("State", {"fields": ["endpoint_state", "created_by", "created_at", "updated_by", "updated_at"]}),
+            # A destination being added has no condition yet: no "Healthy" for what does not exist.
+            *(
+                [
+                    ("Health", {"fields": ["condition_detail"]}),
+                    ("Changes", {"fields": ["created_by", "created_at", "updated_by", "updated_at"]}),
+                ]
+                if obj is not None
+                else []
+            ),
         ]
 
     def get_changelist(self, request, **kwargs):
@@ -210,17 +320,80 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
             ", ".join(labels[t] for t in destination.event_types) if destination.event_types else "every type"
         )
 
-    @admin.display(description="receiver", ordering="url_display")
-    def receiver(self, destination: Destination) -> str:
-        return destination.url_display
+    @admin.display(description="audience")
+    def audience(self, destination: Destination) -> str:
+        return Audience.of(destination).describe()
 
-    @admin.display(description="endpoint")
-    def endpoint_state(self, destination: Destination):
-        if not hasattr(destination, "endpoint"):
-            destination.endpoint = destination_endpoints(destinations=[destination]).get(destination.url_key)
-        if destination.endpoint is None:
-            return widgets.badge("COMPLETED", EndpointState.HEALTHY.label)
-        return endpoint_state_badge(destination.endpoint)
+    @admin.display(description="greets now")
+    def audience_size(self, destination: Destination) -> str:
+        audience = Audience.of(destination)
+        if audience.everyone:
+            return "every recipient"
+        return f"{destination_recipients(destination=destination).count():,} recipient(s)"
+
+    @admin.display(description="destination", ordering="name")
+    def name_and_url(self, destination: Destination):
+        return format_html(
+            '<strong>{}</strong><br><span class="bs-muted bs-url">{}</span>',
+            destination.name,
+            destination.url_display,  # the URL is a credential: its host alone (delivery.receiver_urls)
+        )
+
+    @admin.display(description="health")
+    def condition(self, destination: Destination):
+        return condition_badge(health_of(destination))
+
+    @admin.display(description="dead 1 h / 24 h")
+    def dead_counts(self, destination: Destination):
+        health = health_of(destination)
+        return format_html(
+            '<span class="{}">{} / {}</span>',
+            "bs-late" if health.dead_last_day else "bs-muted",
+            health.dead_last_hour,
+            health.dead_last_day,
+        )
+
+    @admin.display(description="last failure")
+    def last_failure(self, destination: Destination):
+        health = health_of(destination)
+        if health.endpoint_last_error:
+            return format_html("{}<br>{}", health.endpoint_last_error, widgets.when(health.last_failure_at))
+        if not health.last_failure_at:
+            return "—"
+        return format_html("{}<br>{}", health.last_failure_label, widgets.when(health.last_failure_at))
+
+    @admin.display(description="last delivered")
+    def last_delivered(self, destination: Destination):
+        return (
+            widgets.when(health_of(destination).last_delivered_at)
+            if health_of(destination).last_delivered_at
+            else "never"
+        )
+
+    @admin.display(description="health")
+    def condition_detail(self, destination: Destination):
+        health = health_of(destination)
+        failures_url = reverse("admin:failures") + f"?destination={destination.pk}"
+        return format_html(
+            '<div id="destination-condition">{} {}</div>'
+            "<div>Dead in the last hour: <strong>{}</strong>; in the last day: <strong>{}</strong>. "
+            '<a href="{}">Its failures by cause</a></div>'
+            "<div>Last failure: {}</div><div>Last delivered: {}</div><div>Endpoint: {}</div>",
+            condition_badge(health),
+            health.condition.reason,
+            health.dead_last_hour,
+            health.dead_last_day,
+            failures_url,
+            format_html(
+                "{} ({})",
+                health.endpoint_last_error or health.last_failure_label,
+                widgets.when(health.last_failure_at),
+            )
+            if health.last_failure_at or health.endpoint_last_error
+            else "none in the last 7 days",
+            widgets.when(health.last_delivered_at) if health.last_delivered_at else "never",
+            endpoint_state_badge_of(destination=destination, health=health),
+        )
 
     @admin.display(description="signing secrets")
     def secret_hints(self, destination: Destination):
@@ -231,7 +404,7 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
             "",
             "<div><code>{}</code> <span class='bs-muted'>{}</span></div>",
             (
-                (s.hint, f"until {s.expires_at:%Y-%m-%d %H:%M}" if s.expires_at else "in force")
+                (s.hint, format_html("until {}", widgets.when(s.expires_at)) if s.expires_at else "in force")
                 for s in secrets
             ),
         )
@@ -304,7 +477,8 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
             return HttpResponseNotAllowed(["POST"])
         destination = self.get_object(request, unquote(object_id))
         if destination is None:
-            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+            # Django's own (ModelAdmin.change_view uses it); missing from django-stubs.
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)  # type: ignore[attr-defined]
         if not self.has_change_permission(request, destination):
             raise PermissionDenied
         self.send_test(request, Destination.objects.filter(pk=destination.pk))
@@ -321,7 +495,8 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
             return HttpResponseNotAllowed(["POST"])
         destination = self.get_object(request, unquote(object_id))
         if destination is None:
-            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+            # Django's own (ModelAdmin.change_view uses it); missing from django-stubs.
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)  # type: ignore[attr-defined]
         if not self.has_change_permission(request, destination):
             raise PermissionDenied
         url = services.destination_url_reveal(destination=destination, operator=request.user.get_username())
@@ -389,3 +564,11 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
             kwarg="destination",
             outcome="resumed",
         )
+
+
+def endpoint_state_badge_of(*, destination: Destination, health: DestinationHealth):
+    """Its URL's endpoint state (what the workers see), as on the Endpoints page."""
+    endpoint = destination_endpoints(destinations=[destination]).get(destination.url_key)
+    if endpoint is None:
+        return widgets.badge("stopped", f"{EndpointState(health.endpoint_state).label} (nothing sent yet)")
+    return endpoint_state_badge(endpoint)

@@ -18,22 +18,25 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from console import widgets
+from delivery import failures
 from delivery.models import Endpoint, EndpointState
 from delivery.selectors import Backlog, endpoint_backlog, endpoint_destination_names
 from delivery.services.endpoints import endpoint_pause, endpoint_resume
 
 # The shared palette's keys whose colours say the same thing: green flowing,
-# red failing, orange held by a person.
-_STATE_BADGE_KEYS = {
+# red failing or gone, orange held by a person.
+_STATE_BADGE_KEYS: dict[str, str] = {
     EndpointState.HEALTHY: "COMPLETED",
     EndpointState.FAILING: "FAILED",
     EndpointState.PAUSED: "OVERDUE",
+    # Red as a dead delivery: nothing more goes until a person acts.
+    EndpointState.GONE: "DEAD",
 }
 LAST_ERROR_SHOWN = 80
 
 
-def _instant(moment: datetime) -> str:
-    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S")
+def _instant(moment: datetime):
+    return widgets.when(moment)
 
 
 def endpoint_state_badge(endpoint: Endpoint):
@@ -91,7 +94,7 @@ class EndpointAdmin(widgets.ViewOnlyPageMixin, admin.ModelAdmin):
                 ]
             },
         ),
-        ("Fleet limits", {"classes": ["collapse"], "fields": ["next_send_slot", "updated_at"]}),
+        ("Fleet limits", {"classes": ["collapse"], "fields": ["rate_second", "rate_taken", "updated_at"]}),
     ]
 
     def has_add_permission(self, request):
@@ -132,7 +135,6 @@ class EndpointAdmin(widgets.ViewOnlyPageMixin, admin.ModelAdmin):
 
     # --- columns ------------------------------------------------------------------
 
-    @admin.display(description="state", ordering="state")
     @admin.display(description="receiver", ordering="url_display")
     def receiver(self, endpoint: Endpoint) -> str:
         """Its destination's name and what may be shown of its URL (a credential: the host, never the token)."""
@@ -141,6 +143,7 @@ class EndpointAdmin(widgets.ViewOnlyPageMixin, admin.ModelAdmin):
         name = endpoint.destination_name
         return f"{name} ({endpoint.url_display})" if name else endpoint.url_display
 
+    @admin.display(description="state", ordering="state")
     def state_badge(self, endpoint: Endpoint):
         return endpoint_state_badge(endpoint)
 
@@ -168,9 +171,16 @@ class EndpointAdmin(widgets.ViewOnlyPageMixin, admin.ModelAdmin):
         )
 
     @admin.display(description="last error")
-    def last_error_short(self, endpoint: Endpoint) -> str:
+    def last_error_short(self, endpoint: Endpoint):
+        # In words, by its class; the worker's own line (cut) on hover, the endpoint's page has it whole.
         error = endpoint.last_error
-        return (error[:LAST_ERROR_SHOWN] + "…") if len(error) > LAST_ERROR_SHOWN else (error or "—")
+        if not error:
+            return "—"
+        return format_html(
+            '<span title="{}">{}</span>',
+            (error[:LAST_ERROR_SHOWN] + "…") if len(error) > LAST_ERROR_SHOWN else error,
+            failures.description_label(error),
+        )
 
     @admin.display(description="next probe", ordering="next_probe_at")
     def next_probe(self, endpoint: Endpoint):
@@ -217,7 +227,7 @@ class EndpointAdmin(widgets.ViewOnlyPageMixin, admin.ModelAdmin):
             self, request, queryset, service=endpoint_pause, verb="Pause", kwarg="endpoint", outcome="paused"
         )
 
-    @admin.action(description="Resume selected paused endpoints", permissions=["change"])
+    @admin.action(description="Resume selected paused or gone endpoints", permissions=["change"])
     def resume(self, request, queryset):
         widgets.run_operator_action(
             self,
@@ -244,6 +254,7 @@ class EndpointAdmin(widgets.ViewOnlyPageMixin, admin.ModelAdmin):
             raise PermissionDenied
         endpoint = self.get_object(request, unquote(object_id))
         if endpoint is None:
-            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+            # Django's own (ModelAdmin.change_view uses it); missing from django-stubs.
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)  # type: ignore[attr-defined]
         action(request, [endpoint])
         return HttpResponseRedirect(reverse("admin:delivery_endpoint_change", args=[endpoint.pk]))

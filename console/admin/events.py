@@ -14,11 +14,11 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from console import widgets
+from console import confirm, widgets
 from console.pagination import BoundedListAdmin
 from delivery.services.operator import event_resend
 from scheduling.models import Event, EventStatus
-from scheduling.services.sync import event_deliver_now
+from scheduling.services.sync import event_deliver_now, event_deliver_now_refusal
 from users.selectors import SEARCH_RECIPIENTS_BOUND, user_ids_found
 
 EVENT_KEY = re.compile(r"^event-[0-9a-f]{16}$")
@@ -69,9 +69,10 @@ class TargetWindowFilter(admin.SimpleListFilter):
         return [(key, label) for key, (label, _, _) in self.WINDOWS.items()]
 
     def queryset(self, request, queryset):
-        if self.value() not in self.WINDOWS:
+        value = self.value()
+        if value is None or value not in self.WINDOWS:
             return queryset
-        _, start, end = self.WINDOWS[self.value()]
+        _, start, end = self.WINDOWS[value]
         now = timezone.now()
         window = Q(target_timestamp_utc__gte=now + start, target_timestamp_utc__lt=now + end)
         # Each arm carries its partial index's own predicate, so each is read from it.
@@ -90,15 +91,16 @@ def status_chosen(request) -> bool:
 
 @admin.register(Event)
 class EventAdmin(BoundedListAdmin):
+    # Status and when first after who: the columns an operator reads at any width.
     list_display = [
         "user_link",
         "event_type",
-        "occurrence_date",
-        "target_utc",
-        "target_local",
         "status_badge",
-        "retries",
+        "target_utc",
         "lateness",
+        "occurrence_date",
+        "target_local",
+        "retries",
     ]
     list_select_related = ["user"]
 
@@ -213,11 +215,11 @@ class EventAdmin(BoundedListAdmin):
             event.user,
         )
 
-    @admin.display(description="target (UTC)", ordering="target_timestamp_utc")
-    def target_utc(self, event: Event) -> str:
-        return event.target_timestamp_utc.strftime("%Y-%m-%d %H:%M")
+    @admin.display(description="send time", ordering="target_timestamp_utc")
+    def target_utc(self, event: Event):
+        return widgets.when(event.target_timestamp_utc)
 
-    @admin.display(description="target (local)")
+    @admin.display(description="recipient's local time")
     def target_local(self, event: Event):
         # The stored ISO text keeps the offset in force at that instant.
         wall, offset = widgets.split_local_time(event.target_timestamp_local)
@@ -246,6 +248,17 @@ class EventAdmin(BoundedListAdmin):
     def retries(self, event: Event) -> int:
         return retries_of(event)
 
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        # Nothing on an event's page can be edited (every field is read-only; it changes through the
+        # actions), so no Save button stands on it, whatever its status.
+        extra_context = {
+            **(extra_context or {}),
+            "show_save": False,
+            "show_save_and_continue": False,
+            "show_save_and_add_another": False,
+        }
+        return super().change_view(request, object_id, form_url, extra_context)
+
     @admin.display(description="deliveries")
     def delivery_link(self, event: Event):
         deliveries = list(event.deliveries.select_related("destination")) if event.pk else []
@@ -253,15 +266,14 @@ class EventAdmin(BoundedListAdmin):
             return "— (none queued)"
         return format_html_join(
             mark_safe("<br>"),
-            '<a href="{}">{}</a> {} {} <span class="bs-muted">{} of {} attempts used</span>',
+            '<a href="{}">{}</a> {} {} <span class="bs-muted">{} attempts used</span>',
             (
                 (
                     reverse("admin:delivery_delivery_change", args=[delivery.pk]),
                     delivery.destination.name if delivery.destination else "a deleted destination",
                     delivery.idempotency_key,
                     widgets.badge(delivery.status, delivery.get_status_display()),
-                    delivery.attempts,
-                    delivery.max_attempts,
+                    widgets.attempts(used=delivery.attempts, allowed=delivery.max_attempts),
                 )
                 for delivery in deliveries
             ),
@@ -269,21 +281,78 @@ class EventAdmin(BoundedListAdmin):
 
     # --- actions ------------------------------------------------------------------
 
-    @admin.action(description="Resend selected FAILED events", permissions=["change"])
+    @admin.action(description="Resend selected FAILED events…", permissions=["change"])
     def resend(self, request, queryset):
-        widgets.run_operator_action(
-            self, request, queryset, service=event_resend, verb="Resend", kwarg="event"
-        )
+        rows = confirm.selected_rows(self, request, queryset.select_related("user"))
+        if rows is None:
+            return None
+        if not confirm.is_confirmed(request):
+            return confirm.confirmation_page(
+                self,
+                request,
+                title="Resend these failed events?",
+                consequence=(
+                    "Each failed event's dead deliveries are queued again, under the same idempotency key, with "
+                    "a fresh budget of attempts: its recipient's greeting goes out late to the destinations "
+                    "that did not get it. Destinations that got it are not sent it again."
+                ),
+                button="Yes, resend them",
+                items=[
+                    confirm.Item(
+                        label=_event_label(event),
+                        refusal=""
+                        if event.status == EventStatus.FAILED
+                        else f"it is {event.get_status_display()}",
+                    )
+                    for event in rows
+                ],
+            )
+        widgets.run_operator_action(self, request, rows, service=event_resend, verb="Resend", kwarg="event")
+        return None
 
-    @admin.action(description="Deliver selected PENDING events now", permissions=["change"])
+    @admin.action(
+        description="Deliver today's greeting now (selected PENDING events due today)…",
+        permissions=["change"],
+    )
     def deliver_now(self, request, queryset):
+        rows = confirm.selected_rows(self, request, queryset.select_related("user"))
+        if rows is None:
+            return None
+        if not confirm.is_confirmed(request):
+            now = timezone.now()
+            return confirm.confirmation_page(
+                self,
+                request,
+                title="Send today's greetings now?",
+                consequence=(
+                    "Each event below is its recipient's occurrence of today: it is sent now instead of at its "
+                    "send time, and not again at the send time (an occurrence is sent once). Only today's "
+                    "occurrence can be sent early: a later one sent now would leave its real day without a "
+                    "greeting."
+                ),
+                button="Yes, send them now",
+                items=[
+                    confirm.Item(
+                        label=_event_label(event), refusal=event_deliver_now_refusal(event=event, now=now)
+                    )
+                    for event in rows
+                ],
+            )
         widgets.run_operator_action(
             self,
             request,
-            queryset,
+            rows,
             service=event_deliver_now,
             verb="Deliver now",
             kwarg="event",
             # The scheduler, woken at once, claims and queues it.
             outcome="due now; the scheduler sends it next",
         )
+        return None
+
+
+def _event_label(event: Event) -> str:
+    return (
+        f"{event.get_event_type_display()} of {event.user} on {event.occurrence_date:%Y-%m-%d} "
+        f"({event.get_status_display().lower()}, due {widgets.when_text(event.target_timestamp_utc)})"
+    )

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.utils import timezone
 
-from console import widgets
+from console import confirm, widgets
+from scheduling import selectors as event_selectors
 from scheduling.models import EventTypePause
 from scheduling.services.pauses import event_type_pause, event_type_resume
 
@@ -29,19 +31,46 @@ class EventTypePauseAdmin(widgets.ViewOnlyPageMixin, admin.ModelAdmin):
     @admin.display(description="messages")
     def state(self, pause: EventTypePause):
         if pause.paused:
-            return widgets.badge("OVERDUE", "Paused: not sent")
-        return widgets.badge("COMPLETED", "Sent")
+            return widgets.badge("OVERDUE", "Paused: held back")
+        # Not "Sent": this row says whether messages of the type go out, not that any went.
+        return widgets.badge("COMPLETED", "Going out")
 
     @admin.action(
-        description="Pause the selected event types' messages for every recipient", permissions=["change"]
+        description="Pause the selected event types' messages for every recipient…", permissions=["change"]
     )
     def pause(self, request, queryset):
-        for row in queryset:
+        rows = list(queryset)
+        if not confirm.is_confirmed(request):
+            this_hour = timezone.now().replace(minute=0, second=0, microsecond=0)
+            due_soon = event_selectors.pending_per_type(start=this_hour, hours=24)
+            return confirm.confirmation_page(
+                self,
+                request,
+                title="Pause these messages for every recipient?",
+                consequence=(
+                    "From now until someone resumes it, every recipient's occurrence of each type below whose "
+                    "send time comes is failed unsent (reason: event type paused) and is never sent, not even "
+                    "after the resume: the next one is a year later."
+                ),
+                button="Yes, pause them for everyone",
+                items=[
+                    confirm.Item(
+                        label=(
+                            f"{row.get_event_type_display()}: {due_soon.get(row.event_type, 0):,} "
+                            "occurrences are due in the next 24 hours"
+                        ),
+                        refusal="already paused" if row.paused else "",
+                    )
+                    for row in rows
+                ],
+            )
+        for row in rows:
             event_type_pause(event_type=row.event_type, by=request.user.get_username())
             self.log_change(request, row, "Paused")
         self.message_user(
-            request, f"Paused {len(queryset)} event type(s): their messages are held back from now on."
+            request, f"Paused {len(rows)} event type(s): their messages are held back from now on."
         )
+        return None
 
     @admin.action(description="Resume the selected event types' messages", permissions=["change"])
     def resume(self, request, queryset):

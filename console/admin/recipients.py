@@ -16,11 +16,11 @@ from console.admin.events import retries_of
 from console.forms import RecipientAdminForm
 from console.pagination import BoundedListAdmin
 from delivery.models import Delivery, DeliveryAttempt
-from delivery.selectors import recipients_attempt_count
+from delivery.selectors import destination_audience_labels, recipients_attempt_count
 from scheduling.models import Event, EventStatus, EventType
 from users import services
 from users.models import User
-from users.selectors import user_search_filter, user_timezones_in_use
+from users.selectors import user_labels_filter, user_search_filter, user_timezones_in_use
 
 
 class EventInline(widgets.ReadOnlyInlineMixin, admin.TabularInline):
@@ -32,7 +32,7 @@ class EventInline(widgets.ReadOnlyInlineMixin, admin.TabularInline):
     verbose_name_plural = f"events (the latest {widgets.LatestRowsFormSet.shown}; the events list has every one: search the recipient's id)"
     show_change_link = True
     ordering = ["-occurrence_date", "-created_at"]
-    fields = [
+    fields = readonly_fields = (
         "event_type",
         "occurrence_date",
         "target_timestamp_utc",
@@ -41,8 +41,7 @@ class EventInline(widgets.ReadOnlyInlineMixin, admin.TabularInline):
         "retries",
         "executed_at",
         "failure_reason",
-    ]
-    readonly_fields = fields
+    )
 
     @admin.display(description="status")
     def status_badge(self, event: Event):
@@ -70,30 +69,61 @@ class TimezoneFilter(admin.SimpleListFilter):
         return queryset.filter(timezone=self.value()) if self.value() else queryset
 
 
+class LabelFilter(admin.SimpleListFilter):
+    """Recipients holding a label: one typed, or one of those the destinations' audiences name.
+
+    The choices are the audiences' labels (a few rows), not the labels every recipient holds,
+    which only a read of every recipient could list; any other is typed into the box.
+    """
+
+    title = "label"
+    parameter_name = "label"
+    template = "admin/users/user/label_filter.html"
+
+    def lookups(self, request, model_admin):
+        return [(label, label) for label in destination_audience_labels()]
+
+    def queryset(self, request, queryset):
+        label = self.value()
+        return queryset.filter(user_labels_filter(labels=[label])) if label else queryset
+
+    def has_output(self) -> bool:
+        # The box is there even while no audience names a label to offer.
+        return True
+
+    def choices(self, changelist):
+        # The box's form keeps the list's other filters and search as hidden fields.
+        self.kept_params = sorted(
+            (name, value) for name, value in changelist.params.items() if name != self.parameter_name
+        )
+        yield from super().choices(changelist)
+
+
 @admin.register(User)
 class RecipientAdmin(BoundedListAdmin):
     form = RecipientAdminForm
+    # Who, then what is next and whether it goes out: the columns read at any width; the
+    # recipient's own data after them (console/tests/test_browser_layout.py).
     list_display = [
-        "first_name",
-        "last_name",
-        "timezone",
-        "send_time_shown",
-        "date_of_birth",
-        "anniversary_date",
-        "external_id",
-        "next_birthday_local",
+        "name",
         "next_birthday_utc",
         "next_status",
         "greetings",
+        "labels_shown",
+        "next_birthday_local",
+        "date_of_birth",
+        "anniversary_date",
+        "send_time_shown",
+        "external_id",
     ]
-    list_display_links = ["first_name", "last_name"]
+    list_display_links = ["name"]
     # What the search box looks in; get_search_results does the matching.
     search_fields = ["first_name", "last_name", "external_id"]
     search_help_text = (
         "First or last name (or both; a word of fewer than three letters matches the start of a name), "
         "an external id, or a recipient id."
     )
-    list_filter = [TimezoneFilter]
+    list_filter = [LabelFilter, TimezoneFilter]
     list_per_page = 50
     inlines = [EventInline]
     fieldsets = [
@@ -108,6 +138,8 @@ class RecipientAdmin(BoundedListAdmin):
                     "send_time",
                     "anniversary_date",
                     "external_id",
+                    "labels",
+                    "language",
                 ]
             },
         ),
@@ -178,14 +210,15 @@ class RecipientAdmin(BoundedListAdmin):
         # The console refuses deleting those alone, not as part of their recipient.
         perms_needed -= {Event._meta.verbose_name, Delivery._meta.verbose_name}
         attempts = DeliveryAttempt._meta
-        counts.pop(attempts.verbose_name_plural, None)
+        counts.pop(str(attempts.verbose_name_plural), None)
         # The collector's list holds each row as text, "<Verbose name>: <row>", its rows below it.
         deleted = _without_rows(deleted, prefix=f"{capfirst(attempts.verbose_name)}: ")
         return deleted, counts, perms_needed, protected
 
     def delete_view(self, request, object_id, extra_context=None):
         if request.method != "POST":  # the confirmation; a POST erases
-            recipient = User.objects.filter(pk=widgets.parse_uuid(object_id))
+            pk = widgets.parse_uuid(object_id)
+            recipient = User.objects.filter(pk=pk) if pk is not None else User.objects.none()
             extra_context = {**(extra_context or {}), "erasure": _erasure_kept(recipient)}
         return super().delete_view(request, object_id, extra_context)
 
@@ -194,6 +227,7 @@ class RecipientAdmin(BoundedListAdmin):
         """Django's own action (its confirmation, then delete_queryset), with what the erase keeps."""
         response = delete_selected(self, request, queryset)
         if isinstance(response, TemplateResponse):  # the confirmation; None once erased
+            assert response.context_data is not None  # a confirmation page has its context
             response.context_data["erasure"] = _erasure_kept(queryset)
         return response
 
@@ -236,7 +270,8 @@ class RecipientAdmin(BoundedListAdmin):
     def greetings(self, user: User):
         if user.paused:
             return widgets.badge("OVERDUE", f"Paused by {user.paused_by}")
-        return widgets.badge("COMPLETED", "Sent")
+        # Not "Sent": whether their greetings go out, not whether one went.
+        return widgets.badge("COMPLETED", "Going out")
 
     @staticmethod
     def _next(user: User) -> Event | None:
@@ -245,22 +280,35 @@ class RecipientAdmin(BoundedListAdmin):
             (e for e in getattr(user, "pending_events", []) if e.event_type == EventType.BIRTHDAY), None
         )
 
+    @admin.display(description="labels")
+    def labels_shown(self, user: User) -> str:
+        return ", ".join(user.labels) or "—"
+
     @admin.display(description="send time")
     def send_time_shown(self, user: User) -> str:
         return user.send_time.strftime("%H:%M") if user.send_time else f"default ({settings.EVENT_SEND_TIME})"
 
-    @admin.display(description="next birthday (local)")
+    @admin.display(description="name", ordering="last_name")
+    def name(self, user: User) -> str:
+        return user.full_name
+
+    @admin.display(description="their local time and zone")
     def next_birthday_local(self, user: User):
         event = self._next(user)
         if event is None:
-            return "—"
+            return format_html('<span class="bs-muted">{}</span>', user.timezone)
         wall, offset = widgets.split_local_time(event.target_timestamp_local)
-        return format_html('{} <span class="bs-muted">{}</span>', wall, offset)
+        return format_html(
+            '{} <span class="bs-muted">{}</span><br><span class="bs-muted">{}</span>',
+            wall,
+            offset,
+            user.timezone,
+        )
 
-    @admin.display(description="next birthday (UTC)")
-    def next_birthday_utc(self, user: User) -> str:
+    @admin.display(description="next birthday")
+    def next_birthday_utc(self, user: User):
         event = self._next(user)
-        return event.target_timestamp_utc.strftime("%Y-%m-%d %H:%M") if event else "—"
+        return widgets.when(event.target_timestamp_utc) if event else "—"
 
     @admin.display(description="status")
     def next_status(self, user: User):

@@ -9,6 +9,8 @@ lists its recoveries with their progress (RecoveryInline).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
@@ -17,7 +19,7 @@ from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
-from delivery.models import RECOVERABLE_STATUSES, Recovery
+from delivery.models import RECOVERABLE_STATUSES, Destination, Recovery
 from delivery.services.recovery import RecoveryRefused, recovery_create, recovery_preview
 
 DATETIME_INPUT = forms.DateTimeInput(attrs={"type": "datetime-local", "step": 1}, format="%Y-%m-%dT%H:%M:%S")
@@ -46,6 +48,7 @@ class RecoveryForm(forms.Form):
 
     def clean(self):
         cleaned = super().clean()
+        assert cleaned is not None  # Form.clean returns cleaned_data
         if self.errors:
             return cleaned
         try:
@@ -78,7 +81,14 @@ class RecoveryInline(admin.TabularInline):
         return request.user.has_perm("delivery.view_destination")
 
 
-class DestinationRecoveryAdminMixin:
+if TYPE_CHECKING:
+    # What the mixin is mixed into, for the type checker (at run time a mixin is a plain class).
+    _DestinationAdmin = admin.ModelAdmin[Destination]
+else:
+    _DestinationAdmin = object
+
+
+class DestinationRecoveryAdminMixin(_DestinationAdmin):
     """The Recover page of a destination's admin (`<id>/recover/`), and its recoveries on its page."""
 
     def get_inline_instances(self, request, obj=None):
@@ -109,7 +119,8 @@ class DestinationRecoveryAdminMixin:
     def recover_view(self, request, object_id):
         destination = self.get_object(request, unquote(object_id))
         if destination is None:
-            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+            # Django's own (ModelAdmin.change_view uses it); missing from django-stubs.
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)  # type: ignore[attr-defined]
         if not self.has_change_permission(request, destination):
             raise PermissionDenied
         change_url = reverse(
@@ -142,7 +153,7 @@ class DestinationRecoveryAdminMixin:
                     )
                     return HttpResponseRedirect(change_url + "#recoveries-group")
             else:
-                confirming = form.count > 0
+                confirming = form.count is not None and form.count > 0
         context = {
             **self.admin_site.each_context(request),
             "title": f"Recover deliveries of {destination}",

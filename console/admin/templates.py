@@ -1,4 +1,5 @@
-"""Message templates in the operator console: one row per event type, its text editable."""
+"""Message templates in the operator console: one row per event type, its text editable, and the texts an
+operator adds for a language or a milestone (added, edited, deleted)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,17 @@ from scheduling.handlers import get_handler
 from scheduling.messages import placeholder_list
 from scheduling.models import MessageTemplate
 from scheduling.selectors import message_preview
-from scheduling.services.messages import message_template_save
+from scheduling.services.messages import message_template_delete, message_template_save
 
 
 @admin.register(MessageTemplate)
 class MessageTemplateAdmin(admin.ModelAdmin):
-    list_display = ["event_type", "body", "updated_at", "updated_by"]
+    list_display = ["event_type", "language_shown", "milestone_shown", "body", "updated_at", "updated_by"]
+    list_filter = ["event_type", "language"]
     fields = [
         "event_type",
+        "language",
+        "milestone",
         "body",
         "allowed_placeholders",
         "default_body",
@@ -27,7 +31,6 @@ class MessageTemplateAdmin(admin.ModelAdmin):
         "updated_by",
     ]
     readonly_fields = [
-        "event_type",
         "allowed_placeholders",
         "default_body",
         "preview",
@@ -38,17 +41,37 @@ class MessageTemplateAdmin(admin.ModelAdmin):
     # (Its errors come from the model's clean(), which the form runs.)
     formfield_overrides = {models.CharField: {"widget": forms.Textarea(attrs={"rows": 3, "cols": 80})}}
 
-    def has_add_permission(self, request):
-        # Each registered event type has its row from migrate; there is no other to add.
-        return False
+    def get_readonly_fields(self, request, obj=None):
+        # What a row is for is fixed once saved: a new language or milestone is a new row.
+        fixed = ["event_type", "language", "milestone"] if obj is not None else []
+        return [*fixed, *self.readonly_fields]
+
+    def get_fields(self, request, obj=None):
+        # The preview and the defaults read the type, which a new row has yet to be given.
+        return self.fields if obj is not None else ["event_type", "language", "milestone", "body"]
 
     def has_delete_permission(self, request, obj=None):
-        # The next migrate would bring the row back with the default: an operator
-        # restores the default by saving its text (shown on the form) instead.
-        return False
+        # The default row stays: the next migrate would bring it back with the handler's
+        # default; an operator restores that by saving its text (shown on the form) instead.
+        return super().has_delete_permission(request, obj) and (obj is None or not obj.is_default)
 
     def save_model(self, request, obj, form, change):
         message_template_save(template=obj, operator=request.user.get_username())
+
+    def delete_model(self, request, obj):
+        message_template_delete(template=obj, operator=request.user.get_username())
+
+    def delete_queryset(self, request, queryset):
+        for template in queryset.exclude(language="", milestone__isnull=True):
+            message_template_delete(template=template, operator=request.user.get_username())
+
+    @admin.display(description="language", ordering="language")
+    def language_shown(self, template: MessageTemplate) -> str:
+        return template.language or "default"
+
+    @admin.display(description="milestone", ordering="milestone")
+    def milestone_shown(self, template: MessageTemplate) -> str:
+        return f"year {template.milestone}" if template.milestone else "any"
 
     @admin.display(description="allowed placeholders")
     def allowed_placeholders(self, template: MessageTemplate) -> str:
@@ -60,7 +83,9 @@ class MessageTemplateAdmin(admin.ModelAdmin):
 
     @admin.display(description="next message")
     def preview(self, template: MessageTemplate):
-        preview = message_preview(event_type=template.event_type)
+        preview = message_preview(
+            event_type=template.event_type, body=None if template.is_default else template.body
+        )
         if preview is None:
             return "— (no recipient has a pending event of this type)"
         return format_html(

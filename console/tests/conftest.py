@@ -46,3 +46,12 @@ def page(browser):
     context.set_default_timeout(15_000)
     yield context.new_page()
     context.close()
+
+
+@pytest.fixture(autouse=True)
+def dashboard_figures_fresh(monkeypatch):
+    """Each dashboard view computes its figures anew: tests change the data between views within FIGURES_FOR.
+
+    console/tests/test_dashboard.py sets it back where it tests the sharing itself.
+    """
+    monkeypatch.setattr("console.dashboard.FIGURES_FOR", 0)

@@ -14,13 +14,23 @@ from django.conf import settings
 from django.test import override_settings
 from django.utils import timezone
 
-from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus, Endpoint, EndpointState
+from delivery.models import (
+    AttemptOutcome,
+    Delivery,
+    DeliveryAttempt,
+    DeliveryStatus,
+    Destination,
+    Endpoint,
+    EndpointState,
+)
+from delivery.services.endpoints import endpoint_for_destination
 from delivery.tests.conftest import endpoint_columns, key_of
 from runtime.models import ProcessHeartbeat, ProcessKind
 from scheduling.handlers import local_send_instant
 from scheduling.models import Event, EventStatus, EventType
 from scheduling.services.occurrences import idempotency_key_for
 from users.models import User
+from users.tests.factories import UserFactory
 from users.validators import load_timezone
 
 _pids = itertools.count(4100)
@@ -59,8 +69,9 @@ def delivery_for(
     status: str,
     attempts: list[tuple[str, int | None, str]] = (),
     finished_at: datetime | None = None,
+    destination: Destination | None = None,
 ) -> Delivery:
-    """A delivery for `event` with attempts given as (outcome, status code, error)."""
+    """A delivery for `event` (to `destination`, if given) with attempts given as (outcome, status code, error)."""
     finished_at = finished_at or timezone.now()
     url = settings.WEBHOOK_URL or "http://127.0.0.1:9/hook"
     if status == DeliveryStatus.DEAD:
@@ -68,8 +79,11 @@ def delivery_for(
         Endpoint.objects.get_or_create(key=key_of(url), defaults=endpoint_columns(url))
     delivery = Delivery.objects.create(
         event=event,
+        destination=destination,
         idempotency_key=event.idempotency_key,
-        endpoint_key=key_of(settings.WEBHOOK_URL or "http://127.0.0.1:9/hook"),
+        endpoint_key=destination.url_key
+        if destination
+        else key_of(settings.WEBHOOK_URL or "http://127.0.0.1:9/hook"),
         payload={"message": f"Hey, {event.user.full_name} it's your birthday"},
         status=status,
         attempts=len(attempts),
@@ -125,6 +139,51 @@ def failed_event(
             finished_at=finished_at,
         )
     return event
+
+
+def dead_at(
+    destination: Destination,
+    *,
+    status_code: int | None = 400,
+    error: str = "Bad Request",
+    finished_at: datetime | None = None,
+    years_ago: int = 1,
+) -> Delivery:
+    """A new recipient's FAILED occurrence whose one delivery, to `destination`, ended DEAD."""
+    event = past_event(
+        UserFactory(),
+        status=EventStatus.FAILED,
+        years_ago=years_ago,
+        failure_reason=f"{destination.name}: {error}",
+    )
+    outcome = (
+        AttemptOutcome.PERMANENT_FAILURE
+        if status_code and status_code < 500
+        else AttemptOutcome.TRANSIENT_FAILURE
+    )
+    return delivery_for(
+        event,
+        status=DeliveryStatus.DEAD,
+        attempts=[(outcome, status_code, error)],
+        finished_at=finished_at,
+        destination=destination,
+    )
+
+
+def delivered_at(destination: Destination, *, finished_at: datetime | None = None) -> Delivery:
+    """A new recipient's COMPLETED occurrence delivered to `destination`, and its endpoint's last success."""
+    finished_at = finished_at or timezone.now()
+    event = past_event(UserFactory(), status=EventStatus.COMPLETED, executed_at=finished_at)
+    delivery = delivery_for(
+        event,
+        status=DeliveryStatus.DELIVERED,
+        attempts=[(AttemptOutcome.DELIVERED, 200, "")],
+        finished_at=finished_at,
+        destination=destination,
+    )
+    row = endpoint_for_destination(destination=destination)
+    Endpoint.objects.filter(pk=row.pk).update(last_success_at=finished_at)
+    return delivery
 
 
 def endpoint(

@@ -83,16 +83,14 @@ def test_operator_logs_in_checks_the_dashboard_and_resends_a_failed_event(
     screenshots = Path(SCREENSHOTS_DIR) if SCREENSHOTS_DIR else tmp_path
     screenshots.mkdir(parents=True, exist_ok=True)
 
-    # Log in through the form, then the dashboard from the index.
+    # Log in through the form: the landing page is the dashboard.
     log_in(page, live_server, username="ops-alice", password=PASSWORD)
     assert "Birthday scheduler operations" in page.title()
-    page.click("#console-dashboard-link a")
-    page.wait_for_url(re.compile(r".*/dashboard/$"))
+    assert page.locator("#attention").is_visible()
     assert page.locator("#backlog .bs-big").inner_text().strip() == "3"
     assert page.locator("#processes tr.process-lost").count() == 1
     assert page.locator("svg.bs-chart rect.bar").count() == 24
     assert int(page.locator("#delivered-hour").inner_text()) >= 1
-    page.screenshot(path=str(screenshots / "dashboard.png"), full_page=True)
 
     # Events, filtered by status from the sidebar.
     page.goto(live_server.url + reverse("admin:scheduling_event_changelist"))
@@ -100,10 +98,13 @@ def test_operator_logs_in_checks_the_dashboard_and_resends_a_failed_event(
     page.wait_for_url(re.compile(r".*status__exact=FAILED.*"))
     assert page.locator("#result_list tbody tr").count() == len(demo["failed"])
 
-    # Resend one FAILED event.
+    # Resend one FAILED event, after a page saying what will happen.
     page.check(f"input[name=_selected_action][value='{target.pk}']")
     page.select_option("select[name=action]", "resend")
     page.click("button[name=index]")
+    page.wait_for_load_state()
+    assert "1 event" in page.locator("#confirm-count").inner_text()
+    page.click("#confirm-yes")
     page.wait_for_load_state()
     assert "Resend: 1 event queued" in page.locator("ul.messagelist").inner_text()
 
@@ -119,7 +120,7 @@ def test_operator_logs_in_checks_the_dashboard_and_resends_a_failed_event(
     assert Event.objects.filter(status=EventStatus.FAILED).count() == len(demo["failed"]) - 1
 
     # The events list as an operator sees it, for the docs: today's events by
-    # target time (o=4: the target column), nav sidebar folded.
+    # send time (o=4: the send time column).
     now = timezone.now()
     page.goto(
         live_server.url
@@ -127,7 +128,6 @@ def test_operator_logs_in_checks_the_dashboard_and_resends_a_failed_event(
         + f"?target_timestamp_utc__year={now.year}&target_timestamp_utc__month={now.month}"
         + f"&target_timestamp_utc__day={now.day}&o=4"
     )
-    page.click("#toggle-nav-sidebar")
     page.evaluate("window.scrollTo(0, 0)")
     page.screenshot(path=str(screenshots / "events.png"), full_page=True)
 

@@ -28,7 +28,7 @@ from delivery.models import (
     RecoveryStatus,
 )
 from delivery.scheduler import Scheduler
-from delivery.tests.conftest import key_of, make_due
+from delivery.tests.conftest import make_due
 from devtools.sink import WebhookSink
 from users.tests.factories import UserFactory
 
@@ -61,7 +61,8 @@ def create_destination(page, live_server, *, name: str, url: str) -> str:
 
 def open_destination(page, live_server, destination: Destination) -> None:
     page.goto(live_server.url + reverse("admin:delivery_destination_changelist"))
-    page.locator("#result_list").get_by_role("link", name=destination.name, exact=True).click()
+    # The list links each destination by its name, its URL under it.
+    page.locator("#result_list a", has=page.locator("strong", has_text=destination.name)).click()
     page.wait_for_url(re.compile(rf".*/delivery/destination/{destination.pk}/change/$"))
 
 
@@ -83,9 +84,9 @@ def run_list_action(page, live_server, destination: Destination, action: str) ->
     return page_messages(page)
 
 
-def endpoint_column(page, destination: Destination) -> str:
-    row = page.locator("#result_list tbody tr", has_text=destination.receiver_url())
-    return row.locator("td.field-endpoint_state").inner_text().strip()
+def condition_column(page, destination: Destination) -> str:
+    row = page.locator("#result_list tbody tr", has_text=destination.name)
+    return row.locator("td.field-condition").inner_text().strip()
 
 
 def recover(page, destination: Destination, *, states: list[str], since: datetime, until: datetime) -> str:
@@ -128,11 +129,11 @@ def test_operator_creates_a_destination_tests_pauses_resumes_and_recovers_it(
 
     # Paused, then resumed, from the list.
     assert "Pause: 1 destination paused." in run_list_action(page, live_server, destination, "pause")
-    assert endpoint_column(page, destination) == "Paused"
-    assert Endpoint.objects.get(key=key_of(destination.receiver_url())).state == EndpointState.PAUSED
+    assert condition_column(page, destination) == "Paused"
+    assert Endpoint.objects.get(key=destination.url_key).state == EndpointState.PAUSED
     assert "Resume: 1 destination resumed." in run_list_action(page, live_server, destination, "resume")
-    assert endpoint_column(page, destination) == "Healthy"
-    assert Endpoint.objects.get(key=key_of(destination.receiver_url())).state == EndpointState.HEALTHY
+    assert condition_column(page, destination) == "No deliveries yet"  # resumed; nothing sent to it yet
+    assert Endpoint.objects.get(key=destination.url_key).state == EndpointState.HEALTHY
 
     # Three greetings reach it; the receiver loses them (it answered 200 and dropped them).
     for _ in range(3):

@@ -59,7 +59,7 @@ def test_list_shows_status_attempts_next_attempt_lease_and_last_error(console):
 
     assert dead.idempotency_key in html and "Grace Hopper" in html
     assert 'class="bs-badge"' in html and "Dead" in html and "Sending" in html
-    assert "3 / 3" in html
+    assert "3 of 3" in html
     assert "HTTP 503 Service Unavailable" in html
     assert leased.locked_by in html
 
@@ -139,7 +139,7 @@ def test_deliveries_cannot_be_added_or_deleted(console):
 def resend(console, deliveries):
     return console.post(
         reverse(CHANGELIST),
-        {"action": "resend", "_selected_action": [str(d.pk) for d in deliveries]},
+        {"action": "resend", "_selected_action": [str(d.pk) for d in deliveries], "confirmed": "yes"},
         follow=True,
     )
 

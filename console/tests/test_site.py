@@ -14,7 +14,7 @@ OPERATOR_APPS_THEN_PLUMBING = [
     ("users", "Recipients"),
     ("scheduling", "Scheduling"),
     ("delivery", "Delivery"),
-    ("auth", "Authentication and Authorization"),
+    ("auth", "Operators: accounts and permissions"),
     ("authtoken", "Auth Token"),
     ("axes", "Axes"),
 ]

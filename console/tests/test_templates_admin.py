@@ -101,10 +101,46 @@ def test_a_blank_template_is_refused(console):
     assert birthday_template().body == BIRTHDAY.message_template
 
 
-def test_templates_cannot_be_added_or_deleted(console):
-    assert console.get(reverse("admin:scheduling_messagetemplate_add")).status_code == 403
+def test_a_types_default_template_cannot_be_deleted_but_a_language_variant_can_be_added_and_deleted(console):
+    # the default row stays
     delete = reverse("admin:scheduling_messagetemplate_delete", args=[birthday_template().pk])
     assert console.get(delete).status_code == 403
+
+    # a German text is added, with the add form, and deleted again
+    added = console.post(
+        reverse("admin:scheduling_messagetemplate_add"),
+        {"event_type": "BIRTHDAY", "language": "DE", "milestone": "", "body": "Alles Gute, {first_name}!"},
+    )
+    german = MessageTemplate.objects.get(event_type="BIRTHDAY", language="de")
+    deleted = console.post(
+        reverse("admin:scheduling_messagetemplate_delete", args=[german.pk]), {"post": "yes"}
+    )
+
+    assert added.status_code == 302 and german.updated_by
+    assert deleted.status_code == 302
+    assert not MessageTemplate.objects.filter(language="de").exists()
+
+
+def test_a_variant_with_an_unknown_placeholder_a_bad_language_or_a_second_of_its_kind_is_refused(console):
+    add = reverse("admin:scheduling_messagetemplate_add")
+    console.post(add, {"event_type": "BIRTHDAY", "language": "de", "milestone": "", "body": "Alles Gute!"})
+
+    unknown = console.post(
+        add, {"event_type": "BIRTHDAY", "language": "fr", "milestone": "", "body": "{years}"}
+    )
+    bad_tag = console.post(
+        add, {"event_type": "BIRTHDAY", "language": "german", "milestone": "", "body": "Hi"}
+    )
+    again = console.post(
+        add, {"event_type": "BIRTHDAY", "language": "de", "milestone": "", "body": "Noch mal"}
+    )
+
+    assert "body" in unknown.context["adminform"].form.errors
+    assert "language" in bad_tag.context["adminform"].form.errors
+    assert again.status_code == 200 and again.context["adminform"].form.errors
+    assert list(
+        MessageTemplate.objects.filter(language__in=["de", "fr", "german"]).values_list("body", flat=True)
+    ) == ["Alles Gute!"]
 
 
 def test_staff_without_the_permission_cannot_open_the_templates(client, django_user_model):

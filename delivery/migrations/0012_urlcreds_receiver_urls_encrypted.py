@@ -102,7 +102,9 @@ def backward(apps, schema_editor):
     Endpoint = apps.get_model("delivery", "Endpoint")
     urls_by_key = {}
     for model, key_field in ((Endpoint, "key"), (Destination, "url_key")):
-        for row in model.objects.all():
+        # Only the columns read: unapplied beside other branches' migrations, the state here may hold
+        # columns a branch unapplied first has already dropped (Django orders a backward plan per branch).
+        for row in model.objects.only("pk", "url_ciphertext", key_field):
             url = url_decrypt(row.url_ciphertext)
             urls_by_key[getattr(row, key_field)] = url
             model.objects.filter(pk=row.pk).update(url=url)

@@ -17,73 +17,89 @@ from collections.abc import Collection
 from datetime import datetime
 
 from delivery.models import Delivery, DeliveryStatus, Destination
-from runtime.sql import execute
+from runtime.sql import after, pipeline, send
 from scheduling.models import Event, EventStatus
-from scheduling.services.transitions import Actor, EventRef, events_transition
+from scheduling.services.transitions import Actor, EventRef, start_events_transition
 
 logger = logging.getLogger(__name__)
 
 
 def events_conclude(*, event_ids: Collection[uuid.UUID], now: datetime) -> tuple[int, int]:
-    """Conclude those of `event_ids` whose deliveries all ended; return how many COMPLETED and FAILED."""
+    """Conclude those of `event_ids` whose deliveries all ended; return how many COMPLETED and FAILED.
+
+    Its three statements go in one round trip (runtime.sql.pipeline): the
+    lock, then the read of the deliveries, which PostgreSQL starts once the
+    lock is held, so with a snapshot taken after any other conclusion of the
+    same events committed. The read keeps the events still PROCESSING, which
+    are the ones locked: an event whose delivery this transaction just ended
+    was PROCESSING (it cannot conclude while a delivery is SENDING), and one
+    that is not any more is left alone.
+    """
     if not event_ids:
         return 0, 0
     ids = sorted(set(event_ids))
-    locked = execute(
-        f"SELECT id FROM {Event._meta.db_table} WHERE id = ANY(%s) AND status = %s ORDER BY id FOR UPDATE",
-        [ids, EventStatus.PROCESSING],
-    )
-    if not locked:
-        return 0, 0
-    # Each event's deliveries through the (event, destination) key, one event at a
-    # time: as `event_id = ANY(...)` over the whole table, the planner reads every
-    # delivery once per batch recorded whenever it lacks the table's statistics
-    # (rows written since the last ANALYZE: a 09:00 burst's), 0.3 s a batch at
-    # 300,000 deliveries against a few ms this way (bench/results/REPORT-destinations.md).
-    # The same missing statistics make it guess hundreds of deliveries an event,
-    # which prices the statement past jit_above_cost: compiling it would take 0.4 s.
-    # Off for the rest of the caller's transaction, whose statements are as short.
-    execute("SET LOCAL jit = off", [])
-    rows = execute(
-        "SELECT e.id, x.unfinished, x.deliveries, x.dead, x.dead_errors FROM unnest(%s::uuid[]) AS e(id) "
-        "CROSS JOIN LATERAL (SELECT bool_or(d.status IN (%s, %s)) AS unfinished, count(*) AS deliveries, "
-        "array_agg(COALESCE(t.name, 'a deleted destination') || ': ' || d.last_error ORDER BY t.name) "
-        "FILTER (WHERE d.status = %s) AS dead, array_agg(d.last_error) FILTER (WHERE d.status = %s) AS dead_errors "
-        f"FROM {Delivery._meta.db_table} d LEFT JOIN {Destination._meta.db_table} t ON t.id = d.destination_id "
-        "WHERE d.event_id = e.id) x WHERE x.deliveries > 0",
-        [
-            [row[0] for row in locked],
-            DeliveryStatus.QUEUED,
-            DeliveryStatus.SENDING,
-            DeliveryStatus.DEAD,
-            DeliveryStatus.DEAD,
-        ],
-    )
-    completed, failed, reasons = [], [], []
-    for event_id, unfinished, deliveries, dead, dead_errors in rows:
-        if unfinished:
-            continue
-        if dead:
-            failed.append(EventRef(event_id))
-            # One destination: its delivery's reason says it all; several: which ones died, and why.
-            reasons.append(dead_errors[0] if deliveries == 1 else "Dead at " + "; ".join(dead))
-        else:
-            completed.append(EventRef(event_id))
-    # Locked and PROCESSING: both moves succeed (strict raises if that were ever not so).
-    events_transition(
-        events=completed,
-        source=EventStatus.PROCESSING,
-        target=EventStatus.COMPLETED,
-        actor=Actor.WORKER,
-        now=now,
-        changes={"executed_at": now},
-    )
-    events_transition(
-        events=failed,
-        source=EventStatus.PROCESSING,
-        target=EventStatus.FAILED,
-        actor=Actor.WORKER,
-        now=now,
-        per_event={"failure_reason": reasons},
-    )
+    with pipeline():
+        send(
+            f"SELECT id FROM {Event._meta.db_table} WHERE id = ANY(%s) AND status = %s ORDER BY id FOR UPDATE",
+            [ids, EventStatus.PROCESSING],
+        )
+        # Each event's deliveries through the (event, destination) key, one event at a
+        # time: as `event_id = ANY(...)` over the whole table, the planner reads every
+        # delivery once per batch recorded whenever it lacks the table's statistics
+        # (rows written since the last ANALYZE: a 09:00 burst's), 0.3 s a batch at
+        # 300,000 deliveries against a few ms this way (bench/results/REPORT-destinations.md).
+        # The same missing statistics make it guess hundreds of deliveries an event,
+        # which prices the statement past jit_above_cost: compiling it would take 0.4 s.
+        # Off for the rest of the caller's transaction, whose statements are as short.
+        send("SET LOCAL jit = off", [])
+        read = send(
+            "SELECT e.id, x.unfinished, x.deliveries, x.dead, x.dead_errors "
+            f"FROM {Event._meta.db_table} e "
+            "CROSS JOIN LATERAL (SELECT bool_or(d.status IN (%s, %s)) AS unfinished, count(*) AS deliveries, "
+            "array_agg(COALESCE(t.name, 'a deleted destination') || ': ' || d.last_error ORDER BY t.name) "
+            "FILTER (WHERE d.status = %s) AS dead, array_agg(d.last_error) FILTER (WHERE d.status = %s) AS dead_errors "
+            f"FROM {Delivery._meta.db_table} d LEFT JOIN {Destination._meta.db_table} t ON t.id = d.destination_id "
+            "WHERE d.event_id = e.id) x WHERE e.id = ANY(%s) AND e.status = %s AND x.deliveries > 0 ORDER BY e.id",
+            [
+                DeliveryStatus.QUEUED,
+                DeliveryStatus.SENDING,
+                DeliveryStatus.DEAD,
+                DeliveryStatus.DEAD,
+                ids,
+                EventStatus.PROCESSING,
+            ],
+        )
+        rows = read()[0] or []
+        completed, failed, reasons = [], [], []
+        for event_id, unfinished, deliveries, dead, dead_errors in rows:
+            if unfinished:
+                continue
+            if dead:
+                failed.append(EventRef(event_id))
+                # One destination: its delivery's reason says it all; several: which ones died, and why.
+                reasons.append(dead_errors[0] if deliveries == 1 else "Dead at " + "; ".join(dead))
+            else:
+                completed.append(EventRef(event_id))
+        # Locked and PROCESSING: both moves succeed (strict raises if that were ever not so). Sent and
+        # checked once their results are in (runtime.sql.after): the caller's pipeline may go on meanwhile.
+        after(
+            start_events_transition(
+                events=completed,
+                source=EventStatus.PROCESSING,
+                target=EventStatus.COMPLETED,
+                actor=Actor.WORKER,
+                now=now,
+                changes={"executed_at": now},
+            )
+        )
+        after(
+            start_events_transition(
+                events=failed,
+                source=EventStatus.PROCESSING,
+                target=EventStatus.FAILED,
+                actor=Actor.WORKER,
+                now=now,
+                per_event={"failure_reason": reasons},
+            )
+        )
     return len(completed), len(failed)

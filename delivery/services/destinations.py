@@ -34,16 +34,36 @@ from delivery.models import (
 )
 from delivery.receiver_addresses import webhook_url_validate
 from delivery.receiver_urls import url_decrypt, url_encrypt, url_key, url_normalise, url_redact
-from delivery.selectors import destination_unsent_count, destinations_for_claim
-from delivery.services.endpoints import endpoint_for_destination, endpoint_pause, endpoint_resume
+from delivery.selectors import destination_signing_secrets, destination_unsent_count, destinations_for_claim
+from delivery.services.endpoints import (
+    endpoint_for_destination,
+    endpoint_forget_gone,
+    endpoint_pause,
+    endpoint_resume,
+)
 from delivery.signing import parse_secrets
 from runtime.sql import execute
 from scheduling.event_types import EventType
+from scheduling.handlers import REGISTRY
+from scheduling.labels import clean_labels
+from scheduling.messages import MESSAGE_TEMPLATE_MAX_LENGTH, template_errors
 
 logger = logging.getLogger(__name__)
 
 # What an operator may set on a destination (besides its secrets).
-EDITABLE_FIELDS = ("name", "url", "event_types", "format", "enabled", "max_rate", "max_in_flight", "timeout")
+EDITABLE_FIELDS = (
+    "name",
+    "url",
+    "event_types",
+    "audience_labels",
+    "excluded_labels",
+    "message_overrides",
+    "format",
+    "enabled",
+    "max_rate",
+    "max_in_flight",
+    "timeout",
+)
 DEFAULT_NAME = "default"
 UNSENT = (DeliveryStatus.QUEUED, DeliveryStatus.SENDING)
 # The longest receiver URL accepted.
@@ -132,9 +152,10 @@ def _cleaned(values: Mapping[str, Any]) -> dict[str, Any]:
     cleaned, errors = dict(values), {}
     if "name" in values:
         cleaned["name"] = (values["name"] or "").strip()
+        name_max_length = Destination._meta.get_field("name").max_length
         if not cleaned["name"]:
             errors["name"] = ["A destination needs a name."]
-        elif len(cleaned["name"]) > Destination._meta.get_field("name").max_length:
+        elif name_max_length is not None and len(cleaned["name"]) > name_max_length:
             errors["name"] = ["A name of at most 100 characters."]
     if "url" in values:
         try:
@@ -151,6 +172,20 @@ def _cleaned(values: Mapping[str, Any]) -> dict[str, Any]:
         elif len(set(types)) != len(types):
             errors["event_types"] = ["An event type is named twice."]
         cleaned["event_types"] = types
+    for field in ("audience_labels", "excluded_labels"):
+        if field in values:
+            # The recipients' own rule, so an audience names only labels a recipient can hold.
+            try:
+                cleaned[field] = clean_labels(values[field])
+            except ValidationError as exc:
+                errors[field] = exc.messages
+    if "message_overrides" in values:
+        try:
+            cleaned["message_overrides"] = destination_messages_clean(values["message_overrides"])
+        except ValidationError as exc:
+            errors["message_overrides"] = exc.messages
+    if not errors and set(cleaned.get("audience_labels", ())) & set(cleaned.get("excluded_labels", ())):
+        errors["excluded_labels"] = ["A label both greeted and excluded: the exclusion would always win."]
     if "format" in values and values["format"] not in DestinationFormat.values:
         errors["format"] = [f"One of {', '.join(DestinationFormat.values)}."]
     if values.get("max_rate") is not None and not values["max_rate"] > 0:
@@ -168,10 +203,39 @@ def _cleaned(values: Mapping[str, Any]) -> dict[str, Any]:
     return cleaned
 
 
+def destination_messages_clean(value: object) -> dict[str, str]:
+    """A destination's own texts by event type ({} or None: none), each valid as that type's template is."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValidationError(
+            'An object from event type to text, such as {"BIRTHDAY": "Happy birthday, {first_name}!"}.'
+        )
+    cleaned, errors = {}, []
+    for event_type, body in value.items():
+        handler = REGISTRY.get(event_type)
+        if handler is None:
+            errors.append(f"Not an event type: {event_type} (one of {', '.join(EventType.values)}).")
+            continue
+        if not isinstance(body, str) or len(body) > MESSAGE_TEMPLATE_MAX_LENGTH:
+            errors.append(f"{event_type}: a text of at most {MESSAGE_TEMPLATE_MAX_LENGTH} characters.")
+            continue
+        if not body.strip():
+            continue  # blank: the templates' text, as if the type were not named
+        errors += [
+            f"{event_type}: {error}"
+            for error in template_errors(template=body, placeholders=handler.placeholders)
+        ]
+        cleaned[event_type] = body
+    if errors:
+        raise ValidationError(errors)
+    return cleaned
+
+
 def _unique_fields_checked(*, values: Mapping[str, Any], exclude: int | None = None) -> None:
     """A friendly error for a name or URL another destination has (the unique keys still decide)."""
     errors = {}
-    others = Destination.objects.exclude(pk=exclude)
+    others = Destination.objects.all() if exclude is None else Destination.objects.exclude(pk=exclude)
     if "name" in values and others.filter(name=values["name"]).exists():
         errors["name"] = ["Another destination has this name."]
     if "url" in values and others.filter(url_key=url_key(values["url"])).exists():
@@ -197,6 +261,9 @@ def destination_create(
     url: str,
     operator: str,
     event_types: Sequence[str] = (),
+    audience_labels: Sequence[str] = (),
+    excluded_labels: Sequence[str] = (),
+    message_overrides: Mapping[str, str] | None = None,
     format: str = DestinationFormat.STANDARD,  # noqa: A002 - the field's name
     enabled: bool = True,
     max_rate: float | None = None,
@@ -210,6 +277,9 @@ def destination_create(
             "name": name,
             "url": url,
             "event_types": event_types,
+            "audience_labels": audience_labels,
+            "excluded_labels": excluded_labels,
+            "message_overrides": message_overrides,
             "format": format,
             "enabled": enabled,
             "max_rate": max_rate,
@@ -250,12 +320,17 @@ def destination_update(
             values = {name: value for name, value in values.items() if name != "url"}  # the same receiver
         for name, value in _stored(values).items():
             setattr(current, name, value)
+        # A change of one of the two lists, checked against the other as stored.
+        if set(current.audience_labels) & set(current.excluded_labels):
+            raise ValidationError(
+                {"excluded_labels": ["A label both greeted and excluded: the exclusion would always win."]}
+            )
         current.updated_by = operator
         current.version += 1
         _saved(current, values=values)
         moved = 0
         if current.url_key != old_key:
-            moved = destination_endpoint_move(destination=current, old_key=old_key)
+            moved = destination_endpoint_move(destination=current, old_key=old_key, operator=operator)
     logger.info(
         "Destination changed by %s",
         operator,
@@ -297,6 +372,17 @@ def destination_rotate_secret(
     now = timezone.now()
     with transaction.atomic():
         current = Destination.objects.select_for_update().get(pk=destination.pk)
+        in_force = destination_signing_secrets(destinations=[current], now=now)[current.pk]
+        if secret_store.secret_key(value) in {secret_store.secret_key(signing) for signing in in_force}:
+            # It would sign twice ("v1,X v1,X") and end nothing: a rotation is to a new secret.
+            raise ValidationError(
+                {
+                    "secret": [
+                        "This secret signs for this destination already (the one in force, or one in its "
+                        "grace period): rotate to a new one."
+                    ]
+                }
+            )
         current.secrets.filter(expires_at__isnull=True).update(
             expires_at=now + settings.DESTINATION_SECRET_GRACE
         )
@@ -355,19 +441,21 @@ def destination_secrets_reencrypt() -> int:
             stored.ciphertext = secret_store.secret_reencrypt(stored.ciphertext)
             stored.save(update_fields=["ciphertext"])
             count += 1
-        for row in [*Destination.objects.select_for_update(), *Endpoint.objects.select_for_update()]:
-            old_key = row.url_key if isinstance(row, Destination) else row.key
-            new_key = url_key(url_decrypt(row.url_ciphertext))
-            row.url_ciphertext = secret_store.secret_reencrypt(row.url_ciphertext)
-            if isinstance(row, Destination):
-                row.url_key = new_key
-                Destination.objects.filter(pk=row.pk).update(
-                    url_ciphertext=row.url_ciphertext, url_key=new_key
-                )
-            else:
-                Endpoint.objects.filter(pk=row.pk).update(url_ciphertext=row.url_ciphertext, key=new_key)
-            if new_key != old_key:
-                renamed[old_key] = new_key
+        for destination in Destination.objects.select_for_update():
+            new_key = url_key(url_decrypt(destination.url_ciphertext))
+            Destination.objects.filter(pk=destination.pk).update(
+                url_ciphertext=secret_store.secret_reencrypt(destination.url_ciphertext), url_key=new_key
+            )
+            if new_key != destination.url_key:
+                renamed[destination.url_key] = new_key
+            count += 1
+        for endpoint in Endpoint.objects.select_for_update():
+            new_key = url_key(url_decrypt(endpoint.url_ciphertext))
+            Endpoint.objects.filter(pk=endpoint.pk).update(
+                url_ciphertext=secret_store.secret_reencrypt(endpoint.url_ciphertext), key=new_key
+            )
+            if new_key != endpoint.key:
+                renamed[endpoint.key] = new_key
             count += 1
         if renamed:
             execute(
@@ -384,7 +472,7 @@ def destination_endpoint(*, destination: Destination) -> Endpoint:
     return endpoint_for_destination(destination=destination)
 
 
-def destination_endpoint_move(*, destination: Destination, old_key: str) -> int:
+def destination_endpoint_move(*, destination: Destination, old_key: str, operator: str) -> int:
     """The destination (locked by the caller, saved with its new URL) leaves the endpoint of `old_key`: its
     unsent deliveries go to the new URL's endpoint, and so does an operator's pause, and the old endpoint
     row goes. Return how many deliveries moved.
@@ -392,7 +480,10 @@ def destination_endpoint_move(*, destination: Destination, old_key: str) -> int:
     The new endpoint starts healthy (its health is the new receiver's to
     show), but a paused destination stays paused: an operator who paused it
     and fixes its URL resumes it when ready, not the edit. A SENDING delivery
-    finishes its request to the old URL; its retry goes to the new one.
+    finishes its request to the old URL; its retry goes to the new one. A
+    GONE verdict is the old receiver's and stays behind: the new URL is the
+    operator's answer to it (endpoint_forget_gone), so it raises no alert
+    while the old row waits for its SENDING ones.
     """
     moved = Delivery.objects.filter(destination=destination, status__in=UNSENT).update(
         endpoint_key=destination.url_key
@@ -409,6 +500,8 @@ def destination_endpoint_move(*, destination: Destination, old_key: str) -> int:
             probe_interval=None,
             updated_at=timezone.now(),
         )
+    if not Destination.objects.filter(url_key=old_key).exists():
+        endpoint_forget_gone(key=old_key, operator=operator)
     _endpoint_drop_if_unused(key=old_key)
     return moved
 

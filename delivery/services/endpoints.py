@@ -2,7 +2,7 @@
 
 Every write of Endpoint.state goes through `endpoint_transition`: one
 conditional UPDATE on the expected state. The other columns the workers
-share (the failure count, the Retry-After block, the rate schedule, the probe
+share (the failure count, the Retry-After block, the rate schedule in calendar seconds, the probe
 schedule) are written under the endpoint row's lock, so two workers' batches
 apply one after the other and the fleet agrees on one state.
 """
@@ -16,19 +16,26 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Sum
-from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from delivery.health import Answer, Health, HealthPolicy, observe
+from delivery.metrics import ENDPOINTS_GONE
 from delivery.models import Destination, Endpoint, EndpointPermit, EndpointState
+from delivery.pace import RateSlot, RateWindow, rate_slots_take
+from runtime.sql import column_field, send
 from runtime.wakeup import WORKER_CHANNEL, notify
 from scheduling.exceptions import InvalidStateTransition
 
 logger = logging.getLogger(__name__)
 
-HEALTHY, FAILING, PAUSED = EndpointState.HEALTHY, EndpointState.FAILING, EndpointState.PAUSED
+HEALTHY, FAILING, PAUSED, GONE = (
+    EndpointState.HEALTHY,
+    EndpointState.FAILING,
+    EndpointState.PAUSED,
+    EndpointState.GONE,
+)
 
 
 class EndpointActor(enum.StrEnum):
@@ -36,7 +43,7 @@ class EndpointActor(enum.StrEnum):
 
     WORKER = "worker"  # recording a batch of answers
     PROBE = "probe"  # the one attempt a FAILING endpoint lets through
-    OPERATOR = "operator"  # the console's Pause and Resume
+    OPERATOR = "operator"  # the console's and the API's Pause and Resume, a destination's new URL
 
 
 # The state machine. Every other move is refused with InvalidStateTransition.
@@ -51,6 +58,15 @@ ENDPOINT_TRANSITIONS: Mapping[tuple[str, str], EndpointActor] = {
     # Resumed: HEALTHY, so the backlog drains at once; if the receiver is still
     # down, the first answers make it FAILING again.
     (PAUSED, HEALTHY): EndpointActor.OPERATOR,
+    # Its service answered that the destination no longer exists (channels: a deleted
+    # webhook, an archived channel), to any attempt, a probe's included.
+    (HEALTHY, GONE): EndpointActor.WORKER,
+    (FAILING, GONE): EndpointActor.WORKER,
+    # The operator fixed it at the service (a new webhook behind the same URL, the channel
+    # unarchived) and resumes it, or gave the destination a new URL; or pauses it meanwhile.
+    # If it is still gone, the first answer makes it GONE again.
+    (GONE, HEALTHY): EndpointActor.OPERATOR,
+    (GONE, PAUSED): EndpointActor.OPERATOR,
 }
 
 _HEALTH_FIELDS = tuple(Health.__dataclass_fields__)
@@ -134,7 +150,7 @@ def endpoint_record_answers(
     }
     moves = changes.pop("state", None)
     if moves is not None:
-        actor = EndpointActor.WORKER if moves == FAILING else EndpointActor.PROBE
+        actor = EndpointActor.WORKER if moves in (FAILING, GONE) else EndpointActor.PROBE
         endpoint_transition(
             endpoint_id=endpoint.pk, source=before.state, target=moves, actor=actor, changes=changes
         )
@@ -147,12 +163,29 @@ def endpoint_record_answers(
 
 
 def endpoint_note_success(*, key: str, at: datetime) -> None:
-    """A healthy endpoint's batch all succeeded: move its last success forward (never back)."""
-    Endpoint.objects.filter(key=key).update(last_success_at=Greatest(F("last_success_at"), at))
+    """A healthy endpoint's batch all succeeded: move its last success forward (never back).
+
+    Sent in the caller's pipeline (runtime.sql.send) with the batch's last statements, so
+    the row lock it takes lasts from there to the commit: one round trip.
+    """
+    field, quote = column_field(Endpoint, "last_success_at"), connection.ops.quote_name
+    column = quote(field.column)
+    key_column = quote(column_field(Endpoint, "key").column)
+    send(
+        f"UPDATE {quote(Endpoint._meta.db_table)} SET {column} = GREATEST({column}, %s) WHERE {key_column} = %s",
+        [field.field.get_db_prep_value(at, connection), key],
+    )
 
 
 def _log_move(*, endpoint: Endpoint, before: Health, after: Health) -> None:
-    if after.state == FAILING:
+    if after.state == GONE:
+        ENDPOINTS_GONE.inc()
+        logger.error(
+            "Endpoint gone: its service says the destination no longer exists; nothing is sent to it until an "
+            "operator resumes it or changes its URL",
+            extra={**endpoint_log_fields(endpoint), "last_error": after.last_error, "was": before.state},
+        )
+    elif after.state == FAILING:
         logger.warning(
             "Endpoint failing: %s failures in a row; deliveries wait for it, probing every %s s at most",
             after.consecutive_failures,
@@ -170,7 +203,7 @@ def _log_move(*, endpoint: Endpoint, before: Health, after: Health) -> None:
 def endpoint_pause(*, endpoint: Endpoint, operator: str) -> Endpoint:
     """Hold every delivery to this endpoint: its backlog stays QUEUED until resumed."""
     now = timezone.now()
-    for source in (HEALTHY, FAILING):
+    for source in (HEALTHY, FAILING, GONE):
         if endpoint_transition(
             endpoint_id=endpoint.pk,
             source=source,
@@ -196,21 +229,48 @@ def endpoint_pause(*, endpoint: Endpoint, operator: str) -> Endpoint:
 
 
 def endpoint_resume(*, endpoint: Endpoint, operator: str) -> Endpoint:
-    """Let deliveries to this endpoint flow again; its backlog drains in due order."""
-    if not endpoint_transition(
+    """Let deliveries to this paused or gone endpoint flow again; its backlog drains in due order."""
+    for source in (PAUSED, GONE):
+        if endpoint_transition(
+            endpoint_id=endpoint.pk,
+            source=source,
+            target=HEALTHY,
+            actor=EndpointActor.OPERATOR,
+            changes={"paused_by": "", "paused_at": None, "consecutive_failures": 0, "blocked_until": None},
+        ):
+            logger.warning(
+                "Endpoint resumed by %s", operator, extra={**endpoint_log_fields(endpoint), "was": source}
+            )
+            notify(WORKER_CHANNEL)
+            return Endpoint.objects.get(pk=endpoint.pk)
+    current = Endpoint.objects.get(pk=endpoint.pk)
+    raise InvalidStateTransition(
+        f"Endpoint {current.url_display} is {current.state}, neither paused nor gone: nothing to resume."
+    )
+
+
+def endpoint_forget_gone(*, key: str, operator: str) -> bool:
+    """A destination left this URL (its endpoint's `key`) for another: a GONE verdict on it is answered, and raises no alert any more.
+
+    The old URL's row stays while something unsent still names it (then
+    destination_endpoint_move deletes it); HEALTHY, as nothing more is sent to it
+    unless a destination takes the URL again, and then it is tried afresh.
+    """
+    endpoint = Endpoint.objects.filter(key=key, state=GONE).first()
+    if endpoint is None:
+        return False
+    moved = endpoint_transition(
         endpoint_id=endpoint.pk,
-        source=PAUSED,
+        source=GONE,
         target=HEALTHY,
         actor=EndpointActor.OPERATOR,
-        changes={"paused_by": "", "paused_at": None, "consecutive_failures": 0, "blocked_until": None},
-    ):
-        current = Endpoint.objects.get(pk=endpoint.pk)
-        raise InvalidStateTransition(
-            f"Endpoint {current.url_display} is {current.state}, not paused: nothing to resume."
+        changes={"consecutive_failures": 0, "blocked_until": None},
+    )
+    if moved:
+        logger.warning(
+            "Gone endpoint left for a new URL by %s", operator, extra=endpoint_log_fields(endpoint)
         )
-    logger.warning("Endpoint resumed by %s", operator, extra=endpoint_log_fields(endpoint))
-    notify(WORKER_CHANNEL)
-    return Endpoint.objects.get(pk=endpoint.pk)
+    return moved
 
 
 def endpoint_take_probe(*, endpoint_id: int, now: datetime, lease: timedelta) -> bool:
@@ -230,18 +290,23 @@ def endpoint_return_probe(*, endpoint_id: int, now: datetime) -> None:
     )
 
 
-def endpoint_reserve_send_slots(*, endpoint_id: int, count: int, rate: float, now: datetime) -> datetime:
-    """Reserve `count` consecutive request slots at `rate` per second; return the first slot's instant.
+def endpoint_take_rate_slots(*, endpoint_id: int, want: int, rate: float, now: float) -> list[RateSlot]:
+    """Take up to `want` request slots of the fleet's `rate` a second, all in one calendar second (delivery.pace).
 
-    A generic cell rate algorithm over the fleet: the row holds the next free
-    slot, every worker takes its slots from there, so requests from all of them
-    together start at most `rate` per second, however many workers there are.
+    Under the endpoint's row lock, so the workers take the slots one after
+    the other and no second hands out more than it holds, however many workers
+    there are. `now` is the caller's time.time(), the clock its slots are in.
     """
     with transaction.atomic():
-        endpoint = Endpoint.objects.select_for_update().only("next_send_slot").get(pk=endpoint_id)
-        first = max(endpoint.next_send_slot or now, now)
-        Endpoint.objects.filter(pk=endpoint_id).update(next_send_slot=first + timedelta(seconds=count / rate))
-    return first
+        row = Endpoint.objects.select_for_update().only("rate_second", "rate_taken").get(pk=endpoint_id)
+        window, slots = rate_slots_take(
+            window=RateWindow(second=row.rate_second or 0, taken=row.rate_taken),
+            now=now,
+            want=want,
+            rate=rate,
+        )
+        Endpoint.objects.filter(pk=endpoint_id).update(rate_second=window.second, rate_taken=window.taken)
+    return slots
 
 
 def endpoint_share_in_flight(

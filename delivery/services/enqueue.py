@@ -6,9 +6,12 @@ returns what Python needs as tuples, the recipients' send times and pauses
 from the user row it joins; three small SELECTs read the message templates,
 the event types' pauses and the enabled destinations. Each occurrence gets one
 delivery per destination subscribed to its type, rendered in that destination's
-format, all under the occurrence's one idempotency key. Then, in one pipeline
+format, all under the occurrence's one idempotency key, to each destination
+whose audience holds its recipient (delivery.audience, from the labels the
+claim's SELECT reads with the recipient). Then, in one pipeline
 (runtime.sql.pipeline), one UPDATE moves the events to PROCESSING (and one more
-moves the rare too-late and paused ones to FAILED, one the unsubscribed to COMPLETED)
+moves the rare too-late and paused ones to FAILED, one those no destination
+wants, by type or by audience, to COMPLETED)
 while Python computes the next occurrences; one INSERT writes every claimed
 recipient's next occurrence while Python renders the messages, and one their
 deliveries; the moves are checked once their results are back. The
@@ -24,24 +27,24 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from delivery.formats import body_format
+from channels import channel_for
+from delivery.audience import DestinationRouter
 from delivery.models import Delivery, DeliveryStatus, Destination
-from delivery.payload import webhook_payload
+from delivery.payload import message_overrides, webhook_payload
 from delivery.services.destinations import destinations_for_queueing
 from runtime.ids import uuid7
 from runtime.sql import execute, insert_rows, pipeline
 from runtime.wakeup import WORKER_CHANNEL, notify
-from scheduling.event_types import EventType
 from scheduling.handlers import RecipientRow
 from scheduling.models import Event, EventStatus
 from scheduling.pauses import EVENT_TYPE_PAUSED, RECIPIENT_PAUSED, PauseSpan
-from scheduling.selectors import event_type_pauses, message_templates
+from scheduling.selectors import MessageTemplates, event_type_pauses, message_templates
 from scheduling.services.occurrences import (
     PendingEventRow,
     next_occurrence,
@@ -54,6 +57,10 @@ from users.models import User
 logger = logging.getLogger(__name__)
 
 NO_DESTINATION_REASON = "Nothing sent: no enabled destination subscribes to {type} events."
+NO_AUDIENCE_REASON = (
+    "Nothing sent: no enabled destination subscribed to {type} events has this recipient in its "
+    "audience (labels: {labels})."
+)
 
 
 @dataclass
@@ -62,7 +69,8 @@ class EnqueueResult:
     too_late: int = 0
     # Held back by a pause of their recipient or of their type: FAILED, never sent.
     paused: int = 0
-    # Claimed with no enabled destination subscribed to their type: COMPLETED, nothing sent.
+    # Claimed with no enabled destination subscribed to their type, or none whose audience
+    # holds their recipient: COMPLETED, nothing sent.
     unsubscribed: int = 0
 
     @property
@@ -73,7 +81,8 @@ class EnqueueResult:
 class ClaimedEvent(NamedTuple):
     """A claimed event and its recipient, as the claim's SELECT returns them.
 
-    Each field but the recipient and the recipient's pause names the event's column it holds.
+    Each field but the recipient's (the recipient, their pause, labels and language) names the
+    event's column it holds.
     """
 
     id: uuid.UUID
@@ -84,16 +93,21 @@ class ClaimedEvent(NamedTuple):
     idempotency_key: str
     recipient: RecipientRow
     pause: PauseSpan
+    # The recipient's, sorted (scheduling.labels.clean_labels): whom destinations' audiences take.
+    labels: list[str]
+    language: str
 
 
 _E = {f.name: f for f in Event._meta.concrete_fields}
 _U = {f.name: f for f in User._meta.concrete_fields}
-_EVENT_FIELDS = [_E[name] for name in ClaimedEvent._fields if name not in ("recipient", "pause")]
+_EVENT_FIELDS = [_E[name] for name in ClaimedEvent._fields[: ClaimedEvent._fields.index("recipient")]]
 # Every recipient field a handler may read, by RecipientRow's names: an event
 # type whose handler reads another field adds it there, not here.
 _RECIPIENT_FIELDS = [_U[name] for name in RecipientRow._fields]
 # Whether the recipient's greetings are held back, from the same row (scheduling.pauses).
 _PAUSE_FIELDS = [_U[name] for name in PauseSpan._fields]
+# Whom the recipient's greetings go to (delivery.audience) and in which words.
+_AUDIENCE_FIELDS = [_U["labels"], _U["language"]]
 
 
 class QueuedDeliveryRow(NamedTuple):
@@ -107,11 +121,11 @@ class QueuedDeliveryRow(NamedTuple):
     destination_id: int
     endpoint_key: str
     idempotency_key: str
-    payload: dict
+    payload: dict[str, Any]
 
 
 def queued_delivery_row(
-    *, event_id: uuid.UUID, destination: Destination, idempotency_key: str, payload: dict
+    *, event_id: uuid.UUID, destination: Destination, idempotency_key: str, payload: dict[str, Any]
 ) -> QueuedDeliveryRow:
     """A new delivery of the event's standard `payload` to `destination`, in its format, as a row to insert."""
     # By position, in the fields' order: one call per row of a batch, and keywords cost more.
@@ -121,11 +135,11 @@ def queued_delivery_row(
         destination.pk,
         destination.url_key,
         idempotency_key,
-        body_format(format=destination.format, payload=payload),
+        channel_for(destination.format).body(payload),
     )
 
 
-def queued_delivery_defaults(*, now: datetime) -> dict:
+def queued_delivery_defaults(*, now: datetime) -> dict[str, Any]:
     """What every new delivery shares: due now, with a full budget of attempts."""
     return {
         "status": DeliveryStatus.QUEUED.value,
@@ -159,8 +173,8 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
         # Once per batch, in the batch's transaction: an operator's change
         # applies to every event claimed after it was saved, and to none queued before.
         templates = message_templates()
-        destinations = destinations_for_queueing()
-        on_time, unsubscribed = _split_by_subscription(events=on_time, destinations=destinations)
+        router = DestinationRouter(destinations_for_queueing())
+        on_time, unsubscribed = _split_by_subscription(events=on_time, router=router)
         # In a pipeline: PostgreSQL moves the events while Python computes the
         # next occurrences, and inserts those while Python renders the messages,
         # so each side works while the other would have waited. The next
@@ -171,7 +185,7 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
             moved_to_failed = _start_move_to_failed(
                 too_late=too_late, held_back=held_back, claimed=claimed, now=now
             )
-            moved_to_completed = _start_move_to_completed(events=unsubscribed, now=now)
+            moved_to_completed = _start_move_to_completed(events=unsubscribed, router=router, now=now)
             # The next occurrences first, and their INSERT (the batch's costliest
             # statement: five index entries a row) sent as soon as they are
             # known, so PostgreSQL runs it while Python renders the messages;
@@ -187,7 +201,7 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
                 same_for_all=pending_event_defaults(now=now),
                 ignore_conflicts=True,
             )
-            deliveries = _rendered_deliveries(events=on_time, templates=templates, destinations=destinations)
+            deliveries = _rendered_deliveries(events=on_time, templates=templates, router=router)
             insert_rows(
                 Delivery,
                 QueuedDeliveryRow._fields,
@@ -209,13 +223,15 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
 
 
 def _split_by_subscription(
-    *, events: list[ClaimedEvent], destinations: list[Destination]
+    *, events: list[ClaimedEvent], router: DestinationRouter
 ) -> tuple[list[ClaimedEvent], list[ClaimedEvent]]:
-    """The events some destination receives, and those of a type no enabled destination subscribes to."""
-    subscribed_types = {t for t in EventType.values if any(d.subscribes_to(t) for d in destinations)}
-    sendable, unsubscribed = [], []
+    """The events some destination receives, and those no enabled destination wants (by type or audience)."""
+    sendable: list[ClaimedEvent] = []
+    unsubscribed: list[ClaimedEvent] = []
     for event in events:
-        (sendable if event.event_type in subscribed_types else unsubscribed).append(event)
+        (
+            sendable if router.targets(event_type=event.event_type, labels=event.labels) else unsubscribed
+        ).append(event)
     return sendable, unsubscribed
 
 
@@ -226,9 +242,18 @@ def _due_events_lock(*, now: datetime, batch_size: int) -> list[ClaimedEvent]:
         [EventStatus.PENDING, _E["target_timestamp_utc"].get_db_prep_value(now, connection), batch_size],
         binary=True,
     )
-    split, pause = len(_EVENT_FIELDS), -len(_PAUSE_FIELDS)
+    split = len(_EVENT_FIELDS)
+    pause = split + len(_RECIPIENT_FIELDS)
+    audience = pause + len(_PAUSE_FIELDS)
     return [
-        ClaimedEvent(*row[:split], RecipientRow._make(row[split:pause]), PauseSpan._make(row[pause:]))
+        ClaimedEvent._make(
+            (
+                *row[:split],
+                RecipientRow._make(row[split:pause]),
+                PauseSpan._make(row[pause:audience]),
+                *row[audience:],
+            )
+        )
         for row in rows
     ]
 
@@ -236,7 +261,7 @@ def _due_events_lock(*, now: datetime, batch_size: int) -> list[ClaimedEvent]:
 def _claim_sql() -> str:
     event, user = Event._meta.db_table, User._meta.db_table
     columns = [f"e.{field.column}" for field in _EVENT_FIELDS]
-    columns += [f"u.{field.column}" for field in _RECIPIENT_FIELDS + _PAUSE_FIELDS]
+    columns += [f"u.{field.column}" for field in _RECIPIENT_FIELDS + _PAUSE_FIELDS + _AUDIENCE_FIELDS]
     return (
         f"SELECT {', '.join(columns)} FROM {event} e JOIN {user} u ON u.id = e.user_id "
         "WHERE e.status = %s AND e.target_timestamp_utc <= %s "
@@ -262,7 +287,8 @@ def _split_by_lateness(
 ) -> tuple[list[ClaimedEvent], list[ClaimedEvent]]:
     """The events still to send, and those overdue by more than EVENT_MAX_LATENESS."""
     max_lateness = settings.EVENT_MAX_LATENESS
-    on_time, too_late = [], []
+    on_time: list[ClaimedEvent] = []
+    too_late: list[ClaimedEvent] = []
     for event in events:
         (on_time if now - event.target_timestamp_utc <= max_lateness else too_late).append(event)
     return on_time, too_late
@@ -305,11 +331,13 @@ def _start_move_to_failed(
     )
 
 
-def _start_move_to_completed(*, events: list[ClaimedEvent], now: datetime) -> Callable[[], list[uuid.UUID]]:
+def _start_move_to_completed(
+    *, events: list[ClaimedEvent], router: DestinationRouter, now: datetime
+) -> Callable[[], list[uuid.UUID]]:
     """Send the UPDATE that completes the events nobody receives; the function returned checks it.
 
-    Nothing to send is not a failure (an operator chose which types each
-    destination receives), so COMPLETED, with the reason saying why nothing went out.
+    Nothing to send is not a failure (an operator chose which types and whom
+    each destination receives), so COMPLETED, with the reason saying why nothing went out.
     """
     return start_events_transition(
         events=[EventRef(event.id, event.version) for event in events],
@@ -318,10 +346,14 @@ def _start_move_to_completed(*, events: list[ClaimedEvent], now: datetime) -> Ca
         actor=Actor.SCHEDULER,
         now=now,
         changes={"executed_at": now},
-        per_event={
-            "failure_reason": [NO_DESTINATION_REASON.format(type=event.event_type) for event in events]
-        },
+        per_event={"failure_reason": [_nobody_wants_reason(event=event, router=router) for event in events]},
     )
+
+
+def _nobody_wants_reason(*, event: ClaimedEvent, router: DestinationRouter) -> str:
+    if not router.subscribed(event.event_type):
+        return NO_DESTINATION_REASON.format(type=event.event_type)
+    return NO_AUDIENCE_REASON.format(type=event.event_type, labels=", ".join(event.labels) or "none")
 
 
 def _hours(delta: timedelta) -> str:
@@ -351,29 +383,39 @@ def _next_pending_events(*, claimed: list[ClaimedEvent], now: datetime) -> list[
 
 
 def _rendered_deliveries(
-    *, events: list[ClaimedEvent], templates: Mapping[str, str], destinations: list[Destination]
+    *, events: list[ClaimedEvent], templates: MessageTemplates, router: DestinationRouter
 ) -> list[QueuedDeliveryRow]:
-    """A delivery for each event and destination subscribed to its type, its message rendered once per event."""
-    by_type = {t: [d for d in destinations if d.subscribes_to(t)] for t in EventType.values}
+    """A delivery for each event and destination that wants it.
+
+    The message is rendered once per event in the recipient's language, and once more for
+    each destination with a text of its own for the type (message_overrides).
+    """
+    overrides = message_overrides(destinations=router.destinations)
     rows = []
     for event in events:
-        payload = webhook_payload(
-            event_id=event.id,
-            event_type=event.event_type,
-            occurrence_date=event.occurrence_date,
-            target_utc=event.target_timestamp_utc,
-            recipient=event.recipient,
-            template=templates[event.event_type],
-        )
-        rows += [
-            queued_delivery_row(
-                event_id=event.id,
-                destination=destination,
-                idempotency_key=event.idempotency_key,
-                payload=payload,
+        payloads: dict[str | None, dict[str, Any]] = {}
+        for destination in router.targets(event_type=event.event_type, labels=event.labels):
+            override = overrides.get((destination.pk, event.event_type)) if overrides else None
+            payload = payloads.get(override)
+            if payload is None:
+                payload = payloads[override] = webhook_payload(
+                    event_id=event.id,
+                    event_type=event.event_type,
+                    occurrence_date=event.occurrence_date,
+                    target_utc=event.target_timestamp_utc,
+                    recipient=event.recipient,
+                    templates=templates,
+                    language=event.language,
+                    override=override,
+                )
+            rows.append(
+                queued_delivery_row(
+                    event_id=event.id,
+                    destination=destination,
+                    idempotency_key=event.idempotency_key,
+                    payload=payload,
+                )
             )
-            for destination in by_type[event.event_type]
-        ]
     return rows
 
 

@@ -17,29 +17,46 @@ is locked first, so a worker recording an outcome at that moment finishes
 before, and one recording later finds no row under its lease and writes
 nothing (delivery.services.record: a lease lost). The request itself may
 already be on its way to the receiver, under its idempotency key.
+
+What it returns tells the erase which of the recipient's occurrences may
+have reached a receiver: those are remembered as handled, so the same person
+created again the same day is not greeted twice
+(scheduling.services.deleted_recipients). A delivery counts once a request
+for it was started (its attempts count from the claim, before the request)
+or it was delivered; one the erase cancelled while it waited (a paused or
+failing destination, a queue behind) reached no one.
 """
 
 from __future__ import annotations
 
 import uuid
 
-from delivery.models import Delivery, DeliveryAttempt
+from delivery.models import Delivery, DeliveryAttempt, DeliveryStatus
 from scheduling.admin_log import admin_log_forget
 
 
-def deliveries_erase(*, user_id: uuid.UUID) -> int:
-    """Delete the deliveries of the recipient's events and strip their attempts; return how many deliveries went."""
-    delivery_ids = list(
+def deliveries_erase(*, user_id: uuid.UUID) -> set[uuid.UUID]:
+    """Delete the deliveries of the recipient's events and strip their attempts.
+
+    Returns the ids of the events one of whose deliveries may have reached a receiver.
+    """
+    locked = list(
         Delivery.objects.select_for_update(of=("self",))
         .filter(event__user_id=user_id)
         .order_by("id")
-        .values_list("id", flat=True)
+        .values_list("id", "event_id", "attempts", "status")
     )
-    if not delivery_ids:
-        return 0
+    if not locked:
+        return set()
+    delivery_ids = [delivery_id for delivery_id, _, _, _ in locked]
+    reached = {
+        event_id
+        for _, event_id, attempts, status in locked
+        if attempts > 0 or status in (DeliveryStatus.SENDING, DeliveryStatus.DELIVERED)
+    }
     DeliveryAttempt.objects.filter(delivery_id__in=delivery_ids).update(
         delivery=None, error="", response_excerpt=""
     )
     admin_log_forget(model=Delivery, object_ids=delivery_ids)
-    deleted, _ = Delivery.objects.filter(id__in=delivery_ids).delete()
-    return deleted
+    Delivery.objects.filter(id__in=delivery_ids).delete()
+    return reached

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -13,9 +14,15 @@ from django.utils import timezone
 from delivery.models import AttemptOutcome, Delivery, DeliveryStatus
 from delivery.retry import RetryPolicy, decide
 from delivery.services.record import AttemptRecord, attempts_apply
-from delivery.services.transitions import Due, NewLease, Rows, deliveries_transition
+from delivery.services.transitions import (
+    Due,
+    NewLease,
+    Rows,
+    deliveries_transition,
+    start_deliveries_transition,
+)
 from delivery.transport import ClaimedDelivery
-from runtime.sql import execute_count
+from runtime.sql import execute_count, pipeline, send
 from runtime.wakeup import WORKER_CHANNEL, notify
 
 logger = logging.getLogger(__name__)
@@ -58,17 +65,28 @@ def deliveries_claim(
     now = now or timezone.now()
     if limit <= 0:
         return []
-    with transaction.atomic():
-        if take_over_expired:
-            _take_over_expired(now=now, limit=limit)
-        rows = deliveries_transition(
-            source=DeliveryStatus.QUEUED,
-            target=DeliveryStatus.SENDING,
-            select=Due(now=now, limit=1 if probe_key else limit, skip_keys=skip_keys, only_key=probe_key),
-            now=now,
-            lease=NewLease(worker=worker, until=now + lease),
-            returning=_CLAIM_RETURNS,
+    # One round trip and the commit (runtime.sql.pipeline): the look for expired leases and the
+    # claim are sent together. What the look finds (rarely anything) is taken back after the
+    # claim, in the same transaction, and a second claim fills what room the first left.
+    want = 1 if probe_key else limit
+    with transaction.atomic(), pipeline():
+        expired = _expired_lock(now=now, limit=limit) if take_over_expired else None
+        rows = _claim_due(
+            worker=worker, limit=want, lease=lease, now=now, skip_keys=skip_keys, probe_key=probe_key
         )
+        if (
+            expired is not None
+            and _take_over_expired(expired=expired()[0] or [], now=now)
+            and len(rows) < want
+        ):
+            rows += _claim_due(
+                worker=worker,
+                limit=want - len(rows),
+                lease=lease,
+                now=now,
+                skip_keys=skip_keys,
+                probe_key=probe_key,
+            )
     rows.sort(key=lambda row: row[7])
     return [
         ClaimedDelivery(
@@ -88,20 +106,40 @@ def deliveries_claim(
     ]
 
 
-def _take_over_expired(*, now: datetime, limit: int) -> int:
-    """Put deliveries whose lease expired back in the queue (or DEAD with no attempt left)."""
-    table = Delivery._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {', '.join(_EXPIRED_FIELDS)} FROM {table} WHERE status = %s AND locked_until < %s "
-            f"ORDER BY locked_until LIMIT %s FOR UPDATE SKIP LOCKED",
-            [
-                DeliveryStatus.SENDING,
-                Delivery._meta.get_field("locked_until").get_db_prep_value(now, connection),
-                limit,
-            ],
-        )
-        expired = cursor.fetchall()
+def _claim_due(
+    *,
+    worker: str,
+    limit: int,
+    lease: timedelta,
+    now: datetime,
+    skip_keys: Sequence[str],
+    probe_key: str | None,
+) -> list[tuple[Any, ...]]:
+    return start_deliveries_transition(
+        source=DeliveryStatus.QUEUED,
+        target=DeliveryStatus.SENDING,
+        select=Due(now=now, limit=limit, skip_keys=skip_keys, only_key=probe_key),
+        now=now,
+        lease=NewLease(worker=worker, until=now + lease),
+        returning=_CLAIM_RETURNS,
+    )()
+
+
+def _expired_lock(*, now: datetime, limit: int) -> Callable[[], tuple[list[tuple[Any, ...]] | None, int]]:
+    """Send the lock of up to `limit` deliveries whose lease expired; the function returned waits for their rows."""
+    return send(
+        f"SELECT {', '.join(_EXPIRED_FIELDS)} FROM {Delivery._meta.db_table} WHERE status = %s AND locked_until < %s "
+        f"ORDER BY locked_until LIMIT %s FOR UPDATE SKIP LOCKED",
+        [
+            DeliveryStatus.SENDING,
+            Delivery._meta.get_field("locked_until").get_db_prep_value(now, connection),
+            limit,
+        ],
+    )
+
+
+def _take_over_expired(*, expired: list[tuple[Any, ...]], now: datetime) -> int:
+    """Put the locked deliveries whose lease expired back in the queue (or DEAD with no attempt left)."""
     if not expired:
         return 0
     policy = RetryPolicy.from_settings()

@@ -10,10 +10,12 @@ had any delivery (claimed too late) gets one per destination subscribed now.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from django.db import transaction
 from django.utils import timezone
 
+from delivery.audience import DestinationRouter
 from delivery.models import Delivery, DeliveryStatus, Destination, Endpoint
 from delivery.services.destinations import destinations_for_queueing
 from delivery.services.enqueue import QueuedDeliveryRow, queued_delivery_defaults, queued_delivery_row
@@ -54,11 +56,14 @@ def event_resend(*, event: Event, operator: str) -> Event:
                 f"Event {event.id} has no DEAD delivery; there is nothing to resend."
             )
         if not has_deliveries:
-            destinations = [d for d in destinations_for_queueing() if d.subscribes_to(event.event_type)]
+            # A FAILED event without deliveries (too late, paused): sent where the claim would send it now.
+            destinations = DestinationRouter(destinations_for_queueing()).targets(
+                event_type=event.event_type, labels=event.user.labels
+            )
             if not destinations:
                 raise InvalidStateTransition(
-                    f"No enabled destination subscribes to {event.event_type} events; event {event.id} has "
-                    "nowhere to be sent."
+                    f"No enabled destination subscribes to {event.event_type} events with this recipient in "
+                    f"its audience; event {event.id} has nowhere to be sent."
                 )
         _event_reopen(event=event)
         if has_deliveries:
@@ -123,8 +128,8 @@ def _event_reopen(*, event: Event) -> None:
     events_reopen(events=[event])
 
 
-def _deliveries_create(*, event: Event, destinations: list[Destination]) -> None:
-    payload = event_payload(event=event, templates=message_templates())
+def _deliveries_create(*, event: Event, destinations: Sequence[Destination]) -> None:
+    templates = message_templates()
     insert_rows(
         Delivery,
         QueuedDeliveryRow._fields,
@@ -133,7 +138,7 @@ def _deliveries_create(*, event: Event, destinations: list[Destination]) -> None
                 event_id=event.id,
                 destination=destination,
                 idempotency_key=event.idempotency_key,
-                payload=payload,
+                payload=event_payload(event=event, templates=templates, destination=destination),
             )
             for destination in destinations
         ],

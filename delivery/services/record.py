@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import transaction
@@ -29,9 +29,9 @@ from delivery.models import AttemptOutcome, DeliveryAttempt, DeliveryStatus
 from delivery.retry import Decision, RetryPolicy, decide
 from delivery.services.conclude import events_conclude
 from delivery.services.endpoints import Verdict, endpoint_note_success, endpoint_record_answers
-from delivery.services.transitions import Rows, deliveries_transition
+from delivery.services.transitions import Rows, start_deliveries_transition
 from delivery.transport import SendResult
-from runtime.copy import copy_rows
+from runtime.sql import insert_rows, pipeline
 
 logger = logging.getLogger(__name__)
 
@@ -92,21 +92,28 @@ def attempts_apply(
     The caller's transaction holds it together. Only deliveries still under the
     lease described (`held_by` a worker, or `expired_before` a time) move.
     """
-    applied: dict[uuid.UUID, uuid.UUID] = {}  # delivery id -> event id
-    for (status, charged, keeps_due), group in _by_move(records=records).items():
-        moved = _deliveries_move(
-            records=group,
-            status=status,
-            charged=charged,
-            keeps_due=keeps_due,
-            now=now,
-            held_by=held_by,
-            expired_before=expired_before,
-        )
-        applied.update(moved)
-    kept = [r for r in records if r.delivery_id in applied]
-    _attempts_log(records=kept)
-    _events_follow(records=kept, event_ids=applied, now=now)
+    # Three round trips whatever the batch holds (runtime.sql.pipeline): the moves of every
+    # kind together; then the attempt log with the conclusion's lock and read; then the
+    # events' moves, sent here and waited for by the caller's pipeline or this one's end.
+    with pipeline():
+        moves = [
+            _start_deliveries_move(
+                records=group,
+                status=status,
+                charged=charged,
+                keeps_due=keeps_due,
+                now=now,
+                held_by=held_by,
+                expired_before=expired_before,
+            )
+            for (status, charged, keeps_due), group in _by_move(records=records).items()
+        ]
+        applied: dict[uuid.UUID, uuid.UUID] = {}  # delivery id -> event id
+        for moved in moves:
+            applied.update(moved())
+        kept = [r for r in records if r.delivery_id in applied]
+        _attempts_log(records=kept)
+        _events_follow(records=kept, event_ids=applied, now=now)
     return set(applied)
 
 
@@ -119,7 +126,7 @@ def _by_move(*, records: Sequence[AttemptRecord]) -> dict[tuple[str, bool, bool]
     return by_move
 
 
-def _deliveries_move(
+def _start_deliveries_move(
     *,
     records: list[AttemptRecord],
     status: str,
@@ -128,9 +135,10 @@ def _deliveries_move(
     now: datetime,
     held_by: str | None,
     expired_before: datetime | None,
-) -> list[tuple]:
-    """Move the records' deliveries still under the lease to `status`; return (id, event id) of each moved."""
-    values = {
+) -> Callable[[], list[tuple[Any, ...]]]:
+    """Send the move of the records' deliveries still under the lease to `status`; the function returned waits for
+    (id, event id) of each moved."""
+    values: dict[str, list[Any]] = {
         "last_status_code": [r.status_code for r in records],
         "last_error": [r.decision.reason for r in records],
     }
@@ -141,10 +149,11 @@ def _deliveries_move(
     if status != DeliveryStatus.QUEUED:
         changes["next_attempt_at"] = now
     elif not keeps_due:
-        values["next_attempt_at"] = [now + r.decision.delay for r in records]
+        # Each has a delay: the records are grouped by whether theirs is None (_by_move).
+        values["next_attempt_at"] = [now + r.decision.delay for r in records if r.decision.delay is not None]
     if status == DeliveryStatus.DELIVERED:
         changes["delivered_at"] = now
-    return deliveries_transition(
+    return start_deliveries_transition(
         source=DeliveryStatus.SENDING,
         target=status,
         select=Rows(
@@ -161,7 +170,7 @@ def _deliveries_move(
 
 
 def _attempts_log(*, records: list[AttemptRecord]) -> None:
-    """Append the attempts to the attempt log, in one COPY."""
+    """Append the attempts to the attempt log, in one INSERT (sent in the caller's pipeline, where COPY cannot go)."""
     # By position, in the fields' order: one row per attempt, and keywords cost more.
     rows = [
         AttemptLogRow(
@@ -178,7 +187,7 @@ def _attempts_log(*, records: list[AttemptRecord]) -> None:
         )
         for r in records
     ]
-    copy_rows(DeliveryAttempt, AttemptLogRow._fields, rows)
+    insert_rows(DeliveryAttempt, AttemptLogRow._fields, rows)
 
 
 def _events_follow(
@@ -228,39 +237,48 @@ def deliveries_record(
         records = [
             _record(r, worker, answers[id(r)], verdicts[r.delivery.endpoint_key], policy) for r in results
         ]
-        applied = attempts_apply(records=records, now=now, held_by=worker)
-        for key, verdict in verdicts.items():
-            if verdict is None:
-                endpoint_note_success(key=key, at=max(r.finished_at for r in by_key[key]))
+        with pipeline():
+            applied = attempts_apply(records=records, now=now, held_by=worker)
+            for key, verdict in verdicts.items():
+                if verdict is None:
+                    endpoint_note_success(key=key, at=max(r.finished_at for r in by_key[key]))
     summary.verdicts = {key: verdict.health for key, verdict in verdicts.items() if verdict is not None}
+    # A line per delivery, its fields built only where the line is written: the delivered
+    # one is INFO, below the worker's usual level, and a batch has hundreds of them.
+    delivered_logged = logger.isEnabledFor(logging.INFO)
     for result, record in zip(results, records, strict=True):
-        fields = _log_fields(result)
         if record.delivery_id not in applied:
             summary.lease_lost += 1
             logger.warning(
                 "Lease lost before the outcome was recorded; another worker owns the delivery now, or its "
                 "recipient was erased",
-                extra=fields,
+                extra=_log_fields(result),
             )
         elif record.decision.status == DeliveryStatus.DELIVERED:
             summary.delivered += 1
-            logger.info("Delivery attempt delivered", extra=fields)
+            if delivered_logged:
+                logger.info("Delivery attempt delivered", extra=_log_fields(result))
         elif not record.decision.charged:
             summary.waiting += 1
-            logger.warning("Delivery attempt waits for the endpoint (attempt not counted)", extra=fields)
+            logger.warning(
+                "Delivery attempt waits for the endpoint (attempt not counted)", extra=_log_fields(result)
+            )
         elif record.decision.status == DeliveryStatus.QUEUED:
             summary.retrying += 1
-            logger.warning("Delivery attempt retrying", extra=fields)
+            logger.warning("Delivery attempt retrying", extra=_log_fields(result))
         else:
             summary.dead += 1
-            logger.warning("Delivery attempt dead", extra=fields)
+            logger.warning("Delivery attempt dead", extra=_log_fields(result))
     return summary
 
 
 def _answer(result: SendResult) -> Answer:
     return Answer(
         signal=signal_of(
-            outcome=result.outcome, status_code=result.status_code, retry_after=result.retry_after
+            outcome=result.outcome,
+            status_code=result.status_code,
+            retry_after=result.retry_after,
+            gone=result.gone,
         ),
         started_at=result.started_at,
         finished_at=result.finished_at,
@@ -282,7 +300,8 @@ def _record(
         duration_ms=result.duration_ms,
         outcome=result.outcome,
         status_code=result.status_code,
-        error=result.error,
+        # The attempt's row keeps the receiver's own words: the erase strips them there.
+        error=result.detail or result.error,
         response_excerpt=result.response_excerpt,
         max_attempts=result.delivery.max_attempts,
         decision=decide(
@@ -292,6 +311,7 @@ def _record(
             description=result.describe(),
             status_code=result.status_code,
             retry_after=result.retry_after,
+            gone=result.gone,
             endpoint_down=verdict is not None and verdict.down,
             refused_by_message=verdict is not None and verdict.health.refused_by_message(answer),
             outlived=_outlived(result),
@@ -307,10 +327,9 @@ def _outlived(result: SendResult) -> timedelta | None:
     return lateness if queued_at is not None and result.finished_at - queued_at >= lateness else None
 
 
-def _log_fields(result: SendResult) -> dict:
-    return {
+def _log_fields(result: SendResult) -> dict[str, Any]:
+    fields = {
         "event_id": str(result.delivery.event_id),
-        "user_id": result.delivery.user_id,
         "idempotency_key": result.delivery.idempotency_key,
         "attempt": result.delivery.attempt,
         "status": result.status_code,
@@ -318,3 +337,9 @@ def _log_fields(result: SendResult) -> dict:
         "error": result.error or None,
         "outcome": AttemptOutcome(result.outcome).label,
     }
+    # Only the standard format's body names the recipient; a chat format's does not, and a line
+    # saying user_id=None reads as a delivery for no one. The event id finds them either way.
+    user_id = result.delivery.user_id
+    if user_id is not None:
+        fields["user_id"] = user_id
+    return fields

@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -101,12 +102,19 @@ def recovery_values_clean(
             errors[name] = ["An instant is required."]
         elif timezone.is_naive(value):
             errors[name] = ["Give the instant with its UTC offset (2026-11-24T08:00:00+01:00, or Z for UTC)."]
-    if "since" not in errors and since >= now:
+    if "since" not in errors and since is not None and since >= now:
         errors["since"] = ["In the future: nothing has ended then yet."]
-    if "since" not in errors and "until" not in errors and not since < until:
+    if (
+        "since" not in errors
+        and "until" not in errors
+        and since is not None
+        and until is not None
+        and not since < until
+    ):
         errors["until"] = ["Must be after since."]
     if errors:
         raise ValidationError(errors)
+    assert since is not None and until is not None  # else errors named them
     # Stored in the order of the model's choices, whatever order they were given in.
     ordered = tuple(s for s in RECOVERABLE_STATUSES if s in states)
     return RecoveryValues(states=ordered, since=since, until=until)
@@ -208,7 +216,7 @@ def recovery_cancel(*, recovery: Recovery, operator: str) -> Recovery:
     return current
 
 
-def recoveries_transition(*, recovery: Recovery, target: str, changes: dict | None = None) -> None:
+def recoveries_transition(*, recovery: Recovery, target: str, changes: dict[str, Any] | None = None) -> None:
     """Move `recovery` from the status it was read at to `target`: one UPDATE conditional on that status.
 
     InvalidStateTransition if the table has no such move, or if the row is no

@@ -14,26 +14,38 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 
-from delivery.formats import body_format
-from delivery.models import Delivery, DeliveryStatus
-from delivery.payload import webhook_payload
+from channels import channel_for
+from delivery.models import Delivery, DeliveryStatus, Destination
+from delivery.payload import message_overrides, webhook_payload
 from delivery.services.transitions import Rows, deliveries_transition
 from scheduling.models import Event, EventStatus
+from scheduling.selectors import MessageTemplates
 from scheduling.services.transitions import Actor, events_transition
 
 
-def event_payload(*, event: Event, templates: Mapping[str, str]) -> dict:
-    """The standard body of `event` (its `user` loaded) rendered now, with `templates` (message_templates())."""
+def event_payload(
+    *, event: Event, templates: MessageTemplates, destination: Destination | None = None
+) -> dict[str, Any]:
+    """The standard body of `event` (its `user` loaded) rendered now, with `templates` (message_templates()),
+    in the recipient's language, or in `destination`'s own text for the type if it has one."""
+    override = (
+        message_overrides(destinations=[destination]).get((destination.pk, event.event_type))
+        if destination
+        else None
+    )
     return webhook_payload(
         event_id=event.id,
         event_type=event.event_type,
         occurrence_date=event.occurrence_date,
         target_utc=event.target_timestamp_utc,
         recipient=event.user,
-        template=templates[event.event_type],
+        templates=templates,
+        language=event.user.language,
+        override=override,
     )
 
 
@@ -42,7 +54,7 @@ def deliveries_requeue(
     source: str,
     deliveries: Sequence[Delivery],
     events: Mapping[uuid.UUID, Event],
-    templates: Mapping[str, str],
+    templates: MessageTemplates,
     now: datetime,
 ) -> list[uuid.UUID]:
     """Queue `deliveries` (each in `source`, its destination loaded) again in one UPDATE; return the ids moved.
@@ -53,17 +65,18 @@ def deliveries_requeue(
     """
     if not deliveries:
         return []
-    payloads: dict[uuid.UUID, dict] = {}
+    payloads: dict[tuple[uuid.UUID, int | None], dict[str, Any]] = {}
     bodies, keys, budgets = [], [], []
     for delivery in deliveries:
-        payload = payloads.get(delivery.event_id)
-        if payload is None:
-            payload = payloads[delivery.event_id] = event_payload(
-                event=events[delivery.event_id], templates=templates
-            )
         destination = delivery.destination
+        # Per destination: one with a text of its own gets it again.
+        payload = payloads.get((delivery.event_id, delivery.destination_id))
+        if payload is None:
+            payload = payloads[(delivery.event_id, delivery.destination_id)] = event_payload(
+                event=events[delivery.event_id], templates=templates, destination=destination
+            )
         # A delivery whose destination was deleted goes, in the standard format, where it went.
-        bodies.append(body_format(format=destination.format, payload=payload) if destination else payload)
+        bodies.append(channel_for(destination.format).body(payload) if destination else payload)
         keys.append(destination.url_key if destination else delivery.endpoint_key)
         budgets.append(delivery.attempts + settings.DELIVERY_MAX_ATTEMPTS)
     moved = deliveries_transition(

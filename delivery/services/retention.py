@@ -47,6 +47,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -136,10 +137,12 @@ def _select_sql(*, after: bool, lock: bool) -> str:
     )
 
 
-def _select_batch(*, cutoff: datetime, position: PrunePosition, batch_size: int, lock: bool) -> list[tuple]:
+def _select_batch(
+    *, cutoff: datetime, position: PrunePosition, batch_size: int, lock: bool
+) -> list[tuple[Any, ...]]:
     target = _E["target_timestamp_utc"]
     after = position.target is not None
-    params: list = [position.status, target.get_db_prep_value(cutoff, connection)]
+    params: list[Any] = [position.status, target.get_db_prep_value(cutoff, connection)]
     if after:
         bound = target.get_db_prep_value(position.target, connection)
         params += [bound, bound, _E["id"].get_db_prep_value(position.id, connection)]
@@ -193,6 +196,7 @@ def _prune_batch(*, cutoff: datetime, position: PrunePosition, batch_size: int, 
         rows = _select_batch(cutoff=cutoff, position=position, batch_size=batch_size, lock=not dry_run)
         ids = [event_id for event_id, _ in rows]
         events, deliveries, attempts = (_count(ids) if dry_run else _delete(ids)) if ids else (0, 0, 0)
+    following: PrunePosition | None
     if len(rows) == batch_size:
         last_id, last_target = rows[-1]
         following = PrunePosition(status=position.status, target=last_target, id=last_id)

@@ -12,7 +12,7 @@ forgot a column.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 from django.db import connection
 
 from delivery.models import Delivery, DeliveryStatus
-from runtime.sql import execute, rows_relation
+from runtime.sql import column_field, rows_relation, send
 from scheduling.exceptions import InvalidStateTransition
 
 QUEUED, SENDING, DELIVERED, DEAD = (
@@ -86,11 +86,11 @@ class NewLease:
     until: datetime
 
 
-_F = {f.attname: f for f in Delivery._meta.concrete_fields}
+_F = {f.attname: column_field(Delivery, f.attname) for f in Delivery._meta.concrete_fields}
 
 
 def _prep(name: str, value: Any) -> Any:
-    return _F[name].get_db_prep_value(value, connection)
+    return _F[name].field.get_db_prep_value(value, connection)
 
 
 def deliveries_transition(
@@ -102,12 +102,39 @@ def deliveries_transition(
     lease: NewLease | None = None,
     changes: Mapping[str, Any] | None = None,
     returning: Sequence[str] = ("id",),
-) -> list[tuple]:
+) -> list[tuple[Any, ...]]:
     """Move the selected deliveries from `source` to `target`; return `returning` of each row moved.
 
     Rows that no longer match (another worker took the lease over, an operator
     resent, the status moved on) are simply not moved: the caller sees which
     were from what comes back.
+    """
+    return start_deliveries_transition(
+        source=source,
+        target=target,
+        select=select,
+        now=now,
+        lease=lease,
+        changes=changes,
+        returning=returning,
+    )()
+
+
+def start_deliveries_transition(
+    *,
+    source: str,
+    target: str,
+    select: Due | Rows,
+    now: datetime,
+    lease: NewLease | None = None,
+    changes: Mapping[str, Any] | None = None,
+    returning: Sequence[str] = ("id",),
+) -> Callable[[], list[tuple[Any, ...]]]:
+    """Send the UPDATE of deliveries_transition; the function returned waits for the rows it moved.
+
+    Inside runtime.sql.pipeline() the UPDATE runs on the server while the
+    caller sends its next statements: a batch's moves of several kinds, or a
+    claim behind the take-over of expired leases, cost one round trip.
     """
     _check_transition(source=source, target=target, select=select, lease=lease)
     assignments, params = _shared_assignments(
@@ -115,7 +142,7 @@ def deliveries_transition(
     )
     selection = _due_selection(select=select) if isinstance(select, Due) else _rows_selection(select=select)
     if selection is None:
-        return []
+        return list
     assignments += selection.assignments
     conditions = ["d.status = %s", *selection.conditions]
     sql = (
@@ -123,10 +150,10 @@ def deliveries_transition(
         f"FROM {selection.relation} WHERE d.id = v.v_id AND {' AND '.join(conditions)} "
         f"RETURNING {', '.join(_F[name].column for name in returning)}"
     )
-    rows = execute(
+    sent = send(
         sql, [*selection.cte_params, *params, *selection.relation_params, source, *selection.condition_params]
     )
-    return rows
+    return lambda: sent()[0]
 
 
 def _check_transition(*, source: str, target: str, select: Due | Rows, lease: NewLease | None) -> None:
@@ -146,14 +173,14 @@ def _check_transition(*, source: str, target: str, select: Due | Rows, lease: Ne
 
 def _shared_assignments(
     *, source: str, target: str, now: datetime, lease: NewLease | None, changes: Mapping[str, Any] | None
-) -> tuple[list[str], list]:
+) -> tuple[list[str], list[Any]]:
     """The SET clause's assignments of the values every row shares, and their parameters.
 
     The new status; the lease taken (and an attempt counted) on entering
     SENDING, or released on leaving it; then `changes`.
     """
     assignments = ["status = %s", "updated_at = %s"]
-    params: list = [target, _prep("updated_at", now)]
+    params: list[Any] = [target, _prep("updated_at", now)]
     if lease is not None:
         assignments += [
             "attempts = d.attempts + 1",
@@ -177,12 +204,12 @@ class _Selection(NamedTuple):
     """
 
     cte: str
-    cte_params: list
+    cte_params: list[Any]
     relation: str
-    relation_params: list
+    relation_params: list[Any]
     assignments: list[str]
     conditions: list[str]
-    condition_params: list
+    condition_params: list[Any]
 
 
 def _due_selection(*, select: Due) -> _Selection:
@@ -217,14 +244,14 @@ def _rows_selection(*, select: Rows) -> _Selection | None:
     """The rows named by id, each at the attempt number given, under the lease described; None if none are."""
     # Relation columns are prefixed so RETURNING can name the table's own
     # columns unqualified: an `id` of both would be ambiguous.
-    columns = [("v_id", _F["id"]), ("v_attempt", _F["attempts"])]
-    columns += [(f"v_{name}", _F[name]) for name in select.values]
+    columns = [("v_id", _F["id"].field), ("v_attempt", _F["attempts"].field)]
+    columns += [(f"v_{name}", _F[name].field) for name in select.values]
     rows = list(zip(select.ids, select.attempts, *select.values.values(), strict=True))
     if not rows:
         return None
     relation, relation_params = rows_relation("v", columns, rows)
     conditions = ["(v.v_attempt IS NULL OR d.attempts = v.v_attempt)"]
-    condition_params: list = []
+    condition_params: list[Any] = []
     if select.held_by is not None:
         conditions.append("d.locked_by = %s")
         condition_params.append(select.held_by)

@@ -173,6 +173,24 @@ def test_rotation_answers_the_new_secret_and_lists_both_while_the_old_one_still_
     assert DestinationSecret.objects.count() == 2
 
 
+@pytest.mark.parametrize("which", ["in force", "in its grace period"])
+def test_rotating_to_a_secret_that_signs_already_is_400_and_changes_nothing(api_client, which):
+    # Given a destination whose secret was rotated once: the first still signs for the grace period
+    created = create(api_client)
+    rotated = api_client.post(f"{URL}{created['id']}/rotate-secret/", {}, format="json").json()
+    same = rotated["secret"] if which == "in force" else created["secret"]
+    before = list(DestinationSecret.objects.order_by("id").values_list("id", "expires_at"))
+
+    # When it is rotated to one of those again
+    response = api_client.post(f"{URL}{created['id']}/rotate-secret/", {"secret": same}, format="json")
+
+    # Then it is refused, naming the field, and every secret stays as it was (no "v1,X v1,X" signature)
+    assert response.status_code == 400
+    assert "signs for this destination already" in response.json()["secret"][0]
+    assert list(DestinationSecret.objects.order_by("id").values_list("id", "expires_at")) == before
+    assert api_client.get(f"{URL}{created['id']}/")["ETag"] == '"2"'
+
+
 def test_pause_and_resume_are_the_endpoints_and_a_second_pause_is_409(api_client):
     created = create(api_client)
 
@@ -359,3 +377,27 @@ def test_a_paused_destination_stays_paused_under_its_new_url_and_leaves_no_endpo
         (DeliveryStatus.QUEUED, endpoint.key)
     ]
     assert api_client.post(f"{URL}{created['id']}/resume/").json()["paused"] is False
+
+
+def test_a_gone_destination_given_a_new_url_leaves_gone_behind_and_its_old_receiver_raises_no_alert(
+    api_client,
+):
+    # given a destination whose service said it is gone, with a delivery waiting
+    user = UserFactory()
+    created = create(api_client, event_types=[])
+    make_due([user.events.get()])
+    Scheduler(once=True).run()
+    Endpoint.objects.update(state=EndpointState.GONE, last_error="HTTP 404 (no_team)")
+
+    # when the operator gives it a new webhook's URL
+    response = api_client.patch(
+        f"{URL}{created['id']}/", {"url": "https://new.example.org/slack"}, format="json"
+    )
+
+    # then the new receiver starts healthy (GONE was the old one's verdict: not moved, unlike a pause),
+    # the delivery waits for it, and nothing is left GONE to alert on (the old row went with the receiver)
+    assert response.status_code == 200, response.content
+    assert response.json()["endpoint_state"] == EndpointState.HEALTHY
+    new_key = key_of("https://new.example.org/slack")
+    assert dict(Endpoint.objects.values_list("key", "state")) == {new_key: EndpointState.HEALTHY}
+    assert list(Delivery.objects.values_list("status", "endpoint_key")) == [(DeliveryStatus.QUEUED, new_key)]

@@ -2,6 +2,8 @@
 
 import logging
 import math
+import time
+from collections import Counter
 from datetime import timedelta
 
 import pytest
@@ -9,16 +11,17 @@ from django.utils import timezone
 
 from delivery.health import Answer, HealthPolicy, Signal
 from delivery.models import Endpoint, EndpointPermit, EndpointState
+from delivery.pace import SPAN
 from delivery.services.endpoints import (
     EndpointActor,
     endpoint_pause,
     endpoint_record_answers,
     endpoint_release_shares,
-    endpoint_reserve_send_slots,
     endpoint_resume,
     endpoint_return_probe,
     endpoint_share_in_flight,
     endpoint_take_probe,
+    endpoint_take_rate_slots,
     endpoint_transition,
 )
 from delivery.tests.conftest import endpoint_columns, key_of
@@ -189,7 +192,7 @@ def test_resume_of_an_endpoint_that_is_not_paused_is_refused(make):
     endpoint = make()
     state = endpoint.state
 
-    with pytest.raises(InvalidStateTransition, match="not paused"):
+    with pytest.raises(InvalidStateTransition, match="neither paused nor gone"):
         endpoint_resume(endpoint=endpoint, operator="ops-bob")
 
     assert Endpoint.objects.get(pk=endpoint.pk).state == state
@@ -262,33 +265,34 @@ def test_no_probe_before_its_time_nor_for_an_endpoint_that_is_not_failing(endpoi
 # -- the fleet's rate: slots ----------------------------------------------------------------------------------------
 
 
-def test_send_slots_reserved_by_two_callers_are_spaced_at_the_rate(endpoint):
-    rate = 10.0
-    now = timezone.now()
+def test_rate_slots_taken_by_two_workers_in_turns_hold_no_more_than_the_rate_in_any_second(endpoint):
+    # Given two workers taking a quarter second's worth of a 10/s cap each, in turns, over about three seconds
+    now = float(math.floor(time.time()) + 10)  # a second's start: the first slot is now's
     slots = []
-    for count, offset in [(5, 0.0), (5, 0.0), (3, 0.2), (4, 0.3)]:  # two workers taking turns
-        first = endpoint_reserve_send_slots(
-            endpoint_id=endpoint.pk, count=count, rate=rate, now=now + timedelta(seconds=offset)
-        )
-        slots.extend(first + timedelta(seconds=i / rate) for i in range(count))
+    for turn in range(12):
+        slots += endpoint_take_rate_slots(endpoint_id=endpoint.pk, want=3, rate=10.0, now=now + turn * 0.25)
 
-    slots.sort()
-    assert slots[0] == now
-    gaps = [(b - a).total_seconds() for a, b in zip(slots, slots[1:], strict=False)]
-    assert min(gaps) == pytest.approx(1 / rate)
-    for start in slots:  # no one-second window holds more than `rate` starts
-        assert sum(start <= s < start + timedelta(seconds=1) for s in slots) <= rate
+    # Then every calendar second held at most ten of them, each before its deadline, the first the one due next
+    assert slots[0].at == now
+    per_second = Counter(int(slot.at) for slot in slots)
+    assert max(per_second.values()) <= 10
+    assert all(slot.at < slot.deadline == int(slot.at) + SPAN for slot in slots)
+    row = Endpoint.objects.get(pk=endpoint.pk)
+    assert row.rate_second == int(slots[-1].at)
 
 
 def test_an_idle_endpoint_saves_no_burst_for_later(endpoint):
-    now = timezone.now()
-    endpoint_reserve_send_slots(endpoint_id=endpoint.pk, count=5, rate=10.0, now=now)
-    later = now + timedelta(seconds=60)
+    now = time.time()
+    endpoint_take_rate_slots(endpoint_id=endpoint.pk, want=5, rate=10.0, now=now)
+    later = math.floor(now) + 60.5
 
-    first = endpoint_reserve_send_slots(endpoint_id=endpoint.pk, count=5, rate=10.0, now=later)
-    second = endpoint_reserve_send_slots(endpoint_id=endpoint.pk, count=1, rate=10.0, now=later)
+    first = endpoint_take_rate_slots(endpoint_id=endpoint.pk, want=5, rate=10.0, now=later)
 
-    assert (first, second) == (later, later + timedelta(seconds=0.5))
+    # the slots of the half second that passed are gone: the first left is the one due next, not the second's first
+    passed = math.ceil(0.5 * 10 / SPAN)
+    assert [slot.at for slot in first] == pytest.approx(
+        [later - 0.5 + (passed + i) * SPAN / 10 for i in range(10 - passed)]
+    )
 
 
 # -- the fleet's in-flight cap: shares ------------------------------------------------------------------------------
@@ -373,3 +377,53 @@ def test_a_stopping_worker_releases_its_shares_of_every_endpoint_at_once(endpoin
     assert EndpointPermit.objects.filter(worker="w1").count() == 0
     assert held(endpoint) == {"w2": 0}
     assert share(endpoint, "w2", cap=12) == 12
+
+
+# -- gone ---------------------------------------------------------------------------------------------------------
+
+GONE = EndpointState.GONE
+
+
+def gone_answer() -> list[Answer]:
+    now = timezone.now()
+    return [
+        Answer(
+            signal=Signal.GONE, started_at=now, finished_at=now, description="HTTP 404 (channel_not_found)"
+        )
+    ]
+
+
+def test_a_gone_answer_moves_the_endpoint_to_gone_and_logs_it_as_an_error(endpoint, caplog):
+    with caplog.at_level(logging.ERROR, logger="delivery.services.endpoints"):
+        verdict = endpoint_record_answers(key=KEY, answers=gone_answer(), now=timezone.now(), policy=POLICY)
+
+    endpoint.refresh_from_db()
+    assert (endpoint.state, endpoint.last_error) == (GONE, "HTTP 404 (channel_not_found)")
+    assert verdict.down
+    assert any("Endpoint gone" in r.getMessage() for r in caplog.records)
+
+
+def test_an_operator_resumes_a_gone_endpoint_to_healthy_and_may_pause_it_meanwhile(endpoint):
+    endpoint_record_answers(key=KEY, answers=gone_answer(), now=timezone.now(), policy=POLICY)
+
+    paused = endpoint_pause(endpoint=endpoint, operator="ops")
+    assert paused.state == PAUSED
+    resumed = endpoint_resume(endpoint=paused, operator="ops")
+    assert resumed.state == HEALTHY
+
+    endpoint_record_answers(key=KEY, answers=gone_answer(), now=timezone.now(), policy=POLICY)
+    assert endpoint_resume(endpoint=endpoint, operator="ops").state == HEALTHY
+
+
+def test_only_the_worker_moves_an_endpoint_to_gone_and_only_the_operator_out_of_it(endpoint):
+    with pytest.raises(InvalidStateTransition):
+        endpoint_transition(
+            endpoint_id=endpoint.pk, source=HEALTHY, target=GONE, actor=EndpointActor.OPERATOR
+        )
+    assert endpoint_transition(
+        endpoint_id=endpoint.pk, source=HEALTHY, target=GONE, actor=EndpointActor.WORKER
+    )
+    with pytest.raises(InvalidStateTransition):
+        endpoint_transition(endpoint_id=endpoint.pk, source=GONE, target=HEALTHY, actor=EndpointActor.PROBE)
+    with pytest.raises(InvalidStateTransition):
+        endpoint_transition(endpoint_id=endpoint.pk, source=GONE, target=FAILING, actor=EndpointActor.WORKER)

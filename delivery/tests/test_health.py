@@ -357,3 +357,40 @@ def test_a_refusal_is_the_messages_own_when_the_receiver_accepted_a_message_sent
     health = replace(FRESH, last_success_at=None if last_success is None else at(last_success))
 
     assert health.refused_by_message(answer(signal, started=started)) is contradicted
+
+
+# -- gone (channels: the service says the destination no longer exists) -------------------------------------------
+
+
+def test_a_gone_answer_is_its_own_signal_whatever_its_status():
+    assert signal_of(outcome=PERMANENT, status_code=404, retry_after=None, gone=True) == Signal.GONE
+    assert signal_of(outcome=PERMANENT, status_code=404, retry_after=None) == Signal.REFUSAL
+
+
+@pytest.mark.parametrize("before", [FRESH, failing()])
+def test_one_gone_answer_makes_a_healthy_or_failing_endpoint_gone_at_once_with_its_answer_as_the_error(
+    before,
+):
+    after = observe(health=before, answers=[answer(Signal.GONE)], now=NOW, policy=POLICY)
+
+    assert after.state == EndpointState.GONE
+    assert after.last_error == "gone answer"
+    assert (after.failing_since, after.next_probe_at, after.probe_interval) == (None, None, None)
+    assert after.is_down(POLICY)
+
+
+def test_a_gone_answer_outweighs_a_success_in_the_same_batch():
+    after = observe(
+        health=FRESH,
+        answers=[answer(Signal.SUCCESS, finished=-0.5), answer(Signal.GONE)],
+        now=NOW,
+        policy=POLICY,
+    )
+
+    assert after.state == EndpointState.GONE
+
+
+def test_a_paused_endpoint_stays_paused_when_a_request_sent_before_the_pause_meets_gone():
+    paused = replace(FRESH, state=PAUSED)
+
+    assert observe(health=paused, answers=[answer(Signal.GONE)], now=NOW, policy=POLICY).state == PAUSED

@@ -1,11 +1,12 @@
-"""A lane's pace at the rate it learnt from 429s without Retry-After: turns, what it holds, what each answer teaches."""
+"""A lane: its counters as the sender tells it what happened, its pace at the rate it learnt from 429s without
+Retry-After (turns, what it holds), and what each answer teaches."""
 
 import uuid
 from datetime import UTC, datetime
 
 import pytest
 
-from delivery.lanes import PACE_CATCH_UP, PACED_HOLD_FOR, RATE_HORIZON, Lane
+from delivery.lane import PACE_CATCH_UP, PACED_HOLD_FOR, RATE_HORIZON, Lane
 from delivery.limit import AdaptiveLimit
 from delivery.models import AttemptOutcome
 from delivery.transport import ClaimedDelivery, SendResult
@@ -31,7 +32,13 @@ def paced_at(rate: float, *, last_turn_mono: float = 10.0) -> Lane:
     return paced
 
 
-def delivery() -> ClaimedDelivery:
+def take_turn(lane: Lane, now_mono: float) -> None:
+    """A request goes to the sender and begins at once, at `now_mono`."""
+    lane.started(delivery())
+    lane.begun(now_mono)
+
+
+def delivery(*, probe: bool = False) -> ClaimedDelivery:
     return ClaimedDelivery(
         id=uuid.uuid4(),
         event_id=uuid.uuid4(),
@@ -40,6 +47,7 @@ def delivery() -> ClaimedDelivery:
         body="{}",
         attempt=1,
         max_attempts=8,
+        probe=probe,
     )
 
 
@@ -57,6 +65,97 @@ def answer(status: int, *, started_mono: float = 10.0, retry_after: float | None
     )
 
 
+# -- counters: what the sender tells a lane ------------------------------------------------------------------------
+
+
+def apply(lane: Lane, events: list[str]) -> None:
+    """Tell `lane` what happened, in order: `started`/`probe started` hand it a delivery (the last one handed is
+    the one the next event is about), `begun`, `finished`, `cancelled` (before it began), `missed` (its rate slot)."""
+    current = None
+    for event in events:
+        if event in ("started", "probe started"):
+            current = delivery(probe=event == "probe started")
+            lane.started(current)
+        elif event == "begun":
+            lane.begun(10.0)
+        elif event == "finished":
+            lane.finished(current, begun=True)
+        elif event == "cancelled":
+            lane.finished(current, begun=False)
+        elif event == "missed":
+            lane.missed(current)
+        else:
+            raise ValueError(event)
+
+
+@pytest.mark.parametrize(
+    "events, open_, not_begun, probing, waiting",
+    [
+        ([], 0, 0, False, 0),
+        # handed to the sender: open at once, not begun until its waits are over
+        (["started"], 1, 1, False, 0),
+        (["started", "begun"], 1, 0, False, 0),
+        (["started", "begun", "finished"], 0, 0, False, 0),
+        (["started", "started", "begun"], 2, 1, False, 0),
+        # cancelled by a drain before it began: nothing open, nothing waiting (the drain hands it back)
+        (["started", "cancelled"], 0, 0, False, 0),
+        # late for its rate slot's second: not sent, first in line again
+        (["started", "missed"], 0, 0, False, 1),
+        # a probe: one at a time until it ends, however it ends
+        (["probe started"], 1, 1, True, 0),
+        (["probe started", "begun"], 1, 0, True, 0),
+        (["probe started", "begun", "finished"], 0, 0, False, 0),
+        (["probe started", "cancelled"], 0, 0, False, 0),
+    ],
+)
+def test_a_lanes_counters_follow_what_the_sender_tells_it(events, open_, not_begun, probing, waiting):
+    counted = lane()
+
+    apply(counted, events)
+
+    assert (counted.open, counted.not_begun, counted.probing, len(counted.waiting)) == (
+        open_,
+        not_begun,
+        probing,
+        waiting,
+    )
+
+
+def test_a_delivery_that_missed_its_slot_goes_before_the_others_waiting():
+    counted = lane()
+    first, second = delivery(), delivery()
+    counted.waiting.append(second)
+    counted.started(first)
+
+    counted.missed(first)
+
+    assert list(counted.waiting) == [first, second]
+
+
+@pytest.mark.parametrize(
+    "limit, share, usable_until, open_, now, may_start",
+    [
+        (4, None, float("inf"), 3, 10.0, True),
+        (4, None, float("inf"), 4, 10.0, False),  # the lane's own limit
+        (4, 2, float("inf"), 2, 10.0, False),  # its share of the fleet's max in flight
+        (4, 3, 11.0, 2, 10.0, True),
+        # a share is not used to start a request that could outlive the permit counting it
+        (4, 3, 11.0, 2, 11.0, False),
+    ],
+)
+def test_what_a_lane_may_start_is_bounded_by_its_limit_its_share_and_the_shares_term(
+    limit, share, usable_until, open_, now, may_start
+):
+    counted = lane()
+    counted.limit = AdaptiveLimit(initial=limit)
+    counted.grant_share(share, usable_until_mono=usable_until)
+    for _ in range(open_):
+        counted.started(delivery())
+    counted.waiting.append(delivery())
+
+    assert counted.may_start(now) is may_start
+
+
 # -- turns ------------------------------------------------------------------------------------------------------
 
 
@@ -65,7 +164,7 @@ def test_with_no_rate_learnt_every_request_has_its_turn_at_once():
 
     for _ in range(100):
         assert unpaced.turn_in(10.0) == 0.0
-        unpaced.take_turn(10.0)
+        take_turn(unpaced, 10.0)
 
     assert unpaced.may_hand_over()
 
@@ -93,7 +192,7 @@ def test_turns_missed_while_away_from_the_loop_are_taken_up_to_the_catch_up_and_
 
     taken = 0
     while paced.turn_in(back) < 1e-9:
-        paced.take_turn(back)
+        take_turn(paced, back)
         taken += 1
 
     assert taken == turns_at_once
@@ -102,7 +201,7 @@ def test_turns_missed_while_away_from_the_loop_are_taken_up_to_the_catch_up_and_
 def test_the_first_refusal_paces_from_the_last_start_rather_than_letting_a_catch_up_burst_go():
     # Given a lane sending unpaced, its last request started at t=10
     learning = lane()
-    learning.take_turn(10.0)
+    take_turn(learning, 10.0)
 
     # When the receiver refuses it, before any answer told a rate: one a second, to begin with
     learning.learn_from(
@@ -128,9 +227,10 @@ def test_a_cut_makes_the_next_turn_later_for_a_request_already_waiting():
 def test_under_a_learned_rate_about_a_horizon_of_requests_waits_for_its_turn_at_once():
     paced = paced_at(40.0)
 
-    paced.not_begun = int(40.0 * RATE_HORIZON) - 1
+    for _ in range(int(40.0 * RATE_HORIZON) - 1):
+        paced.started(delivery())
     assert paced.may_hand_over()
-    paced.not_begun += 1
+    paced.started(delivery())
     assert not paced.may_hand_over()
 
 

@@ -43,7 +43,7 @@ from devtools.ports import free_port
 from devtools.sink import Reply
 from runtime.models import ProcessHeartbeat
 from scheduling.models import Event
-from scheduling.services.sync import event_deliver_now
+from scheduling.tests.due import event_make_due_now
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -371,7 +371,7 @@ def test_through_pgbouncer_an_idle_worker_is_woken_by_the_listen_url_or_finds_wo
         # When an operator sends it now...
         event.refresh_from_db()
         made_due_at = time.time()
-        event_deliver_now(event=event, operator="test")
+        event_make_due_now(event=event)
         assert sink.wait_for(1, timeout=20)
     finally:
         assert stop_all(processes) == [0, 0]

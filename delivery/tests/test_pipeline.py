@@ -485,3 +485,40 @@ def test_resending_a_dead_delivery_goes_to_its_destinations_current_url_under_th
     event.refresh_from_db()
     assert event.status == EventStatus.COMPLETED
     assert Delivery.objects.filter(event=event).count() == 1
+
+
+def test_the_claim_summary_counts_the_events_held_back_by_a_pause(delivery_settings, caplog):
+    # given two due events, one of a paused recipient
+    held, sent = new_user(), new_user(first_name="Grace")
+    user_update(user=held, data={"paused": True}, by="ops")
+    make_due([held.events.get(), sent.events.get()])
+
+    # when the scheduler claims them
+    with caplog.at_level("INFO", logger="delivery.scheduler"):
+        run_scheduler_once()
+
+    # then its line accounts for both: one queued, one held back by the pause
+    [line] = [r for r in caplog.records if r.getMessage().startswith("Claimed ")]
+    assert line.getMessage() == (
+        "Claimed 2 due event(s): 1 queued for delivery, 0 too late, 1 held back by a pause, "
+        "0 with no destination subscribed"
+    )
+    assert (line.claimed, line.queued, line.paused) == (2, 1, 1)
+
+
+def test_a_worker_line_for_a_chat_format_names_no_user_id_rather_than_none(delivery_settings, sink, caplog):
+    # given a destination in Slack's format, whose body does not name the recipient
+    Destination.objects.update(format=Destination.Format.SLACK)
+    user = new_user()
+    make_due([user.events.get()])
+    run_scheduler_once()
+
+    # when the worker sends it
+    with caplog.at_level("INFO", logger="delivery.services.record"):
+        run_worker_once()
+
+    # then its lines carry the event id and no user_id=None
+    lines = [r for r in caplog.records if hasattr(r, "event_id")]
+    assert lines
+    assert all(getattr(r, "user_id", "absent") != None for r in lines)  # noqa: E711
+    assert {r.event_id for r in lines} == {str(user.events.order_by("occurrence_date").first().id)}

@@ -23,6 +23,7 @@ from delivery.tests.conftest import (
     create_due_users,
     eventually,
     key_of,
+    peak_open,
     process_env,
     receivers,
     settled,
@@ -35,16 +36,6 @@ from devtools.sink import Reply
 from scheduling.models import Event, EventStatus
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-
-def peak_open(received, hold: float) -> int:
-    """Most requests open at the receiver at once, each held `hold` seconds after it arrived."""
-    edges = sorted([(r.received_at, 1) for r in received] + [(r.received_at + hold, -1) for r in received])
-    peak = current = 0
-    for _, step in edges:
-        current += step
-        peak = max(peak, current)
-    return peak
 
 
 def assert_all_delivered_once(sink, expected: int) -> None:

@@ -9,7 +9,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
-from delivery.models import Delivery, DeliveryAttempt
+from delivery.models import Delivery, DeliveryAttempt, Endpoint
 from delivery.tests.conftest import process_env, start_process, stop_all, wait_until
 from devtools.sink import Reply
 from scheduling.models import Event, EventStatus
@@ -187,3 +187,96 @@ def test_an_erase_while_the_greeting_is_being_sent_cancels_it_and_leaves_no_trac
         DeliveryAttempt.objects.filter(delivery__isnull=True).values_list("status_code", "response_excerpt")
     ) == [(503, "")]
     assert "recipient was erased" in (tmp_path / "worker.log").read_text()
+
+
+def _echoing(person: dict) -> Reply:
+    """A 503 whose status line and body echo the greeting, as some gateways and chat services answer."""
+    greeting = f"Hey, {person['first_name']} {person['last_name']} it's your birthday"
+    return Reply(
+        status=503, reason=f"Unavailable for {greeting}", body=f'{{"rejected": "{greeting}"}}'.encode()
+    )
+
+
+def test_erased_recipients_whose_receiver_echoed_their_names_leave_them_in_no_column_and_no_log_line(
+    api_client, delivery_settings, sink, tmp_path, caplog
+):
+    caplog.set_level("INFO")
+    # Long enough to hold a request open across an erase; a receiver failing 3 times in a row is FAILING.
+    delivery_settings.WEBHOOK_TIMEOUT = timedelta(seconds=10)
+    env = process_env(
+        delivery_settings,
+        ENDPOINT_FAILURE_THRESHOLD=3,
+        ENDPOINT_PROBE_FIRST_INTERVAL="0.5s",
+        ENDPOINT_PROBE_MAX_INTERVAL="1s",
+    )
+    zone = zone_where_it_is(11)
+    today = local_today(zone)
+
+    def create(first_name: str, last_name: str, external_id: str) -> dict:
+        response = api_client.post(
+            USERS_URL,
+            {
+                "first_name": first_name,
+                "last_name": last_name,
+                "date_of_birth": born_on(today),
+                "timezone": zone,
+                "external_id": external_id,
+            },
+            format="json",
+        )
+        assert response.status_code == 201
+        return response.json()
+
+    def completed(person: dict) -> bool:
+        return Event.objects.filter(user_id=person["id"], status=EventStatus.COMPLETED).exists()
+
+    processes = [
+        start_process(["run_scheduler"], env, tmp_path / "scheduler.log"),
+        start_process(["run_worker"], env, tmp_path / "worker.log"),
+    ]
+    try:
+        # At rest: three echoing refusals make the endpoint FAILING, its probe is accepted, then the erase.
+        at_rest = create("Zyxwquorra", "Failvane", "echo-at-rest-1")
+        sink.script(at_rest["next_event"]["idempotency_key"], *[_echoing(at_rest)] * 3, Reply(status=200))
+        wait_until(lambda: completed(at_rest), 60, "the first greeting to be delivered after three refusals")
+        assert Endpoint.objects.get().last_error == "HTTP 503 (Service Unavailable)"
+        # The search can find them: their receiver's words are on the attempt rows until the erase.
+        assert ("delivery_deliveryattempt", "error") in traces("Failvane")
+        assert api_client.delete(f"{USERS_URL}{at_rest['id']}/").status_code == 204
+
+        # Mid-request: the receiver holds the second request open while the erase commits, then refuses it
+        # in words that name them; the worker records that answer after the erase.
+        mid_request = create("Quillonette", "Midrequestova", "echo-mid-request-2")
+        held = _echoing(mid_request)
+        held.delay = 3
+        sink.script(mid_request["next_event"]["idempotency_key"], _echoing(mid_request), held)
+        key = mid_request["next_event"]["idempotency_key"]
+        wait_until(lambda: sink.keys().count(key) == 2, 30, "the second request to be held open")
+        assert api_client.delete(f"{USERS_URL}{mid_request['id']}/").status_code == 204
+        wait_until(
+            lambda: "Lease lost" in (tmp_path / "worker.log").read_text(),
+            30,
+            "the late answer to be recorded",
+        )
+
+        # The worker goes on as usual.
+        after = create("Alan", "Next", "echo-after-3")
+        wait_until(lambda: completed(after), 30, "the next recipient's greeting to be delivered")
+    finally:
+        exit_codes = stop_all(processes)
+
+    assert exit_codes == [0, 0]
+    needles = []
+    for person in (at_rest, mid_request):
+        needles += [person["first_name"], person["last_name"], person["external_id"]]
+        assert traces(*needles, person["id"], person["id"].replace("-", "")) == {}
+    logged = {
+        "scheduler": (tmp_path / "scheduler.log").read_text().splitlines(),
+        "worker": (tmp_path / "worker.log").read_text().splitlines(),
+        "web (this process)": [repr(vars(record)) for record in caplog.records],
+    }
+    assert any("Endpoint failing" in line for line in logged["worker"])
+    assert {
+        process: [line for line in lines if any(needle in line for needle in needles)]
+        for process, lines in logged.items()
+    } == {process: [] for process in logged}

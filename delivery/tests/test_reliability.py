@@ -34,7 +34,7 @@ from delivery.worker import Worker
 from devtools.sink import Reply
 from runtime.models import ProcessHeartbeat
 from scheduling.models import Event, EventStatus
-from scheduling.services.sync import event_deliver_now
+from scheduling.tests.due import event_make_due_now
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -278,7 +278,7 @@ def test_an_idle_scheduler_and_worker_are_woken_by_notifications_not_their_inter
 
         event.refresh_from_db()
         made_due_at = time.time()
-        event_deliver_now(event=event, operator="test")
+        event_make_due_now(event=event)
 
         assert sink.wait_for(1, timeout=10)
         # Polling alone would have taken up to 30 s, twice.

@@ -183,3 +183,34 @@ def test_retry_decision_weighs_the_endpoints_verdict(
     )
 
     assert decision == expected
+
+
+def test_a_delivery_that_met_a_gone_destination_waits_for_the_operator_without_spending_an_attempt():
+    decision = decide(
+        outcome=PERMANENT,
+        attempt=8,
+        max_attempts=8,
+        description="HTTP 404 (channel_not_found)",
+        status_code=404,
+        gone=True,
+        endpoint_down=True,
+        policy=POLICY,
+        jitter=top_of_range,
+    )
+
+    assert decision == Decision(QUEUED, None, "HTTP 404 (channel_not_found)", charged=False)
+
+
+def test_a_gone_delivery_queued_longer_than_the_lateness_is_given_up():
+    decision = decide(
+        outcome=PERMANENT,
+        attempt=1,
+        max_attempts=8,
+        description="HTTP 404 (channel_not_found)",
+        status_code=404,
+        gone=True,
+        outlived=timedelta(hours=48),
+        policy=POLICY,
+    )
+
+    assert decision.status == DEAD

@@ -4,6 +4,7 @@ import asyncio
 import json
 import random
 import socket
+import threading
 import uuid
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -12,6 +13,7 @@ from ipaddress import ip_network
 import pytest
 from standardwebhooks.webhooks import Webhook
 
+from channels.base import parse_retry_after
 from delivery.models import AttemptOutcome
 from delivery.receiver_addresses import ReceiverPolicy
 from delivery.receiver_urls import url_redact
@@ -24,7 +26,6 @@ from delivery.transport import (
     ClaimedDelivery,
     WebhookTransport,
     classify_status,
-    parse_retry_after,
 )
 from devtools.sink import Reply
 
@@ -152,6 +153,48 @@ def test_connection_error_is_transient():
 
     assert result.outcome == AttemptOutcome.TRANSIENT_FAILURE
     assert "Connection" in result.error or "refused" in result.error
+
+
+def test_the_receivers_reason_phrase_is_detail_and_the_description_has_the_standard_one(sink):
+    sink.default = Reply(status=503, reason="Unavailable for Hey, Ada Lovelace it's your birthday")
+
+    result = send(WebhookTransport(timeout=5), claimed(sink.url))
+
+    assert result.detail == "Unavailable for Hey, Ada Lovelace it's your birthday"
+    assert (result.error, result.describe()) == ("", "HTTP 503 (Service Unavailable)")
+
+
+def test_an_unknown_status_is_described_by_its_code_alone(sink):
+    sink.default = Reply(status=599, reason="Hey, Ada Lovelace")
+
+    assert send(WebhookTransport(timeout=5), claimed(sink.url)).describe() == "HTTP 599"
+
+
+def test_a_malformed_answer_quoting_the_message_is_described_by_the_errors_class_alone():
+    # A receiver whose broken status line echoes the message: the parser's error text quotes it.
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+
+    def answer() -> None:
+        connection, _ = server.accept()
+        with connection:
+            connection.recv(65536)
+            connection.sendall(b"HTTP/1.1 5x3 Hey, Ada Lovelace\r\nContent-Length: 0\r\n\r\n")
+
+    answering = threading.Thread(target=answer, daemon=True)
+    answering.start()
+    try:
+        result = send(
+            WebhookTransport(timeout=5), claimed(f"http://127.0.0.1:{server.getsockname()[1]}/hook")
+        )
+    finally:
+        answering.join(5)
+        server.close()
+
+    assert result.outcome == AttemptOutcome.TRANSIENT_FAILURE
+    assert "Lovelace" in result.detail
+    assert result.describe().startswith("Connection error: ") and "Lovelace" not in result.describe()
 
 
 def test_response_excerpt_is_cut_to_2_kib(sink):

@@ -8,7 +8,7 @@ import pytest
 from django.db import OperationalError
 from django.utils import timezone
 
-from delivery import lanes
+from delivery import claimer
 from delivery.models import Endpoint, EndpointState
 from delivery.services import endpoints as endpoints_service
 from delivery.tests.conftest import endpoint_columns
@@ -26,23 +26,23 @@ def worker(delivery_settings):
 
 def test_a_step_held_past_a_lease_renewal_without_an_error_is_taken_for_an_outage(worker):
     # Given a worker whose last step began longer ago than its lease renewal period
-    worker.progress_mono = time.monotonic() - worker.renew_leases.every - 1
+    worker.grace.stepped_mono = time.monotonic() - worker.renew_leases.every - 1
 
     # When it moves on to the next step
     worker._held_up()
 
-    # Then it takes over no lease until the grace after an outage has passed
-    assert worker.recovering
-    assert worker.take_over_after_mono > time.monotonic() + worker.timeout
+    # Then it keeps what it holds first, and takes over no lease until the grace after an outage has passed
+    assert worker.grace.recovery_due
+    assert not worker.grace.may_take_over(time.monotonic() + worker.timeout)
 
 
 def test_a_step_shorter_than_a_lease_renewal_changes_nothing(worker):
-    worker.progress_mono = time.monotonic()
+    worker.grace.stepped_mono = time.monotonic()
 
     worker._held_up()
 
-    assert not worker.recovering
-    assert worker.take_over_after_mono <= time.monotonic()
+    assert not worker.grace.recovery_due
+    assert worker.grace.may_take_over(time.monotonic())
 
 
 def test_a_database_error_while_giving_back_an_unused_probe_is_an_outage_not_a_crash(
@@ -67,7 +67,7 @@ def test_a_database_error_while_giving_back_an_unused_probe_is_an_outage_not_a_c
             raise OperationalError("server closed the connection unexpectedly")
         return endpoints_service.endpoint_return_probe(**kwargs)
 
-    monkeypatch.setattr(lanes, "endpoint_return_probe", give_back)
+    monkeypatch.setattr(claimer, "endpoint_return_probe", give_back)
 
     # When a worker runs through it
     with caplog.at_level(logging.ERROR, logger="runtime.database"):

@@ -383,7 +383,8 @@ def test_the_endpoint_gauges_cost_three_queries_however_many_endpoints(client, m
     endpoint_queries = [
         q["sql"]
         for q in many.captured_queries
-        if "delivery_endpoint" in q["sql"] or "endpoint_key" in q["sql"] or "url_key" in q["sql"]
+        # (the destinations' list, which the destination gauges read, has url_key among its columns)
+        if "delivery_endpoint" in q["sql"] or "endpoint_key" in q["sql"] or '"url_key" IN' in q["sql"]
     ]
     assert len(endpoint_queries) == 3  # the endpoints, what waits on them, their destinations' names
 
@@ -396,3 +397,56 @@ def test_what_waits_on_endpoints_is_read_from_the_unfinished_deliveries_indexes(
         index in plan
         for index in ("delivery_queued_due_idx", "delivery_lease_idx", "delivery_status_updated_idx")
     ), plan
+
+
+def test_a_destination_whose_deliveries_end_dead_is_failing_in_the_metrics(client, metrics_settings):
+    from console.tests.console_data import dead_at, delivered_at
+    from delivery.services.destinations import destination_create
+
+    # given crm-broken, 3 of 3 deliveries DEAD (its endpoint healthy), and crm-fine, delivering
+    broken = destination_create(
+        name="crm-broken", url="https://broken.example.org/h", operator="o"
+    ).destination
+    fine = destination_create(name="crm-fine", url="https://fine.example.org/h", operator="o").destination
+    for _ in range(3):
+        dead_at(broken, status_code=400)
+    delivered = delivered_at(fine)
+
+    values = samples(client.get("/metrics"))
+
+    def value(name, **labels):
+        return values[(name, tuple(sorted(labels.items())))]
+
+    assert value("birthday_destination_condition", destination="crm-broken", condition="failing") == 1
+    assert value("birthday_destination_condition", destination="crm-broken", condition="ok") == 0
+    assert value("birthday_destination_needs_attention", destination="crm-broken") == 1
+    assert value("birthday_destination_dead_last_hour", destination="crm-broken") == 3
+    assert value("birthday_destination_dead_last_day", destination="crm-broken") == 3
+    assert value("birthday_destination_last_delivered_timestamp_seconds", destination="crm-broken") == 0
+    assert value("birthday_destination_needs_attention", destination="crm-fine") == 0
+    assert value(
+        "birthday_destination_last_delivered_timestamp_seconds", destination="crm-fine"
+    ) == pytest.approx(delivered.updated_at.timestamp())
+
+
+def test_every_metric_the_alerts_name_is_one_the_web_exports(client, metrics_settings):
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    from delivery.services.destinations import destination_create
+
+    # given an endpoint and a destination, so their series exist
+    destination_create(name="crm", url=RECEIVER, operator="o")  # its endpoint row is made with it
+    exported = {name for name, _ in samples(client.get("/metrics"))}
+
+    rules = yaml.safe_load((Path(__file__).parents[2] / "deploy/prometheus/alerts.yml").read_text())
+    named = {
+        name
+        for group in rules["groups"]
+        for rule in group["rules"]
+        for name in re.findall(r"\bbirthday_[a-z_]+", rule["expr"])
+    }
+
+    assert named - exported == set()

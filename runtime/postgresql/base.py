@@ -22,6 +22,9 @@ OperationalError, which the long-running processes wait out (runtime.database):
 
 from __future__ import annotations
 
+from types import TracebackType
+from typing import Any
+
 import psycopg
 from django.db.backends.postgresql import base
 from django.db.utils import DatabaseErrorWrapper
@@ -33,8 +36,17 @@ _OUTAGE_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
 
 
 class LostConnectionErrorWrapper(DatabaseErrorWrapper):
-    def __exit__(self, exc_type, exc_value, traceback):
-        if exc_type is None or not issubclass(exc_type, psycopg.DatabaseError):
+    # Set by DatabaseErrorWrapper.__init__; django-stubs leave the attribute out.
+    wrapper: DatabaseWrapper
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        # (A with block's exception type always comes with its value.)
+        if exc_type is None or exc_value is None or not issubclass(exc_type, psycopg.DatabaseError):
             return super().__exit__(exc_type, exc_value, traceback)
         if is_server_read_only(exc_value):
             self.wrapper.server_read_only = True
@@ -52,18 +64,18 @@ class LostConnectionErrorWrapper(DatabaseErrorWrapper):
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # Set when a statement met a server that takes no writes (see the module's docstring).
         self.server_read_only = False
 
     @cached_property
-    def wrap_database_errors(self):
+    def wrap_database_errors(self) -> LostConnectionErrorWrapper:
         return LostConnectionErrorWrapper(self)
 
-    def connect(self):
+    def connect(self) -> None:
         self.server_read_only = False
         super().connect()
 
-    def is_usable(self):
+    def is_usable(self) -> bool:
         return not self.server_read_only and super().is_usable()

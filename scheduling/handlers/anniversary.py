@@ -12,7 +12,7 @@ from scheduling.handlers.birthday import next_yearly_occurrence
 
 
 class AnniversaryHandler:
-    event_type = EventType.ANNIVERSARY
+    event_type: str = EventType.ANNIVERSARY
     message_template = "Hey, {first_name} {last_name} happy anniversary"
     placeholders = frozenset({"first_name", "last_name", "years"})
     applies_to = Q(anniversary_date__isnull=False)
@@ -35,6 +35,7 @@ class AnniversaryHandler:
     def message_values(self, *, user: Recipient, occurrence_date: date) -> dict[str, object]:
         # Only a recipient with an anniversary date has an anniversary event:
         # clearing the date removes the pending one in the same transaction.
+        assert user.anniversary_date is not None
         return {
             "first_name": user.first_name,
             "last_name": user.last_name,

@@ -16,16 +16,26 @@ from scheduling.zonedata import zone_cache
 
 
 class Recipient(Protocol):
-    """What a handler reads of a recipient: a users.User, or a row of its values on the bulk paths."""
+    """What a handler reads of a recipient: a users.User, or a row of its values on the bulk paths.
 
-    id: uuid.UUID
-    first_name: str
-    last_name: str
-    date_of_birth: date
-    timezone: str
-    anniversary_date: date | None
+    Read-only properties, as a handler only reads them: a row (a NamedTuple) is a recipient too.
+    """
+
+    @property
+    def id(self) -> uuid.UUID: ...
+    @property
+    def first_name(self) -> str: ...
+    @property
+    def last_name(self) -> str: ...
+    @property
+    def date_of_birth(self) -> date: ...
+    @property
+    def timezone(self) -> str: ...
+    @property
+    def anniversary_date(self) -> date | None: ...
     # The recipient's own local send time; None: the event type's default (send_time()).
-    send_time: time | None
+    @property
+    def send_time(self) -> time | None: ...
 
 
 class RecipientRow(NamedTuple):

@@ -42,7 +42,7 @@ def next_yearly_occurrence(
 
 
 class BirthdayHandler:
-    event_type = EventType.BIRTHDAY
+    event_type: str = EventType.BIRTHDAY
     message_template = "Hey, {first_name} {last_name} it's your birthday"
     placeholders = frozenset({"first_name", "last_name", "age"})
     applies_to = Q()  # everyone has a date of birth

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 
+from django.core.exceptions import ValidationError
 from django.db import DEFAULT_DB_ALIAS, models
 
+from runtime.sql import column_field
 from scheduling.handlers import REGISTRY
 from scheduling.models import MessageTemplate
 
@@ -25,9 +27,39 @@ def message_template_save(*, template: MessageTemplate, operator: str) -> Messag
         "Operator %s changed the %s message",
         operator,
         template.event_type,
-        extra={"operator": operator, "event_type": template.event_type},
+        extra={
+            "operator": operator,
+            "event_type": template.event_type,
+            "language": template.language,
+            "milestone": template.milestone,
+        },
     )
     return template
+
+
+def message_template_delete(*, template: MessageTemplate, operator: str) -> None:
+    """Delete a language's or a milestone's text; its recipients get the text it stood in front of.
+
+    A type's default row is not deleted (ValidationError): the next migrate would bring it
+    back with the handler's default; an operator restores that by saving its text instead.
+    """
+    if template.is_default:
+        raise ValidationError(
+            "The default text of an event type cannot be deleted; save the default text instead."
+        )
+    template.delete()
+    logger.info(
+        "Operator %s deleted the %s message for %s",
+        operator,
+        template.event_type,
+        template.language or "every language",
+        extra={
+            "operator": operator,
+            "event_type": template.event_type,
+            "language": template.language,
+            "milestone": template.milestone,
+        },
+    )
 
 
 def message_templates_create_missing(
@@ -43,8 +75,8 @@ def message_templates_create_missing(
     migration (the one allowing it in the table's CHECK) is not applied yet
     gets its row from the migrate that applies it.
     """
-    migrated = {value for value, _label in model._meta.get_field("event_type").choices}
-    model.objects.using(using).bulk_create(
+    migrated = {value for value, _label in column_field(model, "event_type").field.choices or ()}
+    model._default_manager.using(using).bulk_create(
         [
             model(event_type=event_type, body=handler.message_template)
             for event_type, handler in REGISTRY.items()

@@ -6,7 +6,7 @@ import hashlib
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import date, datetime, timedelta
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from django.conf import settings
 from django.db.models import Max
@@ -24,7 +24,8 @@ class StoredRecipient(Recipient, Protocol):
     (scheduling.services.deleted_recipients).
     """
 
-    external_id: str | None
+    @property
+    def external_id(self) -> str | None: ...
 
 
 def idempotency_key_for(*, user_id: uuid.UUID, event_type: str, occurrence_date: date) -> str:
@@ -51,7 +52,7 @@ def last_handled_occurrence(*, recipient: StoredRecipient, event_type: str, now:
     external id and whose occurrence could still be caught up: deleted and
     created again, the recipient is not greeted twice.
     """
-    own = (
+    own: date | None = (
         Event.objects.filter(user_id=recipient.id, event_type=event_type)
         .exclude(status=EventStatus.PENDING)
         .aggregate(latest=Max("occurrence_date"))["latest"]
@@ -113,7 +114,11 @@ def first_pending_event_rows(
             occurrence := handler.next_occurrence(
                 user=recipient,
                 now=since,
-                after_date=handled.get((recipient.external_id, event_type)) if handled else None,
+                after_date=(
+                    handled.get((recipient.external_id, event_type))
+                    if handled and recipient.external_id is not None
+                    else None
+                ),
             )
         )
         is not None
@@ -154,6 +159,7 @@ def scheduled_occurrence(
         after_date=after_date,
     )
     # Not None: whether a recipient has occurrences does not depend on the instant.
+    assert as_of_pending is not None
     return as_of_pending if as_of_pending.occurrence_date == pending_date else upcoming
 
 
@@ -190,7 +196,7 @@ def pending_event_row(*, user_id: uuid.UUID, event_type: str, occurrence: Occurr
     )
 
 
-def pending_event_defaults(*, now: datetime) -> dict:
+def pending_event_defaults(*, now: datetime) -> dict[str, Any]:
     """What every new PENDING event shares."""
     return {
         "status": EventStatus.PENDING.value,

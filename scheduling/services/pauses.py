@@ -7,6 +7,7 @@ import logging
 from django.db import DEFAULT_DB_ALIAS, models, transaction
 from django.utils import timezone
 
+from runtime.sql import column_field
 from scheduling.handlers import REGISTRY
 from scheduling.models import EventTypePause
 
@@ -37,6 +38,7 @@ def event_type_resume(*, event_type: str, by: str) -> EventTypePause:
         pause = EventTypePause.objects.select_for_update().get(event_type=event_type)
         if pause.paused:
             # Never before the pause began, whatever the clocks of two web hosts say.
+            assert pause.paused_at is not None  # paused: a pause has begun
             pause.resumed_at, pause.resumed_by = max(timezone.now(), pause.paused_at), by
             pause.save()
             logger.info(
@@ -49,8 +51,8 @@ def event_type_pauses_create_missing(
     *, model: type[models.Model] = EventTypePause, using: str = DEFAULT_DB_ALIAS
 ) -> None:
     """Give every registered event type without a row one, not paused (after every migrate, as message templates)."""
-    migrated = {value for value, _label in model._meta.get_field("event_type").choices}
-    model.objects.using(using).bulk_create(
+    migrated = {value for value, _label in column_field(model, "event_type").field.choices or ()}
+    model._default_manager.using(using).bulk_create(
         [model(event_type=event_type) for event_type in REGISTRY if event_type in migrated],
         ignore_conflicts=True,
     )

@@ -5,16 +5,18 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import cast
 
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, F, OuterRef
+from django.db.models import Exists, F, Model, OuterRef
 from django.utils import timezone
 
 from runtime.wakeup import SCHEDULER_CHANNEL, notify
 from scheduling.exceptions import InvalidStateTransition, OptimisticLockError
 from scheduling.handlers import REGISTRY, Occurrence, Recipient
 from scheduling.models import Event, EventStatus
-from scheduling.selectors import deleted_occurrence_latest
+from scheduling.pauses import PauseSpan
+from scheduling.selectors import deleted_occurrence_latest, event_type_pauses
 from scheduling.services.occurrences import (
     StoredRecipient,
     first_occurrence,
@@ -78,7 +80,6 @@ def events_create_first(*, user: StoredRecipient, now: datetime | None = None) -
         occurrence = first_occurrence(recipient=user, event_type=event_type, now=now, after_date=after_date)
         if occurrence is not None:
             events.append(_event_insert(user=user, event_type=event_type, occurrence=occurrence, now=now))
-    user.pending_events = events  # what the API renders as next_event and next_events
     return events
 
 
@@ -114,25 +115,61 @@ def event_reschedule(*, event: Event, occurrence: Occurrence) -> Event:
     return event
 
 
-def event_deliver_now(*, event: Event, operator: str) -> Event:
-    """Operator action: make a PENDING event due immediately (same occurrence and key)."""
+def event_deliver_now_refusal(*, event: Event, now: datetime) -> str:
+    """Why "deliver now" would refuse `event` ("" if it would not): the console's confirmation shows it first."""
     if event.status != EventStatus.PENDING:
-        raise InvalidStateTransition(
-            f"Only PENDING events can be delivered now; event {event.id} (version "
-            f"{event.version}) is {event.status}."
+        return (
+            f"Only PENDING events can be delivered now; event {event.id} (version {event.version}) is "
+            f"{event.status}."
         )
-    now = timezone.now()
+    today = now.astimezone(load_timezone(event.target_timezone)).date()
+    if event.occurrence_date != today:
+        return (
+            f"Event {event.id} is the occurrence of {event.occurrence_date:%Y-%m-%d}, not of today "
+            f"({today:%Y-%m-%d} in {event.target_timezone}): sending it now would send that day's greeting "
+            "today and nothing on the day. Only an occurrence due today can be delivered early."
+        )
+    if event.user.paused:
+        return (
+            f"The recipient of event {event.id} is paused: the scheduler would fail this occurrence unsent. "
+            "Resume the recipient first."
+        )
+    if event_type_pauses().get(event.event_type, PauseSpan(None, None)).active:
+        return (
+            f"{event.get_event_type_display()} messages are paused for everyone: the scheduler would fail "
+            "this occurrence unsent. Resume the event type first."
+        )
+    return ""
+
+
+def event_deliver_now(*, event: Event, operator: str, now: datetime | None = None) -> Event:
+    """Operator action: send today's occurrence now instead of at its send time (same occurrence and key).
+
+    Only the occurrence whose local date is today in the recipient's zone: any
+    other would be sent on the wrong day and the real day would get nothing,
+    since each occurrence is sent once (an operator once used up a 2028
+    birthday this way). Refused while the recipient or the event type is
+    paused: the claim would fail the occurrence unsent and move on a year.
+    """
+    now = now or timezone.now()
+    refusal = event_deliver_now_refusal(event=event, now=now)
+    if refusal:
+        raise InvalidStateTransition(refusal)
+    zone = load_timezone(event.target_timezone)
+    if event.target_timestamp_utc <= now:
+        # Already due: the scheduler claims it at its next look; moving it changes nothing.
+        return event
     event_reschedule(
         event=event,
         occurrence=Occurrence(
             occurrence_date=event.occurrence_date,
             target_utc=now,
-            target_local=now.astimezone(load_timezone(event.target_timezone)),
+            target_local=now.astimezone(zone),
             timezone_name=event.target_timezone,
         ),
     )
     logger.info(
-        "Operator %s made event due now",
+        "Operator %s made today's event due now",
         operator,
         extra={"operator": operator, "event_id": str(event.id), "idempotency_key": event.idempotency_key},
     )
@@ -165,7 +202,7 @@ class SyncResult:
 
 def _sync_one_type(*, user: StoredRecipient, event_type: str, now: datetime, result: SyncResult) -> None:
     for processing in Event.objects.filter(
-        user=user, event_type=event_type, status=EventStatus.PROCESSING
+        user_id=user.id, event_type=event_type, status=EventStatus.PROCESSING
     ).only("id"):
         # Its delivery is already under way with the data it was claimed with.
         logger.warning(
@@ -175,7 +212,9 @@ def _sync_one_type(*, user: StoredRecipient, event_type: str, now: datetime, res
         result.skipped += 1
 
     for _attempt in range(_SYNC_ATTEMPTS):
-        pending = Event.objects.filter(user=user, event_type=event_type, status=EventStatus.PENDING).first()
+        pending = Event.objects.filter(
+            user_id=user.id, event_type=event_type, status=EventStatus.PENDING
+        ).first()
         occurrence = scheduled_occurrence(
             recipient=user,
             event_type=event_type,
@@ -255,10 +294,12 @@ def event_sync_for_user(*, user: StoredRecipient, now: datetime | None = None) -
     return result
 
 
-def _recipients():
+def _recipients() -> type[Model]:
     # The recipient model, as the event's foreign key names it: scheduling
     # reads recipients but does not import the app that owns them.
-    return Event._meta.get_field("user").related_model
+    model = Event._meta.get_field("user").related_model
+    assert isinstance(model, type)  # a foreign key's model, resolved when the apps were loaded
+    return model
 
 
 def events_create_missing(*, now: datetime | None = None, limit: int = RECONCILE_CHUNK) -> int:
@@ -284,7 +325,7 @@ def events_create_missing(*, now: datetime | None = None, limit: int = RECONCILE
         # nothing to repair, so that is the case to make cheap.
         orphans = (
             _recipients()
-            .objects.filter(handler.applies_to, ~Exists(has_pending))
+            ._default_manager.filter(handler.applies_to, ~Exists(has_pending))
             .order_by("pk")
             .values_list("pk", flat=True)
         )
@@ -294,8 +335,12 @@ def events_create_missing(*, now: datetime | None = None, limit: int = RECONCILE
                     # Read under the lock a user edit takes first: an edit made
                     # meanwhile (a cleared anniversary date) is then either what
                     # this follows, or sees this event and follows it.
-                    user = _recipients().objects.select_for_update().filter(pk=user_id).first()
-                    if user is not None and event_create_next(user=user, event_type=event_type, now=now):
+                    user = _recipients()._default_manager.select_for_update().filter(pk=user_id).first()
+                    # users.User, which has a StoredRecipient's fields (its type is not
+                    # importable here: see _recipients).
+                    if user is not None and event_create_next(
+                        user=cast(StoredRecipient, user), event_type=event_type, now=now
+                    ):
                         created += 1
             except IntegrityError:
                 # Created concurrently (by a user save or another scheduler).

@@ -19,7 +19,7 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from runtime.sql import rows_relation, send
+from runtime.sql import column_field, rows_relation, send
 from scheduling.exceptions import InvalidStateTransition, OptimisticLockError
 from scheduling.models import Event, EventStatus
 
@@ -74,8 +74,8 @@ class EventRef:
         self.version = version
 
 
-_ID = Event._meta.get_field("id")
-_VERSION = Event._meta.get_field("version")
+_ID = column_field(Event, "id").field
+_VERSION = column_field(Event, "version").field
 
 
 def events_transition(
@@ -172,12 +172,12 @@ def _transition_update(
     now: datetime,
     changes: Mapping[str, Any],
     per_event: Mapping[str, Sequence[Any]],
-) -> tuple[str, list]:
+) -> tuple[str, list[Any]]:
     """The conditional UPDATE that moves `events`, returning the ids it moved, and its parameters."""
     # The relation's columns are prefixed so that RETURNING can name the
     # table's own columns unqualified: an `id` of both would be ambiguous.
     columns = [("v_id", _ID), ("v_version", _VERSION)]
-    columns += [(f"v_{name}", Event._meta.get_field(name)) for name in per_event]
+    columns += [(f"v_{name}", column_field(Event, name).field) for name in per_event]
     rows = list(
         zip(
             [event.id for event in events],
@@ -188,12 +188,12 @@ def _transition_update(
     )
     relation, relation_params = rows_relation("v", columns, rows)
     assignments = ["status = %s", "version = e.version + 1", "updated_at = %s"]
-    params: list = [target, Event._meta.get_field("updated_at").get_db_prep_value(now, connection)]
+    params: list[Any] = [target, column_field(Event, "updated_at").field.get_db_prep_value(now, connection)]
     for name, value in changes.items():
-        field = Event._meta.get_field(name)
-        assignments.append(f"{field.column} = %s")
+        column, field = column_field(Event, name)
+        assignments.append(f"{column} = %s")
         params.append(field.get_db_prep_value(value, connection))
-    assignments += [f"{Event._meta.get_field(name).column} = v.v_{name}" for name in per_event]
+    assignments += [f"{column_field(Event, name).column} = v.v_{name}" for name in per_event]
     sql = (
         f"UPDATE {Event._meta.db_table} AS e SET {', '.join(assignments)} FROM {relation} "
         "WHERE e.id = v.v_id AND e.status = %s AND (v.v_version IS NULL OR e.version = v.v_version) RETURNING id"

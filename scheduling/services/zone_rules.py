@@ -32,7 +32,7 @@ from zoneinfo import ZoneInfoNotFoundError
 from django.db import connection, transaction
 from django.utils import timezone
 
-from runtime.sql import execute, rows_relation
+from runtime.sql import column_field, execute, rows_relation
 from scheduling.handlers import wall_time_instant
 from scheduling.models import Event, EventStatus, EventZoneData
 from scheduling.zonedata import zone_data
@@ -76,7 +76,7 @@ class MovedEventRow(NamedTuple):
 # The model fields of the columns the pass reads and writes, by name: their
 # database types adapt its parameters.
 _EVENT_FIELDS = {
-    name: Event._meta.get_field(name)
+    name: column_field(Event, name)
     for name in (*PendingInstantRow._fields, *MovedEventRow._fields, "updated_at")
 }
 
@@ -86,11 +86,11 @@ class ZoneRulesPass:
     """What one call did: the events it moved per zone, and whether every PENDING event now follows `version`."""
 
     version: str | None
-    moved: Counter = field(default_factory=Counter)
+    moved: Counter[str] = field(default_factory=Counter)
     complete: bool = True
 
 
-def _version_key(version: str) -> tuple | None:
+def _version_key(version: str) -> tuple[int, int, str] | None:
     # IANA versions are a year and letters: 2024a < 2024b < 2025a (and "z" < "za").
     match = _IANA_VERSION.match(version)
     return (int(match.group(1)), len(match.group(2)), match.group(2)) if match else None
@@ -121,7 +121,7 @@ def _batch(*, after_target: datetime, after_id: uuid.UUID, batch_size: int) -> l
     # PENDING rows in target order; the plain `>=` lets PostgreSQL start the
     # index scan there, the row comparison breaks ties between equal targets.
     table = Event._meta.db_table
-    target = _EVENT_FIELDS["target_timestamp_utc"].get_db_prep_value(after_target, connection)
+    target = _EVENT_FIELDS["target_timestamp_utc"].field.get_db_prep_value(after_target, connection)
     columns = ", ".join(_EVENT_FIELDS[name].column for name in PendingInstantRow._fields)
     rows = execute(
         f"SELECT {columns} FROM {table} "
@@ -131,7 +131,7 @@ def _batch(*, after_target: datetime, after_id: uuid.UUID, batch_size: int) -> l
             EventStatus.PENDING.value,
             target,
             target,
-            _EVENT_FIELDS["id"].get_db_prep_value(after_id, connection),
+            _EVENT_FIELDS["id"].field.get_db_prep_value(after_id, connection),
             batch_size,
         ],
         # Decoded in C: as text, every timestamp of the batch would be parsed in
@@ -141,19 +141,23 @@ def _batch(*, after_target: datetime, after_id: uuid.UUID, batch_size: int) -> l
     return list(map(PendingInstantRow._make, rows))
 
 
-def _move(*, rows: list[MovedEventRow], now: datetime) -> Counter:
+def _move(*, rows: list[MovedEventRow], now: datetime) -> Counter[str]:
     """Move the events in `rows` to their new instants if still PENDING at the version read; count them by zone."""
     if not rows:
         return Counter()
     relation, params = rows_relation(
-        "v", [(f"v_{name}", _EVENT_FIELDS[name]) for name in MovedEventRow._fields], rows
+        "v", [(f"v_{name}", _EVENT_FIELDS[name].field) for name in MovedEventRow._fields], rows
     )
     moved = execute(
         f"UPDATE {Event._meta.db_table} AS e SET target_timestamp_utc = v.v_target_timestamp_utc, "
         "target_timestamp_local = v.v_target_timestamp_local, "
         f"version = e.version + 1, updated_at = %s FROM {relation} "
         "WHERE e.id = v.v_id AND e.status = %s AND e.version = v.v_version RETURNING target_timezone",
-        [_EVENT_FIELDS["updated_at"].get_db_prep_value(now, connection), *params, EventStatus.PENDING.value],
+        [
+            _EVENT_FIELDS["updated_at"].field.get_db_prep_value(now, connection),
+            *params,
+            EventStatus.PENDING.value,
+        ],
     )
     return Counter(zone for (zone,) in moved)
 
@@ -218,8 +222,10 @@ def _pass_start(*, state: EventZoneData, version: str) -> None:
     state.moved, state.pass_started_at, state.pass_completed_at = {}, now, None
 
 
-def _pass_batch(*, state: EventZoneData, current_rules: _CurrentRules, batch_size: int) -> Counter:
+def _pass_batch(*, state: EventZoneData, current_rules: _CurrentRules, batch_size: int) -> Counter[str]:
     """Move the next batch of the pass; record where it stands, or that it is complete."""
+    # A pass under way has its position (_pass_start sets it; only its end clears it).
+    assert state.pass_after_target is not None and state.pass_after_id is not None
     events = _batch(after_target=state.pass_after_target, after_id=state.pass_after_id, batch_size=batch_size)
     moved = _move(rows=current_rules.moves(events=events), now=timezone.now())
     state.moved = dict(Counter(state.moved) + moved)

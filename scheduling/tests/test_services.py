@@ -579,20 +579,67 @@ def test_events_create_missing_schedules_after_the_last_handled_occurrence():
 
 
 @pytest.mark.django_db
+@freeze_time("2027-05-05T06:00:00Z")
 def test_deliver_now_is_not_undone_when_the_user_is_saved_again():
-    from django.utils import timezone as django_timezone
-
-    from users.services import user_update
-
-    user = UserFactory(timezone="Europe/London")
+    # given a recipient whose birthday is today, 07:00 in London, two hours before its send time,
+    # sent now by an operator
+    user = UserFactory(timezone="Europe/London", date_of_birth=date(1990, 5, 5))
     event = user.events.get()
     event_deliver_now(event=event, operator="support")
 
+    # when the recipient is saved again
     user_update(user=user, data={"first_name": "Renamed"})
 
+    # then today's occurrence stays due now
     event.refresh_from_db()
     assert event.status == EventStatus.PENDING
-    assert event.target_timestamp_utc <= django_timezone.now()
+    assert event.occurrence_date == date(2027, 5, 5)
+    assert event.target_timestamp_utc == datetime(2027, 5, 5, 6, tzinfo=UTC)
+
+
+@pytest.mark.django_db
+@freeze_time("2027-05-04T06:00:00Z")
+def test_deliver_now_refuses_an_occurrence_that_is_not_today_and_changes_nothing():
+    # given a recipient whose birthday is tomorrow
+    user = UserFactory(timezone="Europe/London", date_of_birth=date(1990, 5, 5))
+    event = user.events.get()
+    before = Event.objects.values().get(pk=event.pk)
+
+    # when an operator asks to deliver it now, then it is refused and the event untouched
+    with pytest.raises(InvalidStateTransition, match="not of today"):
+        event_deliver_now(event=event, operator="support")
+    assert Event.objects.values().get(pk=event.pk) == before
+
+
+@pytest.mark.django_db
+@freeze_time("2027-05-05T06:00:00Z")
+def test_deliver_now_refuses_a_paused_recipients_occurrence_which_the_claim_would_fail():
+    # given a paused recipient whose birthday is today
+    user = UserFactory(timezone="Europe/London", date_of_birth=date(1990, 5, 5))
+    user_update(user=user, data={"paused": True}, by="ops")
+    event = user.events.get()
+    before = Event.objects.values().get(pk=event.pk)
+
+    # when an operator asks to deliver it now, then it is refused and the event untouched
+    with pytest.raises(InvalidStateTransition, match="paused"):
+        event_deliver_now(event=Event.objects.select_related("user").get(pk=event.pk), operator="support")
+    assert Event.objects.values().get(pk=event.pk) == before
+
+
+@pytest.mark.django_db
+@freeze_time("2027-05-05T06:00:00Z")
+def test_deliver_now_refuses_while_the_event_type_is_paused_for_everyone():
+    from scheduling.services.pauses import event_type_pause
+
+    # given today's birthday of a recipient, and birthdays paused for everyone
+    user = UserFactory(timezone="Europe/London", date_of_birth=date(1990, 5, 5))
+    event_type_pause(event_type=EventType.BIRTHDAY, by="ops")
+    event = user.events.get()
+
+    # when an operator asks to deliver it now, then it is refused
+    with pytest.raises(InvalidStateTransition, match="paused for everyone"):
+        event_deliver_now(event=event, operator="support")
+    assert Event.objects.get(pk=event.pk).target_timestamp_utc == datetime(2027, 5, 5, 8, tzinfo=UTC)
 
 
 @pytest.mark.django_db

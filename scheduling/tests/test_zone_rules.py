@@ -20,9 +20,9 @@ from django.utils import timezone
 from delivery.scheduler import Scheduler
 from scheduling import zonedata
 from scheduling.models import Event, EventStatus, EventType, EventZoneData
-from scheduling.services.sync import event_deliver_now
 from scheduling.services.zone_rules import events_follow_zone_data
 from scheduling.tests.conftest import OLD_VERSION
+from scheduling.tests.due import event_make_due_now
 from scheduling.timezones import load_timezone
 from users.services import user_create, user_update, users_bulk_create_with_events
 
@@ -156,7 +156,7 @@ def test_events_already_due_and_instants_set_by_hand_are_left_alone(use_zone_dat
     # the other moved in SQL to an instant its local time does not describe
     use_zone_database("old")
     due, by_hand = birthday(recipient()), birthday(recipient(born=date(1991, 6, 16)))
-    event_deliver_now(event=due, operator="ops")
+    event_make_due_now(event=due)
     Event.objects.filter(pk=by_hand.pk).update(target_timestamp_utc=at(by_hand, 7))
     due, by_hand = (Event.objects.values().get(pk=e.pk) for e in (due, by_hand))
 

@@ -167,6 +167,55 @@ def test_missing_column_is_refused(tmp_path, header):
     assert User.objects.count() == 0
 
 
+@pytest.mark.parametrize("skip_invalid", [(), ("--skip-invalid",)])
+def test_a_header_with_unknown_columns_is_refused_naming_them_and_nothing_is_imported(tmp_path, skip_invalid):
+    # Given a file whose header misspells send_time and paused: their values would be lost without a word
+    path = write_csv(
+        tmp_path,
+        "first_name,last_name,date_of_birth,timezone,send_tme,pasued\nAda,Lovelace,1990-05-05,UTC,07:30,true\n",
+    )
+
+    # When it is imported, even skipping bad rows
+    message, _ = run_failing_import(path, *skip_invalid)
+
+    # Then it is refused at line 1, naming each unknown column, and nobody is imported
+    assert message.startswith("line 1: unknown column(s) 'send_tme' (column 5), 'pasued' (column 6)")
+    assert "nothing was imported" in message
+    assert User.objects.count() == 0
+
+
+def test_a_header_naming_a_column_twice_is_refused(tmp_path):
+    path = write_csv(
+        tmp_path, "first_name,last_name,date_of_birth,timezone,timezone\nAda,Lovelace,1990-05-05,UTC,UTC\n"
+    )
+
+    message, _ = run_failing_import(path)
+
+    assert message.startswith("line 1: named twice: timezone")
+    assert User.objects.count() == 0
+
+
+@freeze_time("2026-11-22T12:00:00Z")
+def test_a_row_with_more_cells_than_the_header_is_reported_by_line_naming_them_and_nothing_is_imported(
+    tmp_path,
+):
+    # Given a file whose third line has two cells the header does not name (a comma in a name, unquoted)
+    path = write_csv(
+        tmp_path,
+        HEADER + "Ada,Lovelace,1990-05-05,UTC\nGrace,Hopper,1906-12-09,America/New_York,Jr.,extra\n",
+    )
+
+    # When it is imported
+    message, stderr = run_failing_import(path)
+
+    # Then that line is reported, naming the cells, and nothing is imported
+    assert stderr.splitlines() == [
+        "line 3: 2 cell(s) beyond the header's 4 columns: cell 5 'Jr.', cell 6 'extra'"
+    ]
+    assert "1 bad row(s) out of 2" in message
+    assert User.objects.count() == 0
+
+
 def test_empty_file_is_refused_as_having_no_header(tmp_path):
     path = write_csv(tmp_path, "")
 

@@ -301,12 +301,14 @@ def test_an_operator_pauses_an_event_type_in_the_console(console):
     changelist = reverse("admin:scheduling_eventtypepause_changelist")
     row = EventTypePause.objects.get(event_type=EventType.ANNIVERSARY)
 
-    response = console.post(changelist, {"action": "pause", "_selected_action": [str(row.pk)]})
+    response = console.post(
+        changelist, {"action": "pause", "_selected_action": [str(row.pk)], "confirmed": "yes"}
+    )
 
     assert response.status_code == 302
     row.refresh_from_db()
     assert (row.paused, row.paused_by) == (True, "ops-alice")
-    assert "Paused: not sent" in console.get(changelist).content.decode()
+    assert "Paused: held back" in console.get(changelist).content.decode()
 
 
 # --- the metrics ----------------------------------------------------------------------------

@@ -1,4 +1,7 @@
-from django.core.management.base import BaseCommand, CommandError
+from datetime import timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 from django.utils import timezone
 
@@ -22,7 +25,7 @@ class Command(BaseCommand):
     # A probe that runs every minute: it reads one table and needs no system checks.
     requires_system_checks = []
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--kind", required=True, choices=ProcessKind.values)
         parser.add_argument(
             "--max-age",
@@ -39,7 +42,17 @@ class Command(BaseCommand):
             "--min-count", type=int, default=1, help="How many fresh processes are needed. Default 1."
         )
 
-    def handle(self, *args, kind, max_age, host, pid, name, min_count, **options):
+    def handle(
+        self,
+        *args: Any,
+        kind: str,
+        max_age: timedelta,
+        host: str | None,
+        pid: int | None,
+        name: str | None,
+        min_count: int,
+        **options: Any,
+    ) -> None:
         which = " ".join(
             [
                 kind,

@@ -5,6 +5,7 @@ import getpass
 import sys
 import time
 from datetime import date
+from typing import cast
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
@@ -17,7 +18,15 @@ from users.validators import clean_user_fields
 REQUIRED_COLUMNS = ("first_name", "last_name", "date_of_birth", "timezone")
 # Written only when the file has the column: a file without it leaves the
 # stored value of a recipient it updates as it is.
-OPTIONAL_COLUMNS = ("external_id", "anniversary_date", "send_time", "paused")
+OPTIONAL_COLUMNS = ("external_id", "anniversary_date", "send_time", "paused", "labels", "language")
+# Every column a file may have. Any other is refused, as the API refuses unknown
+# fields: a typo (send_tme, pasued) would otherwise be ignored and its column's
+# values lost without a word (nobody paused, everyone greeted at 09:00).
+KNOWN_COLUMNS = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
+# How much of a cell the report quotes.
+CELL_SHOWN_CHARS = 40
+# Between a cell's labels: not a comma, the CSV's own separator, so a cell needs no quotes.
+LABEL_SEPARATOR = ";"
 # A paused cell, in any case; empty: not paused.
 PAUSED_VALUES = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False, "": False}
 # Printing a million bad rows helps nobody; the count is always reported.
@@ -39,6 +48,11 @@ def _parse_send_time(raw: str | None) -> str | None:
     """A cell as a send time to check; None if empty (the default; clears one on an update)."""
     # Trimmed like the dates: a space after the comma is the file's layout, not the time.
     return (raw or "").strip() or None
+
+
+def _parse_labels(raw: str | None) -> list[str]:
+    """A labels cell (team:platform;office:berlin) as a list to check; empty: none (clears them on an update)."""
+    return [label for label in (raw or "").split(LABEL_SEPARATOR) if label.strip()]
 
 
 def _parse_paused(raw: str | None) -> bool:
@@ -64,6 +78,8 @@ def _parse_row(row: dict, *, columns: tuple[str, ...]) -> dict:
                 "external_id": row.get("external_id"),
                 "anniversary_date": _parse_date(row.get("anniversary_date")),
                 "send_time": _parse_send_time(row.get("send_time")),
+                "labels": _parse_labels(row.get("labels")),
+                "language": row.get("language"),
             }
         )
     except ValidationError as exc:
@@ -79,16 +95,51 @@ def _parse_row(row: dict, *, columns: tuple[str, ...]) -> dict:
     return {column: cleaned[column] for column in columns}
 
 
+# The key DictReader keeps a row's cells beyond the header under. No column can be named so:
+# a header naming anything but KNOWN_COLUMNS is refused before any row is read.
+EXTRA_CELLS = "(cells beyond the header)"
+
+
+def _check_header(header: list[str]) -> None:
+    """Refuse a header that lacks a required column, names one twice or names one no recipient has."""
+    problems = []
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        problems.append(f"missing: {', '.join(missing)}")
+    unknown = [f"{c!r} (column {number})" for number, c in enumerate(header, 1) if c not in KNOWN_COLUMNS]
+    if unknown:
+        problems.append(f"unknown column(s) {', '.join(unknown)}")
+    twice = sorted({c for c in header if c in KNOWN_COLUMNS and header.count(c) > 1})
+    if twice:
+        problems.append(f"named twice: {', '.join(twice)}")
+    if problems:
+        raise CommandError(
+            f"line 1: {'; '.join(problems)}. The CSV header names the columns {', '.join(REQUIRED_COLUMNS)} "
+            f"and any of {', '.join(OPTIONAL_COLUMNS)}, each once; nothing was imported."
+        )
+
+
+def _extra_cells_problem(extra: list[str], *, columns: int) -> str:
+    def shown(cell: str) -> str:
+        return repr(cell if len(cell) <= CELL_SHOWN_CHARS else cell[:CELL_SHOWN_CHARS] + "…")
+
+    cells = ", ".join(f"cell {columns + n} {shown(cell)}" for n, cell in enumerate(extra, 1))
+    return f"{len(extra)} cell(s) beyond the header's {columns} columns: {cells}"
+
+
 class Command(BaseCommand):
     help = (
         "Import recipients from a CSV file with the columns first_name, last_name, "
         "date_of_birth (YYYY-MM-DD) and timezone (IANA name), and optionally anniversary_date "
         "(YYYY-MM-DD, a wedding date; empty for none), send_time (HH:MM, the recipient's own local "
-        "send time; empty for the default), paused (true/false, 1/0 or yes/no: their greetings held "
+        "send time; empty for the default), labels (separated by semicolons, such as "
+        "team:platform;office:berlin; empty for none), language (a BCP 47 tag such as de or pt-BR; "
+        "empty for the default), paused (true/false, 1/0 or yes/no: their greetings held "
         "back, recorded as paused by --by; empty: not paused) and external_id (the client's own id: "
         "a row whose external_id a recipient already has updates that recipient, so the "
-        "import can be run again). Every row is checked first; if "
-        "any is bad, the bad rows are listed by line number and nothing is imported "
+        "import can be run again). A header naming any other column is refused (a typo would "
+        "lose that column's values), and so is a row with more cells than the header. Every row is "
+        "checked first; if any is bad, the bad rows are listed by line number and nothing is imported "
         "(unless --skip-invalid)."
     )
 
@@ -178,14 +229,11 @@ class Command(BaseCommand):
             raise CommandError(f"Cannot read {path}: {exc.strerror}") from None
 
     def _validate(self, stream) -> tuple[list[dict], list[tuple[int, str]]]:
-        reader = csv.DictReader(stream)
-        header = reader.fieldnames or []
-        missing = [c for c in REQUIRED_COLUMNS if c not in header]
-        if missing:
-            raise CommandError(
-                f"The CSV header must name the columns {', '.join(REQUIRED_COLUMNS)}; "
-                f"missing: {', '.join(missing)}."
-            )
+        # Cells beyond the header's columns are kept under EXTRA_CELLS, to be refused (DictReader's
+        # default drops them under a key None that nothing reads).
+        reader = csv.DictReader(stream, restkey=EXTRA_CELLS)
+        header = list(reader.fieldnames or [])
+        _check_header(header)
         columns = REQUIRED_COLUMNS + tuple(c for c in OPTIONAL_COLUMNS if c in header)
         valid_rows: list[dict] = []
         errors: list[tuple[int, str]] = []
@@ -194,10 +242,14 @@ class Command(BaseCommand):
         first_line: dict[str, int] = {}
         for row in reader:
             problems = []
+            # DictReader keeps the cells beyond the header as a list under restkey (typeshed says str).
+            extra = cast("list[str] | None", row.pop(EXTRA_CELLS, None))
+            if extra:
+                problems.append(_extra_cells_problem(extra, columns=len(header)))
             try:
                 cleaned = _parse_row(row, columns=columns)
             except ValidationError as exc:
-                problems = [f"{field}: {' '.join(messages)}" for field, messages in exc.message_dict.items()]
+                problems += [f"{field}: {' '.join(messages)}" for field, messages in exc.message_dict.items()]
             external_id = (row.get("external_id") or "").strip()
             if external_id:
                 first = first_line.setdefault(external_id, reader.line_num)

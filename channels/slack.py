@@ -1,0 +1,79 @@
+"""Slack incoming webhooks: `{"text": ...}` with its control characters escaped, at Slack's pace.
+
+In a Slack message `&`, `<` and `>` are control characters: `<!channel>`,
+`<!here>` and `<!everyone>` notify a whole channel, `<@U024BE7LH>` mentions a
+person, `<https://x|label>` is a link with a label of the sender's choosing.
+Escaped as `&amp;`, `&lt;` and `&gt;` they are plain text again (Slack's
+"Formatting text for app surfaces", escaping). `mrkdwn: false` turns off the
+bold, italic, strike, code and quote markup a name could carry, and the
+unfurl flags keep a URL written in a name from pulling a preview into the
+channel. Plain `@channel` is no mention in a webhook's text (no `link_names`).
+
+Slack answers `200 ok`. Its refusals are a short code in the body: those of
+`GONE_CODES` mean the webhook or its channel no longer takes messages and
+only a person can fix that (a new webhook, an unarchived channel).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from channels.base import Channel, Reading, Verdict, fit, standard_reading, without_bidi_controls
+
+# Slack's guidance for `text`: at most 4,000 characters (longer text is cut or split by Slack).
+TEXT_MAX = 4000
+_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+# The webhook, its channel or its workspace is gone or closed to it: retrying cannot help.
+GONE_CODES = frozenset(
+    {
+        "channel_not_found",
+        "channel_is_archived",
+        "action_prohibited",
+        "no_service",
+        "no_team",
+        "invalid_token",
+        "no_active_hooks",
+        "posting_to_general_channel_denied",
+    }
+)
+# Slack's codes for a message it will never take: our bug, kept for the record.
+REFUSED_CODES = frozenset({"invalid_payload", "no_text", "user_not_found", "too_many_attachments"})
+
+
+def escape(text: str) -> list[str]:
+    """`text` as Slack plain text, one escaped piece per character."""
+    return [_ESCAPES.get(ch, ch) for ch in without_bidi_controls(text)]
+
+
+class Slack(Channel):
+    name = "slack"
+    label = "Slack"
+    # About one message a second per webhook (Slack's rate limits page; short bursts are allowed).
+    pace = 1.0
+
+    def body(self, payload: Mapping) -> dict:
+        return self._compose([payload["message"]])
+
+    def _compose(self, lines: Sequence[str]) -> dict:
+        pieces = [
+            piece
+            for number, line in enumerate(lines)
+            for piece in ((["\n"] if number else []) + escape(line))
+        ]
+        return {
+            "text": fit(pieces, budget=TEXT_MAX),
+            "mrkdwn": False,
+            "unfurl_links": False,
+            "unfurl_media": False,
+        }
+
+    def read(self, *, status: int, headers: Mapping[str, str], body: str) -> Reading:
+        reading = standard_reading(status=status, headers=headers)
+        if not 400 <= status < 500:
+            return reading
+        code = body.strip()[:64]
+        if code in GONE_CODES:
+            return Reading(Verdict.GONE, code=code)
+        if code in REFUSED_CODES and reading.verdict == Verdict.REFUSED:
+            return Reading(Verdict.REFUSED, code=code)
+        return reading

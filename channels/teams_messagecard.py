@@ -1,0 +1,47 @@
+"""The legacy Teams MessageCard, for an Office 365 connector webhook that still takes one; only if chosen.
+
+Connectors are retired (Workflows replace them: channels.teams); an operator
+whose tenant still has one picks this format explicitly. A MessageCard's text
+is rendered as markdown and a little HTML, so a name's markup is escaped: the
+markdown characters with a backslash, `&`, `<`, `>` as HTML entities.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from channels.base import Channel, fit, without_bidi_controls
+from channels.teams import BODY_MAX_BYTES, json_size
+
+_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+_MARKDOWN = frozenset("\\*_~`|#-[]()!")
+# `summary` and `text` each carry the text: half the limit each, less the envelope.
+_TEXT_BUDGET = BODY_MAX_BYTES // 2 - 512
+
+
+def escape(text: str) -> list[str]:
+    return [_HTML.get(ch) or ("\\" + ch if ch in _MARKDOWN else ch) for ch in without_bidi_controls(text)]
+
+
+class TeamsMessageCard(Channel):
+    name = "teams_messagecard"
+    label = "Microsoft Teams (legacy connector MessageCard)"
+    pace = 4.0
+
+    def body(self, payload: Mapping) -> dict:
+        return self._compose([payload["message"]])
+
+    def _compose(self, lines: Sequence[str]) -> dict:
+        pieces = [
+            piece
+            for number, line in enumerate(lines)
+            for piece in ((["\n\n"] if number else []) + escape(line))
+        ]
+        text = fit(pieces, budget=_TEXT_BUDGET, size=json_size)
+        return {
+            "@type": "MessageCard",
+            "@context": "https://schema.org/extensions",
+            # Shown in notifications and required when a card has no title.
+            "summary": text,
+            "text": text,
+        }

@@ -1,0 +1,23 @@
+"""The console's template filters: one way to write a moment on every page."""
+
+from __future__ import annotations
+
+from django import template
+
+from console import widgets
+
+register = template.Library()
+
+
+@register.filter
+def when(moment):
+    """`{{ moment|when }}`: '2027-03-14 13:00 UTC' in a <time>, rewritten in the operator's zone by the page."""
+    return widgets.when(moment)
+
+
+@register.filter
+def condition_badge(health):
+    """A destination's condition (delivery.selectors.DestinationHealth) as its coloured badge."""
+    from console.admin.destinations import condition_badge as badge_of
+
+    return badge_of(health)

@@ -51,6 +51,9 @@ def test_three_team_channels_and_one_for_everyone_each_get_exactly_their_people_
                 operator="ops",
                 format="slack",
                 audience_labels=[label],
+                # A local receiver: not Slack's pace of one a second (channels/slack.py), which
+                # would take two minutes for the platform team's 120.
+                max_rate=50,
             )
         destination_create(name="everyone", url=everyone.url, operator="ops")
         # The platform channel in its own words; German has a template, French none.

@@ -1,13 +1,14 @@
 """The bare-SQL workers the `queued` workload measures the product against (issue 36).
 
-    python -m bench.bare_worker reference|floor DSN NAME [BATCH] [CONNECTIONS]
+    python -m bench.bare_worker reference|floor DSN NAME URL [BATCH] [CONNECTIONS]
 
 One process: async psycopg 3 and one aiohttp session of CONNECTIONS (32) connections. A
 claimer takes BATCH (100) QUEUED deliveries at a time with the product's claim shape (a
 materialised `SELECT ... ORDER BY next_attempt_at LIMIT ... FOR UPDATE SKIP LOCKED`, then
 one UPDATE to SENDING with the lease columns the table's constraint asks for), keeping at
 most two batches in hand; CONNECTIONS senders POST each one as the product does (its
-stored body, Content-Type, X-Idempotency-Key) to its `endpoint_url`; a completer writes the
+stored body, Content-Type, X-Idempotency-Key) to URL (the workload's one receiver: the product
+keeps it encrypted, which a bare worker need not read); a completer writes the
 answers down a batch at a time. The process exits once a claim finds nothing and every
 answer is written. Nothing else: no lease renewal or take-over, no retries, no endpoint
 health, no limits.
@@ -42,7 +43,7 @@ WITH v AS MATERIALIZED (
 UPDATE delivery_delivery AS d SET status = 'SENDING', attempts = d.attempts + 1, locked_by = %s,
     locked_until = now() + interval '40 seconds', attempt_started_at = now(), updated_at = now()
 FROM v WHERE d.id = v.v_id
-RETURNING d.id, d.event_id, d.idempotency_key, d.endpoint_url, d.payload::text, d.attempts"""
+RETURNING d.id, d.event_id, d.idempotency_key, d.payload::text, d.attempts"""
 DONE_REFERENCE = """
 UPDATE delivery_delivery SET status = 'DELIVERED', delivered_at = now(), last_status_code = 200,
     locked_by = '', locked_until = NULL, updated_at = now()
@@ -64,7 +65,7 @@ ATTEMPTS = (
 )
 
 
-async def main(mode: str, dsn: str, name: str, batch: int, connections: int) -> dict:
+async def main(mode: str, dsn: str, name: str, url: str, batch: int, connections: int) -> dict:
     counts = {"batches": 0, "statements": 0, "commits": 0, "delivered": 0}
     todo: asyncio.Queue = asyncio.Queue()
     answered: list[tuple] = []
@@ -93,7 +94,7 @@ async def main(mode: str, dsn: str, name: str, batch: int, connections: int) -> 
 
     async def sender(session: aiohttp.ClientSession) -> None:
         while (row := await todo.get()) is not None:
-            delivery_id, _, key, url, body, attempt = row
+            delivery_id, _, key, body, attempt = row
             started = datetime.now(UTC)
             async with session.post(
                 url,
@@ -147,13 +148,13 @@ async def main(mode: str, dsn: str, name: str, batch: int, connections: int) -> 
 
 
 if __name__ == "__main__":
-    mode, dsn, name = sys.argv[1], sys.argv[2], sys.argv[3]
+    mode, dsn, name, url = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
     if mode not in ("reference", "floor"):
         raise SystemExit(f"mode: reference or floor, not {mode}")
-    batch = int(sys.argv[4]) if len(sys.argv) > 4 else 100
-    connections = int(sys.argv[5]) if len(sys.argv) > 5 else 32
+    batch = int(sys.argv[5]) if len(sys.argv) > 5 else 100
+    connections = int(sys.argv[6]) if len(sys.argv) > 6 else 32
     started = time.perf_counter()
-    counts = asyncio.run(main(mode, dsn, f"{name}-{os.getpid()}", batch, connections))
+    counts = asyncio.run(main(mode, dsn, f"{name}-{os.getpid()}", url, batch, connections))
     usage = resource.getrusage(resource.RUSAGE_SELF)
     print(
         json.dumps(

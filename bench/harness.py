@@ -123,6 +123,14 @@ class Harness:
             raise process_failure(output=r.stderr, shown=r.stderr[-2000:])
         return json.loads(r.stdout.strip().splitlines()[-1])
 
+    def receiver_columns(self, *urls: str) -> dict[str, dict[str, str]]:
+        """How the product stores each receiver URL (encrypted, its key, its redacted form), by URL."""
+        return self.probe("receiver_columns", *urls, env=self.env())
+
+    def receiver_key(self, url: str) -> str:
+        """The key deliveries to `url` name their endpoint by (Delivery.endpoint_key)."""
+        return self.receiver_columns(url)[url]["url_key"]
+
     def save(self) -> None:
         (RAW / "results.json").write_text(json.dumps(self.results, indent=1, default=str))
 
@@ -173,7 +181,7 @@ class Harness:
         reader = self.receiver.reader()
         with self.conn.transaction():
             sql.users_and_events(self.conn, tag=tag, n=1, target_sql="now()", status="PROCESSING")
-            sql.deliveries(self.conn, tag=tag, n=1, url=self.receiver.url)
+            sql.deliveries(self.conn, tag=tag, n=1, key=self.receiver_key(self.receiver.url))
             self.conn.execute("NOTIFY birthday_delivery_queued")
         expected = {
             k for (k,) in self.conn.execute("SELECT idempotency_key FROM delivery_delivery").fetchall()
@@ -188,7 +196,7 @@ class Harness:
         # delivery queued without NOTIFY shows whether the loop still turns at all.
         tag2 = self.tag("wake")
         sql.users_and_events(self.conn, tag=tag2, n=1, target_sql="now()", status="PROCESSING")
-        sql.deliveries(self.conn, tag=tag2, n=1, url=self.receiver.url)
+        sql.deliveries(self.conn, tag=tag2, n=1, key=self.receiver_key(self.receiver.url))
         expected2 = {
             k for (k,) in self.conn.execute("SELECT idempotency_key FROM delivery_delivery").fetchall()
         } - expected

@@ -45,11 +45,11 @@ PAYLOAD = """jsonb_build_object(
 
 # For the endurance run: events already PROCESSING with a QUEUED delivery each.
 DELIVERIES = """
-INSERT INTO delivery_delivery (id, event_id, idempotency_key, endpoint_url, payload, status, attempts,
+INSERT INTO delivery_delivery (id, event_id, idempotency_key, endpoint_key, payload, status, attempts,
     max_attempts, next_attempt_at, locked_until, locked_by, attempt_started_at, last_status_code,
     last_error, delivered_at, created_at, updated_at)
 SELECT md5(%(tag)s || ':d:' || i)::uuid, {eid}, 'bench-' || substr(md5(%(tag)s || ':k:' || i), 1, 24),
-       %(url)s, {payload}, 'QUEUED', 0, 8, now(), NULL, '', NULL, NULL, '', NULL, now(), now()
+       %(key)s, {payload}, 'QUEUED', 0, 8, now(), NULL, '', NULL, NULL, '', NULL, now(), now()
 FROM generate_series(%(lo)s::int, %(hi)s::int) AS i
 """
 
@@ -77,25 +77,28 @@ def users_and_events(
             conn.execute(fmt(EVENTS).format(target=target_sql), args)
 
 
-def deliveries(conn, *, tag: str, n: int, url: str, chunk: int = 200_000) -> None:
+def deliveries(conn, *, tag: str, n: int, key: str, chunk: int = 200_000) -> None:
+    """n QUEUED deliveries to the endpoint of `key` (Harness.receiver_key: the product's key of its URL)."""
     for lo in range(1, n + 1, chunk):
         hi = min(n, lo + chunk - 1)
         with conn.transaction():
             conn.execute("SET LOCAL session_replication_role = replica")
-            conn.execute(fmt(DELIVERIES), {"tag": tag, "lo": lo, "hi": hi, "url": url})
+            conn.execute(fmt(DELIVERIES), {"tag": tag, "lo": lo, "hi": hi, "key": key})
 
 
-def destinations(conn, *, urls: list[str]) -> None:
+def destinations(conn, *, columns: list[dict[str, str]]) -> None:
     """One destination per URL, as an operator would make it with every default: subscribed to every
     event type (no list), standard format, enabled, no max rate, max in flight or timeout of its own,
-    no signing secret (the burst's default destination, seeded from WEBHOOK_URL without WEBHOOK_SECRET, has none)."""
+    no signing secret (the burst's default destination, seeded from WEBHOOK_URL without WEBHOOK_SECRET, has none).
+    `columns`: each URL as the product stores it (Harness.receiver_columns); the workers make the endpoints."""
     with conn.transaction():
-        for i, url in enumerate(urls, start=1):
+        for i, stored in enumerate(columns, start=1):
             conn.execute(
-                """INSERT INTO delivery_destination (name, url, event_types, format, enabled, created_by, updated_by,
-                       created_at, updated_at, version)
-                   VALUES (%(name)s, %(url)s, '{}', 'standard', true, 'bench', 'bench', now(), now(), 1)""",
-                {"name": f"bench-{i}", "url": url},
+                """INSERT INTO delivery_destination (name, url_ciphertext, url_key, url_display, event_types, format,
+                       enabled, created_by, updated_by, created_at, updated_at, version)
+                   VALUES (%(name)s, %(url_ciphertext)s, %(url_key)s, %(url_display)s, '{}', 'standard', true,
+                       'bench', 'bench', now(), now(), 1)""",
+                {"name": f"bench-{i}", **stored},
             )
 
 
@@ -113,12 +116,18 @@ RECENT_FAILURES = [
 ]
 
 
-def recent_failures(conn, *, dead: int, delivered: int, days: int = 7) -> None:
+# The three destinations of recent_failures, whose URLs Harness.receiver_columns stores as the product does.
+RECENT_FAILURE_URLS = [f"https://bench-{name}.example.org/hook" for name in ("crm", "chat", "broken")]
+
+
+def recent_failures(
+    conn, *, dead: int, delivered: int, columns: dict[str, dict[str, str]], days: int = 7
+) -> None:
     """A bad week on top of the history: `dead` of its DEAD deliveries moved into the last `days` days and
     `delivered` DELIVERED ones into the last day, spread over three destinations (made here) and
-    RECENT_FAILURES' causes, so the failures page and the destinations' health have groups to count."""
-    urls = [f"https://bench-{name}.example.org/hook" for name in ("crm", "chat", "broken")]
-    destinations(conn, urls=urls)
+    RECENT_FAILURES' causes, so the failures page and the destinations' health have groups to count.
+    `columns`: Harness.receiver_columns(*RECENT_FAILURE_URLS)."""
+    destinations(conn, columns=[columns[url] for url in RECENT_FAILURE_URLS])
     ids = [
         row[0]
         for row in conn.execute("SELECT id FROM delivery_destination WHERE name LIKE 'bench-%%' ORDER BY id")
@@ -153,11 +162,13 @@ def recent_failures(conn, *, dead: int, delivered: int, days: int = 7) -> None:
             WHERE d.id = picked.id""",
             {"ids": ids, "delivered": delivered},
         )
-        for url in urls[:2]:
+        for url in RECENT_FAILURE_URLS[:2]:
+            stored = columns[url]
             conn.execute(
-                "INSERT INTO delivery_endpoint (url, state, consecutive_failures, last_success_at, last_error, "
-                "paused_by, updated_at) VALUES (%s, 'HEALTHY', 0, now() - interval '1 minute', '', '', now())",
-                [url],
+                "INSERT INTO delivery_endpoint (key, url_ciphertext, url_display, state, consecutive_failures, "
+                "last_success_at, last_error, paused_by, updated_at) VALUES (%s, %s, %s, 'HEALTHY', 0, "
+                "now() - interval '1 minute', '', '', now())",
+                [stored["url_key"], stored["url_ciphertext"], stored["url_display"]],
             )
 
 
@@ -238,11 +249,11 @@ def yearly_history(
             if deliveries:
                 conn.execute(
                     f"""
-                    INSERT INTO delivery_delivery (id, event_id, idempotency_key, endpoint_url, payload, status, attempts,
+                    INSERT INTO delivery_delivery (id, event_id, idempotency_key, endpoint_key, payload, status, attempts,
                         max_attempts, next_attempt_at, locked_until, locked_by, attempt_started_at, last_status_code,
                         last_error, delivered_at, created_at, updated_at)
                     SELECT {_seq_uuid("b000", "i * 16 + y")}, {_seq_uuid("9000", "i * 16 + y")},
-                        'h-' || lpad(to_hex(i * 16 + y), 20, '0'), 'http://127.0.0.1:9/webhook',
+                        'h-' || lpad(to_hex(i * 16 + y), 20, '0'), 'history',
                         jsonb_build_object('message', 'Hey, First' || i || ' Last' || i || ' it''s your birthday',
                                            'event_type', 'BIRTHDAY', 'occurrence_date', d::text),
                         CASE status WHEN 'FAILED' THEN 'DEAD' ELSE 'DELIVERED' END, 1, 8, d + time '09:00', NULL, '',
@@ -340,10 +351,10 @@ def older_history(conn, *, users: int, block: int, failed_every: int = 0, chunk:
             )
             conn.execute(
                 f"""
-                INSERT INTO delivery_delivery (id, event_id, idempotency_key, endpoint_url, payload, status, attempts,
+                INSERT INTO delivery_delivery (id, event_id, idempotency_key, endpoint_key, payload, status, attempts,
                     max_attempts, next_attempt_at, locked_until, locked_by, attempt_started_at, last_status_code,
                     last_error, delivered_at, created_at, updated_at)
-                SELECT {delivery_id}, {event_id}, {key}, 'http://127.0.0.1:9/webhook',
+                SELECT {delivery_id}, {event_id}, {key}, 'history',
                     jsonb_build_object('message', 'Hey, First' || i || ' Last' || i || ' it''s your birthday',
                                        'event_type', 'BIRTHDAY', 'occurrence_date', d::text),
                     CASE status WHEN 'FAILED' THEN 'DEAD' ELSE 'DELIVERED' END, 1, 8, d + time '09:00', NULL, '',
@@ -399,9 +410,9 @@ upcoming AS (
     FROM c
     ON CONFLICT DO NOTHING),
 queued AS (
-    INSERT INTO delivery_delivery (id, event_id, idempotency_key, endpoint_url, payload, status, attempts,
+    INSERT INTO delivery_delivery (id, event_id, idempotency_key, endpoint_key, payload, status, attempts,
         max_attempts, next_attempt_at, locked_by, last_error, created_at, updated_at)
-    SELECT {_UUID7_SQL}, c.id, c.idempotency_key, %(url)s,
+    SELECT {_UUID7_SQL}, c.id, c.idempotency_key, %(key)s,
            jsonb_build_object('message', 'Hey, ' || u.first_name || ' ' || u.last_name || ' it''s your birthday',
                               'event_id', c.id::text, 'event_type', 'BIRTHDAY', 'user_id', c.user_id::text,
                               'occurrence_date', c.occurrence_date::text,
@@ -412,11 +423,11 @@ SELECT count(*) FROM moved
 """
 
 
-def claim_floor(conn, *, batch: int, url: str) -> tuple[float, int]:
+def claim_floor(conn, *, batch: int, key: str) -> tuple[float, int]:
     """One claim batch written by PostgreSQL alone, committed: (milliseconds, events claimed)."""
     started = time.perf_counter()
     with conn.transaction():
-        claimed = conn.execute(CLAIM_FLOOR, {"batch": batch, "url": url}).fetchone()[0]
+        claimed = conn.execute(CLAIM_FLOOR, {"batch": batch, "key": key}).fetchone()[0]
     return (time.perf_counter() - started) * 1000, claimed
 
 

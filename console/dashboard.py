@@ -112,7 +112,7 @@ class EndpointLine:
 def unhealthy_endpoints(*, now: datetime) -> list[EndpointLine]:
     """The failing and paused endpoints, with how long and what waits on them (two queries at most)."""
     endpoints = delivery_selectors.endpoint_list(unhealthy_only=True)
-    backlog = delivery_selectors.endpoint_backlog(urls=[endpoint.url for endpoint in endpoints])
+    backlog = delivery_selectors.endpoint_backlog(keys=[endpoint.key for endpoint in endpoints])
     lines = []
     for endpoint in endpoints:
         since = endpoint.paused_at if endpoint.state == EndpointState.PAUSED else endpoint.failing_since
@@ -121,7 +121,7 @@ def unhealthy_endpoints(*, now: datetime) -> list[EndpointLine]:
                 endpoint=endpoint,
                 since=since,
                 for_how_long=humanize_delay(now - since) if since else "",
-                queued=backlog[endpoint.url].queued,
+                queued=backlog[endpoint.key].queued,
             )
         )
     return lines

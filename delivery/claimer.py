@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
+
+from django.utils import timezone
 
 from delivery.lane import Lane
 from delivery.lanes import Lanes
 from delivery.metrics import CLAIM_BATCH_DURATION
+from delivery.models import EndpointState
 from delivery.pace import RateSlot
 from delivery.sender import Sender
-from delivery.services.endpoints import endpoint_take_rate_slots
+from delivery.services.endpoints import endpoint_return_probe, endpoint_take_probe, endpoint_take_rate_slots
 from delivery.services.leases import deliveries_claim
 from delivery.takeover import TakeoverGrace
 from delivery.transport import ClaimedDelivery
@@ -43,6 +46,7 @@ class Claimer:
         batch_size: int,
         worthwhile_batch: int,
         held_up: Callable[[], None],
+        release: Callable[[list[ClaimedDelivery]], None],
     ) -> None:
         self.worker = worker
         self.lanes = lanes
@@ -53,6 +57,8 @@ class Claimer:
         self.worthwhile_batch = worthwhile_batch
         # Asked before each claim: a claim can be the step that held the thread (delivery.takeover).
         self.held_up = held_up
+        # Hands claimed deliveries back to the queue (those whose endpoint went meanwhile: Lanes.hold).
+        self.release = release
         self.next_claim_mono = float("-inf")
 
     def claim_now(self) -> None:
@@ -74,25 +80,38 @@ class Claimer:
         if room == 0 or (not worthwhile and self.lanes.holding()):
             return claimed
         want = min(room, self.batch_size)
-        deliveries = self._claim(limit=want, skip_urls=self.lanes.closed_urls(now_mono))
-        self.lanes.hold(deliveries)
+        deliveries = self._claim(limit=want, skip_keys=self.lanes.closed_keys(now_mono))
+        self.release(self.lanes.hold(deliveries))
         if len(deliveries) < want:
             self.next_claim_mono = time.monotonic() + EMPTY_CLAIM_PAUSE
         return claimed + len(deliveries)
 
     def _claim_probes(self) -> int:
         claimed = 0
-        for lane in self.lanes.probes_due():
-            if not self.lanes.take_probe(lane):
+        for lane in self._probes_due():
+            if not endpoint_take_probe(endpoint_id=lane.endpoint_id, now=timezone.now(), lease=self.lease):
                 continue
-            deliveries = self._claim(limit=1, probe_url=lane.url)
+            deliveries = self._claim(limit=1, probe_key=lane.key)
             if not deliveries:
-                self.lanes.return_probe(lane)
+                # Nothing to send: the next probe may start after the current interval.
+                endpoint_return_probe(endpoint_id=lane.endpoint_id, now=timezone.now())
                 continue
-            logger.info("Probing failing endpoint", extra={"worker": self.worker, "endpoint": lane.url})
+            logger.info("Probing failing endpoint", extra={"worker": self.worker, "destination": lane.name})
             self.sender.start(lane, deliveries[0], slot=self._probe_slot(lane))
             claimed += 1
         return claimed
+
+    def _probes_due(self) -> Iterator[Lane]:
+        """The failing lanes whose next probe is due (each is won from the fleet: one worker at a time)."""
+        now = timezone.now()
+        for lane in list(self.lanes.by_key.values()):
+            if (
+                lane.state == EndpointState.FAILING
+                and not lane.probing
+                and lane.next_probe_at is not None
+                and lane.next_probe_at <= now
+            ):
+                yield lane
 
     @staticmethod
     def _probe_slot(lane: Lane) -> RateSlot | None:
@@ -104,7 +123,7 @@ class Claimer:
         )
         return slots[0]
 
-    def _claim(self, *, limit: int, skip_urls=(), probe_url: str | None = None) -> list[ClaimedDelivery]:
+    def _claim(self, *, limit: int, skip_keys=(), probe_key: str | None = None) -> list[ClaimedDelivery]:
         self.held_up()
         started = time.perf_counter()
         claimed = deliveries_claim(
@@ -112,8 +131,8 @@ class Claimer:
             limit=limit,
             lease=self.lease,
             take_over_expired=self.grace.may_take_over(time.monotonic()),
-            skip_urls=skip_urls,
-            probe_url=probe_url,
+            skip_keys=skip_keys,
+            probe_key=probe_key,
         )
         if claimed:  # only batches that found work: an idle worker's empty polls would drown them
             CLAIM_BATCH_DURATION.labels(kind=ProcessKind.WORKER).observe(time.perf_counter() - started)

@@ -73,13 +73,21 @@ class Lane:
     def __init__(
         self,
         *,
-        url: str,
+        key: str,
         endpoint_id: int,
+        url: str,
+        name: str,
         limit: AdaptiveLimit | FixedLimit,
         settings: LaneSettings | None = None,
     ) -> None:
-        self.url = url
+        # The endpoint's identity (Endpoint.key): what deliveries name it by.
+        self.key = key
         self.endpoint_id = endpoint_id
+        # Where requests go, decrypted from the endpoint's row (a credential: never logged or labelled).
+        self.url = url
+        # Named in log lines and metric labels instead of the URL: its destination's name, or what
+        # the endpoint shows (Endpoint.url_display) while no destination has it.
+        self.name = name
         self.limit = limit
         self.settings = settings or lane_settings()
         self.state: str = HEALTHY

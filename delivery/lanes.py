@@ -40,15 +40,14 @@ from delivery.limit import AdaptiveLimit, FixedLimit
 from delivery.metrics import IN_FLIGHT_LIMIT, LEARNED_RATE
 from delivery.models import Destination, Endpoint, EndpointState
 from delivery.pace import RateSlot
+from delivery.receiver_urls import DecryptedUrls
 from delivery.selectors import destination_signing_secrets
 from delivery.services.destinations import destinations_seed_default
 from delivery.services.endpoints import (
+    endpoint_for_destination,
     endpoint_release_shares,
-    endpoint_return_probe,
     endpoint_share_in_flight,
-    endpoint_take_probe,
     endpoint_take_rate_slots,
-    endpoints_ensure,
 )
 from delivery.transport import ClaimedDelivery
 
@@ -68,7 +67,8 @@ class Lanes:
         self.concurrency = concurrency
         self.batch_size = batch_size
         self.lease = lease
-        self.by_url: dict[str, Lane] = {}
+        self.by_key: dict[str, Lane] = {}
+        self.urls = DecryptedUrls()
         # The lanes under a max rate, as of the last refresh: asked after every finished request (short_of_slots).
         self.rated: list[Lane] = []
         self.refreshed_mono = float("-inf")
@@ -79,16 +79,21 @@ class Lanes:
 
     # --- the endpoints' shared state --------------------------------------------
 
-    def lane(self, url: str, endpoint: Endpoint | None = None) -> Lane:
-        lane = self.by_url.get(url)
+    def lane(self, endpoint: Endpoint) -> Lane:
+        lane = self.by_key.get(endpoint.key)
         if lane is None:
-            endpoint = endpoint or endpoints_ensure(urls=[url])[url]
-            limit = FixedLimit(self.concurrency) if self.concurrency else AdaptiveLimit()
-            lane = self.by_url[url] = Lane(url=url, endpoint_id=endpoint.pk, limit=limit)
+            lane = self.by_key[endpoint.key] = Lane(
+                key=endpoint.key,
+                endpoint_id=endpoint.pk,
+                url=self.urls.of(key=endpoint.key, ciphertext=endpoint.url_ciphertext),
+                name=endpoint.url_display,
+                limit=FixedLimit(self.concurrency) if self.concurrency else AdaptiveLimit(),
+            )
             self._follow_row(lane, endpoint)
         return lane
 
     def _follow_row(self, lane: Lane, endpoint: Endpoint) -> None:
+        lane.url = self.urls.of(key=endpoint.key, ciphertext=endpoint.url_ciphertext)
         lane.follow_health(endpoint)
         if endpoint.blocked_until is not None:
             remaining = (endpoint.blocked_until - timezone.now()).total_seconds()
@@ -104,7 +109,7 @@ class Lanes:
         """
         now_mono = time.monotonic()
         share_ends_mono = min(
-            (lane.share_usable_until_mono for lane in self.by_url.values()), default=now_mono
+            (lane.share_usable_until_mono for lane in self.by_key.values()), default=now_mono
         )
         if (
             not self.stale
@@ -112,24 +117,26 @@ class Lanes:
             and share_ends_mono - now_mono > REFRESH_EVERY / 2
         ):
             return []
-        self._follow_destinations()
-        for endpoint in Endpoint.objects.all():
-            self._follow_row(self.lane(endpoint.url, endpoint), endpoint)
+        endpoints = {endpoint.key: endpoint for endpoint in Endpoint.objects.all()}
+        self._follow_destinations(endpoints)
+        for endpoint in endpoints.values():
+            self._follow_row(self.lane(endpoint), endpoint)
         self._renew_shares()
-        self.rated = [lane for lane in self.by_url.values() if lane.settings.max_rate]
+        self.rated = [lane for lane in self.by_key.values() if lane.settings.max_rate]
         self.refreshed_mono = now_mono
         self.stale = False
-        for lane in self.by_url.values():
-            IN_FLIGHT_LIMIT.labels(endpoint=lane.url).set(lane.allowed() if lane.state == HEALTHY else 0)
-            LEARNED_RATE.labels(endpoint=lane.url).set(lane.rate.current or 0)
-        stopped = [d for lane in self.by_url.values() if lane.state != HEALTHY for d in lane.take_waiting()]
-        return stopped + [delivery for lane in self.by_url.values() for delivery in lane.take_excess()]
+        for lane in self.by_key.values():
+            IN_FLIGHT_LIMIT.labels(endpoint=lane.name).set(lane.allowed() if lane.state == HEALTHY else 0)
+            LEARNED_RATE.labels(endpoint=lane.name).set(lane.rate.current or 0)
+        stopped = [d for lane in self.by_key.values() if lane.state != HEALTHY for d in lane.take_waiting()]
+        return stopped + [delivery for lane in self.by_key.values() for delivery in lane.take_excess()]
 
-    def _follow_destinations(self) -> None:
+    def _follow_destinations(self, endpoints: dict[str, Endpoint]) -> None:
         """Every destination has a lane with its secrets, timeout and limits, as saved now.
 
         A lane whose URL no destination has any more (its URL was edited)
         keeps what it had: what it still holds was queued for that destination.
+        `endpoints` are the endpoint rows by key; a destination's missing there is made.
         """
         if not self.seeded:
             destinations_seed_default()
@@ -137,7 +144,12 @@ class Lanes:
         destinations = list(Destination.objects.all())
         secrets = destination_signing_secrets(destinations=destinations, now=timezone.now())
         for destination in destinations:
-            self.lane(destination.url).follow_settings(
+            endpoint = endpoints.get(destination.url_key)
+            if endpoint is None:
+                endpoint = endpoints[destination.url_key] = endpoint_for_destination(destination=destination)
+            lane = self.lane(endpoint)
+            lane.name = destination.name
+            lane.follow_settings(
                 lane_settings(
                     format=destination.format,
                     max_rate=destination.max_rate,
@@ -155,7 +167,7 @@ class Lanes:
         still open: so the share starts requests until a timeout before the
         row's end, and the next refresh renews it before then.
         """
-        for lane in self.by_url.values():
+        for lane in self.by_key.values():
             if not lane.settings.max_in_flight:
                 lane.grant_share(None)
                 continue
@@ -175,32 +187,32 @@ class Lanes:
 
     def follow_verdicts(self, verdicts: Mapping[str, HealthColumns]) -> None:
         """The health the last record gave some endpoints; one no longer healthy hands back what waits, next turn."""
-        for url, health in verdicts.items():
-            lane = self.by_url[url]
+        for key, health in verdicts.items():
+            lane = self.by_key[key]
             lane.follow_health(health)
             if lane.state != HEALTHY:
                 self.stale = True
 
-    def healthy_urls(self) -> list[str]:
+    def healthy_keys(self) -> list[str]:
         """The endpoints last seen HEALTHY with no failure counted (deliveries_record's quiet path)."""
         return [
-            url
-            for url, lane in self.by_url.items()
+            key
+            for key, lane in self.by_key.items()
             if lane.state == HEALTHY and lane.consecutive_failures == 0
         ]
 
     def release_shares(self) -> None:
         """A stopping worker gives its in-flight shares back at once (they also expire by themselves)."""
-        if any(lane.settings.max_in_flight for lane in self.by_url.values()):
+        if any(lane.settings.max_in_flight for lane in self.by_key.values()):
             endpoint_release_shares(worker=self.worker)
 
     # --- what to claim --------------------------------------------------------------
 
     def accepting(self, now_mono: float) -> list[Lane]:
-        return [lane for lane in self.by_url.values() if lane.takes_claims(now_mono)]
+        return [lane for lane in self.by_key.values() if lane.takes_claims(now_mono)]
 
-    def closed_urls(self, now_mono: float) -> list[str]:
-        return [url for url, lane in self.by_url.items() if not lane.takes_claims(now_mono)]
+    def closed_keys(self, now_mono: float) -> list[str]:
+        return [key for key, lane in self.by_key.items() if not lane.takes_claims(now_mono)]
 
     def room(self, now_mono: float) -> int:
         """How many more deliveries the lanes that take claims would hold."""
@@ -217,46 +229,34 @@ class Lanes:
             for lane in lanes
         )
 
-    def hold(self, deliveries: list[ClaimedDelivery]) -> None:
+    def hold(self, deliveries: list[ClaimedDelivery]) -> list[ClaimedDelivery]:
+        """Put claimed deliveries in their lanes; return those whose endpoint went (its destination's URL changed,
+        moving what was unsent to the new one, these too if claimed just before), for the caller to hand back."""
+        new_keys = {delivery.endpoint_key for delivery in deliveries} - self.by_key.keys()
+        for endpoint in Endpoint.objects.filter(key__in=new_keys):
+            self.lane(endpoint)
         for delivery in deliveries:
-            self.lane(delivery.endpoint_url).hold(delivery)
-
-    def probes_due(self) -> Iterator[Lane]:
-        now = timezone.now()
-        for lane in list(self.by_url.values()):
-            if (
-                lane.state == FAILING
-                and not lane.probing
-                and lane.next_probe_at is not None
-                and lane.next_probe_at <= now
-            ):
-                yield lane
-
-    def take_probe(self, lane: Lane) -> bool:
-        """Win the failing endpoint's next probe from the fleet (one worker at a time)."""
-        return endpoint_take_probe(endpoint_id=lane.endpoint_id, now=timezone.now(), lease=self.lease)
-
-    def return_probe(self, lane: Lane) -> None:
-        """The probe won found nothing to send: the next one may start after the current interval."""
-        endpoint_return_probe(endpoint_id=lane.endpoint_id, now=timezone.now())
+            if (lane := self.by_key.get(delivery.endpoint_key)) is not None:
+                lane.hold(delivery)
+        return [delivery for delivery in deliveries if delivery.endpoint_key not in self.by_key]
 
     # --- what may start -----------------------------------------------------------
 
     def holding(self) -> bool:
         """Whether any delivery is claimed and not yet finished."""
-        return any(lane.waiting or lane.open for lane in self.by_url.values())
+        return any(lane.waiting or lane.open for lane in self.by_key.values())
 
     def waiting(self) -> bool:
-        return any(lane.waiting for lane in self.by_url.values())
+        return any(lane.waiting for lane in self.by_key.values())
 
     def waiting_ids(self) -> list[uuid.UUID]:
-        return [delivery.id for lane in self.by_url.values() for delivery in lane.waiting]
+        return [delivery.id for lane in self.by_key.values() for delivery in lane.waiting]
 
     def until_sendable(self) -> float:
         """Seconds until a lane holding deliveries may start one (0 if one may now)."""
         now_mono = time.monotonic()
         return min(
-            (lane.blocked_until_mono - now_mono for lane in self.by_url.values() if lane.waiting), default=0.0
+            (lane.blocked_until_mono - now_mono for lane in self.by_key.values() if lane.waiting), default=0.0
         )
 
     def short_of_slots(self) -> bool:
@@ -274,7 +274,7 @@ class Lanes:
         then waits for its turn too (Lane.turn_in).
         """
         now_mono = time.monotonic()
-        for lane in list(self.by_url.values()):
+        for lane in list(self.by_key.values()):
             while lane.may_start(now_mono):
                 slot = None
                 if lane.settings.max_rate:
@@ -296,4 +296,4 @@ class Lanes:
     # --- stopping ---------------------------------------------------------------------
 
     def take_all_waiting(self) -> list[ClaimedDelivery]:
-        return [delivery for lane in self.by_url.values() for delivery in lane.take_waiting()]
+        return [delivery for lane in self.by_key.values() for delivery in lane.take_waiting()]

@@ -46,7 +46,11 @@ class Destination(models.Model):
     Format = DestinationFormat
 
     name = models.CharField(max_length=100, unique=True)
-    url = models.URLField(max_length=2000, unique=True)
+    # The receiver URL is a credential (delivery.receiver_urls): stored encrypted, told apart
+    # by its keyed hash (one destination per receiver, whatever the spelling), shown redacted.
+    url_ciphertext = models.TextField()
+    url_key = models.CharField(max_length=32, unique=True)
+    url_display = models.CharField(max_length=300)
     # The event types it receives; empty: every type, including types added later.
     event_types = ArrayField(
         models.CharField(max_length=32, choices=EventType.choices), default=list, blank=True
@@ -150,6 +154,12 @@ class Destination(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def receiver_url(self) -> str:
+        """The full URL, token and all: to send, or for an operator who may change the destination."""
+        from delivery.receiver_urls import url_decrypt
+
+        return url_decrypt(self.url_ciphertext)
 
     def subscribes_to(self, event_type: str) -> bool:
         return not self.event_types or event_type in self.event_types
@@ -274,9 +284,11 @@ class Delivery(models.Model):
     # at every destination (Standard Webhooks: one message, one id). Not indexed:
     # an index would cost every queued delivery one more random-page write.
     idempotency_key = models.CharField(max_length=32)
-    # The destination's URL, copied when queued so the worker's claim reads one
-    # table; an edit of the URL moves the unsent deliveries with it.
-    endpoint_url = models.URLField(max_length=2000)
+    # The endpoint it goes to, by the receiver's keyed hash (Endpoint.key), copied
+    # from its destination when queued so the worker's claim reads one table and
+    # no delivery holds the URL, a credential; an edit of the URL moves the
+    # unsent deliveries with it.
+    endpoint_key = models.CharField(max_length=32)
     # The JSON body, rendered when the event was claimed.
     payload = models.JSONField()
     status = models.CharField(max_length=16, choices=DeliveryStatus.choices, default=DeliveryStatus.QUEUED)
@@ -432,6 +444,10 @@ class EndpointState(models.TextChoices):
 class Endpoint(models.Model):
     """A receiver (one webhook URL): its health, an operator's pause, and the fleet's shared limits.
 
+    Known by the URL's keyed hash (delivery.receiver_urls), the URL kept
+    encrypted beside it for the workers; made and removed with the destination
+    of that URL (delivery.services.destinations).
+
     One small row per URL that every worker reads before claiming and writes
     when the receiver's answers change what the fleet should do, so a failing
     or paused receiver holds back every worker, not just the one that noticed.
@@ -439,7 +455,9 @@ class Endpoint(models.Model):
 
     State = EndpointState
 
-    url = models.URLField(max_length=2000, unique=True)
+    key = models.CharField(max_length=32, unique=True)
+    url_ciphertext = models.TextField()
+    url_display = models.CharField(max_length=300)
     state = models.CharField(max_length=16, choices=EndpointState.choices, default=EndpointState.HEALTHY)
     # Endpoint-level failures since the last success (timeouts, connection errors,
     # 5xx, 429, and 401/403/404/410 that nothing contradicts), over all workers.
@@ -467,12 +485,13 @@ class Endpoint(models.Model):
     next_send_slot = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
-    # Not a column: what waits on it, set on the instances the console lists
-    # (console.admin.endpoints), read in one query for the page.
+    # Not columns: what waits on it and its destination's name (None: no destination has its URL),
+    # set on the instances the console lists (console.admin.endpoints), each read in one query for the page.
     backlog: "Backlog"
+    destination_name: "str | None"
 
     class Meta:
-        ordering = ["url"]
+        ordering = ["url_display", "key"]
         constraints = [
             models.CheckConstraint(condition=Q(state__in=EndpointState.values), name="endpoint_state_valid"),
             models.CheckConstraint(
@@ -491,7 +510,7 @@ class Endpoint(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.url} ({self.state})"
+        return f"{self.url_display} ({self.state})"
 
 
 class EndpointPermit(models.Model):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
@@ -31,6 +32,8 @@ from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_add
 import yarl
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured, ValidationError
+
+from delivery.receiver_urls import USERINFO_REFUSED, url_redact
 
 IPAddress = IPv4Address | IPv6Address
 IPNetwork = IPv4Network | IPv6Network
@@ -183,15 +186,18 @@ def address_refusal(*, address: IPAddress, policy: ReceiverPolicy) -> Refusal | 
 
 
 def url_refusal(*, url: str, policy: ReceiverPolicy) -> str | None:
-    """What is wrong with `url` before any name is resolved (scheme, host, a literal address), or None."""
+    """What is wrong with `url` before any name is resolved (scheme, host, a literal address), or None.
+
+    The answer names the URL by its redacted form only (delivery.receiver_urls): it is a credential.
+    """
     try:
         parsed = yarl.URL(url)
-    except (TypeError, ValueError) as exc:
-        return f"Refused: {url!r} is not a URL ({exc})"
+    except (TypeError, ValueError):
+        return "Refused: not a URL"
     if parsed.scheme not in ("https", "http") or not parsed.raw_host:
-        return f"Refused: {url!r} is not an https URL with a host"
+        return "Refused: not an https URL with a host"
     if parsed.scheme == "http" and not policy.allow_http:
-        return f"Refused: {url} is not https (WEBHOOK_ALLOW_HTTP)"
+        return f"Refused: {url_redact(url)} is not https (WEBHOOK_ALLOW_HTTP)"
     host = parsed.raw_host
     address = parse_address(host)
     if address is not None:
@@ -278,6 +284,8 @@ def webhook_url_setting_check() -> None:
     """
     if not settings.WEBHOOK_URL:
         return
+    if "@" in urllib.parse.urlsplit(settings.WEBHOOK_URL).netloc:
+        raise ImproperlyConfigured(f"WEBHOOK_URL: {USERINFO_REFUSED}")
     try:
         webhook_url_validate(url=settings.WEBHOOK_URL)
     except ValidationError as exc:

@@ -12,6 +12,7 @@ from delivery.serializers import (
     RecoveryPreviewSerializer,
     RecoveryRequestSerializer,
     RecoverySerializer,
+    RevealedUrlSerializer,
     RotateSecretSerializer,
 )
 
@@ -56,7 +57,7 @@ CREATED = OpenApiExample(
     value={
         "id": 3,
         "name": "team-slack",
-        "url": "https://hooks.slack.com/services/T000/B000/XXXX",
+        "url": "https://hooks.slack.com/…",
         "event_types": ["BIRTHDAY"],
         "audience_labels": [],
         "excluded_labels": [],
@@ -118,8 +119,9 @@ IN_USE = OpenApiResponse(
 EDITS = (
     "Send the ETag you read in If-Match so that a change made meanwhile by someone else is not overwritten. "
     "Takes effect on every worker within seconds. A new URL takes the deliveries not yet delivered with it; "
-    "a new format or set of event types applies to occurrences claimed from now on. A secret cannot be "
-    "changed here: use rotate-secret."
+    "a paused destination stays paused under its new URL; a new format or set of event types applies to "
+    "occurrences claimed from now on. `url` left out, or given back as answered (redacted), keeps the URL. "
+    "A secret cannot be changed here: use rotate-secret."
 )
 
 destination_schema = extend_schema_view(
@@ -164,6 +166,16 @@ destination_schema = extend_schema_view(
         ),
         request=RotateSecretSerializer,
         responses={200: NewSecretSerializer},
+    ),
+    reveal_url=extend_schema(
+        summary="Reveal a destination's whole receiver URL",
+        description=(
+            "Every other answer shows the URL redacted (scheme and host): a chat webhook's URL is the credential "
+            "that posts to it. This one shows it whole, to a caller allowed to change the destination "
+            "(delivery.change_destination), and is logged (who, which destination; never the URL). Not cached."
+        ),
+        request=None,
+        responses={200: RevealedUrlSerializer},
     ),
     pause=extend_schema(
         summary="Pause a destination",

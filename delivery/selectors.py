@@ -184,36 +184,37 @@ class Backlog:
     sending: int = 0
 
 
-def endpoint_backlog(*, urls: Collection[str]) -> dict[str, Backlog]:
-    """What waits on each of these endpoints (every URL present, zero if nothing).
+def endpoint_backlog(*, keys: Collection[str]) -> dict[str, Backlog]:
+    """What waits on each of these endpoints, by key (every key present, zero if nothing).
 
     One GROUP BY over the unfinished deliveries only: each status arm can be
     read from its partial index (claim or lease), so delivered and dead history
     is never counted, however long it grows.
     """
-    backlog = dict.fromkeys(urls, Backlog())
+    backlog = dict.fromkeys(keys, Backlog())
     if not backlog:
         return backlog
     rows = (
         Delivery.objects.filter(
-            Q(status=DeliveryStatus.QUEUED) | Q(status=DeliveryStatus.SENDING), endpoint_url__in=list(backlog)
+            Q(status=DeliveryStatus.QUEUED) | Q(status=DeliveryStatus.SENDING), endpoint_key__in=list(backlog)
         )
-        .values("endpoint_url")
+        .values("endpoint_key")
         .annotate(
             queued=Count("id", filter=Q(status=DeliveryStatus.QUEUED)),
             sending=Count("id", filter=Q(status=DeliveryStatus.SENDING)),
         )
         .order_by()
-        .values_list("endpoint_url", "queued", "sending")
+        .values_list("endpoint_key", "queued", "sending")
     )
-    for url, queued, sending in rows:
-        backlog[url] = Backlog(queued=queued, sending=sending)
+    for key, queued, sending in rows:
+        backlog[key] = Backlog(queued=queued, sending=sending)
     return backlog
 
 
 def endpoint_list(*, unhealthy_only: bool = False) -> list[Endpoint]:
-    """Every endpoint (one row per webhook URL, so a handful), by URL; or only the failing and paused ones."""
-    endpoints = Endpoint.objects.order_by("url")
+    """Every endpoint (one row per receiver, so a handful), by what it shows of its URL; or only the failing and
+    paused ones."""
+    endpoints = Endpoint.objects.order_by("url_display", "key")
     if unhealthy_only:
         endpoints = endpoints.exclude(state=EndpointState.HEALTHY)
     return list(endpoints)
@@ -275,8 +276,15 @@ def destination_list() -> QuerySet[Destination]:
 
 
 def destination_endpoints(*, destinations: Iterable[Destination]) -> dict[str, Endpoint]:
-    """The endpoint row of each destination's URL that has one (its health and pause), by URL."""
-    return {e.url: e for e in Endpoint.objects.filter(url__in=[d.url for d in destinations])}
+    """The endpoint row of each destination's URL that has one (its health and pause), by key (url_key)."""
+    return {e.key: e for e in Endpoint.objects.filter(key__in=[d.url_key for d in destinations])}
+
+
+def endpoint_destination_names(*, endpoints: Iterable[Endpoint]) -> dict[str, str]:
+    """The name of the destination of each endpoint that has one, by key: how endpoints are named to people."""
+    return dict(
+        Destination.objects.filter(url_key__in=[e.key for e in endpoints]).values_list("url_key", "name")
+    )
 
 
 def recipients_attempt_count(*, user_ids: Collection[uuid.UUID]) -> int:
@@ -499,7 +507,7 @@ def destinations_health(
             dead = {row[0]: row[1:] for row in cursor.fetchall()}
     health = []
     for destination in destinations:
-        endpoint = endpoints.get(destination.url)
+        endpoint = endpoints.get(destination.url_key)
         state = endpoint.state if endpoint is not None else EndpointState.HEALTHY
         last_success = endpoint.last_success_at if endpoint is not None else None
         hour, day, last_dead, cause, status_code = dead.get(destination.pk, (0, 0, None, "", None))

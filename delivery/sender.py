@@ -107,7 +107,11 @@ class Sender:
         # Signed, timed and read as the lane's destination says (delivery.lanes follows its edits).
         settings = lane.settings
         return await self.transport.send(
-            delivery, signer=settings.signer, timeout=settings.timeout, channel=settings.channel
+            delivery,
+            url=lane.url,
+            signer=settings.signer,
+            timeout=settings.timeout,
+            channel=settings.channel,
         ), waited_for_turn
 
     async def _place_freed(self, lane: Lane, *, until: float) -> bool:
@@ -155,7 +159,7 @@ class Sender:
         outcome = task.result()
         if outcome is None:
             flight.lane.missed(flight.delivery)
-            RATE_SLOTS_MISSED.labels(endpoint=flight.lane.url).inc()
+            RATE_SLOTS_MISSED.labels(endpoint=flight.lane.name).inc()
         else:
             flight.lane.finished(flight.delivery, begun=True)
             self._free_place(flight.lane)

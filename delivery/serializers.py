@@ -63,6 +63,14 @@ class DestinationSecretSerializer(serializers.ModelSerializer):
         }
 
 
+class ReceiverUrlField(serializers.CharField):
+    """A receiver URL: read as its redacted form (the host, never the token: delivery.receiver_urls), written
+    whole. The whole URL is read only with POST .../reveal-url/."""
+
+    def get_attribute(self, instance):
+        return instance.url_display
+
+
 class DestinationSerializer(serializers.ModelSerializer):
     """A receiver of greetings. Its signing secrets appear as hints only; the secret itself is in the
     answer to the create and rotate-secret requests, once."""
@@ -142,6 +150,15 @@ class DestinationSerializer(serializers.ModelSerializer):
         allow_null=True,
         help_text="When its next digest is due (UTC); null without a digest_time.",
     )
+    url = ReceiverUrlField(
+        max_length=2000,
+        help_text="Where its deliveries are POSTed (http or https). A chat webhook's URL is its credential: "
+        "answers show only its scheme and host (`https://hooks.slack.com/…`); POST .../reveal-url/ shows it "
+        "whole. A user name or password in it (user:pass@) is refused. One receiver, one destination: "
+        "spellings that differ only in the case of the scheme or host, a default port or a fragment are the "
+        "same URL. A new URL takes its unsent deliveries with it, and its pause. On update, left out or "
+        "given as shown: it stays.",
+    )
     secret = serializers.CharField(
         write_only=True,
         required=False,
@@ -194,10 +211,6 @@ class DestinationSerializer(serializers.ModelSerializer):
         read_only_fields = ["created_by", "updated_by", "created_at", "updated_at", "version"]
         extra_kwargs = {
             "name": {"help_text": "Unique; how operators and failure reasons name it."},
-            "url": {
-                "help_text": "Where its deliveries are POSTed (http or https). A new URL takes its unsent "
-                "deliveries with it."
-            },
             "enabled": {"help_text": "Disabled: occurrences claimed meanwhile get no delivery for it."},
             "max_rate": {"help_text": "Most requests per second from all workers; null: WEBHOOK_MAX_RATE."},
             "max_in_flight": {
@@ -210,16 +223,20 @@ class DestinationSerializer(serializers.ModelSerializer):
 
     def get_fields(self):
         fields = super().get_fields()
-        for name in ("name", "url"):
-            fields[name].validators = [v for v in fields[name].validators if not hasattr(v, "queryset")]
+        fields["name"].validators = [v for v in fields["name"].validators if not hasattr(v, "queryset")]
+        if self.instance is not None:
+            fields["url"].required = False  # a PUT of what GET answered keeps the URL it cannot see
         return fields
+
+    def validate_url(self, value: str) -> str:
+        return value
 
     def get_paused(self, destination: Destination) -> bool:
         return self.get_endpoint_state(destination) == EndpointState.PAUSED
 
     def get_endpoint_state(self, destination: Destination) -> str:
         endpoints = self.context.get("endpoints")
-        endpoint = endpoints.get(destination.url) if endpoints is not None else None
+        endpoint = endpoints.get(destination.url_key) if endpoints is not None else None
         return endpoint.state if endpoint is not None else EndpointState.HEALTHY
 
     def to_internal_value(self, data):
@@ -238,6 +255,8 @@ class DestinationSerializer(serializers.ModelSerializer):
             errors.update({field: _messages(detail) for field, detail in exc.detail.items()})
         if errors:
             raise serializers.ValidationError(errors)
+        if self.instance is not None and attrs.get("url") == self.instance.url_display:
+            del attrs["url"]  # the redacted form GET answered, sent back unchanged: the URL stays
         return attrs
 
 
@@ -258,6 +277,12 @@ def _messages(detail) -> list:
             for message in messages
         ]
     return detail
+
+
+class RevealedUrlSerializer(serializers.Serializer):
+    """The answer to reveal-url: the destination's whole receiver URL."""
+
+    url = serializers.CharField(help_text="The whole receiver URL, token and all: a credential.")
 
 
 class NewSecretSerializer(serializers.Serializer):

@@ -34,6 +34,7 @@ from channels.base import standard_reading
 from config import __version__
 from delivery.models import AttemptOutcome, DeliveryAttempt
 from delivery.receiver_addresses import ReceiverPolicy, parse_address, url_refusal
+from delivery.receiver_urls import url_redact
 from delivery.resolver import AddressRefused, ScreeningResolver
 from delivery.signing import WebhookSigner
 
@@ -53,7 +54,8 @@ class ClaimedDelivery:
     # None for a daily digest's delivery (delivery.services.digests), which names no one event.
     event_id: uuid.UUID | None
     idempotency_key: str
-    endpoint_url: str
+    # The endpoint it goes to (Endpoint.key); the URL itself is the lane's (delivery.lanes).
+    endpoint_key: str
     # The JSON body as stored (sent as it is: no decoding and encoding again).
     body: str
     attempt: int
@@ -292,12 +294,16 @@ class WebhookTransport:
         self,
         delivery: ClaimedDelivery,
         *,
+        url: str,
         signer: WebhookSigner | None = None,
         timeout: float | None = None,
         channel: Channel = STANDARD,
     ) -> SendResult:
-        """POST `delivery`, signed by its destination's `signer`, waiting `timeout` (default: the session's);
-        its answer read by the destination's kind, `channel`."""
+        """POST `delivery` to `url`, signed by its destination's `signer`, waiting `timeout` (default: the session's);
+        its answer read by the destination's kind, `channel`.
+
+        No error it returns repeats the URL's path or query (a token): only its redacted form.
+        """
         body = delivery.body
         timeout = timeout or self.timeout
         started_at = datetime.now(UTC)
@@ -314,7 +320,6 @@ class WebhookTransport:
                 **fields,
             )
 
-        url = delivery.endpoint_url
         try:
             refusal = self.url_refusal(url)
             proxy = None if refusal else self.proxy_for(url)
@@ -335,14 +340,14 @@ class WebhookTransport:
                 excerpt = await _read_excerpt(response)
                 status, reason, headers = response.status, response.reason, response.headers
         except AddressRefused as exc:
-            return finish(AttemptOutcome.PERMANENT_FAILURE, error=str(exc), refused=True)
+            return finish(AttemptOutcome.PERMANENT_FAILURE, error=_scrubbed(str(exc), url), refused=True)
         except TimeoutError:
             return finish(AttemptOutcome.TRANSIENT_FAILURE, error=f"Timed out after {timeout:g} s")
         except (aiohttp.InvalidURL, ValueError) as exc:
             return finish(
                 AttemptOutcome.PERMANENT_FAILURE,
                 error=f"Request failed: {error_class(exc)}",
-                detail=f"Request failed: {_short(exc)}",
+                detail=f"Request failed: {_short(exc, url)}",
             )
         except (aiohttp.ClientError, OSError) as exc:
             # Refused, reset, DNS, TLS, proxy, a connection closed mid-answer:
@@ -351,7 +356,7 @@ class WebhookTransport:
             return finish(
                 AttemptOutcome.TRANSIENT_FAILURE,
                 error=f"Connection error: {error_class(exc)}",
-                detail=f"Connection error: {_short(exc)}",
+                detail=f"Connection error: {_short(exc, url)}",
             )
         # The kind reads the answer: the status, its headers and the body's first bytes (a Slack
         # refusal is a code in the body, Discord's wait is in its JSON).
@@ -388,6 +393,22 @@ async def _read_excerpt(response: aiohttp.ClientResponse) -> str:
     return raw[:limit].decode("utf-8", errors="replace")
 
 
-def _short(exc: Exception) -> str:
+def _short(exc: Exception, url: str | None = None) -> str:
     text = str(exc) or type(exc).__name__
+    if url is not None:
+        text = _scrubbed(text, url)
     return text if len(text) <= 300 else text[:300] + "..."
+
+
+def _scrubbed(text: str, url: str) -> str:
+    """`text` (an exception's, which may quote the URL it failed on) with the URL's token-bearing parts shown
+    redacted: the URL in any spelling aiohttp and yarl print it, then its path and query alone."""
+    redacted = url_redact(url)
+    spellings = {url, str(yarl.URL(url)), str(yarl.URL(url, encoded=True))}
+    for spelling in sorted(spellings, key=len, reverse=True):
+        text = text.replace(spelling, redacted)
+    parsed = urllib.parse.urlsplit(url)
+    for part in (parsed.path + ("?" + parsed.query if parsed.query else ""), parsed.query):
+        if len(part) > 1:
+            text = text.replace(part, "/…")
+    return text

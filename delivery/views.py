@@ -35,6 +35,7 @@ from delivery.serializers import (
     RecoveryPreviewSerializer,
     RecoveryRequestSerializer,
     RecoverySerializer,
+    RevealedUrlSerializer,
     RotateSecretSerializer,
 )
 from delivery.services import destinations as services
@@ -149,6 +150,20 @@ class DestinationViewSet(viewsets.ModelViewSet):
         return Response(
             {"secret": rotated.value, "secrets": DestinationSecretSerializer(secrets, many=True).data}
         )
+
+    @action(
+        detail=True,
+        methods=["post"],
+        url_path="reveal-url",
+        permission_classes=[ChangeDestinationPermission],
+    )
+    def reveal_url(self, request, pk=None):
+        """The whole receiver URL, for a caller allowed to change the destination (every other answer shows it
+        redacted); never cached."""
+        url = services.destination_url_reveal(destination=self.get_object(), operator=self._operator())
+        response = Response(RevealedUrlSerializer({"url": url}).data)
+        response["Cache-Control"] = "no-store"
+        return response
 
     @action(detail=True, methods=["post"], permission_classes=[ChangeDestinationPermission])
     def pause(self, request, pk=None):

@@ -93,6 +93,7 @@ class Worker(ProcessLoop):
             batch_size=self.batch_size,
             worthwhile_batch=self.worthwhile_batch,
             held_up=self._held_up,
+            release=self._release,
         )
         # First due an interval after the start: the heartbeat follows heartbeat(start=True).
         self.heartbeat_task.last = self.renew_leases.last = time.monotonic()
@@ -233,7 +234,7 @@ class Worker(ProcessLoop):
             force or not self.sender.busy or self.sender.answers_due(batch=self.worthwhile_batch)
         ):
             return
-        summary = deliveries_record(worker=self.name, results=answers, healthy=self.lanes.healthy_urls())
+        summary = deliveries_record(worker=self.name, results=answers, healthy=self.lanes.healthy_keys())
         self.sender.answers_recorded()
         self.lanes.follow_verdicts(summary.verdicts)
         self.count(sent=len(answers), delivered=summary.delivered, dead=summary.dead)

@@ -35,6 +35,7 @@ from delivery.selectors import (
     delivery_status_estimates,
     destinations_health,
     endpoint_backlog,
+    endpoint_destination_names,
     endpoint_list,
 )
 from runtime.database import database_error_reason
@@ -235,8 +236,13 @@ def _zone_data_families() -> Iterator[Metric]:
 
 
 def _endpoint_families(*, now: datetime, endpoints: list[Endpoint]) -> Iterator[Metric]:
-    """The birthday_endpoint_* gauges: one series per endpoint (webhook URL) and label value."""
-    waiting = endpoint_backlog(urls=[endpoint.url for endpoint in endpoints])
+    """The birthday_endpoint_* gauges: one series per endpoint and label value.
+
+    The `endpoint` label is its destination's name (`endpoint <id>` for one no destination has): never
+    the URL, which is a credential (delivery.receiver_urls).
+    """
+    waiting = endpoint_backlog(keys=[endpoint.key for endpoint in endpoints])
+    names = endpoint_destination_names(endpoints=endpoints)
     state = GaugeMetricFamily(
         "birthday_endpoint_state",
         "1 for the endpoint's current state (HEALTHY, FAILING, PAUSED, GONE), 0 for the others.",
@@ -263,13 +269,13 @@ def _endpoint_families(*, now: datetime, endpoints: list[Endpoint]) -> Iterator[
         labels=["endpoint"],
     )
     for endpoint in endpoints:
-        url = endpoint.url
+        url = names.get(endpoint.key) or f"endpoint {endpoint.pk}"
         # Every state's series exists, at 0 when not current, so a move is a
         # change of value that alerts and graphs see, not a series vanishing.
         for value in EndpointState.values:
             state.add_metric([url, value], 1 if endpoint.state == value else 0)
         failures.add_metric([url], endpoint.consecutive_failures)
-        queued.add_metric([url], waiting[url].queued)
+        queued.add_metric([url], waiting[endpoint.key].queued)
         failing.add_metric(
             [url], _age(now, endpoint.failing_since) if endpoint.state == EndpointState.FAILING else 0
         )

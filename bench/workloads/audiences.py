@@ -55,9 +55,12 @@ SIZES = {
 def _destinations(harness: Harness, *, variant: str) -> None:
     harness.conn.execute("TRUNCATE delivery_destination CASCADE")
     if variant == VARIANTS[0]:
-        sql.destinations(harness.conn, urls=["http://127.0.0.1:9/all"])
+        urls = ["http://127.0.0.1:9/all"]
+        sql.destinations(harness.conn, columns=list(harness.receiver_columns(*urls).values()))
         return
-    sql.destinations(harness.conn, urls=[f"http://127.0.0.1:9/team{k}" for k in range(TEAMS)])
+    urls = [f"http://127.0.0.1:9/team{k}" for k in range(TEAMS)]
+    columns = harness.receiver_columns(*urls)
+    sql.destinations(harness.conn, columns=[columns[url] for url in urls])
     harness.conn.execute(
         "UPDATE delivery_destination SET audience_labels = ARRAY['team:t' || (substr(name, 7)::int - 1)]::varchar[]"
     )

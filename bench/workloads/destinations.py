@@ -62,7 +62,9 @@ def destinations_once(harness: Harness, *, n: int, count: int, profile: float = 
     expected = harness.seed_due(tag=harness.tag(f"dest{count}-"), n=n)
     # Every run from no endpoint row (no state, limit or learned rate left from an earlier one).
     harness.conn.execute("TRUNCATE delivery_endpoint CASCADE")
-    sql.destinations(harness.conn, urls=[harness.receiver.url_destination(i) for i in range(count)])
+    urls = [harness.receiver.url_destination(i) for i in range(count)]
+    columns = harness.receiver_columns(*urls)
+    sql.destinations(harness.conn, columns=[columns[url] for url in urls])
     # The rows above are the only destinations: WEBHOOK_URL would seed none (some exist), but empty says so.
     env = harness.env(WEBHOOK_URL="")
     readers = harness.receiver.destination_readers(count)

@@ -46,7 +46,7 @@ def measure(harness: Harness, *, size: EnduranceSize) -> dict:
     sql.users_and_events(
         harness.conn, tag=tag, n=n, target_sql="now() - interval '1 minute'", status="PROCESSING"
     )
-    sql.deliveries(harness.conn, tag=tag, n=n, url=harness.receiver.url)
+    sql.deliveries(harness.conn, tag=tag, n=n, key=harness.receiver_key(harness.receiver.url))
     harness.conn.execute("VACUUM ANALYZE users_user, scheduling_event, delivery_delivery")
     expected = {
         k for (k,) in harness.conn.execute("SELECT idempotency_key FROM delivery_delivery").fetchall()

@@ -128,17 +128,21 @@ def drop(label: str) -> None:
 # Deliveries as the product's claim of events writes them, one per event, to the one destination where
 # the schema has destinations ({destination}: its column and value, or nothing).
 DELIVERIES = """
-INSERT INTO delivery_delivery (id, event_id, idempotency_key, endpoint_url, payload, status, attempts,
+INSERT INTO delivery_delivery (id, event_id, idempotency_key, {endpoint_column}, payload, status, attempts,
     max_attempts, next_attempt_at, locked_until, locked_by, attempt_started_at, last_status_code,
     last_error, delivered_at, created_at, updated_at{destination_column})
 SELECT md5(%(tag)s || ':d:' || i)::uuid, {eid}, 'bench-' || substr(md5(%(tag)s || ':k:' || i), 1, 24),
-       %(url)s, {payload}, 'QUEUED', 0, 8, now(), NULL, '', NULL, NULL, '', NULL, now(), now(){destination_value}
+       %(endpoint)s, {payload}, 'QUEUED', 0, 8, now(), NULL, '', NULL, NULL, '', NULL, now(), now(){destination_value}
 FROM generate_series(%(lo)s::int, %(hi)s::int) AS i
 """
 
 
-def seed(conn, *, tag: str, n: int, url: str) -> set[str]:
-    """Empty tables, then n PROCESSING events each with one QUEUED delivery due now; their keys."""
+def seed(conn, *, tag: str, n: int, url: str, stored: dict[str, str]) -> set[str]:
+    """Empty tables, then n PROCESSING events each with one QUEUED delivery due now; their keys.
+
+    `stored`: `url` as a product that keeps receiver URLs encrypted stores it (Harness.receiver_columns);
+    a schema from before that (0635503) gets the URL itself.
+    """
     tables = [
         "users_user",
         "scheduling_event",
@@ -150,18 +154,37 @@ def seed(conn, *, tag: str, n: int, url: str) -> set[str]:
     if has_destinations:
         tables.append("delivery_destination")
     conn.execute(f"TRUNCATE {', '.join(tables)} CASCADE")
+    keyed = (
+        conn.execute(
+            "SELECT 1 FROM information_schema.columns "
+            "WHERE table_name = 'delivery_delivery' AND column_name = 'endpoint_key'"
+        ).fetchone()
+        is not None
+    )
     column = value = ""
+    if keyed:
+        sql.destinations(conn, columns=[stored])
+    elif has_destinations:
+        conn.execute(
+            """INSERT INTO delivery_destination (name, url, event_types, format, enabled, created_by, updated_by,
+                   created_at, updated_at, version)
+               VALUES ('bench-1', %s, '{}', 'standard', true, 'bench', 'bench', now(), now(), 1)""",
+            [url],
+        )
     if has_destinations:
-        sql.destinations(conn, urls=[url])
         (destination_id,) = conn.execute("SELECT id FROM delivery_destination").fetchone()
         column, value = ", destination_id", f", {int(destination_id)}"
     sql.users_and_events(conn, tag=tag, n=n, target_sql="now() - interval '1 minute'", status="PROCESSING")
     statement = sql.fmt(
-        DELIVERIES.replace("{destination_column}", column).replace("{destination_value}", value)
+        DELIVERIES.replace("{destination_column}", column)
+        .replace("{destination_value}", value)
+        .replace("{endpoint_column}", "endpoint_key" if keyed else "endpoint_url")
     )
     with conn.transaction():
         conn.execute("SET LOCAL session_replication_role = replica")
-        conn.execute(statement, {"tag": tag, "lo": 1, "hi": n, "url": url})
+        conn.execute(
+            statement, {"tag": tag, "lo": 1, "hi": n, "endpoint": stored["url_key"] if keyed else url}
+        )
     conn.execute("ANALYZE users_user; ANALYZE scheduling_event; ANALYZE delivery_delivery")
     keys = {k for (k,) in conn.execute("SELECT idempotency_key FROM delivery_delivery").fetchall()}
     assert len(keys) == n, (len(keys), n)
@@ -196,7 +219,13 @@ def run_once(
     label = product.label if product else "this"
     conn = sql.connect(dsn(label))
     try:
-        expected = seed(conn, tag=harness.tag(f"q{variant}-"), n=n, url=harness.receiver.url)
+        url = harness.receiver.url
+        # Keyed and encrypted under the secret key of the processes that read them (`env`'s; the bare
+        # workers, which have none, read neither).
+        stored = (harness.probe("receiver_columns", url, env=env) if env else harness.receiver_columns(url))[
+            url
+        ]
+        expected = seed(conn, tag=harness.tag(f"q{variant}-"), n=n, url=url, stored=stored)
         counts_dir = Path(tempfile.mkdtemp(prefix="bench-queued-"))
         reader = harness.receiver.reader()
         reader.poll()
@@ -227,6 +256,7 @@ def run_once(
                         variant,
                         dsn(label),
                         f"bare{i}",
+                        url,
                         str(BARE_BATCH),
                         str(BARE_CONNECTIONS),
                     ],

@@ -141,15 +141,15 @@ def claim_floor(harness: Harness, *, batch: int = 1000, calls: int = 7, per_conn
     events/s on this machine's two cores, with no Python at all).
     """
     log("scale: the same writes by PostgreSQL alone (claim floor)")
-    url = harness.receiver.url
-    one = [sql.claim_floor(harness.conn, batch=batch, url=url) for _ in range(calls)]
+    key = harness.receiver_key(harness.receiver.url)
+    one = [sql.claim_floor(harness.conn, batch=batch, key=key) for _ in range(calls)]
     connections = [sql.connect(PRODUCT_DSN) for _ in range(2)]
     try:
         with ThreadPoolExecutor(max_workers=2) as pool:
             started = time.perf_counter()
             done = list(
                 pool.map(
-                    lambda c: [sql.claim_floor(c, batch=batch, url=url) for _ in range(per_connection)],
+                    lambda c: [sql.claim_floor(c, batch=batch, key=key) for _ in range(per_connection)],
                     connections,
                 )
             )

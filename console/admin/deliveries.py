@@ -170,7 +170,7 @@ class DeliveryAdmin(widgets.ViewOnlyPageMixin, BoundedListAdmin):
             "Outcome",
             {"fields": ["last_status_code", "last_error", "delivered_at", "created_at", "updated_at"]},
         ),
-        ("Request", {"classes": ["collapse"], "fields": ["endpoint_url", "payload"]}),
+        ("Request", {"classes": ["collapse"], "fields": ["payload"]}),
     ]
 
     def has_add_permission(self, request):
@@ -243,13 +243,14 @@ class DeliveryAdmin(widgets.ViewOnlyPageMixin, BoundedListAdmin):
     @admin.display(description="endpoint")
     def endpoint_link(self, delivery: Delivery):
         # A QUEUED delivery whose endpoint is failing or paused waits for it: say so here.
-        endpoint = Endpoint.objects.filter(url=delivery.endpoint_url).first()
+        endpoint = Endpoint.objects.filter(key=delivery.endpoint_key).first()
         if endpoint is None:
-            return format_html("{} (no worker has sent to it yet)", delivery.endpoint_url)
+            # Its destination's URL changed since, or the destination was deleted: that receiver is gone.
+            return "— (a receiver no destination has any more)"
         return format_html(
             '<a href="{}">{}</a> {}',
             reverse("admin:delivery_endpoint_change", args=[endpoint.pk]),
-            endpoint.url,
+            endpoint.url_display,
             endpoint_state_badge(endpoint),
         )
 

@@ -1,6 +1,10 @@
 """Destinations in the operator console: where greetings go, their secrets (hints only), Pause and Resume,
 a test message.
 
+A receiver URL is a credential (delivery.receiver_urls): lists and forms show
+its redacted form, and its change page has a "Reveal the URL" button for an
+operator allowed to change it, whose page shows the URL and is never cached.
+
 Every change goes through delivery.services.destinations, as from the API. A
 new secret (on creation, on rotation) is shown once, in the page's messages,
 and never rendered again. The change form carries the version it was opened
@@ -15,8 +19,10 @@ from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpResponseNotAllowed, HttpResponseRedirect
+from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.cache import add_never_cache_headers
 from django.utils.html import format_html, format_html_join
 
 from console import widgets
@@ -54,7 +60,16 @@ def message_field(event_type: str) -> str:
 
 
 class DestinationForm(forms.ModelForm):
-    url = forms.URLField(max_length=2000, assume_scheme="https", help_text="Where its deliveries are POSTed.")
+    # Not the model's: it keeps the URL encrypted. Empty on a change page (never rendered with the URL in it):
+    # left empty, the URL stays as it is.
+    url = forms.URLField(
+        max_length=services.URL_MAX_LENGTH,
+        assume_scheme="https",
+        required=False,
+        widget=forms.URLInput(attrs={"autocomplete": "off"}),
+        help_text="Where its deliveries are POSTed. No user:password@ (refused): a chat webhook's URL is its "
+        "credential, kept encrypted and shown only as its host.",
+    )
     event_types = forms.MultipleChoiceField(
         choices=EventType.choices,
         required=False,
@@ -87,7 +102,6 @@ class DestinationForm(forms.ModelForm):
         model = Destination
         fields = [
             "name",
-            "url",
             "event_types",
             "audience_labels",
             "excluded_labels",
@@ -115,6 +129,13 @@ class DestinationForm(forms.ModelForm):
             self.fields["weekend"].required = False
         if self.instance.pk:
             self.fields["loaded_version"].initial = self.instance.version
+            self.fields["url"].help_text = (
+                f"Now {self.instance.url_display} (the button above reveals it whole). Left empty, it stays; "
+                "a new URL takes the deliveries waiting with it, and a pause too. "
+                + self.fields["url"].help_text
+            )
+        else:
+            self.fields["url"].required = True
         for event_type in EventType.values:
             self.fields[message_field(event_type)].initial = (self.instance.message_overrides or {}).get(
                 event_type, ""
@@ -140,6 +161,8 @@ class DestinationForm(forms.ModelForm):
                 ),
             )
         values = {name: cleaned[name] for name in services.EDITABLE_FIELDS if name in cleaned}
+        if self.instance.pk and not values.get("url"):
+            values.pop("url", None)  # left empty: the URL stays
         try:
             cleaned.update(services.destination_values_clean(values=values, exclude=self.instance.pk))
         except ValidationError as exc:
@@ -216,7 +239,7 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
         "enabled",
     ]
     list_filter = ["enabled", "format"]
-    search_fields = ["name", "url"]
+    search_fields = ["name", "url_display"]
     actions = ["send_test", "rotate_secret", "drop_previous_secrets", "pause", "resume"]
     change_form_template = "admin/delivery/destination/change_form.html"
     readonly_fields = [
@@ -292,6 +315,11 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
                 self.admin_site.admin_view(self.send_test_view),
                 name=f"{self.opts.app_label}_{self.opts.model_name}_test",
             ),
+            path(
+                "<path:object_id>/url/",
+                self.admin_site.admin_view(self.reveal_url_view),
+                name=f"{self.opts.app_label}_{self.opts.model_name}_url",
+            ),
             *super().get_urls(),
         ]
 
@@ -347,7 +375,7 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
         return format_html(
             '<strong>{}</strong><br><span class="bs-muted bs-url">{}</span>',
             destination.name,
-            destination.url,
+            destination.url_display,  # the URL is a credential: its host alone (delivery.receiver_urls)
         )
 
     @admin.display(description="health")
@@ -427,6 +455,8 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
         values = {
             name: form.cleaned_data[name] for name in services.EDITABLE_FIELDS if name in form.cleaned_data
         }
+        if change and not values.get("url"):
+            values.pop("url", None)  # left empty: the URL stays
         if change:
             loaded = form.cleaned_data.get("loaded_version")
             services.destination_update(
@@ -493,6 +523,36 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
         self.send_test(request, Destination.objects.filter(pk=destination.pk))
         return HttpResponseRedirect(reverse("admin:delivery_destination_change", args=[destination.pk]))
 
+    def reveal_url_view(self, request, object_id):
+        """The change page's "Reveal the URL": the whole receiver URL, for an operator who may change it.
+
+        A POST (a link followed by a prefetch or a crawler reveals nothing), answered with a page of its own,
+        never cached and never put in the session's messages: the URL is a credential, and a message would
+        keep it in the session store. The reveal is logged (who, which destination), never the URL.
+        """
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        destination = self.get_object(request, unquote(object_id))
+        if destination is None:
+            # Django's own (ModelAdmin.change_view uses it); missing from django-stubs.
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)  # type: ignore[attr-defined]
+        if not self.has_change_permission(request, destination):
+            raise PermissionDenied
+        url = services.destination_url_reveal(destination=destination, operator=request.user.get_username())
+        response = TemplateResponse(
+            request,
+            "admin/delivery/destination/url.html",
+            {
+                **self.admin_site.each_context(request),
+                "opts": self.opts,
+                "original": destination,
+                "title": f"Receiver URL of {destination.name}",
+                "url": url,
+            },
+        )
+        add_never_cache_headers(response)
+        return response
+
     @admin.action(
         description="Rotate the signing secret of the selected destinations", permissions=["change"]
     )
@@ -547,7 +607,7 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
 
 def endpoint_state_badge_of(*, destination: Destination, health: DestinationHealth):
     """Its URL's endpoint state (what the workers see), as on the Endpoints page."""
-    endpoint = destination_endpoints(destinations=[destination]).get(destination.url)
+    endpoint = destination_endpoints(destinations=[destination]).get(destination.url_key)
     if endpoint is None:
         return widgets.badge("stopped", f"{EndpointState(health.endpoint_state).label} (nothing sent yet)")
     return endpoint_state_badge(endpoint)

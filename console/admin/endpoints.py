@@ -20,7 +20,7 @@ from django.utils.html import format_html
 from console import widgets
 from delivery import failures
 from delivery.models import Endpoint, EndpointState
-from delivery.selectors import Backlog, endpoint_backlog
+from delivery.selectors import Backlog, endpoint_backlog, endpoint_destination_names
 from delivery.services.endpoints import endpoint_pause, endpoint_resume
 
 # The shared palette's keys whose colours say the same thing: green flowing,
@@ -50,16 +50,18 @@ class EndpointChangeList(ChangeList):
         super().get_results(request)
         # A list, so the backlog set on each row below is what the columns read.
         self.result_list = list(self.result_list)
-        backlog = endpoint_backlog(urls=[endpoint.url for endpoint in self.result_list])
+        backlog = endpoint_backlog(keys=[endpoint.key for endpoint in self.result_list])
+        names = endpoint_destination_names(endpoints=self.result_list)
         for endpoint in self.result_list:
-            endpoint.backlog = backlog[endpoint.url]
+            endpoint.backlog = backlog[endpoint.key]
+            endpoint.destination_name = names.get(endpoint.key)
 
 
 @admin.register(Endpoint)
 class EndpointAdmin(widgets.ViewOnlyPageMixin, admin.ModelAdmin):
     # Health is the workers' record of the receiver's answers: nobody edits it by hand.
     list_display = [
-        "url",
+        "receiver",
         "state_badge",
         "queued",
         "sending",
@@ -69,14 +71,14 @@ class EndpointAdmin(widgets.ViewOnlyPageMixin, admin.ModelAdmin):
         "paused",
         "last_success",
     ]
-    list_display_links = ["url"]
+    list_display_links = ["receiver"]
     list_filter = ["state"]
-    search_fields = ["url"]
+    search_fields = ["url_display"]
     list_per_page = 50
     actions = ["pause", "resume"]
     change_form_template = "admin/delivery/endpoint/change_form.html"
     fieldsets = [
-        (None, {"fields": ["url", "state_badge", "waiting", "paused_by", "paused_at"]}),
+        (None, {"fields": ["receiver", "state_badge", "waiting", "paused_by", "paused_at"]}),
         (
             "Health",
             {
@@ -132,6 +134,14 @@ class EndpointAdmin(widgets.ViewOnlyPageMixin, admin.ModelAdmin):
         )
 
     # --- columns ------------------------------------------------------------------
+
+    @admin.display(description="receiver", ordering="url_display")
+    def receiver(self, endpoint: Endpoint) -> str:
+        """Its destination's name and what may be shown of its URL (a credential: the host, never the token)."""
+        if not hasattr(endpoint, "destination_name"):
+            endpoint.destination_name = endpoint_destination_names(endpoints=[endpoint]).get(endpoint.key)
+        name = endpoint.destination_name
+        return f"{name} ({endpoint.url_display})" if name else endpoint.url_display
 
     @admin.display(description="state", ordering="state")
     def state_badge(self, endpoint: Endpoint):
@@ -206,7 +216,7 @@ class EndpointAdmin(widgets.ViewOnlyPageMixin, admin.ModelAdmin):
     def _backlog(self, endpoint: Endpoint) -> Backlog:
         # The change list sets it for the whole page; the change page asks for its one row.
         if not hasattr(endpoint, "backlog"):
-            endpoint.backlog = endpoint_backlog(urls=[endpoint.url])[endpoint.url]
+            endpoint.backlog = endpoint_backlog(keys=[endpoint.key])[endpoint.key]
         return endpoint.backlog
 
     # --- Pause and Resume: list actions and the change page's buttons --------------

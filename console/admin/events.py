@@ -270,7 +270,7 @@ class EventAdmin(BoundedListAdmin):
             (
                 (
                     reverse("admin:delivery_delivery_change", args=[delivery.pk]),
-                    delivery.destination.name if delivery.destination else delivery.endpoint_url,
+                    delivery.destination.name if delivery.destination else "a deleted destination",
                     delivery.idempotency_key,
                     widgets.badge(delivery.status, delivery.get_status_display()),
                     widgets.attempts(used=delivery.attempts, allowed=delivery.max_attempts),

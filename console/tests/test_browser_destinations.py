@@ -85,7 +85,7 @@ def run_list_action(page, live_server, destination: Destination, action: str) ->
 
 
 def condition_column(page, destination: Destination) -> str:
-    row = page.locator("#result_list tbody tr", has_text=destination.url)
+    row = page.locator("#result_list tbody tr", has_text=destination.name)
     return row.locator("td.field-condition").inner_text().strip()
 
 
@@ -130,10 +130,10 @@ def test_operator_creates_a_destination_tests_pauses_resumes_and_recovers_it(
     # Paused, then resumed, from the list.
     assert "Pause: 1 destination paused." in run_list_action(page, live_server, destination, "pause")
     assert condition_column(page, destination) == "Paused"
-    assert Endpoint.objects.get(url=destination.url).state == EndpointState.PAUSED
+    assert Endpoint.objects.get(key=destination.url_key).state == EndpointState.PAUSED
     assert "Resume: 1 destination resumed." in run_list_action(page, live_server, destination, "resume")
     assert condition_column(page, destination) == "No deliveries yet"  # resumed; nothing sent to it yet
-    assert Endpoint.objects.get(url=destination.url).state == EndpointState.HEALTHY
+    assert Endpoint.objects.get(key=destination.url_key).state == EndpointState.HEALTHY
 
     # Three greetings reach it; the receiver loses them (it answered 200 and dropped them).
     for _ in range(3):

@@ -10,11 +10,12 @@ from django.db.models import F
 from django.test import Client
 from django.urls import reverse
 
+from conftest import permissions_named
 from delivery.models import Delivery, DeliveryStatus, Destination, DestinationSecret, Endpoint, EndpointState
 from delivery.scheduler import Scheduler
 from delivery.services import destinations as services
 from delivery.services.destinations import destination_create
-from delivery.tests.conftest import make_due
+from delivery.tests.conftest import key_of, make_due
 from devtools.sink import Reply, WebhookSink
 from users.tests.factories import UserFactory
 
@@ -91,7 +92,7 @@ def test_an_edit_is_saved_through_the_service_and_says_who_made_it(console):
     )
 
     destination.refresh_from_db()
-    assert (destination.url, destination.updated_by, destination.event_types) == (
+    assert (destination.receiver_url(), destination.updated_by, destination.event_types) == (
         "https://crm2.example.org/",
         "ops-alice",
         [],
@@ -118,11 +119,11 @@ def test_pause_and_resume_move_the_destinations_endpoint(console):
     ).destination
 
     console.post(LIST, {"action": "pause", "_selected_action": [destination.pk]})
-    assert Endpoint.objects.get(url=destination.url).state == EndpointState.PAUSED
+    assert Endpoint.objects.get(key=key_of(destination.receiver_url())).state == EndpointState.PAUSED
     assert "Paused" in console.get(LIST).content.decode()
 
     console.post(LIST, {"action": "resume", "_selected_action": [destination.pk]})
-    assert Endpoint.objects.get(url=destination.url).state == EndpointState.HEALTHY
+    assert Endpoint.objects.get(key=key_of(destination.receiver_url())).state == EndpointState.HEALTHY
 
 
 def test_a_destination_with_deliveries_to_send_cannot_be_deleted_from_the_console(console):
@@ -206,7 +207,7 @@ def edit_form(destination, **changes) -> dict:
     return {
         **FORM,
         "name": destination.name,
-        "url": destination.url,
+        "url": "",  # rendered empty: the URL is a credential, revealed on request only
         "event_types": destination.event_types,
         "format": destination.format,
         "loaded_version": destination.version,
@@ -236,7 +237,7 @@ def test_a_save_over_a_change_made_since_the_form_was_opened_is_refused_and_over
     errors = response.context["adminform"].form.non_field_errors()
     assert len(errors) == 1 and "changed since you opened it (by ops-bob, now at version 2)" in errors[0]
     destination.refresh_from_db()
-    assert (destination.url, destination.updated_by, destination.version) == (
+    assert (destination.receiver_url(), destination.updated_by, destination.version) == (
         "https://crm-bob.example.org/",
         "ops-bob",
         2,
@@ -274,7 +275,7 @@ def test_a_change_between_the_forms_check_and_its_save_is_refused_too(console, m
     assert response.status_code == 200
     assert "changed since you opened it" in response.context["adminform"].form.non_field_errors()[0]
     destination.refresh_from_db()
-    assert (destination.url, destination.version) == ("https://crm.example.org/", 2)
+    assert (destination.receiver_url(), destination.version) == ("https://crm.example.org/", 2)
 
 
 def test_a_save_from_the_version_the_form_was_opened_at_goes_through(console):
@@ -286,4 +287,78 @@ def test_a_save_from_the_version_the_form_was_opened_at_goes_through(console):
 
     assert response.status_code == 302
     destination.refresh_from_db()
-    assert (destination.url, destination.version) == ("https://crm2.example.org/", 2)
+    assert (destination.receiver_url(), destination.version) == ("https://crm2.example.org/", 2)
+
+
+# --- the receiver URL is a credential ---------------------------------------------------------------------
+
+SLACK = "https://hooks.slack.com/services/T0001/B0001/XXXXSECRETTOKENXXXX"
+TOKEN = "XXXXSECRETTOKENXXXX"
+
+
+@pytest.fixture
+def viewer(django_user_model):
+    """A staff account that may read destinations and endpoints but change nothing."""
+    account = django_user_model.objects.create_user(
+        username="ops-viewer", password="unused-Pass-1!", is_staff=True
+    )
+    account.user_permissions.set(
+        permissions_named(
+            "delivery.view_destination",
+            "delivery.view_endpoint",
+            "delivery.view_delivery",
+            "scheduling.view_event",
+        )
+    )
+    client = Client()
+    client.force_login(account)
+    return client
+
+
+def test_pages_show_the_url_redacted_and_the_reveal_shows_it_whole_to_who_may_change_it(
+    console, viewer, caplog
+):
+    caplog.set_level(logging.DEBUG)
+    destination = destination_create(name="team-slack", url=SLACK, operator="ops").destination
+    endpoint = Endpoint.objects.get()
+    reveal = reverse("admin:delivery_destination_url", args=[destination.pk])
+    pages = [
+        LIST,
+        change_url(destination),
+        reverse("admin:delivery_endpoint_changelist"),
+        reverse("admin:delivery_endpoint_change", args=[endpoint.pk]),
+        reverse("admin:dashboard"),
+    ]
+
+    for client in (console, viewer):
+        for page in pages:
+            response = client.get(page)
+            assert response.status_code == 200, page
+            assert TOKEN not in response.content.decode(), page
+    assert "https://hooks.slack.com/…" in console.get(LIST).content.decode()
+    assert "Reveal the URL" in console.get(change_url(destination)).content.decode()
+    assert "Reveal the URL" not in viewer.get(change_url(destination)).content.decode()
+    assert console.get(reveal).status_code == 405  # a link followed by a crawler reveals nothing
+    assert viewer.post(reveal).status_code == 403
+    revealed = console.post(reveal)
+    assert revealed.status_code == 200 and SLACK in revealed.content.decode()
+    assert "no-store" in revealed["Cache-Control"]
+    assert not [m for m in shown(revealed) if TOKEN in m]  # never kept in the session's messages
+    assert TOKEN not in caplog.text
+
+
+def test_an_edit_that_leaves_the_url_empty_keeps_it_and_one_with_user_info_is_refused(console):
+    destination = destination_create(name="team-slack", url=SLACK, operator="ops").destination
+
+    kept = console.post(change_url(destination), edit_form(destination, enabled=""))
+    destination.refresh_from_db()
+    refused = console.post(
+        change_url(destination), edit_form(destination, url="https://user:pa55@hooks.example.org/x")
+    )
+
+    assert kept.status_code == 302
+    assert (destination.receiver_url(), destination.enabled) == (SLACK, False)
+    assert refused.status_code == 200 and "user name or password" in refused.content.decode()
+    assert "pa55" not in refused.content.decode().replace('value="https://user:pa55', "")
+    destination.refresh_from_db()
+    assert destination.receiver_url() == SLACK

@@ -4,7 +4,7 @@ import pytest
 from django.urls import reverse
 
 from delivery.models import Destination
-from delivery.services.destinations import destination_create
+from delivery.services.destinations import destination_create, destination_url_fields
 
 pytestmark = pytest.mark.django_db
 
@@ -70,7 +70,7 @@ def test_the_deliveries_page_lists_a_digest_finds_it_by_its_key_and_filters_dige
         UserFactory(first_name=first, date_of_birth=day.replace(year=1990), timezone="Europe/Berlin")
     destination = Destination(
         name="team",
-        url="https://hooks.example.org/team",
+        **destination_url_fields(url="https://hooks.example.org/team"),
         digest_time=time(9),
         digest_timezone="Europe/Berlin",
     )

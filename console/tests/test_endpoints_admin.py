@@ -14,7 +14,9 @@ from django.urls import reverse
 from conftest import permissions_named
 from console.tests.console_data import completed_event, endpoint, heartbeat, waiting_for
 from delivery.models import Delivery, DeliveryStatus, Endpoint, EndpointState
+from delivery.receiver_urls import url_redact
 from delivery.selectors import Backlog, endpoint_backlog
+from delivery.tests.conftest import key_of
 from runtime.models import ProcessKind
 from users.tests.factories import UserFactory
 
@@ -75,7 +77,7 @@ def test_list_shows_each_endpoints_state_and_what_waits_on_it_not_its_history(co
         waiting_for(UserFactory(), failing.url, status=status)
     waiting_for(UserFactory(), paused.url)
     delivered = completed_event(UserFactory()).deliveries.get()
-    Delivery.objects.filter(pk=delivered.pk).update(endpoint_url=failing.url)
+    Delivery.objects.filter(pk=delivered.pk).update(endpoint_key=key_of(failing.url))
 
     html = changelist(console).content.decode()
 
@@ -115,8 +117,8 @@ def test_filter_by_state(console):
 def test_backlog_names_every_url_asked_for_even_with_nothing_waiting():
     completed_event(UserFactory())
 
-    assert endpoint_backlog(urls=[RECEIVER]) == {RECEIVER: Backlog(queued=0, sending=0)}
-    assert endpoint_backlog(urls=[]) == {}
+    assert endpoint_backlog(keys=[key_of(RECEIVER)]) == {key_of(RECEIVER): Backlog(queued=0, sending=0)}
+    assert endpoint_backlog(keys=[]) == {}
 
 
 # --- the change page: a view, with Pause or Resume --------------------------------------------------
@@ -279,7 +281,8 @@ def test_a_delivery_page_links_to_its_endpoint_and_its_state(console):
 
     html = console.get(reverse("admin:delivery_delivery_change", args=[delivery.pk])).content.decode()
 
-    assert f'<a href="{change_page(row)}">{RECEIVER}</a>' in html
+    assert f'<a href="{change_page(row)}">{url_redact(RECEIVER)}</a>' in html
+    assert RECEIVER not in html
     assert "Failing" in html
 
 
@@ -293,9 +296,9 @@ def test_dashboard_lists_failing_and_paused_endpoints_with_since_and_by_whom(con
     response = console.get(reverse("admin:dashboard"))
 
     lines = response.context["unhealthy_endpoints"]
-    assert [(line.endpoint.url, line.for_how_long, line.queued) for line in lines] == [
-        (RECEIVER, "25 min", 2),
-        (OTHER, "2 h 05 min", 0),
+    assert [(line.endpoint.url_display, line.for_how_long, line.queued) for line in lines] == [
+        (url_redact(RECEIVER), "25 min", 2),
+        (url_redact(OTHER), "2 h 05 min", 0),
     ]
     html = response.content.decode()
     assert "paused by ops-carol" in html and "All endpoints healthy" not in html

@@ -184,9 +184,9 @@ WITH e AS (
     FROM users_user u, generate_series(1, %s) g, LATERAL (SELECT current_date - 1200 - g AS d) dd
     RETURNING id, idempotency_key, status, target_timestamp_utc),
 d AS (
-    INSERT INTO delivery_delivery (id, event_id, idempotency_key, endpoint_url, payload, status, attempts,
+    INSERT INTO delivery_delivery (id, event_id, idempotency_key, endpoint_key, payload, status, attempts,
         max_attempts, next_attempt_at, locked_by, last_status_code, last_error, delivered_at, created_at, updated_at)
-    SELECT gen_random_uuid(), e.id, e.idempotency_key, 'http://127.0.0.1:9/hook', '{}',
+    SELECT gen_random_uuid(), e.id, e.idempotency_key, 'x', '{}',
            CASE e.status WHEN 'FAILED' THEN 'DEAD' ELSE 'DELIVERED' END, 1, 8, e.target_timestamp_utc, '',
            200, '', e.target_timestamp_utc, e.target_timestamp_utc, e.target_timestamp_utc
     FROM e
@@ -257,7 +257,7 @@ def _history() -> dict:
             """
         )
         cursor.execute("ANALYZE scheduling_event, delivery_delivery, delivery_deliveryattempt, users_user")
-    endpoint(queued.deliveries.get().endpoint_url)
+    endpoint(settings.WEBHOOK_URL or "http://127.0.0.1:9/hook")
     return {
         "event": event,
         "delivery": event.deliveries.get(),

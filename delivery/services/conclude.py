@@ -57,7 +57,7 @@ def events_conclude(*, event_ids: Collection[uuid.UUID | None], now: datetime) -
             "SELECT e.id, x.unfinished, x.deliveries, x.dead, x.dead_errors "
             f"FROM {Event._meta.db_table} e "
             "CROSS JOIN LATERAL (SELECT bool_or(d.status IN (%s, %s)) AS unfinished, count(*) AS deliveries, "
-            "array_agg(COALESCE(t.name, d.endpoint_url) || ': ' || d.last_error ORDER BY t.name) "
+            "array_agg(COALESCE(t.name, 'a deleted destination') || ': ' || d.last_error ORDER BY t.name) "
             "FILTER (WHERE d.status = %s) AS dead, array_agg(d.last_error) FILTER (WHERE d.status = %s) AS dead_errors "
             f"FROM {Delivery._meta.db_table} d LEFT JOIN {Destination._meta.db_table} t ON t.id = d.destination_id "
             "WHERE d.event_id = e.id) x WHERE e.id = ANY(%s) AND e.status = %s AND x.deliveries > 0 ORDER BY e.id",

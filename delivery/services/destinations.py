@@ -32,17 +32,20 @@ from delivery.models import (
     DestinationFormat,
     DestinationSecret,
     Endpoint,
+    EndpointState,
     Weekend,
 )
 from delivery.receiver_addresses import webhook_url_validate
+from delivery.receiver_urls import url_decrypt, url_encrypt, url_key, url_normalise, url_redact
 from delivery.selectors import destination_signing_secrets, destination_unsent_count, destinations_for_claim
 from delivery.services.endpoints import (
+    endpoint_for_destination,
     endpoint_forget_gone,
     endpoint_pause,
     endpoint_resume,
-    endpoints_ensure,
 )
 from delivery.signing import parse_secrets
+from runtime.sql import execute
 from scheduling.event_types import EventType
 from scheduling.handlers import REGISTRY
 from scheduling.labels import clean_labels
@@ -72,6 +75,8 @@ EDITABLE_FIELDS = (
 DIGEST_FIELDS = ("digest_time", "digest_timezone", "weekend")
 DEFAULT_NAME = "default"
 UNSENT = (DeliveryStatus.QUEUED, DeliveryStatus.SENDING)
+# The longest receiver URL accepted.
+URL_MAX_LENGTH = 2000
 
 
 class DestinationInUse(Exception):
@@ -109,16 +114,17 @@ class NewSecret:
 
 
 def destination_url_validate(*, url: str) -> str:
-    """The destination URL, if it is one a worker may POST to; ValidationError on `url` if not."""
+    """The destination URL in its one spelling (delivery.receiver_urls), if it is one a worker may POST to;
+    ValidationError on `url` if not (never echoing it: it may hold a token)."""
     url = url.strip()
     try:
         URLValidator(schemes=["http", "https"])(url)
     except ValidationError:
         raise ValidationError({"url": ["Enter an http or https URL."]}) from None
-    max_length = Destination._meta.get_field("url").max_length
-    if max_length is not None and len(url) > max_length:
-        raise ValidationError({"url": ["A URL of at most 2000 characters."]})
+    if len(url) > URL_MAX_LENGTH:
+        raise ValidationError({"url": [f"A URL of at most {URL_MAX_LENGTH} characters."]})
     try:
+        url = url_normalise(url)
         # The rules the worker applies at each connection, checked here first:
         # https, and no address behind us unless its network is allowed.
         webhook_url_validate(url=url)
@@ -127,12 +133,25 @@ def destination_url_validate(*, url: str) -> str:
     return url
 
 
+def destination_url_fields(*, url: str) -> dict[str, str]:
+    """The columns that keep a (validated, normalised) URL: encrypted, its keyed hash, its redacted form."""
+    return {"url_ciphertext": url_encrypt(url), "url_key": url_key(url), "url_display": url_redact(url)}
+
+
 def destination_values_clean(*, values: Mapping[str, Any], exclude: int | None = None) -> dict[str, Any]:
     """The values given for a destination (other than `exclude`), checked and normalised; ValidationError
     naming every field at fault. What every write below checks first, and what a form checks before it."""
     cleaned = _cleaned(values)
     _unique_fields_checked(values=cleaned, exclude=exclude)
     return cleaned
+
+
+def _stored(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Cleaned values as the model's columns: a URL as destination_url_fields."""
+    stored = {name: value for name, value in values.items() if name != "url"}
+    if "url" in values:
+        stored.update(destination_url_fields(url=values["url"]))
+    return stored
 
 
 def _cleaned(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -285,8 +304,9 @@ def _unique_fields_checked(*, values: Mapping[str, Any], exclude: int | None = N
     others = Destination.objects.all() if exclude is None else Destination.objects.exclude(pk=exclude)
     if "name" in values and others.filter(name=values["name"]).exists():
         errors["name"] = ["Another destination has this name."]
-    if "url" in values and others.filter(url=values["url"]).exists():
-        errors["url"] = ["Another destination has this URL."]
+    if "url" in values and others.filter(url_key=url_key(values["url"])).exists():
+        # Normalised first: HTTP://host:443/#x and https://host/ are one receiver.
+        errors["url"] = ["Another destination has this URL (the same receiver, however it is spelt)."]
     if errors:
         raise ValidationError(errors)
 
@@ -342,10 +362,11 @@ def destination_create(
     value = _secret_value(secret)
     with transaction.atomic():
         _unique_fields_checked(values=values)
-        destination = Destination(**values, created_by=operator, updated_by=operator)
+        destination = Destination(**_stored(values), created_by=operator, updated_by=operator)
         _digest_settings_checked(destination)
         digest_schedule(destination=destination, now=timezone.now())
         _saved(destination, values=values)
+        endpoint_for_destination(destination=destination)
         stored = _secret_add(destination=destination, value=value)
     logger.info(
         "Destination created by %s", operator, extra={"destination": destination.name, "operator": operator}
@@ -360,15 +381,18 @@ def destination_update(
     changes: Mapping[str, Any],
     expected_versions: Collection[int] | None = None,
 ) -> Destination:
-    """Apply `changes` (fields of EDITABLE_FIELDS); a new URL takes the deliveries not yet delivered with it."""
+    """Apply `changes` (fields of EDITABLE_FIELDS); a new URL takes the deliveries not yet delivered with it,
+    and the endpoint's pause (destination_endpoint_move)."""
     values = _cleaned(changes)
     with transaction.atomic():
         current = _lock_current(destination=destination, expected_versions=expected_versions)
         if current is None:
             raise Destination.DoesNotExist(f"Destination {destination.pk} no longer exists.")
         _unique_fields_checked(values=values, exclude=current.pk)
-        old_url = current.url
-        for name, value in values.items():
+        old_key = current.url_key
+        if "url" in values and url_key(values["url"]) == old_key:
+            values = {name: value for name, value in values.items() if name != "url"}  # the same receiver
+        for name, value in _stored(values).items():
             setattr(current, name, value)
         # A change of one of the two lists, checked against the other as stored.
         if set(current.audience_labels) & set(current.excluded_labels):
@@ -382,14 +406,8 @@ def destination_update(
         current.version += 1
         _saved(current, values=values)
         moved = 0
-        if current.url != old_url:
-            # A SENDING one finishes its request to the old URL; a retry goes to the new one.
-            moved = Delivery.objects.filter(destination=current, status__in=UNSENT).update(
-                endpoint_url=current.url
-            )
-            # A new URL is the operator's answer to an old one's service saying it is gone.
-            if not Destination.objects.filter(url=old_url).exists():
-                endpoint_forget_gone(url=old_url, operator=operator)
+        if current.url_key != old_key:
+            moved = destination_endpoint_move(destination=current, old_key=old_key, operator=operator)
     logger.info(
         "Destination changed by %s",
         operator,
@@ -417,6 +435,7 @@ def destination_delete(
                 "finish before deleting it."
             )
         current.delete()
+        _endpoint_drop_if_unused(key=current.url_key)
     logger.info(
         "Destination deleted by %s", operator, extra={"destination": destination.name, "operator": operator}
     )
@@ -473,20 +492,109 @@ def destination_secrets_drop_expired(*, now: datetime) -> int:
     return dropped
 
 
+def destination_url_reveal(*, destination: Destination, operator: str) -> str:
+    """The destination's whole receiver URL, for an operator allowed to change it who asked; logged (not the URL)."""
+    url = destination.receiver_url()
+    logger.warning(
+        "Destination's receiver URL revealed to %s",
+        operator,
+        extra={"destination": destination.name, "operator": operator},
+    )
+    return url
+
+
 def destination_secrets_reencrypt() -> int:
-    """Encrypt every stored secret under the first key of WEBHOOK_SECRET_KEYS; return how many rows."""
+    """Encrypt every stored secret and receiver URL under the first key of WEBHOOK_SECRET_KEYS, and key every
+    receiver again under DJANGO_SECRET_KEY as it is now; return how many rows were re-encrypted.
+
+    The keys (delivery.receiver_urls.url_key) follow DJANGO_SECRET_KEY: after it changed, this makes the
+    stored ones current, so that a new destination with a URL already in use is still refused. A delivery
+    names its endpoint by key: each one whose key changes is rewritten (one UPDATE).
+    """
     count = 0
+    renamed: dict[str, str] = {}
     with transaction.atomic():
         for stored in DestinationSecret.objects.select_for_update():
             stored.ciphertext = secret_store.secret_reencrypt(stored.ciphertext)
             stored.save(update_fields=["ciphertext"])
             count += 1
+        for destination in Destination.objects.select_for_update():
+            new_key = url_key(url_decrypt(destination.url_ciphertext))
+            Destination.objects.filter(pk=destination.pk).update(
+                url_ciphertext=secret_store.secret_reencrypt(destination.url_ciphertext), url_key=new_key
+            )
+            if new_key != destination.url_key:
+                renamed[destination.url_key] = new_key
+            count += 1
+        for endpoint in Endpoint.objects.select_for_update():
+            new_key = url_key(url_decrypt(endpoint.url_ciphertext))
+            Endpoint.objects.filter(pk=endpoint.pk).update(
+                url_ciphertext=secret_store.secret_reencrypt(endpoint.url_ciphertext), key=new_key
+            )
+            if new_key != endpoint.key:
+                renamed[endpoint.key] = new_key
+            count += 1
+        if renamed:
+            execute(
+                f"UPDATE {Delivery._meta.db_table} d SET endpoint_key = v.new FROM (VALUES "
+                + ", ".join(["(%s, %s)"] * len(renamed))
+                + ") AS v(old, new) WHERE d.endpoint_key = v.old",
+                [value for pair in renamed.items() for value in pair],
+            )
     return count
 
 
 def destination_endpoint(*, destination: Destination) -> Endpoint:
-    """The endpoint row of the destination's URL (its health and pause), made if no worker has yet."""
-    return endpoints_ensure(urls=[destination.url])[destination.url]
+    """The endpoint row of the destination's URL (its health and pause)."""
+    return endpoint_for_destination(destination=destination)
+
+
+def destination_endpoint_move(*, destination: Destination, old_key: str, operator: str) -> int:
+    """The destination (locked by the caller, saved with its new URL) leaves the endpoint of `old_key`: its
+    unsent deliveries go to the new URL's endpoint, and so does an operator's pause, and the old endpoint
+    row goes. Return how many deliveries moved.
+
+    The new endpoint starts healthy (its health is the new receiver's to
+    show), but a paused destination stays paused: an operator who paused it
+    and fixes its URL resumes it when ready, not the edit. A SENDING delivery
+    finishes its request to the old URL; its retry goes to the new one. A
+    GONE verdict is the old receiver's and stays behind: the new URL is the
+    operator's answer to it (endpoint_forget_gone), so it raises no alert
+    while the old row waits for its SENDING ones.
+    """
+    moved = Delivery.objects.filter(destination=destination, status__in=UNSENT).update(
+        endpoint_key=destination.url_key
+    )
+    new = endpoint_for_destination(destination=destination)
+    old = Endpoint.objects.select_for_update().filter(key=old_key).first()
+    if old is not None and old.state == EndpointState.PAUSED and new.state != EndpointState.PAUSED:
+        Endpoint.objects.filter(pk=new.pk).update(
+            state=EndpointState.PAUSED,
+            paused_by=old.paused_by,
+            paused_at=old.paused_at,
+            failing_since=None,
+            next_probe_at=None,
+            probe_interval=None,
+            updated_at=timezone.now(),
+        )
+    if not Destination.objects.filter(url_key=old_key).exists():
+        endpoint_forget_gone(key=old_key, operator=operator)
+    _endpoint_drop_if_unused(key=old_key)
+    return moved
+
+
+def _endpoint_drop_if_unused(*, key: str) -> None:
+    """Delete the endpoint of `key` once no destination has its URL and nothing unsent goes to it.
+
+    Deliveries of history keep the key; the endpoint they name is gone, as the
+    receiver is from the configuration. Each unsent status is read through its
+    partial index (delivery_queued_due_idx, delivery_lease_idx).
+    """
+    if Destination.objects.filter(url_key=key).exists():
+        return
+    if any(Delivery.objects.filter(status=status, endpoint_key=key).exists() for status in UNSENT):
+        return
+    Endpoint.objects.filter(key=key).delete()
 
 
 def destination_pause(*, destination: Destination, operator: str) -> Endpoint:
@@ -523,14 +631,16 @@ def destinations_seed_default() -> Destination | None:
     if not settings.WEBHOOK_URL or Destination.objects.exists():
         return None
     secrets = parse_secrets(settings.WEBHOOK_SECRET)
+    url = url_normalise(settings.WEBHOOK_URL)  # checked at the process's start (webhook_url_setting_check)
     try:
         with transaction.atomic():
             destination = Destination.objects.create(
                 name=DEFAULT_NAME,
-                url=settings.WEBHOOK_URL,
+                **destination_url_fields(url=url),
                 created_by="WEBHOOK_URL",
                 updated_by="WEBHOOK_URL",
             )
+            endpoint_for_destination(destination=destination)
             for value in secrets:
                 _secret_add(destination=destination, value=value)
     except IntegrityError:

@@ -203,7 +203,7 @@ def _digest_queue(
         event=None,
         digest=digest,
         destination=destination,
-        endpoint_url=destination.url,
+        endpoint_key=destination.url_key,
         idempotency_key=key,
         payload=digest_body(digest=digest, format=destination.format),
         **queued_delivery_defaults(now=now),

@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from delivery.health import Answer, Health, HealthPolicy, observe
 from delivery.metrics import ENDPOINTS_GONE
-from delivery.models import Endpoint, EndpointPermit, EndpointState
+from delivery.models import Destination, Endpoint, EndpointPermit, EndpointState
 from delivery.pace import RateSlot, RateWindow, rate_slots_take
 from runtime.sql import column_field, send
 from runtime.wakeup import WORKER_CHANNEL, notify
@@ -70,6 +70,15 @@ ENDPOINT_TRANSITIONS: Mapping[tuple[str, str], EndpointActor] = {
 }
 
 _HEALTH_FIELDS = tuple(Health.__dataclass_fields__)
+# The health of an endpoint whose row is gone (endpoint_record_answers): a new one's.
+_GONE = Endpoint()
+
+
+def endpoint_log_fields(endpoint: Endpoint) -> dict[str, Any]:
+    """How log lines name an endpoint: its id, its destination's name and the URL's redacted form, never
+    the URL (a credential)."""
+    destination = Destination.objects.filter(url_key=endpoint.key).values_list("name", flat=True).first()
+    return {"endpoint_id": endpoint.pk, "destination": destination, "endpoint": endpoint.url_display}
 
 
 def endpoint_transition(
@@ -89,17 +98,25 @@ def endpoint_transition(
     return moved == 1
 
 
-def endpoints_ensure(*, urls: Sequence[str]) -> dict[str, Endpoint]:
-    """The endpoint row of each URL, created HEALTHY where there is none yet."""
-    found = {e.url: e for e in Endpoint.objects.filter(url__in=list(urls))}
-    for url in urls:
-        if url not in found:
-            try:
-                with transaction.atomic():
-                    found[url] = Endpoint.objects.create(url=url)
-            except IntegrityError:  # another worker created it first
-                found[url] = Endpoint.objects.get(url=url)
-    return found
+def endpoint_for_destination(*, destination: Destination) -> Endpoint:
+    """The endpoint row of the destination's URL, created HEALTHY if there is none yet.
+
+    Destinations make theirs when created or given a new URL
+    (delivery.services.destinations); this is for what predates that, and
+    for a destination saved meanwhile.
+    """
+    found = Endpoint.objects.filter(key=destination.url_key).first()
+    if found is not None:
+        return found
+    try:
+        with transaction.atomic():
+            return Endpoint.objects.create(
+                key=destination.url_key,
+                url_ciphertext=destination.url_ciphertext,
+                url_display=destination.url_display,
+            )
+    except IntegrityError:  # another process created it first
+        return Endpoint.objects.get(key=destination.url_key)
 
 
 @dataclass(frozen=True)
@@ -111,19 +128,23 @@ class Verdict:
 
 
 def endpoint_record_answers(
-    *, url: str, answers: Sequence[Answer], now: datetime, policy: HealthPolicy
+    *, key: str, answers: Sequence[Answer], now: datetime, policy: HealthPolicy
 ) -> Verdict:
     """Apply one worker's batch of answers to the endpoint's shared health; the caller's transaction holds it.
 
     The row is locked for the rest of the caller's transaction, so batches from
-    several workers count failures one after the other.
+    several workers count failures one after the other. An endpoint gone
+    meanwhile (its destination's URL changed while these were in flight) has
+    no health left to keep: the answers are weighed as a healthy one's, and
+    nothing is written.
     """
-    endpoint = Endpoint.objects.select_for_update().filter(url=url).first()
-    if endpoint is None:
-        endpoints_ensure(urls=[url])
-        endpoint = Endpoint.objects.select_for_update().get(url=url)
-    before = Health(**{name: getattr(endpoint, name) for name in _HEALTH_FIELDS})
+    endpoint = Endpoint.objects.select_for_update().filter(key=key).first()
+    before = Health(
+        **{name: getattr(endpoint if endpoint is not None else _GONE, name) for name in _HEALTH_FIELDS}
+    )
     after = observe(health=before, answers=answers, now=now, policy=policy)
+    if endpoint is None:
+        return Verdict(health=after, down=after.is_down(policy))
     changes = {
         name: getattr(after, name) for name in _HEALTH_FIELDS if getattr(after, name) != getattr(before, name)
     }
@@ -133,7 +154,7 @@ def endpoint_record_answers(
         endpoint_transition(
             endpoint_id=endpoint.pk, source=before.state, target=moves, actor=actor, changes=changes
         )
-        _log_move(url=url, before=before, after=after)
+        _log_move(endpoint=endpoint, before=before, after=after)
         if moves == HEALTHY:
             notify(WORKER_CHANNEL)  # idle workers drain the backlog now, not at their next poll
     elif changes:
@@ -141,7 +162,7 @@ def endpoint_record_answers(
     return Verdict(health=after, down=after.is_down(policy))
 
 
-def endpoint_note_success(*, url: str, at: datetime) -> None:
+def endpoint_note_success(*, key: str, at: datetime) -> None:
     """A healthy endpoint's batch all succeeded: move its last success forward (never back).
 
     Sent in the caller's pipeline (runtime.sql.send) with the batch's last statements, so
@@ -149,32 +170,33 @@ def endpoint_note_success(*, url: str, at: datetime) -> None:
     """
     field, quote = column_field(Endpoint, "last_success_at"), connection.ops.quote_name
     column = quote(field.column)
+    key_column = quote(column_field(Endpoint, "key").column)
     send(
-        f"UPDATE {quote(Endpoint._meta.db_table)} SET {column} = GREATEST({column}, %s) WHERE url = %s",
-        [field.field.get_db_prep_value(at, connection), url],
+        f"UPDATE {quote(Endpoint._meta.db_table)} SET {column} = GREATEST({column}, %s) WHERE {key_column} = %s",
+        [field.field.get_db_prep_value(at, connection), key],
     )
 
 
-def _log_move(*, url: str, before: Health, after: Health) -> None:
+def _log_move(*, endpoint: Endpoint, before: Health, after: Health) -> None:
     if after.state == GONE:
         ENDPOINTS_GONE.inc()
         logger.error(
             "Endpoint gone: its service says the destination no longer exists; nothing is sent to it until an "
             "operator resumes it or changes its URL",
-            extra={"endpoint": url, "last_error": after.last_error, "was": before.state},
+            extra={**endpoint_log_fields(endpoint), "last_error": after.last_error, "was": before.state},
         )
     elif after.state == FAILING:
         logger.warning(
             "Endpoint failing: %s failures in a row; deliveries wait for it, probing every %s s at most",
             after.consecutive_failures,
             int(after.probe_interval.total_seconds()) if after.probe_interval else 0,
-            extra={"endpoint": url, "last_error": after.last_error},
+            extra={**endpoint_log_fields(endpoint), "last_error": after.last_error},
         )
     else:
         logger.info(
             "Endpoint healthy again after failing since %s",
             before.failing_since.isoformat() if before.failing_since else "?",
-            extra={"endpoint": url},
+            extra=endpoint_log_fields(endpoint),
         )
 
 
@@ -195,11 +217,15 @@ def endpoint_pause(*, endpoint: Endpoint, operator: str) -> Endpoint:
                 "probe_interval": None,
             },
         ):
-            logger.warning("Endpoint paused by %s", operator, extra={"endpoint": endpoint.url, "was": source})
+            logger.warning(
+                "Endpoint paused by %s", operator, extra={**endpoint_log_fields(endpoint), "was": source}
+            )
             notify(WORKER_CHANNEL)
             return Endpoint.objects.get(pk=endpoint.pk)
     current = Endpoint.objects.get(pk=endpoint.pk)
-    raise InvalidStateTransition(f"Endpoint {current.url} is already paused (by {current.paused_by}).")
+    raise InvalidStateTransition(
+        f"Endpoint {current.url_display} is already paused (by {current.paused_by})."
+    )
 
 
 def endpoint_resume(*, endpoint: Endpoint, operator: str) -> Endpoint:
@@ -213,23 +239,24 @@ def endpoint_resume(*, endpoint: Endpoint, operator: str) -> Endpoint:
             changes={"paused_by": "", "paused_at": None, "consecutive_failures": 0, "blocked_until": None},
         ):
             logger.warning(
-                "Endpoint resumed by %s", operator, extra={"endpoint": endpoint.url, "was": source}
+                "Endpoint resumed by %s", operator, extra={**endpoint_log_fields(endpoint), "was": source}
             )
             notify(WORKER_CHANNEL)
             return Endpoint.objects.get(pk=endpoint.pk)
     current = Endpoint.objects.get(pk=endpoint.pk)
     raise InvalidStateTransition(
-        f"Endpoint {current.url} is {current.state}, neither paused nor gone: nothing to resume."
+        f"Endpoint {current.url_display} is {current.state}, neither paused nor gone: nothing to resume."
     )
 
 
-def endpoint_forget_gone(*, url: str, operator: str) -> bool:
-    """A destination left this URL for another: a GONE verdict on it is answered, and raises no alert any more.
+def endpoint_forget_gone(*, key: str, operator: str) -> bool:
+    """A destination left this URL (its endpoint's `key`) for another: a GONE verdict on it is answered, and raises no alert any more.
 
-    The old URL's row stays (its history); HEALTHY, as nothing more is sent to it
+    The old URL's row stays while something unsent still names it (then
+    destination_endpoint_move deletes it); HEALTHY, as nothing more is sent to it
     unless a destination takes the URL again, and then it is tried afresh.
     """
-    endpoint = Endpoint.objects.filter(url=url, state=GONE).first()
+    endpoint = Endpoint.objects.filter(key=key, state=GONE).first()
     if endpoint is None:
         return False
     moved = endpoint_transition(
@@ -240,7 +267,9 @@ def endpoint_forget_gone(*, url: str, operator: str) -> bool:
         changes={"consecutive_failures": 0, "blocked_until": None},
     )
     if moved:
-        logger.warning("Gone endpoint left for a new URL by %s", operator, extra={"endpoint": url})
+        logger.warning(
+            "Gone endpoint left for a new URL by %s", operator, extra=endpoint_log_fields(endpoint)
+        )
     return moved
 
 

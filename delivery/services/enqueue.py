@@ -121,7 +121,7 @@ class QueuedDeliveryRow(NamedTuple):
     id: uuid.UUID
     event_id: uuid.UUID
     destination_id: int
-    endpoint_url: str
+    endpoint_key: str
     idempotency_key: str
     payload: dict[str, Any]
 
@@ -135,7 +135,7 @@ def queued_delivery_row(
         uuid7(),
         event_id,
         destination.pk,
-        destination.url,
+        destination.url_key,
         idempotency_key,
         channel_for(destination.format).body(payload),
     )

@@ -31,7 +31,7 @@ _CLAIM_RETURNS = (
     "id",
     "event_id",
     "idempotency_key",
-    "endpoint_url",
+    "endpoint_key",
     "payload",
     "attempts",
     "max_attempts",
@@ -49,8 +49,8 @@ def deliveries_claim(
     lease: timedelta,
     now: datetime | None = None,
     take_over_expired: bool = True,
-    skip_urls: Sequence[str] = (),
-    probe_url: str | None = None,
+    skip_keys: Sequence[str] = (),
+    probe_key: str | None = None,
 ) -> list[ClaimedDelivery]:
     """Lease up to `limit` due deliveries to `worker` in one short transaction.
 
@@ -59,7 +59,7 @@ def deliveries_claim(
     first put back in the queue, their attempt logged as abandoned. Rows other
     workers hold are skipped, never waited for. The HTTP calls happen after this
     commits: nothing stays locked across the network. Deliveries to
-    `skip_urls` are left waiting; with `probe_url`, only that endpoint's
+    `skip_keys` are left waiting; with `probe_key`, only that endpoint's
     oldest due delivery is claimed, as its probe.
     """
     now = now or timezone.now()
@@ -68,11 +68,11 @@ def deliveries_claim(
     # One round trip and the commit (runtime.sql.pipeline): the look for expired leases and the
     # claim are sent together. What the look finds (rarely anything) is taken back after the
     # claim, in the same transaction, and a second claim fills what room the first left.
-    want = 1 if probe_url else limit
+    want = 1 if probe_key else limit
     with transaction.atomic(), pipeline():
         expired = _expired_lock(now=now, limit=limit) if take_over_expired else None
         rows = _claim_due(
-            worker=worker, limit=want, lease=lease, now=now, skip_urls=skip_urls, probe_url=probe_url
+            worker=worker, limit=want, lease=lease, now=now, skip_keys=skip_keys, probe_key=probe_key
         )
         if (
             expired is not None
@@ -84,8 +84,8 @@ def deliveries_claim(
                 limit=want - len(rows),
                 lease=lease,
                 now=now,
-                skip_urls=skip_urls,
-                probe_url=probe_url,
+                skip_keys=skip_keys,
+                probe_key=probe_key,
             )
     rows.sort(key=lambda row: row[7])
     return [
@@ -93,14 +93,14 @@ def deliveries_claim(
             id=row[0],
             event_id=row[1],
             idempotency_key=row[2],
-            endpoint_url=row[3],
+            endpoint_key=row[3],
             # jsonb comes back as text (Django's psycopg loader), sent as it is.
             body=row[4],
             attempt=row[5],
             max_attempts=row[6],
             due_at=row[7],
             queued_at=row[9] or row[8],
-            probe=probe_url is not None,
+            probe=probe_key is not None,
         )
         for row in rows
     ]
@@ -112,13 +112,13 @@ def _claim_due(
     limit: int,
     lease: timedelta,
     now: datetime,
-    skip_urls: Sequence[str],
-    probe_url: str | None,
+    skip_keys: Sequence[str],
+    probe_key: str | None,
 ) -> list[tuple[Any, ...]]:
     return start_deliveries_transition(
         source=DeliveryStatus.QUEUED,
         target=DeliveryStatus.SENDING,
-        select=Due(now=now, limit=limit, skip_urls=skip_urls, only_url=probe_url),
+        select=Due(now=now, limit=limit, skip_keys=skip_keys, only_key=probe_key),
         now=now,
         lease=NewLease(worker=worker, until=now + lease),
         returning=_CLAIM_RETURNS,

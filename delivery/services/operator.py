@@ -16,7 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from delivery.audience import DestinationRouter
-from delivery.models import Delivery, DeliveryStatus, Destination
+from delivery.models import Delivery, DeliveryStatus, Destination, Endpoint
 from delivery.services.destinations import destinations_for_queueing
 from delivery.services.enqueue import QueuedDeliveryRow, queued_delivery_defaults, queued_delivery_row
 from delivery.services.requeue import deliveries_requeue, event_payload, events_reopen
@@ -185,6 +185,16 @@ def _deliveries_create(*, event: Event, destinations: Sequence[Destination]) -> 
 
 def _deliveries_requeue(*, event: Event, deliveries: list[Delivery]) -> None:
     """Queue the DEAD `deliveries` again: to their destination's URL and format as they are now."""
+    gone = [
+        d
+        for d in deliveries
+        if d.destination is None and not Endpoint.objects.filter(key=d.endpoint_key).exists()
+    ]
+    if gone:
+        # Its destination was deleted, and with it the only copy of the URL it went to.
+        raise InvalidStateTransition(
+            f"Delivery {gone[0].id}'s destination was deleted: there is no receiver to send it to."
+        )
     moved = deliveries_requeue(
         source=DeliveryStatus.DEAD,
         deliveries=deliveries,

@@ -82,8 +82,9 @@ def destinations_send_test(*, destinations: Sequence[Destination], operator: str
     pings = [_ping(destination=d, sent_at=now.isoformat()) for d in destinations]
     signers = [WebhookSigner(secrets[d.pk]) if secrets[d.pk] else None for d in destinations]
     timeouts = [min(_timeout(d), LONGEST_WAIT) for d in destinations]
+    urls = [d.receiver_url() for d in destinations]
     channels = [channel_for(d.format) for d in destinations]
-    sent = asyncio.run(_send_all(pings, signers=signers, timeouts=timeouts, channels=channels))
+    sent = asyncio.run(_send_all(pings, urls=urls, signers=signers, timeouts=timeouts, channels=channels))
     results = [_result(destination=d, sent=s) for d, s in zip(destinations, sent, strict=True)]
     for result in results:
         logger.info(
@@ -125,7 +126,7 @@ def _ping(*, destination: Destination, sent_at: str) -> ClaimedDelivery:
         id=uuid.uuid4(),
         event_id=uuid.uuid4(),
         idempotency_key=message_id,
-        endpoint_url=destination.url,
+        endpoint_key=destination.url_key,
         body=json.dumps(channel_for(destination.format).body(payload)),
         attempt=1,
         max_attempts=1,
@@ -135,6 +136,7 @@ def _ping(*, destination: Destination, sent_at: str) -> ClaimedDelivery:
 async def _send_all(
     pings: Sequence[ClaimedDelivery],
     *,
+    urls: Sequence[str],
     signers: Sequence[WebhookSigner | None],
     timeouts: Sequence[float],
     channels: Sequence[Channel],
@@ -145,8 +147,8 @@ async def _send_all(
         return list(
             await asyncio.gather(
                 *(
-                    _send(transport, ping, signer=s, timeout=t, channel=c)
-                    for ping, s, t, c in zip(pings, signers, timeouts, channels, strict=True)
+                    _send(transport, ping, url=u, signer=s, timeout=t, channel=c)
+                    for ping, u, s, t, c in zip(pings, urls, signers, timeouts, channels, strict=True)
                 )
             )
         )
@@ -158,6 +160,7 @@ async def _send(
     transport: WebhookTransport,
     ping: ClaimedDelivery,
     *,
+    url: str,
     signer: WebhookSigner | None,
     timeout: float,
     channel: Channel,
@@ -167,7 +170,7 @@ async def _send(
     started_at, started_mono = timezone.now(), time.monotonic()
     try:
         async with asyncio.timeout(timeout):
-            return await transport.send(ping, signer=signer, timeout=timeout, channel=channel)
+            return await transport.send(ping, url=url, signer=signer, timeout=timeout, channel=channel)
     except TimeoutError:
         return SendResult(
             delivery=ping,

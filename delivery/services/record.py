@@ -217,32 +217,32 @@ def deliveries_record(
     health_policy = HealthPolicy.from_settings()
     now = timezone.now()
     answers = {id(r): _answer(r) for r in results}
-    by_url: dict[str, list[SendResult]] = {}
-    # Endpoint rows are written in URL order, never in the order the answers came back: two
+    by_key: dict[str, list[SendResult]] = {}
+    # Endpoint rows are written in key order, never in the order the answers came back: two
     # workers recording answers from the same endpoints would otherwise lock their rows in
     # opposite orders and deadlock (seen with three destinations and two workers).
-    for result in sorted(results, key=lambda r: r.delivery.endpoint_url):
-        by_url.setdefault(result.delivery.endpoint_url, []).append(result)
+    for result in sorted(results, key=lambda r: r.delivery.endpoint_key):
+        by_key.setdefault(result.delivery.endpoint_key, []).append(result)
     with transaction.atomic():
         verdicts: dict[str, Verdict | None] = {}
-        for url, group in by_url.items():
-            quiet = url in healthy and all(answers[id(r)].signal == Signal.SUCCESS for r in group)
-            verdicts[url] = (
+        for key, group in by_key.items():
+            quiet = key in healthy and all(answers[id(r)].signal == Signal.SUCCESS for r in group)
+            verdicts[key] = (
                 None
                 if quiet
                 else endpoint_record_answers(
-                    url=url, answers=[answers[id(r)] for r in group], now=now, policy=health_policy
+                    key=key, answers=[answers[id(r)] for r in group], now=now, policy=health_policy
                 )
             )
         records = [
-            _record(r, worker, answers[id(r)], verdicts[r.delivery.endpoint_url], policy) for r in results
+            _record(r, worker, answers[id(r)], verdicts[r.delivery.endpoint_key], policy) for r in results
         ]
         with pipeline():
             applied = attempts_apply(records=records, now=now, held_by=worker)
-            for url, verdict in verdicts.items():
+            for key, verdict in verdicts.items():
                 if verdict is None:
-                    endpoint_note_success(url=url, at=max(r.finished_at for r in by_url[url]))
-    summary.verdicts = {url: verdict.health for url, verdict in verdicts.items() if verdict is not None}
+                    endpoint_note_success(key=key, at=max(r.finished_at for r in by_key[key]))
+    summary.verdicts = {key: verdict.health for key, verdict in verdicts.items() if verdict is not None}
     # A line per delivery, its fields built only where the line is written: the delivered
     # one is INFO, below the worker's usual level, and a batch has hundreds of them.
     delivered_logged = logger.isEnabledFor(logging.INFO)

@@ -68,7 +68,7 @@ def deliveries_requeue(
     if not deliveries:
         return []
     payloads: dict[tuple[uuid.UUID, int | None], dict[str, Any]] = {}
-    bodies, urls, budgets = [], [], []
+    bodies, keys, budgets = [], [], []
     for delivery in deliveries:
         destination = delivery.destination
         if delivery.digest_id is not None:
@@ -80,7 +80,7 @@ def deliveries_requeue(
                     digest=delivery.digest, format=destination.format if destination else STANDARD.name
                 )
             )
-            urls.append(destination.url if destination else delivery.endpoint_url)
+            keys.append(destination.url_key if destination else delivery.endpoint_key)
             budgets.append(delivery.attempts + settings.DELIVERY_MAX_ATTEMPTS)
             continue
         assert delivery.event_id is not None  # delivery_event_or_digest
@@ -92,7 +92,7 @@ def deliveries_requeue(
             )
         # A delivery whose destination was deleted goes, in the standard format, where it went.
         bodies.append(channel_for(destination.format).body(payload) if destination else payload)
-        urls.append(destination.url if destination else delivery.endpoint_url)
+        keys.append(destination.url_key if destination else delivery.endpoint_key)
         budgets.append(delivery.attempts + settings.DELIVERY_MAX_ATTEMPTS)
     moved = deliveries_transition(
         source=source,
@@ -100,7 +100,7 @@ def deliveries_requeue(
         select=Rows(
             ids=[d.id for d in deliveries],
             attempts=[d.attempts for d in deliveries],
-            values={"payload": bodies, "endpoint_url": urls, "max_attempts": budgets},
+            values={"payload": bodies, "endpoint_key": keys, "max_attempts": budgets},
         ),
         now=now,
         # Queued again, it is not delivered (yet): the first acceptance stays in the attempt log.

@@ -54,14 +54,14 @@ DELIVERY_TRANSITIONS: Mapping[tuple[str, str], str] = {
 class Due:
     """Select QUEUED rows due by `now`, oldest first, skipping rows others hold.
 
-    `skip_urls`: endpoints whose deliveries wait (failing, paused, throttled);
-    `only_url`: one endpoint's alone (a probe).
+    `skip_keys`: endpoints whose deliveries wait (failing, paused, throttled);
+    `only_key`: one endpoint's alone (a probe).
     """
 
     now: datetime
     limit: int
-    skip_urls: Sequence[str] = ()
-    only_url: str | None = None
+    skip_keys: Sequence[str] = ()
+    only_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -219,11 +219,11 @@ def _due_selection(*, select: Due) -> _Selection:
     # sub-select once per outer row of a nested loop, and with SKIP LOCKED
     # each run returns other rows, so LIMIT would stop limiting.
     endpoint_filter, endpoint_params = "", []
-    if select.only_url is not None:
-        endpoint_filter, endpoint_params = " AND endpoint_url = %s", [select.only_url]
-    elif select.skip_urls:
-        endpoint_filter = f" AND endpoint_url NOT IN ({', '.join(['%s'] * len(select.skip_urls))})"
-        endpoint_params = list(select.skip_urls)
+    if select.only_key is not None:
+        endpoint_filter, endpoint_params = " AND endpoint_key = %s", [select.only_key]
+    elif select.skip_keys:
+        endpoint_filter = f" AND endpoint_key NOT IN ({', '.join(['%s'] * len(select.skip_keys))})"
+        endpoint_params = list(select.skip_keys)
     cte = (
         f"WITH v AS MATERIALIZED (SELECT id AS v_id FROM {table} WHERE status = %s AND next_attempt_at <= %s"
         f"{endpoint_filter} ORDER BY next_attempt_at LIMIT %s FOR UPDATE SKIP LOCKED) "

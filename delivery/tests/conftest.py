@@ -21,6 +21,7 @@ from django.db import connection, models
 from django.utils import timezone
 
 from delivery.models import Delivery, DeliveryStatus
+from delivery.receiver_urls import url_encrypt, url_key, url_normalise, url_redact
 from delivery.services.destinations import destination_create
 from devtools.sink import Reply, WebhookSink
 from scheduling.models import Event, EventStatus
@@ -382,6 +383,17 @@ def assert_rate_held(received, *, rate: float, used: float | None = None) -> Non
         assert busiest >= used, (
             f"only {busiest} requests in the busiest second: the cap was not used: {counts}"
         )
+
+
+def key_of(url: str) -> str:
+    """The endpoint key (Endpoint.key, Delivery.endpoint_key) of the receiver at `url`."""
+    return url_key(url_normalise(url))
+
+
+def endpoint_columns(url: str) -> dict:
+    """An Endpoint's columns for the receiver at `url`: Endpoint.objects.create(**endpoint_columns(url))."""
+    url = url_normalise(url)
+    return {"key": url_key(url), "url_ciphertext": url_encrypt(url), "url_display": url_redact(url)}
 
 
 def peak_open(received, hold: float) -> int:

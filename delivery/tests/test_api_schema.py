@@ -32,6 +32,8 @@ from schemathesis.specs.openapi.checks import (
 from config.wsgi import application
 from conftest import SUITE_PROFILE
 from delivery.models import Destination, Recovery, RecoveryStatus
+from delivery.receiver_urls import url_normalise
+from delivery.services.destinations import destination_url_fields
 from users.models import User
 
 RECIPIENT_ID = "6f1c0f8e-5a8e-4c57-9d1b-3e2b7f0a9c41"
@@ -130,9 +132,10 @@ def rows_to_aim_at() -> tuple[Destination, Recovery]:
         },
     )
     # The examples edit and delete it: each starts from it as it was (one that took its name or URL goes).
-    settings_of = {"name": DESTINATION_NAME, "url": SENT_TO, "enabled": True, "timeout": timedelta(seconds=1)}
+    receiver = destination_url_fields(url=url_normalise(SENT_TO))
+    settings_of = {"name": DESTINATION_NAME, **receiver, "enabled": True, "timeout": timedelta(seconds=1)}
     aimed = Destination.objects.filter(pk=AIMED.get("destination")).first()
-    Destination.objects.filter(Q(name=DESTINATION_NAME) | Q(url=SENT_TO)).exclude(
+    Destination.objects.filter(Q(name=DESTINATION_NAME) | Q(url_key=receiver["url_key"])).exclude(
         pk=aimed.pk if aimed else None
     ).delete()
     if aimed is None:

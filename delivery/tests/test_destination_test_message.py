@@ -58,7 +58,11 @@ def test_an_accepted_test_message_is_signed_like_a_delivery_and_recorded_nowhere
         True,
         "crm",
     )
-    assert Delivery.objects.count() == DeliveryAttempt.objects.count() == Endpoint.objects.count() == 0
+    assert Delivery.objects.count() == DeliveryAttempt.objects.count() == 0
+    # Its endpoint is the one made with the destination: the test message moved nothing of it.
+    assert list(Endpoint.objects.values_list("consecutive_failures", "last_success_at", "last_error")) == [
+        (0, None, "")
+    ]
     assert attempts_measured() == measured
 
 

@@ -18,6 +18,7 @@ from standardwebhooks.webhooks import Webhook
 from delivery import secret_store
 from delivery.lane_settings import LaneSettings
 from delivery.models import Delivery, DeliveryStatus, Destination, DestinationSecret, Endpoint, EndpointState
+from delivery.receiver_urls import url_decrypt
 from delivery.scheduler import Scheduler
 from delivery.selectors import destination_signing_secrets
 from delivery.services.conclude import events_conclude
@@ -32,9 +33,10 @@ from delivery.services.destinations import (
     destination_secrets_drop_expired,
     destination_secrets_reencrypt,
     destination_update,
+    destination_url_fields,
     destinations_seed_default,
 )
-from delivery.tests.conftest import make_due
+from delivery.tests.conftest import key_of, make_due
 from delivery.worker import Worker
 from devtools.sink import Reply
 from scheduling.models import Event, EventStatus, EventType
@@ -142,11 +144,15 @@ def test_the_encryption_key_rotates_old_first_then_new_first_then_old_dropped_af
         destination_signing_secrets(destinations=[created.destination], now=timezone.now())
 
     settings.WEBHOOK_SECRET_KEYS = [new, old]
-    assert destination_secrets_reencrypt() == 1
+    assert destination_secrets_reencrypt() == 3  # its secret, its URL, its endpoint's copy of the URL
     settings.WEBHOOK_SECRET_KEYS = [new]
     assert destination_signing_secrets(destinations=[created.destination], now=timezone.now()) == {
         created.destination.pk: [created.value]
     }
+    created.destination.refresh_from_db()
+    assert created.destination.receiver_url() == "https://hr.example.org/hook"
+    endpoint = Endpoint.objects.get(key=created.destination.url_key)
+    assert url_decrypt(endpoint.url_ciphertext) == "https://hr.example.org/hook"
 
 
 # --- services ----------------------------------------------------------------------------
@@ -246,10 +252,10 @@ def test_a_new_url_takes_the_unsent_deliveries_with_it_not_the_history(default_d
         destination=destination, operator="ops-bob", changes={"url": "https://new.example.org/hook"}
     )
 
-    urls = dict(Delivery.objects.values_list("status", "endpoint_url"))
-    assert urls == {
-        DeliveryStatus.QUEUED: "https://new.example.org/hook",
-        DeliveryStatus.DELIVERED: default_destination,
+    keys = dict(Delivery.objects.values_list("status", "endpoint_key"))
+    assert keys == {
+        DeliveryStatus.QUEUED: key_of("https://new.example.org/hook"),
+        DeliveryStatus.DELIVERED: key_of(default_destination),
     }
     destination.refresh_from_db()
     assert destination.updated_by == "ops-bob"
@@ -307,7 +313,7 @@ def test_pausing_a_destination_pauses_its_endpoint_and_resume_lets_it_go():
     destination = new_destination("hr")
 
     destination_pause(destination=destination, operator="ops-alice")
-    endpoint = Endpoint.objects.get(url=destination.url)
+    endpoint = Endpoint.objects.get(key=key_of(destination.receiver_url()))
     assert (endpoint.state, endpoint.paused_by) == (EndpointState.PAUSED, "ops-alice")
 
     destination_resume(destination=destination, operator="ops-alice")
@@ -326,7 +332,7 @@ def test_webhook_url_and_secret_seed_a_default_destination_once_only_when_none_e
     Scheduler(once=True).run()
 
     default = Destination.objects.get()
-    assert (default.name, default.url, default.event_types, default.format) == (
+    assert (default.name, default.receiver_url(), default.event_types, default.format) == (
         "default",
         "https://legacy.example.org/hook",
         [],
@@ -408,7 +414,7 @@ def test_each_occurrence_gets_one_delivery_per_subscribed_enabled_destination_un
     assert (
         got[(anniversary.id, anniversaries.pk)].payload["attachments"][0]["content"]["type"] == "AdaptiveCard"
     )
-    assert got[(birthday.id, birthdays.pk)].endpoint_url == birthdays.url
+    assert got[(birthday.id, birthdays.pk)].endpoint_key == birthdays.url_key
 
 
 def test_an_occurrence_no_destination_subscribes_to_is_completed_with_the_reason_and_nothing_queued():
@@ -572,9 +578,9 @@ def test_concluding_reads_each_occurrences_own_deliveries_by_key_uncompiled_howe
             "now(), '', 'UTC', '', 1, 'k' || i, now(), now() FROM generate_series(1, 3000) i"
         )
         cursor.execute(
-            "INSERT INTO delivery_delivery (id, event_id, destination_id, idempotency_key, endpoint_url, payload, "
+            "INSERT INTO delivery_delivery (id, event_id, destination_id, idempotency_key, endpoint_key, payload, "
             "status, attempts, max_attempts, next_attempt_at, locked_by, last_error, delivered_at, created_at, "
-            "updated_at) SELECT gen_random_uuid(), md5('e' || i)::uuid, t, 'k' || i, 'https://x.example.org', "
+            "updated_at) SELECT gen_random_uuid(), md5('e' || i)::uuid, t, 'k' || i, 'x', "
             "'{}', 'DELIVERED', 1, 8, now(), '', '', now(), now(), now() "
             "FROM generate_series(1, 3000) i, unnest(%s::bigint[]) t",
             [destinations],
@@ -625,7 +631,9 @@ def test_the_database_refuses_what_the_service_would_have_refused(fields):
     from django.db import IntegrityError
 
     with pytest.raises(IntegrityError), transaction.atomic():
-        Destination.objects.create(**{"name": "x", "url": "https://x.example.org/", **fields})
+        Destination.objects.create(
+            **{"name": "x", **destination_url_fields(url="https://x.example.org/"), **fields}
+        )
 
 
 # --- the worker follows the destinations -------------------------------------------------
@@ -649,7 +657,7 @@ def test_a_workers_lane_follows_its_destinations_secrets_timeout_and_limits_at_i
     worker_lanes = lanes()
 
     worker_lanes.refresh_if_due()
-    lane = worker_lanes.by_url[created.destination.url]
+    lane = worker_lanes.by_key[created.destination.url_key]
     assert lane.settings == LaneSettings(
         max_rate=5, max_in_flight=0, timeout=2.0, signing_secrets=(created.value,)
     )

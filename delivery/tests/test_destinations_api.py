@@ -11,7 +11,8 @@ from rest_framework.test import APIClient
 from conftest import permissions_named
 from delivery.models import Delivery, DeliveryStatus, Destination, DestinationSecret, Endpoint, EndpointState
 from delivery.scheduler import Scheduler
-from delivery.tests.conftest import make_due
+from delivery.services.destinations import destination_url_fields
+from delivery.tests.conftest import key_of, make_due
 from users.tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -204,7 +205,7 @@ def test_pause_and_resume_are_the_endpoints_and_a_second_pause_is_409(api_client
     )
     assert again.status_code == 409
     assert (resumed.status_code, resumed.json()["paused"]) == (200, False)
-    assert Endpoint.objects.get(url=NEW["url"]).state == EndpointState.HEALTHY
+    assert Endpoint.objects.get(key=key_of(NEW["url"])).state == EndpointState.HEALTHY
 
 
 def test_deleting_a_destination_with_deliveries_to_send_is_409_and_deletes_nothing(api_client):
@@ -231,7 +232,7 @@ def test_without_credentials_it_is_401_and_without_the_permission_403(anonymous_
     assert anonymous_client.get(URL).status_code == 401
     assert client.get(URL).status_code == 200
     assert client.post(URL, NEW, format="json").status_code == 403
-    destination = Destination.objects.create(name="x", url="https://x.example.org/")
+    destination = Destination.objects.create(name="x", **destination_url_fields(url="https://x.example.org/"))
     assert client.post(f"{URL}{destination.pk}/pause/").status_code == 403
     assert client.post(f"{URL}{destination.pk}/rotate-secret/", {}, format="json").status_code == 403
     assert client.delete(f"{URL}{destination.pk}/").status_code == 403
@@ -248,3 +249,155 @@ def test_the_openapi_description_has_every_destination_operation(client):
     assert set(paths[URL]) >= {"get", "post"}
     assert set(paths[URL + "{id}/"]) >= {"get", "put", "patch", "delete"}
     assert {URL + "{id}/rotate-secret/", URL + "{id}/pause/", URL + "{id}/resume/"} <= set(paths)
+
+
+# -- the receiver URL is a credential -------------------------------------------------------------------------
+
+SLACK = "https://hooks.slack.com/services/T0001/B0001/XXXXSECRETTOKENXXXX"
+TOKEN = "XXXXSECRETTOKENXXXX"
+
+
+def viewer_client(django_user_model) -> APIClient:
+    clerk = django_user_model.objects.create_user(username="viewer", password="s3cret-pass!")
+    clerk.user_permissions.set(permissions_named("delivery.view_destination"))
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=clerk).key}")
+    return client
+
+
+def test_answers_show_the_url_redacted_and_reveal_url_shows_it_whole_to_who_may_change_it(
+    api_client, django_user_model, caplog
+):
+    caplog.set_level(logging.DEBUG)
+    created = create(api_client, url=SLACK)
+    viewer = viewer_client(django_user_model)
+
+    answers = [
+        api_client.get(URL),
+        api_client.get(f"{URL}{created['id']}/"),
+        api_client.patch(f"{URL}{created['id']}/", {"enabled": False}, format="json"),
+        viewer.get(URL),
+        viewer.get(f"{URL}{created['id']}/"),
+    ]
+    revealed = api_client.post(f"{URL}{created['id']}/reveal-url/")
+    refused = viewer.post(f"{URL}{created['id']}/reveal-url/")
+
+    assert created["url"] == "https://hooks.slack.com/…"
+    for response in answers:
+        assert response.status_code == 200, response.content
+        assert TOKEN not in response.content.decode()
+        assert "https://hooks.slack.com/…" in response.content.decode()
+    assert (revealed.status_code, revealed.json(), revealed["Cache-Control"]) == (
+        200,
+        {"url": SLACK},
+        "no-store",
+    )
+    assert refused.status_code == 403 and TOKEN not in refused.content.decode()
+    assert TOKEN not in caplog.text
+    assert "Destination's receiver URL revealed to operator" in caplog.text
+    stored = Destination.objects.values().get()
+    assert not any(TOKEN in str(value) for value in stored.values())
+    assert not any(TOKEN in str(value) for value in Endpoint.objects.values().get().values())
+
+
+def test_a_put_of_what_get_answered_keeps_the_url(api_client):
+    created = create(api_client, url=SLACK)
+    shown = api_client.get(f"{URL}{created['id']}/").json()
+    writable = {k: shown[k] for k in ("name", "url", "event_types", "format", "enabled", "max_rate")}
+
+    response = api_client.put(f"{URL}{created['id']}/", {**writable, "enabled": False}, format="json")
+
+    assert response.status_code == 200, response.content
+    assert Destination.objects.get().receiver_url() == SLACK
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://user:pa55@hooks.example.org/slack", "https://user@hooks.example.org/slack"],
+)
+def test_a_url_with_a_user_or_password_is_400_naming_the_field_and_creates_nothing(api_client, url):
+    response = api_client.post(URL, {**NEW, "url": url}, format="json")
+
+    assert response.status_code == 400
+    errors = response.json()["errors"] if "errors" in response.json() else response.json()
+    assert "url" in json.dumps(errors) and "user name or password" in response.content.decode()
+    assert "pa55" not in response.content.decode()
+    assert not Destination.objects.exists() and not Endpoint.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "HTTPS://HOOKS.EXAMPLE.ORG/slack",
+        "https://hooks.example.org:443/slack",
+        "https://hooks.example.org/slack#x",
+        "  https://Hooks.Example.org:443/slack#frag ",
+    ],
+)
+def test_another_spelling_of_a_destinations_url_is_400_one_receiver_one_destination(api_client, spelling):
+    create(api_client)
+
+    response = api_client.post(URL, {**NEW, "name": "again", "url": spelling}, format="json")
+
+    assert response.status_code == 400
+    assert "Another destination has this URL" in response.content.decode()
+    assert Destination.objects.count() == Endpoint.objects.count() == 1
+
+
+def test_a_differently_spelt_edit_of_the_same_url_moves_nothing(api_client):
+    created = create(api_client)
+    endpoint = Endpoint.objects.get()
+
+    response = api_client.patch(
+        f"{URL}{created['id']}/", {"url": "HTTPS://hooks.example.org:443/slack#top"}, format="json"
+    )
+
+    assert response.status_code == 200, response.content
+    assert list(Endpoint.objects.values_list("pk", flat=True)) == [endpoint.pk]
+    assert Destination.objects.get().receiver_url() == NEW["url"]
+
+
+def test_a_paused_destination_stays_paused_under_its_new_url_and_leaves_no_endpoint_behind(api_client):
+    user = UserFactory()
+    created = create(api_client, event_types=[])
+    assert api_client.post(f"{URL}{created['id']}/pause/").status_code == 200
+    make_due([user.events.get()])
+    Scheduler(once=True).run()
+
+    response = api_client.patch(
+        f"{URL}{created['id']}/", {"url": "https://new.example.org/slack"}, format="json"
+    )
+
+    assert response.status_code == 200, response.content
+    assert (response.json()["paused"], response.json()["endpoint_state"]) == (True, EndpointState.PAUSED)
+    endpoint = Endpoint.objects.get()  # the old URL's is gone: no orphan left PAUSED
+    assert endpoint.key == key_of("https://new.example.org/slack")
+    assert (endpoint.state, endpoint.paused_by) == (EndpointState.PAUSED, "operator")
+    assert list(Delivery.objects.values_list("status", "endpoint_key")) == [
+        (DeliveryStatus.QUEUED, endpoint.key)
+    ]
+    assert api_client.post(f"{URL}{created['id']}/resume/").json()["paused"] is False
+
+
+def test_a_gone_destination_given_a_new_url_leaves_gone_behind_and_its_old_receiver_raises_no_alert(
+    api_client,
+):
+    # given a destination whose service said it is gone, with a delivery waiting
+    user = UserFactory()
+    created = create(api_client, event_types=[])
+    make_due([user.events.get()])
+    Scheduler(once=True).run()
+    Endpoint.objects.update(state=EndpointState.GONE, last_error="HTTP 404 (no_team)")
+
+    # when the operator gives it a new webhook's URL
+    response = api_client.patch(
+        f"{URL}{created['id']}/", {"url": "https://new.example.org/slack"}, format="json"
+    )
+
+    # then the new receiver starts healthy (GONE was the old one's verdict: not moved, unlike a pause),
+    # the delivery waits for it, and nothing is left GONE to alert on (the old row went with the receiver)
+    assert response.status_code == 200, response.content
+    assert response.json()["endpoint_state"] == EndpointState.HEALTHY
+    new_key = key_of("https://new.example.org/slack")
+    assert dict(Endpoint.objects.values_list("key", "state")) == {new_key: EndpointState.HEALTHY}
+    assert list(Delivery.objects.values_list("status", "endpoint_key")) == [(DeliveryStatus.QUEUED, new_key)]

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from delivery.digests import dates_named, digest_key, digest_schedule, next_digest
 from delivery.models import Delivery, DeliveryStatus, Destination, Digest, Weekend
+from delivery.services.destinations import destination_url_fields
 from delivery.services.digests import digests_build_due
 from delivery.services.enqueue import deliveries_enqueue_due
 from delivery.services.operator import delivery_resend
@@ -45,7 +46,7 @@ def _digest_destination(*, day: date, weekend: str = Weekend.ON_THE_DAY, **field
     """A digest destination at 09:00 Berlin whose next digest is `day`'s (as if the days before had passed)."""
     destination = Destination.objects.create(
         name=fields.pop("name", "team"),
-        url=fields.pop("url", "https://hooks.example.com/team"),
+        **destination_url_fields(url=fields.pop("url", "https://hooks.example.com/team")),
         digest_time=time(9, 0),
         digest_timezone="Europe/Berlin",
         weekend=weekend,
@@ -170,7 +171,7 @@ def test_a_digest_destination_gets_no_delivery_per_occurrence():
     day = _next_weekday(2)
     _born_on(day, first="Ada")
     _digest_destination(day=day)
-    Destination.objects.create(name="each", url="https://hooks.example.com/each")
+    Destination.objects.create(name="each", **destination_url_fields(url="https://hooks.example.com/each"))
     make_due()
 
     # when the scheduler claims it

@@ -23,14 +23,15 @@ from delivery.services.endpoints import (
     endpoint_take_probe,
     endpoint_take_rate_slots,
     endpoint_transition,
-    endpoints_ensure,
 )
+from delivery.tests.conftest import endpoint_columns, key_of
 from scheduling.exceptions import InvalidStateTransition
 
 pytestmark = pytest.mark.django_db
 
 HEALTHY, FAILING, PAUSED = EndpointState.HEALTHY, EndpointState.FAILING, EndpointState.PAUSED
 URL = "https://receiver.example/hooks"
+KEY = key_of(URL)
 POLICY = HealthPolicy(
     failure_threshold=3,
     probe_first_interval=timedelta(seconds=2),
@@ -59,7 +60,7 @@ def failing_endpoint(
 ) -> Endpoint:
     now = timezone.now()
     return Endpoint.objects.create(
-        url=URL,
+        **endpoint_columns(URL),
         state=FAILING,
         consecutive_failures=POLICY.failure_threshold,
         failing_since=now - timedelta(minutes=1),
@@ -70,29 +71,7 @@ def failing_endpoint(
 
 @pytest.fixture
 def endpoint():
-    return Endpoint.objects.create(url=URL)
-
-
-# -- endpoints_ensure ---------------------------------------------------------------------------------------------
-
-
-def test_ensure_creates_one_healthy_row_per_url_and_finds_the_same_rows_the_second_time():
-    urls = ["https://a.example/h", "https://b.example/h", "https://a.example/h"]
-
-    first = endpoints_ensure(urls=urls)
-    second = endpoints_ensure(urls=urls)
-
-    assert Endpoint.objects.count() == 2
-    assert {url: e.pk for url, e in first.items()} == {url: e.pk for url, e in second.items()}
-    assert {e.state for e in second.values()} == {HEALTHY}
-
-
-def test_ensure_keeps_an_existing_rows_state():
-    existing = failing_endpoint()
-
-    found = endpoints_ensure(urls=[URL])
-
-    assert (found[URL].pk, found[URL].state) == (existing.pk, FAILING)
+    return Endpoint.objects.create(**endpoint_columns(URL))
 
 
 # -- endpoint_record_answers --------------------------------------------------------------------------------------
@@ -100,7 +79,7 @@ def test_ensure_keeps_an_existing_rows_state():
 
 def test_failures_below_the_threshold_are_counted_in_the_row_and_leave_it_healthy(endpoint):
     verdict = endpoint_record_answers(
-        url=URL, answers=answers(Signal.FAILURE, 2), now=timezone.now(), policy=POLICY
+        key=KEY, answers=answers(Signal.FAILURE, 2), now=timezone.now(), policy=POLICY
     )
 
     endpoint.refresh_from_db()
@@ -109,24 +88,33 @@ def test_failures_below_the_threshold_are_counted_in_the_row_and_leave_it_health
 
 
 def test_the_threshold_of_failures_over_two_batches_makes_the_endpoint_failing_and_says_so(endpoint, caplog):
-    endpoint_record_answers(url=URL, answers=answers(Signal.FAILURE, 2), now=timezone.now(), policy=POLICY)
+    endpoint_record_answers(key=KEY, answers=answers(Signal.FAILURE, 2), now=timezone.now(), policy=POLICY)
     now = timezone.now()
 
     with caplog.at_level(logging.WARNING, logger="delivery.services.endpoints"):
-        verdict = endpoint_record_answers(url=URL, answers=answers(Signal.FAILURE, 1), now=now, policy=POLICY)
+        verdict = endpoint_record_answers(key=KEY, answers=answers(Signal.FAILURE, 1), now=now, policy=POLICY)
 
     endpoint.refresh_from_db()
     assert (endpoint.state, endpoint.consecutive_failures) == (FAILING, 3)
     assert (endpoint.failing_since, endpoint.next_probe_at) == (now, now + POLICY.probe_first_interval)
     assert verdict.down and verdict.health.state == FAILING
     logged = [r for r in caplog.records if r.getMessage().startswith("Endpoint failing")]
-    assert len(logged) == 1 and logged[0].endpoint == URL
+    # Named by its redacted form and id, never by the URL (a credential).
+    assert len(logged) == 1 and (logged[0].endpoint, logged[0].endpoint_id) == (
+        "https://receiver.example/…",
+        endpoint.pk,
+    )
+    assert URL not in caplog.text
 
 
-def test_recording_answers_for_an_unknown_url_creates_its_row():
-    endpoint_record_answers(url=URL, answers=answers(Signal.FAILURE, 1), now=timezone.now(), policy=POLICY)
+def test_answers_for_an_endpoint_gone_meanwhile_are_weighed_as_a_healthy_ones_and_write_nothing():
+    # Its destination's URL changed while they were in flight: the old receiver's row went with it.
+    verdict = endpoint_record_answers(
+        key=KEY, answers=answers(Signal.FAILURE, 1), now=timezone.now(), policy=POLICY
+    )
 
-    assert Endpoint.objects.filter(url=URL).values_list("state", "consecutive_failures").get() == (HEALTHY, 1)
+    assert (verdict.health.state, verdict.health.consecutive_failures, verdict.down) == (HEALTHY, 1, False)
+    assert not Endpoint.objects.exists()
 
 
 def test_a_successful_probe_makes_a_failing_endpoint_healthy_again(caplog):
@@ -134,7 +122,7 @@ def test_a_successful_probe_makes_a_failing_endpoint_healthy_again(caplog):
 
     with caplog.at_level(logging.INFO, logger="delivery.services.endpoints"):
         verdict = endpoint_record_answers(
-            url=URL, answers=answers(Signal.SUCCESS, 1, probe=True), now=timezone.now(), policy=POLICY
+            key=KEY, answers=answers(Signal.SUCCESS, 1, probe=True), now=timezone.now(), policy=POLICY
         )
 
     endpoint.refresh_from_db()
@@ -149,7 +137,7 @@ def test_a_failed_probe_pushes_the_next_one_back_by_the_interval_and_doubles_it(
     endpoint = failing_endpoint(interval=timedelta(seconds=8))
     now = timezone.now()
 
-    endpoint_record_answers(url=URL, answers=answers(Signal.FAILURE, 1, probe=True), now=now, policy=POLICY)
+    endpoint_record_answers(key=KEY, answers=answers(Signal.FAILURE, 1, probe=True), now=now, policy=POLICY)
 
     endpoint.refresh_from_db()
     assert endpoint.state == FAILING
@@ -199,7 +187,7 @@ def test_resume_makes_a_paused_endpoint_healthy_with_a_clean_slate(endpoint):
     assert (resumed.consecutive_failures, resumed.blocked_until) == (0, None)
 
 
-@pytest.mark.parametrize("make", [lambda: Endpoint.objects.create(url=URL), failing_endpoint])
+@pytest.mark.parametrize("make", [lambda: Endpoint.objects.create(**endpoint_columns(URL)), failing_endpoint])
 def test_resume_of_an_endpoint_that_is_not_paused_is_refused(make):
     endpoint = make()
     state = endpoint.state
@@ -263,7 +251,7 @@ def test_a_returned_probe_can_be_taken_again_after_the_current_interval():
 def test_no_probe_before_its_time_nor_for_an_endpoint_that_is_not_failing(endpoint):
     now = timezone.now()
     not_yet = Endpoint.objects.create(
-        url="https://later.example/h",
+        **endpoint_columns("https://later.example/h"),
         state=FAILING,
         failing_since=now,
         next_probe_at=now + timedelta(seconds=2),
@@ -379,7 +367,7 @@ def test_a_dead_workers_expired_share_returns_to_the_others(endpoint):
 
 
 def test_a_stopping_worker_releases_its_shares_of_every_endpoint_at_once(endpoint):
-    other = Endpoint.objects.create(url="https://other.example/h")
+    other = Endpoint.objects.create(**endpoint_columns("https://other.example/h"))
     share(endpoint, "w1", cap=12)
     share(other, "w1", cap=12)
     share(endpoint, "w2", cap=12)
@@ -407,7 +395,7 @@ def gone_answer() -> list[Answer]:
 
 def test_a_gone_answer_moves_the_endpoint_to_gone_and_logs_it_as_an_error(endpoint, caplog):
     with caplog.at_level(logging.ERROR, logger="delivery.services.endpoints"):
-        verdict = endpoint_record_answers(url=URL, answers=gone_answer(), now=timezone.now(), policy=POLICY)
+        verdict = endpoint_record_answers(key=KEY, answers=gone_answer(), now=timezone.now(), policy=POLICY)
 
     endpoint.refresh_from_db()
     assert (endpoint.state, endpoint.last_error) == (GONE, "HTTP 404 (channel_not_found)")
@@ -416,14 +404,14 @@ def test_a_gone_answer_moves_the_endpoint_to_gone_and_logs_it_as_an_error(endpoi
 
 
 def test_an_operator_resumes_a_gone_endpoint_to_healthy_and_may_pause_it_meanwhile(endpoint):
-    endpoint_record_answers(url=URL, answers=gone_answer(), now=timezone.now(), policy=POLICY)
+    endpoint_record_answers(key=KEY, answers=gone_answer(), now=timezone.now(), policy=POLICY)
 
     paused = endpoint_pause(endpoint=endpoint, operator="ops")
     assert paused.state == PAUSED
     resumed = endpoint_resume(endpoint=paused, operator="ops")
     assert resumed.state == HEALTHY
 
-    endpoint_record_answers(url=URL, answers=gone_answer(), now=timezone.now(), policy=POLICY)
+    endpoint_record_answers(key=KEY, answers=gone_answer(), now=timezone.now(), policy=POLICY)
     assert endpoint_resume(endpoint=endpoint, operator="ops").state == HEALTHY
 
 

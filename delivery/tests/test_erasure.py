@@ -18,7 +18,7 @@ from delivery.services.destinations import destination_create, destination_pause
 from delivery.services.leases import deliveries_claim
 from delivery.services.record import deliveries_record
 from delivery.services.retention import history_cutoff, history_prune_batches
-from delivery.tests.conftest import make_due
+from delivery.tests.conftest import endpoint_columns, key_of, make_due
 from delivery.transport import SendResult
 from delivery.worker import Worker
 from devtools.sink import Reply
@@ -460,10 +460,10 @@ def test_the_migration_rewrites_what_endpoints_kept_of_their_receivers_words_to_
         "https://d.example/hook": ("Timed out after 10 s", "Timed out after 10 s"),
     }
     for url, (before, _after) in kept.items():
-        Endpoint.objects.create(url=url, last_error=before)
+        Endpoint.objects.create(**endpoint_columns(url), last_error=before)
 
     migration.forward(apps, None)
 
-    assert dict(Endpoint.objects.values_list("url", "last_error")) == {
-        url: after for url, (_before, after) in kept.items()
+    assert dict(Endpoint.objects.values_list("key", "last_error")) == {
+        key_of(url): after for url, (_before, after) in kept.items()
     }

@@ -15,7 +15,13 @@ NOW = datetime(2025, 3, 8, 12, 0, tzinfo=UTC)
 
 
 def lane() -> Lane:
-    return Lane(url="http://receiver.test/webhook", endpoint_id=1, limit=AdaptiveLimit(initial=64))
+    return Lane(
+        key="x",
+        endpoint_id=1,
+        url="http://receiver.test/webhook",
+        name="receiver",
+        limit=AdaptiveLimit(initial=64),
+    )
 
 
 def paced_at(rate: float, *, last_turn_mono: float = 10.0) -> Lane:
@@ -37,7 +43,7 @@ def delivery(*, probe: bool = False) -> ClaimedDelivery:
         id=uuid.uuid4(),
         event_id=uuid.uuid4(),
         idempotency_key="event-0123456789abcdef",
-        endpoint_url="x",
+        endpoint_key="x",
         body="{}",
         attempt=1,
         max_attempts=8,
@@ -140,7 +146,8 @@ def test_a_delivery_that_missed_its_slot_goes_before_the_others_waiting():
 def test_what_a_lane_may_start_is_bounded_by_its_limit_its_share_and_the_shares_term(
     limit, share, usable_until, open_, now, may_start
 ):
-    counted = Lane(url="http://receiver.test/webhook", endpoint_id=1, limit=AdaptiveLimit(initial=limit))
+    counted = lane()
+    counted.limit = AdaptiveLimit(initial=limit)
     counted.grant_share(share, usable_until_mono=usable_until)
     for _ in range(open_):
         counted.started(delivery())

@@ -127,17 +127,17 @@ def test_the_refusal_names_the_address_and_the_setting_that_would_allow_it():
         (
             "http://receiver.example/hook",
             STRICT,
-            "Refused: http://receiver.example/hook is not https (WEBHOOK_ALLOW_HTTP)",
+            "Refused: http://receiver.example/… is not https (WEBHOOK_ALLOW_HTTP)",
         ),
         ("http://receiver.example/hook", allowing(http=True), None),
         (
             "ftp://receiver.example/hook",
             allowing(http=True),
-            "Refused: 'ftp://receiver.example/hook' is not an https URL with a host",
+            "Refused: not an https URL with a host",
         ),
-        ("https:///hook", STRICT, "Refused: 'https:///hook' is not an https URL with a host"),
-        ("receiver.example/hook", STRICT, "Refused: 'receiver.example/hook' is not an https URL with a host"),
-        ("https://[::1/hook", STRICT, "Refused: 'https://[::1/hook' is not a URL (Invalid IPv6 URL)"),
+        ("https:///hook", STRICT, "Refused: not an https URL with a host"),
+        ("receiver.example/hook", STRICT, "Refused: not an https URL with a host"),
+        ("https://[::1/hook", STRICT, "Refused: not a URL"),
         (
             "https://10.0.0.5/hook",
             STRICT,
@@ -228,7 +228,7 @@ def test_a_literal_refused_address_and_plain_http_are_refused_without_dns():
         "Refused: 169.254.169.254 is a cloud metadata address (WEBHOOK_ALLOWED_NETWORKS, naming it alone)"
     )
     assert refused_message("http://receiver.example/", policy=STRICT, resolve=no_dns) == (
-        "Refused: http://receiver.example/ is not https (WEBHOOK_ALLOW_HTTP)"
+        "Refused: http://receiver.example/… is not https (WEBHOOK_ALLOW_HTTP)"
     )
 
 

@@ -22,6 +22,7 @@ from delivery.tests.conftest import (
     assert_rate_held,
     create_due_users,
     eventually,
+    key_of,
     peak_open,
     process_env,
     receivers,
@@ -111,7 +112,7 @@ def test_a_receiver_down_longer_than_the_retry_window_loses_nothing_and_kills_no
             assert down.wait_for(1, timeout=60)
             down_since = time.monotonic()
             went_failing = eventually(
-                lambda: Endpoint.objects.filter(url=down.url, state=EndpointState.FAILING).exists(),
+                lambda: Endpoint.objects.filter(key=key_of(down.url), state=EndpointState.FAILING).exists(),
                 timeout=8,
                 interval=0.05,
             )

@@ -12,28 +12,29 @@ from delivery.models import AttemptOutcome
 from delivery.scheduler import Scheduler
 from delivery.services.leases import deliveries_claim
 from delivery.services.record import deliveries_record
-from delivery.tests.conftest import create_due_users, destinations_create_at
+from delivery.tests.conftest import create_due_users, destinations_create_at, key_of
 from delivery.transport import SendResult
 
 pytestmark = pytest.mark.django_db
 
 URLS = [f"https://receiver{n}.example.org/hook" for n in range(3)]
+KEYS = sorted(key_of(url) for url in URLS)
 
 
 def endpoint_writes(queries) -> list[str]:
-    """The URLs of the endpoint rows the statements wrote (UPDATE or SELECT ... FOR UPDATE), in order."""
-    urls = []
+    """The keys of the endpoint rows the statements wrote (UPDATE or SELECT ... FOR UPDATE), in order."""
+    keys = []
     for query in queries:
         sql = query["sql"]
         if '"delivery_endpoint"' in sql and ("UPDATE" in sql.split(" ", 1)[0] or "FOR UPDATE" in sql):
-            urls += re.findall(r"'(https://receiver\d\.example\.org/hook)'", sql)
-    return urls
+            keys += re.findall(r"'([0-9a-f]{32})'", sql)
+    return keys
 
 
 @pytest.mark.parametrize(
     "healthy", [set(URLS), set()], ids=["successes on healthy endpoints", "weighed by health"]
 )
-def test_endpoint_rows_are_written_in_url_order_whatever_order_the_answers_came_back_in(
+def test_endpoint_rows_are_written_in_key_order_whatever_order_the_answers_came_back_in(
     delivery_settings, healthy
 ):
     # Two workers recording answers from the same endpoints in opposite orders deadlocked on their rows.
@@ -42,7 +43,7 @@ def test_endpoint_rows_are_written_in_url_order_whatever_order_the_answers_came_
     create_due_users(4)
     Scheduler(once=True).run()
     claimed = deliveries_claim(worker="w1", limit=100, lease=timedelta(seconds=30))
-    assert len({d.endpoint_url for d in claimed}) == 3
+    assert len({d.endpoint_key for d in claimed}) == 3
     now = timezone.now()
     answers = [
         SendResult(
@@ -53,7 +54,7 @@ def test_endpoint_rows_are_written_in_url_order_whatever_order_the_answers_came_
             duration_ms=1,
             status_code=200,
         )
-        for d in sorted(claimed, key=lambda d: d.endpoint_url, reverse=True)
+        for d in sorted(claimed, key=lambda d: d.endpoint_key, reverse=True)
     ]
 
     with CaptureQueriesContext(connection) as queries:
@@ -61,5 +62,5 @@ def test_endpoint_rows_are_written_in_url_order_whatever_order_the_answers_came_
 
     assert summary.delivered == len(claimed)
     written = endpoint_writes(queries.captured_queries)
-    assert sorted(set(written)) == URLS
+    assert sorted(set(written)) == KEYS
     assert written == sorted(written)

@@ -62,7 +62,7 @@ def handled(user, *, days_ago: int, status: str, attempts: int = 1) -> Event:
     delivery = Delivery.objects.create(
         event=event,
         idempotency_key=event.idempotency_key,
-        endpoint_url="http://127.0.0.1:9/hook",
+        endpoint_key="x",
         payload={"message": "Hey"},
         status={COMPLETED: DeliveryStatus.DELIVERED, FAILED: DeliveryStatus.DEAD}.get(
             status, DeliveryStatus.QUEUED

@@ -25,7 +25,7 @@ class FakeTransport:
         self.hold = hold
         self.began: list[float] = []
 
-    async def send(self, delivery, *, signer=None, timeout=None, channel=None) -> SendResult:
+    async def send(self, delivery, *, url, signer=None, timeout=None, channel=None) -> SendResult:
         self.began.append(time.time())
         await asyncio.sleep(self.hold)
         now = datetime.now(UTC)
@@ -45,7 +45,7 @@ def delivery() -> ClaimedDelivery:
         id=uuid.uuid4(),
         event_id=uuid.uuid4(),
         idempotency_key=f"event-{uuid.uuid4().hex}",
-        endpoint_url="http://receiver.test/webhook",
+        endpoint_key="receiver-test-key",
         body="{}",
         attempt=1,
         max_attempts=8,
@@ -54,8 +54,10 @@ def delivery() -> ClaimedDelivery:
 
 def rated_lane(*, limit: int = 10) -> Lane:
     return Lane(
-        url="http://receiver.test/webhook",
+        key="receiver-test-key",
         endpoint_id=1,
+        url="http://receiver.test/webhook",
+        name="receiver",
         limit=FixedLimit(limit),
         settings=LaneSettings(max_rate=100.0, max_in_flight=0, timeout=2.0),
     )

@@ -16,6 +16,7 @@ from standardwebhooks.webhooks import Webhook
 from channels.base import parse_retry_after
 from delivery.models import AttemptOutcome
 from delivery.receiver_addresses import ReceiverPolicy
+from delivery.receiver_urls import url_redact
 from delivery.retry import RetryPolicy
 from delivery.retry import retry_delay as policy_delay
 from delivery.signing import WebhookSigner
@@ -28,6 +29,9 @@ from delivery.transport import (
 )
 from devtools.sink import Reply
 
+# Where each delivery claimed() made goes: a worker's lane knows it (delivery.lanes), not the delivery.
+URLS: dict[uuid.UUID, str] = {}
+
 
 def send_all(transport: WebhookTransport, *deliveries: ClaimedDelivery, **options) -> list:
     """Send on a fresh event loop, one after the other, over one session (as a worker does)."""
@@ -35,7 +39,9 @@ def send_all(transport: WebhookTransport, *deliveries: ClaimedDelivery, **option
     async def run():
         await transport.open()
         try:
-            return [await transport.send(delivery, **options) for delivery in deliveries]
+            return [
+                await transport.send(delivery, url=URLS[delivery.id], **options) for delivery in deliveries
+            ]
         finally:
             await transport.close()
 
@@ -54,11 +60,13 @@ def retry_delay(*, attempt: int, retry_after: float | None = None) -> float:
 
 
 def claimed(url="https://receiver.example/hook") -> ClaimedDelivery:
+    delivery_id = uuid.uuid4()
+    URLS[delivery_id] = url
     return ClaimedDelivery(
-        id=uuid.uuid4(),
+        id=delivery_id,
         event_id=uuid.uuid4(),
         idempotency_key="event-0123456789abcdef",
-        endpoint_url=url,
+        endpoint_key="k",
         body=json.dumps({"message": "Hey, Ada Lovelace it's your birthday"}),
         attempt=1,
         max_attempts=8,
@@ -307,7 +315,7 @@ def test_plain_http_is_refused_unless_allowed_for_development(sink):
     result = send(WebhookTransport(timeout=5, policy=policy("127.0.0.0/8", http=False)), claimed(sink.url))
 
     assert result.outcome == AttemptOutcome.PERMANENT_FAILURE
-    assert result.error == f"Refused: {sink.url} is not https (WEBHOOK_ALLOW_HTTP)"
+    assert result.error == f"Refused: {url_redact(sink.url)} is not https (WEBHOOK_ALLOW_HTTP)"
     assert sink.received == []
 
 

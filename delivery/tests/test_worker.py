@@ -8,9 +8,10 @@ import pytest
 from django.db import OperationalError
 from django.utils import timezone
 
-from delivery import lanes
+from delivery import claimer
 from delivery.models import Endpoint, EndpointState
 from delivery.services import endpoints as endpoints_service
+from delivery.tests.conftest import endpoint_columns
 from delivery.worker import Worker
 
 pytestmark = pytest.mark.django_db
@@ -50,7 +51,7 @@ def test_a_database_error_while_giving_back_an_unused_probe_is_an_outage_not_a_c
     # Given a failing endpoint whose probe is due, with nothing queued to probe it with
     now = timezone.now()
     Endpoint.objects.create(
-        url=delivery_settings.WEBHOOK_URL,
+        **endpoint_columns(delivery_settings.WEBHOOK_URL),
         state=EndpointState.FAILING,
         consecutive_failures=5,
         failing_since=now - timedelta(minutes=1),
@@ -66,7 +67,7 @@ def test_a_database_error_while_giving_back_an_unused_probe_is_an_outage_not_a_c
             raise OperationalError("server closed the connection unexpectedly")
         return endpoints_service.endpoint_return_probe(**kwargs)
 
-    monkeypatch.setattr(lanes, "endpoint_return_probe", give_back)
+    monkeypatch.setattr(claimer, "endpoint_return_probe", give_back)
 
     # When a worker runs through it
     with caplog.at_level(logging.ERROR, logger="runtime.database"):

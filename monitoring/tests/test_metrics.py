@@ -12,8 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from delivery.models import Delivery, DeliveryStatus, Endpoint, EndpointState
 from delivery.scheduler import Scheduler
 from delivery.selectors import delivery_finished_counts, endpoint_backlog
+from delivery.services.destinations import destination_create
 from delivery.services.endpoints import endpoint_pause
-from delivery.tests.conftest import make_due
+from delivery.tests.conftest import endpoint_columns, key_of, make_due
 from delivery.worker import Worker
 from devtools.sink import Reply
 from runtime.heartbeats import heartbeat_start
@@ -254,7 +255,7 @@ def test_the_history_is_estimated_from_the_statistics_and_labelled_so(client, me
         Delivery.objects.create(
             event=user.events.get(),
             idempotency_key=user.events.get().idempotency_key,
-            endpoint_url="http://x.test/",
+            endpoint_key="x",
             payload={},
             status=DeliveryStatus.DELIVERED,
             max_attempts=8,
@@ -308,7 +309,7 @@ def queue_deliveries_to(url: str, count: int, *, status: str = DeliveryStatus.QU
     make_due(events)
     Scheduler(once=True).run()
     keys = [event.idempotency_key for event in events]
-    fields = {"endpoint_url": url, "status": status}
+    fields = {"endpoint_key": key_of(url), "status": status}
     if status == DeliveryStatus.SENDING:
         fields.update(locked_by="worker-7:311:beef", locked_until=timezone.now() + timedelta(seconds=30))
     Delivery.objects.filter(idempotency_key__in=keys).update(**fields)
@@ -318,25 +319,28 @@ def test_each_endpoint_has_its_state_failures_backlog_and_how_long_it_has_been_d
     client, metrics_settings, default_destination
 ):
     now = timezone.now()
-    Endpoint.objects.create(
-        url=RECEIVER,
+    failing = Endpoint.objects.create(
+        **endpoint_columns(RECEIVER),
         state=EndpointState.FAILING,
         consecutive_failures=9,
         failing_since=now - timedelta(minutes=10),
         next_probe_at=now + timedelta(seconds=30),
         probe_interval=timedelta(seconds=60),
     )
-    endpoint_pause(endpoint=Endpoint.objects.create(url=PAUSED), operator="ops-alice")
-    Endpoint.objects.filter(url=PAUSED).update(paused_at=now - timedelta(hours=2))
-    Endpoint.objects.create(url=FINE)
+    paused = Endpoint.objects.create(**endpoint_columns(PAUSED))
+    endpoint_pause(endpoint=paused, operator="ops-alice")
+    Endpoint.objects.filter(key=key_of(PAUSED)).update(paused_at=now - timedelta(hours=2))
+    # Labelled by its destination's name, never by the URL (a credential); one without a destination by its id.
+    destination_create(name="fine", url=FINE, operator="ops")
+    labels = {RECEIVER: f"endpoint {failing.pk}", PAUSED: f"endpoint {paused.pk}", FINE: "fine"}
     queue_deliveries_to(RECEIVER, 3)
     queue_deliveries_to(RECEIVER, 1, status=DeliveryStatus.SENDING)  # in flight: not waiting
     queue_deliveries_to(PAUSED, 2)
 
     values = samples(client.get("/metrics"))
 
-    def value(name, **labels):
-        return values[(name, tuple(sorted(labels.items())))]
+    def value(name, *, endpoint, **labelled):
+        return values[(name, tuple(sorted({"endpoint": labels[endpoint], **labelled}.items())))]
 
     assert {
         (url, state): value("birthday_endpoint_state", endpoint=url, state=state)
@@ -364,12 +368,12 @@ def test_no_endpoint_yet_means_no_endpoint_series(client, metrics_settings):
     assert not [name for name, _ in values if name.startswith("birthday_endpoint_")]
 
 
-def test_the_endpoint_gauges_cost_two_queries_however_many_endpoints(client, metrics_settings):
-    Endpoint.objects.create(url=RECEIVER)
+def test_the_endpoint_gauges_cost_three_queries_however_many_endpoints(client, metrics_settings):
+    Endpoint.objects.create(**endpoint_columns(RECEIVER))
     with CaptureQueriesContext(connection) as one:
         client.get("/metrics")
     for number in range(20):
-        Endpoint.objects.create(url=f"https://r{number}.example.com/hook")
+        Endpoint.objects.create(**endpoint_columns(f"https://r{number}.example.com/hook"))
     queue_deliveries_to(RECEIVER, 2)
 
     with CaptureQueriesContext(connection) as many:
@@ -379,13 +383,14 @@ def test_the_endpoint_gauges_cost_two_queries_however_many_endpoints(client, met
     endpoint_queries = [
         q["sql"]
         for q in many.captured_queries
-        if "delivery_endpoint" in q["sql"] or "endpoint_url" in q["sql"]
+        # (the destinations' list, which the destination gauges read, has url_key among its columns)
+        if "delivery_endpoint" in q["sql"] or "endpoint_key" in q["sql"] or '"url_key" IN' in q["sql"]
     ]
-    assert len(endpoint_queries) == 2
+    assert len(endpoint_queries) == 3  # the endpoints, what waits on them, their destinations' names
 
 
 def test_what_waits_on_endpoints_is_read_from_the_unfinished_deliveries_indexes(production_plan):
-    _, plan = production_plan(lambda: endpoint_backlog(urls=[RECEIVER, PAUSED]), "GROUP BY")
+    _, plan = production_plan(lambda: endpoint_backlog(keys=[key_of(RECEIVER), key_of(PAUSED)]), "GROUP BY")
 
     assert "Seq Scan" not in plan
     assert any(
@@ -433,8 +438,7 @@ def test_every_metric_the_alerts_name_is_one_the_web_exports(client, metrics_set
     from delivery.services.destinations import destination_create
 
     # given an endpoint and a destination, so their series exist
-    destination_create(name="crm", url=RECEIVER, operator="o")
-    Endpoint.objects.get_or_create(url=RECEIVER)
+    destination_create(name="crm", url=RECEIVER, operator="o")  # its endpoint row is made with it
     exported = {name for name, _ in samples(client.get("/metrics"))}
 
     rules = yaml.safe_load((Path(__file__).parents[2] / "deploy/prometheus/alerts.yml").read_text())

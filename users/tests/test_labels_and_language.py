@@ -195,8 +195,11 @@ def test_the_database_takes_labels_by_the_rule():
 @pytest.mark.parametrize("field", ["audience_labels", "excluded_labels"])
 def test_the_database_refuses_an_audience_off_the_rule(field):
     from delivery.models import Destination
+    from delivery.services.destinations import destination_url_fields
 
-    destination = Destination.objects.create(name="d", url="https://d.example.org/h")
+    destination = Destination.objects.create(
+        name="d", **destination_url_fields(url="https://d.example.org/h")
+    )
     with pytest.raises(IntegrityError), transaction.atomic():
         Destination.objects.filter(pk=destination.pk).update(**{field: ["Team:Platform"]})
 

@@ -89,6 +89,7 @@ def test_every_operation_documents_its_errors(anonymous_client):
         ("PATCH", "/api/v1/destinations/{id}/"): {"200", "404", "412"} | auth | body,
         ("DELETE", "/api/v1/destinations/{id}/"): {"204", "400", "404", "409", "412"} | auth,
         ("POST", "/api/v1/destinations/{id}/rotate-secret/"): {"200", "404"} | auth | body,
+        ("POST", "/api/v1/destinations/{id}/reveal-url/"): {"200", "404"} | auth | body,
         ("POST", "/api/v1/destinations/{id}/pause/"): {"200", "404", "409"} | auth | body,
         ("POST", "/api/v1/destinations/{id}/resume/"): {"200", "404", "409"} | auth | body,
         ("POST", "/api/v1/destinations/{id}/test/"): {"200", "404"} | auth | body,

@@ -5,10 +5,13 @@ from delivery.services.destinations import destination_secrets_reencrypt
 
 class Command(BaseCommand):
     help = (
-        "Encrypt every destination's signing secrets again under the first key of WEBHOOK_SECRET_KEYS, "
-        "after a new key was put first: then the old keys can be removed from the setting."
+        "Encrypt every destination's signing secrets and receiver URL again under the first key of "
+        "WEBHOOK_SECRET_KEYS, after a new key was put first: then the old keys can be removed from the "
+        "setting. Also keys every receiver again under DJANGO_SECRET_KEY (run it after changing that too)."
     )
 
     def handle(self, *args, **options):
         count = destination_secrets_reencrypt()
-        self.stdout.write(f"Encrypted {count} signing secrets under the first key of WEBHOOK_SECRET_KEYS.")
+        self.stdout.write(
+            f"Encrypted {count} signing secrets and receiver URLs under the first key of WEBHOOK_SECRET_KEYS."
+        )

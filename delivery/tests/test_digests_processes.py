@@ -32,6 +32,8 @@ from django.utils import timezone
 
 from delivery.digests import digest_key
 from delivery.models import Delivery, DeliveryStatus, Destination, Digest
+from delivery.services.destinations import destination_url_fields
+from delivery.services.endpoints import endpoint_for_destination
 from delivery.tests.conftest import ScriptedSink, eventually, process_env, start_process, stop_all, wait_until
 from delivery.tests.test_failover import replicated_pair  # noqa: F401, F811 - the fixture
 from delivery.tests.test_outage import manage, private_postgres  # noqa: F401, F811 - the fixture
@@ -40,6 +42,13 @@ from users.services import user_erase
 from users.tests.factories import UserFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def _destination(*, url: str, **fields) -> Destination:
+    """A destination saved as the product saves one: its URL kept by its key, its endpoint made."""
+    destination = Destination.objects.create(**destination_url_fields(url=url), **fields)
+    endpoint_for_destination(destination=destination)
+    return destination
 
 
 def _ahead(days: int) -> date:
@@ -78,7 +87,7 @@ def test_a_digest_goes_once_per_date_through_a_worker_killed_mid_send_and_leaves
     _born(second_day, "Alan", "Turing", labels=["team:platform"])
     erased = _born(second_day, "Erased", "Person", labels=["team:platform"])
     with ScriptedSink() as sink:
-        destination = Destination.objects.create(
+        destination = _destination(
             name="platform",
             url=sink.url,
             format="slack",
@@ -146,6 +155,8 @@ CREATE_DIGEST = """
 from datetime import date, time, timedelta
 from django.utils import timezone
 from delivery.models import Destination
+from delivery.services.destinations import destination_url_fields
+from delivery.services.endpoints import endpoint_for_destination
 from users.models import User
 
 day = timezone.now().date() + timedelta(days=5)
@@ -154,10 +165,11 @@ for first in ("Ada", "Grace", "Alan"):
         first_name=first, last_name="Restart", date_of_birth=date(1985, day.month, day.day),
         timezone="Europe/Berlin",
     )
-Destination.objects.create(
-    name="digest", url={url!r}, digest_time=time(9, 0), digest_timezone="Europe/Berlin",
+destination = Destination.objects.create(
+    name="digest", **destination_url_fields(url={url!r}), digest_time=time(9, 0), digest_timezone="Europe/Berlin",
     next_digest_date=day, next_digest_at=timezone.now() + timedelta(seconds=2),
 )
+endpoint_for_destination(destination=destination)
 """
 
 
@@ -219,7 +231,7 @@ def test_a_friday_before_destination_names_the_weekend_in_fridays_digest(deliver
     for offset, first in enumerate(("Fri", "Sat", "Sun", "Mon")):
         _born(friday + timedelta(days=offset), first, "Day")
     with ScriptedSink() as sink:
-        destination = Destination.objects.create(
+        destination = _destination(
             name="weekend",
             url=sink.url,
             format="discord",
@@ -267,7 +279,7 @@ def test_two_schedulers_build_each_destinations_digest_once(delivery_settings, t
     _born(day, "Grace", "Hopper")
     with ScriptedSink() as sink:
         destinations = [
-            Destination.objects.create(
+            _destination(
                 name=f"team{i}",
                 url=f"{sink.url}/team{i}",
                 digest_time=time(9, 0),
@@ -310,6 +322,8 @@ from datetime import time, timedelta
 from django.db.models import Count
 from django.utils import timezone
 from delivery.models import Destination
+from delivery.services.destinations import destination_url_fields
+from delivery.services.endpoints import endpoint_for_destination
 from scheduling.models import Event
 
 dates = [
@@ -317,10 +331,12 @@ dates = [
     for row in Event.objects.values_list("occurrence_date").annotate(n=Count("id")).order_by("-n", "occurrence_date")[:30]
 ]
 for i, day in enumerate(dates):
-    Destination.objects.create(
-        name=f"digest{{i}}", url=f"{url}/digest{{i}}", digest_time=time(9, 0), digest_timezone="Europe/Berlin",
-        next_digest_date=day, next_digest_at=timezone.now() + timedelta(days=1), max_rate=100,
+    destination = Destination.objects.create(
+        name=f"digest{{i}}", **destination_url_fields(url=f"{url}/digest{{i}}"), digest_time=time(9, 0),
+        digest_timezone="Europe/Berlin", next_digest_date=day, next_digest_at=timezone.now() + timedelta(days=1),
+        max_rate=100,
     )
+    endpoint_for_destination(destination=destination)
 """
 
 
@@ -404,7 +420,7 @@ def test_a_digest_of_5000_names_reaches_slack_within_its_limit_saying_how_many_m
         ]
     )
     with ScriptedSink() as sink:
-        destination = Destination.objects.create(
+        destination = _destination(
             name="everyone",
             url=sink.url,
             format="slack",

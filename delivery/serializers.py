@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -71,6 +72,21 @@ class ReceiverUrlField(serializers.CharField):
         return instance.url_display
 
 
+# A digest's local time: two digits each, as the recipients' send_time is written.
+DIGEST_TIME_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
+
+
+@extend_schema_field({"type": "string", "pattern": DIGEST_TIME_PATTERN, "nullable": True, "example": "09:00"})
+class DigestTimeField(serializers.TimeField):
+    """HH:MM and nothing else: OpenAPI's `format: time` ("09:00:00Z") would describe what is refused,
+    and strptime alone would take "9:5"."""
+
+    def to_internal_value(self, value: Any) -> Any:
+        if not isinstance(value, str) or not re.fullmatch(DIGEST_TIME_PATTERN, value):
+            self.fail("invalid", format="hh:mm")
+        return super().to_internal_value(value)
+
+
 class DestinationSerializer(serializers.ModelSerializer):
     """A receiver of greetings. Its signing secrets appear as hints only; the secret itself is in the
     answer to the create and rotate-secret requests, once."""
@@ -117,7 +133,7 @@ class DestinationSerializer(serializers.ModelSerializer):
         allow_null=True,
         help_text="Seconds to wait for its answer; null: WEBHOOK_TIMEOUT, which it may not exceed.",
     )
-    digest_time = serializers.TimeField(
+    digest_time = DigestTimeField(
         format="%H:%M",
         input_formats=["%H:%M"],
         required=False,

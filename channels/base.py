@@ -207,3 +207,44 @@ class Channel(abc.ABC):
 
     def __repr__(self) -> str:
         return f"<channel {self.name}>"
+
+
+class LineChannel(Channel):
+    """A chat kind whose body is lines of text, each escaped for its format and joined by `separator`.
+
+    The message is one line; a digest is its heading and one line per occurrence, as many as fit
+    `budget` (measured by `size`) with "… and N more" for the rest. Subclasses give `escape` and `_compose`.
+    """
+
+    separator: ClassVar[str] = "\n"
+    budget: ClassVar[int]
+
+    @staticmethod
+    @abc.abstractmethod
+    def escape(text: str) -> list[str]:
+        """The text as pieces escaped for the format, one source character each (see `fit`)."""
+
+    @staticmethod
+    def size(text: str) -> int:
+        return len(text)
+
+    @abc.abstractmethod
+    def _compose(self, lines: Sequence[str]) -> dict:
+        """The body carrying `lines`, cut within `budget`."""
+
+    def body(self, payload: Mapping) -> dict:
+        return self._compose([payload["message"]])
+
+    def digest_body(self, payload: Mapping) -> dict:
+        lines = [payload["heading"], *(occurrence["line"] for occurrence in payload["occurrences"])]
+        return self._compose(summarised(lines, fits=self._fits))
+
+    def _pieces(self, lines: Sequence[str]) -> list[str]:
+        return [
+            piece
+            for number, line in enumerate(lines)
+            for piece in (([self.separator] if number else []) + self.escape(line))
+        ]
+
+    def _fits(self, lines: Sequence[str]) -> bool:
+        return sum(map(self.size, self._pieces(lines))) <= self.budget

@@ -22,14 +22,13 @@ import json
 from collections.abc import Mapping, Sequence
 
 from channels.base import (
-    Channel,
+    LineChannel,
     Reading,
     Verdict,
     fit,
     parse_retry_after,
     seconds_or_none,
     standard_reading,
-    summarised,
     utf16_length,
     without_bidi_controls,
 )
@@ -59,28 +58,14 @@ def _json_object(body: str) -> dict:
     return parsed if isinstance(parsed, dict) else {}
 
 
-class Discord(Channel):
+class Discord(LineChannel):
     name = "discord"
     label = "Discord"
     # 5 requests per 2 s per webhook (its X-RateLimit headers), spread evenly.
     pace = 2.5
-
-    def body(self, payload: Mapping) -> dict:
-        return self._compose([payload["message"]])
-
-    def _pieces(self, lines: Sequence[str]) -> list[str]:
-        return [
-            piece
-            for number, line in enumerate(lines)
-            for piece in ((["\n"] if number else []) + escape(line))
-        ]
-
-    def _fits(self, lines: Sequence[str]) -> bool:
-        return sum(map(utf16_length, self._pieces(lines))) <= CONTENT_MAX
-
-    def digest_body(self, payload: Mapping) -> dict:
-        lines = [payload["heading"], *(occurrence["line"] for occurrence in payload["occurrences"])]
-        return self._compose(summarised(lines, fits=self._fits))
+    budget = CONTENT_MAX
+    escape = staticmethod(escape)
+    size = staticmethod(utf16_length)
 
     def _compose(self, lines: Sequence[str]) -> dict:
         return {

@@ -19,12 +19,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from channels.base import (
-    Channel,
+    LineChannel,
     Reading,
     Verdict,
     fit,
     standard_reading,
-    summarised,
     without_bidi_controls,
 )
 
@@ -53,28 +52,13 @@ def escape(text: str) -> list[str]:
     return [_ESCAPES.get(ch, ch) for ch in without_bidi_controls(text)]
 
 
-class Slack(Channel):
+class Slack(LineChannel):
     name = "slack"
     label = "Slack"
     # About one message a second per webhook (Slack's rate limits page; short bursts are allowed).
     pace = 1.0
-
-    def body(self, payload: Mapping) -> dict:
-        return self._compose([payload["message"]])
-
-    def _pieces(self, lines: Sequence[str]) -> list[str]:
-        return [
-            piece
-            for number, line in enumerate(lines)
-            for piece in ((["\n"] if number else []) + escape(line))
-        ]
-
-    def _fits(self, lines: Sequence[str]) -> bool:
-        return sum(map(len, self._pieces(lines))) <= TEXT_MAX
-
-    def digest_body(self, payload: Mapping) -> dict:
-        lines = [payload["heading"], *(occurrence["line"] for occurrence in payload["occurrences"])]
-        return self._compose(summarised(lines, fits=self._fits))
+    budget = TEXT_MAX
+    escape = staticmethod(escape)
 
     def _compose(self, lines: Sequence[str]) -> dict:
         return {

@@ -8,9 +8,9 @@ markdown characters with a backslash, `&`, `<`, `>` as HTML entities.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-from channels.base import Channel, fit, summarised, without_bidi_controls
+from channels.base import LineChannel, fit, without_bidi_controls
 from channels.teams import BODY_MAX_BYTES, json_size
 
 _HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
@@ -23,27 +23,14 @@ def escape(text: str) -> list[str]:
     return [_HTML.get(ch) or ("\\" + ch if ch in _MARKDOWN else ch) for ch in without_bidi_controls(text)]
 
 
-class TeamsMessageCard(Channel):
+class TeamsMessageCard(LineChannel):
     name = "teams_messagecard"
     label = "Microsoft Teams (legacy connector MessageCard)"
     pace = 4.0
-
-    def body(self, payload: Mapping) -> dict:
-        return self._compose([payload["message"]])
-
-    def _pieces(self, lines: Sequence[str]) -> list[str]:
-        return [
-            piece
-            for number, line in enumerate(lines)
-            for piece in ((["\n\n"] if number else []) + escape(line))
-        ]
-
-    def _fits(self, lines: Sequence[str]) -> bool:
-        return sum(map(json_size, self._pieces(lines))) <= _TEXT_BUDGET
-
-    def digest_body(self, payload: Mapping) -> dict:
-        lines = [payload["heading"], *(occurrence["line"] for occurrence in payload["occurrences"])]
-        return self._compose(summarised(lines, fits=self._fits))
+    separator = "\n\n"
+    budget = _TEXT_BUDGET
+    escape = staticmethod(escape)
+    size = staticmethod(json_size)
 
     def _compose(self, lines: Sequence[str]) -> dict:
         text = fit(self._pieces(lines), budget=_TEXT_BUDGET, size=json_size)

@@ -141,7 +141,8 @@ class Lane:
             self.probing = False
 
     def missed(self, delivery: ClaimedDelivery) -> None:
-        """A request could not begin within its rate slot's second: it was not sent, and waits first in line."""
+        """A request could not begin (its rate slot's second passed, or the lane's limit or share shrank since it
+        was handed over): it was not sent, and waits first in line."""
         self.finished(delivery, begun=False)
         self.waiting.appendleft(delivery)
 
@@ -170,9 +171,17 @@ class Lane:
         """Requests at the receiver: begun and not finished."""
         return self.open - self.not_begun
 
-    def may_begin(self) -> bool:
-        """Whether a request whose slot came may go to the receiver: those begun are under the limit (and share)."""
-        return self.in_flight < self.allowed()
+    def may_begin(self, now_mono: float) -> bool:
+        """Whether a request handed over may go to the receiver now: those begun are under the limit (and share),
+        and the share is still usable.
+
+        Asked of every request, not only paced ones: the share may shrink (the
+        next refresh gives a newcomer its part) between the hand-over and the
+        request's first step on the event loop, and the permit row counts only
+        the requests begun (`in_flight`), so one begun past the new share would
+        put the fleet over its cap.
+        """
+        return self.in_flight < self.allowed() and now_mono < self.share_usable_until_mono
 
     def short_of_slots(self, now_mono: float) -> bool:
         """Whether, under a max rate, fewer than half of SLOTS_AHEAD's requests wait for a slot and none is left."""

@@ -37,6 +37,8 @@ class InFlight:
     delivery: ClaimedDelivery
     # Requests open to the lane when it started, itself included: the adaptive limit's sample.
     open_at_start: int
+    # Whether it waits for a rate slot (a miss counts in RATE_SLOTS_MISSED).
+    paced: bool
 
 
 class Sender:
@@ -79,14 +81,17 @@ class Sender:
         rate); it counts as open to its lane at once."""
         open_at_start = lane.started(delivery)
         task = self.loop.create_task(self._send(lane, delivery, slot))
-        self.in_flight[task] = InFlight(lane=lane, delivery=delivery, open_at_start=open_at_start)
+        self.in_flight[task] = InFlight(
+            lane=lane, delivery=delivery, open_at_start=open_at_start, paced=slot is not None
+        )
         task.add_done_callback(self._finished)
 
     async def _send(
         self, lane: Lane, delivery: ClaimedDelivery, slot: RateSlot | None
     ) -> tuple[SendResult, bool] | None:
         """The answer, and whether the request waited for its turn at the learned rate (the rate held it back);
-        None if it could not begin within its rate slot's second, and was not sent."""
+        None if it could not begin (within its rate slot's second, or under the lane's limit and share), and was
+        not sent."""
         if slot is not None:
             await asyncio.sleep(slot.at - time.time())
         waited_for_turn = False
@@ -94,13 +99,15 @@ class Sender:
         while (wait := lane.turn_in(time.monotonic())) > 0:
             waited_for_turn = True
             await asyncio.sleep(wait)
-        # Its slot came: it begins once those begun are under the lane's limit, within the slot's second.
-        while slot is not None and not lane.may_begin():
-            if not await self._place_freed(lane, until=slot.deadline):
-                break
-        if slot is not None and (time.time() >= slot.deadline or not lane.may_begin()):
-            # Late for its second (the thread was away, the CPU taken, the turn far, the lane full): sent
-            # now, it would count in the next second, whose slots the fleet hands out in full to others.
+        # It begins once those begun are under the lane's limit and share: a paced one waits for a place
+        # within its slot's second; one without a slot found the lane full only because the limit or the
+        # share shrank since it was handed over, and goes back first in line.
+        while not lane.may_begin(time.monotonic()):
+            if slot is None or not await self._place_freed(lane, until=slot.deadline):
+                return None
+        if slot is not None and time.time() >= slot.deadline:
+            # Late for its second (the thread was away, the CPU taken, the turn far): sent now, it
+            # would count in the next second, whose slots the fleet hands out in full to others.
             return None
         lane.begun(time.monotonic())
         self.begun.add(delivery.id)
@@ -159,7 +166,8 @@ class Sender:
         outcome = task.result()
         if outcome is None:
             flight.lane.missed(flight.delivery)
-            RATE_SLOTS_MISSED.labels(endpoint=flight.lane.name).inc()
+            if flight.paced:
+                RATE_SLOTS_MISSED.labels(endpoint=flight.lane.name).inc()
         else:
             flight.lane.finished(flight.delivery, begun=True)
             self._free_place(flight.lane)

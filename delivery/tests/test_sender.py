@@ -146,3 +146,54 @@ def test_a_request_waiting_for_a_place_past_its_deadline_is_not_sent(sender_with
     assert len(transport.began) == 1
     assert list(lane.waiting) == [second]
     assert (lane.open, lane.not_begun) == (0, 0)
+
+
+def capped_lane(*, limit: int = 10) -> Lane:
+    """A lane under a fleet in-flight cap and no max rate: its requests have no slot."""
+    return Lane(
+        key="receiver-test-key",
+        endpoint_id=1,
+        url="http://receiver.test/webhook",
+        name="receiver",
+        limit=FixedLimit(limit),
+        settings=LaneSettings(max_rate=0.0, max_in_flight=20, timeout=2.0),
+    )
+
+
+def test_a_request_handed_over_before_its_lanes_share_shrank_does_not_begin_past_the_new_share(sender_with):
+    # Given a lane sharing a fleet cap of 20, whose share was 4 when 4 requests were handed to the sender
+    transport = FakeTransport(hold=0.2)
+    sender, lane = sender_with(transport), capped_lane()
+    lane.grant_share(4)
+    handed = [delivery() for _ in range(4)]
+    sender.start(lane, handed[0], slot=None)
+    run_until_idle(sender, seconds=0.05)  # the first begins
+    for later in handed[1:]:
+        sender.start(lane, later, slot=None)
+
+    # When, before the event loop runs again, a refresh shrinks the share to 2 (another worker came), the permit
+    # row counting the one request begun
+    lane.grant_share(2)
+    run_until_idle(sender)
+
+    # Then only one more began beside the first (2 at once, the new share); the other two went back, first in line
+    assert len(transport.began) == 2
+    assert {d.id for d in lane.waiting} == {d.id for d in handed[2:]}
+    assert (lane.open, lane.not_begun) == (0, 0)
+
+
+def test_a_request_handed_over_does_not_begin_once_its_lanes_share_is_no_longer_usable(sender_with):
+    # Given a lane whose share stops being usable (its permit row would expire before a request could end)
+    transport = FakeTransport()
+    sender, lane = sender_with(transport), capped_lane()
+    lane.grant_share(20, usable_until_mono=time.monotonic() + 60)
+    handed = delivery()
+    sender.start(lane, handed, slot=None)
+
+    # When the share's usable time passes before the request's first step
+    lane.grant_share(20, usable_until_mono=time.monotonic() - 0.01)
+    run_until_idle(sender)
+
+    # Then it was not sent, and waits first in line for the next renewal
+    assert transport.began == []
+    assert list(lane.waiting) == [handed]

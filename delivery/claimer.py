@@ -25,6 +25,7 @@ from delivery.services.leases import deliveries_claim
 from delivery.takeover import TakeoverGrace
 from delivery.transport import ClaimedDelivery
 from runtime.models import ProcessKind
+from runtime.overlap import loop_runs_while_waiting
 
 logger = logging.getLogger(__name__)
 
@@ -126,14 +127,16 @@ class Claimer:
     def _claim(self, *, limit: int, skip_keys=(), probe_key: str | None = None) -> list[ClaimedDelivery]:
         self.held_up()
         started = time.perf_counter()
-        claimed = deliveries_claim(
-            worker=self.worker,
-            limit=limit,
-            lease=self.lease,
-            take_over_expired=self.grace.may_take_over(time.monotonic()),
-            skip_keys=skip_keys,
-            probe_key=probe_key,
-        )
+        # The requests in flight go on while the claim is on the server (runtime.overlap).
+        with loop_runs_while_waiting(self.sender.loop):
+            claimed = deliveries_claim(
+                worker=self.worker,
+                limit=limit,
+                lease=self.lease,
+                take_over_expired=self.grace.may_take_over(time.monotonic()),
+                skip_keys=skip_keys,
+                probe_key=probe_key,
+            )
         if claimed:  # only batches that found work: an idle worker's empty polls would drown them
             CLAIM_BATCH_DURATION.labels(kind=ProcessKind.WORKER).observe(time.perf_counter() - started)
         return claimed

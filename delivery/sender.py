@@ -58,6 +58,8 @@ class Sender:
         # Answers not yet recorded, and when the oldest of them came.
         self.answers: list[SendResult] = []
         self.oldest_answer_mono = 0.0
+        # The oldest of the answers last taken to be recorded (take_answers), should they come back.
+        self.taken_oldest_mono = 0.0
         # Started, then cancelled before their request began (a drain): still ours to hand back.
         self.cancelled: list[ClaimedDelivery] = []
         # While `run` runs the loop: what says it is time to give the thread back. None otherwise.
@@ -193,8 +195,21 @@ class Sender:
             len(self.answers) >= batch or time.monotonic() - self.oldest_answer_mono >= RECORD_LINGER
         )
 
-    def answers_recorded(self) -> None:
-        self.answers = []
+    def take_answers(self) -> list[SendResult]:
+        """The answers to record, no longer held here. Those that come while they are recorded (the loop runs
+        during the record's round trips: runtime.overlap) are the next batch's."""
+        answers, self.answers = self.answers, []
+        self.taken_oldest_mono = self.oldest_answer_mono
+        return answers
+
+    def answers_back(self, answers: list[SendResult]) -> None:
+        """Answers whose record failed (the database went away): held again, ahead of any newer, for the next try."""
+        if answers:
+            if self.answers:
+                self.oldest_answer_mono = min(self.oldest_answer_mono, self.taken_oldest_mono)
+            else:
+                self.oldest_answer_mono = self.taken_oldest_mono
+            self.answers = answers + self.answers
 
     def drain(self, *, timeout: float) -> list[ClaimedDelivery]:
         """Cancel what has not begun, let what has finish (within `timeout`); return the cancelled, to hand back."""

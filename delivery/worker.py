@@ -32,6 +32,7 @@ from delivery.worker_tasks import DestinationRecoveries, maintenance_tasks
 from runtime.database import DB_ERRORS, refresh_connection, reset_connection_after_error
 from runtime.loop import ProcessLoop, SideTask
 from runtime.models import ProcessKind
+from runtime.overlap import loop_runs_while_waiting
 from runtime.wakeup import WORKER_CHANNEL
 from scheduling.zonedata import zone_data_refresh, zone_data_version
 
@@ -234,8 +235,16 @@ class Worker(ProcessLoop):
             force or not self.sender.busy or self.sender.answers_due(batch=self.worthwhile_batch)
         ):
             return
-        summary = deliveries_record(worker=self.name, results=answers, healthy=self.lanes.healthy_keys())
-        self.sender.answers_recorded()
+        answers = self.sender.take_answers()
+        try:
+            # The requests in flight go on while the record is on the server (runtime.overlap).
+            with loop_runs_while_waiting(self.sender.loop):
+                summary = deliveries_record(
+                    worker=self.name, results=answers, healthy=self.lanes.healthy_keys()
+                )
+        except BaseException:
+            self.sender.answers_back(answers)
+            raise
         self.lanes.follow_verdicts(summary.verdicts)
         self.count(sent=len(answers), delivered=summary.delivered, dead=summary.dead)
 

@@ -12,7 +12,10 @@ service, and nothing about the outbox that sends to it:
   to a verdict, delivered / retry (after the delay the service asked for) /
   refused for good / gone (the destination no longer exists, and only an
   operator can make it work again);
-- its name and label, which are the destination's `format` and its display.
+- its name and label, which are the destination's `format` and its display;
+- which part of its URL is the credential (`shown_url`): the destination's
+  `url_display` is everything else, so two Slack or two Discord destinations
+  can be told apart without their tokens being shown.
 
 A digest (one destination's message naming a day's people: delivery.services.digests)
 is a second body, `digest_body`, from the standard digest payload (a heading and
@@ -31,13 +34,18 @@ import abc
 import email.utils
 import enum
 import math
+import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import urllib.parse
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC
 from typing import ClassVar
 
 ELLIPSIS = "…"
+DEFAULT_PORTS = {"http": 80, "https": 443}
+# The longest shown form of a URL: the `url_display` columns' max_length (delivery.models).
+SHOWN_MAX = 300
 
 
 class Verdict(enum.StrEnum):
@@ -180,6 +188,104 @@ def summarised(lines: Sequence[str], *, fits: Callable[[Sequence[str]], bool]) -
     return keeping(low)
 
 
+def host_only(url: str) -> str:
+    """What may be shown of any URL: its scheme, host and port (`https://host/…`), never a user, path or query.
+
+    Spelt as delivery.receiver_urls.url_normalise spells them: scheme and host
+    lower-cased, the scheme's default port left out. `…` alone for what is no URL.
+    """
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+        origin = _origin(parts)
+    except ValueError:
+        return ELLIPSIS
+    return ELLIPSIS if origin is None else f"{origin}/{ELLIPSIS}"
+
+
+def _origin(parts: urllib.parse.SplitResult) -> str | None:
+    """`scheme://host[:port]` of `parts`, None without a scheme or host; ValueError for a bad port."""
+    host = parts.hostname or ""
+    port = parts.port
+    if not host or not parts.scheme:
+        return None
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 literal
+    scheme = parts.scheme.lower()
+    return f"{scheme}://{host}" + (
+        f":{port}" if port is not None and port != DEFAULT_PORTS.get(scheme) else ""
+    )
+
+
+# What a shown query parameter's name and value may hold: nothing that a receiver could read as a
+# second parameter (`;`, an unencoded `&`, `=` in a value) or that would hide one.
+_PLAIN = re.compile(r"[A-Za-z0-9._~%+-]*")
+
+
+def shown_by_shape(
+    url: str,
+    *,
+    path: re.Pattern[str],
+    public_query: Collection[str] = (),
+    secret_query: Collection[str] = (),
+) -> str:
+    """`url` with its credential replaced by `…`, if it has the shape a kind expects; else `host_only(url)`.
+
+    The shape is the path, matched whole by `path` (its group `secret`, if it has one, is the credential),
+    and the query: each parameter named in `public_query` is shown as given, each in `secret_query` (every
+    one of them present, with a value) has its value hidden, and any other makes the URL not of the shape.
+    Scheme, host and port are shown as `host_only` shows them; the host is not part of the shape: it is
+    shown anyway and holds no credential, and a relay or test receiver with the service's path and query
+    holds its credential where the service does. A user name or password, a fragment (never sent), or a
+    shown form longer than SHOWN_MAX: host only, so a part not proven free of the credential is never shown.
+    """
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+        origin = _origin(parts)
+    except ValueError:
+        return ELLIPSIS
+    if origin is None:
+        return ELLIPSIS
+    fallback = f"{origin}/{ELLIPSIS}"
+    if "@" in parts.netloc or parts.fragment:
+        return fallback
+    match = path.fullmatch(parts.path)
+    if match is None:
+        return fallback
+    shown_path = parts.path
+    if "secret" in path.groupindex:
+        start, end = match.span("secret")
+        if start == end:
+            return fallback
+        shown_path = shown_path[:start] + ELLIPSIS + shown_path[end:]
+    query = _shown_query(parts.query, public=public_query, secret=secret_query)
+    if query is None:
+        return fallback
+    shown = origin + shown_path + (f"?{query}" if query else "")
+    return shown if len(shown) <= SHOWN_MAX else fallback
+
+
+def _shown_query(query: str, *, public: Collection[str], secret: Collection[str]) -> str | None:
+    """The query with the values of `secret` parameters hidden; None if it holds another parameter, or
+    lacks one of `secret`."""
+    if not query:
+        return "" if not secret else None
+    shown, hidden = [], set()
+    for parameter in query.split("&"):
+        name, equals, value = parameter.partition("=")
+        if not _PLAIN.fullmatch(name):
+            return None
+        # As the receiver reads it: `%73ig` is `sig`.
+        decoded = urllib.parse.unquote_plus(name)
+        if decoded in secret and equals and value:
+            shown.append(f"{name}={ELLIPSIS}")
+            hidden.add(decoded)
+        elif decoded in public and _PLAIN.fullmatch(value):
+            shown.append(parameter)
+        else:
+            return None
+    return "&".join(shown) if hidden == set(secret) else None
+
+
 class Channel(abc.ABC):
     """A kind of destination. Subclasses set `name`, `label`, `pace` and implement `body`; `read` defaults to
     the standard reading of the status."""
@@ -204,6 +310,11 @@ class Channel(abc.ABC):
     def read(self, *, status: int, headers: Mapping[str, str], body: str) -> Reading:
         """What the answer (`status`, `headers`, the first bytes of its `body`, decoded) means."""
         return standard_reading(status=status, headers=headers)
+
+    def shown_url(self, url: str) -> str:
+        """What may be shown of a receiver `url` of this kind (the destination's `url_display`): all but its
+        credential. By default the host only: where a receiver keeps its secret cannot be known."""
+        return host_only(url)
 
     def __repr__(self) -> str:
         return f"<channel {self.name}>"

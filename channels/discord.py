@@ -14,11 +14,18 @@ well as a Retry-After header; a deleted webhook answers 404 with code 10015
 (Unknown Webhook), a webhook whose token changed 401 with code 50027 (Invalid
 Webhook Token): both are gone, and sending on would also earn the sender's
 address Discord's temporary block for too many invalid requests.
+
+A webhook's URL is `https://discord.com/api/webhooks/<id>/<token>` (or on
+discordapp.com, ptb. or canary., and with an API version: `/api/v10/webhooks/…`):
+the id is a number, the token is the secret, and only it is hidden where the
+URL is shown. The query parameters Discord documents for executing a webhook
+(`wait`, `thread_id`, `with_components`) hold none and are shown.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 
 from channels.base import (
@@ -28,6 +35,7 @@ from channels.base import (
     fit,
     parse_retry_after,
     seconds_or_none,
+    shown_by_shape,
     standard_reading,
     utf16_length,
     without_bidi_controls,
@@ -40,6 +48,9 @@ ZERO_WIDTH_SPACE = "\u200b"
 _MARKDOWN = frozenset("\\*_~`|>#-[]()<:")
 _DEFUSED = ("@everyone", "@here")
 GONE_CODES = {10015: "unknown_webhook", 50027: "invalid_webhook_token"}
+# A webhook's path: the API (of a version, or the default one), the webhook's id, then its token.
+URL_PATH = re.compile(r"/api(?:/v[0-9]+)?/webhooks/[0-9]+/(?P<secret>[^/]+)")
+URL_QUERY = frozenset({"wait", "thread_id", "with_components"})
 
 
 def escape(text: str) -> list[str]:
@@ -66,6 +77,9 @@ class Discord(LineChannel):
     budget = CONTENT_MAX
     escape = staticmethod(escape)
     size = staticmethod(utf16_length)
+
+    def shown_url(self, url: str) -> str:
+        return shown_by_shape(url, path=URL_PATH, public_query=URL_QUERY)
 
     def _compose(self, lines: Sequence[str]) -> dict:
         return {

@@ -12,10 +12,15 @@ channel. Plain `@channel` is no mention in a webhook's text (no `link_names`).
 Slack answers `200 ok`. Its refusals are a short code in the body: those of
 `GONE_CODES` mean the webhook or its channel no longer takes messages and
 only a person can fix that (a new webhook, an unarchived channel).
+
+An incoming webhook's URL is `https://hooks.slack.com/services/T…/B…/<token>`:
+the workspace (T…) and the webhook (B…) are ids, the last segment is the token,
+and only it is hidden where the URL is shown.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 from channels.base import (
@@ -23,6 +28,7 @@ from channels.base import (
     Reading,
     Verdict,
     fit,
+    shown_by_shape,
     standard_reading,
     without_bidi_controls,
 )
@@ -45,6 +51,8 @@ GONE_CODES = frozenset(
 )
 # Slack's codes for a message it will never take: our bug, kept for the record.
 REFUSED_CODES = frozenset({"invalid_payload", "no_text", "user_not_found", "too_many_attachments"})
+# An incoming webhook's path: the workspace's and the webhook's ids, then the token.
+URL_PATH = re.compile(r"/services/T[A-Z0-9]+/B[A-Z0-9]+/(?P<secret>[^/]+)")
 
 
 def escape(text: str) -> list[str]:
@@ -67,6 +75,10 @@ class Slack(LineChannel):
             "unfurl_links": False,
             "unfurl_media": False,
         }
+
+    def shown_url(self, url: str) -> str:
+        # No query: a webhook's URL has none, and one given is not known to be free of a secret.
+        return shown_by_shape(url, path=URL_PATH)
 
     def read(self, *, status: int, headers: Mapping[str, str], body: str) -> Reading:
         reading = standard_reading(status=status, headers=headers)

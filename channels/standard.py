@@ -1,4 +1,8 @@
-"""The standard kind: the JSON payload itself, for machines, signed (Standard Webhooks); no pace of its own."""
+"""The standard kind: the JSON payload itself, for machines, signed (Standard Webhooks); no pace of its own.
+
+Any HTTP receiver takes it, so where its URL holds a secret cannot be known: it is
+shown by its host only (Channel.shown_url's default).
+"""
 
 from __future__ import annotations
 

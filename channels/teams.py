@@ -18,11 +18,19 @@ entry, which a body never has. A message is at most 28 KB.
 
 More than about 4 requests a second to one flow are refused with 429 (and a
 Retry-After). A deleted flow answers 404 with the error code `WorkflowNotFound`.
+
+A flow's webhook URL is `https://<host>/workflows/<id>/triggers/manual/paths/invoke`
+(or, newer, `https://<environment>.environment.api.powerplatform.com/powerautomate/
+automations/direct/workflows/<id>/triggers/manual/paths/invoke`) with the query
+`api-version`, `sp` (the permission: `/triggers/manual/run`), `sv` and `sig`: the
+signature `sig` is the credential (a shared access signature over the rest), and
+only its value is hidden where the URL is shown.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 
 from channels.base import (
@@ -30,6 +38,7 @@ from channels.base import (
     Reading,
     Verdict,
     fit,
+    shown_by_shape,
     standard_reading,
     summarised,
     without_bidi_controls,
@@ -41,6 +50,12 @@ BODY_MAX_BYTES = 28_000
 _MARGIN_BYTES = 256
 ADAPTIVE_CARD = "application/vnd.microsoft.card.adaptive"
 GONE_ERROR_CODES = frozenset({"WorkflowNotFound"})
+# A flow's trigger, by its older (Logic Apps) or newer (Power Platform) path; its id and the trigger's name.
+URL_PATH = re.compile(
+    r"(?:/powerautomate/automations/direct)?/workflows/[0-9A-Za-z-]+/triggers/[A-Za-z0-9_-]+/paths/invoke"
+)
+URL_QUERY = frozenset({"api-version", "sp", "sv"})
+URL_SECRET_QUERY = frozenset({"sig"})
 
 
 def json_size(text: str) -> int:
@@ -86,6 +101,9 @@ class Teams(Channel):
     label = "Microsoft Teams (Workflows)"
     # About 4 requests a second per flow before 429s.
     pace = 4.0
+
+    def shown_url(self, url: str) -> str:
+        return shown_by_shape(url, path=URL_PATH, public_query=URL_QUERY, secret_query=URL_SECRET_QUERY)
 
     def body(self, payload: Mapping) -> dict:
         return self._compose([payload["message"]])

@@ -4,6 +4,10 @@ Connectors are retired (Workflows replace them: channels.teams); an operator
 whose tenant still has one picks this format explicitly. A MessageCard's text
 is rendered as markdown and a little HTML, so a name's markup is escaped: the
 markdown characters with a backslash, `&`, `<`, `>` as HTML entities.
+
+A connector's URL (`https://<tenant>.webhook.office.com/webhookb2/<guid>@<guid>/
+IncomingWebhook/<id>/<guid>`) is a credential in every part of its path, so
+where it is shown only its host is (Channel.shown_url's default).
 """
 
 from __future__ import annotations

@@ -18,9 +18,12 @@ kept as the signing secrets are (delivery.secret_store):
 * `url_encrypt`/`url_decrypt`: the URL itself, under WEBHOOK_SECRET_KEYS
   (MultiFernet), read back only to send and for an operator who may change
   the destination and asks to see it.
-* `url_redact`: what everyone else sees (lists, view-only accounts, API answers,
-  log lines, errors, exports): the scheme and host, never the path or query
-  that hold the token, e.g. `https://hooks.slack.com/…`.
+* `url_redact`: what may be shown of any URL whose kind is not known (log
+  lines, errors): the scheme and host, never the path or query that may hold
+  the token, e.g. `https://hooks.slack.com/…` (channels.base.host_only).
+  A destination's own `url_display` (lists, view-only accounts, API answers,
+  exports) is its kind's `shown_url`: all but the part that kind knows is the
+  credential, e.g. `https://hooks.slack.com/services/T…/B…/…`.
 """
 
 from __future__ import annotations
@@ -35,9 +38,9 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
+from channels.base import DEFAULT_PORTS, host_only
 from delivery import secret_store
 
-DEFAULT_PORTS = {"http": 80, "https": 443}
 # Hex characters of the keyed hash kept: 128 bits, collision-free for any number of receivers.
 KEY_CHARS = 32
 USERINFO_REFUSED = (
@@ -89,22 +92,9 @@ def _key(secret_key: str) -> bytes:
 
 
 def url_redact(url: str) -> str:
-    """What may be shown of `url` to anyone: its scheme, host and port, never a user, path or query."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        host = parts.hostname or ""
-        port = parts.port
-    except ValueError:
-        return "…"
-    if not host or not parts.scheme:
-        return "…"
-    if ":" in host:
-        host = f"[{host}]"
-    scheme = parts.scheme.lower()
-    shown = f"{scheme}://{host}" + (
-        f":{port}" if port is not None and port != DEFAULT_PORTS.get(scheme) else ""
-    )
-    return shown + "/…"
+    """What may be shown of `url` to anyone, not knowing its kind: its scheme, host and port, never a user,
+    path or query."""
+    return host_only(url)
 
 
 def url_encrypt(url: str) -> str:

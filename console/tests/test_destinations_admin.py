@@ -319,7 +319,7 @@ def test_pages_show_the_url_redacted_and_the_reveal_shows_it_whole_to_who_may_ch
     console, viewer, caplog
 ):
     caplog.set_level(logging.DEBUG)
-    destination = destination_create(name="team-slack", url=SLACK, operator="ops").destination
+    destination = destination_create(name="team-slack", url=SLACK, operator="ops", format="slack").destination
     endpoint = Endpoint.objects.get()
     reveal = reverse("admin:delivery_destination_url", args=[destination.pk])
     pages = [
@@ -335,7 +335,9 @@ def test_pages_show_the_url_redacted_and_the_reveal_shows_it_whole_to_who_may_ch
             response = client.get(page)
             assert response.status_code == 200, page
             assert TOKEN not in response.content.decode(), page
-    assert "https://hooks.slack.com/…" in console.get(LIST).content.decode()
+    # all of the Slack URL but its token (channels.slack), on the destination's pages and its endpoint's
+    for page in (LIST, change_url(destination), reverse("admin:delivery_endpoint_changelist")):
+        assert "https://hooks.slack.com/services/T0001/B0001/…" in console.get(page).content.decode(), page
     assert "Reveal the URL" in console.get(change_url(destination)).content.decode()
     assert "Reveal the URL" not in viewer.get(change_url(destination)).content.decode()
     assert console.get(reveal).status_code == 405  # a link followed by a crawler reveals nothing

@@ -23,6 +23,7 @@ from django.core.validators import URLValidator
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from channels import channel_for
 from delivery import secret_store
 from delivery.digests import digest_schedule
 from delivery.models import (
@@ -36,9 +37,10 @@ from delivery.models import (
     Weekend,
 )
 from delivery.receiver_addresses import webhook_url_validate
-from delivery.receiver_urls import url_decrypt, url_encrypt, url_key, url_normalise, url_redact
+from delivery.receiver_urls import url_decrypt, url_encrypt, url_key, url_normalise
 from delivery.selectors import destination_signing_secrets, destination_unsent_count, destinations_for_claim
 from delivery.services.endpoints import (
+    endpoint_display_follow,
     endpoint_for_destination,
     endpoint_forget_gone,
     endpoint_pause,
@@ -133,9 +135,18 @@ def destination_url_validate(*, url: str) -> str:
     return url
 
 
-def destination_url_fields(*, url: str) -> dict[str, str]:
-    """The columns that keep a (validated, normalised) URL: encrypted, its keyed hash, its redacted form."""
-    return {"url_ciphertext": url_encrypt(url), "url_key": url_key(url), "url_display": url_redact(url)}
+def destination_url_fields(
+    *,
+    url: str,
+    format: str = DestinationFormat.STANDARD,  # noqa: A002 - the field's name
+) -> dict[str, str]:
+    """The columns that keep a (validated, normalised) URL of a destination of `format`: encrypted, its keyed
+    hash, and what may be shown of it (all but the part its kind knows is the credential)."""
+    return {"url_ciphertext": url_encrypt(url), "url_key": url_key(url), "url_display": _shown(url, format)}
+
+
+def _shown(url: str, format: str) -> str:  # noqa: A002 - the field's name
+    return channel_for(format).shown_url(url)
 
 
 def destination_values_clean(*, values: Mapping[str, Any], exclude: int | None = None) -> dict[str, Any]:
@@ -146,11 +157,11 @@ def destination_values_clean(*, values: Mapping[str, Any], exclude: int | None =
     return cleaned
 
 
-def _stored(values: Mapping[str, Any]) -> dict[str, Any]:
-    """Cleaned values as the model's columns: a URL as destination_url_fields."""
+def _stored(values: Mapping[str, Any], *, format: str) -> dict[str, Any]:  # noqa: A002 - the field's name
+    """Cleaned values as the model's columns: a URL as destination_url_fields for a destination of `format`."""
     stored = {name: value for name, value in values.items() if name != "url"}
     if "url" in values:
-        stored.update(destination_url_fields(url=values["url"]))
+        stored.update(destination_url_fields(url=values["url"], format=format))
     return stored
 
 
@@ -362,7 +373,9 @@ def destination_create(
     value = _secret_value(secret)
     with transaction.atomic():
         _unique_fields_checked(values=values)
-        destination = Destination(**_stored(values), created_by=operator, updated_by=operator)
+        destination = Destination(
+            **_stored(values, format=values["format"]), created_by=operator, updated_by=operator
+        )
         _digest_settings_checked(destination)
         digest_schedule(destination=destination, now=timezone.now())
         _saved(destination, values=values)
@@ -389,11 +402,15 @@ def destination_update(
         if current is None:
             raise Destination.DoesNotExist(f"Destination {destination.pk} no longer exists.")
         _unique_fields_checked(values=values, exclude=current.pk)
-        old_key = current.url_key
+        old_key, old_format = current.url_key, current.format
         if "url" in values and url_key(values["url"]) == old_key:
             values = {name: value for name, value in values.items() if name != "url"}  # the same receiver
-        for name, value in _stored(values).items():
+        for name, value in _stored(values, format=values.get("format", current.format)).items():
             setattr(current, name, value)
+        reshown = "url" in values or current.format != old_format
+        if "url" not in values and current.format != old_format:
+            # The same URL shown as its new kind shows it: another kind hides another part.
+            current.url_display = _shown(url_decrypt(current.url_ciphertext), current.format)
         # A change of one of the two lists, checked against the other as stored.
         if set(current.audience_labels) & set(current.excluded_labels):
             raise ValidationError(
@@ -408,6 +425,8 @@ def destination_update(
         moved = 0
         if current.url_key != old_key:
             moved = destination_endpoint_move(destination=current, old_key=old_key, operator=operator)
+        if reshown:
+            endpoint_display_follow(destination=current)
     logger.info(
         "Destination changed by %s",
         operator,

@@ -119,6 +119,14 @@ def endpoint_for_destination(*, destination: Destination) -> Endpoint:
         return Endpoint.objects.get(key=destination.url_key)
 
 
+def endpoint_display_follow(*, destination: Destination) -> None:
+    """The endpoint of the destination's URL shows it as the destination now does (its kind's shown form:
+    a new format shows the same URL otherwise, and an endpoint found again kept an older form)."""
+    Endpoint.objects.filter(key=destination.url_key).exclude(url_display=destination.url_display).update(
+        url_display=destination.url_display
+    )
+
+
 @dataclass(frozen=True)
 class Verdict:
     """What a batch's answers made of the endpoint, for the decisions about its deliveries."""

@@ -261,6 +261,52 @@ def test_a_new_url_takes_the_unsent_deliveries_with_it_not_the_history(default_d
     assert destination.updated_by == "ops-bob"
 
 
+SLACK_URL = "https://hooks.slack.com/services/T0001/B0001/XXsecretTOKENXX"
+
+
+def test_a_slack_destination_shows_its_url_but_the_token_and_so_does_its_endpoint():
+    slack = new_destination("team-slack", SLACK_URL, format="slack")
+
+    assert slack.url_display == "https://hooks.slack.com/services/T0001/B0001/…"
+    assert Endpoint.objects.get(key=slack.url_key).url_display == slack.url_display
+
+
+def test_a_new_url_is_shown_as_its_destinations_kind_shows_it():
+    slack = new_destination("team-slack", SLACK_URL, format="slack")
+
+    moved = destination_update(
+        destination=slack,
+        operator="ops",
+        changes={"url": "https://hooks.slack.com/services/T0001/B0002/YYotherTOKENYY"},
+    )
+
+    assert moved.url_display == "https://hooks.slack.com/services/T0001/B0002/…"
+    assert Endpoint.objects.get(key=moved.url_key).url_display == moved.url_display
+
+
+def test_changing_the_format_shows_the_same_url_as_the_new_kind_shows_it_on_the_destination_and_endpoint():
+    destination = new_destination("team", SLACK_URL)
+    assert destination.url_display == "https://hooks.slack.com/…"
+
+    as_slack = destination_update(destination=destination, operator="ops", changes={"format": "slack"})
+    assert as_slack.url_display == "https://hooks.slack.com/services/T0001/B0001/…"
+    assert Endpoint.objects.get(key=as_slack.url_key).url_display == as_slack.url_display
+
+    # Another change leaves it; and back to standard, whose receiver may keep a secret anywhere: the host.
+    destination_update(destination=as_slack, operator="ops", changes={"name": "team-slack"})
+    assert Destination.objects.get(pk=destination.pk).url_display == as_slack.url_display
+    as_standard = destination_update(destination=as_slack, operator="ops", changes={"format": "standard"})
+    assert as_standard.url_display == "https://hooks.slack.com/…"
+    assert Endpoint.objects.get(key=as_standard.url_key).url_display == "https://hooks.slack.com/…"
+
+
+def test_a_shown_url_fits_the_columns_that_keep_it():
+    from channels.base import SHOWN_MAX
+
+    for model in (Destination, Endpoint):
+        assert model._meta.get_field("url_display").max_length == SHOWN_MAX
+
+
 def test_a_destination_with_deliveries_to_send_cannot_be_deleted_and_its_history_outlives_it(
     default_destination,
 ):

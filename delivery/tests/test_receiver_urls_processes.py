@@ -7,7 +7,7 @@ while (the failing and probing lines), one destination is paused, moved to a
 new URL and resumed. Then the tokens are looked for in every log line of both
 processes and of this one, in their `/metrics` and the web's, in what a
 view-only account gets from the API and the console, and in every row the
-delivery tables hold: nowhere.
+delivery tables hold: nowhere. What is shown of each URL is all but its token.
 """
 
 import logging
@@ -183,6 +183,14 @@ def test_no_token_of_a_chat_url_shows_in_logs_metrics_api_console_or_rows(
         *Delivery.objects.values(),
         *DeliveryAttempt.objects.values(),
     ]
+    # each URL shown as its kind shows it (all but the token), so the tokens above are the parts hidden
+    listed = api.get("/api/v1/destinations/").content.decode()
+    for shown in (
+        "/services/T0001/B0002/…",
+        "/api/webhooks/123456789/…",
+        "/workflows/abc/triggers/manual/paths/invoke?api-version=2016-06-01&sig=…",
+    ):
+        assert shown in listed
     for name, secret in tokens.items():
         for where, text in texts.items():
             assert secret not in text, f"the {name} token in {where}"

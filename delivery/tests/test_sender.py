@@ -197,3 +197,40 @@ def test_a_request_handed_over_does_not_begin_once_its_lanes_share_is_no_longer_
     # Then it was not sent, and waits first in line for the next renewal
     assert transport.began == []
     assert list(lane.waiting) == [handed]
+
+
+def answered(sender: Sender, count: int) -> list:
+    """`count` answers held by `sender`, as requests that finished leave them."""
+    transport = FakeTransport()
+    sender.transport = transport
+    lane = capped_lane()
+    for _ in range(count):
+        sender.start(lane, delivery(), slot=None)
+    run_until_idle(sender)
+    return list(sender.answers)
+
+
+def test_answers_taken_to_be_recorded_are_no_longer_held_and_those_that_come_meanwhile_are_the_next_batch(
+    sender_with,
+):
+    sender = sender_with(FakeTransport())
+    first = answered(sender, 3)
+
+    taken = sender.take_answers()
+    later = answered(sender, 2)
+
+    assert taken == first
+    assert sender.answers == later
+
+
+def test_answers_whose_record_failed_are_held_again_ahead_of_newer_ones_and_as_old_as_they_were(sender_with):
+    sender = sender_with(FakeTransport())
+    first = answered(sender, 3)
+    oldest = sender.oldest_answer_mono
+    taken = sender.take_answers()
+    later = answered(sender, 2)
+
+    sender.answers_back(taken)
+
+    assert sender.answers == first + later
+    assert sender.oldest_answer_mono == oldest

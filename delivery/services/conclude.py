@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from datetime import datetime
 
 from delivery.models import Delivery, DeliveryStatus, Destination
@@ -35,41 +35,58 @@ def events_conclude(*, event_ids: Collection[uuid.UUID | None], now: datetime) -
     was PROCESSING (it cannot conclude while a delivery is SENDING), and one
     that is not any more is left alone.
     """
+    with pipeline():
+        return start_events_conclusion(event_ids=event_ids, now=now)()
+
+
+def start_events_conclusion(
+    *, event_ids: Collection[uuid.UUID | None], now: datetime
+) -> Callable[[], tuple[int, int]]:
+    """Send the conclusion's lock and read (events_conclude) in the caller's pipeline; the function returned waits
+    for the read and sends the events' moves, returning how many COMPLETED and FAILED.
+
+    For a caller that has more to send first in the same round trip: the
+    record sends the lock and read with its deliveries' moves, for the events
+    those moves end if the leases held. An event whose delivery did not move
+    (its lease was lost) is locked and read all the same, and left alone: its
+    delivery is still SENDING, or the event is no longer PROCESSING.
+    """
     # A digest's delivery has no event (None): nothing concludes by it.
     ids = sorted({event_id for event_id in event_ids if event_id is not None})
     if not ids:
-        return 0, 0
-    with pipeline():
-        send(
-            f"SELECT id FROM {Event._meta.db_table} WHERE id = ANY(%s) AND status = %s ORDER BY id FOR UPDATE",
-            [ids, EventStatus.PROCESSING],
-        )
-        # Each event's deliveries through the (event, destination) key, one event at a
-        # time: as `event_id = ANY(...)` over the whole table, the planner reads every
-        # delivery once per batch recorded whenever it lacks the table's statistics
-        # (rows written since the last ANALYZE: a 09:00 burst's), 0.3 s a batch at
-        # 300,000 deliveries against a few ms this way (bench/results/REPORT-destinations.md).
-        # The same missing statistics make it guess hundreds of deliveries an event,
-        # which prices the statement past jit_above_cost: compiling it would take 0.4 s.
-        # Off for the rest of the caller's transaction, whose statements are as short.
-        send("SET LOCAL jit = off", [])
-        read = send(
-            "SELECT e.id, x.unfinished, x.deliveries, x.dead, x.dead_errors "
-            f"FROM {Event._meta.db_table} e "
-            "CROSS JOIN LATERAL (SELECT bool_or(d.status IN (%s, %s)) AS unfinished, count(*) AS deliveries, "
-            "array_agg(COALESCE(t.name, 'a deleted destination') || ': ' || d.last_error ORDER BY t.name) "
-            "FILTER (WHERE d.status = %s) AS dead, array_agg(d.last_error) FILTER (WHERE d.status = %s) AS dead_errors "
-            f"FROM {Delivery._meta.db_table} d LEFT JOIN {Destination._meta.db_table} t ON t.id = d.destination_id "
-            "WHERE d.event_id = e.id) x WHERE e.id = ANY(%s) AND e.status = %s AND x.deliveries > 0 ORDER BY e.id",
-            [
-                DeliveryStatus.QUEUED,
-                DeliveryStatus.SENDING,
-                DeliveryStatus.DEAD,
-                DeliveryStatus.DEAD,
-                ids,
-                EventStatus.PROCESSING,
-            ],
-        )
+        return lambda: (0, 0)
+    send(
+        f"SELECT id FROM {Event._meta.db_table} WHERE id = ANY(%s) AND status = %s ORDER BY id FOR UPDATE",
+        [ids, EventStatus.PROCESSING],
+    )
+    # Each event's deliveries through the (event, destination) key, one event at a
+    # time: as `event_id = ANY(...)` over the whole table, the planner reads every
+    # delivery once per batch recorded whenever it lacks the table's statistics
+    # (rows written since the last ANALYZE: a 09:00 burst's), 0.3 s a batch at
+    # 300,000 deliveries against a few ms this way (bench/results/REPORT-destinations.md).
+    # The same missing statistics make it guess hundreds of deliveries an event,
+    # which prices the statement past jit_above_cost: compiling it would take 0.4 s.
+    # Off for the rest of the caller's transaction, whose statements are as short.
+    send("SET LOCAL jit = off", [])
+    read = send(
+        "SELECT e.id, x.unfinished, x.deliveries, x.dead, x.dead_errors "
+        f"FROM {Event._meta.db_table} e "
+        "CROSS JOIN LATERAL (SELECT bool_or(d.status IN (%s, %s)) AS unfinished, count(*) AS deliveries, "
+        "array_agg(COALESCE(t.name, 'a deleted destination') || ': ' || d.last_error ORDER BY t.name) "
+        "FILTER (WHERE d.status = %s) AS dead, array_agg(d.last_error) FILTER (WHERE d.status = %s) AS dead_errors "
+        f"FROM {Delivery._meta.db_table} d LEFT JOIN {Destination._meta.db_table} t ON t.id = d.destination_id "
+        "WHERE d.event_id = e.id) x WHERE e.id = ANY(%s) AND e.status = %s AND x.deliveries > 0 ORDER BY e.id",
+        [
+            DeliveryStatus.QUEUED,
+            DeliveryStatus.SENDING,
+            DeliveryStatus.DEAD,
+            DeliveryStatus.DEAD,
+            ids,
+            EventStatus.PROCESSING,
+        ],
+    )
+
+    def finish() -> tuple[int, int]:
         rows = read()[0] or []
         completed, failed, reasons = [], [], []
         for event_id, unfinished, deliveries, dead, dead_errors in rows:
@@ -103,4 +120,6 @@ def events_conclude(*, event_ids: Collection[uuid.UUID | None], now: datetime) -
                 per_event={"failure_reason": reasons},
             )
         )
-    return len(completed), len(failed)
+        return len(completed), len(failed)
+
+    return finish

@@ -3,17 +3,19 @@
 import re
 from datetime import timedelta
 
+import psycopg
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from delivery.models import AttemptOutcome
+from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt
 from delivery.scheduler import Scheduler
 from delivery.services.leases import deliveries_claim
 from delivery.services.record import deliveries_record
 from delivery.tests.conftest import create_due_users, destinations_create_at, key_of
 from delivery.transport import SendResult
+from scheduling.models import Event, EventStatus
 
 pytestmark = pytest.mark.django_db
 
@@ -64,3 +66,75 @@ def test_endpoint_rows_are_written_in_key_order_whatever_order_the_answers_came_
     written = endpoint_writes(queries.captured_queries)
     assert sorted(set(written)) == KEYS
     assert written == sorted(written)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_of_successes_is_recorded_in_two_round_trips_and_the_commit_and_concludes_its_events(
+    delivery_settings, monkeypatch
+):
+    # The worker's thread waits for every round trip of a record: the moves go with the conclusion's lock and
+    # read, the attempt log with the events' moves and the endpoint's last success, then the commit.
+    delivery_settings.WEBHOOK_URL = URLS[0]
+    create_due_users(20)
+    Scheduler(once=True).run()
+    claimed = deliveries_claim(worker="w1", limit=100, lease=timedelta(seconds=30))
+    now = timezone.now()
+    answers = [
+        SendResult(
+            delivery=d,
+            outcome=AttemptOutcome.DELIVERED,
+            started_at=now,
+            finished_at=now,
+            duration_ms=1,
+            status_code=200,
+        )
+        for d in claimed
+    ]
+    syncs = []
+    monkeypatch.setattr(psycopg.Pipeline, "sync", counting(psycopg.Pipeline.sync, syncs))
+
+    summary = deliveries_record(worker="w1", results=answers, healthy={claimed[0].endpoint_key})
+
+    assert summary.delivered == 20
+    assert len(syncs) == 2
+    assert Event.objects.filter(status=EventStatus.COMPLETED).count() == 20
+    assert DeliveryAttempt.objects.count() == 20
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_answer_whose_lease_was_lost_leaves_its_event_processing_and_logs_no_attempt(delivery_settings):
+    # The conclusion is read for every event the batch would end; one whose delivery another worker took over
+    # is read all the same, and left alone.
+    delivery_settings.WEBHOOK_URL = URLS[0]
+    create_due_users(2)
+    Scheduler(once=True).run()
+    claimed = deliveries_claim(worker="w1", limit=100, lease=timedelta(seconds=30))
+    lost, kept = claimed
+    Delivery.objects.filter(id=lost.id).update(locked_by="w2")
+    now = timezone.now()
+    answers = [
+        SendResult(
+            delivery=d,
+            outcome=AttemptOutcome.DELIVERED,
+            started_at=now,
+            finished_at=now,
+            duration_ms=1,
+            status_code=200,
+        )
+        for d in claimed
+    ]
+
+    summary = deliveries_record(worker="w1", results=answers)
+
+    assert (summary.delivered, summary.lease_lost) == (1, 1)
+    assert Event.objects.get(id=kept.event_id).status == EventStatus.COMPLETED
+    assert Event.objects.get(id=lost.event_id).status == EventStatus.PROCESSING
+    assert list(DeliveryAttempt.objects.values_list("delivery_id", flat=True)) == [kept.id]
+
+
+def counting(method, calls: list):
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return method(self, *args, **kwargs)
+
+    return counted

@@ -4,7 +4,9 @@ The execution half of the worker, as Oban keeps its executor apart from its
 producer. Every request to a receiver is a coroutine on one event loop, so ten
 open requests or two thousand cost about the same. The worker's thread runs
 the loop for a slice, then leaves it to claim, record and talk to PostgreSQL;
-meanwhile the open requests simply wait in their sockets' buffers.
+while a claim or a record waits for the server, the loop runs again
+(runtime.overlap), so the open requests are answered and their places refilled
+meanwhile; during the other steps they wait in their sockets' buffers.
 
 What may start is delivery.lanes' decision; this module starts it, keeps the
 answers until the worker records them, and stops the loop as soon as the

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -170,19 +170,35 @@ def endpoint_record_answers(
     return Verdict(health=after, down=after.is_down(policy))
 
 
-def endpoint_note_success(*, key: str, at: datetime) -> None:
-    """A healthy endpoint's batch all succeeded: move its last success forward (never back).
+def endpoint_note_success(*, key: str, at: datetime) -> Callable[[], bool]:
+    """A batch that all succeeded, at an endpoint its worker last saw healthy: move its last success forward
+    (never back). The function returned says whether the row was as the worker saw it (HEALTHY, no failure
+    counted); if not, the caller weighs the batch by the endpoint's health (endpoint_record_answers).
 
     Sent in the caller's pipeline (runtime.sql.send) with the batch's last statements, so
-    the row lock it takes lasts from there to the commit: one round trip.
+    the row lock it takes lasts from there to the commit: one round trip. A worker's view
+    is up to a refresh old: another worker may have counted failures meanwhile, or made the
+    endpoint FAILING; these successes then reset the count, or end the failing, as any
+    success does (delivery.health). Without that, a FAILING endpoint whose last deliveries
+    went through such a worker stayed FAILING with nothing left to probe it with.
     """
-    field, quote = column_field(Endpoint, "last_success_at"), connection.ops.quote_name
+    quote = connection.ops.quote_name
+    field = column_field(Endpoint, "last_success_at")
     column = quote(field.column)
     key_column = quote(column_field(Endpoint, "key").column)
-    send(
-        f"UPDATE {quote(Endpoint._meta.db_table)} SET {column} = GREATEST({column}, %s) WHERE {key_column} = %s",
-        [field.field.get_db_prep_value(at, connection), key],
+    state = quote(column_field(Endpoint, "state").column)
+    failures = quote(column_field(Endpoint, "consecutive_failures").column)
+    wait = send(
+        f"UPDATE {quote(Endpoint._meta.db_table)} SET {column} = GREATEST({column}, %s) WHERE {key_column} = %s "
+        f"RETURNING {state} = %s AND {failures} = 0",
+        [field.field.get_db_prep_value(at, connection), key, HEALTHY],
     )
+
+    def as_seen() -> bool:
+        rows = wait()[0]
+        return not rows or bool(rows[0][0])  # no row: the endpoint went (its URL changed), nothing to weigh
+
+    return as_seen
 
 
 def _log_move(*, endpoint: Endpoint, before: Health, after: Health) -> None:

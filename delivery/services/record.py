@@ -261,9 +261,17 @@ def deliveries_record(
                 held_by=worker,
                 events={r.delivery.id: r.delivery.event_id for r in results},
             )
-            for key, verdict in verdicts.items():
-                if verdict is None:
-                    endpoint_note_success(key=key, at=max(r.finished_at for r in by_key[key]))
+            noted = {
+                key: endpoint_note_success(key=key, at=max(r.finished_at for r in by_key[key]))
+                for key, verdict in verdicts.items()
+                if verdict is None
+            }
+        for key, as_seen in noted.items():
+            if not as_seen():
+                # Another worker counted failures here since this one last looked: weigh the successes.
+                verdicts[key] = endpoint_record_answers(
+                    key=key, answers=[answers[id(r)] for r in by_key[key]], now=now, policy=health_policy
+                )
     summary.verdicts = {key: verdict.health for key, verdict in verdicts.items() if verdict is not None}
     # A line per delivery, its fields built only where the line is written: the delivered
     # one is INFO, below the worker's usual level, and a batch has hundreds of them.

@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt
+from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, Endpoint
 from delivery.scheduler import Scheduler
 from delivery.services.leases import deliveries_claim
 from delivery.services.record import deliveries_record
@@ -138,3 +138,44 @@ def counting(method, calls: list):
         return method(self, *args, **kwargs)
 
     return counted
+
+
+@pytest.mark.parametrize(
+    ("state", "failures"), [("FAILING", 5), ("HEALTHY", 2)], ids=["made failing", "failures counted"]
+)
+def test_successes_from_a_worker_that_last_saw_the_endpoint_healthy_end_what_another_worker_counted_since(
+    delivery_settings, state, failures
+):
+    # Given a worker whose view of the endpoint is a refresh old (healthy, no failure), while another worker
+    # has since counted failures there, or made it FAILING
+    delivery_settings.WEBHOOK_URL = URLS[0]
+    create_due_users(3)
+    Scheduler(once=True).run()
+    claimed = deliveries_claim(worker="w1", limit=100, lease=timedelta(seconds=30))
+    key = claimed[0].endpoint_key
+    now = timezone.now()
+    changes = {"state": state, "consecutive_failures": failures}
+    if state == "FAILING":
+        changes |= {"failing_since": now, "next_probe_at": now, "probe_interval": timedelta(seconds=1)}
+    Endpoint.objects.filter(key=key).update(**changes)
+    answers = [
+        SendResult(
+            delivery=d,
+            outcome=AttemptOutcome.DELIVERED,
+            started_at=now,
+            finished_at=now,
+            duration_ms=1,
+            status_code=200,
+        )
+        for d in claimed
+    ]
+
+    # When it records a batch that all succeeded
+    summary = deliveries_record(worker="w1", results=answers, healthy={key})
+
+    # Then the successes count as any success does: the endpoint is healthy with no failure in a row, and the
+    # worker is told so
+    endpoint = Endpoint.objects.get(key=key)
+    assert (endpoint.state, endpoint.consecutive_failures, endpoint.last_success_at) == ("HEALTHY", 0, now)
+    assert summary.delivered == 3
+    assert summary.verdicts[key].state == "HEALTHY"

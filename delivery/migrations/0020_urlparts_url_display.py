@@ -24,11 +24,10 @@ from django.db import migrations
 
 from channels import channel_for
 from channels.base import host_only
+from delivery.receiver_urls import url_decrypt
 
 
 def forward(apps, schema_editor):
-    from delivery.receiver_urls import url_decrypt
-
     Destination = apps.get_model("delivery", "Destination")
     Endpoint = apps.get_model("delivery", "Endpoint")
     # Only the columns read: beside other branches' migrations the state may hold columns not yet there.

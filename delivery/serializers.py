@@ -20,6 +20,7 @@ from delivery.models import (
     Recovery,
     Weekend,
 )
+from delivery.services.destinations import EDITABLE_FIELDS
 from scheduling.event_types import EventType
 
 
@@ -196,22 +197,10 @@ class DestinationSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Destination
+        # What an operator may set is the service's list, then what is only read.
         fields = [
             "id",
-            "name",
-            "url",
-            "event_types",
-            "audience_labels",
-            "excluded_labels",
-            "message_overrides",
-            "format",
-            "enabled",
-            "max_rate",
-            "max_in_flight",
-            "timeout",
-            "digest_time",
-            "digest_timezone",
-            "weekend",
+            *EDITABLE_FIELDS,
             "next_digest_date",
             "next_digest_at",
             "secret",

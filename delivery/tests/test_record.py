@@ -33,6 +33,21 @@ def endpoint_writes(queries) -> list[str]:
     return keys
 
 
+def delivered(claimed, *, at) -> list[SendResult]:
+    """A 200 for each of `claimed`, answered at `at`, in the order given."""
+    return [
+        SendResult(
+            delivery=d,
+            outcome=AttemptOutcome.DELIVERED,
+            started_at=at,
+            finished_at=at,
+            duration_ms=1,
+            status_code=200,
+        )
+        for d in claimed
+    ]
+
+
 @pytest.mark.parametrize(
     "healthy", [set(URLS), set()], ids=["successes on healthy endpoints", "weighed by health"]
 )
@@ -47,17 +62,7 @@ def test_endpoint_rows_are_written_in_key_order_whatever_order_the_answers_came_
     claimed = deliveries_claim(worker="w1", limit=100, lease=timedelta(seconds=30))
     assert len({d.endpoint_key for d in claimed}) == 3
     now = timezone.now()
-    answers = [
-        SendResult(
-            delivery=d,
-            outcome=AttemptOutcome.DELIVERED,
-            started_at=now,
-            finished_at=now,
-            duration_ms=1,
-            status_code=200,
-        )
-        for d in sorted(claimed, key=lambda d: d.endpoint_key, reverse=True)
-    ]
+    answers = delivered(sorted(claimed, key=lambda d: d.endpoint_key, reverse=True), at=now)
 
     with CaptureQueriesContext(connection) as queries:
         summary = deliveries_record(worker="w1", results=answers, healthy=healthy)
@@ -79,17 +84,7 @@ def test_a_batch_of_successes_is_recorded_in_two_round_trips_and_the_commit_and_
     Scheduler(once=True).run()
     claimed = deliveries_claim(worker="w1", limit=100, lease=timedelta(seconds=30))
     now = timezone.now()
-    answers = [
-        SendResult(
-            delivery=d,
-            outcome=AttemptOutcome.DELIVERED,
-            started_at=now,
-            finished_at=now,
-            duration_ms=1,
-            status_code=200,
-        )
-        for d in claimed
-    ]
+    answers = delivered(claimed, at=now)
     syncs = []
     monkeypatch.setattr(psycopg.Pipeline, "sync", counting(psycopg.Pipeline.sync, syncs))
 
@@ -112,17 +107,7 @@ def test_an_answer_whose_lease_was_lost_leaves_its_event_processing_and_logs_no_
     lost, kept = claimed
     Delivery.objects.filter(id=lost.id).update(locked_by="w2")
     now = timezone.now()
-    answers = [
-        SendResult(
-            delivery=d,
-            outcome=AttemptOutcome.DELIVERED,
-            started_at=now,
-            finished_at=now,
-            duration_ms=1,
-            status_code=200,
-        )
-        for d in claimed
-    ]
+    answers = delivered(claimed, at=now)
 
     summary = deliveries_record(worker="w1", results=answers)
 
@@ -158,17 +143,7 @@ def test_successes_from_a_worker_that_last_saw_the_endpoint_healthy_end_what_ano
     if state == "FAILING":
         changes |= {"failing_since": now, "next_probe_at": now, "probe_interval": timedelta(seconds=1)}
     Endpoint.objects.filter(key=key).update(**changes)
-    answers = [
-        SendResult(
-            delivery=d,
-            outcome=AttemptOutcome.DELIVERED,
-            started_at=now,
-            finished_at=now,
-            duration_ms=1,
-            status_code=200,
-        )
-        for d in claimed
-    ]
+    answers = delivered(claimed, at=now)
 
     # When it records a batch that all succeeded
     summary = deliveries_record(worker="w1", results=answers, healthy={key})

@@ -39,7 +39,15 @@ _CLAIM_RETURNS = (
     "created_at",
     "requeued_at",
 )
-_EXPIRED_FIELDS = ("id", "attempts", "max_attempts", "locked_by", "locked_until", "attempt_started_at")
+_EXPIRED_FIELDS = (
+    "id",
+    "event_id",
+    "attempts",
+    "max_attempts",
+    "locked_by",
+    "locked_until",
+    "attempt_started_at",
+)
 
 
 def deliveries_claim(
@@ -144,7 +152,9 @@ def _take_over_expired(*, expired: list[tuple[Any, ...]], now: datetime) -> int:
         return 0
     policy = RetryPolicy.from_settings()
     records = []
-    for delivery_id, attempt, max_attempts, lost_worker, locked_until, started_at in expired:
+    events = {}
+    for delivery_id, event_id, attempt, max_attempts, lost_worker, locked_until, started_at in expired:
+        events[delivery_id] = event_id
         started_at = started_at or locked_until
         records.append(
             AttemptRecord(
@@ -175,7 +185,7 @@ def _take_over_expired(*, expired: list[tuple[Any, ...]], now: datetime) -> int:
             "Took back a delivery whose worker was lost",
             extra={"delivery_id": str(delivery_id), "lost_worker": lost_worker, "attempt": attempt},
         )
-    return len(attempts_apply(records=records, now=now, expired_before=now))
+    return len(attempts_apply(records=records, now=now, expired_before=now, events=events))
 
 
 def deliveries_renew_leases(*, worker: str, ids: Collection[uuid.UUID], lease: timedelta) -> int:

@@ -27,7 +27,7 @@ from django.utils import timezone
 from delivery.health import Answer, Health, HealthPolicy, Signal, signal_of
 from delivery.models import AttemptOutcome, DeliveryAttempt, DeliveryStatus
 from delivery.retry import Decision, RetryPolicy, decide
-from delivery.services.conclude import events_conclude, start_events_conclusion
+from delivery.services.conclude import start_events_conclusion
 from delivery.services.endpoints import Verdict, endpoint_note_success, endpoint_record_answers
 from delivery.services.transitions import Rows, start_deliveries_transition
 from delivery.transport import SendResult
@@ -86,21 +86,21 @@ def attempts_apply(
     now: datetime,
     held_by: str | None = None,
     expired_before: datetime | None = None,
-    events: Mapping[uuid.UUID, uuid.UUID | None] | None = None,
+    events: Mapping[uuid.UUID, uuid.UUID | None],
 ) -> set[uuid.UUID]:
     """Apply each record's decision to its delivery and event, and log the attempts; return the ids applied.
 
     The caller's transaction holds it together. Only deliveries still under the
     lease described (`held_by` a worker, or `expired_before` a time) move.
-    `events`, the event of each delivery as the caller knows it (a worker, from
-    its claim), saves a round trip: the conclusion's lock and read go with the moves.
+    `events` is the event of each delivery as the caller knows it (from its
+    claim, or its look for expired leases), so that the conclusion's lock and
+    read go with the moves.
     """
     ended = (DeliveryStatus.DELIVERED, DeliveryStatus.DEAD)
-    # Round trips whatever the batch holds (runtime.sql.pipeline): the moves of every kind
-    # together, with the conclusion's lock and read when `events` says which events the
-    # moves may end (else the read goes with the attempt log, once the moves said which
-    # delivery moved); then the attempt log and the events' moves, sent here and waited
-    # for by the caller's pipeline or this one's end.
+    # Two round trips whatever the batch holds (runtime.sql.pipeline): the moves of every
+    # kind together, with the conclusion's lock and read for the events the moves may end;
+    # then the attempt log and the events' moves, sent here and waited for by the caller's
+    # pipeline or this one's end.
     with pipeline():
         moves = [
             _start_deliveries_move(
@@ -115,22 +115,14 @@ def attempts_apply(
             for (status, charged, keeps_due), group in _by_move(records=records).items()
         ]
         # After the moves, so that the read sees them and the lock order is the deliveries', then the events'.
-        concluding = (
-            start_events_conclusion(
-                event_ids={events[r.delivery_id] for r in records if r.decision.status in ended}, now=now
-            )
-            if events is not None
-            else None
+        concluding = start_events_conclusion(
+            event_ids={events[r.delivery_id] for r in records if r.decision.status in ended}, now=now
         )
         applied: dict[uuid.UUID, uuid.UUID] = {}  # delivery id -> event id
         for moved in moves:
             applied.update(moved())
-        kept = [r for r in records if r.delivery_id in applied]
-        _attempts_log(records=kept)
-        if concluding is not None:
-            concluding()
-        else:
-            _events_follow(records=kept, event_ids=applied, now=now)
+        _attempts_log(records=[r for r in records if r.delivery_id in applied])
+        concluding()
     return set(applied)
 
 
@@ -205,16 +197,6 @@ def _attempts_log(*, records: list[AttemptRecord]) -> None:
         for r in records
     ]
     insert_rows(DeliveryAttempt, AttemptLogRow._fields, rows)
-
-
-def _events_follow(
-    *, records: list[AttemptRecord], event_ids: Mapping[uuid.UUID, uuid.UUID], now: datetime
-) -> None:
-    """The events of the deliveries that ended here conclude, if this was their last delivery to end."""
-    ended = (DeliveryStatus.DELIVERED, DeliveryStatus.DEAD)
-    events_conclude(
-        event_ids={event_ids[r.delivery_id] for r in records if r.decision.status in ended}, now=now
-    )
 
 
 def deliveries_record(

@@ -266,9 +266,13 @@ class Delivery(models.Model):
         null=True,
         blank=True,
     )
-    # The digest it sends (null for an occurrence's delivery): one delivery per digest.
-    digest = models.OneToOneField(
-        Digest, on_delete=models.CASCADE, related_name="delivery", null=True, blank=True
+    # The digest it sends (null for an occurrence's delivery): one delivery per digest, held by a
+    # partial unique index (delivery_one_per_digest) that no occurrence's delivery is in. Every
+    # move of a delivery writes a new entry in each index of its table that holds the row (a
+    # status is in one, so no move is a HOT update), and a full index of this column would take
+    # a NULL at every claim and every record.
+    digest = models.ForeignKey(
+        Digest, on_delete=models.CASCADE, related_name="deliveries", null=True, blank=True, db_index=False
     )
     # Null for history queued before destinations existed, and after its destination
     # was deleted (refused while it has deliveries to send: delivery.services.destinations).
@@ -317,6 +321,9 @@ class Delivery(models.Model):
         constraints = [
             # NULLs are distinct: history rows without a destination never collide.
             models.UniqueConstraint(fields=["event", "destination"], name="delivery_one_per_destination"),
+            models.UniqueConstraint(
+                fields=["digest"], condition=Q(digest__isnull=False), name="delivery_one_per_digest"
+            ),
             # An occurrence's delivery or a digest's, never both nor neither.
             models.CheckConstraint(
                 condition=Q(event__isnull=False, digest__isnull=True)

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, Min, Q, QuerySet
+from django.db.models import Count, Min, OuterRef, Q, QuerySet, Subquery
 
 from delivery import failures, secret_store
 from delivery.audience import Audience
@@ -37,7 +37,9 @@ def digests_export(*, user_id: uuid.UUID) -> list[dict[str, Any]]:
     wanted = str(user_id)
     found = (
         Digest.objects.filter(entries__contains=[{"user_id": wanted}])
-        .select_related("delivery")
+        .annotate(
+            delivery_status=Subquery(Delivery.objects.filter(digest=OuterRef("pk")).values("status")[:1])
+        )
         .order_by("local_date", "id")
     )
     return [
@@ -45,7 +47,7 @@ def digests_export(*, user_id: uuid.UUID) -> list[dict[str, Any]]:
             "destination_id": digest.destination_id,
             "local_date": digest.local_date,
             "idempotency_key": digest.idempotency_key,
-            "delivery_status": getattr(getattr(digest, "delivery", None), "status", None),
+            "delivery_status": digest.delivery_status,
             "entries": [entry for entry in digest.entries if entry.get("user_id") == wanted],
         }
         for digest in found

@@ -78,9 +78,9 @@ class Worker(ProcessLoop):
         )
         transport = WebhookTransport(timeout=self.timeout)
         self.sender = Sender(transport=transport, after_each=self._start_ready_without_reserving)
-        self.renew_leases = SideTask(
-            "lease renewal", max(0.5, self.lease.total_seconds() / 3), self._renew_leases
-        )
+        # Every third of a lease: the leases of what this worker holds outlast the request each waits on.
+        renew_every = max(0.5, self.lease.total_seconds() / 3)
+        self.renew_leases = SideTask("lease renewal", renew_every, self._renew_leases)
         # A step that held the thread past a lease renewal was an outage too (delivery.takeover).
         self.grace = TakeoverGrace(
             timeout=self.timeout, held_up_after=self.renew_leases.every, now_mono=time.monotonic()
@@ -265,7 +265,6 @@ class Worker(ProcessLoop):
         return deliveries_renew_leases(worker=self.name, ids=held, lease=self.lease)
 
     def _renew_leases(self, *, idle: float) -> None:
-        """Every third of a lease: the leases of what this worker holds outlast the request each waits on."""
         self._renew_held_leases()
 
     # --- stopping -----------------------------------------------------------------
@@ -278,12 +277,8 @@ class Worker(ProcessLoop):
         write, the leases recover.
         """
         unstarted = self.lanes.take_all_waiting()
-        if self.sender.busy:
-            logger.info(
-                "Waiting for %s in-flight sends to finish",
-                len(self.sender.begun),
-                extra={"worker": self.name},
-            )
+        if begun := len(self.sender.begun):
+            logger.info("Waiting for %s in-flight sends to finish", begun, extra={"worker": self.name})
         # Begun requests end within the timeout.
         unstarted += self.sender.drain(timeout=self.timeout + 5)
         deadline_mono = time.monotonic() + max(self.timeout, DRAIN_WRITE_FOR)

@@ -5,7 +5,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from delivery.digests import dates_named, digest_key, digest_schedule, next_digest
@@ -109,6 +109,32 @@ def test_the_database_refuses_a_second_digest_of_a_destination_and_date():
         Digest.objects.create(
             destination=destination, local_date=day, first_date=day, last_date=day, idempotency_key="x"
         )
+
+
+def test_the_database_refuses_a_second_delivery_of_a_digest_by_an_index_of_digests_deliveries_only():
+    # given a digest built and queued
+    day = _next_weekday(2)
+    _born_on(day, first="Ada")
+    _digest_destination(day=day)
+    digests_build_due(now=_at(day))
+    sent = Delivery.objects.get()
+
+    # when a second delivery is written for the same digest, then the database refuses it
+    copied = {
+        f.attname: getattr(sent, f.attname) for f in Delivery._meta.concrete_fields if not f.primary_key
+    }
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Delivery.objects.create(**copied)
+    # by the one index of the column, which holds the digests' deliveries only: a move of an
+    # occurrence's delivery is never a HOT update, and would write an entry in a full one (migration 0021)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexname, indexdef FROM pg_indexes "
+            "WHERE tablename = 'delivery_delivery' AND indexdef LIKE '%%(digest_id)%%'"
+        )
+        [(name, definition)] = cursor.fetchall()
+    assert name == "delivery_one_per_digest"
+    assert definition.endswith("WHERE (digest_id IS NOT NULL)")
 
 
 def test_nothing_is_sent_on_a_day_with_nobody():

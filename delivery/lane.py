@@ -308,6 +308,8 @@ class Lane:
             finished=finished_mono,
             dropped=signal in (Signal.FAILURE, Signal.THROTTLE),
             in_flight=open_at_start,
+            # Before the place it frees is filled (the sender starts the next after this).
+            held_back=bool(self.waiting),
         )
         if signal == Signal.THROTTLE and result.retry_after is not None:
             # Every worker learns it from the endpoint's row once this is recorded; this one stops now.

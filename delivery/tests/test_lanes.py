@@ -271,11 +271,24 @@ def test_a_429_with_retry_after_halves_the_concurrency_and_blocks_the_lane_but_t
 def test_an_accepted_answer_the_rate_held_back_grows_the_rate_and_counts_for_the_concurrency():
     learning = paced_at(40.0)
     learning.rate.slow_start = False
+    learning.waiting.extend(delivery() for _ in range(10))
 
     learning.learn_from(answer(200), open_at_start=64, finished_mono=10.25, waited_for_turn=True)
 
     assert learning.rate.current > 40.0
-    assert learning.limit.current == 65  # slow start of the window: the whole limit was in use
+    # slow start of the window: the whole limit was in use, and deliveries waited behind it
+    assert learning.limit.current == 65
+
+
+@pytest.mark.parametrize("waiting, limit", [(0, 64), (1, 65)])
+def test_an_accepted_answer_grows_the_concurrency_only_if_deliveries_waited_behind_it(waiting, limit):
+    # With every delivery in hand already open, a larger limit would open nothing more.
+    learning = lane()
+    learning.waiting.extend(delivery() for _ in range(waiting))
+
+    learning.learn_from(answer(200), open_at_start=64, finished_mono=10.1, waited_for_turn=False)
+
+    assert learning.limit.current == limit
 
 
 # -- what a lane holds when its rate falls --------------------------------------------------------------------------

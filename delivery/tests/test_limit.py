@@ -111,6 +111,33 @@ def test_a_success_grows_the_limit_only_if_at_least_half_of_it_was_in_use(in_fli
     assert limit.limit == (17.0 if grows else 16.0)
 
 
+@pytest.mark.parametrize(
+    "slow_start, held_back, grows",
+    [(True, True, True), (True, False, False), (False, True, True), (False, False, False)],
+)
+def test_a_success_grows_the_limit_only_if_deliveries_waited_behind_it(slow_start, held_back, grows):
+    # Nothing waiting: every delivery in hand is open already, and a larger limit would open nothing more
+    # (at a fast receiver it only let whole claimed batches go out in one burst).
+    limit = AdaptiveLimit(initial=16) if slow_start else after_one_cut(initial=32)
+    before = limit.limit
+
+    limit.on_sample(
+        started=1.0, finished=1.0 + FAST, dropped=False, in_flight=limit.current, held_back=held_back
+    )
+
+    assert (limit.limit > before) == grows
+
+
+def test_a_limit_that_held_nothing_back_still_cuts():
+    limit = AdaptiveLimit(initial=100)
+    limit.on_sample(started=0.0, finished=0.1, dropped=False, in_flight=0, held_back=False)  # best: 100 ms
+
+    limit.on_sample(started=1.0, finished=1.3, dropped=False, in_flight=100, held_back=False)
+    assert limit.current == 90
+    limit.on_sample(started=2.0, finished=2.1, dropped=True, in_flight=90, held_back=False)
+    assert limit.current == 45
+
+
 # -- multiplicative decrease ------------------------------------------------------------------------------------
 
 

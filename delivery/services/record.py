@@ -233,8 +233,11 @@ def deliveries_record(
                     key=key, answers=[answers[id(r)] for r in group], now=now, policy=health_policy
                 )
             )
+        # Read once a batch: a setting read through Django's lazy settings costs microseconds each time.
+        lateness = settings.EVENT_MAX_LATENESS
         records = [
-            _record(r, worker, answers[id(r)], verdicts[r.delivery.endpoint_key], policy) for r in results
+            _record(r, worker, answers[id(r)], verdicts[r.delivery.endpoint_key], policy, lateness)
+            for r in results
         ]
         with pipeline():
             applied = attempts_apply(
@@ -301,7 +304,12 @@ def _answer(result: SendResult) -> Answer:
 
 
 def _record(
-    result: SendResult, worker: str, answer: Answer, verdict: Verdict | None, policy: RetryPolicy
+    result: SendResult,
+    worker: str,
+    answer: Answer,
+    verdict: Verdict | None,
+    policy: RetryPolicy,
+    lateness: timedelta,
 ) -> AttemptRecord:
     return AttemptRecord(
         delivery_id=result.delivery.id,
@@ -326,15 +334,14 @@ def _record(
             gone=result.gone,
             endpoint_down=verdict is not None and verdict.down,
             refused_by_message=verdict is not None and verdict.health.refused_by_message(answer),
-            outlived=_outlived(result),
+            outlived=_outlived(result, lateness),
             policy=policy,
         ),
     )
 
 
-def _outlived(result: SendResult) -> timedelta | None:
-    """EVENT_MAX_LATENESS if the delivery was queued longer ago than that when this attempt ended."""
-    lateness = settings.EVENT_MAX_LATENESS
+def _outlived(result: SendResult, lateness: timedelta) -> timedelta | None:
+    """`lateness` (EVENT_MAX_LATENESS) if the delivery was queued longer ago than that when this attempt ended."""
     queued_at = result.delivery.queued_at
     return lateness if queued_at is not None and result.finished_at - queued_at >= lateness else None
 

@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import pytest
 
-from delivery.models import Delivery, DeliveryAttempt, DeliveryStatus, Endpoint, EndpointState
+from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus, Endpoint, EndpointState
 from delivery.services.endpoints import endpoint_pause, endpoint_resume
 from delivery.tests.conftest import (
     RateLimiter,
@@ -251,9 +251,22 @@ def test_a_receiver_behind_a_rate_limit_is_paced_at_a_rate_learnt_from_its_429s(
     assert "Endpoint failing" not in logs
     assert Endpoint.objects.get().state == EndpointState.HEALTHY
     assert_all_delivered_once(sink, 400)
-    # And no refusal spent an attempt: each one gave its delivery one more, so all kept their budget
-    budgets = {d.max_attempts - d.attempts for d in Delivery.objects.all()}
-    assert budgets == {delivery_settings.DELIVERY_MAX_ATTEMPTS - 1}
+    # And no refusal spent an attempt: each one gave its delivery one more, so every delivery kept its
+    # budget but for its failures of another kind (none on a quiet machine; on one running other
+    # process tests beside this, a request can outlast the 2 s timeout, and that one is charged)
+    charged = Counter(
+        DeliveryAttempt.objects.exclude(outcome=AttemptOutcome.DELIVERED)
+        .exclude(status_code=429)
+        .values_list("delivery_id", flat=True)
+    )
+    budgets = {d.pk: d.max_attempts - d.attempts + charged[d.pk] for d in Delivery.objects.all()}
+    others = list(
+        DeliveryAttempt.objects.exclude(outcome=AttemptOutcome.DELIVERED)
+        .exclude(status_code=429)
+        .values_list("outcome", "status_code", "error")
+    )
+    assert set(budgets.values()) == {delivery_settings.DELIVERY_MAX_ATTEMPTS - 1}, others
+    assert len(others) <= 2, others  # a timeout or two under load, never the refusals themselves
 
 
 def test_a_fleet_rate_cap_below_a_receivers_limit_still_holds_over_two_workers(

@@ -97,13 +97,22 @@ def latency_location(ms: int) -> str:
     )
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A port nobody listens on now (the machine is shared: fixed ports collide)."""
+    """A port nobody listens on now (the machine is shared: fixed ports collide), and none handed out before
+    in this run: the kernel may offer a port it just offered again, and two processes given one port
+    collide (two workers' --metrics-port, seen: "Address already in use")."""
     import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 class Receiver:

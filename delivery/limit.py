@@ -15,13 +15,18 @@ window (and Netflix's concurrency-limits their AIMD limit):
   simultaneous failures (a receiver going down with hundreds open) counts as
   one signal, not hundreds;
 - a success grows the limit only if the limit was what held the worker back:
-  at least half of it in use, so an idle worker does not inflate it, and
-  deliveries waiting behind it (`held_back`). A limit that holds nothing back
-  learns nothing by growing. At a fast receiver it grew even so, to twice
-  the claimed batch (401 at 200), and the worker sent each batch in one burst,
-  then waited on PostgreSQL with nothing to send: 0.73x to 0.94x the rate of
-  32 fixed, at 10 to 20 % more CPU a delivery, where 16, 64 and 128 fixed ran
-  as 32 did (bench/results/REPORT-queued.md).
+  at least half of it in use, so an idle worker does not inflate it, and, at a
+  receiver answering within `slow_latency`, deliveries waiting behind it
+  (`held_back`). A limit that holds nothing back learns nothing by growing.
+  At a fast receiver it grew even so, to twice the claimed batch (401 at 200),
+  and the worker sent each batch in one burst, then waited on PostgreSQL with
+  nothing to send: 0.73x to 0.94x the rate of 32 fixed, at 10 to 20 % more CPU
+  a delivery, where 16, 64 and 128 fixed ran as 32 did. A slow receiver needs
+  its rate times its latency open (thousands at 1 s), and its slow start
+  doubles the limit only if every answer grows it: between two claims of a
+  batch the lane runs dry, and with the backlog asked of it too the limit
+  reached 2,400 instead of 3,900 at a 1 s receiver, at 0.86x the rate
+  (bench/results/REPORT-queued.md).
 
 A receiver that enforces a rate (nginx limit_req, an API gateway, a chat
 service) answers what goes over it with 429 and no Retry-After, at once. Fewer
@@ -48,6 +53,8 @@ class AdaptiveLimit:
     # Latency above tolerance x best + slack (seconds) is the receiver queueing.
     latency_tolerance: float = 2.0
     latency_slack: float = 0.05
+    # A receiver whose best latency is this long (seconds) grows the limit whether or not deliveries wait.
+    slow_latency: float = 0.1
     limit: float = field(init=False)
     slow_start: bool = field(init=False, default=True)
     best_latency: float | None = field(init=False, default=None)
@@ -80,7 +87,7 @@ class AdaptiveLimit:
         if latency > self.best_latency * self.latency_tolerance + self.latency_slack:
             self._cut(factor=0.9, started=started, at=finished)
             return
-        if in_flight * 2 < self.limit or not held_back:
+        if in_flight * 2 < self.limit or not (held_back or self.best_latency >= self.slow_latency):
             return  # the limit did not hold this worker back: nothing learnt
         step = 1.0 if self.slow_start else math.sqrt(self.limit) / self.limit
         self.limit = min(self.limit + step, float(self.maximum))

@@ -112,17 +112,27 @@ def test_a_success_grows_the_limit_only_if_at_least_half_of_it_was_in_use(in_fli
 
 
 @pytest.mark.parametrize(
-    "slow_start, held_back, grows",
-    [(True, True, True), (True, False, False), (False, True, True), (False, False, False)],
+    "slow_start, latency, held_back, grows",
+    [
+        (True, 0.01, True, True),
+        (True, 0.01, False, False),
+        (False, 0.01, True, True),
+        (False, 0.01, False, False),
+        # A slow receiver (best latency 0.1 s or more) grows it either way: its slow start must double.
+        (True, 0.1, False, True),
+        (False, 1.0, False, True),
+    ],
 )
-def test_a_success_grows_the_limit_only_if_deliveries_waited_behind_it(slow_start, held_back, grows):
+def test_at_a_fast_receiver_a_success_grows_the_limit_only_if_deliveries_waited_behind_it(
+    slow_start, latency, held_back, grows
+):
     # Nothing waiting: every delivery in hand is open already, and a larger limit would open nothing more
     # (at a fast receiver it only let whole claimed batches go out in one burst).
     limit = AdaptiveLimit(initial=16) if slow_start else after_one_cut(initial=32)
     before = limit.limit
 
     limit.on_sample(
-        started=1.0, finished=1.0 + FAST, dropped=False, in_flight=limit.current, held_back=held_back
+        started=1.0, finished=1.0 + latency, dropped=False, in_flight=limit.current, held_back=held_back
     )
 
     assert (limit.limit > before) == grows

@@ -87,7 +87,9 @@ class AdaptiveLimit:
         if latency > self.best_latency * self.latency_tolerance + self.latency_slack:
             self._cut(factor=0.9, started=started, at=finished)
             return
-        if in_flight * 2 < self.limit or not (held_back or self.best_latency >= self.slow_latency):
+        # At a fast receiver only deliveries waiting behind the limit show that it held the worker back.
+        waited = held_back or self.best_latency >= self.slow_latency
+        if in_flight * 2 < self.limit or not waited:
             return  # the limit did not hold this worker back: nothing learnt
         step = 1.0 if self.slow_start else math.sqrt(self.limit) / self.limit
         self.limit = min(self.limit + step, float(self.maximum))

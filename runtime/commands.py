@@ -10,6 +10,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from runtime.database import DatabaseUnavailable
+from runtime.heap import heap_settled
 from runtime.loop import ProcessLoop
 from runtime.metrics import MetricsPortUnavailable, metrics_served
 from runtime.process import install_stop_signals
@@ -68,7 +69,9 @@ class ProcessCommand(BaseCommand):
                     logger.info(
                         "Serving metrics on http://%s:%s/metrics", settings.METRICS_ADDRESS, metrics_port
                     )
-                loop.run()
+                # Built and started: what the process holds now lives as long as it (runtime.heap).
+                with heap_settled():
+                    loop.run()
         except DatabaseUnavailable as exc:
             # A --once run (cron, tests) that cannot reach PostgreSQL: one line, exit 1.
             raise CommandError(str(exc).splitlines()[0]) from None

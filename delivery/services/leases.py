@@ -130,6 +130,9 @@ def _claim_due(
         now=now,
         lease=NewLease(worker=worker, until=now + lease),
         returning=_CLAIM_RETURNS,
+        # Its rows decoded in C: as text, each row's two timestamps went through Django's Python
+        # loader (about 4 us each: 7 % of a worker's CPU at a 0 ms receiver), and its uuids through uuid.UUID().
+        binary=True,
     )()
 
 

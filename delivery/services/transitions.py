@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from django.db import connection
+from django.db import connection, models
 
 from delivery.models import Delivery, DeliveryStatus
 from runtime.sql import column_field, rows_relation, send
@@ -129,12 +129,15 @@ def start_deliveries_transition(
     lease: NewLease | None = None,
     changes: Mapping[str, Any] | None = None,
     returning: Sequence[str] = ("id",),
+    binary: bool = False,
 ) -> Callable[[], list[tuple[Any, ...]]]:
     """Send the UPDATE of deliveries_transition; the function returned waits for the rows it moved.
 
     Inside runtime.sql.pipeline() the UPDATE runs on the server while the
     caller sends its next statements: a batch's moves of several kinds, or a
-    claim behind the take-over of expired leases, cost one round trip.
+    claim behind the take-over of expired leases, cost one round trip. With
+    `binary` the rows come back in PostgreSQL's binary format (runtime.sql.send),
+    a JSON column among them as its text.
     """
     _check_transition(source=source, target=target, select=select, lease=lease)
     assignments, params = _shared_assignments(
@@ -148,12 +151,20 @@ def start_deliveries_transition(
     sql = (
         f"{selection.cte}UPDATE {Delivery._meta.db_table} AS d SET {', '.join(assignments)} "
         f"FROM {selection.relation} WHERE d.id = v.v_id AND {' AND '.join(conditions)} "
-        f"RETURNING {', '.join(_F[name].column for name in returning)}"
+        f"RETURNING {', '.join(_returned(name, binary=binary) for name in returning)}"
     )
     sent = send(
-        sql, [*selection.cte_params, *params, *selection.relation_params, source, *selection.condition_params]
+        sql,
+        [*selection.cte_params, *params, *selection.relation_params, source, *selection.condition_params],
+        binary=binary,
     )
     return lambda: sent()[0]
+
+
+def _returned(name: str, *, binary: bool) -> str:
+    column, model_field = _F[name]
+    # In binary, jsonb would arrive parsed; as text it is the body as stored, as Django's loader gives it.
+    return f"d.{column}::text" if binary and isinstance(model_field, models.JSONField) else f"d.{column}"
 
 
 def _check_transition(*, source: str, target: str, select: Due | Rows, lease: NewLease | None) -> None:

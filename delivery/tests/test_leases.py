@@ -1,5 +1,7 @@
 """Lease renewal: a worker extends the leases of the deliveries it has in hand, and of nothing else."""
 
+import json
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -67,3 +69,30 @@ def test_a_worker_with_nothing_in_hand_renews_nothing(queued):
 
     assert deliveries_renew_leases(worker="w1", ids=[], lease=LONG) == 0
     assert lease_ends([c.id for c in claimed]) == before
+
+
+def test_a_claimed_delivery_carries_its_row_as_stored_with_the_types_django_reads(queued):
+    # Given one delivery queued again by an operator (requeued_at set) beside the others
+    requeued = queued[0]
+    Delivery.objects.filter(id=requeued.id).update(requeued_at=timezone.now() + timedelta(microseconds=7))
+
+    # When a worker claims them all (the claim's rows come back in binary)
+    claimed = {c.id: c for c in deliveries_claim(worker="w1", limit=10, lease=SHORT)}
+
+    # Then each is its row: the body as the stored JSON's text, the timestamps aware and exact to the microsecond
+    rows = Delivery.objects.extra(select={"payload_text": "payload::text"}).in_bulk(list(claimed))
+    assert len(claimed) == 4
+    for delivery_id, c in claimed.items():
+        row = rows[delivery_id]
+        assert isinstance(c.body, str) and c.body == row.payload_text
+        assert json.loads(c.body) == row.payload
+        assert c.event_id == row.event_id and isinstance(c.event_id, uuid.UUID)
+        assert (c.idempotency_key, c.endpoint_key, c.attempt, c.max_attempts) == (
+            row.idempotency_key,
+            row.endpoint_key,
+            row.attempts,
+            row.max_attempts,
+        )
+        assert c.due_at == row.next_attempt_at and c.due_at.utcoffset() == timedelta(0)
+        assert c.queued_at == (row.requeued_at or row.created_at)
+    assert claimed[requeued.id].queued_at == rows[requeued.id].requeued_at

@@ -4,9 +4,9 @@ A worker or scheduler starts by importing Django, the apps, aiohttp and their
 modules: about 110,000 objects the cyclic collector tracks and that live as
 long as the process. CPython's default thresholds (700, 10, 10) then run a
 young collection every 700 net allocations and, as what survives piles up, a
-full one that walks all 110,000 again. A worker sending at 3,000-4,000
-deliveries a second ran about 10,000 collections in 100,000 deliveries, 76 of
-them full: 6 s of a 27 s run's CPU, a quarter of it (bench/results/REPORT-queued.md).
+full one that walks all 110,000 again. A worker sending 3,000-4,000
+deliveries a second ran about 10,000 collections in 100,000 deliveries, 77 of
+them full: 6 s of the run's 26 s of CPU (bench/results/REPORT-queued.md).
 
 Inside `heap_settled()` the start-up heap is frozen (gc.freeze: moved to a
 generation no collection walks; its objects are still freed when nothing refers

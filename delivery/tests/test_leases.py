@@ -5,6 +5,8 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.db.models import TextField
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from delivery.models import Delivery, DeliveryStatus
@@ -80,7 +82,7 @@ def test_a_claimed_delivery_carries_its_row_as_stored_with_the_types_django_read
     claimed = {c.id: c for c in deliveries_claim(worker="w1", limit=10, lease=SHORT)}
 
     # Then each is its row: the body as the stored JSON's text, the timestamps aware and exact to the microsecond
-    rows = Delivery.objects.extra(select={"payload_text": "payload::text"}).in_bulk(list(claimed))
+    rows = Delivery.objects.annotate(payload_text=Cast("payload", TextField())).in_bulk(list(claimed))
     assert len(claimed) == 4
     for delivery_id, c in claimed.items():
         row = rows[delivery_id]

@@ -60,12 +60,16 @@ RATE_SLOTS_MISSED = Counter(
 # alerts then see a failure's first increase, not a series appearing out of nothing.
 # ABANDONED is not among them: a worker that abandons an attempt is dead, and the
 # one that logs it did not make it (the web's attempts gauge counts those).
-for _outcome in (
-    AttemptOutcome.DELIVERED,
-    AttemptOutcome.TRANSIENT_FAILURE,
-    AttemptOutcome.PERMANENT_FAILURE,
-):
-    ATTEMPT_DURATION.labels(outcome=_outcome)
+# Kept by outcome: the worker observes one per request, and `labels()` takes a lock and
+# builds its key each time it is asked.
+ATTEMPT_DURATION_BY_OUTCOME = {
+    outcome: ATTEMPT_DURATION.labels(outcome=outcome)
+    for outcome in (
+        AttemptOutcome.DELIVERED,
+        AttemptOutcome.TRANSIENT_FAILURE,
+        AttemptOutcome.PERMANENT_FAILURE,
+    )
+}
 for _kind in ProcessKind.values:
     CLAIM_BATCH_DURATION.labels(kind=_kind)
 

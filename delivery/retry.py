@@ -72,6 +72,10 @@ def _duration(span: timedelta) -> str:
     return f"{seconds:g} s"
 
 
+# What every accepted attempt leads to: one value, shared (a batch at a 0 ms receiver is all of these).
+_DELIVERED = Decision(status=DeliveryStatus.DELIVERED, delay=timedelta(0), reason="")
+
+
 def decide(
     *,
     outcome: str,
@@ -135,7 +139,7 @@ def _decide(
 ) -> Decision:
     signal = signal_of(outcome=outcome, status_code=status_code, retry_after=retry_after, gone=gone)
     if signal == Signal.SUCCESS:
-        return Decision(status=DeliveryStatus.DELIVERED, delay=timedelta(0), reason="")
+        return _DELIVERED
     if signal in (Signal.THROTTLE, Signal.PACE):
         # The receiver's own pace. With a Retry-After the whole endpoint waits (delivery.health)
         # and this one as asked; without, it keeps its place and the lanes slow down to a

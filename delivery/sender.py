@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from delivery.lane import Lane
-from delivery.metrics import ATTEMPT_DURATION, RATE_SLOTS_MISSED
+from delivery.metrics import ATTEMPT_DURATION, ATTEMPT_DURATION_BY_OUTCOME, RATE_SLOTS_MISSED
 from delivery.pace import RateSlot
 from delivery.transport import ClaimedDelivery, SendResult, WebhookTransport
 
@@ -182,7 +182,10 @@ class Sender:
                 finished_mono=time.monotonic(),
                 waited_for_turn=waited_for_turn,
             )
-            ATTEMPT_DURATION.labels(outcome=result.outcome).observe(result.duration_ms / 1000)
+            duration = ATTEMPT_DURATION_BY_OUTCOME.get(result.outcome) or ATTEMPT_DURATION.labels(
+                outcome=result.outcome
+            )
+            duration.observe(result.duration_ms / 1000)
             if not self.answers:
                 self.oldest_answer_mono = time.monotonic()
             self.answers.append(result)

@@ -127,6 +127,7 @@ OUTCOME_OF = {
 }
 
 
+@functools.cache  # a status is three digits (aiohttp refuses any other): at most 900 of them
 def status_description(status_code: int) -> str:
     """The status with its standard reason phrase (RFC 9110's), never the receiver's own, which may quote anything."""
     try:

@@ -56,7 +56,8 @@ def start_events_conclusion(
     if not ids:
         return lambda: (0, 0)
     send(
-        f"SELECT id FROM {Event._meta.db_table} WHERE id = ANY(%s) AND status = %s ORDER BY id FOR UPDATE",
+        # The ids in binary (%b), as every batch's arrays go (runtime.sql): dumped as text, each uuid is quoted.
+        f"SELECT id FROM {Event._meta.db_table} WHERE id = ANY(%b) AND status = %s ORDER BY id FOR UPDATE",
         [ids, EventStatus.PROCESSING],
     )
     # Each event's deliveries through the (event, destination) key, one event at a
@@ -75,7 +76,7 @@ def start_events_conclusion(
         "array_agg(COALESCE(t.name, 'a deleted destination') || ': ' || d.last_error ORDER BY t.name) "
         "FILTER (WHERE d.status = %s) AS dead, array_agg(d.last_error) FILTER (WHERE d.status = %s) AS dead_errors "
         f"FROM {Delivery._meta.db_table} d LEFT JOIN {Destination._meta.db_table} t ON t.id = d.destination_id "
-        "WHERE d.event_id = e.id) x WHERE e.id = ANY(%s) AND e.status = %s AND x.deliveries > 0 ORDER BY e.id",
+        "WHERE d.event_id = e.id) x WHERE e.id = ANY(%b) AND e.status = %s AND x.deliveries > 0 ORDER BY e.id",
         [
             DeliveryStatus.QUEUED,
             DeliveryStatus.SENDING,

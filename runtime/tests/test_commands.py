@@ -33,7 +33,7 @@ print(settings.ROOT_URLCONF in sys.modules, "rest_framework.views" in sys.module
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("command", ["run_worker", "run_scheduler"])
 def test_a_process_starts_without_importing_the_web_to_check_it(command):
-    # The URL checks import the URLconf, the API and the console: about a fifth of a worker's time to its first
+    # The URL checks import the URLconf, the API and the console: a good part of a worker's time to its first
     # delivery, for a process that serves no request. The checks of what it uses still run.
     db = connection.settings_dict
     url = (

@@ -85,8 +85,12 @@ def test_a_milestone_text_greets_its_year_only_and_a_language_text_wins_over_a_d
     add_template("Ten years, {first_name}! 🎉", event_type="ANNIVERSARY", milestone=10)
     add_template("Zehn Jahre, {first_name}!", event_type="ANNIVERSARY", language="de", milestone=10)
     add_template("Alles Gute zum Hochzeitstag, {first_name}!", event_type="ANNIVERSARY", language="de")
-    today = timezone.now().date()
-    tenth = today.replace(year=today.year - 10) if today.day < 28 else date(today.year - 10, today.month, 1)
+    # The next occurrence is two days ahead, in any zone and at any hour: its year counts ten. (Today's
+    # date counted eleven once the day's catch-up window had passed, from 20:00 UTC in Berlin.)
+    soon = timezone.now().date() + timedelta(days=2)
+    if (soon.month, soon.day) == (2, 29):
+        soon += timedelta(days=1)  # ten years before a leap year is not one
+    tenth = soon.replace(year=soon.year - 10)
     ten = due("Ten", anniversary_date=tenth)
     ten_de = due("Zehn", language="de", anniversary_date=tenth)
     five_de = due("Fuenf", language="de", anniversary_date=tenth.replace(year=tenth.year + 5))

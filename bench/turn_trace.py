@@ -4,11 +4,11 @@
 
 The `queued` workload times the worker whole; this shows the shape of its turns. It
 creates the database `bench_turn_trace`, migrates it with the checkout's `manage.py`,
-queues N deliveries (100,000) as the workload does (bench/workloads/queued.py `seed`),
+queues N deliveries (100,000) as the workload does (bench/workloads/queued.py `seed`) to the
+bench's nginx `return 200` (bench/receiver.py, started here; or a receiver at `--receiver URL`),
 then runs the checkout's `run_worker --once` with its claim (`Claimer.claim_more`) and its
 record (`Worker._record_if_ready`) wrapped: each step's wall time, and how many requests
-were open when it began. A receiver must answer at URL (the workload's nginx `return 200`;
-default http://127.0.0.1:18080/webhook). Prints one JSON line: the run's seconds and rate,
+were open when it began. Prints one JSON line: the run's seconds and rate,
 and per step the turns, the median milliseconds, and the share of the steps that began
 with no request open (whose wait on the server overlapped nothing).
 """
@@ -83,18 +83,34 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--checkout", default=".")
     parser.add_argument("--queued", type=int, default=100_000)
-    parser.add_argument("--receiver", default="http://127.0.0.1:18080/webhook")
+    parser.add_argument("--receiver", help="a receiver's URL (default: the bench's nginx, started here)")
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inside:
         print(json.dumps(traced_worker()))
         return
 
+    # The bench's own modules need the bench's venv (psutil): not imported in the checkout's Python (--inside).
+    from bench.receiver import Receiver
+
+    receiver = None if args.receiver else Receiver().start()
+    try:
+        print(
+            traced_run(
+                checkout=Path(args.checkout).resolve(), queued=args.queued, url=args.receiver or receiver.url
+            )
+        )
+    finally:
+        if receiver is not None:
+            receiver.stop()
+
+
+def traced_run(*, checkout: Path, queued: int, url: str) -> str:
+    """`queued` deliveries to `url`, then the traced worker over them in the checkout's Python; the line it printed."""
     from bench import sql
     from bench.locations import POSTGRES, ROOT
     from bench.workloads.queued import seed
 
-    checkout = Path(args.checkout).resolve()
     python = str(checkout / ".venv" / "bin" / "python")
     secret = (checkout / "var" / "secret-key").read_text().strip()
     env = {
@@ -111,34 +127,24 @@ def main() -> None:
     admin = sql.connect(f"{POSTGRES}/postgres")
     admin.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
     admin.execute(f"CREATE DATABASE {DATABASE}")
-    subprocess.run(
-        [python, "manage.py", "migrate", "--noinput"], cwd=checkout, env=env, check=True, capture_output=True
-    )
-    columns = subprocess.run(
-        [python, "-m", "bench.receiver_columns", args.receiver],
-        cwd=checkout,
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    stored = json.loads(columns.strip().splitlines()[-1])[args.receiver]
+
+    def last_line(*command: str) -> str:
+        """The last line `command` prints, run with the checkout's Python in the checkout."""
+        out = subprocess.run(
+            [python, *command], cwd=checkout, env=env, check=True, capture_output=True, text=True
+        ).stdout
+        return out.strip().splitlines()[-1] if out.strip() else ""
+
+    last_line("manage.py", "migrate", "--noinput")
+    stored = json.loads(last_line("-m", "bench.receiver_columns", url))[url]
     conn = sql.connect(f"{POSTGRES}/{DATABASE}")
-    seed(conn, tag="trace", n=args.queued, url=args.receiver, stored=stored)
+    seed(conn, tag="trace", n=queued, url=url, stored=stored)
     conn.close()
     try:
-        traced = subprocess.run(
-            [python, str(Path(__file__).resolve()), "--inside"],
-            cwd=checkout,
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
+        return last_line(str(Path(__file__).resolve()), "--inside")
     finally:
         admin.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
         admin.close()
-    print(traced.strip().splitlines()[-1])
 
 
 if __name__ == "__main__":

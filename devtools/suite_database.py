@@ -48,6 +48,15 @@ def server_problem(*, config: dict) -> str | None:
     return None
 
 
+def database_url(config: dict) -> str:
+    """The URL of the database a DATABASES entry names: the DATABASE_URL of the processes a test starts on its
+    database (with the suite's trust authentication: no password)."""
+    return (
+        f"postgres://{config['USER'] or 'postgres'}@{config['HOST'] or '127.0.0.1'}:{config['PORT'] or 5432}"
+        f"/{config['NAME']}"
+    )
+
+
 def run_with_database(
     *, url: str, command: list[str], root: Path = server_files_directory(checkout=BASE_DIR) / TEST_DATA
 ) -> int:

@@ -28,7 +28,7 @@ class ProcessCommand(BaseCommand):
 
     what: str
     once_help: str
-    # The system checks of what these processes use (the models, the caches, the settings'
+    # The system checks of what these processes use (the models, the caches, the database, the settings'
     # compatibility), not those of the web's parts: checking the URLs imports the URLconf,
     # the API and the console, a good part of a worker's time to its first delivery
     # (bench/results/REPORT-queued.md), and neither process serves a request or a page.

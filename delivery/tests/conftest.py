@@ -24,6 +24,7 @@ from delivery.models import Delivery, DeliveryStatus
 from delivery.receiver_urls import url_encrypt, url_key, url_normalise, url_redact
 from delivery.services.destinations import destination_create
 from devtools.sink import Reply, WebhookSink
+from devtools.suite_database import database_url
 from scheduling.models import Event, EventStatus
 from users.services import users_bulk_create_with_events
 
@@ -208,10 +209,7 @@ def create_due_users(count: int, *, ago: timedelta = timedelta(seconds=1)) -> No
 
 def process_env(settings, **extra) -> dict:
     """Environment for a product process that works on this test's database."""
-    db = connection.settings_dict
-    url = (
-        f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-    )
+    url = database_url(connection.settings_dict)
     env = {
         **os.environ,
         "DATABASE_URL": url,

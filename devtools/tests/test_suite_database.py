@@ -10,7 +10,7 @@ from django.db import connection
 
 from devtools.ports import free_port
 from devtools.postgres import port_is_open
-from devtools.suite_database import run_with_database
+from devtools.suite_database import database_url, run_with_database
 
 # Prints the server's data directory, reached through DATABASE_URL as a test process would.
 SHOW_DATA_DIRECTORY = """
@@ -49,10 +49,7 @@ def test_with_nothing_listening_the_command_runs_on_an_embedded_server_on_that_p
 @pytest.mark.slow
 @pytest.mark.django_db
 def test_a_server_that_answers_is_used_as_it_is(embedded_root, capfd):
-    db = connection.settings_dict
-    url = (
-        f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-    )
+    url = database_url(connection.settings_dict)
 
     code = run_with_database(url=url, command=[sys.executable, "-c", SHOW_DATA_DIRECTORY], root=embedded_root)
 
@@ -63,8 +60,7 @@ def test_a_server_that_answers_is_used_as_it_is(embedded_root, capfd):
 
 @pytest.mark.slow
 def test_a_command_failing_passes_its_exit_code_on(embedded_root):
-    db = connection.settings_dict
-    url = f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/postgres"
+    url = database_url({**connection.settings_dict, "NAME": "postgres"})
 
     assert (
         run_with_database(url=url, command=[sys.executable, "-c", "raise SystemExit(3)"], root=embedded_root)

@@ -13,6 +13,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
+from devtools.suite_database import database_url
 from runtime.heartbeats import heartbeat_beat, heartbeat_start
 from runtime.models import ProcessHeartbeat, ProcessKind
 
@@ -118,10 +119,7 @@ def test_min_count_asks_for_that_many_fresh_processes():
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_exit_codes_of_the_real_command():
-    db = connection.settings_dict
-    url = (
-        f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-    )
+    url = database_url(connection.settings_dict)
     with socket.socket() as probe:  # nothing listens here once it closes
         probe.bind(("127.0.0.1", 0))
         dead_port = probe.getsockname()[1]

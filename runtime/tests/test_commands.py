@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
+from devtools.suite_database import database_url
+
 BASE_DIR = Path(__file__).resolve().parents[2]
 
 STARTS = """
@@ -35,10 +37,7 @@ print(settings.ROOT_URLCONF in sys.modules, "rest_framework.views" in sys.module
 def test_a_process_starts_without_importing_the_web_to_check_it(command):
     # The URL checks import the URLconf, the API and the console: a good part of a worker's time to its first
     # delivery, for a process that serves no request. The checks of what it uses still run.
-    db = connection.settings_dict
-    url = (
-        f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-    )
+    url = database_url(connection.settings_dict)
     started = subprocess.run(
         [sys.executable, "-c", STARTS, command],
         cwd=BASE_DIR,

@@ -8,6 +8,7 @@ import pytest
 from django.db import connection
 from rest_framework.authtoken.models import Token
 
+from devtools.suite_database import database_url
 from users.models import User
 from users.tests.factories import UserFactory
 from users.tests.live_api import api_server, request
@@ -20,10 +21,9 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 @pytest.fixture
 def gunicorn(tmp_path):
     """The web server as the README deploys it (4 workers x 6 threads), on this test's database."""
-    db = connection.settings_dict
     env = {
         **os.environ,
-        "DATABASE_URL": f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
+        "DATABASE_URL": database_url(connection.settings_dict),
         "PYTHONUNBUFFERED": "1",
     }
     with api_server(env=env, log_path=tmp_path / "gunicorn.log", workers=4, threads=6) as port:

@@ -11,6 +11,10 @@ from django.db.models import Q
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+# The delivery pipeline's fixtures (a real local receiver, the settings that point at it) serve
+# the tests of every wing of delivery/ and of the apps that read it.
+pytest_plugins = ["delivery.tests.pipeline"]
+
 # How hard the property tests try. make test runs the "suite" profile: 25 generated
 # examples per test and, for the API's schema test, schemathesis's coverage cases (every
 # boundary and wrong type the schema implies). make check, the loop run while working, sets
@@ -135,8 +139,8 @@ def no_product_process_outlives_its_test(request, monkeypatch):
 
 
 # The suite's receivers (the sinks, PgBouncer's neighbours, 127.0.0.1:9) listen on loopback over plain
-# http, which the product refuses by default (delivery/receiver_addresses.py): every test allows
-# them as `make run` does, and process_env (delivery/tests/conftest.py) hands the allowance on to
+# http, which the product refuses by default (delivery/receivers/addresses.py): every test allows
+# them as `make run` does, and process_env (delivery/tests/pipeline.py) hands the allowance on to
 # the processes a test starts. A test of the refusals sets its own policy.
 LOCAL_RECEIVER_NETWORKS = ("127.0.0.0/8", "::1/128")
 

@@ -8,11 +8,11 @@ answer is below what three rounds can show. This times the pieces such a change
 touches, each over a batch of 200 answers from one healthy endpoint (as at a 0 ms
 receiver), best of 7 repeats of 50 batches, in microseconds an answer:
 
-- `claimed rows`: a claimed row made into a ClaimedDelivery (delivery.services.leases);
+- `claimed rows`: a claimed row made into a ClaimedDelivery (delivery.worker.leases);
 - `record's decisions`: the record's per-answer Python before its statements
-  (delivery.services.record: the descriptions or answers, the retry decision, the
+  (delivery.worker.record: the descriptions or answers, the retry decision, the
   AttemptRecord), as this checkout does it;
-- `duration metric`: the attempt-duration histogram observed once per answer (delivery.sender).
+- `duration metric`: the attempt-duration histogram observed once per answer (delivery.worker.sender).
 
 It imports the checkout's own modules; a checkout from before 713e0df (its `_record`
 takes the Answer, not the description) is timed the way that checkout records.
@@ -39,9 +39,9 @@ def main() -> dict:
     django.setup()
     from delivery import metrics
     from delivery.models import AttemptOutcome
-    from delivery.retry import RetryPolicy
-    from delivery.services import record
-    from delivery.transport import ClaimedDelivery, SendResult
+    from delivery.receivers.transport import ClaimedDelivery, SendResult
+    from delivery.rules.retry import RetryPolicy
+    from delivery.worker import record
 
     now = datetime.now(UTC)
     ids = (uuid.uuid4(), uuid.uuid4())

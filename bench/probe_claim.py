@@ -2,7 +2,7 @@
 
     DATABASE_URL=... .venv/bin/python -m bench.probe_claim BATCH REPEATS
 
-The claim function is delivery.services.enqueue.deliveries_enqueue_due (or, before
+The claim function is delivery.dispatch.claim.deliveries_enqueue_due (or, before
 that rename, scheduling.services.events_claim_due). Its claim SQL is not rebuilt
 here: one call, rolled back, runs under CaptureQueriesContext and the first statement
 it executed with SKIP LOCKED is the one EXPLAINed. Prints one JSON object: that SQL,
@@ -26,7 +26,7 @@ from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 try:
-    from delivery.services.enqueue import deliveries_enqueue_due as claim_due  # noqa: E402
+    from delivery.dispatch.claim import deliveries_enqueue_due as claim_due  # noqa: E402
 
     CLAIM_FUNCTION = "deliveries_enqueue_due"
 except (

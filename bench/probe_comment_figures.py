@@ -4,7 +4,7 @@
     DATABASE_URL=<a scratch database> .venv/bin/python -m bench.probe_comment_figures zone_batch EVENTS ROUNDS
     .venv/bin/python -m bench.probe_comment_figures hasher ROUNDS
 
-proxies (delivery/transport.py, WebhookTransport): REQUESTS product-shaped POSTs, 64
+proxies (delivery/receivers/transport.py, WebhookTransport): REQUESTS product-shaped POSTs, 64
 open at a time, from one aiohttp session to a local aiohttp receiver in a process of
 its own, with aiohttp's trust_env (proxies and ~/.netrc looked up again for every
 request, in threads) and as the transport sends (trust_env off, the proxy decided
@@ -59,7 +59,7 @@ async def _post_all(url: str, requests: int, *, trust_env: bool) -> tuple[float,
     import aiohttp
 
     body = json.dumps({"message": "Hey, Ada Lovelace it's your birthday", "event_id": "0" * 36}).encode()
-    # As delivery/transport.py opens its session; without trust_env it passes the proxy it decided.
+    # As delivery/receivers/transport.py opens its session; without trust_env it passes the proxy it decided.
     options = {} if trust_env else {"proxy": None}
     async with aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0),

@@ -3,12 +3,12 @@
     DATABASE_URL=... .venv/bin/python -m bench.probe_retention plan BATCH
     DATABASE_URL=... .venv/bin/python -m bench.probe_retention claims BATCH EVERY_MS COUNT
 
-plan: the first two batches of delivery.services.retention.history_prune_batches run
+plan: the first two batches of delivery.dispatch.retention.history_prune_batches run
 once under CaptureQueriesContext and are rolled back; prints each batch's statements
 and the EXPLAIN (ANALYZE, BUFFERS) of each batch's selection (the first batch's has
 no position yet, the second continues after the first's last row), also rolled back.
 
-claims: calls delivery.services.enqueue.deliveries_enqueue_due(batch_size=BATCH) every
+claims: calls delivery.dispatch.claim.deliveries_enqueue_due(batch_size=BATCH) every
 EVERY_MS milliseconds, COUNT times (0: until SIGTERM), stopping early when a call
 comes back short (nothing more due); prints each call's start (epoch seconds), wall
 time and events claimed.
@@ -31,8 +31,8 @@ from django.db import connection, transaction  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-from delivery.services.enqueue import deliveries_enqueue_due  # noqa: E402
-from delivery.services.retention import history_cutoff, history_prune_batches  # noqa: E402
+from delivery.dispatch.claim import deliveries_enqueue_due  # noqa: E402
+from delivery.dispatch.retention import history_cutoff, history_prune_batches  # noqa: E402
 
 
 def plan(batch: int) -> dict:

@@ -6,7 +6,7 @@ IN_FLIGHT: requests the aiohttp client keeps open (default 32).
 Prints one JSON line: {"mode", "n", "seconds", "rate", "in_flight", "cpu_s"} (cpu_s: the
 process's user + system CPU seconds, start-up included). The bodies and headers
 are shaped like the product's (JSON payload, Content-Type, X-Idempotency-Key).
-The requests client is tuned as the product's transport is (delivery/transport.py:
+The requests client is tuned as the product's transport is (delivery/receivers/transport.py:
 trust_env off with proxies read once, stream=True, the body read from the raw stream).
 """
 
@@ -33,13 +33,13 @@ def bodies(n: int, prefix: str):
         yield f"{prefix}-{i}", body
 
 
-# As delivery/transport.py: bodies up to this size are read whole, straight from the stream.
+# As delivery/receivers/transport.py: bodies up to this size are read whole, straight from the stream.
 READ_WHOLE_BODY_UP_TO = 64 * 1024
 EXCERPT_BYTES = 2048  # DeliveryAttempt.RESPONSE_EXCERPT_BYTES
 
 
 def tuned_session():
-    """A requests.Session set up as the product's transport sets up its own (delivery/transport.py).
+    """A requests.Session set up as the product's transport sets up its own (delivery/receivers/transport.py).
 
     requests re-reads proxy variables and .netrc on every call unless trust_env is
     off; the product reads the proxies once, so the baseline does the same.
@@ -89,7 +89,7 @@ def tuned_pool(url):
 
 
 def post_pool(pool, target, body: bytes, key: str) -> bytes:
-    """One POST the way the product's transport sends it (delivery/transport.py)."""
+    """One POST the way the product's transport sends it (delivery/receivers/transport.py)."""
     import urllib3
 
     r = pool.urlopen(

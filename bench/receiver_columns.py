@@ -18,8 +18,8 @@ import django
 def main(urls: list[str]) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     django.setup()
-    from delivery.receiver_urls import url_normalise
-    from delivery.services.destinations import destination_url_fields
+    from delivery.credentials.receiver_urls import url_normalise
+    from delivery.destinations.services import destination_url_fields
 
     print(json.dumps({url: destination_url_fields(url=url_normalise(url)) for url in urls}))
 

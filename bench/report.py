@@ -163,7 +163,7 @@ def proc_big_best(res):
 def headline_rows(res):
     rows = []
     base = res.get("baselines", {})
-    # The product's transport is urllib3 (delivery/transport.py): compare with the same client.
+    # The product's transport is urllib3 (delivery/receivers/transport.py): compare with the same client.
     raw = base.get("raw_median", {}).get("urllib3") if "error" not in base else None
     peer = proc_big_best(res)
     b = res.get("burst", {})
@@ -486,7 +486,7 @@ def section_receiver(res):
     L.append(
         f"\n**Baseline (a), raw client ceiling**: one Python process, no database, {f(s_of(res, 'raw_n'))} POSTs of "
         "product-shaped bodies to the 0 ms receiver (`bench/raw_client.py`). The urllib3 client is used exactly as the "
-        "product's transport (`delivery/transport.py`) uses it: one connection pool, `retries=False`, no redirects, "
+        "product's transport (`delivery/receivers/transport.py`) uses it: one connection pool, `retries=False`, no redirects, "
         "the body read from the stream; requests (tuned: `trust_env = False`, `stream=True`) and aiohttp for scale.\n"
     )
     rows = []
@@ -738,7 +738,7 @@ def section_receivers(res):
     L.append(
         f"{f(rc['n'])} events due at once (written with SQL as in the burst: target = now - 1 minute, then ANALYZE), "
         "`run_scheduler` + 2 x `run_worker` **as shipped**: no `--concurrency` and no `--batch-size`, so each worker "
-        "keeps its adaptive in-flight limit per endpoint (`delivery/limit.py`: 16 to start, slow start, at most 2,000) "
+        "keeps its adaptive in-flight limit per endpoint (`delivery/rules/limit.py`: 16 to start, slow start, at most 2,000) "
         "and claims the default batches; the only flag is `--metrics-port`, to read each worker's limit once a second. "
         "The receiver is the same nginx with one location per latency on a third port "
         "(`return 200` for 0 ms, `echo_read_request_body; echo_sleep` for the others; `worker_connections` in the "

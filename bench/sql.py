@@ -102,7 +102,7 @@ def destinations(conn, *, columns: list[dict[str, str]]) -> None:
             )
 
 
-# A bad week's causes, in turn (delivery.failures): what the failures page groups by.
+# A bad week's causes, in turn (delivery.rules.failure_causes): what the failures page groups by.
 RECENT_FAILURES = [
     (400, "Bad Request"),
     (404, "Not Found"),

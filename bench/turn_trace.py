@@ -36,7 +36,8 @@ def traced_worker() -> dict:
     django.setup()
     from django.core.management import call_command
 
-    from delivery import claimer, worker
+    from delivery.worker import claimer
+    from delivery.worker import loop as worker
 
     steps: dict[str, list[tuple[float, int]]] = {"claim": [], "record": []}
     workers: list = []

@@ -378,7 +378,7 @@ WEBHOOK_ALLOW_HTTP = env.bool("WEBHOOK_ALLOW_HTTP", default=False)
 # unspecified or reserved address, nor a cloud metadata address (169.254.169.254),
 # checked on each address it connects to after DNS, unless it lies in one of these;
 # a metadata address only when an entry names it alone (/32, /128). Empty: none
-# (delivery/receiver_addresses.py). A bad entry stops every process at start-up.
+# (delivery/receivers/addresses.py). A bad entry stops every process at start-up.
 WEBHOOK_ALLOWED_NETWORKS = [
     _network("WEBHOOK_ALLOWED_NETWORKS", entry) for entry in env.list("WEBHOOK_ALLOWED_NETWORKS", default=[])
 ]
@@ -392,7 +392,7 @@ WEBHOOK_TIMEOUT = parse_duration(env("WEBHOOK_TIMEOUT", default="10s"))
 # a secret it cannot use.
 WEBHOOK_SECRET = env("WEBHOOK_SECRET", default="")
 # WEBHOOK_SECRET_KEYS: comma-separated Fernet keys that encrypt the destinations' signing
-# secrets at rest (delivery.secret_store). The first encrypts, every one decrypts, so the key
+# secrets at rest (delivery.credentials.signing_secrets). The first encrypts, every one decrypts, so the key
 # itself can rotate: put a new key first, keep the old one after it until every secret has been
 # re-encrypted (manage.py destination_secrets_reencrypt), then drop it. Unset: one key derived
 # from DJANGO_SECRET_KEY (HKDF); it stays last in the list to decrypt what it encrypted, so
@@ -412,7 +412,7 @@ DELIVERY_MAX_ATTEMPTS = env.int("DELIVERY_MAX_ATTEMPTS", default=8)
 # deliveries of a worker that dies are taken over after at most that long.
 DELIVERY_LEASE_MARGIN = parse_duration(env("DELIVERY_LEASE_MARGIN", default="30s"))
 # DELIVERY_RECOVERY_BATCH: deliveries a worker queues again per turn for a destination's
-# recovery (delivery.services.recovery), in one short transaction: small enough that the
+# recovery (delivery.actions.recovery), in one short transaction: small enough that the
 # turn's sending goes on beside it, large enough that 100,000 take a few minutes at most.
 DELIVERY_RECOVERY_BATCH = env.int("DELIVERY_RECOVERY_BATCH", default=500)
 
@@ -420,7 +420,7 @@ DELIVERY_RECOVERY_BATCH = env.int("DELIVERY_RECOVERY_BATCH", default=500)
 
 # WEBHOOK_MAX_RATE: most requests per second to the receiver from all workers on
 # all hosts together (0: no cap), in every calendar second: workers take the slots
-# of each second from the endpoint's row (delivery.pace). Without it, a receiver that refuses with 429 and no
+# of each second from the endpoint's row (delivery.rules.pace). Without it, a receiver that refuses with 429 and no
 # Retry-After still gets a rate: each worker learns one from those 429s.
 WEBHOOK_MAX_RATE = env.float("WEBHOOK_MAX_RATE", default=0.0)
 # WEBHOOK_MAX_IN_FLIGHT: most requests open at the receiver from all workers

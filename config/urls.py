@@ -15,7 +15,7 @@ urlpatterns = [
     path("api/v1/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="docs"),
     path("api/v1/", include("users.urls")),
     path("api/v1/", include("scheduling.urls")),
-    path("api/v1/", include("delivery.urls")),
+    path("api/v1/", include("delivery.api.urls")),
     # /health/live, /health/ready and /metrics, outside the API: no API credentials.
     path("", include("monitoring.urls")),
     path("", RedirectView.as_view(url=f"/{settings.ADMIN_URL}", permanent=False)),

@@ -12,9 +12,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from console.widgets import badge, humanize_delay
-from delivery import conditions
 from delivery import selectors as delivery_selectors
+from delivery.destinations import selectors as destination_selectors
 from delivery.models import Endpoint, EndpointState
+from delivery.rules import conditions
 from runtime.models import ProcessHeartbeat, ProcessKind
 from runtime.selectors import processes_recent
 from scheduling import selectors as event_selectors
@@ -111,8 +112,8 @@ class EndpointLine:
 
 def unhealthy_endpoints(*, now: datetime) -> list[EndpointLine]:
     """The failing and paused endpoints, with how long and what waits on them (two queries at most)."""
-    endpoints = delivery_selectors.endpoint_list(unhealthy_only=True)
-    backlog = delivery_selectors.endpoint_backlog(keys=[endpoint.key for endpoint in endpoints])
+    endpoints = destination_selectors.endpoint_list(unhealthy_only=True)
+    backlog = destination_selectors.endpoint_backlog(keys=[endpoint.key for endpoint in endpoints])
     lines = []
     for endpoint in endpoints:
         since = endpoint.paused_at if endpoint.state == EndpointState.PAUSED else endpoint.failing_since
@@ -195,7 +196,7 @@ def dashboard_figures(*, now: datetime) -> dict:
         "delivery_backlog": delivery_selectors.delivery_backlog_counts(),
         "deliveries_due": delivery_selectors.delivery_due_summary(now=now),
         "destinations": sorted(
-            delivery_selectors.destinations_health(now=now),
+            destination_selectors.destinations_health(now=now),
             key=lambda health: (health.condition.rank, health.destination.name),
         ),
         "unhealthy_endpoints": unhealthy_endpoints(now=now),

@@ -4,7 +4,7 @@ One row per (destination, cause) of delivery.selectors.failure_groups: counts,
 first and last seen, the latest few deliveries. Acknowledge takes a group off
 the list until a new failure of its cause; Resend queues its dead deliveries
 again, after a confirmation saying how many. Both post to this page and go
-through delivery.services.failures.
+through delivery.actions.failures.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from delivery import failures
+from delivery.actions.failures import RESEND_AT_ONCE, failure_group_acknowledge, failure_group_resend
 from delivery.models import Destination
+from delivery.rules import failure_causes as failures
 from delivery.selectors import FAILURE_WINDOW, failure_group_deliveries, failure_groups
-from delivery.services.failures import RESEND_AT_ONCE, failure_group_acknowledge, failure_group_resend
 
 WINDOWS = {
     "1h": ("Last hour", timedelta(hours=1)),

@@ -46,13 +46,13 @@ IN_FLIGHT_LIMIT = Gauge(
 LEARNED_RATE = Gauge(
     "birthday_worker_learned_rate",
     "Requests a second this worker starts to each endpoint, as learnt from its 429s without Retry-After "
-    "(delivery.limit.LearnedRate); 0 while it has refused nothing.",
+    "(delivery.rules.limit.LearnedRate); 0 while it has refused nothing.",
     labelnames=("endpoint",),
 )
 RATE_SLOTS_MISSED = Counter(
     "birthday_worker_rate_slots_missed",
     "Requests not sent with their max-rate slot because they could not begin within its calendar second "
-    "(the worker was held up); each took a new slot (delivery.pace).",
+    "(the worker was held up); each took a new slot (delivery.rules.pace).",
     labelnames=("endpoint",),
 )
 

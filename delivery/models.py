@@ -1,25 +1,21 @@
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import F, Q
 
-from channels import CHANNELS
+from delivery.credentials.receiver_urls import url_decrypt
+from kinds import KINDS
 from runtime.ids import uuid7
 from scheduling.event_types import EventType
 from scheduling.labels import LABEL_MAX_LENGTH, labels_by_rule
-
-if TYPE_CHECKING:
-    from delivery.selectors import Backlog, DestinationHealth
-
 
 # The kinds of destination (channels/, one module each), as choices: a kind's name is the
 # destination's `format` (STANDARD, SLACK, DISCORD, TEAMS, TEAMS_MESSAGECARD); its label names it.
 # django-stubs types only the class form of TextChoices, not the functional one Django documents
 # ("Enumeration types", the Enum functional API), hence the ignore.
 DestinationFormat = models.TextChoices(  # type: ignore[call-overload]
-    "DestinationFormat", [(name.upper(), (name, channel.label)) for name, channel in CHANNELS.items()]
+    "DestinationFormat", [(name.upper(), (name, channel.label)) for name, channel in KINDS.items()]
 )
 
 
@@ -46,7 +42,7 @@ class Destination(models.Model):
     Format = DestinationFormat
 
     name = models.CharField(max_length=100, unique=True)
-    # The receiver URL is a credential (delivery.receiver_urls): stored encrypted, told apart
+    # The receiver URL is a credential (delivery.credentials.receiver_urls): stored encrypted, told apart
     # by its keyed hash (one destination per receiver, whatever the spelling), shown redacted.
     url_ciphertext = models.TextField()
     url_key = models.CharField(max_length=32, unique=True)
@@ -55,7 +51,7 @@ class Destination(models.Model):
     event_types = ArrayField(
         models.CharField(max_length=32, choices=EventType.choices), default=list, blank=True
     )
-    # Whom it greets (delivery.audience): recipients holding any of audience_labels (empty:
+    # Whom it greets (delivery.destinations.audience): recipients holding any of audience_labels (empty:
     # everyone), less those holding any of excluded_labels. Labels by the recipients'
     # grammar (scheduling.labels.clean_labels).
     audience_labels = ArrayField(
@@ -66,14 +62,14 @@ class Destination(models.Model):
     )
     # Its own text per event type ({"BIRTHDAY": "🎂 Happy birthday, {first_name}!"}), instead of
     # the message templates' (any language, any milestone); a type it does not name keeps them.
-    # Checked against the type's placeholders as a template is (delivery.services.destinations).
+    # Checked against the type's placeholders as a template is (delivery.destinations.services).
     message_overrides = models.JSONField(default=dict, blank=True, db_default={})
     format = models.CharField(
         max_length=32, choices=DestinationFormat.choices, default=DestinationFormat.STANDARD
     )
     # Disabled: occurrences claimed meanwhile get no delivery for it (what is queued still goes).
     enabled = models.BooleanField(default=True)
-    # Set: a daily digest (delivery.services.digests) at this wall time in digest_timezone, one
+    # Set: a daily digest (delivery.dispatch.digests) at this wall time in digest_timezone, one
     # message naming the day's people, and no delivery per occurrence. Null: one message per
     # occurrence, at each recipient's own send time.
     digest_time = models.TimeField(null=True, blank=True)
@@ -89,7 +85,7 @@ class Destination(models.Model):
     # Null: WEBHOOK_MAX_RATE / WEBHOOK_MAX_IN_FLIGHT / WEBHOOK_TIMEOUT.
     max_rate = models.FloatField(null=True, blank=True)
     max_in_flight = models.PositiveIntegerField(null=True, blank=True)
-    # At most WEBHOOK_TIMEOUT (delivery.services.destinations): leases are sized from that.
+    # At most WEBHOOK_TIMEOUT (delivery.destinations.services): leases are sized from that.
     timeout = models.DurationField(null=True, blank=True)
     created_by = models.CharField(max_length=150, blank=True, default="")
     updated_by = models.CharField(max_length=150, blank=True, default="")
@@ -97,12 +93,6 @@ class Destination(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     # Bumped by every change of its settings or secrets: the API's ETag, checked against If-Match.
     version = models.PositiveIntegerField(default=1)
-
-    # Not a column: the Endpoint of its URL (None: none yet), set on the instances the
-    # console lists (console.admin.destinations), read in one query for the page.
-    endpoint: "Endpoint | None"
-    # Not a column either: its health (delivery.selectors.destinations_health), set the same way.
-    health: "DestinationHealth"
 
     class Meta:
         ordering = ["name"]
@@ -157,8 +147,6 @@ class Destination(models.Model):
 
     def receiver_url(self) -> str:
         """The full URL, token and all: to send, or for an operator who may change the destination."""
-        from delivery.receiver_urls import url_decrypt
-
         return url_decrypt(self.url_ciphertext)
 
     def subscribes_to(self, event_type: str) -> bool:
@@ -170,7 +158,7 @@ class Destination(models.Model):
 
 
 class Digest(models.Model):
-    """One destination's message of one local date, naming that date's people (delivery.services.digests).
+    """One destination's message of one local date, naming that date's people (delivery.dispatch.digests).
 
     Unique per (destination, date): whatever the scheduler does twice (two
     schedulers, a retry after a lost commit), the second insert is refused and
@@ -191,7 +179,7 @@ class Digest(models.Model):
     idempotency_key = models.CharField(max_length=32)
     # What it names, one dict per occurrence (event_id, user_id, event_type, occurrence_date,
     # idempotency_key, line): the body is rendered from these, and an erasure takes a
-    # recipient's out and renders it again (delivery.services.erasure).
+    # recipient's out and renders it again (delivery.erasure).
     entries = models.JSONField(default=list)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -211,7 +199,7 @@ class Digest(models.Model):
 
 
 class DestinationSecret(models.Model):
-    """One signing secret of a destination, encrypted (delivery.secret_store); several sign during a rotation."""
+    """One signing secret of a destination, encrypted (delivery.credentials.signing_secrets); several sign during a rotation."""
 
     destination = models.ForeignKey(Destination, on_delete=models.CASCADE, related_name="secrets")
     ciphertext = models.TextField()
@@ -275,7 +263,7 @@ class Delivery(models.Model):
         Digest, on_delete=models.CASCADE, related_name="deliveries", null=True, blank=True, db_index=False
     )
     # Null for history queued before destinations existed, and after its destination
-    # was deleted (refused while it has deliveries to send: delivery.services.destinations).
+    # was deleted (refused while it has deliveries to send: delivery.destinations.services).
     destination = models.ForeignKey(
         Destination,
         on_delete=models.SET_NULL,
@@ -386,7 +374,7 @@ class DeliveryAttempt(models.Model):
     # No index of its own: attempt_unique_number (delivery, number) starts with it
     # and serves every lookup by delivery, so a second index would only cost
     # space and writes on every attempt. NULL once the delivery's recipient was
-    # erased: the attempt stays, naming no one (delivery.services.erasure), until
+    # erased: the attempt stays, naming no one (delivery.erasure), until
     # the history prune.
     delivery = models.ForeignKey(
         Delivery, on_delete=models.CASCADE, related_name="attempt_log", db_index=False, null=True
@@ -443,7 +431,7 @@ class EndpointState(models.TextChoices):
     # An operator paused it: deliveries stay QUEUED until resumed.
     PAUSED = "PAUSED", "Paused"
     # Its service answered that the destination no longer exists (a deleted webhook, an
-    # archived channel: channels.base.Verdict.GONE): deliveries stay QUEUED, without
+    # archived channel: kinds.base.Verdict.GONE): deliveries stay QUEUED, without
     # spending attempts and without probes, until an operator resumes it or changes the URL.
     GONE = "GONE", "Gone"
 
@@ -451,9 +439,9 @@ class EndpointState(models.TextChoices):
 class Endpoint(models.Model):
     """A receiver (one webhook URL): its health, an operator's pause, and the fleet's shared limits.
 
-    Known by the URL's keyed hash (delivery.receiver_urls), the URL kept
+    Known by the URL's keyed hash (delivery.credentials.receiver_urls), the URL kept
     encrypted beside it for the workers; made and removed with the destination
-    of that URL (delivery.services.destinations).
+    of that URL (delivery.destinations.services).
 
     One small row per URL that every worker reads before claiming and writes
     when the receiver's answers change what the fleet should do, so a failing
@@ -481,21 +469,16 @@ class Endpoint(models.Model):
     blocked_until = models.DateTimeField(null=True, blank=True)
     paused_by = models.CharField(max_length=150, blank=True, default="")
     paused_at = models.DateTimeField(null=True, blank=True)
-    # The max rate's schedule in calendar seconds (delivery.pace): the second (of the
+    # The max rate's schedule in calendar seconds (delivery.rules.pace): the second (of the
     # epoch) whose request slots the workers are taking, and how many of them are gone.
     rate_second = models.BigIntegerField(null=True, blank=True)
     # A default in the database too: the previous release inserts rows without the column.
     rate_taken = models.PositiveIntegerField(default=0, db_default=0)
     # The schedule before it (one instant, 1/rate apart), no longer read or written here: kept
-    # while workers of the release before delivery.pace may still run beside these (a rolling
+    # while workers of the release before delivery.rules.pace may still run beside these (a rolling
     # deploy), which read it on every endpoint row; a later release's migration drops it.
     next_send_slot = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
-
-    # Not columns: what waits on it and its destination's name (None: no destination has its URL),
-    # set on the instances the console lists (console.admin.endpoints), each read in one query for the page.
-    backlog: "Backlog"
-    destination_name: "str | None"
 
     class Meta:
         ordering = ["url_display", "key"]
@@ -564,7 +547,7 @@ class Recovery(models.Model):
     state, so for DELIVERED when the receiver's answer was recorded, for DEAD
     when it was given up) lies in [since, until) and before the request are
     queued again under their own idempotency keys, by the workers, a batch at a
-    time (delivery.services.recovery). `total` is what the operator was shown
+    time (delivery.actions.recovery). `total` is what the operator was shown
     and confirmed; `done` and `skipped` add up to it when it is FINISHED.
     """
 
@@ -638,7 +621,7 @@ class FailureAcknowledgement(models.Model):
     """An operator's "seen it": a destination's dead deliveries of one cause, up to `through`, leave the failures list.
 
     One row per (destination, cause), moved forward by each acknowledgement
-    (delivery.services.failures). A delivery of that cause given up after
+    (delivery.actions.failures). A delivery of that cause given up after
     `through` brings the group back: an acknowledgement is of what was seen,
     never of what comes next. The deliveries themselves are not touched.
     """
@@ -646,7 +629,7 @@ class FailureAcknowledgement(models.Model):
     destination = models.ForeignKey(
         Destination, on_delete=models.CASCADE, related_name="failure_acknowledgements"
     )
-    # delivery.failures: "http_400", "timeout", "connection", ...
+    # delivery.rules.failure_causes: "http_400", "timeout", "connection", ...
     cause = models.CharField(max_length=32)
     # Dead deliveries given up (updated_at) at or before this are acknowledged.
     through = models.DateTimeField()

@@ -2,8 +2,8 @@
 
 from django.apps import AppConfig
 
+from delivery.erasure import deliveries_erase
 from delivery.selectors import deliveries_export, digests_export
-from delivery.services.erasure import deliveries_erase
 from users.models import User
 from users.signals import recipient_erasing, recipient_exporting
 

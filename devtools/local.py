@@ -95,7 +95,7 @@ def main() -> int:
     # Without a receiver of your own, messages go to the local sink.
     env.setdefault("WEBHOOK_URL", f"http://{HOST}:{SINK_PORT}/webhook")
     # The sink is plain http on this machine, which the worker refuses unless allowed
-    # (delivery/receiver_addresses.py); values of your own in .env or the environment win.
+    # (delivery/receivers/addresses.py); values of your own in .env or the environment win.
     env.setdefault("WEBHOOK_ALLOW_HTTP", "true")
     env.setdefault("WEBHOOK_ALLOWED_NETWORKS", sink_networks())
     server = None

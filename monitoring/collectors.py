@@ -24,19 +24,21 @@ from datetime import datetime, timedelta
 from django.db import DatabaseError
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 
-from delivery import conditions
-from delivery.models import DeliveryStatus, Endpoint, EndpointState
-from delivery.selectors import (
+from delivery.destinations.selectors import (
     DestinationHealth,
+    destinations_health,
+    endpoint_backlog,
+    endpoint_destination_names,
+    endpoint_list,
+)
+from delivery.models import DeliveryStatus, Endpoint, EndpointState
+from delivery.rules import conditions
+from delivery.selectors import (
     attempt_outcome_counts,
     delivery_backlog_counts,
     delivery_due_summary,
     delivery_finished_counts,
     delivery_status_estimates,
-    destinations_health,
-    endpoint_backlog,
-    endpoint_destination_names,
-    endpoint_list,
 )
 from runtime.database import database_error_reason
 from runtime.models import ProcessHeartbeat
@@ -172,7 +174,7 @@ class DatabaseCollector:
 
 
 def _destination_families(*, health: list[DestinationHealth]) -> Iterator[Metric]:
-    """The birthday_destination_* gauges: one series per destination (by name), from delivery.conditions.
+    """The birthday_destination_* gauges: one series per destination (by name), from delivery.rules.conditions.
 
     Where birthday_endpoint_state says whether a receiver is up, these say
     whether what is sent to it gets through: a receiver answering 400 to
@@ -181,7 +183,7 @@ def _destination_families(*, health: list[DestinationHealth]) -> Iterator[Metric
     condition = GaugeMetricFamily(
         "birthday_destination_condition",
         "1 for the destination's condition (failing, degraded, paused, ok, idle, disabled), 0 for the others: "
-        "failing also when its deliveries end DEAD with nothing delivered since (delivery.conditions).",
+        "failing also when its deliveries end DEAD with nothing delivered since (delivery.rules.conditions).",
         labels=["destination", "condition"],
     )
     attention = GaugeMetricFamily(
@@ -239,7 +241,7 @@ def _endpoint_families(*, now: datetime, endpoints: list[Endpoint]) -> Iterator[
     """The birthday_endpoint_* gauges: one series per endpoint and label value.
 
     The `endpoint` label is its destination's name (`endpoint <id>` for one no destination has): never
-    the URL, which is a credential (delivery.receiver_urls).
+    the URL, which is a credential (delivery.credentials.receiver_urls).
     """
     waiting = endpoint_backlog(keys=[endpoint.key for endpoint in endpoints])
     names = endpoint_destination_names(endpoints=endpoints)

@@ -72,7 +72,7 @@ class Backoff:
 
     The cap is short on purpose: after an outage every worker must be back
     within a second or two, to record what it sent and renew its leases before
-    anyone may take them over (see delivery.worker's takeover grace). A failed
+    anyone may take them over (see delivery.worker.loop's takeover grace). A failed
     connection attempt costs one TCP round trip, so trying every 2 s is cheap.
     """
 

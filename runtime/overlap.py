@@ -1,7 +1,7 @@
 """While a thread waits for PostgreSQL, its asyncio event loop runs: the requests in flight go on meanwhile.
 
 A worker has one thread for its claims, its records and its event loop of
-requests (delivery.sender). psycopg's connection waits for its socket in
+requests (delivery.worker.sender). psycopg's connection waits for its socket in
 `Connection.wait`, blocked in a select, so while a claim or a record is on the
 server, no answer is read and no request starts: a third of the worker's time
 at a 0 ms receiver (bench/results/REPORT-queued.md). Inside
@@ -16,7 +16,7 @@ first), so a quick round trip costs no turn of the loop.
 
 What runs on the loop meanwhile must touch no database: the connection is in
 the middle of a statement (psycopg's lock on it is not re-entrant, and would
-deadlock the thread). delivery.sender's callbacks keep to that (it is why they
+deadlock the thread). delivery.worker.sender's callbacks keep to that (it is why they
 start only what needs no rate slot from PostgreSQL).
 """
 

@@ -1,7 +1,7 @@
 """Recipients' labels, as destinations' audiences name them: what a label is.
 
 A recipient carries a few labels (users.User.labels) and a destination greets
-the recipients holding some of them (delivery.audience); both hold them to the
+the recipients holding some of them (delivery.destinations.audience); both hold them to the
 rule here, beneath both apps, so that an audience can only name a label a
 recipient can hold.
 """
@@ -14,7 +14,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import CharField, F, Func, IntegerField, Q, Value
 from django.db.models.lookups import Exact, Regex
 
-# A recipient's labels: a few words a destination's audience names (delivery.audience).
+# A recipient's labels: a few words a destination's audience names (delivery.destinations.audience).
 # Lowercase letters, digits and . _ -, optionally one "key:value" (team:platform,
 # office:berlin, remote): what a person types in a CSV cell or a chat channel's
 # settings, with nothing that needs quoting in a URL's ?label= or a CSV cell.

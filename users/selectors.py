@@ -42,7 +42,7 @@ def user_labels_filter(*, labels: Collection[str]) -> Q:
     """The recipients holding every one of `labels` (in any case, as labels are stored lowercase).
 
     Each label given narrows, as a filter bar's terms do; a destination's audience,
-    which takes anyone with any of its labels, is delivery.audience's. `labels @>`
+    which takes anyone with any of its labels, is delivery.destinations.audience's. `labels @>`
     is served by the GIN index on labels (user_labels_idx). A label no recipient
     can hold (not by the grammar) matches nobody rather than being an error: a
     filter answers "who has it", and the answer is no one.

@@ -9,7 +9,7 @@ in both variants, so that only the destinations differ:
   to exactly one of them, a fiftieth of the recipients to each.
 
 Both claim the same number of occurrences into the same number of deliveries; what differs is
-the claim's choice of destinations (delivery.audience: the recipient's labels read by the
+the claim's choice of destinations (delivery.destinations.audience: the recipient's labels read by the
 claim's SELECT, one answer per distinct (type, label set) of a batch). Then `manage.py
 run_scheduler --once` as shipped, timed from spawn to exit, and an idle one right after
 (start-up, subtracted for the rate without it); nothing is sent (no worker runs). The claimed

@@ -75,12 +75,12 @@ def _names_kept(kind: str, body: dict, n: int) -> int:
 
 
 def measure(harness: Harness, *, size: DigestsSize) -> dict:
-    from channels import CHANNELS
+    from kinds import KINDS
 
     payload = _payload(size.digests_names)
     kinds = {}
     for kind in KINDS:
-        channel = CHANNELS[kind]
+        channel = KINDS[kind]
         times = []
         for _ in range(size.digests_runs):
             started = time.perf_counter()

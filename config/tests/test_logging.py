@@ -50,7 +50,9 @@ def test_a_json_line_carries_the_exception_and_turns_other_values_into_text():
     try:
         raise ZeroDivisionError("division by zero")
     except ZeroDivisionError:
-        record = logging.LogRecord("delivery.worker", logging.ERROR, __file__, 1, "Boom", (), sys.exc_info())
+        record = logging.LogRecord(
+            "delivery.worker.loop", logging.ERROR, __file__, 1, "Boom", (), sys.exc_info()
+        )
     record.event_id = object()
 
     payload = json.loads(configured("json").format(record))

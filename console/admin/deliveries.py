@@ -11,10 +11,10 @@ from django.utils.html import format_html
 from console import confirm, widgets
 from console.admin.endpoints import endpoint_state_badge
 from console.pagination import BoundedListAdmin
-from delivery import failures
-from delivery.digests import KEY_PREFIX as DIGEST_KEY_PREFIX
+from delivery.actions.resend import delivery_resend
 from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus, Endpoint
-from delivery.services.operator import delivery_resend
+from delivery.rules import failure_causes as failures
+from delivery.rules.digest_calendar import KEY_PREFIX as DIGEST_KEY_PREFIX
 
 
 class AttemptOutcomeFilter(admin.SimpleListFilter):
@@ -277,7 +277,7 @@ class DeliveryAdmin(widgets.ViewOnlyPageMixin, BoundedListAdmin):
 
     @admin.display(description="last error")
     def last_error_short(self, delivery: Delivery) -> str:
-        # In words, by its class (delivery.failures); the receiver's own answer is on the attempt rows.
+        # In words, by its class (delivery.rules.failure_causes); the receiver's own answer is on the attempt rows.
         if not delivery.last_error and delivery.last_status_code is None:
             return "—"
         if delivery.status == DeliveryStatus.DELIVERED:

@@ -1,11 +1,11 @@
 """Destinations in the operator console: where greetings go, their secrets (hints only), Pause and Resume,
 a test message.
 
-A receiver URL is a credential (delivery.receiver_urls): lists and forms show
+A receiver URL is a credential (delivery.credentials.receiver_urls): lists and forms show
 its redacted form, and its change page has a "Reveal the URL" button for an
 operator allowed to change it, whose page shows the URL and is never cached.
 
-Every change goes through delivery.services.destinations, as from the API. A
+Every change goes through delivery.destinations.services, as from the API. A
 new secret (on creation, on rotation) is shown once, in the page's messages,
 and never rendered again. The change form carries the version it was opened
 at, the console's If-Match: a save over someone else's change is refused.
@@ -28,19 +28,20 @@ from django.utils.html import format_html, format_html_join
 from console import widgets
 from console.admin.endpoints import endpoint_state_badge
 from console.admin.recoveries import DestinationRecoveryAdminMixin
+from console.admin.row_values import row_value, row_value_set
 from console.forms import LabelsFormField
-from delivery import conditions
-from delivery.audience import Audience
-from delivery.models import Destination, EndpointState, Weekend
-from delivery.selectors import (
+from delivery.actions.ping import destinations_send_test
+from delivery.destinations import services
+from delivery.destinations.audience import Audience
+from delivery.destinations.selectors import (
     DestinationHealth,
     destination_endpoints,
     destination_recipients,
     destination_unsent_count,
     destinations_health,
 )
-from delivery.services import destinations as services
-from delivery.services.ping import destinations_send_test
+from delivery.models import Destination, EndpointState, Weekend
+from delivery.rules import conditions
 from scheduling.event_types import EventType
 from scheduling.handlers import get_handler
 from scheduling.messages import placeholder_list
@@ -199,20 +200,20 @@ class DestinationChangeList(ChangeList):
         self.result_list = list(self.result_list)
         health = destinations_health(now=timezone.now(), destinations=self.result_list)
         for destination, its_health in zip(self.result_list, health, strict=True):
-            destination.health = its_health
+            row_value_set(destination, "health", its_health)
 
 
 def health_of(destination: Destination) -> DestinationHealth:
-    if not hasattr(destination, "health"):
-        destination.health = destinations_health(now=timezone.now(), destinations=[destination])[0]
-    return destination.health
+    return row_value(
+        destination, "health", lambda: destinations_health(now=timezone.now(), destinations=[destination])[0]
+    )
 
 
 def condition_badge(health: DestinationHealth):
     return widgets.badge(CONDITION_COLOURS[health.condition.level], health.condition.label)
 
 
-# A destination's condition (delivery.conditions) -> a badge colour of widgets.BADGE_COLOURS.
+# A destination's condition (delivery.rules.conditions) -> a badge colour of widgets.BADGE_COLOURS.
 CONDITION_COLOURS = {
     conditions.FAILING: "DEAD",
     conditions.DEGRADED: "OVERDUE",
@@ -375,7 +376,7 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
         return format_html(
             '<strong>{}</strong><br><span class="bs-muted bs-url">{}</span>',
             destination.name,
-            destination.url_display,  # the URL is a credential: its host alone (delivery.receiver_urls)
+            destination.url_display,  # the URL is a credential: its host alone (delivery.credentials.receiver_urls)
         )
 
     @admin.display(description="health")

@@ -18,10 +18,11 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from console import widgets
-from delivery import failures
+from console.admin.row_values import row_value, row_value_set
+from delivery.destinations.selectors import Backlog, endpoint_backlog, endpoint_destination_names
 from delivery.models import Endpoint, EndpointState
-from delivery.selectors import Backlog, endpoint_backlog, endpoint_destination_names
-from delivery.services.endpoints import endpoint_pause, endpoint_resume
+from delivery.rules import failure_causes as failures
+from delivery.states.endpoints import endpoint_pause, endpoint_resume
 
 # The shared palette's keys whose colours say the same thing: green flowing,
 # red failing or gone, orange held by a person.
@@ -53,8 +54,8 @@ class EndpointChangeList(ChangeList):
         backlog = endpoint_backlog(keys=[endpoint.key for endpoint in self.result_list])
         names = endpoint_destination_names(endpoints=self.result_list)
         for endpoint in self.result_list:
-            endpoint.backlog = backlog[endpoint.key]
-            endpoint.destination_name = names.get(endpoint.key)
+            row_value_set(endpoint, "backlog", backlog[endpoint.key])
+            row_value_set(endpoint, "destination_name", names.get(endpoint.key))
 
 
 @admin.register(Endpoint)
@@ -138,9 +139,11 @@ class EndpointAdmin(widgets.ViewOnlyPageMixin, admin.ModelAdmin):
     @admin.display(description="receiver", ordering="url_display")
     def receiver(self, endpoint: Endpoint) -> str:
         """Its destination's name and what may be shown of its URL (a credential: the host, never the token)."""
-        if not hasattr(endpoint, "destination_name"):
-            endpoint.destination_name = endpoint_destination_names(endpoints=[endpoint]).get(endpoint.key)
-        name = endpoint.destination_name
+        name = row_value(
+            endpoint,
+            "destination_name",
+            lambda: endpoint_destination_names(endpoints=[endpoint]).get(endpoint.key),
+        )
         return f"{name} ({endpoint.url_display})" if name else endpoint.url_display
 
     @admin.display(description="state", ordering="state")
@@ -215,9 +218,7 @@ class EndpointAdmin(widgets.ViewOnlyPageMixin, admin.ModelAdmin):
 
     def _backlog(self, endpoint: Endpoint) -> Backlog:
         # The change list sets it for the whole page; the change page asks for its one row.
-        if not hasattr(endpoint, "backlog"):
-            endpoint.backlog = endpoint_backlog(keys=[endpoint.key])[endpoint.key]
-        return endpoint.backlog
+        return row_value(endpoint, "backlog", lambda: endpoint_backlog(keys=[endpoint.key])[endpoint.key])
 
     # --- Pause and Resume: list actions and the change page's buttons --------------
 

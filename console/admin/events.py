@@ -16,7 +16,7 @@ from django.utils.safestring import mark_safe
 
 from console import confirm, widgets
 from console.pagination import BoundedListAdmin
-from delivery.services.operator import event_resend
+from delivery.actions.resend import event_resend
 from scheduling.models import Event, EventStatus
 from scheduling.services.sync import event_deliver_now, event_deliver_now_refusal
 from users.selectors import SEARCH_RECIPIENTS_BOUND, user_ids_found

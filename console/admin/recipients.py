@@ -15,8 +15,9 @@ from console import widgets
 from console.admin.events import retries_of
 from console.forms import RecipientAdminForm
 from console.pagination import BoundedListAdmin
+from delivery.destinations.selectors import destination_audience_labels
 from delivery.models import Delivery, DeliveryAttempt
-from delivery.selectors import destination_audience_labels, recipients_attempt_count
+from delivery.selectors import recipients_attempt_count
 from scheduling.models import Event, EventStatus, EventType
 from users import services
 from users.models import User

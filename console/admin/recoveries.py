@@ -1,7 +1,7 @@
 """A destination's recoveries in the console: the count first, then the operator confirms, then the progress.
 
 The Recover page of a destination asks for the states and the window, shows
-how many deliveries that is (delivery.services.recovery.recovery_preview) and
+how many deliveries that is (delivery.actions.recovery.recovery_preview) and
 records the recovery only when the operator confirms that number, as Django's
 delete confirmation does. The workers do the work; the destination's page
 lists its recoveries with their progress (RecoveryInline).
@@ -19,8 +19,8 @@ from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
+from delivery.actions.recovery import RecoveryRefused, recovery_create, recovery_preview
 from delivery.models import RECOVERABLE_STATUSES, Destination, Recovery
-from delivery.services.recovery import RecoveryRefused, recovery_create, recovery_preview
 
 DATETIME_INPUT = forms.DateTimeInput(attrs={"type": "datetime-local", "step": 1}, format="%Y-%m-%dT%H:%M:%S")
 

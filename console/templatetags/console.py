@@ -17,7 +17,7 @@ def when(moment):
 
 @register.filter
 def condition_badge(health):
-    """A destination's condition (delivery.selectors.DestinationHealth) as its coloured badge."""
+    """A destination's condition (delivery.destinations.selectors.DestinationHealth) as its coloured badge."""
     from console.admin.destinations import condition_badge as badge_of
 
     return badge_of(health)

@@ -23,8 +23,8 @@ from delivery.models import (
     Endpoint,
     EndpointState,
 )
-from delivery.services.endpoints import endpoint_for_destination
-from delivery.tests.conftest import endpoint_columns, key_of
+from delivery.states.endpoints import endpoint_for_destination
+from delivery.tests.pipeline import endpoint_columns, key_of
 from runtime.models import ProcessHeartbeat, ProcessKind
 from scheduling.handlers import local_send_instant
 from scheduling.models import Event, EventStatus, EventType

@@ -8,8 +8,8 @@ from django.urls import reverse
 from console.tests.test_destinations_admin import ADD as DESTINATION_ADD
 from console.tests.test_destinations_admin import FORM as DESTINATION_FORM
 from console.tests.test_recipients_admin import form_data
+from delivery.destinations.services import destination_create
 from delivery.models import Destination
-from delivery.services.destinations import destination_create
 from users.models import User
 from users.services import user_create
 

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from console.tests.console_data import endpoint, populate_demo, waiting_for
 from delivery.models import EndpointState
-from delivery.worker import Worker
+from delivery.worker.loop import Worker
 from devtools.sink import WebhookSink
 from scheduling.models import Event, EventStatus
 from users.tests.factories import UserFactory

@@ -13,10 +13,10 @@ import pytest
 from django.urls import reverse
 
 from console.tests.test_browser import PASSWORD, deliver_due_in_a_thread, log_in
+from delivery.destinations.services import destination_create
+from delivery.dispatch.scheduler import Scheduler
 from delivery.models import Destination
-from delivery.scheduler import Scheduler
-from delivery.services.destinations import destination_create
-from delivery.tests.conftest import make_due
+from delivery.tests.pipeline import make_due
 from devtools.sink import WebhookSink
 from users.models import User
 from users.services import user_create

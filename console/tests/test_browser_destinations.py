@@ -18,6 +18,7 @@ from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
 from console.tests.test_browser import PASSWORD, deliver_due_in_a_thread, log_in
+from delivery.dispatch.scheduler import Scheduler
 from delivery.models import (
     Delivery,
     DeliveryStatus,
@@ -27,8 +28,7 @@ from delivery.models import (
     Recovery,
     RecoveryStatus,
 )
-from delivery.scheduler import Scheduler
-from delivery.tests.conftest import make_due
+from delivery.tests.pipeline import make_due
 from devtools.sink import WebhookSink
 from users.tests.factories import UserFactory
 

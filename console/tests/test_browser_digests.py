@@ -15,9 +15,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from console.tests.test_browser import PASSWORD, deliver_due_in_a_thread, log_in
+from delivery.destinations.services import destination_create
+from delivery.dispatch.scheduler import Scheduler
 from delivery.models import Destination
-from delivery.scheduler import Scheduler
-from delivery.services.destinations import destination_create
 from devtools.sink import WebhookSink
 from users.services import user_create
 

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from console import dashboard
 from console.tests.console_data import dead_at, delivered_at, populate_demo
-from delivery.services.destinations import destination_create
+from delivery.destinations.services import destination_create
 from scheduling.models import Event, EventStatus
 from users.tests.factories import UserFactory
 

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from console import widgets
 from console.tests.console_data import dead_at
-from delivery.services.destinations import destination_create
+from delivery.destinations.services import destination_create
 from scheduling.models import Event, EventStatus, EventType, EventTypePause
 from users.services import user_update
 from users.tests.factories import UserFactory

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from console import dashboard
 from console.tests.console_data import dead_at, delivered_at, heartbeat
-from delivery.services.destinations import destination_create
+from delivery.destinations.services import destination_create
 from runtime.models import ProcessKind
 from scheduling.models import EventStatus
 from scheduling.selectors import event_status_counts

@@ -11,11 +11,11 @@ from django.test import Client
 from django.urls import reverse
 
 from conftest import permissions_named
+from delivery.destinations import services
+from delivery.destinations.services import destination_create
+from delivery.dispatch.scheduler import Scheduler
 from delivery.models import Delivery, DeliveryStatus, Destination, DestinationSecret, Endpoint, EndpointState
-from delivery.scheduler import Scheduler
-from delivery.services import destinations as services
-from delivery.services.destinations import destination_create
-from delivery.tests.conftest import key_of, make_due
+from delivery.tests.pipeline import key_of, make_due
 from devtools.sink import Reply, WebhookSink
 from users.tests.factories import UserFactory
 
@@ -335,7 +335,7 @@ def test_pages_show_the_url_redacted_and_the_reveal_shows_it_whole_to_who_may_ch
             response = client.get(page)
             assert response.status_code == 200, page
             assert TOKEN not in response.content.decode(), page
-    # all of the Slack URL but its token (channels.slack), on the destination's pages and its endpoint's
+    # all of the Slack URL but its token (kinds.slack), on the destination's pages and its endpoint's
     for page in (LIST, change_url(destination), reverse("admin:delivery_endpoint_changelist")):
         assert "https://hooks.slack.com/services/T0001/B0001/…" in console.get(page).content.decode(), page
     assert "Reveal the URL" in console.get(change_url(destination)).content.decode()

@@ -3,8 +3,8 @@
 import pytest
 from django.urls import reverse
 
+from delivery.destinations.services import destination_create, destination_url_fields
 from delivery.models import Destination
-from delivery.services.destinations import destination_create, destination_url_fields
 
 pytestmark = pytest.mark.django_db
 
@@ -58,9 +58,9 @@ def test_the_deliveries_page_lists_a_digest_finds_it_by_its_key_and_filters_dige
 
     from django.utils import timezone
 
-    from delivery.digests import digest_schedule
+    from delivery.dispatch.digests import digests_build_due
     from delivery.models import Delivery
-    from delivery.services.digests import digests_build_due
+    from delivery.rules.digest_calendar import digest_schedule
     from users.tests.factories import UserFactory
 
     # given a queued digest naming two people, beside nothing else

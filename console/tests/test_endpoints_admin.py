@@ -13,10 +13,10 @@ from django.urls import reverse
 
 from conftest import permissions_named
 from console.tests.console_data import completed_event, endpoint, heartbeat, waiting_for
+from delivery.credentials.receiver_urls import url_redact
+from delivery.destinations.selectors import Backlog, endpoint_backlog
 from delivery.models import Delivery, DeliveryStatus, Endpoint, EndpointState
-from delivery.receiver_urls import url_redact
-from delivery.selectors import Backlog, endpoint_backlog
-from delivery.tests.conftest import key_of
+from delivery.tests.pipeline import key_of
 from runtime.models import ProcessKind
 from users.tests.factories import UserFactory
 

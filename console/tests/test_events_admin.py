@@ -14,8 +14,8 @@ from django.urls import clear_url_caches, reverse
 from django.utils import timezone
 
 from console.tests.console_data import completed_event, failed_event, heartbeat
+from delivery.dispatch.claim import deliveries_enqueue_due
 from delivery.models import Delivery, DeliveryStatus
-from delivery.services.enqueue import deliveries_enqueue_due
 from runtime.models import ProcessKind
 from scheduling.models import Event, EventStatus, EventZoneData
 from scheduling.zonedata import zone_data_version

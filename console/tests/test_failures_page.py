@@ -10,8 +10,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from console.tests.console_data import dead_at
+from delivery.destinations.services import destination_create
 from delivery.models import Delivery, DeliveryStatus, FailureAcknowledgement
-from delivery.services.destinations import destination_create
 
 pytestmark = pytest.mark.django_db
 PAGE = "admin:failures"

@@ -5,9 +5,9 @@ from django.contrib.auth import get_user_model
 from django.urls import reverse
 
 from conftest import permissions_named
+from delivery.actions.recovery import recoveries_advance
+from delivery.actions.tests.recovery_data import history_build
 from delivery.models import Delivery, DeliveryStatus, Recovery
-from delivery.services.recovery import recoveries_advance
-from delivery.tests.recovery_data import history_build
 
 pytestmark = pytest.mark.django_db
 

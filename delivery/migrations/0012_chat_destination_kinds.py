@@ -1,12 +1,12 @@
 """The kinds of destination move to channels/: `teams` becomes Teams Workflows, `teams_messagecard` the legacy card.
 
 Destinations keep their format: a `teams` destination now gets the Adaptive Card a
-Workflows webhook posts (channels.teams). What is already queued for one was
+Workflows webhook posts (kinds.teams). What is already queued for one was
 rendered as a MessageCard, which a Workflows flow fails on after answering 202:
 those bodies are rewritten here into the Adaptive Card with the same text (a
 TextRun, shown as written). Deliveries that ended keep their body as sent; an
 operator's resend renders a new one. The shape is written out below, not
-imported, so that this migration stays what it is when channels.teams changes.
+imported, so that this migration stays what it is when kinds.teams changes.
 """
 
 from django.db import migrations, models

@@ -1,6 +1,6 @@
 """An endpoint's last error kept the receiver's reason phrase or an error text quoting its answer, which may
 name a recipient and which no erase reaches: rewritten to what names no one (the status and its standard
-phrase, the error's kind), as the workers now write it (delivery.transport.SendResult)."""
+phrase, the error's kind), as the workers now write it (delivery.receivers.transport.SendResult)."""
 
 import http
 import re

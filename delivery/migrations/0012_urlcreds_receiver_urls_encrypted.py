@@ -1,4 +1,4 @@
-"""Receiver URLs are credentials (delivery.receiver_urls): encrypted at rest, known by a keyed hash, shown redacted.
+"""Receiver URLs are credentials (delivery.credentials.receiver_urls): encrypted at rest, known by a keyed hash, shown redacted.
 
 Converts what is stored, in one transaction:
 
@@ -23,7 +23,7 @@ has its key (its history to a receiver no longer configured keeps none).
 
 from django.db import migrations, models
 
-from delivery.receiver_urls import url_encrypt, url_key, url_normalise_keeping_userinfo, url_redact
+from delivery.credentials.receiver_urls import url_encrypt, url_key, url_normalise_keeping_userinfo, url_redact
 
 BATCH = 1000
 UNSENT = ("QUEUED", "SENDING")
@@ -95,7 +95,7 @@ def forward(apps, schema_editor):
 
 
 def backward(apps, schema_editor):
-    from delivery.receiver_urls import url_decrypt
+    from delivery.credentials.receiver_urls import url_decrypt
 
     schema_editor.execute("SET CONSTRAINTS ALL IMMEDIATE")
     Destination = apps.get_model("delivery", "Destination")

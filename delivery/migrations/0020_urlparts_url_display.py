@@ -22,9 +22,9 @@ with, so nothing needs decrypting.
 from django.core.exceptions import ImproperlyConfigured
 from django.db import migrations
 
-from channels import channel_for
-from channels.base import host_only
-from delivery.receiver_urls import url_decrypt
+from kinds import kind_for
+from kinds.base import host_only
+from delivery.credentials.receiver_urls import url_decrypt
 
 
 def forward(apps, schema_editor):
@@ -36,7 +36,7 @@ def forward(apps, schema_editor):
             url = url_decrypt(destination.url_ciphertext)
         except ImproperlyConfigured:
             continue
-        shown = channel_for(destination.format).shown_url(url)
+        shown = kind_for(destination.format).shown_url(url)
         Destination.objects.filter(pk=destination.pk).update(url_display=shown)
         Endpoint.objects.filter(key=destination.url_key).update(url_display=shown)
 

@@ -5,9 +5,9 @@ import importlib
 import pytest
 from django.db import connection
 
+from delivery.destinations.tests.test_destinations import due_user, new_destination
+from delivery.dispatch.scheduler import Scheduler
 from delivery.models import Delivery, DeliveryStatus
-from delivery.scheduler import Scheduler
-from delivery.tests.test_destinations import due_user, new_destination
 
 pytestmark = pytest.mark.django_db
 

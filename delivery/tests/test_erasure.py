@@ -12,15 +12,15 @@ from django.db import connections, transaction
 from django.urls import reverse
 from django.utils import timezone
 
+from delivery.destinations.services import destination_create, destination_pause, destination_resume
+from delivery.dispatch.retention import history_cutoff, history_prune_batches
+from delivery.dispatch.scheduler import Scheduler
 from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, Endpoint
-from delivery.scheduler import Scheduler
-from delivery.services.destinations import destination_create, destination_pause, destination_resume
-from delivery.services.leases import deliveries_claim
-from delivery.services.record import deliveries_record
-from delivery.services.retention import history_cutoff, history_prune_batches
-from delivery.tests.conftest import endpoint_columns, key_of, make_due
-from delivery.transport import SendResult
-from delivery.worker import Worker
+from delivery.receivers.transport import SendResult
+from delivery.tests.pipeline import endpoint_columns, key_of, make_due
+from delivery.worker.leases import deliveries_claim
+from delivery.worker.loop import Worker
+from delivery.worker.record import deliveries_record
 from devtools.sink import Reply
 from scheduling.models import DeletedRecipientOccurrence, Event, EventStatus
 from users.models import User
@@ -326,7 +326,7 @@ def test_an_erase_with_a_stale_if_match_changes_nothing(exporter):
 def test_an_erase_beside_a_worker_recording_an_outcome_waits_for_it_instead_of_deadlocking(
     exporter, delivery_settings
 ):
-    # A worker records an outcome as delivery.services.record does: its delivery's row
+    # A worker records an outcome as delivery.worker.record does: its delivery's row
     # first, then its event's, in one transaction. The erase must take them in that order.
     body = exporter.post(USERS_URL, PERSON, format="json").json()
     make_due([Event.objects.get(user_id=body["id"])])

@@ -49,7 +49,7 @@ import psycopg
 import pytest
 
 from delivery.models import Delivery
-from delivery.tests.conftest import eventually, process_env, start_process, stop_all, wait_until
+from delivery.tests.pipeline import eventually, process_env, start_process, stop_all, wait_until
 from delivery.tests.test_outage import CREATE_DUE_RECIPIENTS, RECIPIENTS, manage
 from devtools.ports import free_port
 from devtools.postgres import EmbeddedPostgres, EmbeddedPostgresError

@@ -6,10 +6,10 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from delivery.destinations.services import destination_create, destination_update
+from delivery.dispatch.scheduler import Scheduler
 from delivery.models import Delivery
-from delivery.scheduler import Scheduler
-from delivery.services.destinations import destination_create, destination_update
-from delivery.tests.conftest import make_due
+from delivery.tests.pipeline import make_due
 from scheduling.models import EventStatus, EventType, MessageTemplate
 from scheduling.selectors import message_templates
 from scheduling.services.messages import message_template_save
@@ -226,8 +226,8 @@ def test_a_stored_own_text_gone_bad_falls_back_to_the_templates(hr):
 
 
 def test_a_resend_renders_the_destinations_own_text_again(hr, delivery_settings):
+    from delivery.actions.resend import event_resend
     from delivery.models import DeliveryStatus
-    from delivery.services.operator import event_resend
 
     destination_update(
         destination=hr, operator="ops", changes={"message_overrides": {"BIRTHDAY": "Yo {first_name}"}}

@@ -9,10 +9,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from freezegun import freeze_time
 
+from delivery.actions.resend import event_resend
+from delivery.dispatch.claim import deliveries_enqueue_due
 from delivery.models import Delivery
-from delivery.services.enqueue import deliveries_enqueue_due
-from delivery.services.operator import event_resend
-from delivery.tests.conftest import create_due_users, make_due
+from delivery.tests.pipeline import create_due_users, make_due
 from scheduling.exceptions import InvalidStateTransition
 from scheduling.models import EventStatus, EventType, MessageTemplate
 from scheduling.services.messages import message_template_save

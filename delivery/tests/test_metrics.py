@@ -8,9 +8,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from prometheus_client import REGISTRY
 
-from delivery.scheduler import Scheduler
-from delivery.tests.conftest import make_due, process_env, start_process, wait_until
-from delivery.worker import Worker
+from delivery.dispatch.scheduler import Scheduler
+from delivery.tests.pipeline import make_due, process_env, start_process, wait_until
+from delivery.worker.loop import Worker
 from devtools.ports import free_port
 from devtools.sink import Reply
 from runtime.models import ProcessHeartbeat, ProcessKind

@@ -7,8 +7,8 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
-from delivery.receiver_urls import url_decrypt
-from delivery.tests.conftest import key_of
+from delivery.credentials.receiver_urls import url_decrypt
+from delivery.tests.pipeline import key_of
 
 BEFORE = [("delivery", "0011_recoveries")]
 AFTER = [("delivery", "0012_urlcreds_receiver_urls_encrypted")]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from delivery.receiver_urls import url_encrypt, url_key, url_redact
+from delivery.credentials.receiver_urls import url_encrypt, url_key, url_redact
 from delivery.tests.test_migration_receiver_urls import executor_leaf, migrate
 
 BEFORE = [("delivery", "0019_merge_digests_urlcreds")]

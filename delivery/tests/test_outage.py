@@ -48,7 +48,7 @@ import psycopg
 import pytest
 
 from delivery.models import Delivery, DeliveryAttempt
-from delivery.tests.conftest import (
+from delivery.tests.pipeline import (
     BASE_DIR,
     assert_each_receiver_accepted_each_key_once,
     eventually,
@@ -165,7 +165,7 @@ def private_receivers(cluster: PrivateCluster, settings, sink, count: int) -> It
 
     def create(urls: list[str]) -> None:
         script = (
-            f"from delivery.tests.conftest import destinations_create_at; destinations_create_at({urls!r})"
+            f"from delivery.tests.pipeline import destinations_create_at; destinations_create_at({urls!r})"
         )
         manage(["shell", "-c", script], cluster.database_url, env=process_env(settings))
 

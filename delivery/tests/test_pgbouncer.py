@@ -31,7 +31,7 @@ from django.db import connection
 
 from delivery.models import Delivery, DeliveryStatus
 from delivery.tests import test_outage
-from delivery.tests.conftest import (
+from delivery.tests.pipeline import (
     create_due_users,
     process_env,
     start_process,
@@ -394,7 +394,7 @@ def test_through_pgbouncer_an_idle_worker_is_woken_by_the_listen_url_or_finds_wo
 ALTERNATING_SERVER_CONNECTIONS = """
 import os, psycopg
 from django.db import connection, transaction
-from delivery.services.enqueue import deliveries_enqueue_due
+from delivery.dispatch.claim import deliveries_enqueue_due
 
 if os.environ.get("FORCE_PREPARE_THRESHOLD"):
     connection.close()

@@ -9,13 +9,13 @@ from django.core.management import call_command
 from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
+from delivery.actions.resend import delivery_resend
+from delivery.dispatch.scheduler import Scheduler
 from delivery.models import AttemptOutcome, Delivery, DeliveryStatus, Destination
-from delivery.scheduler import Scheduler
-from delivery.services.expiry import deliveries_expire_late
-from delivery.services.operator import delivery_resend
-from delivery.tests.conftest import create_due_users, key_of, make_due
-from delivery.transport import USER_AGENT
-from delivery.worker import Worker
+from delivery.receivers.transport import USER_AGENT
+from delivery.tests.pipeline import create_due_users, key_of, make_due
+from delivery.worker.expiry import deliveries_expire_late
+from delivery.worker.loop import Worker
 from devtools.sink import Reply
 from scheduling.models import Event, EventStatus, EventType
 from users.services import user_create, user_update
@@ -323,7 +323,7 @@ def test_a_once_run_queues_what_is_due_before_it_repairs_recipients_without_an_e
 def test_scheduler_logs_the_backlog_at_start(delivery_settings, caplog):
     make_due([new_user().events.get()], ago=timedelta(hours=2))
 
-    with caplog.at_level("INFO", logger="delivery.scheduler"):
+    with caplog.at_level("INFO", logger="delivery.dispatch.scheduler"):
         run_scheduler_once()
 
     started = [r for r in caplog.records if "Scheduler started" in r.getMessage()]
@@ -426,7 +426,7 @@ def test_a_worker_without_any_destination_starts_and_has_nothing_to_send(setting
 
 
 def test_delivery_claim_uses_the_partial_index(delivery_settings, production_plan):
-    from delivery.services.leases import deliveries_claim
+    from delivery.worker.leases import deliveries_claim
 
     create_due_users(20)
     run_scheduler_once()
@@ -455,9 +455,9 @@ def test_worker_writes_a_heartbeat(delivery_settings):
 def test_resending_a_dead_delivery_goes_to_its_destinations_current_url_under_the_same_key(
     delivery_settings, sink
 ):
-    from delivery.services.destinations import destination_update
-    from delivery.services.operator import delivery_resend
-    from delivery.tests.conftest import ScriptedSink
+    from delivery.actions.resend import delivery_resend
+    from delivery.destinations.services import destination_update
+    from delivery.tests.pipeline import ScriptedSink
 
     event = new_user().events.get()
     make_due([event])
@@ -494,7 +494,7 @@ def test_the_claim_summary_counts_the_events_held_back_by_a_pause(delivery_setti
     make_due([held.events.get(), sent.events.get()])
 
     # when the scheduler claims them
-    with caplog.at_level("INFO", logger="delivery.scheduler"):
+    with caplog.at_level("INFO", logger="delivery.dispatch.scheduler"):
         run_scheduler_once()
 
     # then its line accounts for both: one queued, one held back by the pause
@@ -514,7 +514,7 @@ def test_a_worker_line_for_a_chat_format_names_no_user_id_rather_than_none(deliv
     run_scheduler_once()
 
     # when the worker sends it
-    with caplog.at_level("INFO", logger="delivery.services.record"):
+    with caplog.at_level("INFO", logger="delivery.worker.record"):
         run_worker_once()
 
     # then its lines carry the event id and no user_id=None

@@ -10,7 +10,7 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 
 from delivery.models import Delivery, DeliveryAttempt, Endpoint
-from delivery.tests.conftest import process_env, start_process, stop_all, wait_until
+from delivery.tests.pipeline import process_env, start_process, stop_all, wait_until
 from devtools.sink import Reply
 from scheduling.models import Event, EventStatus
 from users.tests.traces import traces

@@ -17,9 +17,9 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from delivery.dispatch.claim import deliveries_enqueue_due
 from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus
-from delivery.services.enqueue import deliveries_enqueue_due
-from delivery.tests.conftest import (
+from delivery.tests.pipeline import (
     assert_each_receiver_accepted_each_key_once,
     assert_every_delivery_delivered_and_event_completed,
     create_due_users,
@@ -30,7 +30,7 @@ from delivery.tests.conftest import (
     stop_all,
     wait_until,
 )
-from delivery.worker import Worker
+from delivery.worker.loop import Worker
 from devtools.sink import Reply
 from runtime.models import ProcessHeartbeat
 from scheduling.models import Event, EventStatus
@@ -128,8 +128,8 @@ def test_sigkill_mid_delivery_is_resent_with_the_same_key_after_the_lease(delive
 def test_sigkill_mid_send_to_three_destinations_resends_each_once_with_the_same_key(
     delivery_settings, tmp_path
 ):
-    from delivery.services.destinations import destination_create
-    from delivery.tests.conftest import ScriptedSink
+    from delivery.destinations.services import destination_create
+    from delivery.tests.pipeline import ScriptedSink
 
     delivery_settings.WEBHOOK_URL = ""
     delivery_settings.WEBHOOK_TIMEOUT = timedelta(seconds=3)
@@ -313,8 +313,8 @@ def test_reconcile_repairs_orphans_chunk_after_chunk_without_waiting_for_the_int
 ):
     import threading
 
-    from delivery import scheduler as scheduler_module
-    from delivery.scheduler import Scheduler
+    from delivery.dispatch import scheduler as scheduler_module
+    from delivery.dispatch.scheduler import Scheduler
     from users.models import User
 
     monkeypatch.setattr(scheduler_module, "RECONCILE_CHUNK", 3)

@@ -1,2 +1,2 @@
 # The real local webhook receiver and the settings pointing at it, shared with the delivery tests.
-from delivery.tests.conftest import delivery_settings, sink  # noqa: F401
+from delivery.tests.pipeline import delivery_settings, sink  # noqa: F401

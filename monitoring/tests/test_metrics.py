@@ -9,13 +9,14 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from delivery.destinations.selectors import endpoint_backlog
+from delivery.destinations.services import destination_create
+from delivery.dispatch.scheduler import Scheduler
 from delivery.models import Delivery, DeliveryStatus, Endpoint, EndpointState
-from delivery.scheduler import Scheduler
-from delivery.selectors import delivery_finished_counts, endpoint_backlog
-from delivery.services.destinations import destination_create
-from delivery.services.endpoints import endpoint_pause
-from delivery.tests.conftest import endpoint_columns, key_of, make_due
-from delivery.worker import Worker
+from delivery.selectors import delivery_finished_counts
+from delivery.states.endpoints import endpoint_pause
+from delivery.tests.pipeline import endpoint_columns, key_of, make_due
+from delivery.worker.loop import Worker
 from devtools.sink import Reply
 from runtime.heartbeats import heartbeat_start
 from runtime.models import ProcessHeartbeat, ProcessKind
@@ -401,7 +402,7 @@ def test_what_waits_on_endpoints_is_read_from_the_unfinished_deliveries_indexes(
 
 def test_a_destination_whose_deliveries_end_dead_is_failing_in_the_metrics(client, metrics_settings):
     from console.tests.console_data import dead_at, delivered_at
-    from delivery.services.destinations import destination_create
+    from delivery.destinations.services import destination_create
 
     # given crm-broken, 3 of 3 deliveries DEAD (its endpoint healthy), and crm-fine, delivering
     broken = destination_create(
@@ -435,7 +436,7 @@ def test_every_metric_the_alerts_name_is_one_the_web_exports(client, metrics_set
 
     import yaml
 
-    from delivery.services.destinations import destination_create
+    from delivery.destinations.services import destination_create
 
     # given an endpoint and a destination, so their series exist
     destination_create(name="crm", url=RECEIVER, operator="o")  # its endpoint row is made with it

@@ -5,7 +5,7 @@ import gc
 import pytest
 from django.core.management import call_command
 
-from delivery.worker import Worker
+from delivery.worker.loop import Worker
 from runtime.heap import MIDDLE_THRESHOLD, YOUNG_THRESHOLD, heap_settled
 
 

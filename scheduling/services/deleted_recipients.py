@@ -21,7 +21,7 @@ created again the same day gets it, once.
 Each row lasts as long as its occurrence could be given again, and no longer:
 a send time on local date D is at the latest D+1 11:59 UTC (D 23:59 at UTC-12),
 and the catch-up window of its type runs from there. The history prune
-(delivery.services.retention) deletes the rows past that.
+(delivery.dispatch.retention) deletes the rows past that.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from django.test import override_settings
 from django.urls import reverse
 from freezegun import freeze_time
 
-from delivery.services.retention import history_cutoff, history_prune_batches
+from delivery.dispatch.retention import history_cutoff, history_prune_batches
 from scheduling.apps import _check_catch_up_windows
 from scheduling.models import DeletedRecipientOccurrence, Event, EventStatus, EventType
 from scheduling.services.occurrences import idempotency_key_for

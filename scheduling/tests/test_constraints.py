@@ -6,7 +6,7 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 from django.db import IntegrityError, connection, transaction
 
-from delivery.services.enqueue import deliveries_enqueue_due
+from delivery.dispatch.claim import deliveries_enqueue_due
 from scheduling.models import Event, EventStatus, EventType
 from scheduling.services.occurrences import idempotency_key_for
 from users.models import User

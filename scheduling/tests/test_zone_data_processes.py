@@ -13,7 +13,7 @@ from datetime import time as clock
 import pytest
 from rest_framework.authtoken.models import Token
 
-from delivery.tests.conftest import process_env, start_process, stop_all, wait_until
+from delivery.tests.pipeline import process_env, start_process, stop_all, wait_until
 from scheduling import zonedata
 from scheduling.models import Event, EventStatus, EventZoneData
 from scheduling.tests.conftest import OLD_VERSION, old_zone_env

@@ -17,7 +17,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
-from delivery.scheduler import Scheduler
+from delivery.dispatch.scheduler import Scheduler
 from scheduling import zonedata
 from scheduling.models import Event, EventStatus, EventType, EventZoneData
 from scheduling.services.zone_rules import events_follow_zone_data

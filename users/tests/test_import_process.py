@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 from django.db.models import Count
 
-from delivery.tests.conftest import process_env, start_process, wait_until
+from delivery.tests.pipeline import process_env, start_process, wait_until
 from scheduling.models import Event, EventStatus, EventType
 from users.models import User
 

@@ -706,8 +706,8 @@ def test_a_rerun_pauses_and_resumes_as_the_api_does_and_a_file_without_the_colum
 
 @pytest.mark.usefixtures("default_destination")
 def test_a_recipient_imported_paused_is_not_greeted_but_failed_with_its_reason(tmp_path):
+    from delivery.dispatch.claim import deliveries_enqueue_due
     from delivery.models import Delivery
-    from delivery.services.enqueue import deliveries_enqueue_due
     from scheduling.pauses import RECIPIENT_PAUSED
 
     with freeze_time("2027-04-01T00:00:00Z"):

@@ -6,7 +6,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 
-from delivery.audience import Audience
+from delivery.destinations.audience import Audience
 from scheduling.labels import clean_labels
 from scheduling.languages import clean_language, language_fallbacks
 from users.models import User
@@ -194,8 +194,8 @@ def test_the_database_takes_labels_by_the_rule():
 
 @pytest.mark.parametrize("field", ["audience_labels", "excluded_labels"])
 def test_the_database_refuses_an_audience_off_the_rule(field):
+    from delivery.destinations.services import destination_url_fields
     from delivery.models import Destination
-    from delivery.services.destinations import destination_url_fields
 
     destination = Destination.objects.create(
         name="d", **destination_url_fields(url="https://d.example.org/h")

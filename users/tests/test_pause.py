@@ -10,9 +10,9 @@ from django.urls import reverse
 from django.utils import timezone
 from freezegun import freeze_time
 
+from delivery.destinations.services import destinations_seed_default
+from delivery.dispatch.claim import deliveries_enqueue_due
 from delivery.models import Delivery
-from delivery.services.destinations import destinations_seed_default
-from delivery.services.enqueue import deliveries_enqueue_due
 from monitoring.tests.test_metrics import samples
 from scheduling.models import Event, EventStatus, EventType, EventTypePause
 from scheduling.pauses import EVENT_TYPE_PAUSED, RECIPIENT_PAUSED

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from delivery.services.destinations import destination_secrets_reencrypt
+from delivery.destinations.services import destination_secrets_reencrypt
 
 
 class Command(BaseCommand):

@@ -4,7 +4,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from delivery.services.retention import (
+from delivery.dispatch.retention import (
     PRUNE_BATCH_SIZE,
     PRUNE_REST,
     PruneTotals,

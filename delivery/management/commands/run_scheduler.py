@@ -1,7 +1,7 @@
 from django.core.management.base import CommandError
 
-from delivery.receiver_addresses import webhook_url_setting_check
-from delivery.scheduler import Scheduler
+from delivery.dispatch.scheduler import Scheduler
+from delivery.receivers.addresses import webhook_url_setting_check
 from runtime.commands import ProcessCommand
 
 

@@ -1,7 +1,7 @@
 from django.core.management.base import CommandError
 
-from delivery.receiver_addresses import webhook_url_setting_check
-from delivery.worker import Worker
+from delivery.receivers.addresses import webhook_url_setting_check
+from delivery.worker.loop import Worker
 from runtime.commands import ProcessCommand
 
 

@@ -1,0 +1,126 @@
+"""Queuing ended deliveries again, as an operator asks: a resend (delivery.actions.resend) or a recovery
+(delivery.actions.recovery). One way for both, so the two never send different things.
+
+Each delivery goes back to the queue under its own idempotency key, due now,
+with a fresh budget of attempts on top of those spent (attempt numbers keep
+counting; the old outcome stays in the attempt log), to its destination's URL
+as it is now, with the message rendered from the recipient and the type's
+template as they are now, in the destination's format as it is now. Its event
+is PROCESSING again until its last delivery ends (delivery.states.conclude).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+
+from delivery.dispatch.payload import message_overrides, webhook_payload
+from delivery.models import Delivery, DeliveryStatus, Destination
+from delivery.rules.digest_calendar import digest_body
+from delivery.states.transitions import Rows, deliveries_transition
+from kinds import STANDARD, kind_for
+from scheduling.models import Event, EventStatus
+from scheduling.selectors import MessageTemplates
+from scheduling.services.transitions import Actor, events_transition
+
+
+def event_payload(
+    *, event: Event, templates: MessageTemplates, destination: Destination | None = None
+) -> dict[str, Any]:
+    """The standard body of `event` (its `user` loaded) rendered now, with `templates` (message_templates()),
+    in the recipient's language, or in `destination`'s own text for the type if it has one."""
+    override = (
+        message_overrides(destinations=[destination]).get((destination.pk, event.event_type))
+        if destination
+        else None
+    )
+    return webhook_payload(
+        event_id=event.id,
+        event_type=event.event_type,
+        occurrence_date=event.occurrence_date,
+        target_utc=event.target_timestamp_utc,
+        recipient=event.user,
+        templates=templates,
+        language=event.user.language,
+        override=override,
+    )
+
+
+def deliveries_requeue(
+    *,
+    source: str,
+    deliveries: Sequence[Delivery],
+    events: Mapping[uuid.UUID, Event],
+    templates: MessageTemplates,
+    now: datetime,
+) -> list[uuid.UUID]:
+    """Queue `deliveries` (each in `source`, its destination loaded) again in one UPDATE; return the ids moved.
+
+    `events` holds each one's event with its recipient, locked by the caller;
+    a digest's delivery (its `digest` loaded) needs none.
+    A delivery that left `source` meanwhile is not moved: the caller sees it
+    missing from what comes back.
+    """
+    if not deliveries:
+        return []
+    payloads: dict[tuple[uuid.UUID, int | None], dict[str, Any]] = {}
+    bodies, keys, budgets = [], [], []
+    for delivery in deliveries:
+        destination = delivery.destination
+        if delivery.digest_id is not None:
+            # A digest goes again as it was built (its lines, less anyone erased since), in the
+            # destination's kind as it is now; a deleted destination's, in the standard body.
+            assert delivery.digest is not None  # loaded with it: the callers select_related("digest")
+            bodies.append(
+                digest_body(
+                    digest=delivery.digest, format=destination.format if destination else STANDARD.name
+                )
+            )
+            keys.append(destination.url_key if destination else delivery.endpoint_key)
+            budgets.append(delivery.attempts + settings.DELIVERY_MAX_ATTEMPTS)
+            continue
+        assert delivery.event_id is not None  # delivery_event_or_digest
+        # Per destination: one with a text of its own gets it again.
+        payload = payloads.get((delivery.event_id, delivery.destination_id))
+        if payload is None:
+            payload = payloads[(delivery.event_id, delivery.destination_id)] = event_payload(
+                event=events[delivery.event_id], templates=templates, destination=destination
+            )
+        # A delivery whose destination was deleted goes, in the standard format, where it went.
+        bodies.append(kind_for(destination.format).body(payload) if destination else payload)
+        keys.append(destination.url_key if destination else delivery.endpoint_key)
+        budgets.append(delivery.attempts + settings.DELIVERY_MAX_ATTEMPTS)
+    moved = deliveries_transition(
+        source=source,
+        target=DeliveryStatus.QUEUED,
+        select=Rows(
+            ids=[d.id for d in deliveries],
+            attempts=[d.attempts for d in deliveries],
+            values={"payload": bodies, "endpoint_key": keys, "max_attempts": budgets},
+        ),
+        now=now,
+        # Queued again, it is not delivered (yet): the first acceptance stays in the attempt log.
+        changes={"last_error": "", "next_attempt_at": now, "requeued_at": now, "delivered_at": None},
+    )
+    return [row[0] for row in moved]
+
+
+def events_reopen(*, events: Sequence[Event], now: datetime | None = None) -> None:
+    """Take ended events (FAILED or COMPLETED, locked by the caller) back to PROCESSING: a delivery goes again.
+
+    An event still PROCESSING (another destination's delivery is under way)
+    simply stays so.
+    """
+    for source in (EventStatus.FAILED, EventStatus.COMPLETED):
+        events_transition(
+            events=[event for event in events if event.status == source],
+            source=source,
+            target=EventStatus.PROCESSING,
+            actor=Actor.OPERATOR,
+            now=now,
+            changes={"failure_reason": ""},
+        )

@@ -1,0 +1,522 @@
+"""The destinations API's shapes. Validation of the values is the service's (delivery.destinations.services)."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Any
+
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from delivery.destinations.services import EDITABLE_FIELDS
+from delivery.models import (
+    RECOVERABLE_STATUSES,
+    Destination,
+    DestinationFormat,
+    DestinationSecret,
+    EndpointState,
+    Recovery,
+    Weekend,
+)
+from delivery.rules import failure_causes as failures
+from scheduling.event_types import EventType
+
+
+class SecondsField(serializers.FloatField):
+    """A duration as a number of seconds, as WEBHOOK_TIMEOUT is written."""
+
+    # The bounds a timedelta can hold comfortably; the service then holds it to WEBHOOK_TIMEOUT.
+    LONGEST = 86400.0
+
+    def to_internal_value(self, data):
+        seconds = super().to_internal_value(data)
+        if not 0 <= seconds <= self.LONGEST:
+            raise serializers.ValidationError(f"A number of seconds from 0 to {self.LONGEST:g}.")
+        return timedelta(seconds=seconds)
+
+    # DRF's FloatField represents a float as a float; djangorestframework-stubs say str.
+    def to_representation(self, value: timedelta | float) -> float:  # type: ignore[override]
+        # A timedelta from the model; FloatField's signature takes the float it would be.
+        return value.total_seconds() if isinstance(value, timedelta) else value
+
+
+class TextField(serializers.CharField):
+    """Text as given: a number or a boolean is refused rather than turned into text."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class DestinationSecretSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = DestinationSecret
+        fields = ["hint", "created_at", "expires_at"]
+        extra_kwargs = {
+            "hint": {
+                "help_text": "The prefix and the first characters: enough to tell secrets apart, never to sign."
+            },
+            "expires_at": {
+                "help_text": "Null: in force. Else it signs beside the newer one until then (rotation)."
+            },
+        }
+
+
+class ReceiverUrlField(serializers.CharField):
+    """A receiver URL: read as its redacted form (the host, never the token: delivery.credentials.receiver_urls), written
+    whole. The whole URL is read only with POST .../reveal-url/."""
+
+    def get_attribute(self, instance):
+        return instance.url_display
+
+
+# A digest's local time: two digits each, as the recipients' send_time is written.
+DIGEST_TIME_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
+
+
+@extend_schema_field({"type": "string", "pattern": DIGEST_TIME_PATTERN, "nullable": True, "example": "09:00"})
+class DigestTimeField(serializers.TimeField):
+    """HH:MM and nothing else: OpenAPI's `format: time` ("09:00:00Z") would describe what is refused,
+    and strptime alone would take "9:5"."""
+
+    def to_internal_value(self, value: Any) -> Any:
+        if not isinstance(value, str) or not re.fullmatch(DIGEST_TIME_PATTERN, value):
+            self.fail("invalid", format="hh:mm")
+        return super().to_internal_value(value)
+
+
+class DestinationSerializer(serializers.ModelSerializer):
+    """A receiver of greetings. Its signing secrets appear as hints only; the secret itself is in the
+    answer to the create and rotate-secret requests, once."""
+
+    event_types = serializers.ListField(
+        child=serializers.ChoiceField(choices=EventType.choices),
+        required=False,
+        allow_empty=True,
+        help_text="The event types it receives; empty (the default): every type, including types added later.",
+    )
+    audience_labels = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        allow_empty=True,
+        help_text="Whom it greets: recipients holding any of these labels (such as team:platform); empty (the "
+        "default): everyone. Labels by the recipients' rule (lowercase letters, digits and . _ -, optionally one "
+        "key:value), taken in any case. A change applies to the occurrences claimed after it is saved, on every "
+        "scheduler; still one delivery per occurrence and destination.",
+    )
+    excluded_labels = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        allow_empty=True,
+        help_text="Whom it never greets: recipients holding any of these labels, even if in audience_labels "
+        "(such as contractor); empty (the default): nobody is left out. No label may be in both lists.",
+    )
+    message_overrides = serializers.DictField(
+        child=TextField(allow_blank=True, trim_whitespace=False),
+        required=False,
+        help_text='Its own text per event type, such as {"BIRTHDAY": "🎂 Happy birthday, {first_name}!"}, sent '
+        "instead of the message templates' (whatever the recipient's language or the milestone); a type it "
+        "does not name (or names with an empty text) keeps them. Checked as a template is: a placeholder the "
+        "type does not offer is refused (400). Applies to the occurrences claimed after it is saved.",
+    )
+    format = serializers.ChoiceField(
+        choices=DestinationFormat.choices,
+        required=False,
+        help_text="standard: the JSON body with Standard Webhooks signatures; slack, discord: the body their "
+        "incoming webhooks accept, mentioning no one; teams: an Adaptive Card for a Teams Workflows webhook; "
+        "teams_messagecard: the legacy connector MessageCard (all signed too).",
+    )
+    timeout = SecondsField(
+        required=False,
+        allow_null=True,
+        help_text="Seconds to wait for its answer; null: WEBHOOK_TIMEOUT, which it may not exceed.",
+    )
+    digest_time = DigestTimeField(
+        format="%H:%M",
+        input_formats=["%H:%M"],
+        required=False,
+        allow_null=True,
+        help_text="A daily digest at this local time (HH:MM) in digest_timezone: one message a day naming the "
+        "date's people in its audience, and no message per occurrence; null (the default): one message per "
+        "occurrence at each recipient's own send time. Exactly once per (destination, date), under its own "
+        "idempotency key (digest- and a hash of the destination and the date).",
+    )
+    digest_timezone = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        help_text="The IANA time zone of digest_time and of the dates a digest names (such as Europe/Berlin); "
+        "required with a digest_time.",
+    )
+    weekend = serializers.ChoiceField(
+        choices=Weekend.choices,
+        required=False,
+        help_text="Where a Saturday's or Sunday's greetings go: ON_THE_DAY (the default); FRIDAY_BEFORE "
+        "(Friday's digest names the weekend's people too) or MONDAY_AFTER (Monday's does), with no digest on "
+        "the weekend. Only a digest destination may move them (400 otherwise).",
+    )
+    next_digest_date = serializers.DateField(
+        read_only=True,
+        allow_null=True,
+        help_text="The local date of its next digest; null without a digest_time.",
+    )
+    next_digest_at = serializers.DateTimeField(
+        read_only=True,
+        allow_null=True,
+        help_text="When its next digest is due (UTC); null without a digest_time.",
+    )
+    url = ReceiverUrlField(
+        max_length=2000,
+        help_text="Where its deliveries are POSTed (http or https). A chat webhook's URL is its credential: "
+        "answers show only its scheme and host (`https://hooks.slack.com/…`); POST .../reveal-url/ shows it "
+        "whole. A user name or password in it (user:pass@) is refused. One receiver, one destination: "
+        "spellings that differ only in the case of the scheme or host, a default port or a fragment are the "
+        "same URL. A new URL takes its unsent deliveries with it, and its pause. On update, left out or "
+        "given as shown: it stays.",
+    )
+    secret = serializers.CharField(
+        write_only=True,
+        required=False,
+        allow_blank=True,
+        trim_whitespace=True,
+        help_text="On create only: a signing secret to use (whsec_ + base64 of 24 to 64 bytes); left out, the "
+        "server makes one. Either way it is in this answer only.",
+    )
+    secrets = DestinationSecretSerializer(
+        many=True, read_only=True, help_text="Its signing secrets, as hints."
+    )
+    paused = serializers.SerializerMethodField(
+        help_text="Whether an operator paused it (its endpoint's pause)."
+    )
+    endpoint_state = serializers.SerializerMethodField(
+        help_text="Its URL's health: HEALTHY, FAILING, PAUSED or GONE (its service answered that the "
+        "destination no longer exists: nothing is sent to it until resumed or given a new URL)."
+    )
+
+    class Meta:
+        model = Destination
+        # What an operator may set is the service's list, then what is only read.
+        fields = [
+            "id",
+            *EDITABLE_FIELDS,
+            "next_digest_date",
+            "next_digest_at",
+            "secret",
+            "secrets",
+            "paused",
+            "endpoint_state",
+            "created_by",
+            "updated_by",
+            "created_at",
+            "updated_at",
+            "version",
+        ]
+        read_only_fields = ["created_by", "updated_by", "created_at", "updated_at", "version"]
+        extra_kwargs = {
+            "name": {"help_text": "Unique; how operators and failure reasons name it."},
+            "enabled": {"help_text": "Disabled: occurrences claimed meanwhile get no delivery for it."},
+            "max_rate": {"help_text": "Most requests per second from all workers; null: WEBHOOK_MAX_RATE."},
+            "max_in_flight": {
+                "help_text": "Most requests open at once from all workers; null: WEBHOOK_MAX_IN_FLIGHT."
+            },
+            "version": {"help_text": "Bumped by every change of its settings or secrets; the ETag."},
+        }
+        # The service validates and reports each field; the model's unique validators would only read twice.
+        validators: list[Any] = []
+
+    def get_fields(self):
+        fields = super().get_fields()
+        fields["name"].validators = [v for v in fields["name"].validators if not hasattr(v, "queryset")]
+        if self.instance is not None:
+            fields["url"].required = False  # a PUT of what GET answered keeps the URL it cannot see
+        return fields
+
+    def validate_url(self, value: str) -> str:
+        return value
+
+    def get_paused(self, destination: Destination) -> bool:
+        return self.get_endpoint_state(destination) == EndpointState.PAUSED
+
+    def get_endpoint_state(self, destination: Destination) -> str:
+        endpoints = self.context.get("endpoints")
+        endpoint = endpoints.get(destination.url_key) if endpoints is not None else None
+        return endpoint.state if endpoint is not None else EndpointState.HEALTHY
+
+    def to_internal_value(self, data):
+        if not isinstance(data, dict):
+            raise serializers.ValidationError(
+                {"non_field_errors": ["Expected a JSON object with the destination's fields."]}
+            )
+        writable = {name for name, field in self.fields.items() if not field.read_only}
+        errors = {field: ["Unknown field."] for field in sorted(set(data) - writable)}
+        if self.instance is not None and "secret" in data:
+            errors["secret"] = ["A secret is changed with POST .../rotate-secret/."]
+        try:
+            attrs = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            assert isinstance(exc.detail, dict)  # a serializer's errors are by field
+            errors.update({field: _messages(detail) for field, detail in exc.detail.items()})
+        if errors:
+            raise serializers.ValidationError(errors)
+        if self.instance is not None and attrs.get("url") == self.instance.url_display:
+            del attrs["url"]  # the redacted form GET answered, sent back unchanged: the URL stays
+        return attrs
+
+
+class DestinationUpdateSerializer(DestinationSerializer):
+    """What a PUT or PATCH of a destination takes: its settings, not its secret (rotate-secret changes that)."""
+
+    class Meta(DestinationSerializer.Meta):
+        fields = [name for name in DestinationSerializer.Meta.fields if name != "secret"]
+
+
+def _messages(detail) -> list:
+    """A field's errors as a list of messages: a list's are by item ({"0": [...]}), said as "Item 1: ...";
+    an object's by key ({"BIRTHDAY": [...]}), said as "BIRTHDAY: ..."."""
+    if isinstance(detail, dict):
+        return [
+            f"Item {int(key) + 1}: {message}" if str(key).isdigit() else f"{key}: {message}"
+            for key, messages in detail.items()
+            for message in messages
+        ]
+    return detail
+
+
+class RevealedUrlSerializer(serializers.Serializer):
+    """The answer to reveal-url: the destination's whole receiver URL."""
+
+    url = serializers.CharField(help_text="The whole receiver URL, token and all: a credential.")
+
+
+class NewSecretSerializer(serializers.Serializer):
+    """The answer to a rotation: the new secret, this once, and what now signs."""
+
+    secret = serializers.CharField(help_text="The new signing secret. Shown now and never again.")
+    secrets = DestinationSecretSerializer(many=True, help_text="Every secret now signing, as hints.")
+
+
+class RotateSecretSerializer(serializers.Serializer):
+    secret = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        help_text="A signing secret to use (whsec_ + base64 of 24 to 64 bytes); left out, the server makes one.",
+    )
+
+    def to_internal_value(self, data):
+        if not isinstance(data, dict):
+            raise serializers.ValidationError({"non_field_errors": ["Expected a JSON object."]})
+        unknown = {field: ["Unknown field."] for field in sorted(set(data) - set(self.fields))}
+        if unknown:
+            raise serializers.ValidationError(unknown)
+        return super().to_internal_value(data)
+
+
+# --- recoveries --------------------------------------------------------------------------
+
+
+class AwareDateTimeField(serializers.DateTimeField):
+    """An instant with its UTC offset: a naive one would be read in some zone the caller did not choose."""
+
+    def enforce_timezone(self, value):
+        if timezone.is_naive(value):
+            raise serializers.ValidationError(
+                "Give the instant with its UTC offset (2026-11-24T08:00:00+01:00, or Z for UTC)."
+            )
+        return super().enforce_timezone(value)
+
+
+@extend_schema_field(
+    {
+        "type": "array",
+        "items": {"type": "string", "enum": list(RECOVERABLE_STATUSES)},
+        "minItems": 1,
+        "uniqueItems": True,
+    }
+)
+class RecoverableStatesField(serializers.ListField):
+    """The states asked for, as given: the service judges them and says why in its own words
+    (delivery.actions.recovery.recovery_values_clean); the document states the same rules."""
+
+    def __init__(self, **kwargs):
+        super().__init__(child=serializers.CharField(), allow_empty=True, **kwargs)
+
+
+class RecoveryRequestSerializer(serializers.Serializer):
+    """What to recover: the states, the window and whether only to count. The values are the service's to judge."""
+
+    states = RecoverableStatesField(
+        help_text="DEAD, DELIVERED or both, each once: the states of the deliveries to send again.",
+    )
+    since = AwareDateTimeField(
+        help_text="The window's start, included: deliveries that reached their state at or after it."
+    )
+    until = AwareDateTimeField(
+        help_text="The window's end, excluded (and never past this request: what ends afterwards is not taken)."
+    )
+    dry_run = serializers.BooleanField(
+        default=False, help_text="true: only count what would be sent again (200, nothing recorded)."
+    )
+
+    def to_internal_value(self, data):
+        if not isinstance(data, dict):
+            raise serializers.ValidationError({"non_field_errors": ["Expected a JSON object."]})
+        unknown: dict[str, Any] = {
+            field: ["Unknown field."] for field in sorted(set(data) - set(self.fields))
+        }
+        try:
+            attrs = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            assert isinstance(exc.detail, dict)  # a serializer's errors are by field
+            unknown.update(exc.detail)
+            raise serializers.ValidationError(unknown) from None
+        if unknown:
+            raise serializers.ValidationError(unknown)
+        return attrs
+
+
+class RecoveryPreviewSerializer(serializers.Serializer):
+    """The answer to a dry run: how many deliveries the recovery would send again now."""
+
+    dry_run = serializers.BooleanField(help_text="Always true: nothing was recorded.")
+    count = serializers.IntegerField(
+        help_text="The deliveries a recovery with these values would queue again."
+    )
+    states = serializers.ListField(child=serializers.CharField())
+    since = serializers.DateTimeField()
+    until = serializers.DateTimeField()
+
+
+class RecoverySerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Recovery
+        fields = [
+            "id",
+            "destination",
+            "states",
+            "since",
+            "until",
+            "status",
+            "total",
+            "done",
+            "skipped",
+            "batches",
+            "requested_by",
+            "requested_at",
+            "finished_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+        extra_kwargs = {
+            "status": {"help_text": "PENDING (waiting for a worker), RUNNING, FINISHED or CANCELLED."},
+            "total": {"help_text": "The deliveries counted when it was asked for: what was confirmed."},
+            "done": {"help_text": "Queued again so far, each under its own idempotency key."},
+            "skipped": {
+                "help_text": "Counted but not queued again: gone since (recipient erased, event pruned), "
+                "sent again meanwhile, or the recipient no longer has that date. FINISHED: done + "
+                "skipped = total."
+            },
+            "batches": {
+                "help_text": "The workers' batches so far (DELIVERY_RECOVERY_BATCH deliveries each)."
+            },
+        }
+
+
+# --- test messages -----------------------------------------------------------------------
+
+
+class PingResultSerializer(serializers.Serializer):
+    """What the destination answered a test message. A receiver's error is an answer too (ok false)."""
+
+    status_code = serializers.IntegerField(
+        allow_null=True, help_text="The receiver's HTTP status; null when it gave none (see error)."
+    )
+    ok = serializers.BooleanField(
+        help_text="The receiver accepted it (2xx), as a delivery would count delivered."
+    )
+    latency_ms = serializers.IntegerField(
+        help_text="Milliseconds from the start of the request to the answer."
+    )
+    body_start = serializers.CharField(
+        allow_blank=True, help_text="The first 500 bytes of the answer's body, decoded as UTF-8."
+    )
+    error = serializers.CharField(
+        allow_blank=True,
+        help_text="Why it was not accepted: the status's reason, a timeout, a connection error, or the refusal of "
+        "the destination's address (then no request was made); empty when ok.",
+    )
+    refused = serializers.BooleanField(
+        help_text="No request was made: the destination's address is one the workers refuse too."
+    )
+    message_id = serializers.CharField(
+        help_text="Its webhook-id (and X-Idempotency-Key): test- and 32 hex digits, never an event's."
+    )
+
+
+class DestinationHealthSerializer(serializers.Serializer):
+    """A destination's health (delivery.destinations.selectors.DestinationHealth): what the console's destinations page shows."""
+
+    id = serializers.IntegerField(source="destination.pk")
+    name = serializers.CharField(source="destination.name")
+    condition = serializers.CharField(
+        source="condition.level",
+        help_text="failing, degraded, paused, ok, idle (nothing sent yet) or disabled (delivery.rules.conditions).",
+    )
+    condition_label = serializers.CharField(source="condition.label")
+    reason = serializers.CharField(source="condition.reason")
+    needs_attention = serializers.BooleanField(source="condition.needs_attention")
+    endpoint_state = serializers.CharField(help_text="Its URL's endpoint: HEALTHY, FAILING or PAUSED.")
+    dead_last_hour = serializers.IntegerField()
+    dead_last_day = serializers.IntegerField()
+    last_failure_at = serializers.DateTimeField(
+        allow_null=True, help_text="Its latest DEAD delivery of the last 7 days."
+    )
+    last_failure_cause = serializers.CharField(
+        help_text='"http_400", "timeout", "connection" ... ("" if none).'
+    )
+    last_failure = serializers.CharField(source="last_failure_label", help_text="The cause in words.")
+    last_failure_status = serializers.IntegerField(allow_null=True)
+    last_delivered_at = serializers.DateTimeField(allow_null=True)
+
+
+class FailureGroupSerializer(serializers.Serializer):
+    """One destination's dead deliveries of one cause, not acknowledged (delivery.selectors.FailureGroup)."""
+
+    destination = serializers.IntegerField(source="destination_id")
+    destination_name = serializers.CharField()
+    cause = serializers.CharField()
+    cause_label = serializers.CharField(source="label")
+    count = serializers.IntegerField()
+    count_last_hour = serializers.IntegerField()
+    first_seen = serializers.DateTimeField()
+    last_seen = serializers.DateTimeField()
+    examples = serializers.ListField(
+        source="example_ids", child=serializers.UUIDField(), help_text="The latest deliveries, newest first."
+    )
+
+
+class FailureGroupActionSerializer(serializers.Serializer):
+    destination = serializers.PrimaryKeyRelatedField(queryset=Destination.objects.all())
+    cause = serializers.CharField(max_length=32)
+    through = AwareDateTimeField(
+        required=False, help_text="Acknowledge: the failures given up until then (default: now)."
+    )
+
+    def validate_cause(self, value: str) -> str:
+        if not failures.is_cause(value):
+            raise serializers.ValidationError("Unknown cause.")
+        return value
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = {field: ["Unknown field."] for field in sorted(set(data) - set(self.fields))}
+            if unknown:
+                raise serializers.ValidationError(unknown)
+        return super().to_internal_value(data)
+
+
+class FailureGroupResendSerializer(serializers.Serializer):
+    resent = serializers.IntegerField()
+    refused = serializers.IntegerField()
+    remaining = serializers.IntegerField()

@@ -1,0 +1,444 @@
+"""The scheduler's claim: due events become queued deliveries, a batch per transaction.
+
+Per batch, on PostgreSQL: one SELECT locks the due events (FOR UPDATE SKIP
+LOCKED, so schedulers share the work without waiting on each other) and
+returns what Python needs as tuples, the recipients' send times and pauses
+from the user row it joins; three small SELECTs read the message templates,
+the event types' pauses and the enabled destinations. Each occurrence gets one
+delivery per destination subscribed to its type, rendered in that destination's
+format, all under the occurrence's one idempotency key, to each destination
+whose audience holds its recipient (delivery.destinations.audience, from the labels the
+claim's SELECT reads with the recipient). Then, in one pipeline
+(runtime.sql.pipeline), one UPDATE moves the events to PROCESSING (and one more
+moves the rare too-late and paused ones to FAILED, one those no destination
+wants, by type or by audience, to COMPLETED)
+while Python computes the next occurrences; one INSERT writes every claimed
+recipient's next occurrence while Python renders the messages, and one their
+deliveries; the moves are checked once their results are back. The
+messages and the next occurrences are computed in Python, by the event-type
+handlers and zoneinfo, so PostgreSQL's own time-zone data never decides a
+send time.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from typing import Any, NamedTuple
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from delivery.destinations.audience import DestinationRouter
+from delivery.destinations.services import destinations_for_queueing
+from delivery.dispatch.payload import message_overrides, webhook_payload
+from delivery.models import Delivery, DeliveryStatus, Destination
+from kinds import kind_for
+from runtime.ids import uuid7
+from runtime.sql import execute, insert_rows, pipeline
+from runtime.wakeup import WORKER_CHANNEL, notify
+from scheduling.handlers import RecipientRow
+from scheduling.models import Event, EventStatus
+from scheduling.pauses import EVENT_TYPE_PAUSED, RECIPIENT_PAUSED, PauseSpan
+from scheduling.selectors import MessageTemplates, event_type_pauses, message_templates
+from scheduling.services.occurrences import (
+    PendingEventRow,
+    next_occurrence,
+    pending_event_defaults,
+    pending_event_row,
+)
+from scheduling.services.transitions import Actor, EventRef, start_events_transition
+from users.models import User
+
+logger = logging.getLogger(__name__)
+
+NO_DESTINATION_REASON = "Nothing sent: no enabled destination subscribes to {type} events."
+# Only digest destinations want it: their daily digest names the occurrence (delivery.dispatch.digests).
+DIGEST_ONLY_REASON = "Nothing sent on its own: named in the daily digest of {names}."
+NO_AUDIENCE_REASON = (
+    "Nothing sent: no enabled destination subscribed to {type} events has this recipient in its "
+    "audience (labels: {labels})."
+)
+
+
+@dataclass
+class EnqueueResult:
+    queued: int = 0
+    too_late: int = 0
+    # Held back by a pause of their recipient or of their type: FAILED, never sent.
+    paused: int = 0
+    # Claimed with no enabled destination subscribed to their type, or none whose audience
+    # holds their recipient: COMPLETED, nothing sent.
+    unsubscribed: int = 0
+
+    @property
+    def claimed(self) -> int:
+        return self.queued + self.too_late + self.paused + self.unsubscribed
+
+
+class ClaimedEvent(NamedTuple):
+    """A claimed event and its recipient, as the claim's SELECT returns them.
+
+    Each field but the recipient's (the recipient, their pause, labels and language) names the
+    event's column it holds.
+    """
+
+    id: uuid.UUID
+    version: int
+    event_type: str
+    occurrence_date: date
+    target_timestamp_utc: datetime
+    idempotency_key: str
+    recipient: RecipientRow
+    pause: PauseSpan
+    # The recipient's, sorted (scheduling.labels.clean_labels): whom destinations' audiences take.
+    labels: list[str]
+    language: str
+
+
+_E = {f.name: f for f in Event._meta.concrete_fields}
+_U = {f.name: f for f in User._meta.concrete_fields}
+_EVENT_FIELDS = [_E[name] for name in ClaimedEvent._fields[: ClaimedEvent._fields.index("recipient")]]
+# Every recipient field a handler may read, by RecipientRow's names: an event
+# type whose handler reads another field adds it there, not here.
+_RECIPIENT_FIELDS = [_U[name] for name in RecipientRow._fields]
+# Whether the recipient's greetings are held back, from the same row (scheduling.pauses).
+_PAUSE_FIELDS = [_U[name] for name in PauseSpan._fields]
+# Whom the recipient's greetings go to (delivery.destinations.audience) and in which words.
+_AUDIENCE_FIELDS = [_U["labels"], _U["language"]]
+
+
+class QueuedDeliveryRow(NamedTuple):
+    """A new delivery's own values, for set-based inserts: its fields are the columns written.
+
+    What every new delivery shares is in queued_delivery_defaults.
+    """
+
+    id: uuid.UUID
+    event_id: uuid.UUID
+    destination_id: int
+    endpoint_key: str
+    idempotency_key: str
+    payload: dict[str, Any]
+
+
+def queued_delivery_row(
+    *, event_id: uuid.UUID, destination: Destination, idempotency_key: str, payload: dict[str, Any]
+) -> QueuedDeliveryRow:
+    """A new delivery of the event's standard `payload` to `destination`, in its format, as a row to insert."""
+    # By position, in the fields' order: one call per row of a batch, and keywords cost more.
+    return QueuedDeliveryRow(
+        uuid7(),
+        event_id,
+        destination.pk,
+        destination.url_key,
+        idempotency_key,
+        kind_for(destination.format).body(payload),
+    )
+
+
+def queued_delivery_defaults(*, now: datetime) -> dict[str, Any]:
+    """What every new delivery shares: due now, with a full budget of attempts."""
+    return {
+        "status": DeliveryStatus.QUEUED.value,
+        "attempts": 0,
+        "max_attempts": settings.DELIVERY_MAX_ATTEMPTS,
+        "next_attempt_at": now,
+        "locked_by": "",
+        "last_error": "",
+        "created_at": now,
+        "updated_at": now,
+    }
+
+
+def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500) -> EnqueueResult:
+    """Claim up to `batch_size` due PENDING events and queue their deliveries, in one transaction.
+
+    Events held back by a pause (of their recipient, or of their type) and
+    events overdue by more than EVENT_MAX_LATENESS are FAILED instead of sent,
+    each with its reason. Every claimed recipient gets their next occurrence
+    as the new PENDING event.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        claimed = _due_events_lock(now=now, batch_size=batch_size)
+        if not claimed:
+            return EnqueueResult()
+        # Once per batch, in the batch's transaction, as the templates below: a
+        # pause applies to every event claimed after it was saved.
+        held_back = _held_back(events=claimed, type_pauses=event_type_pauses())
+        on_time, too_late = _split_by_lateness(events=[e for e in claimed if e.id not in held_back], now=now)
+        # Once per batch, in the batch's transaction: an operator's change
+        # applies to every event claimed after it was saved, and to none queued before.
+        templates = message_templates()
+        router = DestinationRouter(destinations_for_queueing())
+        on_time, unsubscribed = _split_by_subscription(events=on_time, router=router)
+        # In a pipeline: PostgreSQL moves the events while Python computes the
+        # next occurrences, and inserts those while Python renders the messages,
+        # so each side works while the other would have waited. The next
+        # occurrences' INSERT is the costliest statement, hence sent before the
+        # rendering rather than after it.
+        with pipeline():
+            moved_to_processing = _start_move_to_processing(events=on_time, now=now)
+            moved_to_failed = _start_move_to_failed(
+                too_late=too_late, held_back=held_back, claimed=claimed, now=now
+            )
+            moved_to_completed = _start_move_to_completed(events=unsubscribed, router=router, now=now)
+            # The next occurrences first, and their INSERT (the batch's costliest
+            # statement: five index entries a row) sent as soon as they are
+            # known, so PostgreSQL runs it while Python renders the messages;
+            # sent after the UPDATE above, so the claimed events are no longer
+            # PENDING when their next ones arrive.
+            upcoming = _next_pending_events(claimed=claimed, now=now)
+            # A next occurrence may already exist (a recipient's edit or the
+            # reconcile created it between our lock and this insert): that row stands.
+            insert_rows(
+                Event,
+                PendingEventRow._fields,
+                upcoming,
+                same_for_all=pending_event_defaults(now=now),
+                ignore_conflicts=True,
+            )
+            deliveries = _rendered_deliveries(events=on_time, templates=templates, router=router)
+            insert_rows(
+                Delivery,
+                QueuedDeliveryRow._fields,
+                deliveries,
+                same_for_all=queued_delivery_defaults(now=now),
+            )
+            if deliveries:
+                notify(WORKER_CHANNEL)
+            # Every claimed row is locked by this transaction, so both moves
+            # succeed; were one ever refused, OptimisticLockError rolls all back.
+            moved_to_processing()
+            moved_to_failed()
+            moved_to_completed()
+    _too_late_log(events=too_late)
+    _held_back_log(held_back=held_back)
+    return EnqueueResult(
+        queued=len(on_time), too_late=len(too_late), paused=len(held_back), unsubscribed=len(unsubscribed)
+    )
+
+
+def _split_by_subscription(
+    *, events: list[ClaimedEvent], router: DestinationRouter
+) -> tuple[list[ClaimedEvent], list[ClaimedEvent]]:
+    """The events some destination receives, and those no enabled destination wants (by type or audience)."""
+    sendable: list[ClaimedEvent] = []
+    unsubscribed: list[ClaimedEvent] = []
+    for event in events:
+        (
+            sendable if router.targets(event_type=event.event_type, labels=event.labels) else unsubscribed
+        ).append(event)
+    return sendable, unsubscribed
+
+
+def _due_events_lock(*, now: datetime, batch_size: int) -> list[ClaimedEvent]:
+    """Lock up to `batch_size` due PENDING events, soonest first, skipping those other schedulers hold."""
+    rows = execute(
+        _claim_sql(),
+        [EventStatus.PENDING, _E["target_timestamp_utc"].get_db_prep_value(now, connection), batch_size],
+        binary=True,
+    )
+    split = len(_EVENT_FIELDS)
+    pause = split + len(_RECIPIENT_FIELDS)
+    audience = pause + len(_PAUSE_FIELDS)
+    return [
+        ClaimedEvent._make(
+            (
+                *row[:split],
+                RecipientRow._make(row[split:pause]),
+                PauseSpan._make(row[pause:audience]),
+                *row[audience:],
+            )
+        )
+        for row in rows
+    ]
+
+
+def _claim_sql() -> str:
+    event, user = Event._meta.db_table, User._meta.db_table
+    columns = [f"e.{field.column}" for field in _EVENT_FIELDS]
+    columns += [f"u.{field.column}" for field in _RECIPIENT_FIELDS + _PAUSE_FIELDS + _AUDIENCE_FIELDS]
+    return (
+        f"SELECT {', '.join(columns)} FROM {event} e JOIN {user} u ON u.id = e.user_id "
+        "WHERE e.status = %s AND e.target_timestamp_utc <= %s "
+        "ORDER BY e.target_timestamp_utc LIMIT %s FOR UPDATE OF e SKIP LOCKED"
+    )
+
+
+def _held_back(*, events: list[ClaimedEvent], type_pauses: Mapping[str, PauseSpan]) -> dict[uuid.UUID, str]:
+    """The events a pause holds back (scheduling.pauses), each with its reason: the recipient's pause first."""
+    held_back = {}
+    for event in events:
+        if event.pause.holds(event.target_timestamp_utc):
+            held_back[event.id] = RECIPIENT_PAUSED
+        elif (type_pause := type_pauses.get(event.event_type)) and type_pause.holds(
+            event.target_timestamp_utc
+        ):
+            held_back[event.id] = EVENT_TYPE_PAUSED
+    return held_back
+
+
+def _split_by_lateness(
+    *, events: list[ClaimedEvent], now: datetime
+) -> tuple[list[ClaimedEvent], list[ClaimedEvent]]:
+    """The events still to send, and those overdue by more than EVENT_MAX_LATENESS."""
+    max_lateness = settings.EVENT_MAX_LATENESS
+    on_time: list[ClaimedEvent] = []
+    too_late: list[ClaimedEvent] = []
+    for event in events:
+        (on_time if now - event.target_timestamp_utc <= max_lateness else too_late).append(event)
+    return on_time, too_late
+
+
+def _start_move_to_processing(*, events: list[ClaimedEvent], now: datetime) -> Callable[[], list[uuid.UUID]]:
+    """Send the UPDATE that moves the events to PROCESSING; the function returned checks it."""
+    return start_events_transition(
+        events=[EventRef(event.id, event.version) for event in events],
+        source=EventStatus.PENDING,
+        target=EventStatus.PROCESSING,
+        actor=Actor.SCHEDULER,
+        now=now,
+    )
+
+
+def _start_move_to_failed(
+    *,
+    too_late: list[ClaimedEvent],
+    held_back: Mapping[uuid.UUID, str],
+    claimed: list[ClaimedEvent],
+    now: datetime,
+) -> Callable[[], list[uuid.UUID]]:
+    """Send the one UPDATE that fails the held-back and the too-late events, each with its reason; the function
+    returned checks it."""
+    max_lateness = settings.EVENT_MAX_LATENESS
+    failing = [event for event in claimed if event.id in held_back] + too_late
+    reasons = [held_back[event.id] for event in claimed if event.id in held_back] + [
+        f"Not sent: {_hours(now - event.target_timestamp_utc)} late, "
+        f"more than EVENT_MAX_LATENESS ({_hours(max_lateness)})."
+        for event in too_late
+    ]
+    return start_events_transition(
+        events=[EventRef(event.id, event.version) for event in failing],
+        source=EventStatus.PENDING,
+        target=EventStatus.FAILED,
+        actor=Actor.SCHEDULER,
+        now=now,
+        per_event={"failure_reason": reasons},
+    )
+
+
+def _start_move_to_completed(
+    *, events: list[ClaimedEvent], router: DestinationRouter, now: datetime
+) -> Callable[[], list[uuid.UUID]]:
+    """Send the UPDATE that completes the events nobody receives; the function returned checks it.
+
+    Nothing to send is not a failure (an operator chose which types and whom
+    each destination receives), so COMPLETED, with the reason saying why nothing went out.
+    """
+    return start_events_transition(
+        events=[EventRef(event.id, event.version) for event in events],
+        source=EventStatus.PENDING,
+        target=EventStatus.COMPLETED,
+        actor=Actor.SCHEDULER,
+        now=now,
+        changes={"executed_at": now},
+        per_event={"failure_reason": [_nobody_wants_reason(event=event, router=router) for event in events]},
+    )
+
+
+def _nobody_wants_reason(*, event: ClaimedEvent, router: DestinationRouter) -> str:
+    digests = router.digests_naming(event_type=event.event_type, labels=event.labels)
+    if digests:
+        return DIGEST_ONLY_REASON.format(names=", ".join(d.name for d in digests))
+    if not router.subscribed(event.event_type):
+        return NO_DESTINATION_REASON.format(type=event.event_type)
+    return NO_AUDIENCE_REASON.format(type=event.event_type, labels=", ".join(event.labels) or "none")
+
+
+def _hours(delta: timedelta) -> str:
+    return f"{delta.total_seconds() / 3600:.1f} h"
+
+
+def _next_pending_events(*, claimed: list[ClaimedEvent], now: datetime) -> list[PendingEventRow]:
+    """Each claimed recipient's next occurrence of the event's type, as a new PENDING event."""
+    upcoming = []
+    for event in claimed:
+        recipient = event.recipient
+        # After the occurrence just claimed: every path that creates a PENDING
+        # event puts it after the user's last handled one, so nothing handled
+        # comes later. Were that ever broken, their insert would meet
+        # the unique (user, type, date) key and skip the row, and the
+        # scheduler's reconcile (which reads the history) gives the user
+        # their next event within SCHEDULER_RECONCILE_INTERVAL.
+        occurrence = next_occurrence(
+            recipient=recipient, event_type=event.event_type, now=now, after_date=event.occurrence_date
+        )
+        # None: the recipient has no occurrence of this type any more, so no next one.
+        if occurrence is not None:
+            upcoming.append(
+                pending_event_row(user_id=recipient.id, event_type=event.event_type, occurrence=occurrence)
+            )
+    return upcoming
+
+
+def _rendered_deliveries(
+    *, events: list[ClaimedEvent], templates: MessageTemplates, router: DestinationRouter
+) -> list[QueuedDeliveryRow]:
+    """A delivery for each event and destination that wants it.
+
+    The message is rendered once per event in the recipient's language, and once more for
+    each destination with a text of its own for the type (message_overrides).
+    """
+    overrides = message_overrides(destinations=router.destinations)
+    rows = []
+    for event in events:
+        payloads: dict[str | None, dict[str, Any]] = {}
+        for destination in router.targets(event_type=event.event_type, labels=event.labels):
+            override = overrides.get((destination.pk, event.event_type)) if overrides else None
+            payload = payloads.get(override)
+            if payload is None:
+                payload = payloads[override] = webhook_payload(
+                    event_id=event.id,
+                    event_type=event.event_type,
+                    occurrence_date=event.occurrence_date,
+                    target_utc=event.target_timestamp_utc,
+                    recipient=event.recipient,
+                    templates=templates,
+                    language=event.language,
+                    override=override,
+                )
+            rows.append(
+                queued_delivery_row(
+                    event_id=event.id,
+                    destination=destination,
+                    idempotency_key=event.idempotency_key,
+                    payload=payload,
+                )
+            )
+    return rows
+
+
+def _held_back_log(*, held_back: Mapping[uuid.UUID, str]) -> None:
+    # One line a reason and batch: a paused event type holds back thousands at 09:00.
+    for reason in sorted(set(held_back.values())):
+        ids = [str(event_id) for event_id, why in held_back.items() if why == reason]
+        logger.info("%s event(s) not sent, FAILED: %s", len(ids), reason, extra={"event_ids": ids[:20]})
+
+
+def _too_late_log(*, events: list[ClaimedEvent]) -> None:
+    for event in events:
+        logger.warning(
+            "Event too late to send; marked FAILED",
+            extra={
+                "event_id": str(event.id),
+                "user_id": str(event.recipient.id),
+                "idempotency_key": event.idempotency_key,
+                "target": event.target_timestamp_utc.isoformat(),
+            },
+        )

@@ -1,0 +1,244 @@
+"""Daily digests: one message per (destination, local date) naming the date's people, queued by the scheduler.
+
+A destination with a digest time gets no delivery per occurrence from the
+claim (delivery.dispatch.claim leaves it out of the router); instead, when
+its `next_digest_at` has come, the scheduler builds its digest here:
+
+1. Lock the due destinations, `FOR NO KEY UPDATE SKIP LOCKED` (another
+   scheduler takes others; the claim's `FOR KEY SHARE` on destinations is not
+   in the way of either), through the partial index on `next_digest_at`: one
+   index probe when none is due.
+2. Read the occurrences of the dates it names (delivery.rules.digest_calendar.dates_named)
+   of the types it subscribes to, whose recipient is in its audience and is
+   not paused, nor their type: each one line (the handler's `digest_line`).
+3. None: nothing is sent that day. Else insert the Digest
+   (`ON CONFLICT (destination, local_date) DO NOTHING`: the database's
+   uniqueness is what makes it once, whatever runs twice) and, only if it
+   was inserted, its one Delivery, rendered in the destination's kind.
+4. Advance `next_digest_*` to the next date, in the same transaction.
+
+A crash anywhere before the commit leaves nothing: the next turn builds it
+again from the start. After the commit the Delivery goes through the outbox
+like any other: leases, attempts, retries, the endpoint's health and pace,
+resend and recover, under the digest's own key.
+
+Rules (docs/design.md, "Digests and working days"):
+- The body is rendered when the digest is built, from the recipients as they
+  are then. Someone created or edited later that day is not in it (their
+  other destinations still greet them); someone erased before it is built is
+  not named; someone erased after is taken out of the stored lines and the
+  body rendered again (digests_erase), whether it was sent yet or not.
+- A digest due more than EVENT_MAX_LATENESS ago (the schedulers were down for
+  days) is not sent, as an occurrence that late is not: the next date's is.
+- A disabled destination's digest dates pass without a digest.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from delivery.destinations.audience import Audience
+from delivery.dispatch.claim import queued_delivery_defaults
+from delivery.models import Delivery, DeliveryAttempt, DeliveryStatus, Destination, Digest
+from delivery.rules.digest_calendar import dates_named, digest_body, digest_key, next_digest
+from kinds import STANDARD
+from runtime.ids import uuid7
+from runtime.sql import execute
+from runtime.wakeup import WORKER_CHANNEL, notify
+from scheduling.handlers import get_handler
+from scheduling.models import Event
+from scheduling.pauses import PauseSpan
+from scheduling.selectors import event_type_pauses
+
+logger = logging.getLogger(__name__)
+
+# Destinations built per transaction: a handful are ever due at one instant.
+BUILD_BATCH = 20
+
+
+@dataclass(frozen=True)
+class DigestsBuilt:
+    # Digests queued; dates that named nobody; dates skipped (too late, or the destination disabled).
+    queued: int = 0
+    empty: int = 0
+    skipped: int = 0
+
+    @property
+    def handled(self) -> int:
+        return self.queued + self.empty + self.skipped
+
+
+def digests_build_due(*, now: datetime, limit: int = BUILD_BATCH) -> DigestsBuilt:
+    """Build and queue the digests due by `now`, up to `limit` destinations, in one transaction."""
+    queued = empty = skipped = 0
+    with transaction.atomic():
+        due = list(
+            Destination.objects.select_for_update(skip_locked=True, no_key=True)
+            .filter(next_digest_at__lte=now)
+            .order_by("next_digest_at")[:limit]
+        )
+        if not due:
+            return DigestsBuilt()
+        type_pauses = event_type_pauses()
+        for destination in due:
+            assert destination.next_digest_date is not None and destination.next_digest_at is not None
+            assert destination.digest_time is not None  # destination_digest_complete
+            day, due_at = destination.next_digest_date, destination.next_digest_at
+            late = now - due_at > settings.EVENT_MAX_LATENESS
+            if late or not destination.enabled:
+                skipped += 1
+                if late:
+                    logger.warning(
+                        "A digest more than EVENT_MAX_LATENESS late is not sent",
+                        extra={"destination": destination.name, "date": day.isoformat()},
+                    )
+            else:
+                first, last = dates_named(day=day, weekend=destination.weekend)
+                entries = digest_entries(
+                    destination=destination, first=first, last=last, day=day, type_pauses=type_pauses
+                )
+                if not entries:
+                    empty += 1
+                elif _digest_queue(
+                    destination=destination, day=day, first=first, last=last, entries=entries, now=now
+                ):
+                    queued += 1
+            # From the later of the date's instant and the lateness window, so schedulers down for
+            # a week do not walk through every day they missed one turn at a time.
+            after = max(due_at, now - settings.EVENT_MAX_LATENESS)
+            destination.next_digest_date, destination.next_digest_at = next_digest(
+                at=destination.digest_time,
+                timezone_name=destination.digest_timezone,
+                weekend=destination.weekend,
+                after=after,
+                after_date=day,
+            )
+            # Not save(): that would bump nothing it should, and rewrite every column.
+            Destination.objects.filter(pk=destination.pk).update(
+                next_digest_date=destination.next_digest_date, next_digest_at=destination.next_digest_at
+            )
+    if queued:
+        # After the commit, as the claim does: a worker woken now sees the rows.
+        notify(WORKER_CHANNEL)
+    if queued or empty:
+        logger.info("Digests: %s queued, %s with nobody to name", queued, empty)
+    return DigestsBuilt(queued=queued, empty=empty, skipped=skipped)
+
+
+def digest_entries(
+    *, destination: Destination, first: date, last: date, day: date, type_pauses: dict[str, PauseSpan]
+) -> list[dict[str, Any]]:
+    """The occurrences from `first` to `last` the destination's digest names, in date then name order."""
+    events = Event.objects.filter(occurrence_date__gte=first, occurrence_date__lte=last).filter(
+        Audience.of(destination).recipient_filter(prefix="user__")
+    )
+    if destination.event_types:
+        events = events.filter(event_type__in=destination.event_types)
+    entries = []
+    for event in events.select_related("user").order_by(
+        "occurrence_date", "user__last_name", "user__first_name", "event_type"
+    ):
+        user = event.user
+        # Held back as the claim holds them (scheduling.pauses): a paused recipient or type is not named.
+        if PauseSpan(user.paused_at, user.resumed_at).holds(event.target_timestamp_utc):
+            continue
+        pause = type_pauses.get(event.event_type)
+        if pause is not None and pause.holds(event.target_timestamp_utc):
+            continue
+        line = get_handler(event.event_type).digest_line(user=user, occurrence_date=event.occurrence_date)
+        if event.occurrence_date != day:
+            line += f" ({event.occurrence_date:%A})"
+        entries.append(
+            {
+                "event_id": str(event.id),
+                "event_type": event.event_type,
+                "user_id": str(user.id),
+                "occurrence_date": event.occurrence_date.isoformat(),
+                "idempotency_key": event.idempotency_key,
+                "line": line,
+            }
+        )
+    return entries
+
+
+def _digest_queue(
+    *,
+    destination: Destination,
+    day: date,
+    first: date,
+    last: date,
+    entries: list[dict[str, Any]],
+    now: datetime,
+) -> bool:
+    """Insert the (destination, day) digest and its delivery; False if it exists (built before: nothing more)."""
+    key = digest_key(destination_id=destination.pk, local_date=day)
+    inserted = execute(
+        f"INSERT INTO {Digest._meta.db_table} "
+        "(destination_id, local_date, first_date, last_date, idempotency_key, entries, created_at) "
+        "VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s) "
+        "ON CONFLICT (destination_id, local_date) DO NOTHING RETURNING id",
+        [destination.pk, day, first, last, key, json.dumps(entries), now],
+    )
+    if not inserted:
+        return False
+    digest = Digest(
+        id=inserted[0][0],
+        destination=destination,
+        local_date=day,
+        first_date=first,
+        last_date=last,
+        idempotency_key=key,
+        entries=entries,
+    )
+    Delivery.objects.create(
+        id=uuid7(),
+        event=None,
+        digest=digest,
+        destination=destination,
+        endpoint_key=destination.url_key,
+        idempotency_key=key,
+        payload=digest_body(digest=digest, format=destination.format),
+        **queued_delivery_defaults(now=now),
+    )
+    return True
+
+
+def digests_erase(*, user_id: uuid.UUID) -> int:
+    """Take the recipient out of every digest naming them and render each again; return how many changed.
+
+    Called inside the recipient's erase (delivery.erasure), whose
+    rules it follows: the digest's delivery row is locked first (a worker
+    recording at that moment finishes before); one still to send goes without
+    them (none at all if they were its only name); one sent keeps its record
+    and attempts, its body rendered again without them and the answers'
+    excerpts dropped. A request already on its way named them.
+    """
+    changed = 0
+    wanted = str(user_id)
+    digests = Digest.objects.filter(entries__contains=[{"user_id": wanted}]).order_by("id")
+    for digest in digests.select_for_update(of=("self",)):
+        delivery = Delivery.objects.select_for_update().filter(digest=digest).first()
+        digest.entries = [entry for entry in digest.entries if entry.get("user_id") != wanted]
+        digest.save(update_fields=["entries"])
+        changed += 1
+        if delivery is None:
+            continue
+        DeliveryAttempt.objects.filter(delivery=delivery).update(response_excerpt="")
+        if not digest.entries and delivery.status in (DeliveryStatus.QUEUED, DeliveryStatus.SENDING):
+            # Nobody left to name: nothing goes (a worker recording later finds no row under its lease).
+            DeliveryAttempt.objects.filter(delivery=delivery).update(delivery=None, error="")
+            delivery.delete()
+            continue
+        delivery.payload = digest_body(
+            digest=digest, format=delivery.destination.format if delivery.destination else STANDARD.name
+        )
+        delivery.save(update_fields=["payload", "updated_at"])
+    return changed

@@ -1,0 +1,74 @@
+"""The webhook body: what is sent for an event, its message rendered by scheduling.messages."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable
+from datetime import date, datetime
+from typing import Any
+
+from delivery.models import Destination
+from scheduling.handlers import REGISTRY, Recipient, get_handler
+from scheduling.messages import template_errors, years_counted
+from scheduling.selectors import MessageTemplates
+
+logger = logging.getLogger(__name__)
+
+
+def webhook_payload(
+    *,
+    event_id: uuid.UUID,
+    event_type: str,
+    occurrence_date: date,
+    target_utc: datetime,
+    recipient: Recipient,
+    templates: MessageTemplates,
+    language: str = "",
+    override: str | None = None,
+) -> dict[str, Any]:
+    """The JSON body for one occurrence, with the message rendered from the recipient as they are now.
+
+    `templates` are the ones in force (scheduling.selectors.message_templates,
+    read once per batch by the caller): the text is the one for the recipient's
+    `language` and the occurrence's years, unless a destination's `override`
+    (message_overrides) replaces it.
+    """
+    values = get_handler(event_type).message_values(user=recipient, occurrence_date=occurrence_date)
+    template = override or templates.choose(
+        event_type=event_type, language=language, years=years_counted(values)
+    )
+    return {
+        "message": template.format_map(values),
+        "event_id": str(event_id),
+        "event_type": event_type,
+        "user_id": str(recipient.id),
+        "occurrence_date": occurrence_date.isoformat(),
+        "target_timestamp_utc": target_utc.isoformat(),
+    }
+
+
+def message_overrides(*, destinations: Iterable[Destination]) -> dict[tuple[int, str], str]:
+    """Each destination's own text per event type, by (destination id, type): the valid ones.
+
+    Checked once per batch rather than per message: a stored text that no longer fits
+    its type (a later release dropped a placeholder, a write went around the service)
+    is left out, with an error logged, and its messages get the templates' text.
+    """
+    overrides = {}
+    for destination in destinations:
+        for event_type, body in (destination.message_overrides or {}).items():
+            handler = REGISTRY.get(event_type)
+            errors = (
+                template_errors(template=body, placeholders=handler.placeholders)
+                if handler and isinstance(body, str)
+                else ["not an event type's text"]
+            )
+            if errors:
+                logger.error(
+                    "A destination's own message is not valid; sending the templates' text",
+                    extra={"destination": destination.name, "event_type": event_type, "errors": errors},
+                )
+                continue
+            overrides[(destination.pk, event_type)] = body
+    return overrides

@@ -1,0 +1,2 @@
+"""An operator's actions on what was sent: resend, recover a window, acknowledge or resend a failure
+group, and the test message."""

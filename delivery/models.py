@@ -10,7 +10,7 @@ from runtime.ids import uuid7
 from scheduling.event_types import EventType
 from scheduling.labels import LABEL_MAX_LENGTH, labels_by_rule
 
-# The kinds of destination (channels/, one module each), as choices: a kind's name is the
+# The kinds of destination (kinds/, one module each), as choices: a kind's name is the
 # destination's `format` (STANDARD, SLACK, DISCORD, TEAMS, TEAMS_MESSAGECARD); its label names it.
 # django-stubs types only the class form of TextChoices, not the functional one Django documents
 # ("Enumeration types", the Enum functional API), hence the ignore.

@@ -21,7 +21,7 @@ KINDS: Mapping[str, Kind] = {
 }
 STANDARD = KINDS["standard"]
 
-__all__ = ["KINDS", "STANDARD", "Channel", "Reading", "Verdict", "kind_for"]
+__all__ = ["KINDS", "STANDARD", "Kind", "Reading", "Verdict", "kind_for"]
 
 
 def kind_for(format: str) -> Kind:  # noqa: A002 - the destination's field

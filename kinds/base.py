@@ -1,4 +1,4 @@
-"""What every kind of destination is: the small interface a module in `channels/` implements.
+"""What every kind of destination is: the small interface a module in `kinds/` implements.
 
 A kind (standard JSON, Slack, Discord, Teams...) knows four things about its
 service, and nothing about the outbox that sends to it:

@@ -1,7 +1,7 @@
 """A daily digest of 5,000 names rendered per kind: time, body size, names kept within the service's limit (issue 35).
 
 No database and no process: the body a digest's delivery carries is rendered by its kind
-(channels/: `digest_body`) from the standard digest payload, once when the digest is built
+(kinds/: `digest_body`) from the standard digest payload, once when the digest is built
 and again on a resend. `digests_names` occurrences, each a line as the birthday handler
 writes it ("<first> <last>'s birthday", names of various scripts and lengths, some with
 characters the kinds escape), rendered `digests_runs` times per kind; the report gives the
@@ -21,7 +21,7 @@ from bench.stats import median
 from bench.workload import Workload
 
 KINDS = ("standard", "slack", "discord", "teams", "teams_messagecard")
-# What each service takes, as channels/ states it: Slack's text, Discord's content (UTF-16 units),
+# What each service takes, as kinds/ states it: Slack's text, Discord's content (UTF-16 units),
 # a Teams card's body bytes, the MessageCard's too.
 LIMITS = {
     "standard": None,

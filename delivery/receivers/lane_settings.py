@@ -32,7 +32,7 @@ class LaneSettings:
     timeout: float
     # The destination's current signing secrets, newest first; none: unsigned.
     signing_secrets: tuple[str, ...] = ()
-    # The destination's kind (channels/): its answers are read by it.
+    # The destination's kind (kinds/): its answers are read by it.
     channel: Kind = kind_for(DestinationFormat.STANDARD)
 
     @functools.cached_property
@@ -55,7 +55,7 @@ def lane_settings(
     WEBHOOK_TIMEOUT. A lane with no destination (what it holds was queued for
     a URL since edited) takes them all. Without a max rate of its own, a
     destination of a chat kind keeps to its service's published pace
-    (channels/), unless WEBHOOK_MAX_RATE is lower.
+    (kinds/), unless WEBHOOK_MAX_RATE is lower.
     """
     channel = kind_for(format)
     if max_rate is None:

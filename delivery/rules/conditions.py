@@ -56,7 +56,7 @@ def destination_condition(
             "time tries it.",
         )
     if endpoint_state == EndpointState.GONE:
-        # A chat service said the webhook or channel no longer exists (channels/, Verdict.GONE):
+        # A chat service said the webhook or channel no longer exists (kinds/, Verdict.GONE):
         # nothing can get through until a person fixes it, so it is as urgent as failing.
         return DestinationCondition(
             FAILING,

@@ -129,11 +129,6 @@ def render(res: dict, out_dir: Path) -> None:
     (out_dir / "REPORT.md").write_text("\n".join(L) + "\n")
 
 
-def _best_zero(b):
-    zero = {k: v for k, v in b["summary"].items() if v["receiver"] == "0ms" and k != b.get("big")}
-    return max(zero.items(), key=lambda kv: kv[1]["steady_rate"] or 0) if zero else (None, None)
-
-
 def workers_scaling(b):
     """Two workers vs one in the zero-latency matrix (same n, same receiver), the best concurrency of each."""
     zero = [v for k, v in b.get("summary", {}).items() if v["receiver"] == "0ms" and k != b.get("big")]

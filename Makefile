@@ -43,7 +43,7 @@ run: venv $(SECRET_KEY_FILE)
 	$(PY) -m devtools.local
 
 # ruff's lint and its formatter (the tree is formatted: a change that is not fails here),
-# then the dependencies between the apps that README.md draws (.importlinter), then
+# then the dependencies between the apps and wings that docs/design.md draws (.importlinter), then
 # mypy over the product code (mypy.ini: strict on the services, the selectors and
 # runtime/). Without import-linter's cache: the graph is quick to build afresh, and the
 # cache would leave folders of its own in the checkout. mypy keeps its cache

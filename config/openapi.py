@@ -36,14 +36,11 @@ class TokenScheme(OpenApiAuthenticationExtension):
     priority = 1
 
     def get_security_definition(self, auto_schema):
-        return {
-            "type": "apiKey",
-            "in": "header",
-            "name": "Authorization",
-            "description": (
-                "`Token <key>`: an operator's DRF token (`python manage.py drf_create_token <operator>`)."
-            ),
-        }
+        return _api_key(
+            "header",
+            "Authorization",
+            "`Token <key>`: an operator's DRF token (`python manage.py drf_create_token <operator>`).",
+        )
 
 
 class SessionScheme(OpenApiAuthenticationExtension):
@@ -52,16 +49,18 @@ class SessionScheme(OpenApiAuthenticationExtension):
     priority = 1
 
     def get_security_definition(self, auto_schema):
-        return {
-            "type": "apiKey",
-            "in": "cookie",
-            "name": settings.SESSION_COOKIE_NAME,
-            "description": (
-                "The session of an operator logged in to the admin. Requests that "
-                f"change data also need the `X-CSRFToken` header, set to the "
-                f"`{settings.CSRF_COOKIE_NAME}` cookie's value."
-            ),
-        }
+        return _api_key(
+            "cookie",
+            settings.SESSION_COOKIE_NAME,
+            "The session of an operator logged in to the admin. Requests that "
+            f"change data also need the `X-CSRFToken` header, set to the "
+            f"`{settings.CSRF_COOKIE_NAME}` cookie's value.",
+        )
+
+
+def _api_key(where: str, name: str, description: str) -> dict:
+    """An OpenAPI security scheme of type apiKey: a credential sent `where` (header, cookie) under `name`."""
+    return {"type": "apiKey", "in": where, "name": name, "description": description}
 
 
 class ErrorSerializer(serializers.Serializer):
@@ -185,32 +184,10 @@ class AutoSchema(openapi.AutoSchema):
         return validation
 
     def _error_responses(self) -> list[tuple[str, str, dict]]:
+        """(status, description, schema) of each error the operation can answer."""
         error = self.resolve_serializer(ErrorSerializer, "response").ref
-        bad_if_match = "an If-Match header that is not `*` or a list of quoted entity tags (`detail`)"
-        responses = []
-        if self.method in BODY_METHODS:
-            validation = self._validation_error_component()
-            causes = [
-                "invalid fields (each listed with its messages)",
-                "a body that is not valid JSON (`detail`)",
-            ]
-            if self._honours_if_match():
-                causes.append(bad_if_match)
-            responses.append(
-                (
-                    "400",
-                    f"The request was refused and nothing changed: {', '.join(causes[:-1])} or {causes[-1]}.",
-                    {"oneOf": [validation.ref, error]},
-                )
-            )
-        elif self._honours_if_match():
-            responses.append(("400", f"Refused, nothing changed: {bad_if_match}.", error))
-        elif self._is_list_view() and self._get_paginator():
-            validation = self._validation_error_component()
-            responses.append(
-                ("400", "A `page_size` that is not a whole number of 1 or more.", validation.ref)
-            )
-        responses += [
+        return [
+            *self._bad_request(error=error),
             ("401", "No credentials, or a token that does not exist.", error),
             (
                 "403",
@@ -218,7 +195,48 @@ class AutoSchema(openapi.AutoSchema):
                 "session-authenticated request that changes data came without its CSRF token.",
                 error,
             ),
+            *self._not_found(error=error),
+            *self._precondition_failed(error=error),
+            *self._body_refused(error=error),
+            (
+                "429",
+                "Too many requests from this account, or too many wrong tokens from this "
+                "address: wait `Retry-After` seconds, then try again.",
+                error,
+            ),
         ]
+
+    def _bad_request(self, *, error: dict) -> list[tuple[str, str, dict]]:
+        """The 400: a body's invalid fields, a malformed If-Match, or a list's bad page size."""
+        bad_if_match = "an If-Match header that is not `*` or a list of quoted entity tags (`detail`)"
+        if self.method in BODY_METHODS:
+            causes = [
+                "invalid fields (each listed with its messages)",
+                "a body that is not valid JSON (`detail`)",
+            ]
+            if self._honours_if_match():
+                causes.append(bad_if_match)
+            return [
+                (
+                    "400",
+                    f"The request was refused and nothing changed: {', '.join(causes[:-1])} or {causes[-1]}.",
+                    {"oneOf": [self._validation_error_component().ref, error]},
+                )
+            ]
+        if self._honours_if_match():
+            return [("400", f"Refused, nothing changed: {bad_if_match}.", error)]
+        if self._is_list_view() and self._get_paginator():
+            return [
+                (
+                    "400",
+                    "A `page_size` that is not a whole number of 1 or more.",
+                    self._validation_error_component().ref,
+                )
+            ]
+        return []
+
+    def _not_found(self, *, error: dict) -> list[tuple[str, str, dict]]:
+        """The 404: no object at the path's key, or a page past the last."""
         not_found = []
         if lookup := re.search(r"\{(\w+)\}", self.path):
             not_found.append(
@@ -226,34 +244,30 @@ class AutoSchema(openapi.AutoSchema):
             )
         if self._is_list_view() and self._get_paginator():
             not_found.append("The page number is past the last page or not a number.")
-        if not_found:
-            responses.append(("404", " ".join(not_found), error))
-        if self._honours_if_match():
-            responses.append(
-                (
-                    "412",
-                    "If-Match names no version the resource is at: it has changed since it "
-                    "was read. Nothing was changed; read it again for its current ETag.",
-                    error,
-                )
-            )
-        if self.method in BODY_METHODS:
-            responses += [
-                (
-                    "411",
-                    "The body was sent with `Transfer-Encoding` (chunked) instead of a "
-                    "`Content-Length` header.",
-                    error,
-                ),
-                ("413", f"The body is larger than {settings.API_MAX_BODY_BYTES} bytes.", error),
-                ("415", "The body is not `application/json`.", error),
-            ]
-        responses.append(
+        return [("404", " ".join(not_found), error)] if not_found else []
+
+    def _precondition_failed(self, *, error: dict) -> list[tuple[str, str, dict]]:
+        if not self._honours_if_match():
+            return []
+        return [
             (
-                "429",
-                "Too many requests from this account, or too many wrong tokens from this "
-                "address: wait `Retry-After` seconds, then try again.",
+                "412",
+                "If-Match names no version the resource is at: it has changed since it "
+                "was read. Nothing was changed; read it again for its current ETag.",
                 error,
             )
-        )
-        return responses
+        ]
+
+    def _body_refused(self, *, error: dict) -> list[tuple[str, str, dict]]:
+        """What the body-size middleware and the JSON parser refuse of a request's body, before any view."""
+        if self.method not in BODY_METHODS:
+            return []
+        return [
+            (
+                "411",
+                "The body was sent with `Transfer-Encoding` (chunked) instead of a `Content-Length` header.",
+                error,
+            ),
+            ("413", f"The body is larger than {settings.API_MAX_BODY_BYTES} bytes.", error),
+            ("415", "The body is not `application/json`.", error),
+        ]

@@ -8,8 +8,9 @@ will happen and to how many, and the same form posted again with
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.admin import helpers
@@ -82,3 +83,31 @@ def confirmation_page(
             "confirmed_name": CONFIRMED,
         },
     )
+
+
+def confirmed_first(
+    modeladmin,
+    request,
+    queryset,
+    *,
+    title: str,
+    consequence: str,
+    button: str,
+    item: Callable[[Any], Item],
+    run: Callable[[list], None],
+) -> TemplateResponse | None:
+    """An action on each selected row: the confirmation page (each row as `item` lists it) first, then `run`."""
+    rows = selected_rows(modeladmin, request, queryset)
+    if rows is None:
+        return None
+    if not is_confirmed(request):
+        return confirmation_page(
+            modeladmin,
+            request,
+            title=title,
+            consequence=consequence,
+            button=button,
+            items=[item(row) for row in rows],
+        )
+    run(rows)
+    return None

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from django.contrib import admin
 from django.core.cache import cache
@@ -14,6 +16,7 @@ from django.utils import timezone
 from console.widgets import badge, humanize_delay
 from delivery import selectors as delivery_selectors
 from delivery.destinations import selectors as destination_selectors
+from delivery.destinations.selectors import DestinationHealth
 from delivery.models import Endpoint, EndpointState
 from delivery.rules import conditions
 from runtime.models import ProcessHeartbeat, ProcessKind
@@ -216,85 +219,125 @@ def cached_figures(*, now: datetime) -> dict:
     return figures
 
 
+class Stuck(NamedTuple):
+    """A backlog that needs a look once its oldest has waited more than STUCK_AFTER, as the dashboard says it."""
+
+    figure: str  # its summary among the figures: a count and the oldest's time
+    level: str
+    text: str  # with {count} and {late}
+    changelist: str
+    query: str
+    key: str
+
+
+STUCK = (
+    Stuck(
+        "backlog",
+        "alert",
+        "{count} due events not claimed; the oldest is {late} late.",
+        "admin:scheduling_event_changelist",
+        "?overdue=yes",
+        "backlog",
+    ),
+    Stuck(
+        "deliveries_due",
+        "warn",
+        "{count} deliveries due and not sent; the oldest for {late}.",
+        "admin:delivery_delivery_changelist",
+        "?status__exact=QUEUED",
+        "deliveries-due",
+    ),
+)
+
+
 def attention_items(*, figures: dict, missing_kinds: list[str]) -> list[Attention]:
     """What needs an operator now, most urgent first: destinations, stuck work, processes, zone data."""
     now = figures["now"]
-    items = []
-    for health in figures["destinations"]:
-        if not health.condition.needs_attention:
-            continue
-        detail = f" {health.dead_last_day} dead in 24 h" if health.dead_last_day else ""
-        last = health.endpoint_last_error or health.last_failure_label
-        items.append(
-            Attention(
-                "alert" if health.condition.level == conditions.FAILING else "warn",
-                f"Destination {health.destination.name}: {health.condition.label}.{detail}"
-                + (f"; last failure: {last}" if last else "")
-                + (
-                    f"; last delivered {humanize_delay(now - health.last_delivered_at)} ago"
-                    if health.last_delivered_at
-                    else "; never delivered"
-                ),
-                reverse("admin:delivery_destination_change", args=[health.destination.pk]),
-                f"destination-{health.destination.pk}",
-            )
-        )
-    backlog = figures["backlog"]
-    if backlog.count and backlog.oldest and now - backlog.oldest > STUCK_AFTER:
-        items.append(
-            Attention(
-                "alert",
-                f"{backlog.count} due events not claimed; the oldest is {humanize_delay(now - backlog.oldest)} late.",
-                reverse("admin:scheduling_event_changelist") + "?overdue=yes",
-                "backlog",
-            )
-        )
-    due = figures["deliveries_due"]
-    if due.count and due.oldest and now - due.oldest > STUCK_AFTER:
-        items.append(
-            Attention(
-                "warn",
-                f"{due.count} deliveries due and not sent; the oldest for {humanize_delay(now - due.oldest)}.",
-                reverse("admin:delivery_delivery_changelist") + "?status__exact=QUEUED",
-                "deliveries-due",
-            )
-        )
-    for kind in missing_kinds:
-        items.append(
-            Attention(
-                "alert",
-                f"No {kind} is running: "
-                + (
-                    "due events are not being claimed."
-                    if kind == ProcessKind.SCHEDULER
-                    else "queued deliveries are not being sent."
-                ),
-                "#processes-module",
-                f"no-{kind}",
-            )
-        )
-    lost = [p for p in figures["processes"] if p.state == "lost"]
-    if lost:
-        items.append(
-            Attention(
-                "warn",
-                f"{len(lost)} process{'es' if len(lost) > 1 else ''} lost (silent, not stopped cleanly): "
-                + ", ".join(f"{p.get_kind_display().lower()} {p.host}:{p.pid}" for p in lost[:5]),
-                "#processes-module",
-                "lost",
-            )
-        )
-    zone = figures["zone_data"]
-    if zone.out_of_step or zone.web_out_of_step:
-        items.append(
-            Attention(
-                "warn",
-                "Some processes compute with other time zone data than the pending events follow.",
-                "#zone-data",
-                "zone-data",
-            )
-        )
+    items = [
+        *(
+            _destination_attention(health=health, now=now)
+            for health in figures["destinations"]
+            if health.condition.needs_attention
+        ),
+        *_stuck_attention(figures=figures, now=now),
+        *(_missing_process_attention(kind=kind) for kind in missing_kinds),
+        *_lost_process_attention(processes=figures["processes"]),
+        *_zone_data_attention(zone=figures["zone_data"]),
+    ]
     return sorted(items, key=lambda item: item.level != "alert")
+
+
+def _destination_attention(*, health: DestinationHealth, now: datetime) -> Attention:
+    """A destination failing, degraded or paused: its condition, its dead, its last failure and delivery."""
+    detail = f" {health.dead_last_day} dead in 24 h" if health.dead_last_day else ""
+    last = health.endpoint_last_error or health.last_failure_label
+    return Attention(
+        "alert" if health.condition.level == conditions.FAILING else "warn",
+        f"Destination {health.destination.name}: {health.condition.label}.{detail}"
+        + (f"; last failure: {last}" if last else "")
+        + (
+            f"; last delivered {humanize_delay(now - health.last_delivered_at)} ago"
+            if health.last_delivered_at
+            else "; never delivered"
+        ),
+        reverse("admin:delivery_destination_change", args=[health.destination.pk]),
+        f"destination-{health.destination.pk}",
+    )
+
+
+def _stuck_attention(*, figures: dict, now: datetime) -> Iterator[Attention]:
+    """Each of STUCK whose oldest has waited more than STUCK_AFTER."""
+    for stuck in STUCK:
+        due = figures[stuck.figure]
+        if due.count and due.oldest and now - due.oldest > STUCK_AFTER:
+            yield Attention(
+                stuck.level,
+                stuck.text.format(count=due.count, late=humanize_delay(now - due.oldest)),
+                reverse(stuck.changelist) + stuck.query,
+                stuck.key,
+            )
+
+
+def _missing_process_attention(*, kind: str) -> Attention:
+    return Attention(
+        "alert",
+        f"No {kind} is running: "
+        + (
+            "due events are not being claimed."
+            if kind == ProcessKind.SCHEDULER
+            else "queued deliveries are not being sent."
+        ),
+        "#processes-module",
+        f"no-{kind}",
+    )
+
+
+def _lost_process_attention(*, processes: list) -> list[Attention]:
+    lost = [p for p in processes if p.state == "lost"]
+    if not lost:
+        return []
+    return [
+        Attention(
+            "warn",
+            f"{len(lost)} process{'es' if len(lost) > 1 else ''} lost (silent, not stopped cleanly): "
+            + ", ".join(f"{p.get_kind_display().lower()} {p.host}:{p.pid}" for p in lost[:5]),
+            "#processes-module",
+            "lost",
+        )
+    ]
+
+
+def _zone_data_attention(*, zone: ZoneDataLine) -> list[Attention]:
+    if not (zone.out_of_step or zone.web_out_of_step):
+        return []
+    return [
+        Attention(
+            "warn",
+            "Some processes compute with other time zone data than the pending events follow.",
+            "#zone-data",
+            "zone-data",
+        )
+    ]
 
 
 def dashboard_view(request, *, site: admin.AdminSite, as_index: bool = False):
@@ -303,8 +346,21 @@ def dashboard_view(request, *, site: admin.AdminSite, as_index: bool = False):
     `?fragment=1` answers the page's live part alone: the page fetches it every
     REFRESH_EVERY seconds and swaps it in, without a reload.
     """
-    now = timezone.now()
-    figures = cached_figures(now=now)
+    context = {
+        **site.each_context(request),
+        "title": "Dashboard",
+        "refresh_every": REFRESH_EVERY,
+        **dashboard_context(figures=cached_figures(now=timezone.now())),
+        "as_index": as_index,
+        "app_list": site.get_app_list(request) if as_index else [],
+    }
+    if request.GET.get("fragment"):
+        return TemplateResponse(request, "admin/dashboard_live.html", context)
+    return TemplateResponse(request, "admin/dashboard.html", context)
+
+
+def dashboard_context(*, figures: dict) -> dict:
+    """What the dashboard's template shows of `figures`, as of when they were computed."""
     processes = figures["processes"]
     missing_kinds = [
         kind
@@ -312,14 +368,10 @@ def dashboard_view(request, *, site: admin.AdminSite, as_index: bool = False):
         if not any(p.kind == kind and p.state == "running" for p in processes)
     ]
     status_counts = figures["status_counts"]
-    chart = hourly_chart(figures["pending_per_hour"])
     backlog = figures["backlog"]
     as_of = figures["now"]
-    context = {
-        **site.each_context(request),
-        "title": "Dashboard",
+    return {
         "now": as_of,
-        "refresh_every": REFRESH_EVERY,
         "attention": attention_items(figures=figures, missing_kinds=missing_kinds),
         "status_counts": [
             (EventStatus(status).label, status, counted, badge(status))
@@ -336,16 +388,11 @@ def dashboard_view(request, *, site: admin.AdminSite, as_index: bool = False):
         "missing_kinds": missing_kinds,
         "lost_after": ProcessHeartbeat.LOST_AFTER_SECONDS,
         "zone_data": figures["zone_data"],
-        "chart": chart,
+        "chart": hourly_chart(figures["pending_per_hour"]),
         "chart_by_type": [
             (EventType(event_type).label, event_type, count)
             for event_type, count in figures["pending_per_type"].items()
         ],
         "chart_until": figures["this_hour"] + timedelta(hours=24),
         "process_badges": {state: badge(state) for state in ("running", "lost", "stopped")},
-        "as_index": as_index,
-        "app_list": site.get_app_list(request) if as_index else [],
     }
-    if request.GET.get("fragment"):
-        return TemplateResponse(request, "admin/dashboard_live.html", context)
-    return TemplateResponse(request, "admin/dashboard.html", context)

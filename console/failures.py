@@ -9,6 +9,7 @@ through delivery.actions.failures.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.contrib import admin, messages
@@ -75,39 +76,73 @@ def _act(request, *, site: admin.AdminSite):
             request, "Nothing was done: that group of failures is not known (its destination was deleted?)."
         )
         return HttpResponseRedirect(back)
-    now = timezone.now()
-    operator = request.user.get_username()
-    label = f"{destination.name}, {failures.cause_label(cause)}"
+    group = _Group(
+        destination=destination, cause=cause, label=f"{destination.name}, {failures.cause_label(cause)}"
+    )
     if action == "acknowledge":
-        through = _moment(request.POST.get("through")) or now
-        failure_group_acknowledge(
-            destination=destination, cause=cause, through=through, operator=operator, now=now
-        )
-        messages.success(
-            request,
-            f"Acknowledged the failures of {label} seen until {through:%Y-%m-%d %H:%M:%S} UTC: the group comes back "
-            "if one more fails this way. The deliveries were not changed.",
-        )
-        return HttpResponseRedirect(back)
-    if request.POST.get("confirmed") != "yes":
-        count = failure_group_deliveries(destination_id=destination.pk, cause=cause, now=now).count()
-        return TemplateResponse(
-            request,
-            "admin/failures_resend_confirm.html",
-            {
-                **site.each_context(request),
-                "title": "Resend this group of failures?",
-                "destination": destination,
-                "cause": cause,
-                "label": label,
-                "count": count,
-                "at_once": min(count, RESEND_AT_ONCE),
-                "more": max(count - RESEND_AT_ONCE, 0),
-                "back": back,
-            },
-        )
-    result = failure_group_resend(destination=destination, cause=cause, operator=operator, now=now)
-    text = f"Resent {result.resent} dead deliveries of {label}: queued again under their own keys."
+        _acknowledge(request, group=group)
+    elif request.POST.get("confirmed") != "yes":
+        return _resend_confirmation(request, site=site, group=group, back=back)
+    else:
+        _resend(request, group=group)
+    return HttpResponseRedirect(back)
+
+
+@dataclass(frozen=True)
+class _Group:
+    """The group of failures an action names: its destination, its cause, and how the page names both."""
+
+    destination: Destination
+    cause: str
+    label: str
+
+
+def _acknowledge(request, *, group: _Group) -> None:
+    now = timezone.now()
+    through = _moment(request.POST.get("through")) or now
+    failure_group_acknowledge(
+        destination=group.destination,
+        cause=group.cause,
+        through=through,
+        operator=request.user.get_username(),
+        now=now,
+    )
+    messages.success(
+        request,
+        f"Acknowledged the failures of {group.label} seen until {through:%Y-%m-%d %H:%M:%S} UTC: the group comes "
+        "back if one more fails this way. The deliveries were not changed.",
+    )
+
+
+def _resend_confirmation(request, *, site: admin.AdminSite, group: _Group, back: str) -> TemplateResponse:
+    count = failure_group_deliveries(
+        destination_id=group.destination.pk, cause=group.cause, now=timezone.now()
+    ).count()
+    return TemplateResponse(
+        request,
+        "admin/failures_resend_confirm.html",
+        {
+            **site.each_context(request),
+            "title": "Resend this group of failures?",
+            "destination": group.destination,
+            "cause": group.cause,
+            "label": group.label,
+            "count": count,
+            "at_once": min(count, RESEND_AT_ONCE),
+            "more": max(count - RESEND_AT_ONCE, 0),
+            "back": back,
+        },
+    )
+
+
+def _resend(request, *, group: _Group) -> None:
+    result = failure_group_resend(
+        destination=group.destination,
+        cause=group.cause,
+        operator=request.user.get_username(),
+        now=timezone.now(),
+    )
+    text = f"Resent {result.resent} dead deliveries of {group.label}: queued again under their own keys."
     if result.refused:
         text += f" {result.refused} had changed meanwhile and were left as they are."
     if result.remaining:
@@ -115,7 +150,6 @@ def _act(request, *, site: admin.AdminSite):
             f" {result.remaining} remain dead in this group: resend it again for the next {RESEND_AT_ONCE}."
         )
     messages.success(request, text)
-    return HttpResponseRedirect(back)
 
 
 def _int(value: str | None) -> int | None:

@@ -1,4 +1,4 @@
-"""What the console's pages share: status badges, durations, local times, read-only inlines."""
+"""What the console's pages share: status badges, durations, local times, list filters, read-only inlines."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.contrib import admin, messages
 from django.forms.models import BaseInlineFormSet
+from django.utils import timezone
 from django.utils.html import format_html
 
 from scheduling.exceptions import SchedulingError
@@ -109,6 +110,14 @@ def split_local_time(iso: str) -> tuple[str, str]:
     return local.strftime("%Y-%m-%d %H:%M"), offset
 
 
+def local_time(iso: str, zone: str):
+    """A stored local time ('2027-03-14T09:00:00-04:00') and its zone: the wall time, its offset, the zone below."""
+    wall, offset = split_local_time(iso)
+    return format_html(
+        '{} <span class="bs-muted">{}</span><br><span class="bs-muted">{}</span>', wall, offset, zone
+    )
+
+
 def parse_uuid(term: str) -> uuid.UUID | None:
     try:
         return uuid.UUID(term.strip())
@@ -149,6 +158,26 @@ if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[Any]
 else:
     _ModelAdmin = object
+
+
+class DeadlineFilter(admin.SimpleListFilter):
+    """The rows at `status` whose `deadline` (a field) has passed, chosen as `passed`, or not yet, as `ahead`.
+
+    A subclass names them, its title and parameter, and its lookups (the two choices, in its order).
+    """
+
+    status: str
+    deadline: str
+    passed: str
+    ahead: str
+
+    def queryset(self, request, queryset):
+        now = timezone.now()
+        if self.value() == self.passed:
+            return queryset.filter(status=self.status, **{f"{self.deadline}__lt": now})
+        if self.value() == self.ahead:
+            return queryset.filter(status=self.status, **{f"{self.deadline}__gte": now})
+        return queryset
 
 
 class ViewOnlyPageMixin(_ModelAdmin):

@@ -253,23 +253,8 @@ def failure_groups(
     only = ""
     if destination_id is not None:
         only, params["destination_id"] = "AND d.destination_id = %(destination_id)s", destination_id
-    # The acknowledgements that reach into the window (a few rows) become a condition on each row,
-    # not a join: the planner cannot know how many rows the window holds, and a nested loop over
-    # them looking up an acknowledgement each cost four times the scan (bench/results/REPORT-console.md).
-    acknowledged = []
-    for number, (ack_destination, ack_cause, through) in enumerate(
-        FailureAcknowledgement.objects.filter(through__gte=since).values_list(
-            "destination_id", "cause", "through"
-        )
-    ):
-        acknowledged.append(
-            f"(d.destination_id = %(ack_d{number})s AND cause = %(ack_c{number})s "
-            f"AND d.updated_at <= %(ack_t{number})s)"
-        )
-        params.update(
-            {f"ack_d{number}": ack_destination, f"ack_c{number}": ack_cause, f"ack_t{number}": through}
-        )
-    not_acknowledged = f"WHERE NOT ({' OR '.join(acknowledged)})" if acknowledged else ""
+    not_acknowledged, acknowledged_params = _not_acknowledged(since=since)
+    params.update(acknowledged_params)
     sql = f"""
         SELECT destination_id, cause, count(*),
                count(*) FILTER (WHERE updated_at >= %(hour)s),
@@ -293,6 +278,27 @@ def failure_groups(
         if destination_id in names  # deleted meanwhile
     ]
     return sorted(groups, key=lambda group: (-group.last_seen.timestamp(), group.destination_id, group.cause))
+
+
+def _not_acknowledged(*, since: datetime) -> tuple[str, dict[str, Any]]:
+    """The WHERE clause that leaves out the acknowledged part of each group ("" if none is), and its values."""
+    # The acknowledgements that reach into the window (a few rows) become a condition on each row,
+    # not a join: the planner cannot know how many rows the window holds, and a nested loop over
+    # them looking up an acknowledgement each cost four times the scan (bench/results/REPORT-console.md).
+    acknowledged, params = [], {}
+    for number, (ack_destination, ack_cause, through) in enumerate(
+        FailureAcknowledgement.objects.filter(through__gte=since).values_list(
+            "destination_id", "cause", "through"
+        )
+    ):
+        acknowledged.append(
+            f"(d.destination_id = %(ack_d{number})s AND cause = %(ack_c{number})s "
+            f"AND d.updated_at <= %(ack_t{number})s)"
+        )
+        params.update(
+            {f"ack_d{number}": ack_destination, f"ack_c{number}": ack_cause, f"ack_t{number}": through}
+        )
+    return (f"WHERE NOT ({' OR '.join(acknowledged)})" if acknowledged else ""), params
 
 
 def failure_group_deliveries(

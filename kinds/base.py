@@ -359,3 +359,7 @@ class LineKind(Kind):
 
     def _fits(self, lines: Sequence[str]) -> bool:
         return sum(map(self.size, self._pieces(lines))) <= self.budget
+
+    def _fitted(self, lines: Sequence[str]) -> str:
+        """`lines` joined and escaped, cut within `budget`: the text `_compose` puts in the body."""
+        return fit(self._pieces(lines), budget=self.budget, size=self.size)

@@ -32,7 +32,6 @@ from kinds.base import (
     LineKind,
     Reading,
     Verdict,
-    fit,
     parse_retry_after,
     seconds_or_none,
     shown_by_shape,
@@ -83,7 +82,7 @@ class Discord(LineKind):
 
     def _compose(self, lines: Sequence[str]) -> dict:
         return {
-            "content": fit(self._pieces(lines), budget=CONTENT_MAX, size=utf16_length),
+            "content": self._fitted(lines),
             "allowed_mentions": {"parse": []},
         }
 

@@ -27,7 +27,6 @@ from kinds.base import (
     LineKind,
     Reading,
     Verdict,
-    fit,
     shown_by_shape,
     standard_reading,
     without_bidi_controls,
@@ -70,7 +69,7 @@ class Slack(LineKind):
 
     def _compose(self, lines: Sequence[str]) -> dict:
         return {
-            "text": fit(self._pieces(lines), budget=TEXT_MAX),
+            "text": self._fitted(lines),
             "mrkdwn": False,
             "unfurl_links": False,
             "unfurl_media": False,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kinds.base import LineKind, fit, without_bidi_controls
+from kinds.base import LineKind, without_bidi_controls
 from kinds.teams import BODY_MAX_BYTES, json_size
 
 _HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
@@ -37,7 +37,7 @@ class TeamsMessageCard(LineKind):
     size = staticmethod(json_size)
 
     def _compose(self, lines: Sequence[str]) -> dict:
-        text = fit(self._pieces(lines), budget=_TEXT_BUDGET, size=json_size)
+        text = self._fitted(lines)
         return {
             "@type": "MessageCard",
             "@context": "https://schema.org/extensions",

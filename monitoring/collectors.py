@@ -18,8 +18,10 @@ process's own port (delivery.metrics).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Generic, TypeVar
 
 from django.db import DatabaseError
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
@@ -56,6 +58,9 @@ from scheduling.zonedata import zone_data_version
 
 logger = logging.getLogger(__name__)
 
+# What a family built from rows has a series of each: a destination's health, an endpoint.
+Row = TypeVar("Row")
+
 # The window of birthday_delivery_attempts_last_hour and birthday_deliveries_finished_last_hour.
 ATTEMPTS_WINDOW = timedelta(hours=1)
 ESTIMATE_NOTE = (
@@ -89,71 +94,8 @@ class DatabaseCollector:
 
     def _families(self) -> Iterator[Metric]:
         now = self.now
-        yield _labelled(
-            "birthday_events",
-            "Events claimed and not yet handled (PROCESSING, delivery under way), counted exactly. PENDING and "
-            "handled ones are in birthday_events_estimated.",
-            "status",
-            {EventStatus.PROCESSING: event_processing_count()},
-        )
-        yield _labelled(
-            "birthday_events_estimated",
-            f"Events in each status, estimated. {PENDING_ESTIMATE_NOTE} The others: {ESTIMATE_NOTE}",
-            "status",
-            event_status_estimates(),
-        )
-        held_back = events_held_back_counts(since=now - ATTEMPTS_WINDOW)
-        yield _labelled(
-            "birthday_events_paused_last_hour",
-            'Events whose send time came in the last hour while their recipient (paused="recipient") or their '
-            'event type (paused="event_type") was paused: FAILED, not sent, counted exactly.',
-            "paused",
-            {"recipient": held_back[RECIPIENT_PAUSED], "event_type": held_back[EVENT_TYPE_PAUSED]},
-        )
-        overdue = overdue_summary(now=now)
-        yield _gauge(
-            "birthday_events_due",
-            "PENDING events whose target time has passed: the scheduler's backlog.",
-            overdue.count,
-        )
-        yield _gauge(
-            "birthday_events_oldest_due_age_seconds",
-            "Seconds since the target time of the oldest due PENDING event (0 when none is due).",
-            _age(now, overdue.oldest),
-        )
-        backlog = delivery_backlog_counts()
-        yield _labelled(
-            "birthday_deliveries",
-            "Deliveries not finished, counted exactly: QUEUED (waiting for their next attempt) and SENDING "
-            "(under a worker's lease). Finished ones are in birthday_deliveries_finished_last_hour "
-            "and birthday_deliveries_estimated.",
-            "status",
-            {DeliveryStatus.QUEUED: backlog["queued"], DeliveryStatus.SENDING: backlog["sending"]},
-        )
-        yield _labelled(
-            "birthday_deliveries_finished_last_hour",
-            "Deliveries that became DELIVERED or DEAD (given up) in the last hour, counted exactly "
-            "(a DEAD one resent since is QUEUED again and not counted).",
-            "status",
-            delivery_finished_counts(since=now - ATTEMPTS_WINDOW),
-        )
-        yield _labelled(
-            "birthday_deliveries_estimated",
-            f"Deliveries in each status, estimated: {ESTIMATE_NOTE}",
-            "status",
-            delivery_status_estimates(),
-        )
-        due = delivery_due_summary(now=now)
-        yield _gauge(
-            "birthday_deliveries_due",
-            "QUEUED deliveries whose next attempt time has passed: the workers' backlog.",
-            due.count,
-        )
-        yield _gauge(
-            "birthday_deliveries_oldest_due_age_seconds",
-            "Seconds since the oldest due QUEUED delivery became due (0 when none is due).",
-            _age(now, due.oldest),
-        )
+        yield from _event_families(now=now)
+        yield from _delivery_families(now=now)
         yield _labelled(
             "birthday_processes_live",
             f"Scheduler and worker processes running, with a heartbeat under "
@@ -173,6 +115,79 @@ class DatabaseCollector:
         yield from _zone_data_families()
 
 
+def _event_families(*, now: datetime) -> Iterator[Metric]:
+    """The birthday_events* gauges: claimed, estimated, held back by a pause, and the scheduler's backlog."""
+    yield _labelled(
+        "birthday_events",
+        "Events claimed and not yet handled (PROCESSING, delivery under way), counted exactly. PENDING and "
+        "handled ones are in birthday_events_estimated.",
+        "status",
+        {EventStatus.PROCESSING: event_processing_count()},
+    )
+    yield _labelled(
+        "birthday_events_estimated",
+        f"Events in each status, estimated. {PENDING_ESTIMATE_NOTE} The others: {ESTIMATE_NOTE}",
+        "status",
+        event_status_estimates(),
+    )
+    held_back = events_held_back_counts(since=now - ATTEMPTS_WINDOW)
+    yield _labelled(
+        "birthday_events_paused_last_hour",
+        'Events whose send time came in the last hour while their recipient (paused="recipient") or their '
+        'event type (paused="event_type") was paused: FAILED, not sent, counted exactly.',
+        "paused",
+        {"recipient": held_back[RECIPIENT_PAUSED], "event_type": held_back[EVENT_TYPE_PAUSED]},
+    )
+    overdue = overdue_summary(now=now)
+    yield _gauge(
+        "birthday_events_due",
+        "PENDING events whose target time has passed: the scheduler's backlog.",
+        overdue.count,
+    )
+    yield _gauge(
+        "birthday_events_oldest_due_age_seconds",
+        "Seconds since the target time of the oldest due PENDING event (0 when none is due).",
+        _age(now, overdue.oldest),
+    )
+
+
+def _delivery_families(*, now: datetime) -> Iterator[Metric]:
+    """The birthday_deliveries* gauges: unfinished, finished lately, estimated, and the workers' backlog."""
+    backlog = delivery_backlog_counts()
+    yield _labelled(
+        "birthday_deliveries",
+        "Deliveries not finished, counted exactly: QUEUED (waiting for their next attempt) and SENDING "
+        "(under a worker's lease). Finished ones are in birthday_deliveries_finished_last_hour "
+        "and birthday_deliveries_estimated.",
+        "status",
+        {DeliveryStatus.QUEUED: backlog["queued"], DeliveryStatus.SENDING: backlog["sending"]},
+    )
+    yield _labelled(
+        "birthday_deliveries_finished_last_hour",
+        "Deliveries that became DELIVERED or DEAD (given up) in the last hour, counted exactly "
+        "(a DEAD one resent since is QUEUED again and not counted).",
+        "status",
+        delivery_finished_counts(since=now - ATTEMPTS_WINDOW),
+    )
+    yield _labelled(
+        "birthday_deliveries_estimated",
+        f"Deliveries in each status, estimated: {ESTIMATE_NOTE}",
+        "status",
+        delivery_status_estimates(),
+    )
+    due = delivery_due_summary(now=now)
+    yield _gauge(
+        "birthday_deliveries_due",
+        "QUEUED deliveries whose next attempt time has passed: the workers' backlog.",
+        due.count,
+    )
+    yield _gauge(
+        "birthday_deliveries_oldest_due_age_seconds",
+        "Seconds since the oldest due QUEUED delivery became due (0 when none is due).",
+        _age(now, due.oldest),
+    )
+
+
 def _destination_families(*, health: list[DestinationHealth]) -> Iterator[Metric]:
     """The birthday_destination_* gauges: one series per destination (by name), from delivery.rules.conditions.
 
@@ -180,41 +195,38 @@ def _destination_families(*, health: list[DestinationHealth]) -> Iterator[Metric
     whether what is sent to it gets through: a receiver answering 400 to
     everything stays HEALTHY while every delivery to it ends DEAD.
     """
-    condition = GaugeMetricFamily(
+    rows = [(line.destination.name, line) for line in health]
+    yield _one_hot(
         "birthday_destination_condition",
         "1 for the destination's condition (failing, degraded, paused, ok, idle, disabled), 0 for the others: "
         "failing also when its deliveries end DEAD with nothing delivered since (delivery.rules.conditions).",
-        labels=["destination", "condition"],
+        labels=("destination", "condition"),
+        rows=[(name, line.condition.level) for name, line in rows],
+        values=conditions.ORDER,
     )
-    attention = GaugeMetricFamily(
-        "birthday_destination_needs_attention",
-        "1 when the destination is failing, degraded or paused, else 0.",
-        labels=["destination"],
-    )
-    dead_hour = GaugeMetricFamily(
-        "birthday_destination_dead_last_hour",
-        "Deliveries to the destination that ended DEAD in the last hour, counted exactly.",
-        labels=["destination"],
-    )
-    dead_day = GaugeMetricFamily(
-        "birthday_destination_dead_last_day",
-        "Deliveries to the destination that ended DEAD in the last 24 hours, counted exactly.",
-        labels=["destination"],
-    )
-    delivered = GaugeMetricFamily(
-        "birthday_destination_last_delivered_timestamp_seconds",
-        "When a delivery to the destination's URL was last accepted (Unix time; 0: never).",
-        labels=["destination"],
-    )
-    for line in health:
-        name = line.destination.name
-        for level in conditions.ORDER:
-            condition.add_metric([name, level], 1 if line.condition.level == level else 0)
-        attention.add_metric([name], 1 if line.condition.needs_attention else 0)
-        dead_hour.add_metric([name], line.dead_last_hour)
-        dead_day.add_metric([name], line.dead_last_day)
-        delivered.add_metric([name], line.last_delivered_at.timestamp() if line.last_delivered_at else 0)
-    yield from (condition, attention, dead_hour, dead_day, delivered)
+    series: list[_Series[DestinationHealth]] = [
+        _Series(
+            "birthday_destination_needs_attention",
+            "1 when the destination is failing, degraded or paused, else 0.",
+            lambda line: 1 if line.condition.needs_attention else 0,
+        ),
+        _Series(
+            "birthday_destination_dead_last_hour",
+            "Deliveries to the destination that ended DEAD in the last hour, counted exactly.",
+            lambda line: line.dead_last_hour,
+        ),
+        _Series(
+            "birthday_destination_dead_last_day",
+            "Deliveries to the destination that ended DEAD in the last 24 hours, counted exactly.",
+            lambda line: line.dead_last_day,
+        ),
+        _Series(
+            "birthday_destination_last_delivered_timestamp_seconds",
+            "When a delivery to the destination's URL was last accepted (Unix time; 0: never).",
+            lambda line: line.last_delivered_at.timestamp() if line.last_delivered_at else 0,
+        ),
+    ]
+    yield from _per_row(label="destination", rows=rows, series=series)
 
 
 def _zone_data_families() -> Iterator[Metric]:
@@ -245,46 +257,77 @@ def _endpoint_families(*, now: datetime, endpoints: list[Endpoint]) -> Iterator[
     """
     waiting = endpoint_backlog(keys=[endpoint.key for endpoint in endpoints])
     names = endpoint_destination_names(endpoints=endpoints)
-    state = GaugeMetricFamily(
+    rows = [(names.get(endpoint.key) or f"endpoint {endpoint.pk}", endpoint) for endpoint in endpoints]
+    yield _one_hot(
         "birthday_endpoint_state",
         "1 for the endpoint's current state (HEALTHY, FAILING, PAUSED, GONE), 0 for the others.",
-        labels=["endpoint", "state"],
+        labels=("endpoint", "state"),
+        rows=[(name, endpoint.state) for name, endpoint in rows],
+        values=EndpointState.values,
     )
-    failures = GaugeMetricFamily(
-        "birthday_endpoint_consecutive_failures",
-        "Endpoint-level failures in a row since its last success, over all workers.",
-        labels=["endpoint"],
-    )
-    queued = GaugeMetricFamily(
-        "birthday_endpoint_waiting_deliveries",
-        "QUEUED deliveries to the endpoint (due or waiting for a retry).",
-        labels=["endpoint"],
-    )
-    failing = GaugeMetricFamily(
-        "birthday_endpoint_failing_seconds",
-        "Seconds since the endpoint became FAILING (0 when it is not failing).",
-        labels=["endpoint"],
-    )
-    paused = GaugeMetricFamily(
-        "birthday_endpoint_paused_seconds",
-        "Seconds since an operator paused the endpoint (0 when it is not paused).",
-        labels=["endpoint"],
-    )
-    for endpoint in endpoints:
-        url = names.get(endpoint.key) or f"endpoint {endpoint.pk}"
-        # Every state's series exists, at 0 when not current, so a move is a
-        # change of value that alerts and graphs see, not a series vanishing.
-        for value in EndpointState.values:
-            state.add_metric([url, value], 1 if endpoint.state == value else 0)
-        failures.add_metric([url], endpoint.consecutive_failures)
-        queued.add_metric([url], waiting[endpoint.key].queued)
-        failing.add_metric(
-            [url], _age(now, endpoint.failing_since) if endpoint.state == EndpointState.FAILING else 0
-        )
-        paused.add_metric(
-            [url], _age(now, endpoint.paused_at) if endpoint.state == EndpointState.PAUSED else 0
-        )
-    yield from (state, failures, queued, failing, paused)
+    series: list[_Series[Endpoint]] = [
+        _Series(
+            "birthday_endpoint_consecutive_failures",
+            "Endpoint-level failures in a row since its last success, over all workers.",
+            lambda endpoint: endpoint.consecutive_failures,
+        ),
+        _Series(
+            "birthday_endpoint_waiting_deliveries",
+            "QUEUED deliveries to the endpoint (due or waiting for a retry).",
+            lambda endpoint: waiting[endpoint.key].queued,
+        ),
+        _Series(
+            "birthday_endpoint_failing_seconds",
+            "Seconds since the endpoint became FAILING (0 when it is not failing).",
+            lambda endpoint: _age(now, endpoint.failing_since)
+            if endpoint.state == EndpointState.FAILING
+            else 0,
+        ),
+        _Series(
+            "birthday_endpoint_paused_seconds",
+            "Seconds since an operator paused the endpoint (0 when it is not paused).",
+            lambda endpoint: _age(now, endpoint.paused_at) if endpoint.state == EndpointState.PAUSED else 0,
+        ),
+    ]
+    yield from _per_row(label="endpoint", rows=rows, series=series)
+
+
+@dataclass(frozen=True)
+class _Series(Generic[Row]):
+    """One gauge family with a series per row: its name, its help, and each row's value."""
+
+    name: str
+    documentation: str
+    value: Callable[[Row], float]
+
+
+def _per_row(*, label: str, rows: list[tuple[str, Row]], series: list[_Series[Row]]) -> Iterator[Metric]:
+    """Each of `series` as a family, with one series per row, labelled `label` with the row's name."""
+    for one in series:
+        family = GaugeMetricFamily(one.name, one.documentation, labels=[label])
+        for name, row in rows:
+            family.add_metric([name], one.value(row))
+        yield family
+
+
+def _one_hot(
+    name: str,
+    documentation: str,
+    *,
+    labels: tuple[str, str],
+    rows: list[tuple[str, str]],
+    values: Iterable[str],
+) -> GaugeMetricFamily:
+    """A series per row and value: 1 for the row's current value, 0 for the others.
+
+    Every value's series exists, at 0 when not current, so a move is a
+    change of value that alerts and graphs see, not a series vanishing.
+    """
+    family = GaugeMetricFamily(name, documentation, labels=list(labels))
+    for row_name, current in rows:
+        for value in values:
+            family.add_metric([row_name, value], 1 if current == value else 0)
+    return family
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

@@ -13,11 +13,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, ParamSpec, TypeVar
 
 import psycopg
 from django.db import connection, models
 from psycopg.types.json import Jsonb
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 def execute(sql: str, params: Sequence[Any], *, binary: bool = False) -> list[tuple[Any, ...]]:
@@ -133,6 +136,16 @@ def after(check: Callable[[], object]) -> None:
         check()
     else:
         _pipelines.sent.append(check)
+
+
+def waited(start: Callable[P, Callable[[], T]]) -> Callable[P, T]:
+    """`start` (a `start_...` that sends its statement and returns the function that waits for it) waited for at
+    once: the same arguments, its result. What a `..._transition` is to its `start_..._transition`."""
+
+    def wait(*args: P.args, **kwargs: P.kwargs) -> T:
+        return start(*args, **kwargs)()
+
+    return wait
 
 
 def rows_relation(

@@ -1,5 +1,7 @@
 """Wiring only: user saves and migrate call the scheduling services."""
 
+from collections.abc import Callable
+
 from django.apps import AppConfig
 from django.apps import apps as global_apps
 from django.db.models.signals import post_migrate, post_save
@@ -25,19 +27,22 @@ def _sync_events_after_user_save(
 # `apps` is the migration state's after migrate; flush (which test cases run)
 # sends none, and the installed models are the state then.
 def _create_missing_message_templates(sender, using: str, apps=global_apps, **kwargs) -> None:
-    try:
-        model = apps.get_model("scheduling", "MessageTemplate")
-    except LookupError:  # migrated back to before the table existed
-        return
-    message_templates_create_missing(model=model, using=using)
+    _rows_create_missing(
+        apps, "MessageTemplate", create_missing=message_templates_create_missing, using=using
+    )
 
 
 def _create_missing_event_type_pauses(sender, using: str, apps=global_apps, **kwargs) -> None:
+    _rows_create_missing(apps, "EventTypePause", create_missing=event_type_pauses_create_missing, using=using)
+
+
+def _rows_create_missing(apps, model_name: str, *, create_missing: Callable[..., None], using: str) -> None:
+    """Call `create_missing` with scheduling's model of that name as `apps` has it, if it has it yet."""
     try:
-        model = apps.get_model("scheduling", "EventTypePause")
+        model = apps.get_model("scheduling", model_name)
     except LookupError:  # migrated back to before the table existed
         return
-    event_type_pauses_create_missing(model=model, using=using)
+    create_missing(model=model, using=using)
 
 
 def connect(*, app_config: AppConfig) -> None:

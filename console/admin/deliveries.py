@@ -51,22 +51,16 @@ class KindFilter(admin.SimpleListFilter):
         return queryset
 
 
-class LeaseFilter(admin.SimpleListFilter):
+class LeaseFilter(widgets.DeadlineFilter):
     """SENDING rows whose lease has run out: their worker is gone; a worker will take them back."""
 
     title = "lease"
     parameter_name = "lease"
+    status, deadline = Delivery.Status.SENDING, "locked_until"
+    passed, ahead = "expired", "held"
 
     def lookups(self, request, model_admin):
         return [("held", "Held by a worker"), ("expired", "Expired (worker lost)")]
-
-    def queryset(self, request, queryset):
-        now = timezone.now()
-        if self.value() == "held":
-            return queryset.filter(status=Delivery.Status.SENDING, locked_until__gte=now)
-        if self.value() == "expired":
-            return queryset.filter(status=Delivery.Status.SENDING, locked_until__lt=now)
-        return queryset
 
 
 class DeliveryAttemptInline(widgets.ReadOnlyInlineMixin, admin.TabularInline):
@@ -290,34 +284,29 @@ class DeliveryAdmin(widgets.ViewOnlyPageMixin, BoundedListAdmin):
 
     @admin.action(description="Resend selected DEAD deliveries…", permissions=["change"])
     def resend(self, request, queryset):
-        rows = confirm.selected_rows(self, request, queryset.select_related("destination"))
-        if rows is None:
-            return None
-        if not confirm.is_confirmed(request):
-            return confirm.confirmation_page(
-                self,
-                request,
-                title="Resend these dead deliveries?",
-                consequence=(
-                    "Each dead delivery is queued again to its destination, under the same idempotency key, "
-                    "with a fresh budget of attempts: the receiver gets the greeting late. Its event is "
-                    "processing again until the delivery ends."
-                ),
-                button="Yes, resend them",
-                items=[
-                    confirm.Item(
-                        label=(
-                            f"{delivery.idempotency_key} to "
-                            f"{delivery.destination.name if delivery.destination else 'a deleted destination'}"
-                        ),
-                        refusal=""
-                        if delivery.status == DeliveryStatus.DEAD
-                        else f"it is {delivery.get_status_display()}",
-                    )
-                    for delivery in rows
-                ],
-            )
-        widgets.run_operator_action(
-            self, request, rows, service=delivery_resend, verb="Resend", kwarg="delivery"
+        return confirm.confirmed_first(
+            self,
+            request,
+            queryset.select_related("destination"),
+            title="Resend these dead deliveries?",
+            consequence=(
+                "Each dead delivery is queued again to its destination, under the same idempotency key, "
+                "with a fresh budget of attempts: the receiver gets the greeting late. Its event is "
+                "processing again until the delivery ends."
+            ),
+            button="Yes, resend them",
+            item=_resend_item,
+            run=lambda rows: widgets.run_operator_action(
+                self, request, rows, service=delivery_resend, verb="Resend", kwarg="delivery"
+            ),
         )
-        return None
+
+
+def _resend_item(delivery: Delivery) -> confirm.Item:
+    return confirm.Item(
+        label=(
+            f"{delivery.idempotency_key} to "
+            f"{delivery.destination.name if delivery.destination else 'a deleted destination'}"
+        ),
+        refusal="" if delivery.status == DeliveryStatus.DEAD else f"it is {delivery.get_status_display()}",
+    )

@@ -29,22 +29,16 @@ def retries_of(event: Event) -> int:
     return max((d.attempts - 1 for d in event.deliveries.all()), default=0) if event.pk else 0
 
 
-class OverdueFilter(admin.SimpleListFilter):
+class OverdueFilter(widgets.DeadlineFilter):
     """PENDING events whose send time has passed (the scheduler has not claimed them)."""
 
     title = "overdue"
     parameter_name = "overdue"
+    status, deadline = EventStatus.PENDING, "target_timestamp_utc"
+    passed, ahead = "yes", "no"
 
     def lookups(self, request, model_admin):
         return [("yes", "Overdue (pending, past due)"), ("no", "Pending, not yet due")]
-
-    def queryset(self, request, queryset):
-        now = timezone.now()
-        if self.value() == "yes":
-            return queryset.filter(status=EventStatus.PENDING, target_timestamp_utc__lt=now)
-        if self.value() == "no":
-            return queryset.filter(status=EventStatus.PENDING, target_timestamp_utc__gte=now)
-        return queryset
 
 
 class TargetWindowFilter(admin.SimpleListFilter):
@@ -222,13 +216,7 @@ class EventAdmin(BoundedListAdmin):
     @admin.display(description="recipient's local time")
     def target_local(self, event: Event):
         # The stored ISO text keeps the offset in force at that instant.
-        wall, offset = widgets.split_local_time(event.target_timestamp_local)
-        return format_html(
-            '{} <span class="bs-muted">{}</span><br><span class="bs-muted">{}</span>',
-            wall,
-            offset,
-            event.target_timezone,
-        )
+        return widgets.local_time(event.target_timestamp_local, event.target_timezone)
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, event: Event):
@@ -283,72 +271,58 @@ class EventAdmin(BoundedListAdmin):
 
     @admin.action(description="Resend selected FAILED events…", permissions=["change"])
     def resend(self, request, queryset):
-        rows = confirm.selected_rows(self, request, queryset.select_related("user"))
-        if rows is None:
-            return None
-        if not confirm.is_confirmed(request):
-            return confirm.confirmation_page(
-                self,
-                request,
-                title="Resend these failed events?",
-                consequence=(
-                    "Each failed event's dead deliveries are queued again, under the same idempotency key, with "
-                    "a fresh budget of attempts: its recipient's greeting goes out late to the destinations "
-                    "that did not get it. Destinations that got it are not sent it again."
-                ),
-                button="Yes, resend them",
-                items=[
-                    confirm.Item(
-                        label=_event_label(event),
-                        refusal=""
-                        if event.status == EventStatus.FAILED
-                        else f"it is {event.get_status_display()}",
-                    )
-                    for event in rows
-                ],
-            )
-        widgets.run_operator_action(self, request, rows, service=event_resend, verb="Resend", kwarg="event")
-        return None
+        return confirm.confirmed_first(
+            self,
+            request,
+            queryset.select_related("user"),
+            title="Resend these failed events?",
+            consequence=(
+                "Each failed event's dead deliveries are queued again, under the same idempotency key, with "
+                "a fresh budget of attempts: its recipient's greeting goes out late to the destinations "
+                "that did not get it. Destinations that got it are not sent it again."
+            ),
+            button="Yes, resend them",
+            item=lambda event: confirm.Item(
+                label=_event_label(event),
+                refusal="" if event.status == EventStatus.FAILED else f"it is {event.get_status_display()}",
+            ),
+            run=lambda rows: widgets.run_operator_action(
+                self, request, rows, service=event_resend, verb="Resend", kwarg="event"
+            ),
+        )
 
     @admin.action(
         description="Deliver today's greeting now (selected PENDING events due today)…",
         permissions=["change"],
     )
     def deliver_now(self, request, queryset):
-        rows = confirm.selected_rows(self, request, queryset.select_related("user"))
-        if rows is None:
-            return None
-        if not confirm.is_confirmed(request):
-            now = timezone.now()
-            return confirm.confirmation_page(
-                self,
-                request,
-                title="Send today's greetings now?",
-                consequence=(
-                    "Each event below is its recipient's occurrence of today: it is sent now instead of at its "
-                    "send time, and not again at the send time (an occurrence is sent once). Only today's "
-                    "occurrence can be sent early: a later one sent now would leave its real day without a "
-                    "greeting."
-                ),
-                button="Yes, send them now",
-                items=[
-                    confirm.Item(
-                        label=_event_label(event), refusal=event_deliver_now_refusal(event=event, now=now)
-                    )
-                    for event in rows
-                ],
-            )
-        widgets.run_operator_action(
+        now = timezone.now()
+        return confirm.confirmed_first(
             self,
             request,
-            rows,
-            service=event_deliver_now,
-            verb="Deliver now",
-            kwarg="event",
-            # The scheduler, woken at once, claims and queues it.
-            outcome="due now; the scheduler sends it next",
+            queryset.select_related("user"),
+            title="Send today's greetings now?",
+            consequence=(
+                "Each event below is its recipient's occurrence of today: it is sent now instead of at its "
+                "send time, and not again at the send time (an occurrence is sent once). Only today's "
+                "occurrence can be sent early: a later one sent now would leave its real day without a "
+                "greeting."
+            ),
+            button="Yes, send them now",
+            item=lambda event: confirm.Item(
+                label=_event_label(event), refusal=event_deliver_now_refusal(event=event, now=now)
+            ),
+            run=lambda rows: widgets.run_operator_action(
+                self,
+                request,
+                rows,
+                service=event_deliver_now,
+                verb="Deliver now",
+                kwarg="event",
+                # The scheduler, woken at once, claims and queues it.
+                outcome="due now; the scheduler sends it next",
+            ),
         )
-        return None
 
 
 def _event_label(event: Event) -> str:

@@ -298,13 +298,7 @@ class RecipientAdmin(BoundedListAdmin):
         event = self._next(user)
         if event is None:
             return format_html('<span class="bs-muted">{}</span>', user.timezone)
-        wall, offset = widgets.split_local_time(event.target_timestamp_local)
-        return format_html(
-            '{} <span class="bs-muted">{}</span><br><span class="bs-muted">{}</span>',
-            wall,
-            offset,
-            user.timezone,
-        )
+        return widgets.local_time(event.target_timestamp_local, user.timezone)
 
     @admin.display(description="next birthday")
     def next_birthday_utc(self, user: User):

@@ -147,13 +147,7 @@ def recovery_create(
     """
     now = timezone.now()
     values = recovery_values_clean(states=states, since=since, until=until, now=now)
-    current = Destination.objects.filter(pk=destination.pk).first()
-    if current is None:
-        raise Destination.DoesNotExist(f"Destination {destination.pk} no longer exists.")
-    if not current.enabled:
-        raise RecoveryRefused(
-            f"Destination {current.name} is disabled: enable it before recovering its deliveries."
-        )
+    current = _destination_recoverable(destination=destination)
     total = recovery_count(destination_id=current.pk, before=now, **values.__dict__)
     if total == 0:
         raise ValidationError(
@@ -164,24 +158,7 @@ def recovery_create(
                 ]
             }
         )
-    try:
-        with transaction.atomic():
-            recovery = Recovery.objects.create(
-                destination=current,
-                states=list(values.states),
-                since=values.since,
-                until=values.until,
-                requested_by=operator,
-                requested_at=now,
-                total=total,
-            )
-            notify(WORKER_CHANNEL)  # sent at commit
-    except IntegrityError:
-        if Recovery.objects.filter(destination=current, status__in=ACTIVE).exists():
-            raise RecoveryRefused(
-                f"A recovery of {current.name} is already under way: let it finish or cancel it first."
-            ) from None
-        raise
+    recovery = _recovery_insert(destination=current, values=values, operator=operator, now=now, total=total)
     logger.info(
         "Recovery of destination asked by %s: %s deliveries",
         operator,
@@ -196,6 +173,43 @@ def recovery_create(
             "until": values.until.isoformat(),
         },
     )
+    return recovery
+
+
+def _destination_recoverable(*, destination: Destination) -> Destination:
+    """The destination as it is now; refused (RecoveryRefused) if disabled: disabled says nothing new goes there."""
+    current = Destination.objects.filter(pk=destination.pk).first()
+    if current is None:
+        raise Destination.DoesNotExist(f"Destination {destination.pk} no longer exists.")
+    if not current.enabled:
+        raise RecoveryRefused(
+            f"Destination {current.name} is disabled: enable it before recovering its deliveries."
+        )
+    return current
+
+
+def _recovery_insert(
+    *, destination: Destination, values: RecoveryValues, operator: str, now: datetime, total: int
+) -> Recovery:
+    """The recovery's row, and the workers woken at commit; RecoveryRefused if another one of it is active."""
+    try:
+        with transaction.atomic():
+            recovery = Recovery.objects.create(
+                destination=destination,
+                states=list(values.states),
+                since=values.since,
+                until=values.until,
+                requested_by=operator,
+                requested_at=now,
+                total=total,
+            )
+            notify(WORKER_CHANNEL)  # sent at commit
+    except IntegrityError:
+        if Recovery.objects.filter(destination=destination, status__in=ACTIVE).exists():
+            raise RecoveryRefused(
+                f"A recovery of {destination.name} is already under way: let it finish or cancel it first."
+            ) from None
+        raise
     return recovery
 
 
@@ -269,43 +283,54 @@ def recoveries_advance(*, batch_size: int | None = None) -> RecoveryBatch | None
             return None
         candidates = _next_candidates(recovery=recovery, limit=batch_size)
         if not candidates:
-            skipped = max(recovery.skipped, recovery.total - recovery.done)
-            recoveries_transition(
-                recovery=recovery, target=FINISHED, changes={"finished_at": now, "skipped": skipped}
-            )
-            logger.info(
-                "Recovery finished: %s deliveries queued again, %s skipped",
-                recovery.done,
-                recovery.skipped,
-                extra={
-                    "recovery_id": recovery.pk,
-                    "destination": recovery.destination.name,
-                    "done": recovery.done,
-                    "skipped": recovery.skipped,
-                    "batches": recovery.batches,
-                },
-            )
+            _recovery_finish(recovery=recovery, now=now)
             return RecoveryBatch(recovery=recovery, requeued=0, skipped=0, more=False)
         requeued = _candidates_requeue(recovery=recovery, candidates=candidates, now=now)
-        last = candidates[-1]
-        progress = {
-            "done": recovery.done + requeued,
-            "skipped": recovery.skipped + len(candidates) - requeued,
-            "batches": recovery.batches + 1,
-            "cursor_status": last.status,
-            "cursor_at": last.updated_at,
-            "cursor_id": last.id,
-        }
-        if recovery.status == PENDING:
-            recoveries_transition(recovery=recovery, target=RUNNING, changes=progress)
-        else:
-            # Progress within RUNNING, under the row lock taken above: not a move of the state machine.
-            Recovery.objects.filter(pk=recovery.pk).update(**progress, updated_at=now)
-            for name, value in progress.items():
-                setattr(recovery, name, value)
+        _recovery_progress(
+            recovery=recovery, last=candidates[-1], done=requeued, seen=len(candidates), now=now
+        )
         if requeued:
             notify(WORKER_CHANNEL)  # sent at commit
     return RecoveryBatch(recovery=recovery, requeued=requeued, skipped=len(candidates) - requeued, more=True)
+
+
+def _recovery_finish(*, recovery: Recovery, now: datetime) -> None:
+    """FINISHED, nothing left after its cursor: what it counted but never reached counts as skipped."""
+    skipped = max(recovery.skipped, recovery.total - recovery.done)
+    recoveries_transition(
+        recovery=recovery, target=FINISHED, changes={"finished_at": now, "skipped": skipped}
+    )
+    logger.info(
+        "Recovery finished: %s deliveries queued again, %s skipped",
+        recovery.done,
+        recovery.skipped,
+        extra={
+            "recovery_id": recovery.pk,
+            "destination": recovery.destination.name,
+            "done": recovery.done,
+            "skipped": recovery.skipped,
+            "batches": recovery.batches,
+        },
+    )
+
+
+def _recovery_progress(*, recovery: Recovery, last: _Candidate, done: int, seen: int, now: datetime) -> None:
+    """Record a batch: `done` of its `seen` deliveries queued again, the cursor at `last`; RUNNING from the first."""
+    progress = {
+        "done": recovery.done + done,
+        "skipped": recovery.skipped + seen - done,
+        "batches": recovery.batches + 1,
+        "cursor_status": last.status,
+        "cursor_at": last.updated_at,
+        "cursor_id": last.id,
+    }
+    if recovery.status == PENDING:
+        recoveries_transition(recovery=recovery, target=RUNNING, changes=progress)
+        return
+    # Progress within RUNNING, under the row lock recoveries_advance holds: not a move of the state machine.
+    Recovery.objects.filter(pk=recovery.pk).update(**progress, updated_at=now)
+    for name, value in progress.items():
+        setattr(recovery, name, value)
 
 
 @dataclass(frozen=True)

@@ -68,32 +68,13 @@ def deliveries_requeue(
     if not deliveries:
         return []
     payloads: dict[tuple[uuid.UUID, int | None], dict[str, Any]] = {}
-    bodies, keys, budgets = [], [], []
-    for delivery in deliveries:
-        destination = delivery.destination
-        if delivery.digest_id is not None:
-            # A digest goes again as it was built (its lines, less anyone erased since), in the
-            # destination's kind as it is now; a deleted destination's, in the standard body.
-            assert delivery.digest is not None  # loaded with it: the callers select_related("digest")
-            bodies.append(
-                digest_body(
-                    digest=delivery.digest, format=destination.format if destination else STANDARD.name
-                )
-            )
-            keys.append(destination.url_key if destination else delivery.endpoint_key)
-            budgets.append(delivery.attempts + settings.DELIVERY_MAX_ATTEMPTS)
-            continue
-        assert delivery.event_id is not None  # delivery_event_or_digest
-        # Per destination: one with a text of its own gets it again.
-        payload = payloads.get((delivery.event_id, delivery.destination_id))
-        if payload is None:
-            payload = payloads[(delivery.event_id, delivery.destination_id)] = event_payload(
-                event=events[delivery.event_id], templates=templates, destination=destination
-            )
-        # A delivery whose destination was deleted goes, in the standard format, where it went.
-        bodies.append(kind_for(destination.format).body(payload) if destination else payload)
-        keys.append(destination.url_key if destination else delivery.endpoint_key)
-        budgets.append(delivery.attempts + settings.DELIVERY_MAX_ATTEMPTS)
+    bodies = [
+        _requeued_body(delivery=delivery, events=events, templates=templates, payloads=payloads)
+        for delivery in deliveries
+    ]
+    # A delivery whose destination was deleted goes where it went.
+    keys = [d.destination.url_key if d.destination else d.endpoint_key for d in deliveries]
+    budgets = [d.attempts + settings.DELIVERY_MAX_ATTEMPTS for d in deliveries]
     moved = deliveries_transition(
         source=source,
         target=DeliveryStatus.QUEUED,
@@ -107,6 +88,33 @@ def deliveries_requeue(
         changes={"last_error": "", "next_attempt_at": now, "requeued_at": now, "delivered_at": None},
     )
     return [row[0] for row in moved]
+
+
+def _requeued_body(
+    *,
+    delivery: Delivery,
+    events: Mapping[uuid.UUID, Event],
+    templates: MessageTemplates,
+    payloads: dict[tuple[uuid.UUID, int | None], dict[str, Any]],
+) -> dict[str, Any]:
+    """What `delivery` sends again, rendered now; `payloads` keeps each (event, destination)'s standard body."""
+    destination = delivery.destination
+    if delivery.digest_id is not None:
+        # A digest goes again as it was built (its lines, less anyone erased since), in the
+        # destination's kind as it is now; a deleted destination's, in the standard body.
+        assert delivery.digest is not None  # loaded with it: the callers select_related("digest")
+        return digest_body(
+            digest=delivery.digest, format=destination.format if destination else STANDARD.name
+        )
+    assert delivery.event_id is not None  # delivery_event_or_digest
+    # Per destination: one with a text of its own gets it again.
+    payload = payloads.get((delivery.event_id, delivery.destination_id))
+    if payload is None:
+        payload = payloads[(delivery.event_id, delivery.destination_id)] = event_payload(
+            event=events[delivery.event_id], templates=templates, destination=destination
+        )
+    # A delivery whose destination was deleted goes in the standard format.
+    return kind_for(destination.format).body(payload) if destination else payload
 
 
 def events_reopen(*, events: Sequence[Event], now: datetime | None = None) -> None:

@@ -85,41 +85,17 @@ def delivery_resend(*, delivery: Delivery, operator: str) -> Delivery:
     with transaction.atomic():
         assert delivery.event is not None  # delivery_event_or_digest
         event = _event_locked(event=delivery.event)
-        current = (
-            Delivery.objects.select_for_update(of=("self",)).select_related("destination").get(pk=delivery.pk)
-        )
-        if current.status != DeliveryStatus.DEAD:
-            raise InvalidStateTransition(
-                f"Only DEAD deliveries can be resent; delivery {current.id} is {current.status}."
-            )
+        current = _dead_delivery_locked(delivery=delivery, related=("destination",))
         if event.status == EventStatus.FAILED:
             _event_reopen(event=event)
         _deliveries_requeue(event=event, deliveries=[current])
-    logger.info(
-        "Operator %s resent delivery",
-        operator,
-        extra={
-            "operator": operator,
-            "delivery_id": str(current.id),
-            "idempotency_key": current.idempotency_key,
-        },
-    )
-    current.refresh_from_db()
-    return current
+    return _resent(delivery=current, operator=operator, message="Operator %s resent delivery")
 
 
 def _digest_resend(*, delivery: Delivery, operator: str) -> Delivery:
     """Resend a DEAD digest: the same lines under the same key, in the destination's kind as it is now."""
     with transaction.atomic():
-        current = (
-            Delivery.objects.select_for_update(of=("self",))
-            .select_related("destination", "digest")
-            .get(pk=delivery.pk)
-        )
-        if current.status != DeliveryStatus.DEAD:
-            raise InvalidStateTransition(
-                f"Only DEAD deliveries can be resent; delivery {current.id} is {current.status}."
-            )
+        current = _dead_delivery_locked(delivery=delivery, related=("destination", "digest"))
         deliveries_requeue(
             source=DeliveryStatus.DEAD,
             deliveries=[current],
@@ -128,17 +104,32 @@ def _digest_resend(*, delivery: Delivery, operator: str) -> Delivery:
             now=timezone.now(),
         )
         notify(WORKER_CHANNEL)
+    return _resent(delivery=current, operator=operator, message="Operator %s resent a digest")
+
+
+def _dead_delivery_locked(*, delivery: Delivery, related: tuple[str, ...]) -> Delivery:
+    """The delivery as it is now, locked, with `related` loaded; refused unless it is DEAD."""
+    current = Delivery.objects.select_for_update(of=("self",)).select_related(*related).get(pk=delivery.pk)
+    if current.status != DeliveryStatus.DEAD:
+        raise InvalidStateTransition(
+            f"Only DEAD deliveries can be resent; delivery {current.id} is {current.status}."
+        )
+    return current
+
+
+def _resent(*, delivery: Delivery, operator: str, message: str) -> Delivery:
+    """Log the operator's resend (`message` names them with %s) and return the delivery as it is now."""
     logger.info(
-        "Operator %s resent a digest",
+        message,
         operator,
         extra={
             "operator": operator,
-            "delivery_id": str(current.id),
-            "idempotency_key": current.idempotency_key,
+            "delivery_id": str(delivery.id),
+            "idempotency_key": delivery.idempotency_key,
         },
     )
-    current.refresh_from_db()
-    return current
+    delivery.refresh_from_db()
+    return delivery
 
 
 def _event_locked(*, event: Event) -> Event:

@@ -1,4 +1,5 @@
 from datetime import timedelta
+from functools import partial
 
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -49,6 +50,12 @@ class ChangeDestinationPermission(ModelPermissions):
     `change`, not `add`."""
 
     perms_map = {**ModelPermissions.perms_map, "POST": ["%(app_label)s.change_%(model_name)s"]}
+
+
+# An action on one destination: a POST to /destinations/<id>/<its name>/, allowed to whoever may change it.
+destination_action = partial(
+    action, detail=True, methods=["post"], permission_classes=[ChangeDestinationPermission]
+)
 
 
 @destination_schema
@@ -127,12 +134,7 @@ class DestinationViewSet(viewsets.ModelViewSet):
             destination=instance, operator=self._operator(), expected_versions=self._expected_versions()
         )
 
-    @action(
-        detail=True,
-        methods=["post"],
-        url_path="rotate-secret",
-        permission_classes=[ChangeDestinationPermission],
-    )
+    @destination_action(url_path="rotate-secret")
     def rotate_secret(self, request, pk=None):
         destination = self.get_object()
         serializer = RotateSecretSerializer(data=request.data)
@@ -145,12 +147,7 @@ class DestinationViewSet(viewsets.ModelViewSet):
             {"secret": rotated.value, "secrets": DestinationSecretSerializer(secrets, many=True).data}
         )
 
-    @action(
-        detail=True,
-        methods=["post"],
-        url_path="reveal-url",
-        permission_classes=[ChangeDestinationPermission],
-    )
+    @destination_action(url_path="reveal-url")
     def reveal_url(self, request, pk=None):
         """The whole receiver URL, for a caller allowed to change the destination (every other answer shows it
         redacted); never cached."""
@@ -159,19 +156,19 @@ class DestinationViewSet(viewsets.ModelViewSet):
         response["Cache-Control"] = "no-store"
         return response
 
-    @action(detail=True, methods=["post"], permission_classes=[ChangeDestinationPermission])
+    @destination_action()
     def pause(self, request, pk=None):
         destination = self.get_object()
         services.destination_pause(destination=destination, operator=self._operator())
         return self._answer(destination)
 
-    @action(detail=True, methods=["post"], permission_classes=[ChangeDestinationPermission])
+    @destination_action()
     def resume(self, request, pk=None):
         destination = self.get_object()
         services.destination_resume(destination=destination, operator=self._operator())
         return self._answer(destination)
 
-    @action(detail=True, methods=["post"], permission_classes=[ChangeDestinationPermission])
+    @destination_action()
     def test(self, request, pk=None):
         # Whatever the receiver answered, this request succeeded: its 500 is data here, not our error.
         result = destination_send_test(destination=self.get_object(), operator=self._operator())

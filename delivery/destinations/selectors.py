@@ -181,66 +181,92 @@ def destinations_health(
     """
     destinations = list(destination_list() if destinations is None else destinations)
     endpoints = destination_endpoints(destinations=destinations)
-    table = Delivery._meta.db_table
-    dead: dict[int, tuple[Any, ...]] = {}
-    if destinations:
-        with connection.cursor() as cursor:
-            # Per destination, three reads of delivery_dead_destination_idx: its dead of the last
-            # hour and day (index entries only), and its latest dead row of the window.
-            cursor.execute(
-                f"""
-                SELECT d.id,
-                       (SELECT count(*) FROM {table} x
-                        WHERE x.status = %(dead)s AND x.destination_id = d.id AND x.updated_at >= %(hour)s),
-                       (SELECT count(*) FROM {table} x
-                        WHERE x.status = %(dead)s AND x.destination_id = d.id AND x.updated_at >= %(day)s),
-                       latest.updated_at, latest.cause, latest.last_status_code
-                FROM unnest(%(ids)s::int[]) AS d(id)
-                LEFT JOIN LATERAL (
-                    SELECT x.updated_at, {failures.cause_sql(alias="x")} AS cause, x.last_status_code
-                    FROM {table} x
-                    WHERE x.status = %(dead)s AND x.destination_id = d.id AND x.updated_at >= %(since)s
-                    ORDER BY x.updated_at DESC
-                    LIMIT 1
-                ) latest ON true
-                """,
-                {
-                    "dead": DeliveryStatus.DEAD,
-                    "since": now - FAILURE_WINDOW,
-                    "day": now - timedelta(days=1),
-                    "hour": now - timedelta(hours=1),
-                    "ids": [d.pk for d in destinations],
-                },
-            )
-            dead = {row[0]: row[1:] for row in cursor.fetchall()}
-    health = []
-    for destination in destinations:
-        endpoint = endpoints.get(destination.url_key)
-        state = endpoint.state if endpoint is not None else EndpointState.HEALTHY
-        last_success = endpoint.last_success_at if endpoint is not None else None
-        hour, day, last_dead, cause, status_code = dead.get(destination.pk, (0, 0, None, "", None))
-        health.append(
-            DestinationHealth(
-                destination=destination,
-                endpoint_state=state,
-                condition=destination_condition(
-                    enabled=destination.enabled,
-                    endpoint_state=state,
-                    dead_last_day=day,
-                    last_failure_at=last_dead,
-                    last_delivered_at=last_success,
-                ),
-                dead_last_hour=hour,
-                dead_last_day=day,
-                last_failure_at=last_dead,
-                last_failure_cause=cause or "",
-                last_failure_status=status_code,
-                last_delivered_at=last_success,
-                endpoint_last_error=(
-                    failures.description_label(endpoint.last_error)
-                    if endpoint is not None and state == EndpointState.FAILING and endpoint.last_error
-                    else ""
-                ),
-            )
+    dead = _dead_figures(destinations=destinations, now=now)
+    return [
+        _destination_health(
+            destination=destination,
+            endpoint=endpoints.get(destination.url_key),
+            dead=dead.get(destination.pk, _NONE_DEAD),
         )
-    return health
+        for destination in destinations
+    ]
+
+
+@dataclass(frozen=True)
+class _DeadFigures:
+    """A destination's dead deliveries: of the last hour and day, and the latest of FAILURE_WINDOW."""
+
+    last_hour: int
+    last_day: int
+    latest_at: datetime | None
+    latest_cause: str | None
+    latest_status: int | None
+
+
+_NONE_DEAD = _DeadFigures(0, 0, None, "", None)
+
+
+def _dead_figures(*, destinations: list[Destination], now: datetime) -> dict[int, _DeadFigures]:
+    """Each destination's dead figures, by id, in one statement."""
+    if not destinations:
+        return {}
+    table = Delivery._meta.db_table
+    with connection.cursor() as cursor:
+        # Per destination, three reads of delivery_dead_destination_idx: its dead of the last
+        # hour and day (index entries only), and its latest dead row of the window.
+        cursor.execute(
+            f"""
+            SELECT d.id,
+                   (SELECT count(*) FROM {table} x
+                    WHERE x.status = %(dead)s AND x.destination_id = d.id AND x.updated_at >= %(hour)s),
+                   (SELECT count(*) FROM {table} x
+                    WHERE x.status = %(dead)s AND x.destination_id = d.id AND x.updated_at >= %(day)s),
+                   latest.updated_at, latest.cause, latest.last_status_code
+            FROM unnest(%(ids)s::int[]) AS d(id)
+            LEFT JOIN LATERAL (
+                SELECT x.updated_at, {failures.cause_sql(alias="x")} AS cause, x.last_status_code
+                FROM {table} x
+                WHERE x.status = %(dead)s AND x.destination_id = d.id AND x.updated_at >= %(since)s
+                ORDER BY x.updated_at DESC
+                LIMIT 1
+            ) latest ON true
+            """,
+            {
+                "dead": DeliveryStatus.DEAD,
+                "since": now - FAILURE_WINDOW,
+                "day": now - timedelta(days=1),
+                "hour": now - timedelta(hours=1),
+                "ids": [d.pk for d in destinations],
+            },
+        )
+        return {row[0]: _DeadFigures(*row[1:]) for row in cursor.fetchall()}
+
+
+def _destination_health(
+    *, destination: Destination, endpoint: Endpoint | None, dead: _DeadFigures
+) -> DestinationHealth:
+    """The destination's health from its endpoint's row (None: a new URL's, healthy) and its dead figures."""
+    state = endpoint.state if endpoint is not None else EndpointState.HEALTHY
+    last_success = endpoint.last_success_at if endpoint is not None else None
+    return DestinationHealth(
+        destination=destination,
+        endpoint_state=state,
+        condition=destination_condition(
+            enabled=destination.enabled,
+            endpoint_state=state,
+            dead_last_day=dead.last_day,
+            last_failure_at=dead.latest_at,
+            last_delivered_at=last_success,
+        ),
+        dead_last_hour=dead.last_hour,
+        dead_last_day=dead.last_day,
+        last_failure_at=dead.latest_at,
+        last_failure_cause=dead.latest_cause or "",
+        last_failure_status=dead.latest_status,
+        last_delivered_at=last_success,
+        endpoint_last_error=(
+            failures.description_label(endpoint.last_error)
+            if endpoint is not None and state == EndpointState.FAILING and endpoint.last_error
+            else ""
+        ),
+    )

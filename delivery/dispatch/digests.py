@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
@@ -76,9 +77,13 @@ class DigestsBuilt:
         return self.queued + self.empty + self.skipped
 
 
+# What became of a due digest date (_digest_build).
+_QUEUED, _EMPTY, _SKIPPED, _BUILT_BEFORE = "queued", "empty", "skipped", "built before"
+
+
 def digests_build_due(*, now: datetime, limit: int = BUILD_BATCH) -> DigestsBuilt:
     """Build and queue the digests due by `now`, up to `limit` destinations, in one transaction."""
-    queued = empty = skipped = 0
+    built: Counter[str] = Counter()
     with transaction.atomic():
         due = list(
             Destination.objects.select_for_update(skip_locked=True, no_key=True)
@@ -89,48 +94,57 @@ def digests_build_due(*, now: datetime, limit: int = BUILD_BATCH) -> DigestsBuil
             return DigestsBuilt()
         type_pauses = event_type_pauses()
         for destination in due:
-            assert destination.next_digest_date is not None and destination.next_digest_at is not None
-            assert destination.digest_time is not None  # destination_digest_complete
-            day, due_at = destination.next_digest_date, destination.next_digest_at
-            late = now - due_at > settings.EVENT_MAX_LATENESS
-            if late or not destination.enabled:
-                skipped += 1
-                if late:
-                    logger.warning(
-                        "A digest more than EVENT_MAX_LATENESS late is not sent",
-                        extra={"destination": destination.name, "date": day.isoformat()},
-                    )
-            else:
-                first, last = dates_named(day=day, weekend=destination.weekend)
-                entries = digest_entries(
-                    destination=destination, first=first, last=last, day=day, type_pauses=type_pauses
-                )
-                if not entries:
-                    empty += 1
-                elif _digest_queue(
-                    destination=destination, day=day, first=first, last=last, entries=entries, now=now
-                ):
-                    queued += 1
-            # From the later of the date's instant and the lateness window, so schedulers down for
-            # a week do not walk through every day they missed one turn at a time.
-            after = max(due_at, now - settings.EVENT_MAX_LATENESS)
-            destination.next_digest_date, destination.next_digest_at = next_digest(
-                at=destination.digest_time,
-                timezone_name=destination.digest_timezone,
-                weekend=destination.weekend,
-                after=after,
-                after_date=day,
-            )
-            # Not save(): that would bump nothing it should, and rewrite every column.
-            Destination.objects.filter(pk=destination.pk).update(
-                next_digest_date=destination.next_digest_date, next_digest_at=destination.next_digest_at
-            )
+            built[_digest_build(destination=destination, now=now, type_pauses=type_pauses)] += 1
+            _next_digest_advance(destination=destination, now=now)
+    queued, empty = built[_QUEUED], built[_EMPTY]
     if queued:
         # After the commit, as the claim does: a worker woken now sees the rows.
         notify(WORKER_CHANNEL)
     if queued or empty:
         logger.info("Digests: %s queued, %s with nobody to name", queued, empty)
-    return DigestsBuilt(queued=queued, empty=empty, skipped=skipped)
+    return DigestsBuilt(queued=queued, empty=empty, skipped=built[_SKIPPED])
+
+
+def _digest_build(*, destination: Destination, now: datetime, type_pauses: dict[str, PauseSpan]) -> str:
+    """Build and queue the destination's digest of its next date, if it is to be sent: say what became of it."""
+    assert destination.next_digest_date is not None and destination.next_digest_at is not None
+    day = destination.next_digest_date
+    late = now - destination.next_digest_at > settings.EVENT_MAX_LATENESS
+    if late:
+        logger.warning(
+            "A digest more than EVENT_MAX_LATENESS late is not sent",
+            extra={"destination": destination.name, "date": day.isoformat()},
+        )
+    if late or not destination.enabled:
+        return _SKIPPED
+    first, last = dates_named(day=day, weekend=destination.weekend)
+    entries = digest_entries(
+        destination=destination, first=first, last=last, day=day, type_pauses=type_pauses
+    )
+    if not entries:
+        return _EMPTY
+    queued = _digest_queue(destination=destination, day=day, first=first, last=last, entries=entries, now=now)
+    return _QUEUED if queued else _BUILT_BEFORE
+
+
+def _next_digest_advance(*, destination: Destination, now: datetime) -> None:
+    """Move the destination's next digest date and instant on past the one due."""
+    assert destination.next_digest_date is not None and destination.next_digest_at is not None
+    assert destination.digest_time is not None  # destination_digest_complete
+    # From the later of the date's instant and the lateness window, so schedulers down for
+    # a week do not walk through every day they missed one turn at a time.
+    after = max(destination.next_digest_at, now - settings.EVENT_MAX_LATENESS)
+    destination.next_digest_date, destination.next_digest_at = next_digest(
+        at=destination.digest_time,
+        timezone_name=destination.digest_timezone,
+        weekend=destination.weekend,
+        after=after,
+        after_date=destination.next_digest_date,
+    )
+    # Not save(): that would bump nothing it should, and rewrite every column.
+    Destination.objects.filter(pk=destination.pk).update(
+        next_digest_date=destination.next_digest_date, next_digest_at=destination.next_digest_at
+    )
 
 
 def digest_entries(

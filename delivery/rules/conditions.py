@@ -39,6 +39,29 @@ class DestinationCondition:
         return ORDER.index(self.level)
 
 
+# What the endpoint's state decides by itself, whatever died lately.
+_BY_ENDPOINT_STATE: dict[str, DestinationCondition] = {
+    EndpointState.FAILING: DestinationCondition(
+        FAILING,
+        "Failing",
+        "Its receiver keeps failing (timeouts, connection errors, 5xx): deliveries wait while one probe at a "
+        "time tries it.",
+    ),
+    # A chat service said the webhook or channel no longer exists (kinds/, Verdict.GONE):
+    # nothing can get through until a person fixes it, so it is as urgent as failing.
+    EndpointState.GONE: DestinationCondition(
+        FAILING,
+        "Gone",
+        "Its service says this destination no longer exists (a deleted webhook, an archived channel): "
+        "its deliveries wait without spending attempts until it is fixed there and resumed here, or given a "
+        "new URL.",
+    ),
+    EndpointState.PAUSED: DestinationCondition(
+        PAUSED, "Paused", "An operator paused it: its deliveries wait until resumed."
+    ),
+}
+
+
 def destination_condition(
     *,
     enabled: bool,
@@ -48,43 +71,13 @@ def destination_condition(
     last_delivered_at: datetime | None,
 ) -> DestinationCondition:
     """The condition of a destination from its endpoint's state and its dead deliveries of the last day."""
-    if endpoint_state == EndpointState.FAILING:
-        return DestinationCondition(
-            FAILING,
-            "Failing",
-            "Its receiver keeps failing (timeouts, connection errors, 5xx): deliveries wait while one probe at a "
-            "time tries it.",
-        )
-    if endpoint_state == EndpointState.GONE:
-        # A chat service said the webhook or channel no longer exists (kinds/, Verdict.GONE):
-        # nothing can get through until a person fixes it, so it is as urgent as failing.
-        return DestinationCondition(
-            FAILING,
-            "Gone",
-            "Its service says this destination no longer exists (a deleted webhook, an archived channel): "
-            "its deliveries wait without spending attempts until it is fixed there and resumed here, or given a "
-            "new URL.",
-        )
-    if endpoint_state == EndpointState.PAUSED:
-        return DestinationCondition(
-            PAUSED, "Paused", "An operator paused it: its deliveries wait until resumed."
-        )
-    if dead_last_day and (
-        last_delivered_at is None or (last_failure_at and last_delivered_at < last_failure_at)
-    ):
-        return DestinationCondition(
-            FAILING,
-            "Failing: deliveries end dead",
-            f"{dead_last_day} deliver{'y' if dead_last_day == 1 else 'ies'} ended DEAD in the last day and none "
-            "was delivered since the last one: its receiver refuses these messages (an answer that retrying "
-            "will not change).",
-        )
+    if endpoint_state in _BY_ENDPOINT_STATE:
+        return _BY_ENDPOINT_STATE[endpoint_state]
     if dead_last_day:
-        return DestinationCondition(
-            DEGRADED,
-            "Some deliveries dead",
-            f"{dead_last_day} deliver{'y' if dead_last_day == 1 else 'ies'} ended DEAD in the last day, though "
-            "others were delivered since.",
+        return _dead_condition(
+            dead_last_day=dead_last_day,
+            delivered_since=last_delivered_at is not None
+            and (last_failure_at is None or last_delivered_at >= last_failure_at),
         )
     if not enabled:
         return DestinationCondition(
@@ -95,3 +88,18 @@ def destination_condition(
             IDLE, "No deliveries yet", "Nothing has been delivered to it, and nothing failed."
         )
     return DestinationCondition(OK, "Healthy", "Delivering; nothing ended DEAD in the last day.")
+
+
+def _dead_condition(*, dead_last_day: int, delivered_since: bool) -> DestinationCondition:
+    """Deliveries died in the last day: degraded if one was delivered since the last of them, else failing."""
+    died = f"{dead_last_day} deliver{'y' if dead_last_day == 1 else 'ies'} ended DEAD in the last day"
+    if delivered_since:
+        return DestinationCondition(
+            DEGRADED, "Some deliveries dead", f"{died}, though others were delivered since."
+        )
+    return DestinationCondition(
+        FAILING,
+        "Failing: deliveries end dead",
+        f"{died} and none was delivered since the last one: its receiver refuses these messages (an answer "
+        "that retrying will not change).",
+    )

@@ -212,40 +212,8 @@ def _sync_one_type(*, user: StoredRecipient, event_type: str, now: datetime, res
         result.skipped += 1
 
     for _attempt in range(_SYNC_ATTEMPTS):
-        pending = Event.objects.filter(
-            user_id=user.id, event_type=event_type, status=EventStatus.PENDING
-        ).first()
-        occurrence = scheduled_occurrence(
-            recipient=user,
-            event_type=event_type,
-            now=now,
-            pending_date=pending.occurrence_date if pending else None,
-        )
         try:
-            if occurrence is None:
-                # No occurrence of this type any more (the anniversary date was
-                # cleared): the pending one is discarded, as a replaced one is.
-                if pending is not None:
-                    _event_discard_pending(event=pending)
-                    result.removed += 1
-            elif pending is None:
-                with transaction.atomic():
-                    _event_insert(user=user, event_type=event_type, occurrence=occurrence, now=now)
-                result.created += 1
-            elif occurrence.occurrence_date != pending.occurrence_date:
-                with transaction.atomic():
-                    _event_discard_pending(event=pending)
-                    _event_insert(user=user, event_type=event_type, occurrence=occurrence, now=now)
-                result.replaced += 1
-            elif pending.target_timezone != user.timezone or (
-                pending.target_timestamp_utc > now and pending.target_timestamp_utc != occurrence.target_utc
-            ):
-                # Same occurrence, so the same key; a new zone or a new send time
-                # moves the instant. An event already due keeps its instant unless
-                # the zone changed: it is an operator's "deliver now", or one the
-                # scheduler has yet to claim, and is sent as it is.
-                event_reschedule(event=pending, occurrence=occurrence)
-                result.rescheduled += 1
+            _pending_follow(user=user, event_type=event_type, now=now, result=result)
             return
         except (OptimisticLockError, IntegrityError) as exc:
             # The scheduler claimed the event (or created the next one) between
@@ -260,6 +228,44 @@ def _sync_one_type(*, user: StoredRecipient, event_type: str, now: datetime, res
         extra={"user_id": str(user.id), "event_type": event_type},
     )
     result.skipped += 1
+
+
+def _pending_follow(*, user: StoredRecipient, event_type: str, now: datetime, result: SyncResult) -> None:
+    """Make the user's PENDING event of the type follow from their data, counted in `result`.
+
+    OptimisticLockError or IntegrityError if the scheduler wrote meanwhile: the caller reads again.
+    """
+    pending = Event.objects.filter(user_id=user.id, event_type=event_type, status=EventStatus.PENDING).first()
+    occurrence = scheduled_occurrence(
+        recipient=user,
+        event_type=event_type,
+        now=now,
+        pending_date=pending.occurrence_date if pending else None,
+    )
+    if occurrence is None:
+        # No occurrence of this type any more (the anniversary date was
+        # cleared): the pending one is discarded, as a replaced one is.
+        if pending is not None:
+            _event_discard_pending(event=pending)
+            result.removed += 1
+    elif pending is None:
+        with transaction.atomic():
+            _event_insert(user=user, event_type=event_type, occurrence=occurrence, now=now)
+        result.created += 1
+    elif occurrence.occurrence_date != pending.occurrence_date:
+        with transaction.atomic():
+            _event_discard_pending(event=pending)
+            _event_insert(user=user, event_type=event_type, occurrence=occurrence, now=now)
+        result.replaced += 1
+    elif pending.target_timezone != user.timezone or (
+        pending.target_timestamp_utc > now and pending.target_timestamp_utc != occurrence.target_utc
+    ):
+        # Same occurrence, so the same key; a new zone or a new send time
+        # moves the instant. An event already due keeps its instant unless
+        # the zone changed: it is an operator's "deliver now", or one the
+        # scheduler has yet to claim, and is sent as it is.
+        event_reschedule(event=pending, occurrence=occurrence)
+        result.rescheduled += 1
 
 
 def event_sync_for_user(*, user: StoredRecipient, now: datetime | None = None) -> SyncResult:

@@ -19,7 +19,7 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from runtime.sql import column_field, rows_relation, send
+from runtime.sql import column_field, rows_relation, send, waited
 from scheduling.exceptions import InvalidStateTransition, OptimisticLockError
 from scheduling.models import Event, EventStatus
 
@@ -78,33 +78,6 @@ _ID = column_field(Event, "id").field
 _VERSION = column_field(Event, "version").field
 
 
-def events_transition(
-    *,
-    events: Sequence[EventRef | Event],
-    source: str,
-    target: str,
-    actor: Actor,
-    now: datetime | None = None,
-    changes: Mapping[str, Any] | None = None,
-    per_event: Mapping[str, Sequence[Any]] | None = None,
-    strict: bool = True,
-) -> list[uuid.UUID]:
-    """Move `events` from `source` to `target` with one conditional UPDATE; return the ids moved.
-
-    The same as start_events_transition with the same arguments, waited for at once.
-    """
-    return start_events_transition(
-        events=events,
-        source=source,
-        target=target,
-        actor=actor,
-        now=now,
-        changes=changes,
-        per_event=per_event,
-        strict=strict,
-    )()
-
-
 def start_events_transition(
     *,
     events: Sequence[EventRef | Event],
@@ -147,6 +120,11 @@ def start_events_transition(
         return ids
 
     return moved
+
+
+# Move `events` from `source` to `target` with one conditional UPDATE; return the ids moved: the same as
+# start_events_transition with the same arguments, waited for at once.
+events_transition = waited(start_events_transition)
 
 
 def _check_transition(*, events: Sequence[EventRef | Event], source: str, target: str, actor: Actor) -> None:

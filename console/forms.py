@@ -1,4 +1,4 @@
-"""Forms for recipients, sharing the API's rules (users.validators.clean_user_fields)."""
+"""Forms for recipients, sharing the API's rules (users.fields.clean_user_fields)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ import re
 from django import forms
 from django.core.exceptions import ValidationError
 
+from users.fields import FIELDS_BY_NAME, USER_FIELDS, clean_user_fields
 from users.models import User
-from users.services import USER_FIELDS
-from users.validators import clean_user_fields
 
 
 class SendTimeFormField(forms.CharField):
@@ -50,30 +49,14 @@ class LabelsFormField(forms.CharField):
 
 
 class RecipientAdminForm(forms.ModelForm):
-    send_time = SendTimeFormField(
-        label="Send time",
-        help_text="Optional: the recipient's own local send time, HH:MM (such as 10:30). Empty: the default.",
-    )
-    labels = LabelsFormField(
-        label="Labels",
-        help_text="Optional: labels destinations' audiences choose recipients by, such as "
-        "team:platform, office:berlin (separated by commas or spaces). Lowercase letters, digits "
-        "and . _ -, optionally one key:value.",
-    )
+    # The help texts are users.fields' (form_help), as the fields are.
+    send_time = SendTimeFormField(label="Send time", help_text=FIELDS_BY_NAME["send_time"].form_help)
+    labels = LabelsFormField(label="Labels", help_text=FIELDS_BY_NAME["labels"].form_help)
 
     class Meta:
         model = User
         fields = list(USER_FIELDS)
-        help_texts = {
-            "timezone": "IANA time zone name, e.g. America/New_York or Asia/Kathmandu "
-            "(not an offset such as +05:45: offsets do not follow daylight saving time).",
-            "anniversary_date": "Optional: the wedding date. With it the recipient also gets a "
-            "wedding anniversary message every year.",
-            "external_id": "Optional: the client's own id for this recipient, held by no other "
-            "(imports and API clients find the recipient by it).",
-            "language": "Optional: the language of their messages, a BCP 47 tag such as de or pt-BR; "
-            "without a template in it, its base language's (pt-BR: pt), else the default.",
-        }
+        help_texts = {name: FIELDS_BY_NAME[name].form_help for name in USER_FIELDS}
 
     def clean(self) -> dict:
         cleaned = super().clean()

@@ -8,7 +8,7 @@ from scheduling.event_types import EventType
 from scheduling.handlers import REGISTRY
 from scheduling.languages import LANGUAGE_MAX_LENGTH, clean_language
 from scheduling.messages import MESSAGE_TEMPLATE_MAX_LENGTH, YEAR_PLACEHOLDERS, template_errors
-from scheduling.pauses import ACTOR_MAX_LENGTH, PauseSpan, pause_constraints
+from scheduling.pauses import ACTOR_MAX_LENGTH, Pausable, pause_constraints
 
 
 class EventStatus(models.TextChoices):
@@ -144,7 +144,7 @@ class DeletedRecipientOccurrence(models.Model):
         return salted_hmac(_DELETED_RECIPIENT_SALT, external_id, algorithm="sha256").hexdigest()
 
 
-class EventTypePause(models.Model):
+class EventTypePause(Pausable, models.Model):
     """Whether one event type's messages are held back for every recipient (scheduling.pauses).
 
     One row per registered type, created by migrate; who paused it and when,
@@ -169,14 +169,6 @@ class EventTypePause(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_event_type_display()} messages ({'paused' if self.paused else 'going out'})"
-
-    @property
-    def pause(self) -> PauseSpan:
-        return PauseSpan(self.paused_at, self.resumed_at)
-
-    @property
-    def paused(self) -> bool:
-        return self.pause.active
 
 
 class MessageTemplate(models.Model):

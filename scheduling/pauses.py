@@ -43,6 +43,22 @@ class PauseSpan(NamedTuple):
         return self.resumed_at is None or self.paused_at <= target < self.resumed_at
 
 
+class Pausable:
+    """A model with a pause's columns (paused_at, paused_by, resumed_at, resumed_by): its pause, and whether it is on."""
+
+    paused_at: datetime | None
+    resumed_at: datetime | None
+
+    @property
+    def pause(self) -> PauseSpan:
+        return PauseSpan(self.paused_at, self.resumed_at)
+
+    @property
+    def paused(self) -> bool:
+        """Whether its greetings are held back now."""
+        return self.pause.active
+
+
 def pause_constraints(*, prefix: str) -> list[models.CheckConstraint]:
     """What the database holds a model's paused_at/paused_by/resumed_at/resumed_by columns to.
 

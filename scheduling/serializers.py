@@ -5,6 +5,14 @@ from rest_framework import serializers
 from config.fields import StrictBooleanField
 from scheduling.models import EventTypePause
 
+# Who paused or resumed, and when: an event type's pause and a recipient's (users.serializers) alike.
+PAUSE_RECORD_HELP = {
+    "paused_at": "When the latest pause began; null if never paused.",
+    "paused_by": "Who made the latest pause (an operator's or API account's username).",
+    "resumed_at": "When the latest pause ended; null while paused or if never paused.",
+    "resumed_by": "Who ended the latest pause.",
+}
+
 
 class EventTypePauseSerializer(serializers.ModelSerializer):
     """Whether one event type's messages go out, for every recipient, and who paused or resumed them when."""
@@ -20,16 +28,11 @@ class EventTypePauseSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = EventTypePause
-        fields = ["event_type", "paused", "paused_at", "paused_by", "resumed_at", "resumed_by"]
-        read_only_fields = ["event_type", "paused_at", "paused_by", "resumed_at", "resumed_by"]
+        fields = ["event_type", "paused", *PAUSE_RECORD_HELP]
+        read_only_fields = ["event_type", *PAUSE_RECORD_HELP]
         extra_kwargs = {
             "event_type": {"help_text": "BIRTHDAY, or ANNIVERSARY (a wedding anniversary)."},
-            "paused_at": {"help_text": "When the latest pause began; null if never paused."},
-            "paused_by": {
-                "help_text": "Who made the latest pause (an operator's or API account's username)."
-            },
-            "resumed_at": {"help_text": "When the latest pause ended; null while paused or if never paused."},
-            "resumed_by": {"help_text": "Who ended the latest pause."},
+            **{name: {"help_text": text} for name, text in PAUSE_RECORD_HELP.items()},
         }
 
     def to_internal_value(self, data):

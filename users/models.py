@@ -9,13 +9,9 @@ from django.db.models.lookups import GreaterThan
 
 from scheduling.labels import LABEL_MAX_LENGTH, LABELS_MAX_COUNT, labels_by_rule
 from scheduling.languages import LANGUAGE_MAX_LENGTH
-from scheduling.pauses import ACTOR_MAX_LENGTH, PauseSpan, pause_constraints
-from users.validators import (
-    EARLIEST_DATE,
-    EXTERNAL_ID_MAX_LENGTH,
-    NAME_MAX_LENGTH,
-    clean_user_fields,
-)
+from scheduling.pauses import ACTOR_MAX_LENGTH, Pausable, pause_constraints
+from users.fields import USER_FIELDS, clean_user_fields
+from users.validators import EARLIEST_DATE, EXTERNAL_ID_MAX_LENGTH, NAME_MAX_LENGTH
 
 # The unique constraint on external_id, named where a violation of it is told apart
 # from other integrity errors (users.services).
@@ -24,7 +20,7 @@ EXTERNAL_ID_UNIQUE = "user_external_id_unique"
 SEND_TIME_WHOLE_MINUTES = "user_send_time_whole_minutes"
 
 
-class User(models.Model):
+class User(Pausable, models.Model):
     """A person who receives messages (not an operator: those are Django's auth users)."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -146,30 +142,9 @@ class User(models.Model):
             super().save(*args, **kwargs)
 
     def clean(self) -> None:
-        cleaned = clean_user_fields(
-            {
-                "first_name": self.first_name,
-                "last_name": self.last_name,
-                "date_of_birth": self.date_of_birth,
-                "timezone": self.timezone,
-                "external_id": self.external_id,
-                "anniversary_date": self.anniversary_date,
-                "send_time": self.send_time,
-                "labels": self.labels,
-                "language": self.language,
-            }
-        )
+        cleaned = clean_user_fields({field: getattr(self, field) for field in USER_FIELDS})
         for field, value in cleaned.items():
             setattr(self, field, value)
-
-    @property
-    def pause(self) -> PauseSpan:
-        return PauseSpan(self.paused_at, self.resumed_at)
-
-    @property
-    def paused(self) -> bool:
-        """Whether the recipient's greetings are held back now."""
-        return self.pause.active
 
     @property
     def full_name(self) -> str:

@@ -1,26 +1,16 @@
-from collections.abc import Callable
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from config.fields import StrictBooleanField
-from scheduling.labels import LABEL_MAX_LENGTH, LABEL_PATTERN, LABELS_MAX_COUNT, clean_labels
-from scheduling.languages import LANGUAGE_MAX_LENGTH, clean_language
+from scheduling.labels import LABEL_MAX_LENGTH, LABEL_PATTERN, LABELS_MAX_COUNT
 from scheduling.models import Event, EventType
+from scheduling.serializers import PAUSE_RECORD_HELP
+from users.fields import FIELDS_BY_NAME, RECIPIENT_FIELDS, USER_FIELDS, clean_user_fields
 from users.models import User
-from users.services import USER_FIELDS
-from users.validators import (
-    EXTERNAL_ID_MAX_LENGTH,
-    SEND_TIME_PATTERN,
-    clean_external_id,
-    clean_name,
-    clean_send_time,
-    clean_timezone,
-    clean_user_fields,
-)
+from users.validators import SEND_TIME_PATTERN
 
 # What every representation of an event shows; `next_event` shows just this.
 NEXT_EVENT_FIELDS = [
@@ -113,15 +103,20 @@ class StrictCharField(serializers.CharField):
         return super().to_internal_value(data)
 
 
-@extend_schema_field({"type": "string", "pattern": SEND_TIME_PATTERN, "nullable": True, "example": "10:30"})
-class SendTimeField(serializers.Field):
-    """A local time of day as "HH:MM" (null for none), by users.validators.clean_send_time."""
+class RecipientCleanedField(serializers.Field):
+    """A recipient's field parsed by its own cleaner (users.fields, the field of its name)."""
 
     def to_internal_value(self, data):
+        assert self.field_name is not None  # named when bound to its serializer
         try:
-            return clean_send_time(data)
+            return FIELDS_BY_NAME[self.field_name].cleaned(data)
         except DjangoValidationError as exc:
             raise serializers.ValidationError(exc.messages) from None
+
+
+@extend_schema_field({"type": "string", "pattern": SEND_TIME_PATTERN, "nullable": True, "example": "10:30"})
+class SendTimeField(RecipientCleanedField):
+    """A local time of day as "HH:MM" (null for none), by send_time's cleaner (users.validators.clean_send_time)."""
 
     def to_representation(self, value):
         return value.strftime("%H:%M")
@@ -135,113 +130,45 @@ class SendTimeField(serializers.Field):
         "example": ["team:platform", "office:berlin"],
     }
 )
-class LabelsField(serializers.Field):
-    """A recipient's labels as a JSON list of strings, by scheduling.labels.clean_labels."""
-
-    def to_internal_value(self, data):
-        try:
-            return clean_labels(data)
-        except DjangoValidationError as exc:
-            raise serializers.ValidationError(exc.messages) from None
+class LabelsField(RecipientCleanedField):
+    """A recipient's labels as a JSON list of strings, by their cleaner (scheduling.labels.clean_labels)."""
 
     def to_representation(self, value):
         return list(value)
 
 
-# Field-level rules that can run on their own, so a request with one field that
-# does not even parse still hears about every other bad field in the same reply.
-_STANDALONE_RULES: dict[str, Callable[[str], object]] = {
-    "first_name": lambda value: clean_name(value, field_label="First name"),
-    "last_name": lambda value: clean_name(value, field_label="Last name"),
-    "timezone": clean_timezone,
-    "external_id": clean_external_id,
-    "language": clean_language,
-}
+def _described(name: str) -> dict[str, Any]:
+    """The API's help text of a recipient's field, and whether it is required, as users.fields declares them."""
+    field = FIELDS_BY_NAME[name]
+    return {"help_text": field.help_text, "required": field.required}
+
+
+# Field-level rules that can run on their own (none checked in the recipient's time
+# zone), so a request with one field that does not even parse still hears about
+# every other bad field in the same reply.
+_STANDALONE_RULES = [field for field in RECIPIENT_FIELDS if field.column and not field.in_zone]
+# What the API shows of a recipient after the fields a client writes, read-only as its id.
+_SHOWN_AFTER = [*PAUSE_RECORD_HELP, "next_event", "next_events", "version", "created_at", "updated_at"]
 
 
 class UserSerializer(serializers.ModelSerializer):
     """A recipient of the birthday message (and, with a wedding date, the anniversary one)."""
 
-    # Parses and renders users; the rules themselves live in users.validators.
-    first_name = StrictCharField(
-        max_length=1000,
-        trim_whitespace=False,
-        help_text="Surrounding whitespace is trimmed; 1 to 100 characters must remain.",
-    )
-    last_name = StrictCharField(
-        max_length=1000,
-        trim_whitespace=False,
-        help_text="Surrounding whitespace is trimmed; 1 to 100 characters must remain.",
-    )
-    timezone = StrictCharField(
-        max_length=200,
-        help_text=(
-            "An IANA time zone name, such as America/New_York; the messages go out at the "
-            f"send_time ({settings.EVENT_SEND_TIME} unless the recipient has their own) there. "
-            "UTC offsets such as +05:00 are refused: they do not follow daylight saving time."
-        ),
-    )
-    send_time = SendTimeField(
-        required=False,
-        allow_null=True,
-        help_text=(
-            "Optional: the recipient's own local send time, HH:MM from 00:00 to 23:59 (such as "
-            f"10:30); null means the default, {settings.EVENT_SEND_TIME}. A time that does not "
-            "exist on the day (inside a DST gap) moves forward by the gap; one that happens "
-            "twice takes the first. A change moves the pending events' send times and keeps "
-            "their occurrence and idempotency key. A PUT without it leaves it as it is."
-        ),
-    )
+    # Parses and renders users; the rules themselves, and the help texts, live in users.fields.
+    first_name = StrictCharField(max_length=1000, trim_whitespace=False, **_described("first_name"))
+    last_name = StrictCharField(max_length=1000, trim_whitespace=False, **_described("last_name"))
+    timezone = StrictCharField(max_length=200, **_described("timezone"))
+    send_time = SendTimeField(allow_null=True, **_described("send_time"))
     external_id = StrictCharField(
         max_length=1000,
-        required=False,
         allow_null=True,
         allow_blank=True,
         trim_whitespace=False,
-        help_text=(
-            "Optional: the client's own id for the recipient, held by no other recipient "
-            "(400 if another holds it). Surrounding whitespace is trimmed; 1 to "
-            f"{EXTERNAL_ID_MAX_LENGTH} characters must remain, or none: null or an empty "
-            "string means the recipient has none. A PUT without it leaves it as it is. "
-            "Find a recipient by it with `GET /api/v1/users/?external_id=…`."
-        ),
+        **_described("external_id"),
     )
-    labels = LabelsField(
-        required=False,
-        allow_null=True,
-        help_text=(
-            "Optional: a few labels a destination's audience chooses recipients by, such as "
-            '["team:platform", "office:berlin", "remote"]: lowercase letters, digits and . _ -, '
-            f"optionally one key:value, at most {LABEL_MAX_LENGTH} characters each and "
-            f"{LABELS_MAX_COUNT} in all; taken in any case and stored lowercase, sorted, without "
-            "repeats. null or [] means none. A change applies to the occurrences claimed after it; "
-            "one already being sent is not touched. A PUT without it leaves it as it is. Filter "
-            "the list by it with `GET /api/v1/users/?label=team:platform`."
-        ),
-    )
-    language = StrictCharField(
-        max_length=1000,
-        required=False,
-        allow_null=True,
-        allow_blank=True,
-        help_text=(
-            "Optional: the language of the recipient's messages, a BCP 47 tag such as de, pt-BR or "
-            f"zh-Hant-TW (at most {LANGUAGE_MAX_LENGTH} characters; stored in the usual case, "
-            "pt-br becomes pt-BR). A message uses the event type's template in that language, else "
-            "in its base language (pt-BR, then pt), else the type's default. null or an empty "
-            "string means none: the default. A PUT without it leaves it as it is."
-        ),
-    )
-    paused = StrictBooleanField(
-        required=False,
-        help_text=(
-            "Optional: true holds back every message of the recipient's from now on: an occurrence "
-            'whose send time comes while paused is not sent but FAILED with the reason "recipient '
-            'paused", and the next one is scheduled. false resumes: the next occurrence whose send '
-            "time has not passed is sent. Who paused or resumed, and when, are recorded (paused_by, "
-            "paused_at, resumed_by, resumed_at). Omitted: unchanged (false on creation)."
-        ),
-    )
+    labels = LabelsField(allow_null=True, **_described("labels"))
+    language = StrictCharField(max_length=1000, allow_null=True, allow_blank=True, **_described("language"))
+    paused = StrictBooleanField(**_described("paused"))
     next_event = serializers.SerializerMethodField(
         help_text="The pending birthday event: the next birthday message and when it is due."
     )
@@ -254,63 +181,13 @@ class UserSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = User
-        fields = [
-            "id",
-            "first_name",
-            "last_name",
-            "date_of_birth",
-            "timezone",
-            "external_id",
-            "anniversary_date",
-            "send_time",
-            "labels",
-            "language",
-            "paused",
-            "paused_at",
-            "paused_by",
-            "resumed_at",
-            "resumed_by",
-            "next_event",
-            "next_events",
-            "version",
-            "created_at",
-            "updated_at",
-        ]
-        read_only_fields = [
-            "id",
-            "paused_at",
-            "paused_by",
-            "resumed_at",
-            "resumed_by",
-            "next_event",
-            "next_events",
-            "version",
-            "created_at",
-            "updated_at",
-        ]
+        fields = ["id", *(field.name for field in RECIPIENT_FIELDS), *_SHOWN_AFTER]
+        read_only_fields = ["id", *_SHOWN_AFTER]
         extra_kwargs = {
+            # The fields built from the model's (the dates); the declared ones above take the same.
+            **{field.name: _described(field.name) for field in RECIPIENT_FIELDS},
             "id": {"help_text": "The recipient's id, assigned on creation."},
-            "date_of_birth": {
-                "help_text": (
-                    "A real date (YYYY-MM-DD) from 1900-01-01 up to today in the "
-                    "recipient's own time zone. A Feb 29 birthday is celebrated on "
-                    "Feb 28 in common years."
-                )
-            },
-            "anniversary_date": {
-                "help_text": (
-                    "Optional: the wedding date, by the same rules as date_of_birth. With it "
-                    "the recipient also gets a wedding anniversary message every year, at the "
-                    "same local time as the birthday one (a Feb 29 wedding on Feb 28 in common "
-                    "years); null removes it. A PUT without it leaves it as it is."
-                )
-            },
-            "paused_at": {"help_text": "When the latest pause began; null if never paused."},
-            "paused_by": {
-                "help_text": "Who made the latest pause (an operator's or API account's username)."
-            },
-            "resumed_at": {"help_text": "When the latest pause ended; null while paused or if never paused."},
-            "resumed_by": {"help_text": "Who ended the latest pause."},
+            **{name: {"help_text": text} for name, text in PAUSE_RECORD_HELP.items()},
             "version": {
                 "help_text": "Bumped by every change to the recipient's fields; the ETag carries it."
             },
@@ -333,13 +210,13 @@ class UserSerializer(serializers.ModelSerializer):
             errors.update(exc.detail)
         if not errors:
             return attrs
-        for field, rule in _STANDALONE_RULES.items():
-            if field in errors or not isinstance(data.get(field), str):
+        for field in _STANDALONE_RULES:
+            if field.name in errors or not isinstance(data.get(field.name), str):
                 continue
             try:
-                rule(data[field])
+                field.cleaned(data[field.name])
             except DjangoValidationError as exc:
-                errors[field] = exc.messages
+                errors[field.name] = exc.messages
         raise serializers.ValidationError(errors)
 
     def validate(self, attrs):

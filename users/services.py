@@ -10,14 +10,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, time
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Unpack
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
-
-# user_create's `timezone` argument hides the module there.
-from django.utils import timezone as django_timezone
 
 from runtime.copy import copy_rows
 from scheduling.admin_log import admin_log_forget
@@ -29,24 +26,12 @@ from scheduling.services.occurrences import (
     first_pending_event_rows,
     pending_event_defaults,
 )
+from users.fields import RECIPIENT_FIELDS, USER_FIELDS, NewRecipient, clean_paused, clean_user_fields
 from users.models import EXTERNAL_ID_UNIQUE, User
 from users.selectors import users_by_external_id
 from users.signals import recipient_erasing
-from users.validators import clean_user_fields
 
 logger = logging.getLogger(__name__)
-
-USER_FIELDS = (
-    "first_name",
-    "last_name",
-    "date_of_birth",
-    "timezone",
-    "external_id",
-    "anniversary_date",
-    "send_time",
-    "labels",
-    "language",
-)
 
 
 class ExternalIdTaken(ValidationError):
@@ -82,41 +67,20 @@ def _taken_message(external_id: str) -> str:
     return f"External id {external_id!r} is already used by another recipient."
 
 
-def user_create(
-    *,
-    first_name: str,
-    last_name: str,
-    date_of_birth: date,
-    timezone: str,
-    external_id: str | None = None,
-    anniversary_date: date | None = None,
-    send_time: str | time | None = None,
-    labels: Sequence[str] | None = None,
-    language: str | None = None,
-    paused: bool = False,
-    by: str = "",
-) -> User:
+def user_create(*, paused: bool = False, by: str = "", **fields: Unpack[NewRecipient]) -> User:
     """Validate and create a user; its first event is created in the same transaction.
 
-    `paused`: created with their greetings held back, paused by `by` (the operator or API account).
+    `fields`: the recipient's (users.fields.USER_FIELDS). `paused`: created with
+    their greetings held back, paused by `by` (the operator or API account).
     """
+    unknown = set(fields) - set(USER_FIELDS)
+    if unknown:
+        raise TypeError(f"user_create() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
     paused = _clean_paused(paused)
-    cleaned = clean_user_fields(
-        {
-            "first_name": first_name,
-            "last_name": last_name,
-            "date_of_birth": date_of_birth,
-            "timezone": timezone,
-            "external_id": external_id,
-            "anniversary_date": anniversary_date,
-            "send_time": send_time,
-            "labels": labels,
-            "language": language,
-        }
-    )
+    cleaned = clean_user_fields(fields)
     user = User(**cleaned)
     if paused:
-        _pause_columns(user=user, paused=True, by=by, now=django_timezone.now())
+        _pause_columns(user=user, paused=True, by=by, now=timezone.now())
     with _external_id_taken_as(_taken_message(cleaned["external_id"])):
         user.save(force_insert=True)
     logger.info("Created user", extra={"user_id": str(user.id)})
@@ -146,10 +110,10 @@ def _lock_current(*, user: User, expected_versions: Collection[int] | None, no_k
 
 
 def _clean_paused(value: object) -> bool:
-    # The API refuses "true" or 1 before here; a caller in code is held to the same.
-    if not isinstance(value, bool):
-        raise ValidationError({"paused": ["Must be true or false."]})
-    return value
+    try:
+        return clean_paused(value)
+    except ValidationError as exc:
+        raise ValidationError({"paused": exc.messages}) from None
 
 
 def _pause_columns(*, user: User, paused: bool, by: str, now: datetime) -> list[str]:
@@ -271,8 +235,10 @@ def _erase_rows_about_events(*, user_id: uuid.UUID) -> set[uuid.UUID]:
 class ImportedUserRow(NamedTuple):
     """A new recipient as the import writes it: its fields are the columns written.
 
-    It holds every field a handler reads (scheduling.handlers.Recipient), so
-    the recipient's first events are computed from the row itself.
+    Its recipient's fields are users.fields.USER_FIELDS (users/tests/test_fields.py
+    checks it), so it holds every field a handler reads (scheduling.handlers.Recipient)
+    and the recipient's first events are computed from the row itself. Written
+    out rather than built from the table: a type checker then knows its fields.
     """
 
     id: uuid.UUID
@@ -280,9 +246,9 @@ class ImportedUserRow(NamedTuple):
     last_name: str
     date_of_birth: date
     timezone: str
+    external_id: str | None
     anniversary_date: date | None
     send_time: time | None
-    external_id: str | None
     labels: list[str]
     language: str
     created_at: datetime
@@ -297,8 +263,8 @@ def users_bulk_create_with_events(
 ) -> int:
     """Create users and their first events in batches, bypassing signals.
 
-    `rows` must already be cleaned (users.validators.clean_user_fields); an
-    optional field a row lacks is stored as NULL. A row whose `paused` is true
+    `rows` must already be cleaned (users.fields.clean_user_fields); an
+    optional field a row lacks is stored as none (NULL, or no labels nor language). A row whose `paused` is true
     is created paused by `by` (as user_create's), not greeted. Each batch is one
     transaction holding both the users and their events, so a crash never
     leaves a user without its event. The events are computed by the same
@@ -325,6 +291,11 @@ def _user_batches(
 ) -> Iterator[list[ImportedUserRow]]:
     """The rows as new recipients, `batch_size` at a time, each read only when its batch is next."""
     batch: list[ImportedUserRow] = []
+    # An optional field a row lacks, or has as None: what its cleaner makes of none (None, or
+    # labels [], language ""). One value for every row: nothing alters a row once it is made.
+    absent = {
+        field.name: field.cleaned(None) for field in RECIPIENT_FIELDS if field.column and not field.required
+    }
     for row in rows:
         if row.get("paused", False) is False:
             paused_at, paused_by = None, ""
@@ -335,15 +306,7 @@ def _user_batches(
         batch.append(
             ImportedUserRow(
                 id=uuid.uuid4(),
-                first_name=row["first_name"],
-                last_name=row["last_name"],
-                date_of_birth=row["date_of_birth"],
-                timezone=row["timezone"],
-                anniversary_date=row.get("anniversary_date"),
-                send_time=row.get("send_time"),
-                external_id=row.get("external_id"),
-                labels=row.get("labels") or [],
-                language=row.get("language") or "",
+                **{name: absent[name] if row.get(name) is None else row[name] for name in USER_FIELDS},
                 created_at=now,
                 updated_at=now,
                 paused_at=paused_at,
@@ -445,7 +408,7 @@ def users_import(
 ) -> ImportResult:
     """Create each row's recipient, or update the one that already has the row's external_id.
 
-    `rows` are cleaned (users.validators.clean_user_fields), no external_id
+    `rows` are cleaned (users.fields.clean_user_fields), no external_id
     twice among them, and each holds only the fields to write: an update
     leaves a field the row lacks as stored. A row's `paused` (a bool) pauses
     or resumes the recipient's greetings as the API's does, recorded as made

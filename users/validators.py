@@ -1,4 +1,4 @@
-"""The rules for a recipient's fields, shared by the API, the admin and the importer."""
+"""The rules for a recipient's fields, shared by the API, the admin and the importer (by users.fields)."""
 
 import re
 from datetime import date, datetime, time, timedelta
@@ -8,8 +8,6 @@ from zoneinfo import available_timezones
 from django.core.exceptions import ValidationError
 from django.utils import timezone as django_timezone
 
-from scheduling.labels import clean_labels
-from scheduling.languages import clean_language
 from scheduling.timezones import load_timezone
 from scheduling.zonedata import zone_cache
 
@@ -119,50 +117,3 @@ def clean_past_date(value: object, *, label: str, timezone_name: str | None) -> 
             f"(today is {today_there.isoformat()} in {timezone_name or 'any time zone'})."
         )
     return value
-
-
-def clean_user_fields(data: dict) -> dict:
-    """Validate every field together; raise one ValidationError naming each bad field.
-
-    The optional fields (external_id, anniversary_date, send_time, labels, language) are None
-    (none) when `data` lacks them.
-    """
-    errors: dict[str, list[str]] = {}
-    cleaned: dict = {}
-    for field, label in (("first_name", "First name"), ("last_name", "Last name")):
-        try:
-            cleaned[field] = clean_name(data.get(field), field_label=label)
-        except ValidationError as exc:
-            errors[field] = exc.messages
-    try:
-        cleaned["external_id"] = clean_external_id(data.get("external_id"))
-    except ValidationError as exc:
-        errors["external_id"] = exc.messages
-    try:
-        cleaned["timezone"] = clean_timezone(data.get("timezone"))
-    except ValidationError as exc:
-        errors["timezone"] = exc.messages
-    try:
-        cleaned["send_time"] = clean_send_time(data.get("send_time"))
-    except ValidationError as exc:
-        errors["send_time"] = exc.messages
-    for field, rule in (("labels", clean_labels), ("language", clean_language)):
-        try:
-            cleaned[field] = rule(data.get(field))
-        except ValidationError as exc:
-            errors[field] = exc.messages
-    for field, label, required in (
-        ("date_of_birth", "Date of birth", True),
-        ("anniversary_date", "Anniversary date", False),
-    ):
-        value = data.get(field)
-        if value is None and not required:
-            cleaned[field] = None
-            continue
-        try:
-            cleaned[field] = clean_past_date(value, label=label, timezone_name=cleaned.get("timezone"))
-        except ValidationError as exc:
-            errors[field] = exc.messages
-    if errors:
-        raise ValidationError(errors)
-    return cleaned

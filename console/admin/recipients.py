@@ -20,6 +20,7 @@ from delivery.models import Delivery, DeliveryAttempt
 from delivery.selectors import recipients_attempt_count
 from scheduling.models import Event, EventStatus, EventType
 from users import services
+from users.fields import USER_FIELDS
 from users.models import User
 from users.selectors import user_labels_filter, user_search_filter, user_timezones_in_use
 
@@ -130,19 +131,7 @@ class RecipientAdmin(BoundedListAdmin):
     fieldsets = [
         (
             None,
-            {
-                "fields": [
-                    "first_name",
-                    "last_name",
-                    "date_of_birth",
-                    "timezone",
-                    "send_time",
-                    "anniversary_date",
-                    "external_id",
-                    "labels",
-                    "language",
-                ]
-            },
+            {"fields": list(USER_FIELDS)},
         ),
         ("Greetings", {"fields": ["greetings", "paused_at", "paused_by", "resumed_at", "resumed_by"]}),
         ("Record", {"fields": ["id", "created_at", "updated_at"]}),
@@ -194,10 +183,10 @@ class RecipientAdmin(BoundedListAdmin):
         if change:
             # Only what the operator changed: an API edit made while the form was
             # open keeps its fields.
-            changed = {f: form.cleaned_data[f] for f in services.USER_FIELDS if f in form.changed_data}
+            changed = {f: form.cleaned_data[f] for f in USER_FIELDS if f in form.changed_data}
             services.user_update(user=obj, data=changed)
         else:
-            fields = {f: form.cleaned_data[f] for f in services.USER_FIELDS}
+            fields = {f: form.cleaned_data[f] for f in USER_FIELDS}
             obj.pk = services.user_create(**fields).pk
 
     # --- erasure, through users.services.user_erase --------------------------------

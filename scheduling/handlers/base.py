@@ -19,6 +19,10 @@ class Recipient(Protocol):
     """What a handler reads of a recipient: a users.User, or a row of its values on the bulk paths.
 
     Read-only properties, as a handler only reads them: a row (a NamedTuple) is a recipient too.
+    Declared here, not taken from the recipient's fields (users.fields): scheduling sits
+    beneath users and cannot import them. Instead the tests hold the two together: this
+    protocol and RecipientRow name the same fields (scheduling/tests/test_handlers.py), and
+    each is one of the recipient's (users/tests/test_fields.py).
     """
 
     @property
@@ -41,7 +45,8 @@ class Recipient(Protocol):
 class RecipientRow(NamedTuple):
     """A recipient as plain values, for the paths that move thousands (no model instances).
 
-    Its fields are the recipient's columns the scheduler's claim reads, by name.
+    Its fields are the recipient's columns the scheduler's claim reads, by name: Recipient's,
+    written out again because a NamedTuple cannot be built from a protocol for a type checker.
     """
 
     id: uuid.UUID

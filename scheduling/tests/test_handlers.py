@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 from django.test import override_settings
 
-from scheduling.handlers import get_handler
+from scheduling.handlers import Recipient, RecipientRow, get_handler
 from scheduling.handlers.birthday import birthday_in_year
 from scheduling.models import EventType
 
@@ -250,3 +250,10 @@ def test_the_day_of_birth_itself_is_not_a_birthday():
     result = next_birthday(date(2026, 11, 22), "Asia/Tokyo", now)
 
     assert result.occurrence_date == date(2027, 11, 22)
+
+
+def test_a_recipient_row_holds_every_field_a_handler_reads_and_no_other():
+    # Written twice in scheduling.handlers.base (a protocol, and a NamedTuple for the bulk
+    # paths): a field added to one and not the other fails here.
+    protocol_fields = {name for name, value in vars(Recipient).items() if isinstance(value, property)}
+    assert protocol_fields == set(RecipientRow._fields)

@@ -4,21 +4,25 @@ import csv
 import getpass
 import sys
 import time
+from collections.abc import Callable
 from datetime import date
 from typing import cast
 
+from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connection
+from django.db import connection, models
 
 from scheduling.pauses import ACTOR_MAX_LENGTH
+from users.fields import FIELDS_BY_NAME, RECIPIENT_FIELDS, USER_FIELDS, clean_user_fields
+from users.models import User
 from users.services import ExternalIdTaken, users_import
-from users.validators import clean_user_fields
 
-REQUIRED_COLUMNS = ("first_name", "last_name", "date_of_birth", "timezone")
+# A recipient's fields (users.fields), each a column of its name.
+REQUIRED_COLUMNS = tuple(field.name for field in RECIPIENT_FIELDS if field.required)
 # Written only when the file has the column: a file without it leaves the
 # stored value of a recipient it updates as it is.
-OPTIONAL_COLUMNS = ("external_id", "anniversary_date", "send_time", "paused", "labels", "language")
+OPTIONAL_COLUMNS = tuple(field.name for field in RECIPIENT_FIELDS if not field.required)
 # Every column a file may have. Any other is refused, as the API refuses unknown
 # fields: a typo (send_tme, pasued) would otherwise be ignored and its column's
 # values lost without a word (nobody paused, everyone greeted at 09:00).
@@ -65,23 +69,32 @@ def _parse_paused(raw: str | None) -> bool:
         ) from None
 
 
+def _parse_text(raw: str | None) -> str:
+    """A text cell as it is, to check; "" for a cell a short row lacks."""
+    return raw or ""
+
+
+def _cell_parser(name: str) -> Callable[[str | None], object]:
+    """How a column's cell is read before its field's cleaner checks it: by the column's type."""
+    field = User._meta.get_field(name)
+    if isinstance(field, ArrayField):
+        return _parse_labels
+    if isinstance(field, models.TimeField):
+        return _parse_send_time
+    if isinstance(field, models.DateField):
+        return _parse_date
+    return _parse_text
+
+
+# The columns clean_user_fields checks (all but paused), each with its cell's parser.
+_CELL_PARSERS = {name: _cell_parser(name) for name in USER_FIELDS}
+
+
 def _parse_row(row: dict, *, columns: tuple[str, ...]) -> dict:
     """The row's cleaned values of `columns`; one ValidationError naming every bad field."""
     errors: dict[str, list[str]] = {}
     try:
-        cleaned = clean_user_fields(
-            {
-                "first_name": row.get("first_name") or "",
-                "last_name": row.get("last_name") or "",
-                "date_of_birth": _parse_date(row.get("date_of_birth")),
-                "timezone": row.get("timezone") or "",
-                "external_id": row.get("external_id"),
-                "anniversary_date": _parse_date(row.get("anniversary_date")),
-                "send_time": _parse_send_time(row.get("send_time")),
-                "labels": _parse_labels(row.get("labels")),
-                "language": row.get("language"),
-            }
-        )
+        cleaned = clean_user_fields({name: parse(row.get(name)) for name, parse in _CELL_PARSERS.items()})
     except ValidationError as exc:
         cleaned, errors = {}, exc.message_dict
     # Not one of the fields clean_user_fields checks: the API's serializer checks its own flag.
@@ -127,17 +140,19 @@ def _extra_cells_problem(extra: list[str], *, columns: int) -> str:
     return f"{len(extra)} cell(s) beyond the header's {columns} columns: {cells}"
 
 
+def _described(columns: tuple[str, ...]) -> str:
+    """The columns with their help (users.fields), as a sentence lists them: "a, b (…) and c"."""
+    named = [
+        f"{name} ({FIELDS_BY_NAME[name].column_help})" if FIELDS_BY_NAME[name].column_help else name
+        for name in columns
+    ]
+    return f"{', '.join(named[:-1])} and {named[-1]}"
+
+
 class Command(BaseCommand):
     help = (
-        "Import recipients from a CSV file with the columns first_name, last_name, "
-        "date_of_birth (YYYY-MM-DD) and timezone (IANA name), and optionally anniversary_date "
-        "(YYYY-MM-DD, a wedding date; empty for none), send_time (HH:MM, the recipient's own local "
-        "send time; empty for the default), labels (separated by semicolons, such as "
-        "team:platform;office:berlin; empty for none), language (a BCP 47 tag such as de or pt-BR; "
-        "empty for the default), paused (true/false, 1/0 or yes/no: their greetings held "
-        "back, recorded as paused by --by; empty: not paused) and external_id (the client's own id: "
-        "a row whose external_id a recipient already has updates that recipient, so the "
-        "import can be run again). A header naming any other column is refused (a typo would "
+        f"Import recipients from a CSV file with the columns {_described(REQUIRED_COLUMNS)}, and optionally "
+        f"{_described(OPTIONAL_COLUMNS)}. A header naming any other column is refused (a typo would "
         "lose that column's values), and so is a row with more cells than the header. Every row is "
         "checked first; if any is bad, the bad rows are listed by line number and nothing is imported "
         "(unless --skip-invalid)."

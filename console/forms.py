@@ -1,4 +1,5 @@
-"""Forms for recipients, sharing the API's rules (users.fields.clean_user_fields)."""
+"""Forms for recipients, sharing the API's rules (users.fields.clean_user_fields), and the fields a
+destination's form shares with them."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from users.fields import FIELDS_BY_NAME, USER_FIELDS, clean_user_fields
 from users.models import User
 
 
-class SendTimeFormField(forms.CharField):
-    """A send time typed as HH:MM, checked by the shared rule (clean_user_fields) like the API's.
+class TimeOfDayFormField(forms.CharField):
+    """A local time of day typed as HH:MM (a recipient's send time, a destination's digest time), passed on
+    as typed to the cleaner the API's value goes to (clean_user_fields, the destination's), which reads it
+    by the one HH:MM rule (scheduling.times.time_of_day).
 
     Text rather than Django's TimeField, which would also take "9:00" or
     "09:00:00.5" and so accept in the console what the API refuses.
@@ -50,7 +53,7 @@ class LabelsFormField(forms.CharField):
 
 class RecipientAdminForm(forms.ModelForm):
     # The help texts are users.fields' (form_help), as the fields are.
-    send_time = SendTimeFormField(label="Send time", help_text=FIELDS_BY_NAME["send_time"].form_help)
+    send_time = TimeOfDayFormField(label="Send time", help_text=FIELDS_BY_NAME["send_time"].form_help)
     labels = LabelsFormField(label="Labels", help_text=FIELDS_BY_NAME["labels"].form_help)
 
     class Meta:

@@ -62,7 +62,7 @@ class Destination(models.Model):
     )
     # Its own text per event type ({"BIRTHDAY": "🎂 Happy birthday, {first_name}!"}), instead of
     # the message templates' (any language, any milestone); a type it does not name keeps them.
-    # Checked against the type's placeholders as a template is (delivery.destinations.services).
+    # Checked against the type's placeholders as a template is (delivery.destinations.fields).
     message_overrides = models.JSONField(default=dict, blank=True, db_default={})
     format = models.CharField(
         max_length=32, choices=DestinationFormat.choices, default=DestinationFormat.STANDARD
@@ -85,7 +85,7 @@ class Destination(models.Model):
     # Null: WEBHOOK_MAX_RATE / WEBHOOK_MAX_IN_FLIGHT / WEBHOOK_TIMEOUT.
     max_rate = models.FloatField(null=True, blank=True)
     max_in_flight = models.PositiveIntegerField(null=True, blank=True)
-    # At most WEBHOOK_TIMEOUT (delivery.destinations.services): leases are sized from that.
+    # At most WEBHOOK_TIMEOUT (delivery.destinations.fields): leases are sized from that.
     timeout = models.DurationField(null=True, blank=True)
     created_by = models.CharField(max_length=150, blank=True, default="")
     updated_by = models.CharField(max_length=150, blank=True, default="")

@@ -25,7 +25,7 @@ from datetime import datetime  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from scheduling.models import EventStatus, EventType  # noqa: E402
-from scheduling.timezones import load_timezone  # noqa: E402
+from scheduling.times import load_timezone  # noqa: E402
 from users.models import User  # noqa: E402
 from users.services import user_create  # noqa: E402
 

@@ -26,6 +26,7 @@ from django.core.exceptions import ValidationError
 
 from scheduling.labels import LABEL_MAX_LENGTH, LABELS_MAX_COUNT, clean_labels
 from scheduling.languages import LANGUAGE_MAX_LENGTH, clean_language
+from scheduling.times import clean_timezone
 from users.validators import (
     EXTERNAL_ID_MAX_LENGTH,
     NAME_MAX_LENGTH,
@@ -33,7 +34,6 @@ from users.validators import (
     clean_name,
     clean_past_date,
     clean_send_time,
-    clean_timezone,
 )
 
 

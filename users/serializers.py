@@ -8,9 +8,9 @@ from config.fields import StrictBooleanField
 from scheduling.labels import LABEL_MAX_LENGTH, LABEL_PATTERN, LABELS_MAX_COUNT
 from scheduling.models import Event, EventType
 from scheduling.serializers import PAUSE_RECORD_HELP
+from scheduling.times import TIME_OF_DAY_PATTERN
 from users.fields import FIELDS_BY_NAME, RECIPIENT_FIELDS, USER_FIELDS, clean_user_fields
 from users.models import User
-from users.validators import SEND_TIME_PATTERN
 
 # What every representation of an event shows; `next_event` shows just this.
 NEXT_EVENT_FIELDS = [
@@ -114,7 +114,7 @@ class RecipientCleanedField(serializers.Field):
             raise serializers.ValidationError(exc.messages) from None
 
 
-@extend_schema_field({"type": "string", "pattern": SEND_TIME_PATTERN, "nullable": True, "example": "10:30"})
+@extend_schema_field({"type": "string", "pattern": TIME_OF_DAY_PATTERN, "nullable": True, "example": "10:30"})
 class SendTimeField(RecipientCleanedField):
     """A local time of day as "HH:MM" (null for none), by send_time's cleaner (users.validators.clean_send_time)."""
 

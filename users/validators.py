@@ -1,32 +1,16 @@
 """The rules for a recipient's fields, shared by the API, the admin and the importer (by users.fields)."""
 
-import re
 from datetime import date, datetime, time, timedelta
-from functools import lru_cache
-from zoneinfo import available_timezones
 
 from django.core.exceptions import ValidationError
 from django.utils import timezone as django_timezone
 
-from scheduling.timezones import load_timezone
-from scheduling.zonedata import zone_cache
+from scheduling.times import load_timezone, time_of_day
 
 NAME_MAX_LENGTH = 100
 EXTERNAL_ID_MAX_LENGTH = 255
 # The earliest date of birth, and of a wedding.
 EARLIEST_DATE = date(1900, 1, 1)
-_UTC_OFFSET = re.compile(r"^(UTC|GMT)?\s*[+-]\d", re.IGNORECASE)
-# A send time as the API, the console and the import take it: two-digit hours and minutes.
-SEND_TIME_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
-_SEND_TIME = re.compile(SEND_TIME_PATTERN)
-
-
-@zone_cache
-@lru_cache(maxsize=1)
-def _known_timezone_names() -> frozenset[str]:
-    # available_timezones() walks the tz database on disk; read it once per
-    # version of the database (a new one can name new zones).
-    return frozenset(available_timezones())
 
 
 def clean_name(value: object, *, field_label: str) -> str:
@@ -41,21 +25,6 @@ def clean_name(value: object, *, field_label: str) -> str:
             f"{field_label} must be at most {NAME_MAX_LENGTH} characters (got {len(trimmed)})."
         )
     return trimmed
-
-
-def clean_timezone(value: object) -> str:
-    """Accept only IANA names that zoneinfo can load (not offsets like +05:00)."""
-    if not isinstance(value, str) or not value.strip():
-        raise ValidationError("Time zone must be an IANA name such as America/New_York.")
-    name = value.strip()
-    if name not in _known_timezone_names():
-        if _UTC_OFFSET.match(name):
-            raise ValidationError(
-                f"'{name}' is a UTC offset, not a time zone: offsets do not follow "
-                "daylight saving time. Use an IANA name such as Asia/Kathmandu."
-            )
-        raise ValidationError(f"'{name}' is not a known IANA time zone (for example Europe/London).")
-    return name
 
 
 def clean_external_id(value: str | None) -> str | None:
@@ -91,12 +60,13 @@ def clean_send_time(value: str | time | None) -> time | None:
         if value.second or value.microsecond or value.tzinfo is not None:
             raise ValidationError("Send time must be whole minutes, HH:MM.")
         return value
-    if not isinstance(value, str) or not _SEND_TIME.fullmatch(value):
+    at = time_of_day(value)
+    if at is None:
         raise ValidationError(
             "Send time must be a local time HH:MM from 00:00 to 23:59, such as 10:30, or null for the "
             "default."
         )
-    return time(int(value[:2]), int(value[3:]))
+    return at
 
 
 def clean_past_date(value: object, *, label: str, timezone_name: str | None) -> date:

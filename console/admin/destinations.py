@@ -29,10 +29,11 @@ from console import widgets
 from console.admin.endpoints import endpoint_state_badge
 from console.admin.recoveries import DestinationRecoveryAdminMixin
 from console.admin.row_values import row_value, row_value_set
-from console.forms import LabelsFormField
+from console.forms import LabelsFormField, TimeOfDayFormField
 from delivery.actions.ping import destinations_send_test
 from delivery.destinations import services
 from delivery.destinations.audience import Audience
+from delivery.destinations.fields import EDITABLE_FIELDS, SETTINGS, URL_MAX_LENGTH, DestinationSettings
 from delivery.destinations.selectors import (
     DestinationHealth,
     destination_endpoints,
@@ -60,32 +61,32 @@ def message_field(event_type: str) -> str:
     return f"message_{event_type.lower()}"
 
 
+def form_help(name: str) -> str:
+    """The console's words for a destination's setting (delivery.destinations.fields)."""
+    return SETTINGS[name].form_help
+
+
 class DestinationForm(forms.ModelForm):
     # Not the model's: it keeps the URL encrypted. Empty on a change page (never rendered with the URL in it):
     # left empty, the URL stays as it is.
     url = forms.URLField(
-        max_length=services.URL_MAX_LENGTH,
+        max_length=URL_MAX_LENGTH,
         assume_scheme="https",
         required=False,
         widget=forms.URLInput(attrs={"autocomplete": "off"}),
-        help_text="Where its deliveries are POSTed. No user:password@ (refused): a chat webhook's URL is its "
-        "credential, kept encrypted and shown only as its host.",
+        help_text=form_help("url"),
     )
     event_types = forms.MultipleChoiceField(
         choices=EventType.choices,
         required=False,
         widget=forms.CheckboxSelectMultiple,
-        help_text="None ticked: every event type, including types added later.",
+        help_text=form_help("event_types"),
     )
-    audience_labels = LabelsFormField(
-        label="Audience",
-        help_text="Whom it greets: recipients with any of these labels (such as team:platform, separated by "
-        "commas or spaces). Empty: everyone.",
-    )
-    excluded_labels = LabelsFormField(
-        label="Excluded labels",
-        help_text="Never recipients with any of these labels, even in the audience (such as contractor). "
-        "Empty: nobody left out.",
+    audience_labels = LabelsFormField(label="Audience", help_text=form_help("audience_labels"))
+    excluded_labels = LabelsFormField(label="Excluded labels", help_text=form_help("excluded_labels"))
+    # Text, read by the one HH:MM rule as the API's is (the destination's cleaner).
+    digest_time = TimeOfDayFormField(
+        widget=forms.TextInput(attrs={"placeholder": "HH:MM"}), help_text=form_help("digest_time")
     )
     secret = forms.CharField(
         required=False,
@@ -101,27 +102,9 @@ class DestinationForm(forms.ModelForm):
 
     class Meta:
         model = Destination
-        fields = [
-            "name",
-            "event_types",
-            "audience_labels",
-            "excluded_labels",
-            "format",
-            "enabled",
-            "max_rate",
-            "max_in_flight",
-            "timeout",
-            "digest_time",
-            "digest_timezone",
-            "weekend",
-        ]
-        widgets = {"digest_time": forms.TimeInput(format="%H:%M", attrs={"placeholder": "HH:MM"})}
-        help_texts = {
-            "digest_time": "A daily digest at this local time (HH:MM): one message a day naming the date's people, "
-            "and no message per greeting. Empty: one message per greeting, at each recipient's send time.",
-            "digest_timezone": "The IANA time zone of the digest time and of the dates it names (Europe/Berlin).",
-            "weekend": "Where a Saturday's or Sunday's greetings go; moving them needs a digest.",
-        }
+        # The declared settings; message_overrides is typed in one box per event type (below).
+        fields = [name for name in EDITABLE_FIELDS if name != "message_overrides"]
+        help_texts = {name: form_help(name) for name in EDITABLE_FIELDS}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -161,15 +144,23 @@ class DestinationForm(forms.ModelForm):
                     updated_by=self.instance.updated_by or "?", version=self.instance.version
                 ),
             )
-        values = {name: cleaned[name] for name in services.EDITABLE_FIELDS if name in cleaned}
-        if self.instance.pk and not values.get("url"):
-            values.pop("url", None)  # left empty: the URL stays
         try:
-            cleaned.update(services.destination_values_clean(values=values, exclude=self.instance.pk))
+            cleaned.update(
+                services.destination_values_clean(
+                    values=self.settings_given(cleaned), exclude=self.instance.pk
+                )
+            )
         except ValidationError as exc:
             for field, errors in exc.message_dict.items():
                 self.add_error(field if field in self.fields else None, errors)
         return cleaned
+
+    def settings_given(self, cleaned: dict) -> dict:
+        """The declared settings among `cleaned`; on a change page an empty URL box keeps the URL."""
+        values = {name: cleaned[name] for name in EDITABLE_FIELDS if name in cleaned}
+        if self.instance.pk and not values.get("url"):
+            values.pop("url", None)  # left empty: the URL stays
+        return values
 
     def validate_unique(self):
         # The service's check names the field; the model's would query the same thing again.
@@ -453,11 +444,7 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         operator = request.user.get_username()
-        values = {
-            name: form.cleaned_data[name] for name in services.EDITABLE_FIELDS if name in form.cleaned_data
-        }
-        if change and not values.get("url"):
-            values.pop("url", None)  # left empty: the URL stays
+        values = form.settings_given(form.cleaned_data)
         if change:
             loaded = form.cleaned_data.get("loaded_version")
             services.destination_update(
@@ -468,7 +455,7 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
             )
             return
         created = services.destination_create(
-            operator=operator, secret=form.cleaned_data.get("secret"), **values
+            settings=DestinationSettings(**values), operator=operator, secret=form.cleaned_data.get("secret")
         )
         obj.pk = created.destination.pk
         self.message_user(

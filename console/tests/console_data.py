@@ -29,9 +29,9 @@ from runtime.models import ProcessHeartbeat, ProcessKind
 from scheduling.handlers import local_send_instant
 from scheduling.models import Event, EventStatus, EventType
 from scheduling.services.occurrences import idempotency_key_for
+from scheduling.times import load_timezone
 from users.models import User
 from users.tests.factories import UserFactory
-from users.validators import load_timezone
 
 _pids = itertools.count(4100)
 

@@ -8,6 +8,7 @@ from django.urls import reverse
 from console.tests.test_destinations_admin import ADD as DESTINATION_ADD
 from console.tests.test_destinations_admin import FORM as DESTINATION_FORM
 from console.tests.test_recipients_admin import form_data
+from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.services import destination_create
 from delivery.models import Destination
 from users.models import User
@@ -51,10 +52,10 @@ def test_the_recipients_list_shows_labels_and_filters_by_one_typed_or_chosen(con
     recipient("Ada", ["team:platform"])
     recipient("Bob", ["team:data"])
     destination_create(
-        name="platform",
-        url="https://platform.example.org/hook",
+        settings=DestinationSettings(
+            name="platform", url="https://platform.example.org/hook", audience_labels=["team:platform"]
+        ),
         operator="ops",
-        audience_labels=["team:platform"],
     )
 
     everyone = console.get(RECIPIENTS)

@@ -13,6 +13,7 @@ import pytest
 from django.urls import reverse
 
 from console.tests.test_browser import PASSWORD, deliver_due_in_a_thread, log_in
+from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.services import destination_create
 from delivery.dispatch.scheduler import Scheduler
 from delivery.models import Destination
@@ -44,8 +45,12 @@ def test_operator_labels_recipients_gives_a_destination_an_audience_and_only_its
 ):
     settings.WEBHOOK_URL = ""
     with WebhookSink() as platform_sink, WebhookSink() as everyone_sink:
-        platform = destination_create(name="platform", url=platform_sink.url, operator="ops").destination
-        destination_create(name="everyone", url=everyone_sink.url, operator="ops")
+        platform = destination_create(
+            settings=DestinationSettings(name="platform", url=platform_sink.url), operator="ops"
+        ).destination
+        destination_create(
+            settings=DestinationSettings(name="everyone", url=everyone_sink.url), operator="ops"
+        )
         people = {
             name: user_create(
                 first_name=name, last_name="Doe", date_of_birth=date(1990, 3, 8), timezone="UTC"

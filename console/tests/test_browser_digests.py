@@ -15,6 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from console.tests.test_browser import PASSWORD, deliver_due_in_a_thread, log_in
+from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.services import destination_create
 from delivery.dispatch.scheduler import Scheduler
 from delivery.models import Destination
@@ -29,7 +30,9 @@ def test_operator_gives_a_destination_a_digest_time_and_sees_the_next_digest_the
 ):
     settings.WEBHOOK_URL = ""
     with WebhookSink() as sink:
-        team = destination_create(name="team", url=sink.url, operator="ops", format="slack").destination
+        team = destination_create(
+            settings=DestinationSettings(name="team", url=sink.url, format="slack"), operator="ops"
+        ).destination
         django_user_model.objects.create_superuser(username="ops-alice", password=PASSWORD)
         log_in(page, live_server, username="ops-alice", password=PASSWORD)
 

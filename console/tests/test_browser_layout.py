@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from console import dashboard
 from console.tests.console_data import dead_at, delivered_at, populate_demo
+from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.services import destination_create
 from scheduling.models import Event, EventStatus
 from users.tests.factories import UserFactory
@@ -70,7 +71,10 @@ def console_data(django_user_model) -> dict:
     demo = populate_demo()
     django_user_model.objects.create_superuser(username="ops-alice", password=PASSWORD)
     make = lambda name: destination_create(  # noqa: E731
-        name=name, url=f"https://{name}.hooks.example.org/webhooks/birthday-greetings/v1", operator="ops"
+        settings=DestinationSettings(
+            name=name, url=f"https://{name}.hooks.example.org/webhooks/birthday-greetings/v1"
+        ),
+        operator="ops",
     ).destination
     broken, unreachable, fine = make("crm-broken"), make("crm-unreachable"), make("crm-fine")
     now = timezone.now()
@@ -183,7 +187,9 @@ def test_the_dashboard_refreshes_in_place_and_shows_a_new_failure(
 ):
     monkeypatch.setattr(dashboard, "REFRESH_EVERY", 1)
     django_user_model.objects.create_superuser(username="ops-alice", password=PASSWORD)
-    crm = destination_create(name="crm", url="https://crm.example.org/hook", operator="ops").destination
+    crm = destination_create(
+        settings=DestinationSettings(name="crm", url="https://crm.example.org/hook"), operator="ops"
+    ).destination
     page = sized(LAPTOP)
     log_in(page, live_server)
     page.evaluate("window.notReloaded = true")

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from console import widgets
 from console.tests.console_data import dead_at
+from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.services import destination_create
 from scheduling.models import Event, EventStatus, EventType, EventTypePause
 from users.services import user_update
@@ -26,7 +27,9 @@ def test_the_add_destination_form_shows_no_health_for_what_does_not_exist(consol
 
 
 def test_a_destinations_page_says_failing_with_its_figures_when_its_deliveries_end_dead(console):
-    crm = destination_create(name="crm", url="https://crm.example.org/hook", operator="ops").destination
+    crm = destination_create(
+        settings=DestinationSettings(name="crm", url="https://crm.example.org/hook"), operator="ops"
+    ).destination
     for _ in range(2):
         dead_at(crm, status_code=404, error="Not Found")
 

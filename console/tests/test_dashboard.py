@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from console import dashboard
 from console.tests.console_data import dead_at, delivered_at, heartbeat
+from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.services import destination_create
 from runtime.models import ProcessKind
 from scheduling.models import EventStatus
@@ -22,7 +23,9 @@ pytestmark = pytest.mark.django_db
 
 
 def destination(name: str):
-    return destination_create(name=name, url=f"https://{name}.example.org/hook", operator="ops").destination
+    return destination_create(
+        settings=DestinationSettings(name=name, url=f"https://{name}.example.org/hook"), operator="ops"
+    ).destination
 
 
 def running_processes() -> None:

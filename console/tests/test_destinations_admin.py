@@ -12,6 +12,7 @@ from django.urls import reverse
 
 from conftest import permissions_named
 from delivery.destinations import services
+from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.services import destination_create
 from delivery.dispatch.scheduler import Scheduler
 from delivery.models import Delivery, DeliveryStatus, Destination, DestinationSecret, Endpoint, EndpointState
@@ -83,7 +84,7 @@ def test_bad_input_is_shown_on_the_form_and_creates_nothing(console):
 
 def test_an_edit_is_saved_through_the_service_and_says_who_made_it(console):
     destination = destination_create(
-        name="crm", url="https://crm.example.org/", operator="ops-bob"
+        settings=DestinationSettings(name="crm", url="https://crm.example.org/"), operator="ops-bob"
     ).destination
 
     console.post(
@@ -100,7 +101,9 @@ def test_an_edit_is_saved_through_the_service_and_says_who_made_it(console):
 
 
 def test_rotating_shows_the_new_secret_once_and_both_hints_after(console):
-    created = destination_create(name="crm", url="https://crm.example.org/", operator="ops-bob")
+    created = destination_create(
+        settings=DestinationSettings(name="crm", url="https://crm.example.org/"), operator="ops-bob"
+    )
 
     response = console.post(LIST, {"action": "rotate_secret", "_selected_action": [created.destination.pk]})
 
@@ -115,7 +118,7 @@ def test_rotating_shows_the_new_secret_once_and_both_hints_after(console):
 
 def test_pause_and_resume_move_the_destinations_endpoint(console):
     destination = destination_create(
-        name="crm", url="https://crm.example.org/", operator="ops-bob"
+        settings=DestinationSettings(name="crm", url="https://crm.example.org/"), operator="ops-bob"
     ).destination
 
     console.post(LIST, {"action": "pause", "_selected_action": [destination.pk]})
@@ -128,7 +131,7 @@ def test_pause_and_resume_move_the_destinations_endpoint(console):
 
 def test_a_destination_with_deliveries_to_send_cannot_be_deleted_from_the_console(console):
     destination = destination_create(
-        name="crm", url="https://crm.example.org/", operator="ops-bob"
+        settings=DestinationSettings(name="crm", url="https://crm.example.org/"), operator="ops-bob"
     ).destination
     make_due([UserFactory().events.get()])
     Scheduler(once=True).run()
@@ -146,10 +149,12 @@ def test_a_destination_with_deliveries_to_send_cannot_be_deleted_from_the_consol
 def test_the_list_action_sends_a_test_message_to_each_selected_destination_and_shows_each_answer(
     console, sink
 ):
-    crm = destination_create(name="crm", url=sink.url, operator="ops-bob").destination
+    crm = destination_create(
+        settings=DestinationSettings(name="crm", url=sink.url), operator="ops-bob"
+    ).destination
     sink.respond = lambda received: Reply(status=500, body=b"down for maintenance")
     chat = destination_create(
-        name="chat", url=sink.url + "chat", operator="ops-bob", format="slack"
+        settings=DestinationSettings(name="chat", url=sink.url + "chat", format="slack"), operator="ops-bob"
     ).destination
 
     response = console.post(LIST, {"action": "send_test", "_selected_action": [crm.pk, chat.pk]}, follow=True)
@@ -165,7 +170,7 @@ def test_the_list_action_sends_a_test_message_to_each_selected_destination_and_s
 
 
 def test_the_change_pages_button_sends_a_test_message_and_comes_back_with_its_answer(console, sink):
-    created = destination_create(name="crm", url=sink.url, operator="ops-bob")
+    created = destination_create(settings=DestinationSettings(name="crm", url=sink.url), operator="ops-bob")
 
     page = console.get(change_url(created.destination)).content.decode()
     response = console.post(
@@ -181,7 +186,9 @@ def test_the_change_pages_button_sends_a_test_message_and_comes_back_with_its_an
 
 
 def test_the_test_message_button_sends_nothing_on_a_get(console, sink):
-    destination = destination_create(name="crm", url=sink.url, operator="ops-bob").destination
+    destination = destination_create(
+        settings=DestinationSettings(name="crm", url=sink.url), operator="ops-bob"
+    ).destination
 
     response = console.get(reverse("admin:delivery_destination_test", args=[destination.pk]))
 
@@ -190,7 +197,9 @@ def test_the_test_message_button_sends_nothing_on_a_get(console, sink):
 
 
 def test_a_refused_address_is_shown_as_refused_and_no_request_is_made(console, sink, settings):
-    destination = destination_create(name="crm", url=sink.url, operator="ops-bob").destination
+    destination = destination_create(
+        settings=DestinationSettings(name="crm", url=sink.url), operator="ops-bob"
+    ).destination
     settings.WEBHOOK_ALLOWED_NETWORKS = []
 
     response = console.post(reverse("admin:delivery_destination_test", args=[destination.pk]), follow=True)
@@ -219,7 +228,7 @@ def test_a_save_over_a_change_made_since_the_form_was_opened_is_refused_and_over
     console, django_user_model
 ):
     destination = destination_create(
-        name="crm", url="https://crm.example.org/", operator="ops-bob"
+        settings=DestinationSettings(name="crm", url="https://crm.example.org/"), operator="ops-bob"
     ).destination
     page = console.get(change_url(destination)).content.decode()
     assert f'name="loaded_version" value="{destination.version}"' in page
@@ -247,7 +256,7 @@ def test_a_save_over_a_change_made_since_the_form_was_opened_is_refused_and_over
 @pytest.mark.django_db(transaction=True)
 def test_a_change_between_the_forms_check_and_its_save_is_refused_too(console, monkeypatch):
     destination = destination_create(
-        name="crm", url="https://crm.example.org/", operator="ops-bob"
+        settings=DestinationSettings(name="crm", url="https://crm.example.org/"), operator="ops-bob"
     ).destination
     check = services.destination_values_clean
 
@@ -280,7 +289,7 @@ def test_a_change_between_the_forms_check_and_its_save_is_refused_too(console, m
 
 def test_a_save_from_the_version_the_form_was_opened_at_goes_through(console):
     destination = destination_create(
-        name="crm", url="https://crm.example.org/", operator="ops-bob"
+        settings=DestinationSettings(name="crm", url="https://crm.example.org/"), operator="ops-bob"
     ).destination
 
     response = console.post(change_url(destination), edit_form(destination, url="https://crm2.example.org/"))
@@ -319,7 +328,9 @@ def test_pages_show_the_url_redacted_and_the_reveal_shows_it_whole_to_who_may_ch
     console, viewer, caplog
 ):
     caplog.set_level(logging.DEBUG)
-    destination = destination_create(name="team-slack", url=SLACK, operator="ops", format="slack").destination
+    destination = destination_create(
+        settings=DestinationSettings(name="team-slack", url=SLACK, format="slack"), operator="ops"
+    ).destination
     endpoint = Endpoint.objects.get()
     reveal = reverse("admin:delivery_destination_url", args=[destination.pk])
     pages = [
@@ -350,7 +361,9 @@ def test_pages_show_the_url_redacted_and_the_reveal_shows_it_whole_to_who_may_ch
 
 
 def test_an_edit_that_leaves_the_url_empty_keeps_it_and_one_with_user_info_is_refused(console):
-    destination = destination_create(name="team-slack", url=SLACK, operator="ops").destination
+    destination = destination_create(
+        settings=DestinationSettings(name="team-slack", url=SLACK), operator="ops"
+    ).destination
 
     kept = console.post(change_url(destination), edit_form(destination, enabled=""))
     destination.refresh_from_db()

@@ -3,6 +3,7 @@
 import pytest
 from django.urls import reverse
 
+from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.services import destination_create, destination_url_fields
 from delivery.models import Destination
 
@@ -47,7 +48,9 @@ def test_the_console_refuses_a_weekend_move_without_a_digest_naming_the_field(co
 
 
 def test_a_destination_without_a_digest_says_so_in_the_list(console):
-    destination_create(name="each", url="https://hooks.example.org/each", operator="ops")
+    destination_create(
+        settings=DestinationSettings(name="each", url="https://hooks.example.org/each"), operator="ops"
+    )
 
     assert "per greeting" in console.get(LIST).content.decode()
 

@@ -10,6 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from console.tests.console_data import dead_at
+from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.services import destination_create
 from delivery.models import Delivery, DeliveryStatus, FailureAcknowledgement
 
@@ -18,7 +19,9 @@ PAGE = "admin:failures"
 
 
 def destination(name: str):
-    return destination_create(name=name, url=f"https://{name}.example.org/hook", operator="ops").destination
+    return destination_create(
+        settings=DestinationSettings(name=name, url=f"https://{name}.example.org/hook"), operator="ops"
+    ).destination
 
 
 def test_the_page_lists_a_row_per_destination_and_cause_with_counts_and_examples(console):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from datetime import timedelta
 from typing import Any
 
@@ -10,7 +9,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from delivery.destinations.services import EDITABLE_FIELDS
+from delivery.destinations.fields import EDITABLE_FIELDS, SETTINGS, URL_MAX_LENGTH
 from delivery.models import (
     RECOVERABLE_STATUSES,
     Destination,
@@ -22,6 +21,7 @@ from delivery.models import (
 )
 from delivery.rules import failure_causes as failures
 from scheduling.event_types import EventType
+from scheduling.times import TIME_OF_DAY_PATTERN, time_of_day
 
 
 class SecondsField(serializers.FloatField):
@@ -73,19 +73,21 @@ class ReceiverUrlField(serializers.CharField):
         return instance.url_display
 
 
-# A digest's local time: two digits each, as the recipients' send_time is written.
-DIGEST_TIME_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
-
-
-@extend_schema_field({"type": "string", "pattern": DIGEST_TIME_PATTERN, "nullable": True, "example": "09:00"})
+@extend_schema_field({"type": "string", "pattern": TIME_OF_DAY_PATTERN, "nullable": True, "example": "09:00"})
 class DigestTimeField(serializers.TimeField):
-    """HH:MM and nothing else: OpenAPI's `format: time` ("09:00:00Z") would describe what is refused,
-    and strptime alone would take "9:5"."""
+    """HH:MM and nothing else, by the one rule (scheduling.times.time_of_day): OpenAPI's `format: time`
+    ("09:00:00Z") would describe what is refused, and strptime would take "9:5"."""
 
     def to_internal_value(self, value: Any) -> Any:
-        if not isinstance(value, str) or not re.fullmatch(DIGEST_TIME_PATTERN, value):
+        at = time_of_day(value)
+        if at is None:
             self.fail("invalid", format="hh:mm")
-        return super().to_internal_value(value)
+        return at
+
+
+def _help(name: str) -> str:
+    """The API's words for a destination's setting (delivery.destinations.fields)."""
+    return SETTINGS[name].help
 
 
 class DestinationSerializer(serializers.ModelSerializer):
@@ -96,66 +98,50 @@ class DestinationSerializer(serializers.ModelSerializer):
         child=serializers.ChoiceField(choices=EventType.choices),
         required=False,
         allow_empty=True,
-        help_text="The event types it receives; empty (the default): every type, including types added later.",
+        help_text=_help("event_types"),
     )
     audience_labels = serializers.ListField(
         child=serializers.CharField(),
         required=False,
         allow_empty=True,
-        help_text="Whom it greets: recipients holding any of these labels (such as team:platform); empty (the "
-        "default): everyone. Labels by the recipients' rule (lowercase letters, digits and . _ -, optionally one "
-        "key:value), taken in any case. A change applies to the occurrences claimed after it is saved, on every "
-        "scheduler; still one delivery per occurrence and destination.",
+        help_text=_help("audience_labels"),
     )
     excluded_labels = serializers.ListField(
         child=serializers.CharField(),
         required=False,
         allow_empty=True,
-        help_text="Whom it never greets: recipients holding any of these labels, even if in audience_labels "
-        "(such as contractor); empty (the default): nobody is left out. No label may be in both lists.",
+        help_text=_help("excluded_labels"),
     )
     message_overrides = serializers.DictField(
         child=TextField(allow_blank=True, trim_whitespace=False),
         required=False,
-        help_text='Its own text per event type, such as {"BIRTHDAY": "🎂 Happy birthday, {first_name}!"}, sent '
-        "instead of the message templates' (whatever the recipient's language or the milestone); a type it "
-        "does not name (or names with an empty text) keeps them. Checked as a template is: a placeholder the "
-        "type does not offer is refused (400). Applies to the occurrences claimed after it is saved.",
+        help_text=_help("message_overrides"),
     )
     format = serializers.ChoiceField(
         choices=DestinationFormat.choices,
         required=False,
-        help_text="standard: the JSON body with Standard Webhooks signatures; slack, discord: the body their "
-        "incoming webhooks accept, mentioning no one; teams: an Adaptive Card for a Teams Workflows webhook; "
-        "teams_messagecard: the legacy connector MessageCard (all signed too).",
+        help_text=_help("format"),
     )
     timeout = SecondsField(
         required=False,
         allow_null=True,
-        help_text="Seconds to wait for its answer; null: WEBHOOK_TIMEOUT, which it may not exceed.",
+        help_text=_help("timeout"),
     )
     digest_time = DigestTimeField(
         format="%H:%M",
-        input_formats=["%H:%M"],
         required=False,
         allow_null=True,
-        help_text="A daily digest at this local time (HH:MM) in digest_timezone: one message a day naming the "
-        "date's people in its audience, and no message per occurrence; null (the default): one message per "
-        "occurrence at each recipient's own send time. Exactly once per (destination, date), under its own "
-        "idempotency key (digest- and a hash of the destination and the date).",
+        help_text=_help("digest_time"),
     )
     digest_timezone = serializers.CharField(
         required=False,
         allow_blank=True,
-        help_text="The IANA time zone of digest_time and of the dates a digest names (such as Europe/Berlin); "
-        "required with a digest_time.",
+        help_text=_help("digest_timezone"),
     )
     weekend = serializers.ChoiceField(
         choices=Weekend.choices,
         required=False,
-        help_text="Where a Saturday's or Sunday's greetings go: ON_THE_DAY (the default); FRIDAY_BEFORE "
-        "(Friday's digest names the weekend's people too) or MONDAY_AFTER (Monday's does), with no digest on "
-        "the weekend. Only a digest destination may move them (400 otherwise).",
+        help_text=_help("weekend"),
     )
     next_digest_date = serializers.DateField(
         read_only=True,
@@ -167,15 +153,7 @@ class DestinationSerializer(serializers.ModelSerializer):
         allow_null=True,
         help_text="When its next digest is due (UTC); null without a digest_time.",
     )
-    url = ReceiverUrlField(
-        max_length=2000,
-        help_text="Where its deliveries are POSTed (http or https). A chat webhook's URL is its credential: "
-        "answers show only its scheme and host (`https://hooks.slack.com/…`); POST .../reveal-url/ shows it "
-        "whole. A user name or password in it (user:pass@) is refused. One receiver, one destination: "
-        "spellings that differ only in the case of the scheme or host, a default port or a fragment are the "
-        "same URL. A new URL takes its unsent deliveries with it, and its pause. On update, left out or "
-        "given as shown: it stays.",
-    )
+    url = ReceiverUrlField(max_length=URL_MAX_LENGTH, help_text=_help("url"))
     secret = serializers.CharField(
         write_only=True,
         required=False,
@@ -197,7 +175,8 @@ class DestinationSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Destination
-        # What an operator may set is the service's list, then what is only read.
+        # What an operator may set is the declared settings' list (delivery.destinations.fields), then what
+        # is only read.
         fields = [
             "id",
             *EDITABLE_FIELDS,
@@ -215,12 +194,7 @@ class DestinationSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = ["created_by", "updated_by", "created_at", "updated_at", "version"]
         extra_kwargs = {
-            "name": {"help_text": "Unique; how operators and failure reasons name it."},
-            "enabled": {"help_text": "Disabled: occurrences claimed meanwhile get no delivery for it."},
-            "max_rate": {"help_text": "Most requests per second from all workers; null: WEBHOOK_MAX_RATE."},
-            "max_in_flight": {
-                "help_text": "Most requests open at once from all workers; null: WEBHOOK_MAX_IN_FLIGHT."
-            },
+            **{name: {"help_text": _help(name)} for name in ("name", "enabled", "max_rate", "max_in_flight")},
             "version": {"help_text": "Bumped by every change of its settings or secrets; the ETag."},
         }
         # The service validates and reports each field; the model's unique validators would only read twice.

@@ -34,6 +34,7 @@ from delivery.api.serializers import (
     RotateSecretSerializer,
 )
 from delivery.destinations import services
+from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.selectors import destination_endpoints, destination_list, destinations_health
 from delivery.models import Destination, Recovery
 from delivery.selectors import FAILURE_WINDOW, failure_groups, recovery_list
@@ -109,7 +110,11 @@ class DestinationViewSet(viewsets.ModelViewSet):
     def create(self, request, *args, **kwargs):
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        created = services.destination_create(operator=self._operator(), **serializer.validated_data)
+        given = dict(serializer.validated_data)
+        secret = given.pop("secret", None)
+        created = services.destination_create(
+            settings=DestinationSettings(**given), operator=self._operator(), secret=secret
+        )
         return self._answer(created.destination, code=status.HTTP_201_CREATED, secret=created.value)
 
     def update(self, request, *args, **kwargs):

@@ -1,7 +1,8 @@
 """Writes to destinations: create, edit, delete, rotate a secret, pause and resume; the default's seeding.
 
-Every write validates what it is given and raises ValidationError naming the
-field (the API answers 400), changing nothing. The row lock each write takes
+Every write validates what it is given by the cleaners of the declared settings
+(delivery.destinations.fields) and raises ValidationError naming the field (the
+API answers 400), changing nothing. The row lock each write takes
 (FOR UPDATE) is the one the scheduler's claim waits on (it reads the enabled
 destinations FOR KEY SHARE, delivery.destinations.selectors.destinations_for_claim), so an
 edit and a claim never interleave: a URL edit moves every unsent delivery, and
@@ -11,20 +12,26 @@ a deletion sees every delivery queued for the destination.
 from __future__ import annotations
 
 import logging
-import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from datetime import datetime, time, timedelta
+from datetime import datetime
 from typing import Any
 
-from django.conf import settings
+from django.conf import settings as django_settings
 from django.core.exceptions import ValidationError
-from django.core.validators import URLValidator
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from delivery.credentials import signing_secrets as secret_store
 from delivery.credentials.receiver_urls import url_decrypt, url_encrypt, url_key, url_normalise
+from delivery.destinations.fields import (
+    BOTH_LABELS,
+    DIGEST_FIELDS,
+    DestinationSettings,
+    digest_settings_check,
+    labels_both,
+    settings_clean,
+)
 from delivery.destinations.selectors import (
     destination_signing_secrets,
     destination_unsent_count,
@@ -38,9 +45,7 @@ from delivery.models import (
     DestinationSecret,
     Endpoint,
     EndpointState,
-    Weekend,
 )
-from delivery.receivers.addresses import webhook_url_validate
 from delivery.receivers.signing import parse_secrets
 from delivery.rules.digest_calendar import digest_schedule
 from delivery.states.endpoints import (
@@ -52,37 +57,11 @@ from delivery.states.endpoints import (
 )
 from kinds import kind_for
 from runtime.sql import execute
-from scheduling.event_types import EventType
-from scheduling.handlers import REGISTRY
-from scheduling.labels import clean_labels
-from scheduling.messages import MESSAGE_TEMPLATE_MAX_LENGTH, template_errors
-from users.validators import SEND_TIME_PATTERN, clean_timezone
 
 logger = logging.getLogger(__name__)
 
-# What an operator may set on a destination (besides its secrets).
-EDITABLE_FIELDS = (
-    "name",
-    "url",
-    "event_types",
-    "audience_labels",
-    "excluded_labels",
-    "message_overrides",
-    "format",
-    "enabled",
-    "max_rate",
-    "max_in_flight",
-    "timeout",
-    "digest_time",
-    "digest_timezone",
-    "weekend",
-)
-# A change of one of these moves the next digest (delivery.rules.digest_calendar.digest_schedule).
-DIGEST_FIELDS = ("digest_time", "digest_timezone", "weekend")
 DEFAULT_NAME = "default"
 UNSENT = (DeliveryStatus.QUEUED, DeliveryStatus.SENDING)
-# The longest receiver URL accepted.
-URL_MAX_LENGTH = 2000
 
 
 class DestinationInUse(Exception):
@@ -119,26 +98,6 @@ class NewSecret:
     value: str
 
 
-def destination_url_validate(*, url: str) -> str:
-    """The destination URL in its one spelling (delivery.credentials.receiver_urls), if it is one a worker may POST to;
-    ValidationError on `url` if not (never echoing it: it may hold a token)."""
-    url = url.strip()
-    try:
-        URLValidator(schemes=["http", "https"])(url)
-    except ValidationError:
-        raise ValidationError({"url": ["Enter an http or https URL."]}) from None
-    if len(url) > URL_MAX_LENGTH:
-        raise ValidationError({"url": [f"A URL of at most {URL_MAX_LENGTH} characters."]})
-    try:
-        url = url_normalise(url)
-        # The rules the worker applies at each connection, checked here first:
-        # https, and no address behind us unless its network is allowed.
-        webhook_url_validate(url=url)
-    except ValidationError as exc:
-        raise ValidationError({"url": exc.messages}) from None
-    return url
-
-
 def destination_url_fields(
     *,
     url: str,
@@ -156,7 +115,7 @@ def _shown(url: str, format: str) -> str:  # noqa: A002 - the field's name
 def destination_values_clean(*, values: Mapping[str, Any], exclude: int | None = None) -> dict[str, Any]:
     """The values given for a destination (other than `exclude`), checked and normalised; ValidationError
     naming every field at fault. What every write below checks first, and what a form checks before it."""
-    cleaned = _cleaned(values)
+    cleaned = settings_clean(values)
     _unique_fields_checked(values=cleaned, exclude=exclude)
     return cleaned
 
@@ -167,150 +126,6 @@ def _stored(values: Mapping[str, Any], *, format: str) -> dict[str, Any]:  # noq
     if "url" in values:
         stored.update(destination_url_fields(url=values["url"], format=format))
     return stored
-
-
-def _cleaned(values: Mapping[str, Any]) -> dict[str, Any]:
-    unknown = set(values) - set(EDITABLE_FIELDS)
-    if unknown:
-        raise ValidationError({name: ["Not a destination field one may set."] for name in sorted(unknown)})
-    cleaned, errors = dict(values), {}
-    if "name" in values:
-        cleaned["name"] = (values["name"] or "").strip()
-        name_max_length = Destination._meta.get_field("name").max_length
-        if not cleaned["name"]:
-            errors["name"] = ["A destination needs a name."]
-        elif name_max_length is not None and len(cleaned["name"]) > name_max_length:
-            errors["name"] = ["A name of at most 100 characters."]
-    if "url" in values:
-        try:
-            cleaned["url"] = destination_url_validate(url=values["url"] or "")
-        except ValidationError as exc:
-            errors.update(exc.message_dict)
-    if "event_types" in values:
-        types = list(values["event_types"] or [])
-        wrong = [t for t in types if t not in EventType.values]
-        if wrong:
-            errors["event_types"] = [
-                f"Not an event type: {', '.join(map(str, wrong))} (one of {', '.join(EventType.values)})."
-            ]
-        elif len(set(types)) != len(types):
-            errors["event_types"] = ["An event type is named twice."]
-        cleaned["event_types"] = types
-    for field in ("audience_labels", "excluded_labels"):
-        if field in values:
-            # The recipients' own rule, so an audience names only labels a recipient can hold.
-            try:
-                cleaned[field] = clean_labels(values[field])
-            except ValidationError as exc:
-                errors[field] = exc.messages
-    if "message_overrides" in values:
-        try:
-            cleaned["message_overrides"] = destination_messages_clean(values["message_overrides"])
-        except ValidationError as exc:
-            errors["message_overrides"] = exc.messages
-    if not errors and set(cleaned.get("audience_labels", ())) & set(cleaned.get("excluded_labels", ())):
-        errors["excluded_labels"] = ["A label both greeted and excluded: the exclusion would always win."]
-    if "format" in values and values["format"] not in DestinationFormat.values:
-        errors["format"] = [f"One of {', '.join(DestinationFormat.values)}."]
-    if values.get("max_rate") is not None and not values["max_rate"] > 0:
-        errors["max_rate"] = ["Requests per second above 0, or none for WEBHOOK_MAX_RATE."]
-    if values.get("max_in_flight") is not None and not values["max_in_flight"] >= 1:
-        errors["max_in_flight"] = ["At least 1, or none for WEBHOOK_MAX_IN_FLIGHT."]
-    timeout = values.get("timeout")
-    if timeout is not None and not timedelta(0) < timeout <= settings.WEBHOOK_TIMEOUT:
-        errors["timeout"] = [
-            f"Above 0 and at most WEBHOOK_TIMEOUT ({settings.WEBHOOK_TIMEOUT.total_seconds():g} s): "
-            "deliveries' leases are sized from it."
-        ]
-    errors.update(_digest_errors(values=values, cleaned=cleaned))
-    if errors:
-        raise ValidationError(errors)
-    return cleaned
-
-
-def _digest_errors(*, values: Mapping[str, Any], cleaned: dict[str, Any]) -> dict[str, list[str]]:
-    """Check and normalise the digest fields given (in `cleaned`); the errors by field."""
-    errors: dict[str, list[str]] = {}
-    if "digest_time" in values:
-        value = values["digest_time"]
-        if isinstance(value, str):
-            value = value.strip() or None
-            if value is not None and re.match(SEND_TIME_PATTERN, value):
-                value = time.fromisoformat(value)
-        if value is not None and (not isinstance(value, time) or value.second or value.microsecond):
-            errors["digest_time"] = [
-                "A time of day as HH:MM (such as 09:30), or none for one message per greeting."
-            ]
-        else:
-            cleaned["digest_time"] = value.replace(tzinfo=None) if value is not None else None
-    if "digest_timezone" in values:
-        name = values["digest_timezone"]
-        if name is None or (isinstance(name, str) and not name.strip()):
-            cleaned["digest_timezone"] = ""
-        else:
-            try:
-                cleaned["digest_timezone"] = clean_timezone(name)
-            except ValidationError as exc:
-                errors["digest_timezone"] = exc.messages
-    if "weekend" in values and values["weekend"] not in Weekend.values:
-        errors["weekend"] = [f"One of {', '.join(Weekend.values)}."]
-    if not errors and all(name in cleaned for name in DIGEST_FIELDS):
-        # All three given (a create, a form): checked together now; a partial change is checked
-        # against the stored ones under the row's lock (destination_update).
-        try:
-            _digest_settings_checked(Destination(**{name: cleaned[name] for name in DIGEST_FIELDS}))
-        except ValidationError as exc:
-            errors.update(exc.message_dict)
-    return errors
-
-
-def _digest_settings_checked(destination: Destination) -> None:
-    """The digest fields as they will be stored, checked together; ValidationError naming the field."""
-    if destination.digest_time is not None and not destination.digest_timezone:
-        raise ValidationError(
-            {"digest_timezone": ["A digest needs its IANA time zone (such as Europe/Berlin)."]}
-        )
-    if destination.digest_time is None and destination.weekend != Weekend.ON_THE_DAY:
-        # Moving a weekend greeting is a digest's: a destination taking one message per greeting
-        # gets it at the recipient's own send time, which the claim reaches on the day itself
-        # (a Friday before would need it claimed two days early, and a Monday after would hold a
-        # queued delivery for two days, past what EVENT_MAX_LATENESS lets a queued one wait).
-        raise ValidationError(
-            {
-                "weekend": [
-                    "Only a daily digest moves weekend greetings: set a digest_time, or keep ON_THE_DAY."
-                ]
-            }
-        )
-
-
-def destination_messages_clean(value: object) -> dict[str, str]:
-    """A destination's own texts by event type ({} or None: none), each valid as that type's template is."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ValidationError(
-            'An object from event type to text, such as {"BIRTHDAY": "Happy birthday, {first_name}!"}.'
-        )
-    cleaned, errors = {}, []
-    for event_type, body in value.items():
-        handler = REGISTRY.get(event_type)
-        if handler is None:
-            errors.append(f"Not an event type: {event_type} (one of {', '.join(EventType.values)}).")
-            continue
-        if not isinstance(body, str) or len(body) > MESSAGE_TEMPLATE_MAX_LENGTH:
-            errors.append(f"{event_type}: a text of at most {MESSAGE_TEMPLATE_MAX_LENGTH} characters.")
-            continue
-        if not body.strip():
-            continue  # blank: the templates' text, as if the type were not named
-        errors += [
-            f"{event_type}: {error}"
-            for error in template_errors(template=body, placeholders=handler.placeholders)
-        ]
-        cleaned[event_type] = body
-    if errors:
-        raise ValidationError(errors)
-    return cleaned
 
 
 def _unique_fields_checked(*, values: Mapping[str, Any], exclude: int | None = None) -> None:
@@ -337,50 +152,16 @@ def _saved(destination: Destination, *, values: Mapping[str, Any]) -> None:
 
 
 def destination_create(
-    *,
-    name: str,
-    url: str,
-    operator: str,
-    event_types: Sequence[str] = (),
-    audience_labels: Sequence[str] = (),
-    excluded_labels: Sequence[str] = (),
-    message_overrides: Mapping[str, str] | None = None,
-    format: str = DestinationFormat.STANDARD,  # noqa: A002 - the field's name
-    enabled: bool = True,
-    max_rate: float | None = None,
-    max_in_flight: int | None = None,
-    timeout: timedelta | None = None,
-    digest_time: time | str | None = None,
-    digest_timezone: str = "",
-    weekend: str = Weekend.ON_THE_DAY,
-    secret: str | None = None,
+    *, settings: DestinationSettings, operator: str, secret: str | None = None
 ) -> NewSecret:
     """A new destination with one signing secret (made here unless `secret` is given), returned once."""
-    values = _cleaned(
-        {
-            "name": name,
-            "url": url,
-            "event_types": event_types,
-            "audience_labels": audience_labels,
-            "excluded_labels": excluded_labels,
-            "message_overrides": message_overrides,
-            "format": format,
-            "enabled": enabled,
-            "max_rate": max_rate,
-            "max_in_flight": max_in_flight,
-            "timeout": timeout,
-            "digest_time": digest_time,
-            "digest_timezone": digest_timezone,
-            "weekend": weekend,
-        }
-    )
+    values = settings_clean(settings.values())
     value = _secret_value(secret)
     with transaction.atomic():
         _unique_fields_checked(values=values)
         destination = Destination(
             **_stored(values, format=values["format"]), created_by=operator, updated_by=operator
         )
-        _digest_settings_checked(destination)
         digest_schedule(destination=destination, now=timezone.now())
         _saved(destination, values=values)
         endpoint_for_destination(destination=destination)
@@ -398,9 +179,9 @@ def destination_update(
     changes: Mapping[str, Any],
     expected_versions: Collection[int] | None = None,
 ) -> Destination:
-    """Apply `changes` (fields of EDITABLE_FIELDS); a new URL takes the deliveries not yet delivered with it,
+    """Apply `changes` (any of delivery.destinations.fields.EDITABLE_FIELDS); a new URL takes the deliveries not yet delivered with it,
     and the endpoint's pause (destination_endpoint_move)."""
-    values = _cleaned(changes)
+    values = settings_clean(changes)
     with transaction.atomic():
         current = _lock_current(destination=destination, expected_versions=expected_versions)
         if current is None:
@@ -416,11 +197,9 @@ def destination_update(
             # The same URL shown as its new kind shows it: another kind hides another part.
             current.url_display = _shown(url_decrypt(current.url_ciphertext), current.format)
         # A change of one of the two lists, checked against the other as stored.
-        if set(current.audience_labels) & set(current.excluded_labels):
-            raise ValidationError(
-                {"excluded_labels": ["A label both greeted and excluded: the exclusion would always win."]}
-            )
-        _digest_settings_checked(current)
+        if labels_both(audience=current.audience_labels, excluded=current.excluded_labels):
+            raise ValidationError({"excluded_labels": [BOTH_LABELS]})
+        digest_settings_check(current)
         if set(values) & set(DIGEST_FIELDS):
             digest_schedule(destination=current, now=timezone.now())
         current.updated_by = operator
@@ -484,7 +263,7 @@ def destination_rotate_secret(
                 }
             )
         current.secrets.filter(expires_at__isnull=True).update(
-            expires_at=now + settings.DESTINATION_SECRET_GRACE
+            expires_at=now + django_settings.DESTINATION_SECRET_GRACE
         )
         stored = _secret_add(destination=current, value=value)
         current.updated_by = operator
@@ -541,22 +320,8 @@ def destination_secrets_reencrypt() -> int:
             stored.ciphertext = secret_store.secret_reencrypt(stored.ciphertext)
             stored.save(update_fields=["ciphertext"])
             count += 1
-        for destination in Destination.objects.select_for_update():
-            new_key = url_key(url_decrypt(destination.url_ciphertext))
-            Destination.objects.filter(pk=destination.pk).update(
-                url_ciphertext=secret_store.secret_reencrypt(destination.url_ciphertext), url_key=new_key
-            )
-            if new_key != destination.url_key:
-                renamed[destination.url_key] = new_key
-            count += 1
-        for endpoint in Endpoint.objects.select_for_update():
-            new_key = url_key(url_decrypt(endpoint.url_ciphertext))
-            Endpoint.objects.filter(pk=endpoint.pk).update(
-                url_ciphertext=secret_store.secret_reencrypt(endpoint.url_ciphertext), key=new_key
-            )
-            if new_key != endpoint.key:
-                renamed[endpoint.key] = new_key
-            count += 1
+        count += _receiver_urls_reencrypt(model=Destination, key_column="url_key", renamed=renamed)
+        count += _receiver_urls_reencrypt(model=Endpoint, key_column="key", renamed=renamed)
         if renamed:
             execute(
                 f"UPDATE {Delivery._meta.db_table} d SET endpoint_key = v.new FROM (VALUES "
@@ -564,6 +329,23 @@ def destination_secrets_reencrypt() -> int:
                 + ") AS v(old, new) WHERE d.endpoint_key = v.old",
                 [value for pair in renamed.items() for value in pair],
             )
+    return count
+
+
+def _receiver_urls_reencrypt(
+    *, model: type[Destination] | type[Endpoint], key_column: str, renamed: dict[str, str]
+) -> int:
+    """Encrypt every receiver URL of `model`'s rows again and key it again in `key_column`; each key that
+    changes is added to `renamed` (old: new). Return how many rows were re-encrypted."""
+    count = 0
+    for row in model.objects.select_for_update():
+        old_key, new_key = getattr(row, key_column), url_key(url_decrypt(row.url_ciphertext))
+        model.objects.filter(pk=row.pk).update(
+            url_ciphertext=secret_store.secret_reencrypt(row.url_ciphertext), **{key_column: new_key}
+        )
+        if new_key != old_key:
+            renamed[old_key] = new_key
+        count += 1
     return count
 
 
@@ -633,7 +415,7 @@ def destinations_for_queueing() -> list[Destination]:
     """The enabled destinations, locked FOR KEY SHARE for the caller's transaction; the default one seeded first
     if there is none at all (WEBHOOK_URL)."""
     destinations = destinations_for_claim()
-    if not destinations and settings.WEBHOOK_URL:
+    if not destinations and django_settings.WEBHOOK_URL:
         # Read again whoever seeded it: another process seeding at the same moment (a worker
         # starting, a second scheduler) made this insert wait for its commit and be refused, and
         # its row is there now. Had this batch gone on with none, its events would be COMPLETED
@@ -651,10 +433,12 @@ def destinations_seed_default() -> Destination | None:
     secret of WEBHOOK_SECRET (all in force, as they were). None when there is
     nothing to seed. Two processes seeding at once: the name's unique key keeps one.
     """
-    if not settings.WEBHOOK_URL or Destination.objects.exists():
+    if not django_settings.WEBHOOK_URL or Destination.objects.exists():
         return None
-    secrets = parse_secrets(settings.WEBHOOK_SECRET)
-    url = url_normalise(settings.WEBHOOK_URL)  # checked at the process's start (webhook_url_setting_check)
+    secrets = parse_secrets(django_settings.WEBHOOK_SECRET)
+    url = url_normalise(
+        django_settings.WEBHOOK_URL
+    )  # checked at the process's start (webhook_url_setting_check)
     try:
         with transaction.atomic():
             destination = Destination.objects.create(

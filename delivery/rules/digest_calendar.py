@@ -10,7 +10,7 @@ with them, the console and the API show what they say.
 
 A local time the zone skips (a DST gap) moves forward by the gap, one it
 repeats takes its first instant (fold=0), as every send time does
-(scheduling.handlers.base.wall_time_instant).
+(scheduling.times.wall_time_instant).
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ from typing import Any
 
 from delivery.models import Destination, Digest, Weekend
 from kinds import kind_for
-from scheduling.handlers.base import wall_time_instant
-from scheduling.timezones import load_timezone
+from scheduling.times import load_timezone, wall_time_instant
 
 SATURDAY, SUNDAY = 5, 6
 

@@ -33,10 +33,15 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 
 from delivery.models import AttemptOutcome, EndpointState
+
+if TYPE_CHECKING:
+    # delivery.rules.retry decides by the signals below: the retry policy is handed in, not imported.
+    from delivery.rules.retry import RetryPolicy
 
 # Answers that say the receiver itself refuses us: the URL or the credentials.
 ENDPOINT_REFUSALS = frozenset({401, 403, 404, 410})
@@ -77,16 +82,16 @@ class HealthPolicy:
     failure_threshold: int
     probe_first_interval: timedelta
     probe_max_interval: timedelta
-    # A Retry-After is honoured up to this long (a receiver cannot park the fleet for a day).
-    retry_after_cap: timedelta
+    # A Retry-After blocks the endpoint as long as the retry policy obeys one (RetryPolicy.retry_after_wait).
+    retry: RetryPolicy
 
     @classmethod
-    def from_settings(cls) -> HealthPolicy:
+    def from_settings(cls, *, retry: RetryPolicy) -> HealthPolicy:
         return cls(
             failure_threshold=settings.ENDPOINT_FAILURE_THRESHOLD,
             probe_first_interval=settings.ENDPOINT_PROBE_FIRST_INTERVAL,
             probe_max_interval=settings.ENDPOINT_PROBE_MAX_INTERVAL,
-            retry_after_cap=settings.DELIVERY_RETRY_MAX,
+            retry=retry,
         )
 
 
@@ -153,7 +158,7 @@ def observe(*, health: Health, answers: Sequence[Answer], now: datetime, policy:
         elif answer.signal == Signal.PACE:
             last_failure, last_error = answer.finished_at, answer.description
         if answer.signal == Signal.THROTTLE and answer.retry_after is not None:
-            until = now + min(timedelta(seconds=max(answer.retry_after, 0.0)), policy.retry_after_cap)
+            until = now + timedelta(seconds=policy.retry.retry_after_wait(answer.retry_after))
             blocked_until = max(blocked_until, until) if blocked_until else until
     fields = {
         **seen.__dict__,

@@ -26,12 +26,20 @@ from delivery.rules.health import Signal, signal_of
 
 @dataclass(frozen=True)
 class RetryPolicy:
+    """How long a delivery waits before its next try, and how long a receiver's Retry-After is obeyed: by
+    the back-off here, by the endpoint's block (delivery.rules.health) and by a worker's lane."""
+
     base: timedelta
     cap: timedelta
 
     @classmethod
     def from_settings(cls) -> RetryPolicy:
         return cls(base=settings.DELIVERY_RETRY_BASE, cap=settings.DELIVERY_RETRY_MAX)
+
+    def retry_after_wait(self, retry_after: float) -> float:
+        """Seconds a receiver's Retry-After is obeyed: as it asks, from 0 up to the cap (a receiver asking
+        for a day cannot park a greeting, or the fleet, for a day)."""
+        return min(max(retry_after, 0.0), self.cap.total_seconds())
 
 
 @dataclass(frozen=True)
@@ -49,10 +57,9 @@ def retry_delay(
     *, attempt: int, retry_after: float | None, policy: RetryPolicy, jitter: Callable[[float, float], float]
 ) -> timedelta:
     """How long before the next try after failed attempt number `attempt` (1-based)."""
-    cap = policy.cap.total_seconds()
     if retry_after is not None:
-        return timedelta(seconds=min(max(retry_after, 0.0), cap))
-    ceiling = min(cap, policy.base.total_seconds() * 2 ** max(attempt - 1, 0))
+        return timedelta(seconds=policy.retry_after_wait(retry_after))
+    ceiling = min(policy.cap.total_seconds(), policy.base.total_seconds() * 2 ** max(attempt - 1, 0))
     return timedelta(seconds=jitter(0.0, ceiling))
 
 

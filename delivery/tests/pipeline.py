@@ -21,6 +21,7 @@ from django.db import connection, models
 from django.utils import timezone
 
 from delivery.credentials.receiver_urls import url_encrypt, url_key, url_normalise, url_redact
+from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.services import destination_create
 from delivery.models import Delivery, DeliveryStatus
 from devtools.sink import Reply, WebhookSink
@@ -119,13 +120,15 @@ def destinations_create_at(urls: Sequence[str]) -> None:
     for number, url in enumerate(urls):
         format_ = FAN_OUT_FORMATS[number % len(FAN_OUT_FORMATS)]
         destination_create(
-            name=f"receiver{number}",
-            url=url,
+            settings=DestinationSettings(
+                name=f"receiver{number}",
+                url=url,
+                format=format_,
+                # A chat kind keeps to its service's pace (1/s for Slack) unless its destination sets a
+                # rate: these receivers are local sinks that take anything, as fast as the standard one.
+                max_rate=None if format_ == "standard" else LOCAL_CHAT_RATE,
+            ),
             operator="ops",
-            format=format_,
-            # A chat kind keeps to its service's pace (1/s for Slack) unless its destination sets a
-            # rate: these receivers are local sinks that take anything, as fast as the standard one.
-            max_rate=None if format_ == "standard" else LOCAL_CHAT_RATE,
         )
 
 

@@ -12,6 +12,7 @@ from django.db import connections, transaction
 from django.urls import reverse
 from django.utils import timezone
 
+from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.services import destination_create, destination_pause, destination_resume
 from delivery.dispatch.retention import history_cutoff, history_prune_batches
 from delivery.dispatch.scheduler import Scheduler
@@ -395,7 +396,9 @@ def test_an_occurrence_the_erase_cancelled_before_anything_was_sent_is_greeted_o
 ):
     # Given a paused destination, and a person whose birthday is today and whose send time has passed:
     # their delivery waits QUEUED, nothing sent.
-    destination = destination_create(name="paused", url=sink.url, operator="ops").destination
+    destination = destination_create(
+        settings=DestinationSettings(name="paused", url=sink.url), operator="ops"
+    ).destination
     destination_pause(destination=destination, operator="ops")
     first = exporter.post(USERS_URL, _cancelled_twice(), format="json").json()
     Scheduler(once=True).run()
@@ -425,7 +428,9 @@ def test_an_occurrence_whose_message_was_sent_before_the_erase_is_not_greeted_ag
 ):
     # Given a person whose greeting went to a receiver that answered 503: it waits for a retry,
     # but the receiver may have shown it.
-    destination = destination_create(name="flaky", url=sink.url, operator="ops").destination
+    destination = destination_create(
+        settings=DestinationSettings(name="flaky", url=sink.url), operator="ops"
+    ).destination
     first = exporter.post(USERS_URL, _cancelled_twice(), format="json").json()
     sink.script(first["next_event"]["idempotency_key"], Reply(status=503))
     Scheduler(once=True).run()

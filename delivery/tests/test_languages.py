@@ -6,6 +6,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.services import destination_create, destination_update
 from delivery.dispatch.scheduler import Scheduler
 from delivery.models import Delivery
@@ -53,7 +54,9 @@ def messages_of(user, event_type: str = "BIRTHDAY") -> dict[str, str]:
 
 @pytest.fixture
 def hr():
-    return destination_create(name="hr", url="https://hr.example.org/hook", operator="ops").destination
+    return destination_create(
+        settings=DestinationSettings(name="hr", url="https://hr.example.org/hook"), operator="ops"
+    ).destination
 
 
 # --- choosing the text -----------------------------------------------------------------
@@ -110,11 +113,13 @@ def test_a_milestone_text_greets_its_year_only_and_a_language_text_wins_over_a_d
 def test_a_destination_with_its_own_text_gets_it_and_the_others_the_templates_under_one_key(hr):
     add_template("Alles Gute zum Geburtstag, {first_name}!", language="de")
     destination_create(
-        name="chat",
-        url="https://chat.example.org/hook",
+        settings=DestinationSettings(
+            name="chat",
+            url="https://chat.example.org/hook",
+            format="slack",
+            message_overrides={"BIRTHDAY": "🎂 Happy birthday, {first_name}!"},
+        ),
         operator="ops",
-        format="slack",
-        message_overrides={"BIRTHDAY": "🎂 Happy birthday, {first_name}!"},
     )
     ada = due("Ada", language="de", anniversary_date=date(2015, 6, 1))
 

@@ -17,6 +17,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from delivery.destinations.fields import DestinationSettings
 from delivery.dispatch.claim import deliveries_enqueue_due
 from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus
 from delivery.tests.pipeline import (
@@ -136,7 +137,9 @@ def test_sigkill_mid_send_to_three_destinations_resends_each_once_with_the_same_
     with ScriptedSink() as crm, ScriptedSink() as chat, ScriptedSink() as hr:
         sinks = (crm, chat, hr)
         for name, sink, format_ in (("crm", crm, "standard"), ("chat", chat, "slack"), ("hr", hr, "teams")):
-            destination_create(name=name, url=sink.url, operator="ops", format=format_)
+            destination_create(
+                settings=DestinationSettings(name=name, url=sink.url, format=format_), operator="ops"
+            )
         create_due_users(1)
         deliveries_enqueue_due()
         event = Event.objects.get(status=EventStatus.PROCESSING)

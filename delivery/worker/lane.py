@@ -20,14 +20,13 @@ from collections import deque
 from datetime import datetime
 from typing import Protocol
 
-from django.conf import settings as django_settings
-
 from delivery.models import EndpointState
 from delivery.receivers.lane_settings import LaneSettings, lane_settings
 from delivery.receivers.transport import ClaimedDelivery, SendResult
 from delivery.rules.health import Signal, signal_of
 from delivery.rules.limit import AdaptiveLimit, FixedLimit, LearnedRate
 from delivery.rules.pace import RateSlot
+from delivery.rules.retry import RetryPolicy
 
 HEALTHY = EndpointState.HEALTHY
 
@@ -79,6 +78,7 @@ class Lane:
         name: str,
         limit: AdaptiveLimit | FixedLimit,
         settings: LaneSettings | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         # The endpoint's identity (Endpoint.key): what deliveries name it by.
         self.key = key
@@ -90,6 +90,8 @@ class Lane:
         self.name = name
         self.limit = limit
         self.settings = settings or lane_settings()
+        # How long a Retry-After stops this lane (RetryPolicy.retry_after_wait): read once, not per answer.
+        self.retry = retry or RetryPolicy.from_settings()
         self.state: str = HEALTHY
         self.consecutive_failures = 0
         self.next_probe_at: datetime | None = None
@@ -313,5 +315,4 @@ class Lane:
         )
         if signal == Signal.THROTTLE and result.retry_after is not None:
             # Every worker learns it from the endpoint's row once this is recorded; this one stops now.
-            wait = min(result.retry_after, django_settings.DELIVERY_RETRY_MAX.total_seconds())
-            self.block_until(finished_mono + wait)
+            self.block_until(finished_mono + self.retry.retry_after_wait(result.retry_after))

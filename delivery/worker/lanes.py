@@ -43,6 +43,7 @@ from delivery.receivers.lane_settings import lane_settings
 from delivery.receivers.transport import ClaimedDelivery
 from delivery.rules.limit import AdaptiveLimit, FixedLimit
 from delivery.rules.pace import RateSlot
+from delivery.rules.retry import RetryPolicy
 from delivery.states.endpoints import (
     endpoint_for_destination,
     endpoint_release_shares,
@@ -76,6 +77,8 @@ class Lanes:
         self.stale = True
         # WEBHOOK_URL's destination is seeded, if none exists, on the first refresh (destinations_seed_default).
         self.seeded = False
+        # Every lane obeys a Retry-After by this one policy, read from the settings once.
+        self.retry = RetryPolicy.from_settings()
 
     # --- the endpoints' shared state --------------------------------------------
 
@@ -88,6 +91,7 @@ class Lanes:
                 url=self.urls.of(key=endpoint.key, ciphertext=endpoint.url_ciphertext),
                 name=endpoint.url_display,
                 limit=FixedLimit(self.concurrency) if self.concurrency else AdaptiveLimit(),
+                retry=self.retry,
             )
             self._follow_row(lane, endpoint)
         return lane

@@ -217,7 +217,7 @@ def deliveries_record(
     if not results:
         return summary
     policy = RetryPolicy.from_settings()
-    health_policy = HealthPolicy.from_settings()
+    health_policy = HealthPolicy.from_settings(retry=policy)
     now = timezone.now()
     by_key: dict[str, list[SendResult]] = {}
     # Endpoint rows are written in key order, never in the order the answers came back: two

@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from devtools import demo
 from scheduling.models import Event, EventStatus, EventType
-from scheduling.timezones import load_timezone
+from scheduling.times import load_timezone
 from users.models import User
 from users.tests.factories import UserFactory
 

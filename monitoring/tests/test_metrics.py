@@ -9,6 +9,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.selectors import endpoint_backlog
 from delivery.destinations.services import destination_create
 from delivery.dispatch.scheduler import Scheduler
@@ -332,7 +333,7 @@ def test_each_endpoint_has_its_state_failures_backlog_and_how_long_it_has_been_d
     endpoint_pause(endpoint=paused, operator="ops-alice")
     Endpoint.objects.filter(key=key_of(PAUSED)).update(paused_at=now - timedelta(hours=2))
     # Labelled by its destination's name, never by the URL (a credential); one without a destination by its id.
-    destination_create(name="fine", url=FINE, operator="ops")
+    destination_create(settings=DestinationSettings(name="fine", url=FINE), operator="ops")
     labels = {RECEIVER: f"endpoint {failing.pk}", PAUSED: f"endpoint {paused.pk}", FINE: "fine"}
     queue_deliveries_to(RECEIVER, 3)
     queue_deliveries_to(RECEIVER, 1, status=DeliveryStatus.SENDING)  # in flight: not waiting
@@ -406,9 +407,11 @@ def test_a_destination_whose_deliveries_end_dead_is_failing_in_the_metrics(clien
 
     # given crm-broken, 3 of 3 deliveries DEAD (its endpoint healthy), and crm-fine, delivering
     broken = destination_create(
-        name="crm-broken", url="https://broken.example.org/h", operator="o"
+        settings=DestinationSettings(name="crm-broken", url="https://broken.example.org/h"), operator="o"
     ).destination
-    fine = destination_create(name="crm-fine", url="https://fine.example.org/h", operator="o").destination
+    fine = destination_create(
+        settings=DestinationSettings(name="crm-fine", url="https://fine.example.org/h"), operator="o"
+    ).destination
     for _ in range(3):
         dead_at(broken, status_code=400)
     delivered = delivered_at(fine)
@@ -439,7 +442,8 @@ def test_every_metric_the_alerts_name_is_one_the_web_exports(client, metrics_set
     from delivery.destinations.services import destination_create
 
     # given an endpoint and a destination, so their series exist
-    destination_create(name="crm", url=RECEIVER, operator="o")  # its endpoint row is made with it
+    # Its endpoint row is made with it.
+    destination_create(settings=DestinationSettings(name="crm", url=RECEIVER), operator="o")
     exported = {name for name, _ in samples(client.get("/metrics"))}
 
     rules = yaml.safe_load((Path(__file__).parents[2] / "deploy/prometheus/alerts.yml").read_text())

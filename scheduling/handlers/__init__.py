@@ -8,7 +8,6 @@ from scheduling.handlers.base import (
     Recipient,
     RecipientRow,
     local_send_instant,
-    wall_time_instant,
 )
 from scheduling.handlers.birthday import BirthdayHandler
 
@@ -33,5 +32,4 @@ __all__ = [
     "RecipientRow",
     "get_handler",
     "local_send_instant",
-    "wall_time_instant",
 ]

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time
+from datetime import date, datetime, time
 from functools import lru_cache
 from typing import NamedTuple, Protocol
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Q
 
-from scheduling.timezones import load_timezone
+from scheduling.times import time_of_day, wall_time_instant
 from scheduling.zonedata import zone_cache
 
 
@@ -75,29 +76,21 @@ def send_time() -> time:
 
 @lru_cache(maxsize=8)
 def _parse_send_time(value: str) -> time:
-    return time.fromisoformat(value)
+    at = time_of_day(value)
+    if at is None:
+        raise ImproperlyConfigured(
+            f"EVENT_SEND_TIME must be a local time HH:MM, such as 09:00 (not {value!r})."
+        )
+    return at
 
 
 def local_send_instant(occurrence_date: date, timezone_name: str, at: time | None = None) -> Occurrence:
     """Resolve the send time `at` (None: the default, send_time()) on a local date to a real instant.
 
-    A wall time that does not exist (inside a DST gap) moves forward by the gap:
-    with fold=0 zoneinfo applies the offset in force before the transition, so
-    02:30 on a spring-forward night becomes 03:30. A wall time that happens twice
-    (DST overlap) takes the first, which is also fold=0.
+    A wall time inside a DST gap moves forward by the gap, one in an overlap
+    takes the first (scheduling.times.wall_time_instant).
     """
     return _local_send_instant(occurrence_date, timezone_name, at or send_time())
-
-
-def wall_time_instant(*, wall: datetime, timezone_name: str) -> tuple[datetime, datetime]:
-    """A naive local wall time in a zone as (the UTC instant, the local time with its offset), by the rules now loaded.
-
-    In a DST gap the wall time moves forward by the gap, in an overlap it takes
-    the first (fold=0, see local_send_instant).
-    """
-    zone = load_timezone(timezone_name)
-    target_utc = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
-    return target_utc, target_utc.astimezone(zone)
 
 
 # The recipients claimed together share a handful of (date, zone) pairs (today's

@@ -7,7 +7,7 @@ from django.db.models import Q
 
 from scheduling.event_types import EventType
 from scheduling.handlers.base import Occurrence, Recipient, local_send_instant, send_time
-from scheduling.timezones import load_timezone
+from scheduling.times import load_timezone
 
 
 def birthday_in_year(date_of_birth: date, year: int) -> date:

@@ -23,7 +23,7 @@ from scheduling.services.occurrences import (
     pending_event,
     scheduled_occurrence,
 )
-from scheduling.timezones import load_timezone
+from scheduling.times import load_timezone
 
 logger = logging.getLogger(__name__)
 

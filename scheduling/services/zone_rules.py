@@ -33,8 +33,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from runtime.sql import column_field, execute, rows_relation
-from scheduling.handlers import wall_time_instant
 from scheduling.models import Event, EventStatus, EventZoneData
+from scheduling.times import wall_time_instant
 from scheduling.zonedata import zone_data
 
 logger = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from django.utils import timezone
 from scheduling.handlers import Occurrence
 from scheduling.models import Event
 from scheduling.services.sync import event_reschedule
-from scheduling.timezones import load_timezone
+from scheduling.times import load_timezone
 
 
 def event_make_due_now(*, event: Event) -> Event:

@@ -23,7 +23,7 @@ from scheduling.models import Event, EventStatus, EventType, EventZoneData
 from scheduling.services.zone_rules import events_follow_zone_data
 from scheduling.tests.conftest import OLD_VERSION
 from scheduling.tests.due import event_make_due_now
-from scheduling.timezones import load_timezone
+from scheduling.times import load_timezone
 from users.services import user_create, user_update, users_bulk_create_with_events
 
 pytestmark = pytest.mark.django_db

@@ -4,6 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.utils import timezone
 
+from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.services import destination_create
 from delivery.dispatch.claim import deliveries_enqueue_due
 from delivery.models import Delivery, DeliveryStatus, Destination
@@ -17,7 +18,8 @@ WEDNESDAY_10 = datetime(2026, 11, 25, 10, 0, tzinfo=UTC)
 
 def new_destination(name: str, **fields) -> Destination:
     return destination_create(
-        name=name, url=f"https://{name}.example.org/hook", operator="ops", **fields
+        settings=DestinationSettings(name=name, url=f"https://{name}.example.org/hook", **fields),
+        operator="ops",
     ).destination
 
 

@@ -11,6 +11,7 @@ from standardwebhooks.webhooks import Webhook
 
 from conftest import permissions_named
 from delivery.actions.ping import LONGEST_WAIT, destination_send_test
+from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.services import destination_create, destination_pause, destination_rotate_secret
 from delivery.models import Delivery, DeliveryAttempt, Destination, Endpoint
 from devtools.sink import Reply
@@ -22,7 +23,9 @@ URL = "/api/v1/destinations/"
 
 
 def destination_at(url: str, **fields):
-    return destination_create(name=fields.pop("name", "crm"), url=url, operator="ops-bob", **fields)
+    return destination_create(
+        settings=DestinationSettings(name=fields.pop("name", "crm"), url=url, **fields), operator="ops-bob"
+    )
 
 
 def send_test(api_client, destination: Destination):

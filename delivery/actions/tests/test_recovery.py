@@ -17,6 +17,7 @@ from delivery.actions.recovery import (
     recovery_preview,
 )
 from delivery.actions.tests.recovery_data import TUESDAY_8, WEDNESDAY_10, end
+from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.services import destination_create, destination_update
 from delivery.models import Delivery, DeliveryStatus, Recovery, RecoveryStatus
 from delivery.states.transitions import DELIVERY_TRANSITIONS
@@ -346,7 +347,9 @@ def test_a_worker_run_carries_a_recovery_out_and_its_deliveries_arrive_again_und
     from delivery.worker.loop import Worker
 
     delivery_settings.WEBHOOK_URL = ""
-    crm = destination_create(name="crm", url=sink.url, operator="ops").destination
+    crm = destination_create(
+        settings=DestinationSettings(name="crm", url=sink.url), operator="ops"
+    ).destination
     started = timezone.now()
     create_due_users(5)
     Scheduler(once=True).run()

@@ -9,6 +9,7 @@ import pytest
 from django.utils import timezone
 
 from delivery.actions.recovery import recovery_create
+from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.services import destination_create
 from delivery.dispatch.scheduler import Scheduler
 from delivery.models import (
@@ -60,8 +61,10 @@ def test_recovering_delivered_between_two_instants_sends_exactly_those_again_in_
     # given two receivers that each got 60 occurrences, crm's over three spells of yesterday and today
     delivery_settings.WEBHOOK_URL = ""
     with ScriptedSink() as crm_sink, ScriptedSink() as hr_sink:
-        crm = destination_create(name="crm", url=crm_sink.url, operator="ops").destination
-        destination_create(name="hr", url=hr_sink.url, operator="ops")
+        crm = destination_create(
+            settings=DestinationSettings(name="crm", url=crm_sink.url), operator="ops"
+        ).destination
+        destination_create(settings=DestinationSettings(name="hr", url=hr_sink.url), operator="ops")
         history = delivered_once(60, ("crm", crm_sink), ("hr", hr_sink))
         yesterday_8 = (timezone.now() - timedelta(days=1)).replace(hour=8, minute=0, second=0, microsecond=0)
         ended_at(history["crm"][:20], yesterday_8 - timedelta(minutes=1))  # before the window
@@ -113,7 +116,9 @@ def test_a_worker_killed_mid_recovery_leaves_the_rest_to_another_and_nothing_is_
     delivery_settings.WEBHOOK_URL = ""
     count = 400
     with ScriptedSink() as sink:
-        crm = destination_create(name="crm", url=sink.url, operator="ops").destination
+        crm = destination_create(
+            settings=DestinationSettings(name="crm", url=sink.url), operator="ops"
+        ).destination
         started = timezone.now()
         history = delivered_once(count, ("crm", sink))
         keys = {d.idempotency_key for d in history["crm"]}

@@ -6,6 +6,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from console.tests.console_data import dead_at, delivered_at
+from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.services import destination_create
 from delivery.models import Delivery, DeliveryStatus, FailureAcknowledgement
 
@@ -13,7 +14,9 @@ pytestmark = pytest.mark.django_db
 
 
 def destination(name: str):
-    return destination_create(name=name, url=f"https://{name}.example.org/hook", operator="ops").destination
+    return destination_create(
+        settings=DestinationSettings(name=name, url=f"https://{name}.example.org/hook"), operator="ops"
+    ).destination
 
 
 def test_destination_health_says_a_destination_with_only_dead_deliveries_is_failing(api_client):

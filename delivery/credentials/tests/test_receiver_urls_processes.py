@@ -22,6 +22,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from conftest import permissions_named
+from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.services import (
     destination_create,
     destination_pause,
@@ -70,23 +71,29 @@ def test_no_token_of_a_chat_url_shows_in_logs_metrics_api_console_or_rows(
             for name, sink in (("slack", slack_sink), ("discord", discord_sink), ("teams", teams_sink))
         }
         slack = destination_create(
-            name="team-slack",
-            url=f"{base['slack']}/services/T0001/B0001/{tokens['slack']}",
+            settings=DestinationSettings(
+                name="team-slack",
+                url=f"{base['slack']}/services/T0001/B0001/{tokens['slack']}",
+                format="slack",
+            ),
             operator="ops",
-            format="slack",
         ).destination
         destination_create(
-            name="team-discord",
-            url=f"{base['discord']}/api/webhooks/123456789/{tokens['discord']}",
+            settings=DestinationSettings(
+                name="team-discord",
+                url=f"{base['discord']}/api/webhooks/123456789/{tokens['discord']}",
+                format="discord",
+            ),
             operator="ops",
-            format="discord",
         )
         destination_create(
-            name="team-teams",
-            url=f"{base['teams']}/workflows/abc/triggers/manual/paths/invoke?api-version=2016-06-01"
-            f"&sig={tokens['workflows']}",
+            settings=DestinationSettings(
+                name="team-teams",
+                url=f"{base['teams']}/workflows/abc/triggers/manual/paths/invoke?api-version=2016-06-01"
+                f"&sig={tokens['workflows']}",
+                format="teams",
+            ),
             operator="ops",
-            format="teams",
         )
         # The Discord-shaped receiver fails first: the worker logs it failing, then probes it.
         discord_sink.default = Reply(status=503)

@@ -7,6 +7,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from delivery.destinations.audience import Audience, DestinationRouter
+from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.selectors import destination_recipients
 from delivery.destinations.services import destination_create, destination_update
 from delivery.dispatch.scheduler import Scheduler
@@ -23,7 +24,8 @@ DESTINATIONS_URL = "/api/v1/destinations/"
 
 def new_destination(name: str, **fields) -> Destination:
     return destination_create(
-        name=name, url=f"https://{name}.example.org/hook", operator="ops", **fields
+        settings=DestinationSettings(name=name, url=f"https://{name}.example.org/hook", **fields),
+        operator="ops",
     ).destination
 
 

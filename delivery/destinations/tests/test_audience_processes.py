@@ -9,6 +9,7 @@ from collections import Counter
 
 import pytest
 
+from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.services import destination_create, destination_update
 from delivery.models import Destination
 from delivery.tests.pipeline import (
@@ -46,16 +47,18 @@ def test_three_team_channels_and_one_for_everyone_each_get_exactly_their_people_
         sinks = {"team:platform": platform, "team:data": data, "team:design": design}
         for label, sink in sinks.items():
             destination_create(
-                name=label.removeprefix("team:"),
-                url=sink.url,
+                settings=DestinationSettings(
+                    name=label.removeprefix("team:"),
+                    url=sink.url,
+                    format="slack",
+                    audience_labels=[label],
+                    # A local receiver: not Slack's pace of one a second (kinds/slack.py), which
+                    # would take two minutes for the platform team's 120.
+                    max_rate=50,
+                ),
                 operator="ops",
-                format="slack",
-                audience_labels=[label],
-                # A local receiver: not Slack's pace of one a second (kinds/slack.py), which
-                # would take two minutes for the platform team's 120.
-                max_rate=50,
             )
-        destination_create(name="everyone", url=everyone.url, operator="ops")
+        destination_create(settings=DestinationSettings(name="everyone", url=everyone.url), operator="ops")
         # The platform channel in its own words; German has a template, French none.
         destination_update(
             destination=Destination.objects.get(name="platform"),

@@ -17,6 +17,7 @@ from standardwebhooks.webhooks import Webhook
 
 from delivery.credentials import signing_secrets as secret_store
 from delivery.credentials.receiver_urls import url_decrypt
+from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.selectors import destination_signing_secrets
 from delivery.destinations.services import (
     DestinationInUse,
@@ -47,7 +48,8 @@ pytestmark = pytest.mark.django_db
 
 def new_destination(name: str, url: str | None = None, **fields) -> Destination:
     return destination_create(
-        name=name, url=url or f"https://{name}.example.org/hook", operator="ops", **fields
+        settings=DestinationSettings(name=name, url=url or f"https://{name}.example.org/hook", **fields),
+        operator="ops",
     ).destination
 
 
@@ -119,7 +121,9 @@ def test_without_keys_the_secret_key_derives_one_and_a_new_secret_key_cannot_dec
 
 
 def test_moving_from_the_derived_key_to_explicit_keys_is_set_them_and_reencrypt(settings):
-    created = destination_create(name="hr", url="https://hr.example.org/hook", operator="ops")
+    created = destination_create(
+        settings=DestinationSettings(name="hr", url="https://hr.example.org/hook"), operator="ops"
+    )
     settings.WEBHOOK_SECRET_KEYS = [Fernet.generate_key().decode()]
 
     destination_secrets_reencrypt()
@@ -133,7 +137,9 @@ def test_moving_from_the_derived_key_to_explicit_keys_is_set_them_and_reencrypt(
 def test_the_encryption_key_rotates_old_first_then_new_first_then_old_dropped_after_reencrypting(settings):
     old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
     settings.WEBHOOK_SECRET_KEYS = [old]
-    created = destination_create(name="hr", url="https://hr.example.org/hook", operator="ops")
+    created = destination_create(
+        settings=DestinationSettings(name="hr", url="https://hr.example.org/hook"), operator="ops"
+    )
 
     settings.WEBHOOK_SECRET_KEYS = [new, old]
     assert destination_signing_secrets(destinations=[created.destination], now=timezone.now()) == {
@@ -162,14 +168,16 @@ def test_create_returns_the_secret_once_and_stores_only_its_ciphertext_and_hint(
     caplog.set_level(logging.DEBUG)
 
     created = destination_create(
-        name="crm",
-        url="https://crm.example.org/hook",
+        settings=DestinationSettings(
+            name="crm",
+            url="https://crm.example.org/hook",
+            event_types=["BIRTHDAY"],
+            format="slack",
+            max_rate=5,
+            max_in_flight=3,
+            timeout=timedelta(seconds=2),
+        ),
         operator="ops-alice",
-        event_types=["BIRTHDAY"],
-        format="slack",
-        max_rate=5,
-        max_in_flight=3,
-        timeout=timedelta(seconds=2),
     )
 
     destination = Destination.objects.get(name="crm")
@@ -188,13 +196,17 @@ def test_create_returns_the_secret_once_and_stores_only_its_ciphertext_and_hint(
 def test_a_supplied_secret_is_kept_and_a_bad_one_refused_naming_the_field_and_creating_nothing():
     supplied = "whsec_" + base64.b64encode(b"s" * 24).decode()
     created = destination_create(
-        name="hr", url="https://hr.example.org/hook", operator="ops", secret=supplied
+        settings=DestinationSettings(name="hr", url="https://hr.example.org/hook"),
+        operator="ops",
+        secret=supplied,
     )
     assert created.value == supplied
 
     with pytest.raises(ValidationError) as raised:
         destination_create(
-            name="crm", url="https://crm.example.org/hook", operator="ops", secret="whsec_short"
+            settings=DestinationSettings(name="crm", url="https://crm.example.org/hook"),
+            operator="ops",
+            secret="whsec_short",
         )
 
     assert set(raised.value.message_dict) == {"secret"}
@@ -221,7 +233,7 @@ def test_bad_input_is_refused_naming_the_field_and_changes_nothing(settings, fie
     values = {"name": "crm", "url": "https://crm.example.org/hook", **fields}
 
     with pytest.raises(ValidationError) as raised:
-        destination_create(operator="ops", **values)
+        destination_create(settings=DestinationSettings(**values), operator="ops")
 
     assert field in raised.value.message_dict
     assert not Destination.objects.exists()
@@ -328,7 +340,9 @@ def test_a_destination_with_deliveries_to_send_cannot_be_deleted_and_its_history
 
 def test_rotation_signs_with_both_secrets_for_the_grace_period_then_with_the_new_one_only(settings):
     settings.DESTINATION_SECRET_GRACE = timedelta(hours=24)
-    created = destination_create(name="hr", url="https://hr.example.org/hook", operator="ops")
+    created = destination_create(
+        settings=DestinationSettings(name="hr", url="https://hr.example.org/hook"), operator="ops"
+    )
 
     rotated = destination_rotate_secret(destination=created.destination, operator="ops")
 
@@ -345,7 +359,9 @@ def test_rotation_signs_with_both_secrets_for_the_grace_period_then_with_the_new
 
 
 def test_an_operator_can_end_the_grace_period_at_once():
-    created = destination_create(name="hr", url="https://hr.example.org/hook", operator="ops")
+    created = destination_create(
+        settings=DestinationSettings(name="hr", url="https://hr.example.org/hook"), operator="ops"
+    )
     rotated = destination_rotate_secret(destination=created.destination, operator="ops")
 
     assert destination_drop_previous_secrets(destination=created.destination, operator="ops") == 1
@@ -498,9 +514,12 @@ def two_receivers(delivery_settings, sink):
 
     with ScriptedSink() as chat:
         delivery_settings.WEBHOOK_URL = ""
-        standard = destination_create(name="crm", url=sink.url, operator="ops", event_types=["BIRTHDAY"])
+        standard = destination_create(
+            settings=DestinationSettings(name="crm", url=sink.url, event_types=["BIRTHDAY"]), operator="ops"
+        )
         slack = destination_create(
-            name="chat", url=chat.url, operator="ops", event_types=["BIRTHDAY"], format="slack"
+            settings=DestinationSettings(name="chat", url=chat.url, event_types=["BIRTHDAY"], format="slack"),
+            operator="ops",
         )
         yield (sink, standard), (chat, slack)
 
@@ -694,11 +713,10 @@ def lanes():
 def test_a_workers_lane_follows_its_destinations_secrets_timeout_and_limits_at_its_next_refresh(settings):
     settings.WEBHOOK_URL = ""
     created = destination_create(
-        name="crm",
-        url="https://crm.example.org/hook",
+        settings=DestinationSettings(
+            name="crm", url="https://crm.example.org/hook", max_rate=5, timeout=timedelta(seconds=2)
+        ),
         operator="ops",
-        max_rate=5,
-        timeout=timedelta(seconds=2),
     )
     worker_lanes = lanes()
 

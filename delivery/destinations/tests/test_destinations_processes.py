@@ -10,6 +10,7 @@ from collections import Counter
 import pytest
 from standardwebhooks.webhooks import Webhook
 
+from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.services import destination_create
 from delivery.models import Delivery, DeliveryStatus
 from delivery.tests.pipeline import (
@@ -40,13 +41,19 @@ def test_three_destinations_each_get_every_occurrence_once_while_one_fails_for_a
     delivery_settings.WEBHOOK_URL = ""
     with ScriptedSink() as crm_sink, ScriptedSink() as chat_sink, ScriptedSink() as hr_sink:
         chat_sink.default = Reply(status=500)
-        crm = destination_create(name="crm", url=crm_sink.url, operator="ops")
+        crm = destination_create(settings=DestinationSettings(name="crm", url=crm_sink.url), operator="ops")
         # Local sinks, not the services: no service's pace to keep to (conftest.LOCAL_CHAT_RATE).
         destination_create(
-            name="chat", url=chat_sink.url, operator="ops", format="slack", max_rate=LOCAL_CHAT_RATE
+            settings=DestinationSettings(
+                name="chat", url=chat_sink.url, format="slack", max_rate=LOCAL_CHAT_RATE
+            ),
+            operator="ops",
         )
         destination_create(
-            name="hr", url=hr_sink.url, operator="ops", format="teams", max_rate=LOCAL_CHAT_RATE
+            settings=DestinationSettings(
+                name="hr", url=hr_sink.url, format="teams", max_rate=LOCAL_CHAT_RATE
+            ),
+            operator="ops",
         )
         create_due_users(EVENTS)
         keys = set(Event.objects.filter(status=EventStatus.PENDING).values_list("idempotency_key", flat=True))
@@ -87,8 +94,11 @@ def test_one_destinations_max_rate_holds_over_two_workers_and_slows_no_other(del
     delivery_settings.WEBHOOK_URL = ""
     count = 300
     with ScriptedSink() as crm_sink, ScriptedSink() as chat_sink:
-        destination_create(name="crm", url=crm_sink.url, operator="ops")
-        destination_create(name="chat", url=chat_sink.url, operator="ops", format="slack", max_rate=40)
+        destination_create(settings=DestinationSettings(name="crm", url=crm_sink.url), operator="ops")
+        destination_create(
+            settings=DestinationSettings(name="chat", url=chat_sink.url, format="slack", max_rate=40),
+            operator="ops",
+        )
         create_due_users(count)
         env = process_env(delivery_settings)
         processes = [start_process(["run_scheduler"], env, tmp_path / "scheduler.log")]

@@ -9,6 +9,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from delivery.actions.resend import delivery_resend
+from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.services import destination_url_fields
 from delivery.dispatch.claim import deliveries_enqueue_due
 from delivery.dispatch.digests import digests_build_due
@@ -273,7 +274,10 @@ def test_bad_digest_settings_are_refused_naming_the_field(changes, field):
     from delivery.destinations.services import destination_create
 
     with pytest.raises(ValidationError) as refused:
-        destination_create(name="x", url="https://hooks.example.com/x", operator="ops", **changes)
+        destination_create(
+            settings=DestinationSettings(name="x", url="https://hooks.example.com/x", **changes),
+            operator="ops",
+        )
     assert field in refused.value.message_dict
     assert not Destination.objects.exists()
 

@@ -17,6 +17,7 @@ from ipaddress import ip_network
 import pytest
 from django.utils import timezone
 
+from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.services import destination_create
 from delivery.dispatch.scheduler import Scheduler
 from delivery.models import Delivery, DeliveryAttempt, DeliveryStatus, Endpoint, EndpointState
@@ -100,7 +101,7 @@ def chat(delivery_settings):
 
 def destination_at(receiver: ShapedReceiver, format_: str, **fields):
     return destination_create(
-        name=format_, url=receiver.url, operator="ops", format=format_, **fields
+        settings=DestinationSettings(name=format_, url=receiver.url, format=format_, **fields), operator="ops"
     ).destination
 
 

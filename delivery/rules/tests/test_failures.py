@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from console.tests.console_data import dead_at, delivered_at
 from delivery.actions.failures import UnknownCause, failure_group_acknowledge, failure_group_resend
+from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.selectors import destinations_health
 from delivery.destinations.services import destination_create
 from delivery.models import Delivery, DeliveryStatus, EndpointState, FailureAcknowledgement
@@ -24,7 +25,9 @@ LATE = (
 
 
 def destination(name: str):
-    return destination_create(name=name, url=f"https://{name}.example.org/hook", operator="ops").destination
+    return destination_create(
+        settings=DestinationSettings(name=name, url=f"https://{name}.example.org/hook"), operator="ops"
+    ).destination
 
 
 # --- causes -------------------------------------------------------------------------------

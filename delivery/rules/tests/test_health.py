@@ -7,6 +7,7 @@ import pytest
 
 from delivery.models import AttemptOutcome, EndpointState
 from delivery.rules.health import Answer, Health, HealthPolicy, Signal, observe, signal_of
+from delivery.rules.retry import RetryPolicy
 
 DELIVERED, TRANSIENT, PERMANENT, ABANDONED = (
     AttemptOutcome.DELIVERED,
@@ -21,7 +22,7 @@ POLICY = HealthPolicy(
     failure_threshold=5,
     probe_first_interval=timedelta(seconds=2),
     probe_max_interval=timedelta(seconds=60),
-    retry_after_cap=timedelta(hours=1),
+    retry=RetryPolicy(base=timedelta(seconds=10), cap=timedelta(hours=1)),
 )
 FRESH = Health(
     state=HEALTHY,
@@ -108,11 +109,11 @@ def test_the_policy_reads_the_endpoint_settings_and_caps_retry_after_at_the_retr
     settings.ENDPOINT_PROBE_MAX_INTERVAL = timedelta(seconds=90)
     settings.DELIVERY_RETRY_MAX = timedelta(minutes=20)
 
-    assert HealthPolicy.from_settings() == HealthPolicy(
+    assert HealthPolicy.from_settings(retry=RetryPolicy.from_settings()) == HealthPolicy(
         failure_threshold=7,
         probe_first_interval=timedelta(seconds=3),
         probe_max_interval=timedelta(seconds=90),
-        retry_after_cap=timedelta(minutes=20),
+        retry=RetryPolicy(base=settings.DELIVERY_RETRY_BASE, cap=timedelta(minutes=20)),
     )
 
 

@@ -12,6 +12,7 @@ from django.utils import timezone
 from delivery.models import Endpoint, EndpointPermit, EndpointState
 from delivery.rules.health import Answer, HealthPolicy, Signal
 from delivery.rules.pace import SPAN
+from delivery.rules.retry import RetryPolicy
 from delivery.states.endpoints import (
     EndpointActor,
     endpoint_pause,
@@ -36,7 +37,7 @@ POLICY = HealthPolicy(
     failure_threshold=3,
     probe_first_interval=timedelta(seconds=2),
     probe_max_interval=timedelta(seconds=60),
-    retry_after_cap=timedelta(hours=1),
+    retry=RetryPolicy(base=timedelta(seconds=10), cap=timedelta(hours=1)),
 )
 LEASE = timedelta(seconds=30)
 

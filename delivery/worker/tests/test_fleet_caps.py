@@ -13,6 +13,7 @@ from datetime import timedelta
 
 import pytest
 
+from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.services import destination_create
 from delivery.models import Delivery, DeliveryStatus
 from delivery.tests.pipeline import (
@@ -95,7 +96,9 @@ def test_a_destinations_rate_cap_holds_in_every_second_with_a_learnt_rate_in_pla
     delivery_settings.WEBHOOK_URL = ""
     with ScriptedSink() as limited:
         limited.respond = RateLimiter(rate=40, burst=4, latency=0.01)
-        destination_create(name="chat", url=limited.url, operator="ops", max_rate=RATE)
+        destination_create(
+            settings=DestinationSettings(name="chat", url=limited.url, max_rate=RATE), operator="ops"
+        )
         create_due_users(400)
         with cpu_load():
             _, processes = start_fleet(delivery_settings, tmp_path, workers=2)

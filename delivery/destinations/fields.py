@@ -1,0 +1,365 @@
+"""What an operator may set on a destination (besides its secrets), declared once: DestinationSettings.
+
+Each of its fields names its type and default, its cleaner and its help: the
+API's words (its OpenAPI description), and the console form's where a form says
+it otherwise (a box left empty, none ticked). The services take the settings
+whole to create a destination (destination_create) and clean any part of them
+by the same cleaners (settings_clean, an edit); the API's serializer and the
+console's form take their field lists (EDITABLE_FIELDS) and help texts
+(SETTINGS) from here. A cleaner returns the value as stored, or raises
+ValidationError with its field's messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from datetime import time, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import URLValidator
+
+from delivery.credentials.receiver_urls import url_normalise
+from delivery.models import Destination, DestinationFormat, Weekend
+from delivery.receivers.addresses import webhook_url_validate
+from scheduling.event_types import EventType
+from scheduling.handlers import REGISTRY
+from scheduling.labels import clean_labels
+from scheduling.messages import MESSAGE_TEMPLATE_MAX_LENGTH, template_errors
+from scheduling.times import clean_timezone, time_of_day
+
+# The longest receiver URL accepted.
+URL_MAX_LENGTH = 2000
+# A change of one of these moves the next digest (delivery.rules.digest_calendar.digest_schedule).
+DIGEST_FIELDS = ("digest_time", "digest_timezone", "weekend")
+BOTH_LABELS = "A label both greeted and excluded: the exclusion would always win."
+
+
+@dataclass(frozen=True)
+class Setting:
+    """How one field of DestinationSettings is cleaned and explained."""
+
+    clean: Callable[[Any], object]
+    # The API's words (the OpenAPI description of the field).
+    help: str
+    # The console form's, where a form says it otherwise; "": none.
+    form_help: str = ""
+
+
+def _setting(clean: Callable[[Any], object], help: str, form_help: str = "") -> dict[str, Setting]:  # noqa: A002
+    return {"setting": Setting(clean=clean, help=help, form_help=form_help)}
+
+
+def destination_url_validate(*, url: str) -> str:
+    """The destination URL in its one spelling (delivery.credentials.receiver_urls), if it is one a worker may POST to;
+    ValidationError if not (never echoing it: it may hold a token)."""
+    url = url.strip()
+    try:
+        URLValidator(schemes=["http", "https"])(url)
+    except ValidationError:
+        raise ValidationError("Enter an http or https URL.") from None
+    if len(url) > URL_MAX_LENGTH:
+        raise ValidationError(f"A URL of at most {URL_MAX_LENGTH} characters.")
+    try:
+        url = url_normalise(url)
+        # The rules the worker applies at each connection, checked here first:
+        # https, and no address behind us unless its network is allowed.
+        webhook_url_validate(url=url)
+    except ValidationError as exc:
+        raise ValidationError(exc.messages) from None
+    return url
+
+
+def destination_messages_clean(value: object) -> dict[str, str]:
+    """A destination's own texts by event type ({} or None: none), each valid as that type's template is."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValidationError(
+            'An object from event type to text, such as {"BIRTHDAY": "Happy birthday, {first_name}!"}.'
+        )
+    cleaned, errors = {}, []
+    for event_type, body in value.items():
+        handler = REGISTRY.get(event_type)
+        if handler is None:
+            errors.append(f"Not an event type: {event_type} (one of {', '.join(EventType.values)}).")
+            continue
+        if not isinstance(body, str) or len(body) > MESSAGE_TEMPLATE_MAX_LENGTH:
+            errors.append(f"{event_type}: a text of at most {MESSAGE_TEMPLATE_MAX_LENGTH} characters.")
+            continue
+        if not body.strip():
+            continue  # blank: the templates' text, as if the type were not named
+        errors += [
+            f"{event_type}: {error}"
+            for error in template_errors(template=body, placeholders=handler.placeholders)
+        ]
+        cleaned[event_type] = body
+    if errors:
+        raise ValidationError(errors)
+    return cleaned
+
+
+def _name(value: str | None) -> str:
+    name = (value or "").strip()
+    longest = Destination._meta.get_field("name").max_length
+    if not name:
+        raise ValidationError("A destination needs a name.")
+    if longest is not None and len(name) > longest:
+        raise ValidationError(f"A name of at most {longest} characters.")
+    return name
+
+
+def _url(value: str | None) -> str:
+    return destination_url_validate(url=value or "")
+
+
+def _event_types(value: Sequence[str] | None) -> list[str]:
+    types = list(value or [])
+    wrong = [t for t in types if t not in EventType.values]
+    if wrong:
+        raise ValidationError(
+            f"Not an event type: {', '.join(map(str, wrong))} (one of {', '.join(EventType.values)})."
+        )
+    if len(set(types)) != len(types):
+        raise ValidationError("An event type is named twice.")
+    return types
+
+
+def _one_of(choices: Sequence[str]) -> Callable[[object], object]:
+    def clean(value: object) -> object:
+        if value not in choices:
+            raise ValidationError(f"One of {', '.join(choices)}.")
+        return value
+
+    return clean
+
+
+def _as_given(value: object) -> object:
+    return value
+
+
+def _max_rate(value: float | None) -> float | None:
+    if value is not None and not value > 0:
+        raise ValidationError("Requests per second above 0, or none for WEBHOOK_MAX_RATE.")
+    return value
+
+
+def _max_in_flight(value: int | None) -> int | None:
+    if value is not None and not value >= 1:
+        raise ValidationError("At least 1, or none for WEBHOOK_MAX_IN_FLIGHT.")
+    return value
+
+
+def _timeout(value: timedelta | None) -> timedelta | None:
+    if value is not None and not timedelta(0) < value <= settings.WEBHOOK_TIMEOUT:
+        raise ValidationError(
+            f"Above 0 and at most WEBHOOK_TIMEOUT ({settings.WEBHOOK_TIMEOUT.total_seconds():g} s): "
+            "deliveries' leases are sized from it."
+        )
+    return value
+
+
+def _digest_time(value: time | str | None) -> time | None:
+    """HH:MM (the one rule, scheduling.times), blank or None for none, or a time of whole minutes (a form's)."""
+    if isinstance(value, str):
+        value = value.strip()
+        if not value:
+            return None
+        value = time_of_day(value) or value
+    if value is not None and (not isinstance(value, time) or value.second or value.microsecond):
+        raise ValidationError("A time of day as HH:MM (such as 09:30), or none for one message per greeting.")
+    return value.replace(tzinfo=None) if value is not None else None
+
+
+def _digest_timezone(value: str | None) -> str:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return ""
+    return clean_timezone(value)
+
+
+@dataclass(frozen=True)
+class DestinationSettings:
+    """What an operator sets on a destination (besides its secrets), whole: what destination_create takes."""
+
+    name: str = field(metadata=_setting(_name, help="Unique; how operators and failure reasons name it."))
+    url: str = field(
+        metadata=_setting(
+            _url,
+            help="Where its deliveries are POSTed (http or https). A chat webhook's URL is its credential: "
+            "answers show only its scheme and host (`https://hooks.slack.com/…`); POST .../reveal-url/ shows it "
+            "whole. A user name or password in it (user:pass@) is refused. One receiver, one destination: "
+            "spellings that differ only in the case of the scheme or host, a default port or a fragment are the "
+            "same URL. A new URL takes its unsent deliveries with it, and its pause. On update, left out or "
+            "given as shown: it stays.",
+            form_help="Where its deliveries are POSTed. No user:password@ (refused): a chat webhook's URL is its "
+            "credential, kept encrypted and shown only as its host.",
+        )
+    )
+    event_types: Sequence[str] = field(
+        default=(),
+        metadata=_setting(
+            _event_types,
+            help="The event types it receives; empty (the default): every type, including types added later.",
+            form_help="None ticked: every event type, including types added later.",
+        ),
+    )
+    audience_labels: Sequence[str] = field(
+        default=(),
+        metadata=_setting(
+            clean_labels,  # the recipients' own rule, so an audience names only labels a recipient can hold
+            help="Whom it greets: recipients holding any of these labels (such as team:platform); empty (the "
+            "default): everyone. Labels by the recipients' rule (lowercase letters, digits and . _ -, optionally "
+            "one key:value), taken in any case. A change applies to the occurrences claimed after it is saved, on "
+            "every scheduler; still one delivery per occurrence and destination.",
+            form_help="Whom it greets: recipients with any of these labels (such as team:platform, separated by "
+            "commas or spaces). Empty: everyone.",
+        ),
+    )
+    excluded_labels: Sequence[str] = field(
+        default=(),
+        metadata=_setting(
+            clean_labels,
+            help="Whom it never greets: recipients holding any of these labels, even if in audience_labels "
+            "(such as contractor); empty (the default): nobody is left out. No label may be in both lists.",
+            form_help="Never recipients with any of these labels, even in the audience (such as contractor). "
+            "Empty: nobody left out.",
+        ),
+    )
+    message_overrides: Mapping[str, str] | None = field(
+        default=None,
+        metadata=_setting(
+            destination_messages_clean,
+            help='Its own text per event type, such as {"BIRTHDAY": "🎂 Happy birthday, {first_name}!"}, sent '
+            "instead of the message templates' (whatever the recipient's language or the milestone); a type it "
+            "does not name (or names with an empty text) keeps them. Checked as a template is: a placeholder the "
+            "type does not offer is refused (400). Applies to the occurrences claimed after it is saved.",
+        ),
+    )
+    format: str = field(
+        default=DestinationFormat.STANDARD,
+        metadata=_setting(
+            _one_of(DestinationFormat.values),
+            help="standard: the JSON body with Standard Webhooks signatures; slack, discord: the body their "
+            "incoming webhooks accept, mentioning no one; teams: an Adaptive Card for a Teams Workflows webhook; "
+            "teams_messagecard: the legacy connector MessageCard (all signed too).",
+        ),
+    )
+    enabled: bool = field(
+        default=True,
+        metadata=_setting(_as_given, help="Disabled: occurrences claimed meanwhile get no delivery for it."),
+    )
+    max_rate: float | None = field(
+        default=None,
+        metadata=_setting(
+            _max_rate, help="Most requests per second from all workers; null: WEBHOOK_MAX_RATE."
+        ),
+    )
+    max_in_flight: int | None = field(
+        default=None,
+        metadata=_setting(
+            _max_in_flight, help="Most requests open at once from all workers; null: WEBHOOK_MAX_IN_FLIGHT."
+        ),
+    )
+    timeout: timedelta | None = field(
+        default=None,
+        metadata=_setting(
+            _timeout, help="Seconds to wait for its answer; null: WEBHOOK_TIMEOUT, which it may not exceed."
+        ),
+    )
+    digest_time: time | str | None = field(
+        default=None,
+        metadata=_setting(
+            _digest_time,
+            help="A daily digest at this local time (HH:MM) in digest_timezone: one message a day naming the "
+            "date's people in its audience, and no message per occurrence; null (the default): one message per "
+            "occurrence at each recipient's own send time. Exactly once per (destination, date), under its own "
+            "idempotency key (digest- and a hash of the destination and the date).",
+            form_help="A daily digest at this local time (HH:MM): one message a day naming the date's people, "
+            "and no message per greeting. Empty: one message per greeting, at each recipient's send time.",
+        ),
+    )
+    digest_timezone: str = field(
+        default="",
+        metadata=_setting(
+            _digest_timezone,
+            help="The IANA time zone of digest_time and of the dates a digest names (such as Europe/Berlin); "
+            "required with a digest_time.",
+            form_help="The IANA time zone of the digest time and of the dates it names (Europe/Berlin).",
+        ),
+    )
+    weekend: str = field(
+        default=Weekend.ON_THE_DAY,
+        metadata=_setting(
+            _one_of(Weekend.values),
+            help="Where a Saturday's or Sunday's greetings go: ON_THE_DAY (the default); FRIDAY_BEFORE "
+            "(Friday's digest names the weekend's people too) or MONDAY_AFTER (Monday's does), with no digest on "
+            "the weekend. Only a digest destination may move them (400 otherwise).",
+            form_help="Where a Saturday's or Sunday's greetings go; moving them needs a digest.",
+        ),
+    )
+
+    def values(self) -> dict[str, Any]:
+        """Every field by name, as settings_clean takes them."""
+        return {name: getattr(self, name) for name in EDITABLE_FIELDS}
+
+
+# Each field's cleaner and help, in the order declared: the API's and the console's field lists.
+SETTINGS: dict[str, Setting] = {each.name: each.metadata["setting"] for each in fields(DestinationSettings)}
+EDITABLE_FIELDS = tuple(SETTINGS)
+
+
+def settings_clean(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings given (any of EDITABLE_FIELDS), each by its cleaner, then the ones that go together
+    checked together; ValidationError naming every field at fault."""
+    unknown = set(values) - set(SETTINGS)
+    if unknown:
+        raise ValidationError({name: ["Not a destination field one may set."] for name in sorted(unknown)})
+    cleaned: dict[str, Any] = {}
+    errors: dict[str, list[str]] = {}
+    for name, setting in SETTINGS.items():
+        if name in values:
+            try:
+                cleaned[name] = setting.clean(values[name])
+            except ValidationError as exc:
+                errors[name] = exc.messages
+    if not errors.keys() & {"audience_labels", "excluded_labels"} and labels_both(
+        audience=cleaned.get("audience_labels", ()), excluded=cleaned.get("excluded_labels", ())
+    ):
+        errors["excluded_labels"] = [BOTH_LABELS]
+    if not errors.keys() & set(DIGEST_FIELDS) and all(name in cleaned for name in DIGEST_FIELDS):
+        # All three given (a create, a form): checked together now; a partial change is checked
+        # against the stored ones under the row's lock (destination_update).
+        try:
+            digest_settings_check(Destination(**{name: cleaned[name] for name in DIGEST_FIELDS}))
+        except ValidationError as exc:
+            errors.update(exc.message_dict)
+    if errors:
+        raise ValidationError(errors)
+    return cleaned
+
+
+def labels_both(*, audience: Sequence[str], excluded: Sequence[str]) -> bool:
+    """Whether a label is both greeted and excluded (the exclusion would always win)."""
+    return bool(set(audience) & set(excluded))
+
+
+def digest_settings_check(destination: Destination) -> None:
+    """The digest fields as they will be stored, checked together; ValidationError naming the field."""
+    if destination.digest_time is not None and not destination.digest_timezone:
+        raise ValidationError(
+            {"digest_timezone": ["A digest needs its IANA time zone (such as Europe/Berlin)."]}
+        )
+    if destination.digest_time is None and destination.weekend != Weekend.ON_THE_DAY:
+        # Moving a weekend greeting is a digest's: a destination taking one message per greeting
+        # gets it at the recipient's own send time, which the claim reaches on the day itself
+        # (a Friday before would need it claimed two days early, and a Monday after would hold a
+        # queued delivery for two days, past what EVENT_MAX_LATENESS lets a queued one wait).
+        raise ValidationError(
+            {
+                "weekend": [
+                    "Only a daily digest moves weekend greetings: set a digest_time, or keep ON_THE_DAY."
+                ]
+            }
+        )

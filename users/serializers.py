@@ -4,7 +4,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from config.fields import StrictBooleanField
+from config.fields import StrictBooleanField, StrictCharField
 from scheduling.labels import LABEL_MAX_LENGTH, LABEL_PATTERN, LABELS_MAX_COUNT
 from scheduling.models import Event, EventType
 from scheduling.serializers import PAUSE_RECORD_HELP
@@ -92,15 +92,6 @@ class NextEventSerializer(serializers.ModelSerializer):
         fields = NEXT_EVENT_FIELDS
         read_only_fields = fields
         extra_kwargs = {field: {"help_text": EVENT_FIELD_HELP[field]} for field in fields}
-
-
-class StrictCharField(serializers.CharField):
-    """A CharField that refuses numbers and booleans instead of turning them into text."""
-
-    def to_internal_value(self, data):
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return super().to_internal_value(data)
 
 
 class RecipientCleanedField(serializers.Field):

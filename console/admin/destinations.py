@@ -18,7 +18,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.http import HttpResponseNotAllowed, HttpResponseRedirect
+from django.http import HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
@@ -497,9 +497,11 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
                 messages.SUCCESS if result.ok else messages.ERROR,
             )
 
-    def send_test_view(self, request, object_id):
-        """The change page's button: a test message to this destination, its answer in the page's messages."""
-        # A POST only (admin_view adds the CSRF check): a prefetch or a crawler following a link sends nothing.
+    def _posted_destination(self, request, object_id) -> Destination | HttpResponse:
+        """The destination a change-page button acts on, or the answer that refuses it.
+
+        A POST only (admin_view adds the CSRF check): a prefetch or a crawler following a link does nothing.
+        """
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
         destination = self.get_object(request, unquote(object_id))
@@ -508,6 +510,13 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
             return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)  # type: ignore[attr-defined]
         if not self.has_change_permission(request, destination):
             raise PermissionDenied
+        return destination
+
+    def send_test_view(self, request, object_id):
+        """The change page's button: a test message to this destination, its answer in the page's messages."""
+        destination = self._posted_destination(request, object_id)
+        if isinstance(destination, HttpResponse):
+            return destination
         self.send_test(request, Destination.objects.filter(pk=destination.pk))
         return HttpResponseRedirect(reverse("admin:delivery_destination_change", args=[destination.pk]))
 
@@ -518,14 +527,9 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
         never cached and never put in the session's messages: the URL is a credential, and a message would
         keep it in the session store. The reveal is logged (who, which destination), never the URL.
         """
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
-        destination = self.get_object(request, unquote(object_id))
-        if destination is None:
-            # Django's own (ModelAdmin.change_view uses it); missing from django-stubs.
-            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)  # type: ignore[attr-defined]
-        if not self.has_change_permission(request, destination):
-            raise PermissionDenied
+        destination = self._posted_destination(request, object_id)
+        if isinstance(destination, HttpResponse):
+            return destination
         url = services.destination_url_reveal(destination=destination, operator=request.user.get_username())
         response = TemplateResponse(
             request,

@@ -9,6 +9,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from config.fields import StrictCharField
 from delivery.destinations.fields import EDITABLE_FIELDS, SETTINGS, URL_MAX_LENGTH
 from delivery.models import (
     RECOVERABLE_STATUSES,
@@ -40,15 +41,6 @@ class SecondsField(serializers.FloatField):
     def to_representation(self, value: timedelta | float) -> float:  # type: ignore[override]
         # A timedelta from the model; FloatField's signature takes the float it would be.
         return value.total_seconds() if isinstance(value, timedelta) else value
-
-
-class TextField(serializers.CharField):
-    """Text as given: a number or a boolean is refused rather than turned into text."""
-
-    def to_internal_value(self, data):
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return super().to_internal_value(data)
 
 
 class DestinationSecretSerializer(serializers.ModelSerializer):
@@ -113,7 +105,7 @@ class DestinationSerializer(serializers.ModelSerializer):
         help_text=_help("excluded_labels"),
     )
     message_overrides = serializers.DictField(
-        child=TextField(allow_blank=True, trim_whitespace=False),
+        child=StrictCharField(allow_blank=True, trim_whitespace=False),
         required=False,
         help_text=_help("message_overrides"),
     )

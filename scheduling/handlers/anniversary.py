@@ -2,35 +2,25 @@
 
 from __future__ import annotations
 
-from datetime import date, datetime
+from datetime import date
 
 from django.db.models import Q
 
 from scheduling.event_types import EventType
-from scheduling.handlers.base import Occurrence, Recipient
-from scheduling.handlers.birthday import next_yearly_occurrence
+from scheduling.handlers.base import Recipient
+from scheduling.handlers.birthday import YearlyHandler
 
 
-class AnniversaryHandler:
+class AnniversaryHandler(YearlyHandler):
     event_type: str = EventType.ANNIVERSARY
     message_template = "Hey, {first_name} {last_name} happy anniversary"
     placeholders = frozenset({"first_name", "last_name", "years"})
     applies_to = Q(anniversary_date__isnull=False)
 
-    def next_occurrence(
-        self, *, user: Recipient, now: datetime, after_date: date | None = None
-    ) -> Occurrence | None:
-        if user.anniversary_date is None:
-            return None
+    def yearly_date(self, user: Recipient) -> date | None:
         # The same arithmetic as a birthday's: a Feb 29 wedding is remembered
         # on Feb 28 in common years, and the wedding day itself is not one.
-        return next_yearly_occurrence(
-            since=user.anniversary_date,
-            timezone_name=user.timezone,
-            at=user.send_time,
-            now=now,
-            after_date=after_date,
-        )
+        return user.anniversary_date
 
     def digest_line(self, *, user: Recipient, occurrence_date: date) -> str:
         assert user.anniversary_date is not None  # as in message_values: only then is there an event

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import abc
 import calendar
 from datetime import date, datetime, time
 
@@ -41,22 +42,32 @@ def next_yearly_occurrence(
     raise AssertionError("a yearly date occurs every year")  # pragma: no cover
 
 
-class BirthdayHandler:
+class YearlyHandler(abc.ABC):
+    """A handler whose occurrences return each year on a date of the recipient's (a birth, a wedding)."""
+
+    @abc.abstractmethod
+    def yearly_date(self, user: Recipient) -> date | None:
+        """The recipient's date this type returns on; None: they have none, so no occurrence."""
+
+    def next_occurrence(
+        self, *, user: Recipient, now: datetime, after_date: date | None = None
+    ) -> Occurrence | None:
+        since = self.yearly_date(user)
+        if since is None:
+            return None
+        return next_yearly_occurrence(
+            since=since, timezone_name=user.timezone, at=user.send_time, now=now, after_date=after_date
+        )
+
+
+class BirthdayHandler(YearlyHandler):
     event_type: str = EventType.BIRTHDAY
     message_template = "Hey, {first_name} {last_name} it's your birthday"
     placeholders = frozenset({"first_name", "last_name", "age"})
     applies_to = Q()  # everyone has a date of birth
 
-    def next_occurrence(
-        self, *, user: Recipient, now: datetime, after_date: date | None = None
-    ) -> Occurrence:
-        return next_yearly_occurrence(
-            since=user.date_of_birth,
-            timezone_name=user.timezone,
-            at=user.send_time,
-            now=now,
-            after_date=after_date,
-        )
+    def yearly_date(self, user: Recipient) -> date:
+        return user.date_of_birth
 
     def digest_line(self, *, user: Recipient, occurrence_date: date) -> str:
         # No age: a digest goes to a channel, where a birthday is a greeting, not a figure.

@@ -16,7 +16,7 @@ does a request that was never made: a receiver address our policy refuses
 (delivery.receivers.addresses) is our rule, not the receiver failing, so it leaves
 the endpoint's health alone and its delivery is DEAD at once with the reason,
 instead of waiting behind a FAILING endpoint for a receiver that cannot recover.
-An answer its kind reads as gone (channels: Slack's `channel_not_found`,
+An answer its kind reads as gone (kinds/: Slack's `channel_not_found`,
 Discord's Unknown Webhook) makes the endpoint GONE at once: no probe can bring
 a deleted webhook back, so nothing more is sent until an operator resumes it or
 changes the URL, and its deliveries wait, as for a pause, without spending attempts.
@@ -29,52 +29,15 @@ The first success makes it HEALTHY again.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from django.conf import settings
 
-from delivery.models import AttemptOutcome, EndpointState
-
-if TYPE_CHECKING:
-    # delivery.rules.retry decides by the signals below: the retry policy is handed in, not imported.
-    from delivery.rules.retry import RetryPolicy
-
-# Answers that say the receiver itself refuses us: the URL or the credentials.
-ENDPOINT_REFUSALS = frozenset({401, 403, 404, 410})
-
-
-class Signal(enum.StrEnum):
-    SUCCESS = "success"
-    FAILURE = "failure"
-    THROTTLE = "throttle"  # wait as the receiver asks: 429 or 503 with a Retry-After
-    PACE = "pace"  # the receiver's rate limit: 429 without Retry-After
-    REFUSAL = "refusal"
-    NEUTRAL = "neutral"
-    # The service says the destination no longer exists (kinds.base.Verdict.GONE).
-    GONE = "gone"
-
-
-def signal_of(
-    *, outcome: str, status_code: int | None, retry_after: float | None, gone: bool = False
-) -> Signal:
-    """What one attempt's answer says about the endpoint (not about the message)."""
-    if outcome == AttemptOutcome.DELIVERED:
-        return Signal.SUCCESS
-    if gone:
-        return Signal.GONE
-    if status_code == 429 and retry_after is None:
-        return Signal.PACE
-    if status_code in (429, 503) and retry_after is not None:
-        return Signal.THROTTLE
-    if status_code in ENDPOINT_REFUSALS:
-        return Signal.REFUSAL
-    if outcome == AttemptOutcome.TRANSIENT_FAILURE:
-        return Signal.FAILURE
-    return Signal.NEUTRAL
+from delivery.models import EndpointState
+from delivery.rules.answers import Signal
+from delivery.rules.retry import RetryPolicy
 
 
 @dataclass(frozen=True)

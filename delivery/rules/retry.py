@@ -21,7 +21,7 @@ from datetime import timedelta
 from django.conf import settings
 
 from delivery.models import AttemptOutcome, DeliveryStatus
-from delivery.rules.health import Signal, signal_of
+from delivery.rules.answers import Signal, signal_of
 
 
 @dataclass(frozen=True)

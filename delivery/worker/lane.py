@@ -23,7 +23,7 @@ from typing import Protocol
 from delivery.models import EndpointState
 from delivery.receivers.lane_settings import LaneSettings, lane_settings
 from delivery.receivers.transport import ClaimedDelivery, SendResult
-from delivery.rules.health import Signal, signal_of
+from delivery.rules.answers import Signal, signal_of
 from delivery.rules.limit import AdaptiveLimit, FixedLimit, LearnedRate
 from delivery.rules.pace import RateSlot
 from delivery.rules.retry import RetryPolicy

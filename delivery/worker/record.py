@@ -26,7 +26,8 @@ from django.utils import timezone
 
 from delivery.models import AttemptOutcome, DeliveryAttempt, DeliveryStatus
 from delivery.receivers.transport import SendResult
-from delivery.rules.health import Answer, Health, HealthPolicy, Signal, signal_of
+from delivery.rules.answers import Signal, signal_of
+from delivery.rules.health import Answer, Health, HealthPolicy
 from delivery.rules.retry import Decision, RetryPolicy, decide
 from delivery.states.conclude import start_events_conclusion
 from delivery.states.endpoints import Verdict, endpoint_note_success, endpoint_record_answers

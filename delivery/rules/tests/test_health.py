@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from delivery.models import AttemptOutcome, EndpointState
-from delivery.rules.health import Answer, Health, HealthPolicy, Signal, observe, signal_of
+from delivery.rules.answers import Signal, signal_of
+from delivery.rules.health import Answer, Health, HealthPolicy, observe
 from delivery.rules.retry import RetryPolicy
 
 DELIVERED, TRANSIENT, PERMANENT, ABANDONED = (

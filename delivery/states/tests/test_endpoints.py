@@ -10,7 +10,8 @@ import pytest
 from django.utils import timezone
 
 from delivery.models import Endpoint, EndpointPermit, EndpointState
-from delivery.rules.health import Answer, HealthPolicy, Signal
+from delivery.rules.answers import Signal
+from delivery.rules.health import Answer, HealthPolicy
 from delivery.rules.pace import SPAN
 from delivery.rules.retry import RetryPolicy
 from delivery.states.endpoints import (

@@ -145,6 +145,7 @@ def waited(start: Callable[P, Callable[[], T]]) -> Callable[P, T]:
     def wait(*args: P.args, **kwargs: P.kwargs) -> T:
         return start(*args, **kwargs)()
 
+    wait.__name__ = wait.__qualname__ = start.__name__.removeprefix("start_")
     return wait
 
 

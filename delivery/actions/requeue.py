@@ -39,10 +39,7 @@ def event_payload(
         else None
     )
     return webhook_payload(
-        event_id=event.id,
-        event_type=event.event_type,
-        occurrence_date=event.occurrence_date,
-        target_utc=event.target_timestamp_utc,
+        occurrence=event,
         recipient=event.user,
         templates=templates,
         language=event.user.language,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any, NamedTuple
@@ -183,36 +183,14 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
         # occurrences' INSERT is the costliest statement, hence sent before the
         # rendering rather than after it.
         with pipeline():
-            moved_to_processing = _start_move_to_processing(events=on_time, now=now)
+            moved_to_processing = _start_move(events=on_time, target=EventStatus.PROCESSING, now=now)
             moved_to_failed = _start_move_to_failed(
                 too_late=too_late, held_back=held_back, claimed=claimed, now=now
             )
             moved_to_completed = _start_move_to_completed(events=unsubscribed, router=router, now=now)
-            # The next occurrences first, and their INSERT (the batch's costliest
-            # statement: five index entries a row) sent as soon as they are
-            # known, so PostgreSQL runs it while Python renders the messages;
-            # sent after the UPDATE above, so the claimed events are no longer
-            # PENDING when their next ones arrive.
-            upcoming = _next_pending_events(claimed=claimed, now=now)
-            # A next occurrence may already exist (a recipient's edit or the
-            # reconcile created it between our lock and this insert): that row stands.
-            insert_rows(
-                Event,
-                PendingEventRow._fields,
-                upcoming,
-                same_for_all=pending_event_defaults(now=now),
-                ignore_conflicts=True,
-            )
-            deliveries = _rendered_deliveries(events=on_time, templates=templates, router=router)
-            insert_rows(
-                Delivery,
-                QueuedDeliveryRow._fields,
-                deliveries,
-                same_for_all=queued_delivery_defaults(now=now),
-            )
-            if deliveries:
-                notify(WORKER_CHANNEL)
-            # Every claimed row is locked by this transaction, so both moves
+            _next_pending_events_insert(claimed=claimed, now=now)
+            _deliveries_insert(events=on_time, templates=templates, router=router, now=now)
+            # Every claimed row is locked by this transaction, so the moves
             # succeed; were one ever refused, OptimisticLockError rolls all back.
             moved_to_processing()
             moved_to_failed()
@@ -296,14 +274,23 @@ def _split_by_lateness(
     return on_time, too_late
 
 
-def _start_move_to_processing(*, events: list[ClaimedEvent], now: datetime) -> Callable[[], list[uuid.UUID]]:
-    """Send the UPDATE that moves the events to PROCESSING; the function returned checks it."""
+def _start_move(
+    *,
+    events: list[ClaimedEvent],
+    target: str,
+    now: datetime,
+    changes: Mapping[str, Any] | None = None,
+    per_event: Mapping[str, Sequence[Any]] | None = None,
+) -> Callable[[], list[uuid.UUID]]:
+    """Send the UPDATE that moves the claimed `events` from PENDING to `target`; the function returned checks it."""
     return start_events_transition(
         events=[EventRef(event.id, event.version) for event in events],
         source=EventStatus.PENDING,
-        target=EventStatus.PROCESSING,
+        target=target,
         actor=Actor.SCHEDULER,
         now=now,
+        changes=changes,
+        per_event=per_event,
     )
 
 
@@ -323,13 +310,8 @@ def _start_move_to_failed(
         f"more than EVENT_MAX_LATENESS ({_hours(max_lateness)})."
         for event in too_late
     ]
-    return start_events_transition(
-        events=[EventRef(event.id, event.version) for event in failing],
-        source=EventStatus.PENDING,
-        target=EventStatus.FAILED,
-        actor=Actor.SCHEDULER,
-        now=now,
-        per_event={"failure_reason": reasons},
+    return _start_move(
+        events=failing, target=EventStatus.FAILED, now=now, per_event={"failure_reason": reasons}
     )
 
 
@@ -341,11 +323,9 @@ def _start_move_to_completed(
     Nothing to send is not a failure (an operator chose which types and whom
     each destination receives), so COMPLETED, with the reason saying why nothing went out.
     """
-    return start_events_transition(
-        events=[EventRef(event.id, event.version) for event in events],
-        source=EventStatus.PENDING,
+    return _start_move(
+        events=events,
         target=EventStatus.COMPLETED,
-        actor=Actor.SCHEDULER,
         now=now,
         changes={"executed_at": now},
         per_event={"failure_reason": [_nobody_wants_reason(event=event, router=router) for event in events]},
@@ -363,6 +343,24 @@ def _nobody_wants_reason(*, event: ClaimedEvent, router: DestinationRouter) -> s
 
 def _hours(delta: timedelta) -> str:
     return f"{delta.total_seconds() / 3600:.1f} h"
+
+
+def _next_pending_events_insert(*, claimed: list[ClaimedEvent], now: datetime) -> None:
+    """Send the INSERT of each claimed recipient's next occurrence as a new PENDING event."""
+    # Before the messages are rendered, and this INSERT (the batch's costliest
+    # statement: five index entries a row) sent as soon as they are known, so
+    # PostgreSQL runs it while Python renders them; sent after the claimed
+    # events' moves, so they are no longer PENDING when their next ones arrive.
+    upcoming = _next_pending_events(claimed=claimed, now=now)
+    # A next occurrence may already exist (a recipient's edit or the
+    # reconcile created it between our lock and this insert): that row stands.
+    insert_rows(
+        Event,
+        PendingEventRow._fields,
+        upcoming,
+        same_for_all=pending_event_defaults(now=now),
+        ignore_conflicts=True,
+    )
 
 
 def _next_pending_events(*, claimed: list[ClaimedEvent], now: datetime) -> list[PendingEventRow]:
@@ -387,6 +385,21 @@ def _next_pending_events(*, claimed: list[ClaimedEvent], now: datetime) -> list[
     return upcoming
 
 
+def _deliveries_insert(
+    *, events: list[ClaimedEvent], templates: MessageTemplates, router: DestinationRouter, now: datetime
+) -> None:
+    """Send the INSERT of the events' deliveries, rendered (_rendered_deliveries); wake the workers if any."""
+    deliveries = _rendered_deliveries(events=events, templates=templates, router=router)
+    insert_rows(
+        Delivery,
+        QueuedDeliveryRow._fields,
+        deliveries,
+        same_for_all=queued_delivery_defaults(now=now),
+    )
+    if deliveries:
+        notify(WORKER_CHANNEL)
+
+
 def _rendered_deliveries(
     *, events: list[ClaimedEvent], templates: MessageTemplates, router: DestinationRouter
 ) -> list[QueuedDeliveryRow]:
@@ -404,10 +417,7 @@ def _rendered_deliveries(
             payload = payloads.get(override)
             if payload is None:
                 payload = payloads[override] = webhook_payload(
-                    event_id=event.id,
-                    event_type=event.event_type,
-                    occurrence_date=event.occurrence_date,
-                    target_utc=event.target_timestamp_utc,
+                    occurrence=event,
                     recipient=event.recipient,
                     templates=templates,
                     language=event.language,

@@ -6,7 +6,7 @@ import logging
 import uuid
 from collections.abc import Iterable
 from datetime import date, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from delivery.models import Destination
 from scheduling.handlers import REGISTRY, Recipient, get_handler
@@ -16,12 +16,22 @@ from scheduling.selectors import MessageTemplates
 logger = logging.getLogger(__name__)
 
 
+class Occurrence(Protocol):
+    """An occurrence as its message names it: an Event, or the scheduler claim's row of one."""
+
+    @property
+    def id(self) -> uuid.UUID: ...
+    @property
+    def event_type(self) -> str: ...
+    @property
+    def occurrence_date(self) -> date: ...
+    @property
+    def target_timestamp_utc(self) -> datetime: ...
+
+
 def webhook_payload(
     *,
-    event_id: uuid.UUID,
-    event_type: str,
-    occurrence_date: date,
-    target_utc: datetime,
+    occurrence: Occurrence,
     recipient: Recipient,
     templates: MessageTemplates,
     language: str = "",
@@ -34,17 +44,18 @@ def webhook_payload(
     `language` and the occurrence's years, unless a destination's `override`
     (message_overrides) replaces it.
     """
+    event_type, occurrence_date = occurrence.event_type, occurrence.occurrence_date
     values = get_handler(event_type).message_values(user=recipient, occurrence_date=occurrence_date)
     template = override or templates.choose(
         event_type=event_type, language=language, years=years_counted(values)
     )
     return {
         "message": template.format_map(values),
-        "event_id": str(event_id),
+        "event_id": str(occurrence.id),
         "event_type": event_type,
         "user_id": str(recipient.id),
         "occurrence_date": occurrence_date.isoformat(),
-        "target_timestamp_utc": target_utc.isoformat(),
+        "target_timestamp_utc": occurrence.target_timestamp_utc.isoformat(),
     }
 
 

@@ -21,9 +21,10 @@ import time
 import urllib.parse
 import urllib.request
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import aiohttp
 import yarl
@@ -50,8 +51,8 @@ DNS_CACHE_SECONDS = 300
 class ClaimedDelivery(NamedTuple):
     """What a worker needs to send one delivery, read while claiming it.
 
-    A named tuple: immutable, and one is made per claimed row, more cheaply than a
-    frozen dataclass (which sets each field through object.__setattr__).
+    A named tuple: immutable, and made in one step where a frozen dataclass sets
+    each field through object.__setattr__; a claim makes one per row.
     """
 
     id: uuid.UUID
@@ -305,82 +306,93 @@ class WebhookTransport:
         channel: Kind = STANDARD,
     ) -> SendResult:
         """POST `delivery` to `url`, signed by its destination's `signer`, waiting `timeout` (default: the session's);
-        its answer read by the destination's kind, `channel`.
-
-        No error it returns repeats the URL's path or query (a token): only its redacted form.
-        """
-        body = delivery.body
+        its answer read by the destination's kind, `channel`. No error it returns repeats the URL's path or query
+        (a token): only its redacted form."""
         timeout = timeout or self.timeout
-        started_at = datetime.now(UTC)
-        started_mono = time.monotonic()
-
-        def finish(outcome: AttemptOutcome, **fields) -> SendResult:
-            return SendResult(
-                delivery=delivery,
-                outcome=outcome,
-                started_at=started_at,
-                finished_at=datetime.now(UTC),
-                duration_ms=int((time.monotonic() - started_mono) * 1000),
-                started_mono=started_mono,
-                **fields,
-            )
-
+        started_at, started_mono = datetime.now(UTC), time.monotonic()
         try:
             refusal = self.url_refusal(url)
             proxy = None if refusal else self.proxy_for(url)
             if proxy is not None:
                 refusal = await self._proxied_refusal(url)
+            if refusal is None:
+                session = self._session if proxy is None else self._proxied_session
+                assert session is not None  # open() made both
+                async with session.post(
+                    self._url(url),
+                    data=delivery.body.encode(),
+                    headers=self.headers_for(delivery, delivery.body, signer),
+                    allow_redirects=False,
+                    proxy=proxy,
+                    timeout=self._timeout_of(timeout),
+                ) as response:
+                    excerpt = await _read_excerpt(response)
+                    status, reason, headers = response.status, response.reason, response.headers
+        except _SEND_ERRORS as exc:
+            outcome, fields = _failure(exc, url=url, timeout=timeout)
+        else:
             if refusal is not None:
-                return finish(AttemptOutcome.PERMANENT_FAILURE, error=refusal, refused=True)
-            session = self._session if proxy is None else self._proxied_session
-            assert session is not None  # open() made both
-            async with session.post(
-                self._url(url),
-                data=body.encode(),
-                headers=self.headers_for(delivery, body, signer),
-                allow_redirects=False,
-                proxy=proxy,
-                timeout=self._timeout_of(timeout),
-            ) as response:
-                excerpt = await _read_excerpt(response)
-                status, reason, headers = response.status, response.reason, response.headers
-        except AddressRefused as exc:
-            return finish(AttemptOutcome.PERMANENT_FAILURE, error=_scrubbed(str(exc), url), refused=True)
-        except TimeoutError:
-            return finish(AttemptOutcome.TRANSIENT_FAILURE, error=f"Timed out after {timeout:g} s")
-        except (aiohttp.InvalidURL, ValueError) as exc:
-            return finish(
-                AttemptOutcome.PERMANENT_FAILURE,
-                error=f"Request failed: {error_class(exc)}",
-                detail=f"Request failed: {_short(exc, url)}",
-            )
-        except (aiohttp.ClientError, OSError) as exc:
-            # Refused, reset, DNS, TLS, proxy, a connection closed mid-answer:
-            # the receiver or the way to it, not the message. The text of a
-            # malformed answer's error quotes the receiver's bytes: detail only.
-            return finish(
-                AttemptOutcome.TRANSIENT_FAILURE,
-                error=f"Connection error: {error_class(exc)}",
-                detail=f"Connection error: {_short(exc, url)}",
-            )
-        # The kind reads the answer: the status, its headers and the body's first bytes (a Slack
-        # refusal is a code in the body, Discord's wait is in its JSON).
-        reading = channel.read(status=status, headers=headers, body=excerpt)
-        outcome = OUTCOME_OF[reading.verdict]
+                outcome, fields = AttemptOutcome.PERMANENT_FAILURE, {"error": refusal, "refused": True}
+            else:
+                outcome, fields = _answered(channel, status, reason, headers, excerpt)
+        return SendResult(
+            delivery=delivery,
+            outcome=outcome,
+            started_at=started_at,
+            finished_at=datetime.now(UTC),
+            duration_ms=int((time.monotonic() - started_mono) * 1000),
+            started_mono=started_mono,
+            **fields,
+        )
+
+
+# What a send turns into a failed attempt (_failure): whatever else it raises is a bug, and propagates.
+_SEND_ERRORS = (AddressRefused, TimeoutError, aiohttp.InvalidURL, ValueError, aiohttp.ClientError, OSError)
+
+
+def _failure(exc: Exception, *, url: str, timeout: float) -> tuple[AttemptOutcome, dict[str, Any]]:
+    """A send's error (one of _SEND_ERRORS) as the attempt's outcome and SendResult's fields, in our words."""
+    if isinstance(exc, AddressRefused):
+        return AttemptOutcome.PERMANENT_FAILURE, {"error": _scrubbed(str(exc), url), "refused": True}
+    if isinstance(exc, TimeoutError):
+        return AttemptOutcome.TRANSIENT_FAILURE, {"error": f"Timed out after {timeout:g} s"}
+    if isinstance(exc, (aiohttp.InvalidURL, ValueError)):
+        return AttemptOutcome.PERMANENT_FAILURE, {
+            "error": f"Request failed: {error_class(exc)}",
+            "detail": f"Request failed: {_short(exc, url)}",
+        }
+    # Refused, reset, DNS, TLS, proxy, a connection closed mid-answer:
+    # the receiver or the way to it, not the message. The text of a
+    # malformed answer's error quotes the receiver's bytes: detail only.
+    return AttemptOutcome.TRANSIENT_FAILURE, {
+        "error": f"Connection error: {error_class(exc)}",
+        "detail": f"Connection error: {_short(exc, url)}",
+    }
+
+
+def _answered(
+    channel: Kind, status: int, reason: str | None, headers: Mapping[str, str], excerpt: str
+) -> tuple[AttemptOutcome, dict[str, Any]]:
+    """The receiver's answer as the attempt's outcome and SendResult's fields, read by the destination's kind.
+
+    By position: one call per answer, and keywords cost more.
+    """
+    # The kind reads the answer: the status, its headers and the body's first bytes (a Slack
+    # refusal is a code in the body, Discord's wait is in its JSON).
+    reading = channel.read(status=status, headers=headers, body=excerpt)
+    outcome = OUTCOME_OF[reading.verdict]
+    delivered = outcome == AttemptOutcome.DELIVERED
+    return outcome, {
+        "status_code": status,
         # The kind's code names a condition from its fixed list ("channel_not_found"), never a
         # person; the reason phrase is the receiver's to write ("Unavailable for Hey, Ada ..."),
         # so it goes to the attempt row's detail only.
-        error = "" if outcome == AttemptOutcome.DELIVERED else reading.code
-        detail = (reason or "") if outcome != AttemptOutcome.DELIVERED else ""
-        return finish(
-            outcome,
-            status_code=status,
-            error=error,
-            detail=detail,
-            response_excerpt=excerpt,
-            retry_after=reading.retry_after if reading.verdict == Verdict.RETRY else None,
-            gone=reading.verdict == Verdict.GONE,
-        )
+        "error": "" if delivered else reading.code,
+        "detail": "" if delivered else (reason or ""),
+        "response_excerpt": excerpt,
+        "retry_after": reading.retry_after if reading.verdict == Verdict.RETRY else None,
+        "gone": reading.verdict == Verdict.GONE,
+    }
 
 
 async def _read_excerpt(response: aiohttp.ClientResponse) -> str:

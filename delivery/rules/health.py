@@ -130,36 +130,64 @@ def observe(*, health: Health, answers: Sequence[Answer], now: datetime, policy:
         "last_error": last_error,
         "blocked_until": blocked_until,
     }
-    probe_failed = any(a.probe and a.signal != Signal.SUCCESS for a in answers)
+    fields.update(
+        _state_move(
+            health=health,
+            answers=answers,
+            recovered=bool(successes),
+            consecutive=consecutive,
+            now=now,
+            policy=policy,
+        )
+    )
+    return Health(**fields)
+
+
+def _state_move(
+    *,
+    health: Health,
+    answers: Sequence[Answer],
+    recovered: bool,
+    consecutive: int,
+    now: datetime,
+    policy: HealthPolicy,
+) -> dict[str, object]:
+    """The fields the batch's `answers` change of the endpoint's state and probing: none if it stays as it was.
+
+    `recovered`: some answer was a success; `consecutive`: the failures in a row after the batch.
+    """
     gone = [a for a in answers if a.signal == Signal.GONE]
     if gone and health.state in (EndpointState.HEALTHY, EndpointState.FAILING):
         # The service's own word that nothing sent here can be taken: no probe or retry can
         # change that, only an operator can. It outweighs a success in the same batch (sent
         # before the webhook was deleted). The error shown is the gone answer's.
         last = max(gone, key=lambda a: a.finished_at)
-        fields.update(
-            state=EndpointState.GONE,
-            last_failure_at=last.finished_at,
-            last_error=last.description,
-            failing_since=None,
-            next_probe_at=None,
-            probe_interval=None,
-        )
-    elif health.state == EndpointState.FAILING and successes:
-        fields.update(
-            state=EndpointState.HEALTHY, failing_since=None, next_probe_at=None, probe_interval=None
-        )
-    elif health.state == EndpointState.HEALTHY and consecutive >= policy.failure_threshold:
-        fields.update(
-            state=EndpointState.FAILING,
-            failing_since=now,
-            next_probe_at=now + policy.probe_first_interval,
-            probe_interval=min(policy.probe_first_interval * 2, policy.probe_max_interval),
-        )
-    elif health.state == EndpointState.FAILING and probe_failed:
+        return {
+            "state": EndpointState.GONE,
+            "last_failure_at": last.finished_at,
+            "last_error": last.description,
+            "failing_since": None,
+            "next_probe_at": None,
+            "probe_interval": None,
+        }
+    if health.state == EndpointState.FAILING and recovered:
+        return {
+            "state": EndpointState.HEALTHY,
+            "failing_since": None,
+            "next_probe_at": None,
+            "probe_interval": None,
+        }
+    if health.state == EndpointState.HEALTHY and consecutive >= policy.failure_threshold:
+        return {
+            "state": EndpointState.FAILING,
+            "failing_since": now,
+            "next_probe_at": now + policy.probe_first_interval,
+            "probe_interval": min(policy.probe_first_interval * 2, policy.probe_max_interval),
+        }
+    if health.state == EndpointState.FAILING and any(a.probe and a.signal != Signal.SUCCESS for a in answers):
         assert health.probe_interval is not None  # set on entering FAILING
-        fields.update(
-            next_probe_at=now + health.probe_interval,
-            probe_interval=min(health.probe_interval * 2, policy.probe_max_interval),
-        )
-    return Health(**fields)
+        return {
+            "next_probe_at": now + health.probe_interval,
+            "probe_interval": min(health.probe_interval * 2, policy.probe_max_interval),
+        }
+    return {}

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from delivery.models import Delivery, DeliveryStatus, Destination
 from runtime.sql import after, pipeline, send
@@ -60,16 +61,21 @@ def start_events_conclusion(
         f"SELECT id FROM {Event._meta.db_table} WHERE id = ANY(%b) AND status = %s ORDER BY id FOR UPDATE",
         [ids, EventStatus.PROCESSING],
     )
+    read = _start_deliveries_read(ids=ids)
+    return lambda: _conclude(rows=read()[0] or [], now=now)
+
+
+def _start_deliveries_read(*, ids: list[uuid.UUID]) -> Callable[[], tuple[list[tuple[Any, ...]], int]]:
+    """Send the read of the locked events' deliveries: whether any is unfinished, how many, the dead ones' errors."""
     # Each event's deliveries through the (event, destination) key, one event at a
     # time: as `event_id = ANY(...)` over the whole table, the planner reads every
     # delivery once per batch recorded whenever it lacks the table's statistics
-    # (rows written since the last ANALYZE: a 09:00 burst's), 0.3 s a batch at
-    # 300,000 deliveries against a few ms this way (bench/results/REPORT-destinations.md).
+    # (rows written since the last ANALYZE: a 09:00 burst's; bench/results/REPORT-destinations.md).
     # The same missing statistics make it guess hundreds of deliveries an event,
-    # which prices the statement past jit_above_cost: compiling it would take 0.4 s.
+    # which prices the statement past jit_above_cost: compiling it would cost far more than running it.
     # Off for the rest of the caller's transaction, whose statements are as short.
     send("SET LOCAL jit = off", [])
-    read = send(
+    return send(
         "SELECT e.id, x.unfinished, x.deliveries, x.dead, x.dead_errors "
         f"FROM {Event._meta.db_table} e "
         "CROSS JOIN LATERAL (SELECT bool_or(d.status IN (%s, %s)) AS unfinished, count(*) AS deliveries, "
@@ -87,40 +93,45 @@ def start_events_conclusion(
         ],
     )
 
-    def finish() -> tuple[int, int]:
-        rows = read()[0] or []
-        completed, failed, reasons = [], [], []
-        for event_id, unfinished, deliveries, dead, dead_errors in rows:
-            if unfinished:
-                continue
-            if dead:
-                failed.append(EventRef(event_id))
-                # One destination: its delivery's reason says it all; several: which ones died, and why.
-                reasons.append(dead_errors[0] if deliveries == 1 else "Dead at " + "; ".join(dead))
-            else:
-                completed.append(EventRef(event_id))
-        # Locked and PROCESSING: both moves succeed (strict raises if that were ever not so). Sent and
-        # checked once their results are in (runtime.sql.after): the caller's pipeline may go on meanwhile.
-        after(
-            start_events_transition(
-                events=completed,
-                source=EventStatus.PROCESSING,
-                target=EventStatus.COMPLETED,
-                actor=Actor.WORKER,
-                now=now,
-                changes={"executed_at": now},
-            )
-        )
-        after(
-            start_events_transition(
-                events=failed,
-                source=EventStatus.PROCESSING,
-                target=EventStatus.FAILED,
-                actor=Actor.WORKER,
-                now=now,
-                per_event={"failure_reason": reasons},
-            )
-        )
-        return len(completed), len(failed)
 
-    return finish
+def _conclude(*, rows: list[tuple[Any, ...]], now: datetime) -> tuple[int, int]:
+    """Send the moves of the events whose deliveries all ended (`rows`, the read's); how many COMPLETED and FAILED."""
+    completed, failed, reasons = [], [], []
+    for event_id, unfinished, deliveries, dead, dead_errors in rows:
+        if unfinished:
+            continue
+        if dead:
+            failed.append(EventRef(event_id))
+            # One destination: its delivery's reason says it all; several: which ones died, and why.
+            reasons.append(dead_errors[0] if deliveries == 1 else "Dead at " + "; ".join(dead))
+        else:
+            completed.append(EventRef(event_id))
+    _start_move(events=completed, target=EventStatus.COMPLETED, now=now, changes={"executed_at": now})
+    _start_move(events=failed, target=EventStatus.FAILED, now=now, per_event={"failure_reason": reasons})
+    return len(completed), len(failed)
+
+
+def _start_move(
+    *,
+    events: list[EventRef],
+    target: str,
+    now: datetime,
+    changes: Mapping[str, Any] | None = None,
+    per_event: Mapping[str, Sequence[Any]] | None = None,
+) -> None:
+    """Send the move of the concluded `events` from PROCESSING to `target`.
+
+    Locked and PROCESSING: the move succeeds (strict raises if that were ever not so). Sent and
+    checked once its result is in (runtime.sql.after): the caller's pipeline may go on meanwhile.
+    """
+    after(
+        start_events_transition(
+            events=events,
+            source=EventStatus.PROCESSING,
+            target=target,
+            actor=Actor.WORKER,
+            now=now,
+            changes=changes,
+            per_event=per_event,
+        )
+    )

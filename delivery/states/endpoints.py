@@ -226,26 +226,19 @@ def _log_move(*, endpoint: Endpoint, before: Health, after: Health) -> None:
 
 def endpoint_pause(*, endpoint: Endpoint, operator: str) -> Endpoint:
     """Hold every delivery to this endpoint: its backlog stays QUEUED until resumed."""
-    now = timezone.now()
-    for source in (HEALTHY, FAILING, GONE):
-        if endpoint_transition(
-            endpoint_id=endpoint.pk,
-            source=source,
-            target=PAUSED,
-            actor=EndpointActor.OPERATOR,
-            changes={
-                "paused_by": operator,
-                "paused_at": now,
-                "failing_since": None,
-                "next_probe_at": None,
-                "probe_interval": None,
-            },
-        ):
-            logger.warning(
-                "Endpoint paused by %s", operator, extra={**endpoint_log_fields(endpoint), "was": source}
-            )
-            notify(WORKER_CHANNEL)
-            return Endpoint.objects.get(pk=endpoint.pk)
+    # A paused endpoint is not probed: its failing, if any, ends here.
+    held = {
+        "paused_by": operator,
+        "paused_at": timezone.now(),
+        "failing_since": None,
+        "next_probe_at": None,
+        "probe_interval": None,
+    }
+    if was := _operator_move(
+        endpoint=endpoint, sources=(HEALTHY, FAILING, GONE), target=PAUSED, changes=held
+    ):
+        logger.warning("Endpoint paused by %s", operator, extra={**endpoint_log_fields(endpoint), "was": was})
+        return Endpoint.objects.get(pk=endpoint.pk)
     current = Endpoint.objects.get(pk=endpoint.pk)
     raise InvalidStateTransition(
         f"Endpoint {current.url_display} is already paused (by {current.paused_by})."
@@ -254,23 +247,34 @@ def endpoint_pause(*, endpoint: Endpoint, operator: str) -> Endpoint:
 
 def endpoint_resume(*, endpoint: Endpoint, operator: str) -> Endpoint:
     """Let deliveries to this paused or gone endpoint flow again; its backlog drains in due order."""
-    for source in (PAUSED, GONE):
-        if endpoint_transition(
-            endpoint_id=endpoint.pk,
-            source=source,
-            target=HEALTHY,
-            actor=EndpointActor.OPERATOR,
-            changes={"paused_by": "", "paused_at": None, "consecutive_failures": 0, "blocked_until": None},
-        ):
-            logger.warning(
-                "Endpoint resumed by %s", operator, extra={**endpoint_log_fields(endpoint), "was": source}
-            )
-            notify(WORKER_CHANNEL)
-            return Endpoint.objects.get(pk=endpoint.pk)
+    freed = {"paused_by": "", "paused_at": None, "consecutive_failures": 0, "blocked_until": None}
+    if was := _operator_move(endpoint=endpoint, sources=(PAUSED, GONE), target=HEALTHY, changes=freed):
+        logger.warning(
+            "Endpoint resumed by %s", operator, extra={**endpoint_log_fields(endpoint), "was": was}
+        )
+        return Endpoint.objects.get(pk=endpoint.pk)
     current = Endpoint.objects.get(pk=endpoint.pk)
     raise InvalidStateTransition(
         f"Endpoint {current.url_display} is {current.state}, neither paused nor gone: nothing to resume."
     )
+
+
+def _operator_move(
+    *, endpoint: Endpoint, sources: tuple[str, ...], target: str, changes: Mapping[str, Any]
+) -> str | None:
+    """Move the endpoint, as an operator asks, from the first of `sources` it is in to `target`, and wake the
+    workers; return the state it left, or None if it was in none of `sources`."""
+    for source in sources:
+        if endpoint_transition(
+            endpoint_id=endpoint.pk,
+            source=source,
+            target=target,
+            actor=EndpointActor.OPERATOR,
+            changes=changes,
+        ):
+            notify(WORKER_CHANNEL)
+            return source
+    return None
 
 
 def endpoint_forget_gone(*, key: str, operator: str) -> bool:

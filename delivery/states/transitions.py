@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 from django.db import connection, models
 
 from delivery.models import Delivery, DeliveryStatus
-from runtime.sql import column_field, rows_relation, send
+from runtime.sql import column_field, rows_relation, send, waited
 from scheduling.exceptions import InvalidStateTransition
 
 QUEUED, SENDING, DELIVERED, DEAD = (
@@ -93,33 +93,6 @@ def _prep(name: str, value: Any) -> Any:
     return _F[name].field.get_db_prep_value(value, connection)
 
 
-def deliveries_transition(
-    *,
-    source: str,
-    target: str,
-    select: Due | Rows,
-    now: datetime,
-    lease: NewLease | None = None,
-    changes: Mapping[str, Any] | None = None,
-    returning: Sequence[str] = ("id",),
-) -> list[tuple[Any, ...]]:
-    """Move the selected deliveries from `source` to `target`; return `returning` of each row moved.
-
-    Rows that no longer match (another worker took the lease over, an operator
-    resent, the status moved on) are simply not moved: the caller sees which
-    were from what comes back.
-    """
-    return start_deliveries_transition(
-        source=source,
-        target=target,
-        select=select,
-        now=now,
-        lease=lease,
-        changes=changes,
-        returning=returning,
-    )()
-
-
 def start_deliveries_transition(
     *,
     source: str,
@@ -131,7 +104,12 @@ def start_deliveries_transition(
     returning: Sequence[str] = ("id",),
     binary: bool = False,
 ) -> Callable[[], list[tuple[Any, ...]]]:
-    """Send the UPDATE of deliveries_transition; the function returned waits for the rows it moved.
+    """Send the UPDATE that moves the selected deliveries from `source` to `target`; the function returned waits
+    for `returning` of each row moved.
+
+    Rows that no longer match (another worker took the lease over, an operator
+    resent, the status moved on) are simply not moved: the caller sees which
+    were from what comes back.
 
     Inside runtime.sql.pipeline() the UPDATE runs on the server while the
     caller sends its next statements: a batch's moves of several kinds, or a
@@ -159,6 +137,10 @@ def start_deliveries_transition(
         binary=binary,
     )
     return lambda: sent()[0]
+
+
+# The same, waited for at once: the rows moved.
+deliveries_transition = waited(start_deliveries_transition)
 
 
 def _returned(name: str, *, binary: bool) -> str:

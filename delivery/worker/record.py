@@ -37,39 +37,6 @@ from runtime.sql import insert_rows, pipeline
 logger = logging.getLogger(__name__)
 
 
-class AttemptRecord(NamedTuple):
-    """One finished (or abandoned) attempt, with what follows from it.
-
-    A named tuple: immutable like a frozen dataclass, and made in a third of the time
-    (1.1 against 3.5 us with its twelve keywords; a frozen dataclass sets each field
-    through object.__setattr__). A batch makes one per answer.
-    """
-
-    delivery_id: uuid.UUID
-    attempt: int
-    worker: str
-    started_at: datetime
-    finished_at: datetime
-    duration_ms: int
-    outcome: str
-    status_code: int | None
-    error: str
-    response_excerpt: str
-    decision: Decision
-    max_attempts: int
-
-
-@dataclass
-class RecordSummary:
-    delivered: int = 0
-    retrying: int = 0
-    waiting: int = 0
-    dead: int = 0
-    lease_lost: int = 0
-    # The health of each endpoint this batch had to weigh, as it now stands.
-    verdicts: dict[str, Health] = field(default_factory=dict)
-
-
 class AttemptLogRow(NamedTuple):
     """One attempt as the attempt log stores it: its fields are the columns written."""
 
@@ -83,6 +50,30 @@ class AttemptLogRow(NamedTuple):
     status_code: int | None
     error: str
     response_excerpt: str
+
+
+class AttemptRecord(NamedTuple):
+    """One finished (or abandoned) attempt, with what follows from it.
+
+    Named tuples, this and the log's row it carries: immutable, and each made in one
+    step, where a frozen dataclass sets every field through object.__setattr__. A batch
+    makes one per answer, and its attempt log inserts the rows as they are.
+    """
+
+    row: AttemptLogRow
+    decision: Decision
+    max_attempts: int
+
+
+@dataclass
+class RecordSummary:
+    delivered: int = 0
+    retrying: int = 0
+    waiting: int = 0
+    dead: int = 0
+    lease_lost: int = 0
+    # The health of each endpoint this batch had to weigh, as it now stands.
+    verdicts: dict[str, Health] = field(default_factory=dict)
 
 
 def attempts_apply(
@@ -121,12 +112,15 @@ def attempts_apply(
         ]
         # After the moves, so that the read sees them and the lock order is the deliveries', then the events'.
         concluding = start_events_conclusion(
-            event_ids={events[r.delivery_id] for r in records if r.decision.status in ended}, now=now
+            event_ids={events[r.row.delivery_id] for r in records if r.decision.status in ended}, now=now
         )
         applied: dict[uuid.UUID, uuid.UUID] = {}  # delivery id -> event id
         for moved in moves:
             applied.update(moved())
-        _attempts_log(records=[r for r in records if r.delivery_id in applied])
+        # The attempt log in one INSERT (sent in this pipeline, where COPY cannot go), the rows as they are.
+        insert_rows(
+            DeliveryAttempt, AttemptLogRow._fields, [r.row for r in records if r.row.delivery_id in applied]
+        )
         concluding()
     return set(applied)
 
@@ -153,7 +147,7 @@ def _start_deliveries_move(
     """Send the move of the records' deliveries still under the lease to `status`; the function returned waits for
     (id, event id) of each moved."""
     values: dict[str, list[Any]] = {
-        "last_status_code": [r.status_code for r in records],
+        "last_status_code": [r.row.status_code for r in records],
         "last_error": [r.decision.reason for r in records],
     }
     changes = {}
@@ -171,8 +165,8 @@ def _start_deliveries_move(
         source=DeliveryStatus.SENDING,
         target=status,
         select=Rows(
-            ids=[r.delivery_id for r in records],
-            attempts=[r.attempt for r in records],
+            ids=[r.row.delivery_id for r in records],
+            attempts=[r.row.number for r in records],
             held_by=held_by,
             expired_before=expired_before,
             values=values,
@@ -181,27 +175,6 @@ def _start_deliveries_move(
         changes=changes,
         returning=("id", "event_id"),
     )
-
-
-def _attempts_log(*, records: list[AttemptRecord]) -> None:
-    """Append the attempts to the attempt log, in one INSERT (sent in the caller's pipeline, where COPY cannot go)."""
-    # By position, in the fields' order: one row per attempt, and keywords cost more.
-    rows = [
-        AttemptLogRow(
-            r.delivery_id,
-            r.attempt,
-            r.worker,
-            r.started_at,
-            r.finished_at,
-            r.duration_ms,
-            r.outcome,
-            r.status_code,
-            r.error,
-            r.response_excerpt,
-        )
-        for r in records
-    ]
-    insert_rows(DeliveryAttempt, AttemptLogRow._fields, rows)
 
 
 def deliveries_record(
@@ -214,48 +187,22 @@ def deliveries_record(
     forward (after the deliveries, so the endpoint's row is locked for the
     shortest time); anything else is weighed by the endpoint's health first.
     """
-    summary = RecordSummary()
     if not results:
-        return summary
+        return RecordSummary()
     policy = RetryPolicy.from_settings()
-    health_policy = HealthPolicy.from_settings(retry=policy)
     now = timezone.now()
-    by_key: dict[str, list[SendResult]] = {}
-    # Endpoint rows are written in key order, never in the order the answers came back: two
-    # workers recording answers from the same endpoints would otherwise lock their rows in
-    # opposite orders and deadlock (seen with three destinations and two workers).
-    for result in sorted(results, key=lambda r: r.delivery.endpoint_key):
-        by_key.setdefault(result.delivery.endpoint_key, []).append(result)
-    # Each answer's description, said once: the decision and the endpoint's health both quote it.
-    descriptions = {id(r): r.describe() for r in results}
-    # The answers as the endpoint's health weighs them, for the endpoints it weighs only: a batch of
-    # successes from an endpoint last seen healthy needs none (the usual batch at a 0 ms receiver).
-    answers: dict[int, Answer] = {}
+    weighing = _Weighing(
+        # Each answer's description, said once: the decision and the endpoint's health both quote it.
+        descriptions={id(r): r.describe() for r in results},
+        now=now,
+        policy=HealthPolicy.from_settings(retry=policy),
+    )
+    by_key = _by_endpoint(results=results)
     with transaction.atomic():
-        verdicts: dict[str, Verdict | None] = {}
-        for key, group in by_key.items():
-            quiet = key in healthy and all(
-                signal_of(
-                    outcome=r.outcome, status_code=r.status_code, retry_after=r.retry_after, gone=r.gone
-                )
-                == Signal.SUCCESS
-                for r in group
-            )
-            verdicts[key] = None if quiet else _weigh(key, group, descriptions, answers, now, health_policy)
-        # Read once a batch: a setting read through Django's lazy settings costs microseconds each time.
-        lateness = settings.EVENT_MAX_LATENESS
-        records = [
-            _record(
-                r,
-                worker,
-                descriptions[id(r)],
-                answers.get(id(r)),
-                verdicts[r.delivery.endpoint_key],
-                policy,
-                lateness,
-            )
-            for r in results
-        ]
+        verdicts = weighing.verdicts(by_key=by_key, healthy=healthy)
+        records = _records(
+            results=results, worker=worker, weighing=weighing, verdicts=verdicts, policy=policy
+        )
         with pipeline():
             applied = attempts_apply(
                 records=records,
@@ -271,13 +218,165 @@ def deliveries_record(
         for key, as_seen in noted.items():
             if not as_seen():
                 # Another worker counted failures here since this one last looked: weigh the successes.
-                verdicts[key] = _weigh(key, by_key[key], descriptions, answers, now, health_policy)
-    summary.verdicts = {key: verdict.health for key, verdict in verdicts.items() if verdict is not None}
+                verdicts[key] = weighing.weigh(key, by_key[key])
+    return _summary(results=results, records=records, applied=applied, verdicts=verdicts)
+
+
+def _by_endpoint(*, results: Sequence[SendResult]) -> dict[str, list[SendResult]]:
+    """The results by their endpoint's key, the keys in order."""
+    by_key: dict[str, list[SendResult]] = {}
+    # Endpoint rows are written in key order, never in the order the answers came back: two
+    # workers recording answers from the same endpoints would otherwise lock their rows in
+    # opposite orders and deadlock (seen with three destinations and two workers).
+    for result in sorted(results, key=lambda r: r.delivery.endpoint_key):
+        by_key.setdefault(result.delivery.endpoint_key, []).append(result)
+    return by_key
+
+
+@dataclass
+class _Weighing:
+    """A batch's answers as the endpoints' health weighs them, for the endpoints it weighs only."""
+
+    descriptions: dict[int, str]
+    now: datetime
+    policy: HealthPolicy
+    # Each weighed answer by id(result): a batch of successes from an endpoint last seen
+    # healthy needs none (the usual batch at a 0 ms receiver).
+    answers: dict[int, Answer] = field(default_factory=dict)
+
+    def verdicts(
+        self, *, by_key: dict[str, list[SendResult]], healthy: Collection[str]
+    ) -> dict[str, Verdict | None]:
+        """Each endpoint's health after its answers; None for one last seen healthy that answered with successes only."""
+        verdicts: dict[str, Verdict | None] = {}
+        for key, group in by_key.items():
+            quiet = key in healthy and all(
+                signal_of(
+                    outcome=r.outcome, status_code=r.status_code, retry_after=r.retry_after, gone=r.gone
+                )
+                == Signal.SUCCESS
+                for r in group
+            )
+            verdicts[key] = None if quiet else self.weigh(key, group)
+        return verdicts
+
+    def weigh(self, key: str, group: list[SendResult]) -> Verdict:
+        """The endpoint's health after `group`, its answers in this batch; each answer made is kept in `answers`."""
+        for r in group:
+            self.answers[id(r)] = _answer(r, self.descriptions[id(r)])
+        return endpoint_record_answers(
+            key=key, answers=[self.answers[id(r)] for r in group], now=self.now, policy=self.policy
+        )
+
+
+def _answer(result: SendResult, description: str) -> Answer:
+    return Answer(
+        signal=signal_of(
+            outcome=result.outcome,
+            status_code=result.status_code,
+            retry_after=result.retry_after,
+            gone=result.gone,
+        ),
+        started_at=result.started_at,
+        finished_at=result.finished_at,
+        description=description,
+        retry_after=result.retry_after,
+        probe=result.delivery.probe,
+    )
+
+
+def _records(
+    *,
+    results: Sequence[SendResult],
+    worker: str,
+    weighing: _Weighing,
+    verdicts: Mapping[str, Verdict | None],
+    policy: RetryPolicy,
+) -> list[AttemptRecord]:
+    """Each result as its attempt's record, with the decision it leads to."""
+    # Read once a batch, not once a row: each read through Django's lazy settings goes through its __getattr__.
+    lateness = settings.EVENT_MAX_LATENESS
+    descriptions, answers = weighing.descriptions, weighing.answers
+    return [
+        _record(
+            r,
+            worker,
+            descriptions[id(r)],
+            answers.get(id(r)),
+            verdicts[r.delivery.endpoint_key],
+            policy,
+            lateness,
+        )
+        for r in results
+    ]
+
+
+def _record(
+    result: SendResult,
+    worker: str,
+    description: str,
+    answer: Answer | None,
+    verdict: Verdict | None,
+    policy: RetryPolicy,
+    lateness: timedelta,
+) -> AttemptRecord:
+    return AttemptRecord(
+        # By position, in the fields' order: one row per answer, and keywords cost more.
+        AttemptLogRow(
+            result.delivery.id,
+            result.delivery.attempt,
+            worker,
+            result.started_at,
+            result.finished_at,
+            result.duration_ms,
+            result.outcome,
+            result.status_code,
+            # The attempt's row keeps the receiver's own words: the erase strips them there.
+            result.detail or result.error,
+            result.response_excerpt,
+        ),
+        max_attempts=result.delivery.max_attempts,
+        decision=decide(
+            outcome=result.outcome,
+            attempt=result.delivery.attempt,
+            max_attempts=result.delivery.max_attempts,
+            description=description,
+            status_code=result.status_code,
+            retry_after=result.retry_after,
+            gone=result.gone,
+            endpoint_down=verdict is not None and verdict.down,
+            # A verdict was weighed from the answers, this one's among them (_Weighing.weigh).
+            refused_by_message=verdict is not None
+            and answer is not None
+            and verdict.health.refused_by_message(answer),
+            outlived=_outlived(result, lateness),
+            policy=policy,
+        ),
+    )
+
+
+def _outlived(result: SendResult, lateness: timedelta) -> timedelta | None:
+    """`lateness` (EVENT_MAX_LATENESS) if the delivery was queued longer ago than that when this attempt ended."""
+    queued_at = result.delivery.queued_at
+    return lateness if queued_at is not None and result.finished_at - queued_at >= lateness else None
+
+
+def _summary(
+    *,
+    results: Sequence[SendResult],
+    records: Sequence[AttemptRecord],
+    applied: Collection[uuid.UUID],
+    verdicts: Mapping[str, Verdict | None],
+) -> RecordSummary:
+    """The batch's outcomes counted, with a log line for each delivery."""
+    summary = RecordSummary(
+        verdicts={key: verdict.health for key, verdict in verdicts.items() if verdict is not None}
+    )
     # A line per delivery, its fields built only where the line is written: the delivered
     # one is INFO, below the worker's usual level, and a batch has hundreds of them.
     delivered_logged = logger.isEnabledFor(logging.INFO)
     for result, record in zip(results, records, strict=True):
-        if record.delivery_id not in applied:
+        if record.row.delivery_id not in applied:
             summary.lease_lost += 1
             logger.warning(
                 "Lease lost before the outcome was recorded; another worker owns the delivery now, or its "
@@ -300,83 +399,6 @@ def deliveries_record(
             summary.dead += 1
             logger.warning("Delivery attempt dead", extra=_log_fields(result))
     return summary
-
-
-def _weigh(
-    key: str,
-    group: list[SendResult],
-    descriptions: dict[int, str],
-    answers: dict[int, Answer],
-    now: datetime,
-    policy: HealthPolicy,
-) -> Verdict:
-    """The endpoint's health after `group`, its answers in this batch; each answer made is kept in `answers`."""
-    for r in group:
-        answers[id(r)] = _answer(r, descriptions[id(r)])
-    return endpoint_record_answers(key=key, answers=[answers[id(r)] for r in group], now=now, policy=policy)
-
-
-def _answer(result: SendResult, description: str) -> Answer:
-    return Answer(
-        signal=signal_of(
-            outcome=result.outcome,
-            status_code=result.status_code,
-            retry_after=result.retry_after,
-            gone=result.gone,
-        ),
-        started_at=result.started_at,
-        finished_at=result.finished_at,
-        description=description,
-        retry_after=result.retry_after,
-        probe=result.delivery.probe,
-    )
-
-
-def _record(
-    result: SendResult,
-    worker: str,
-    description: str,
-    answer: Answer | None,
-    verdict: Verdict | None,
-    policy: RetryPolicy,
-    lateness: timedelta,
-) -> AttemptRecord:
-    return AttemptRecord(
-        delivery_id=result.delivery.id,
-        attempt=result.delivery.attempt,
-        worker=worker,
-        started_at=result.started_at,
-        finished_at=result.finished_at,
-        duration_ms=result.duration_ms,
-        outcome=result.outcome,
-        status_code=result.status_code,
-        # The attempt's row keeps the receiver's own words: the erase strips them there.
-        error=result.detail or result.error,
-        response_excerpt=result.response_excerpt,
-        max_attempts=result.delivery.max_attempts,
-        decision=decide(
-            outcome=result.outcome,
-            attempt=result.delivery.attempt,
-            max_attempts=result.delivery.max_attempts,
-            description=description,
-            status_code=result.status_code,
-            retry_after=result.retry_after,
-            gone=result.gone,
-            endpoint_down=verdict is not None and verdict.down,
-            # A verdict was weighed from the answers, this one's among them (_weigh).
-            refused_by_message=verdict is not None
-            and answer is not None
-            and verdict.health.refused_by_message(answer),
-            outlived=_outlived(result, lateness),
-            policy=policy,
-        ),
-    )
-
-
-def _outlived(result: SendResult, lateness: timedelta) -> timedelta | None:
-    """`lateness` (EVENT_MAX_LATENESS) if the delivery was queued longer ago than that when this attempt ended."""
-    queued_at = result.delivery.queued_at
-    return lateness if queued_at is not None and result.finished_at - queued_at >= lateness else None
 
 
 def _log_fields(result: SendResult) -> dict[str, Any]:

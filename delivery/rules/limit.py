@@ -18,15 +18,13 @@ window (and Netflix's concurrency-limits their AIMD limit):
   at least half of it in use, so an idle worker does not inflate it, and, at a
   receiver answering within `slow_latency`, deliveries waiting behind it
   (`held_back`). A limit that holds nothing back learns nothing by growing.
-  At a fast receiver it grew even so, to twice the claimed batch (401 at 200),
-  and the worker sent each batch in one burst, then waited on PostgreSQL with
-  nothing to send: 0.73x to 0.94x the rate of 32 fixed, at 10 to 20 % more CPU
-  a delivery, where 16, 64 and 128 fixed ran as 32 did. A slow receiver needs
-  its rate times its latency open (thousands at 1 s), and its slow start
-  doubles the limit only if every answer grows it: between two claims of a
-  batch the lane runs dry, and with the backlog asked of it too the limit
-  reached 2,400 instead of 3,900 at a 1 s receiver, at 0.86x the rate
-  (bench/results/REPORT-queued.md).
+  At a fast receiver it grew even so, past the claimed batch, and the worker
+  sent each batch in one burst, then waited on PostgreSQL with nothing to send:
+  slower than a fixed limit, at more CPU a delivery. A slow receiver needs its
+  rate times its latency open (thousands at 1 s), and its slow start doubles
+  the limit only if every answer grows it: between two claims of a batch the
+  lane runs dry, and with the backlog asked of it too the limit stopped short
+  of what a 1 s receiver needs (the figures: bench/results/REPORT-queued.md).
 
 A receiver that enforces a rate (nginx limit_req, an API gateway, a chat
 service) answers what goes over it with 429 and no Retry-After, at once. Fewer

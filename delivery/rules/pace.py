@@ -34,8 +34,8 @@ from dataclasses import dataclass
 # The end of each second left without starts: how much more the receiver's clock, the network and
 # its accept queue may lag the worker's for one request than for another without it counting in the
 # next second (a lag the same for all shifts every second alike, and the count holds). A fifth: with
-# a tenth, a Python receiver on a machine at load 17 counted 43 in one second against 40 (once in
-# three runs, the second second of the run); NTP keeps hosts' clocks within a few milliseconds.
+# a tenth, a Python receiver on a loaded machine counted more starts in one second than its limit
+# (bench/results/REPORT-house.md); NTP keeps hosts' clocks within a few milliseconds.
 GUARD = 0.2
 SPAN = 1.0 - GUARD
 

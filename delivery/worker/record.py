@@ -218,7 +218,7 @@ def deliveries_record(
         for key, as_seen in noted.items():
             if not as_seen():
                 # Another worker counted failures here since this one last looked: weigh the successes.
-                verdicts[key] = weighing.weigh(key, by_key[key])
+                verdicts[key] = weighing.weigh(key, by_key[key], _signals(by_key[key]))
     return _summary(results=results, records=records, applied=applied, verdicts=verdicts)
 
 
@@ -250,39 +250,34 @@ class _Weighing:
         """Each endpoint's health after its answers; None for one last seen healthy that answered with successes only."""
         verdicts: dict[str, Verdict | None] = {}
         for key, group in by_key.items():
-            quiet = key in healthy and all(
-                signal_of(
-                    outcome=r.outcome, status_code=r.status_code, retry_after=r.retry_after, gone=r.gone
-                )
-                == Signal.SUCCESS
-                for r in group
-            )
-            verdicts[key] = None if quiet else self.weigh(key, group)
+            signals = _signals(group)
+            quiet = key in healthy and all(signal == Signal.SUCCESS for signal in signals)
+            verdicts[key] = None if quiet else self.weigh(key, group, signals)
         return verdicts
 
-    def weigh(self, key: str, group: list[SendResult]) -> Verdict:
-        """The endpoint's health after `group`, its answers in this batch; each answer made is kept in `answers`."""
-        for r in group:
-            self.answers[id(r)] = _answer(r, self.descriptions[id(r)])
+    def weigh(self, key: str, group: list[SendResult], signals: list[Signal]) -> Verdict:
+        """The endpoint's health after `group`, its answers in this batch (`signals`, theirs); each answer made is
+        kept in `answers`."""
+        for r, signal in zip(group, signals, strict=True):
+            self.answers[id(r)] = Answer(
+                signal=signal,
+                started_at=r.started_at,
+                finished_at=r.finished_at,
+                description=self.descriptions[id(r)],
+                retry_after=r.retry_after,
+                probe=r.delivery.probe,
+            )
         return endpoint_record_answers(
             key=key, answers=[self.answers[id(r)] for r in group], now=self.now, policy=self.policy
         )
 
 
-def _answer(result: SendResult, description: str) -> Answer:
-    return Answer(
-        signal=signal_of(
-            outcome=result.outcome,
-            status_code=result.status_code,
-            retry_after=result.retry_after,
-            gone=result.gone,
-        ),
-        started_at=result.started_at,
-        finished_at=result.finished_at,
-        description=description,
-        retry_after=result.retry_after,
-        probe=result.delivery.probe,
-    )
+def _signals(group: list[SendResult]) -> list[Signal]:
+    """What each answer says about its endpoint (delivery.rules.health.signal_of)."""
+    return [
+        signal_of(outcome=r.outcome, status_code=r.status_code, retry_after=r.retry_after, gone=r.gone)
+        for r in group
+    ]
 
 
 def _records(

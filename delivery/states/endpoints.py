@@ -238,6 +238,7 @@ def endpoint_pause(*, endpoint: Endpoint, operator: str) -> Endpoint:
         endpoint=endpoint, sources=(HEALTHY, FAILING, GONE), target=PAUSED, changes=held
     ):
         logger.warning("Endpoint paused by %s", operator, extra={**endpoint_log_fields(endpoint), "was": was})
+        notify(WORKER_CHANNEL)
         return Endpoint.objects.get(pk=endpoint.pk)
     current = Endpoint.objects.get(pk=endpoint.pk)
     raise InvalidStateTransition(
@@ -252,6 +253,7 @@ def endpoint_resume(*, endpoint: Endpoint, operator: str) -> Endpoint:
         logger.warning(
             "Endpoint resumed by %s", operator, extra={**endpoint_log_fields(endpoint), "was": was}
         )
+        notify(WORKER_CHANNEL)
         return Endpoint.objects.get(pk=endpoint.pk)
     current = Endpoint.objects.get(pk=endpoint.pk)
     raise InvalidStateTransition(
@@ -262,8 +264,8 @@ def endpoint_resume(*, endpoint: Endpoint, operator: str) -> Endpoint:
 def _operator_move(
     *, endpoint: Endpoint, sources: tuple[str, ...], target: str, changes: Mapping[str, Any]
 ) -> str | None:
-    """Move the endpoint, as an operator asks, from the first of `sources` it is in to `target`, and wake the
-    workers; return the state it left, or None if it was in none of `sources`."""
+    """Move the endpoint, as an operator asks, from the first of `sources` it is in to `target`; return the state
+    it left, or None if it was in none of `sources`."""
     for source in sources:
         if endpoint_transition(
             endpoint_id=endpoint.pk,
@@ -272,7 +274,6 @@ def _operator_move(
             actor=EndpointActor.OPERATOR,
             changes=changes,
         ):
-            notify(WORKER_CHANNEL)
             return source
     return None
 

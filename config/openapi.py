@@ -39,7 +39,9 @@ class TokenScheme(OpenApiAuthenticationExtension):
         return _api_key(
             "header",
             "Authorization",
-            "`Token <key>`: an operator's DRF token (`python manage.py drf_create_token <operator>`).",
+            "`Token <key>`: the word Token, a space and an operator's DRF token (`python manage.py "
+            "drf_create_token <operator>`). On the docs page type it so, such as `Token 9944b09…`: the key "
+            "alone is refused (401).",
         )
 
 

@@ -8,7 +8,7 @@ will happen and to how many, and the same form posted again with
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,8 +59,10 @@ def confirmation_page(
     consequence: str,
     button: str,
     items: Sequence[Item],
+    carried: Mapping[str, str] | None = None,
 ) -> TemplateResponse:
-    """The page asking whether to run the action posted, with its consequence and the rows it touches."""
+    """The page asking whether to run the action posted, with its consequence and the rows it touches, and
+    `carried` (the action bar's own fields, such as a label) posted back with the answer."""
     refused = [item for item in items if item.refusal]
     return TemplateResponse(
         request,
@@ -81,6 +83,7 @@ def confirmation_page(
             "listed": [item for item in items if not item.refusal][:LISTED],
             "more": max(len(items) - len(refused) - LISTED, 0),
             "confirmed_name": CONFIRMED,
+            "carried": dict(carried or {}),
         },
     )
 
@@ -95,6 +98,7 @@ def confirmed_first(
     button: str,
     item: Callable[[Any], Item],
     run: Callable[[list], None],
+    carried: Mapping[str, str] | None = None,
 ) -> TemplateResponse | None:
     """An action on each selected row: the confirmation page (each row as `item` lists it) first, then `run`."""
     rows = selected_rows(modeladmin, request, queryset)
@@ -108,6 +112,7 @@ def confirmed_first(
             consequence=consequence,
             button=button,
             items=[item(row) for row in rows],
+            carried=carried,
         )
     run(rows)
     return None

@@ -3,11 +3,10 @@ destination's form shares with them."""
 
 from __future__ import annotations
 
-import re
-
 from django import forms
 from django.core.exceptions import ValidationError
 
+from scheduling.labels import labels_from_text
 from users.fields import FIELDS_BY_NAME, USER_FIELDS, clean_user_fields
 from users.models import User
 
@@ -32,7 +31,8 @@ class TimeOfDayFormField(forms.CharField):
 
 
 class LabelsFormField(forms.CharField):
-    """Labels typed as one line, separated by commas, semicolons or spaces; checked by the shared rule.
+    """Labels typed as one line, separated by commas or semicolons (scheduling.labels.labels_from_text, as an
+    import's cell is); checked by the shared rule.
 
     The list goes to clean_user_fields (scheduling.labels.clean_labels), which says what is wrong
     with a label, as the API's 400 does.
@@ -42,7 +42,7 @@ class LabelsFormField(forms.CharField):
         super().__init__(required=False, **kwargs)
 
     def to_python(self, value):
-        return [label for label in re.split(r"[,;\s]+", super().to_python(value) or "") if label]
+        return labels_from_text(super().to_python(value))
 
     def prepare_value(self, value):
         return ", ".join(value) if isinstance(value, list | tuple) else value

@@ -32,6 +32,19 @@ LABELS_JOINED_PATTERN = (
 )
 
 
+# Between the labels of one line of text (the console's box, an import's cell): a comma or a
+# semicolon, never a space, so that "team platform" is refused as one label holding a space
+# (as the API refuses ["team platform"]) rather than read as two labels that change who is greeted.
+LABELS_TEXT_SEPARATORS = ",;"
+_TEXT_SEPARATOR = re.compile(f"[{LABELS_TEXT_SEPARATORS}]")
+
+
+def labels_from_text(text: str | None) -> list[str]:
+    """The labels typed on one line ("team:platform, remote" or "team:platform;remote"), to check by
+    clean_labels: split at commas and semicolons only, each trimmed, empty pieces dropped."""
+    return [piece.strip() for piece in _TEXT_SEPARATOR.split(text or "") if piece.strip()]
+
+
 def clean_labels(value: object) -> list[str]:
     """A recipient's labels, trimmed, lowercased, without repeats and sorted; None or [] for none.
 
@@ -47,6 +60,11 @@ def clean_labels(value: object) -> list[str]:
     for label in labels:
         if len(label) > LABEL_MAX_LENGTH:
             errors.append(f"Label {label!r} is longer than {LABEL_MAX_LENGTH} characters.")
+        elif any(character.isspace() for character in label):
+            errors.append(
+                f"Label {label!r} holds a space: separate labels with commas (team, platform), or join "
+                "the words with - (team-platform)."
+            )
         elif not _LABEL.fullmatch(label):
             errors.append(
                 f"Label {label!r} is not a label: lowercase letters, digits and . _ -, optionally "

@@ -8,7 +8,7 @@ import and the services refuse and accept the same.
 """
 
 import re
-from datetime import UTC, datetime, time
+from datetime import UTC, datetime, time, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo, available_timezones
 
@@ -21,6 +21,10 @@ from scheduling.zonedata import zone_cache
 TIME_OF_DAY_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
 _TIME_OF_DAY = re.compile(TIME_OF_DAY_PATTERN)
 _UTC_OFFSET = re.compile(r"^(UTC|GMT)?\s*[+-]\d", re.IGNORECASE)
+# An offset read whole, to suggest zones at it: +5, +05, +0530, +05:30, UTC+5:45.
+_OFFSET_PARTS = re.compile(r"^(?:UTC|GMT)?\s*([+-])(\d{1,2})(?::?(\d{2}))?$", re.IGNORECASE)
+# How many zones an offset's message suggests.
+SUGGESTED_ZONES = 3
 
 
 def time_of_day(value: object) -> time | None:
@@ -45,12 +49,33 @@ def clean_timezone(value: object) -> str:
     name = value.strip()
     if name not in _known_timezone_names():
         if _UTC_OFFSET.match(name):
+            zones = zones_at_offset(name)
+            example = f"one at {name} now, such as {', '.join(zones)}" if zones else "such as Europe/Berlin"
             raise ValidationError(
                 f"'{name}' is a UTC offset, not a time zone: offsets do not follow "
-                "daylight saving time. Use an IANA name such as Asia/Kathmandu."
+                f"daylight saving time. Use an IANA name, {example}."
             )
         raise ValidationError(f"'{name}' is not a known IANA time zone (for example Europe/London).")
     return name
+
+
+def zones_at_offset(offset: str, *, now: datetime | None = None) -> list[str]:
+    """A few IANA zones (Area/City) whose UTC offset is `offset` (as +05:00 or UTC+5 is written) at `now`;
+    [] if it is not one. Asia/Kathmandu is +05:45, so +05:00 must not suggest it."""
+    match = _OFFSET_PARTS.match(offset.strip())
+    if match is None:
+        return []
+    sign, hours, minutes = match.group(1), int(match.group(2)), int(match.group(3) or 0)
+    wanted = (-1 if sign == "-" else 1) * timedelta(hours=hours, minutes=minutes)
+    at = now or datetime.now(UTC)
+    zones = sorted(
+        name
+        for name in _known_timezone_names()
+        if "/" in name
+        and not name.startswith(("Antarctica/", "Etc/", "SystemV/", "US/", "posix/", "right/"))
+        and at.astimezone(load_timezone(name)).utcoffset() == wanted
+    )
+    return zones[:SUGGESTED_ZONES]
 
 
 @zone_cache

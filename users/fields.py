@@ -176,7 +176,7 @@ RECIPIENT_FIELDS: tuple[RecipientField, ...] = (
             "the list by it with `GET /api/v1/users/?label=team:platform`."
         ),
         form_help="Optional: labels destinations' audiences choose recipients by, such as "
-        "team:platform, office:berlin (separated by commas or spaces). Lowercase letters, digits "
+        "team:platform, office:berlin (separated by commas; a space is not a separator). Lowercase letters, digits "
         "and . _ -, optionally one key:value.",
         column_help="separated by semicolons, such as team:platform;office:berlin; empty for none",
     ),

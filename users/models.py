@@ -4,7 +4,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.db import models, transaction
 from django.db.models import Q
-from django.db.models.functions import Length, TruncMinute, Upper
+from django.db.models.functions import Cast, Length, TruncMinute, Upper
 from django.db.models.lookups import GreaterThan
 
 from scheduling.labels import LABEL_MAX_LENGTH, LABELS_MAX_COUNT, labels_by_rule
@@ -108,9 +108,11 @@ class User(Pausable, models.Model):
                 condition=Q(anniversary_date__gte=EARLIEST_DATE),
                 name="user_anniversary_date_from_1900",
             ),
-            # Whole minutes, as every path writes it (users.validators.clean_send_time).
+            # Whole minutes, as every path writes it (users.validators.clean_send_time). The cast
+            # types the NULL Django's validate_constraints() puts in its place for a recipient
+            # without a send time (date_trunc(unknown, unknown) is ambiguous); the column is a time.
             models.CheckConstraint(
-                condition=Q(send_time=TruncMinute("send_time")),
+                condition=Q(send_time=TruncMinute(Cast("send_time", models.TimeField()))),
                 name=SEND_TIME_WHOLE_MINUTES,
             ),
             *pause_constraints(prefix="user"),

@@ -6,6 +6,7 @@ from rest_framework import serializers
 
 from config.fields import StrictBooleanField, StrictCharField
 from scheduling.labels import LABEL_MAX_LENGTH, LABEL_PATTERN, LABELS_MAX_COUNT
+from scheduling.languages import LANGUAGE_MAX_LENGTH
 from scheduling.models import Event, EventType
 from scheduling.serializers import PAUSE_RECORD_HELP
 from scheduling.times import TIME_OF_DAY_PATTERN
@@ -158,7 +159,9 @@ class UserSerializer(serializers.ModelSerializer):
         **_described("external_id"),
     )
     labels = LabelsField(allow_null=True, **_described("labels"))
-    language = StrictCharField(max_length=1000, allow_null=True, allow_blank=True, **_described("language"))
+    language = StrictCharField(
+        max_length=LANGUAGE_MAX_LENGTH, allow_null=True, allow_blank=True, **_described("language")
+    )
     paused = StrictBooleanField(**_described("paused"))
     next_event = serializers.SerializerMethodField(
         help_text="The pending birthday event: the next birthday message and when it is due."

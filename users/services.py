@@ -179,6 +179,18 @@ def user_update(
     return current
 
 
+def user_labels_change(*, user: User, add: Collection[str] = (), remove: Collection[str] = ()) -> bool:
+    """Give the recipient the labels `add` and take `remove` away, under the row's lock (a label an edit gave
+    meanwhile stays); whether their labels changed. The labels are checked by the one rule (clean_labels)."""
+    with transaction.atomic():
+        current = _lock_current(user=user, expected_versions=None)
+        labels = sorted((set(current.labels) | set(add)) - set(remove))
+        if labels == sorted(current.labels):
+            return False
+        user_update(user=current, data={"labels": labels})
+    return True
+
+
 def user_erase(*, user: User, expected_versions: Collection[int] | None = None) -> None:
     """Delete a recipient and every copy of their personal data, in one transaction (DELETE of the API).
 

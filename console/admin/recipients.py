@@ -2,27 +2,46 @@
 
 from __future__ import annotations
 
+import logging
+
+from django import forms
 from django.conf import settings
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.actions import delete_selected
+from django.core.exceptions import ValidationError
 from django.db.models import Prefetch
 from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.text import capfirst
 
-from console import widgets
+from console import confirm, widgets
 from console.admin.events import retries_of
 from console.forms import RecipientAdminForm
 from console.pagination import BoundedListAdmin
 from delivery.destinations.selectors import destination_audience_labels
 from delivery.models import Delivery, DeliveryAttempt
 from delivery.selectors import recipients_attempt_count
+from scheduling.labels import clean_labels, labels_from_text
 from scheduling.models import Event, EventStatus, EventType
 from users import services
 from users.fields import USER_FIELDS
 from users.models import User
 from users.selectors import user_labels_filter, user_search_filter, user_timezones_in_use
+
+logger = logging.getLogger(__name__)
+LABEL_FIELD = "label"
+
+
+class RecipientActionForm(helpers.ActionForm):
+    """The changelist's action bar, with the box the label actions read their label from."""
+
+    label = forms.CharField(
+        required=False,
+        label="Label",
+        widget=forms.TextInput(attrs={"placeholder": "team:platform", "size": 16, "autocomplete": "off"}),
+    )
 
 
 class EventInline(widgets.ReadOnlyInlineMixin, admin.TabularInline):
@@ -146,7 +165,9 @@ class RecipientAdmin(BoundedListAdmin):
         "resumed_at",
         "resumed_by",
     ]
-    actions = ["pause_greetings", "resume_greetings", "delete_selected"]
+    actions = ["add_label", "remove_label", "pause_greetings", "resume_greetings", "delete_selected"]
+    # The action bar's label box, which the label actions read.
+    action_form = RecipientActionForm
 
     def get_inlines(self, request, obj):
         return self.inlines if obj else []
@@ -227,6 +248,78 @@ class RecipientAdmin(BoundedListAdmin):
     def delete_queryset(self, request, queryset):
         for user in queryset:
             services.user_erase(user=user)
+
+    # --- labels, through users.services.user_labels_change ----------------------------
+
+    @admin.action(
+        description="Add the label typed beside to the selected recipients…", permissions=["change"]
+    )
+    def add_label(self, request, queryset):
+        return self._change_label(request, queryset, add=True)
+
+    @admin.action(
+        description="Remove the label typed beside from the selected recipients…", permissions=["change"]
+    )
+    def remove_label(self, request, queryset):
+        return self._change_label(request, queryset, add=False)
+
+    def _change_label(self, request, queryset, *, add: bool):
+        try:
+            labels = clean_labels(labels_from_text(request.POST.get(LABEL_FIELD, "")))
+        except ValidationError as exc:
+            self.message_user(request, " ".join(exc.messages) + " Nothing was changed.", level=messages.ERROR)
+            return None
+        if len(labels) != 1:
+            self.message_user(
+                request,
+                "Type one label in the box beside the action (such as team:platform). Nothing was changed.",
+                level=messages.ERROR,
+            )
+            return None
+        [label] = labels
+        operator = request.user.get_username()
+        verb, to = ("Added", "to") if add else ("Removed", "from")
+
+        def run(rows: list[User]) -> None:
+            changed = 0
+            for user in rows:
+                if services.user_labels_change(
+                    user=user, **({"add": [label]} if add else {"remove": [label]})
+                ):
+                    changed += 1
+                    self.log_change(request, user, f"{verb} label {label}")
+            others = "; the others already had it." if add else "; the others did not have it."
+            self.message_user(
+                request,
+                f"{verb} the label {label} {to} {changed} recipient(s)"
+                + (others if changed < len(rows) else "."),
+            )
+            logger.info("Label %s by %s", verb.lower(), operator, extra={"label": label, "changed": changed})
+
+        return confirm.confirmed_first(
+            self,
+            request,
+            queryset,
+            title=f"Add the label {label}?" if add else f"Remove the label {label}?",
+            consequence=(
+                f"Each recipient below gets the label {label}: the destinations whose audience names it greet "
+                "them from the next occurrence claimed, and those that exclude it stop."
+                if add
+                else f"Each recipient below loses the label {label}: the destinations whose audience names it "
+                "stop greeting them from the next occurrence claimed, unless another of their labels is named."
+            ),
+            button=f"Yes, add {label}" if add else f"Yes, remove {label}",
+            item=lambda user: confirm.Item(
+                label=str(user),
+                refusal=(
+                    ("already holds it" if label in user.labels else "")
+                    if add
+                    else ("" if label in user.labels else "does not hold it")
+                ),
+            ),
+            run=run,
+            carried={LABEL_FIELD: label},
+        )
 
     # --- pause and resume, through users.services ---------------------------------
 

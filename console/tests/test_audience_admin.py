@@ -73,7 +73,7 @@ def test_an_operator_gives_a_destination_an_audience_and_sees_whom_it_greets(con
 
     response = console.post(
         DESTINATION_ADD,
-        {**DESTINATION_FORM, "audience_labels": "team:platform team:data", "excluded_labels": ""},
+        {**DESTINATION_FORM, "audience_labels": "team:platform, team:data", "excluded_labels": ""},
     )
     destination = Destination.objects.get()
     change = console.get(reverse("admin:delivery_destination_change", args=[destination.pk]))

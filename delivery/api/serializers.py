@@ -5,11 +5,13 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from config.fields import StrictCharField
+from delivery.credentials.signing_secrets import PREFIX as SECRET_PREFIX
 from delivery.destinations.fields import EDITABLE_FIELDS, SETTINGS, URL_MAX_LENGTH
 from delivery.models import (
     RECOVERABLE_STATUSES,
@@ -22,9 +24,24 @@ from delivery.models import (
 )
 from delivery.rules import failure_causes as failures
 from scheduling.event_types import EventType
+from scheduling.labels import LABEL_MAX_LENGTH, LABEL_PATTERN, LABELS_MAX_COUNT
 from scheduling.times import TIME_OF_DAY_PATTERN, time_of_day
 
+# What the document says of a receiver URL: http or https in any case (the server normalises it).
+URL_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://"
+# A signing secret as given on create: the prefix and base64 (blank: the server makes one).
+SECRET_PATTERN = rf"^\s*({SECRET_PREFIX}[A-Za-z0-9+/]+={{0,2}}\s*)?$"
 
+
+@extend_schema_field(
+    {
+        "type": "number",
+        "minimum": 0,
+        "exclusiveMinimum": True,
+        "maximum": settings.WEBHOOK_TIMEOUT.total_seconds(),
+        "nullable": True,
+    }
+)
 class SecondsField(serializers.FloatField):
     """A duration as a number of seconds, as WEBHOOK_TIMEOUT is written."""
 
@@ -57,6 +74,7 @@ class DestinationSecretSerializer(serializers.ModelSerializer):
         }
 
 
+@extend_schema_field({"type": "string", "pattern": URL_PATTERN, "maxLength": URL_MAX_LENGTH})
 class ReceiverUrlField(serializers.CharField):
     """A receiver URL: read as its redacted form (the host, never the token: delivery.credentials.receiver_urls), written
     whole. The whole URL is read only with POST .../reveal-url/."""
@@ -71,10 +89,32 @@ class DigestTimeField(serializers.TimeField):
     ("09:00:00Z") would describe what is refused, and strptime would take "9:5"."""
 
     def to_internal_value(self, value: Any) -> Any:
-        at = time_of_day(value)
-        if at is None:
-            self.fail("invalid", format="hh:mm")
-        return at
+        # Not HH:MM: as given, for the destination's cleaner to say so in the words a send time gets.
+        return time_of_day(value) or value
+
+
+@extend_schema_field(
+    {
+        "type": "array",
+        "items": {"type": "string", "pattern": LABEL_PATTERN, "maxLength": LABEL_MAX_LENGTH},
+        "maxItems": LABELS_MAX_COUNT,
+        "example": ["team:platform"],
+    }
+)
+class LabelsField(serializers.Field):
+    """Labels as given, to the service's cleaner (scheduling.labels.clean_labels, a recipient's rule): not a
+    ListField of CharField, which would store [1] as ["1"] where a recipient's [1] is refused."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        return data
+
+    def to_representation(self, value: Any) -> list[str]:
+        return list(value)
+
+
+@extend_schema_field({"type": "string", "pattern": SECRET_PATTERN})
+class SigningSecretField(serializers.CharField):
+    """A signing secret an operator gives: the document states its prefix; the service judges the rest."""
 
 
 def _help(name: str) -> str:
@@ -92,18 +132,8 @@ class DestinationSerializer(serializers.ModelSerializer):
         allow_empty=True,
         help_text=_help("event_types"),
     )
-    audience_labels = serializers.ListField(
-        child=serializers.CharField(),
-        required=False,
-        allow_empty=True,
-        help_text=_help("audience_labels"),
-    )
-    excluded_labels = serializers.ListField(
-        child=serializers.CharField(),
-        required=False,
-        allow_empty=True,
-        help_text=_help("excluded_labels"),
-    )
+    audience_labels = LabelsField(required=False, help_text=_help("audience_labels"))
+    excluded_labels = LabelsField(required=False, help_text=_help("excluded_labels"))
     message_overrides = serializers.DictField(
         child=StrictCharField(allow_blank=True, trim_whitespace=False),
         required=False,
@@ -146,7 +176,7 @@ class DestinationSerializer(serializers.ModelSerializer):
         help_text="When its next digest is due (UTC); null without a digest_time.",
     )
     url = ReceiverUrlField(max_length=URL_MAX_LENGTH, help_text=_help("url"))
-    secret = serializers.CharField(
+    secret = SigningSecretField(
         write_only=True,
         required=False,
         allow_blank=True,
@@ -264,7 +294,7 @@ class NewSecretSerializer(serializers.Serializer):
 
 
 class RotateSecretSerializer(serializers.Serializer):
-    secret = serializers.CharField(
+    secret = SigningSecretField(
         required=False,
         allow_blank=True,
         help_text="A signing secret to use (whsec_ + base64 of 24 to 64 bytes); left out, the server makes one.",
@@ -335,7 +365,8 @@ class RecoveryRequestSerializer(serializers.Serializer):
             attrs = super().to_internal_value(data)
         except serializers.ValidationError as exc:
             assert isinstance(exc.detail, dict)  # a serializer's errors are by field
-            unknown.update(exc.detail)
+            # A list's errors said as every other list field's are: "Item 1: ...".
+            unknown.update({field: _messages(detail) for field, detail in exc.detail.items()})
             raise serializers.ValidationError(unknown) from None
         if unknown:
             raise serializers.ValidationError(unknown)

@@ -48,6 +48,7 @@ USERINFO_REFUSED = (
     "in the clear as Basic auth and shown wherever the URL is. Authenticate with the signing secret, "
     "or a token in the URL's path or query."
 )
+PORT_REFUSED = "A port from 1 to 65535 (such as https://example.com:8443/), or none for the scheme's own."
 
 
 def url_normalise(url: str) -> str:
@@ -58,6 +59,13 @@ def url_normalise(url: str) -> str:
     parts = urllib.parse.urlsplit(url.strip())
     if parts.username is not None or parts.password is not None or "@" in parts.netloc:
         raise ValidationError(USERINFO_REFUSED, code="userinfo")
+    try:
+        # urllib reads the port only when asked, and raises ValueError for one out of range (99999).
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise ValidationError(PORT_REFUSED, code="port")
     return _unsplit(parts)
 
 

@@ -169,7 +169,11 @@ def _digest_time(value: time | str | None) -> time | None:
             return None
         value = time_of_day(value) or value
     if value is not None and (not isinstance(value, time) or value.second or value.microsecond):
-        raise ValidationError("A time of day as HH:MM (such as 09:30), or none for one message per greeting.")
+        # The words a send time's are in (users.validators.clean_send_time): the one HH:MM rule.
+        raise ValidationError(
+            "Digest time must be a local time HH:MM from 00:00 to 23:59, such as 09:30, or empty for one "
+            "message per greeting."
+        )
     return value.replace(tzinfo=None) if value is not None else None
 
 
@@ -214,7 +218,7 @@ class DestinationSettings:
             "one key:value), taken in any case. A change applies to the occurrences claimed after it is saved, on "
             "every scheduler; still one delivery per occurrence and destination.",
             form_help="Whom it greets: recipients with any of these labels (such as team:platform, separated by "
-            "commas or spaces). Empty: everyone.",
+            "commas). Empty: everyone.",
         ),
     )
     excluded_labels: Sequence[str] = field(

@@ -13,6 +13,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, models
 
+from scheduling.labels import labels_from_text
 from scheduling.pauses import ACTOR_MAX_LENGTH
 from users.fields import FIELDS_BY_NAME, RECIPIENT_FIELDS, USER_FIELDS, clean_user_fields
 from users.models import User
@@ -29,8 +30,6 @@ OPTIONAL_COLUMNS = tuple(field.name for field in RECIPIENT_FIELDS if not field.r
 KNOWN_COLUMNS = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
 # How much of a cell the report quotes.
 CELL_SHOWN_CHARS = 40
-# Between a cell's labels: not a comma, the CSV's own separator, so a cell needs no quotes.
-LABEL_SEPARATOR = ";"
 # A paused cell, in any case; empty: not paused.
 PAUSED_VALUES = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False, "": False}
 # Printing a million bad rows helps nobody; the count is always reported.
@@ -56,7 +55,7 @@ def _parse_send_time(raw: str | None) -> str | None:
 
 def _parse_labels(raw: str | None) -> list[str]:
     """A labels cell (team:platform;office:berlin) as a list to check; empty: none (clears them on an update)."""
-    return [label for label in (raw or "").split(LABEL_SEPARATOR) if label.strip()]
+    return labels_from_text(raw)
 
 
 def _parse_paused(raw: str | None) -> bool:

@@ -13,6 +13,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from scheduling.exceptions import SchedulingError
+from scheduling.times import load_timezone
 
 # Status -> badge colour. Shared by events, deliveries, attempts and processes.
 BADGE_COLOURS = {
@@ -81,6 +82,21 @@ def when(moment: datetime | None):
     iso = moment.astimezone(UTC).isoformat()
     return format_html(
         '<time class="bs-when" datetime="{}" title="{}">{}</time>', iso, iso, when_text(moment)
+    )
+
+
+def when_in_zone(moment: datetime | None, zone: str):
+    """A moment in a zone of the data's own (a destination's digest zone), as its people read it, with UTC on
+    hover: 'Mon 2026-11-30 09:30 Europe/Berlin'. Not a `when()`, which the page shows in the operator's zone."""
+    if moment is None:
+        return "—"
+    local = moment.astimezone(load_timezone(zone))
+    return format_html(
+        '<time class="bs-zoned" datetime="{}" title="{}">{} {}</time>',
+        local.isoformat(),
+        when_text(moment),
+        f"{local:%a %Y-%m-%d %H:%M}",
+        zone,
     )
 
 

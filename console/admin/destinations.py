@@ -342,14 +342,20 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
     def digest(self, destination: Destination) -> str:
         if destination.digest_time is None:
             return "per greeting"
-        return f"daily {destination.digest_time:%H:%M} {destination.digest_timezone}; next {self.next_digest(destination)}"
+        return format_html(
+            "daily {} {}; next {}",
+            f"{destination.digest_time:%H:%M}",
+            destination.digest_timezone,
+            self.next_digest(destination),
+        )
 
     @admin.display(description="next digest")
     def next_digest(self, destination: Destination) -> str:
-        day, due = destination.next_digest_date, destination.next_digest_at
-        if day is None or due is None:
+        # The one that will be sent (never a date already built: digest_schedule), at the destination's own
+        # time in its zone, UTC on hover.
+        if destination.next_digest_at is None:
             return "— (no digest)"
-        return f"{day:%a} {day.isoformat()} at {due:%Y-%m-%d %H:%M} UTC"
+        return widgets.when_in_zone(destination.next_digest_at, destination.digest_timezone)
 
     @admin.display(description="audience")
     def audience(self, destination: Destination) -> str:

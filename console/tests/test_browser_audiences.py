@@ -64,7 +64,7 @@ def test_operator_labels_recipients_gives_a_destination_an_audience_and_only_its
         page.goto(live_server.url + reverse("admin:users_user_change", args=[people["Ada"].pk]))
         page.fill("#id_labels", "team platform!")
         page.click("input[name=_save]")
-        assert "is not a label" in page.locator(".field-labels .errorlist").inner_text()
+        assert "holds a space" in page.locator(".field-labels .errorlist").inner_text()
         label_recipient(page, live_server, people["Ada"], "Team:Platform, office:berlin")
         label_recipient(page, live_server, people["Bob"], "team:data")
 

@@ -72,6 +72,7 @@ CREATED = OpenApiExample(
         "weekend": "ON_THE_DAY",
         "next_digest_date": None,
         "next_digest_at": None,
+        "next_digest_local": None,
         "secrets": [{"hint": "whsec_q2Vd…", "created_at": "2026-11-26T08:00:00Z", "expires_at": None}],
         "paused": False,
         "endpoint_state": "HEALTHY",

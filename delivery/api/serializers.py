@@ -23,6 +23,7 @@ from delivery.models import (
     Weekend,
 )
 from delivery.rules import failure_causes as failures
+from delivery.rules.digest_calendar import next_digest_local
 from scheduling.event_types import EventType
 from scheduling.labels import LABEL_MAX_LENGTH, LABEL_PATTERN, LABELS_MAX_COUNT
 from scheduling.times import TIME_OF_DAY_PATTERN, time_of_day
@@ -175,6 +176,12 @@ class DestinationSerializer(serializers.ModelSerializer):
         allow_null=True,
         help_text="When its next digest is due (UTC); null without a digest_time.",
     )
+    next_digest_local = serializers.SerializerMethodField(
+        help_text="When its next digest is due in digest_timezone, with that zone's offset then "
+        "(2026-11-30T09:30:00+01:00): the instant next_digest_at is, as the destination's people read it; "
+        "null without a digest_time. The next digest that will be built: never a date whose digest was built "
+        "already, whatever its time was moved to.",
+    )
     url = ReceiverUrlField(max_length=URL_MAX_LENGTH, help_text=_help("url"))
     secret = SigningSecretField(
         write_only=True,
@@ -204,6 +211,7 @@ class DestinationSerializer(serializers.ModelSerializer):
             *EDITABLE_FIELDS,
             "next_digest_date",
             "next_digest_at",
+            "next_digest_local",
             "secret",
             "secrets",
             "paused",
@@ -231,6 +239,11 @@ class DestinationSerializer(serializers.ModelSerializer):
 
     def validate_url(self, value: str) -> str:
         return value
+
+    @extend_schema_field({"type": "string", "format": "date-time", "nullable": True})
+    def get_next_digest_local(self, destination: Destination) -> str | None:
+        local = next_digest_local(destination=destination)
+        return local.isoformat() if local is not None else None
 
     def get_paused(self, destination: Destination) -> bool:
         return self.get_endpoint_state(destination) == EndpointState.PAUSED

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from django.db import connection
@@ -17,6 +17,7 @@ from delivery.models import (
     DeliveryStatus,
     Destination,
     DestinationSecret,
+    Digest,
     Endpoint,
     EndpointState,
 )
@@ -269,4 +270,19 @@ def _destination_health(
             if endpoint is not None and state == EndpointState.FAILING and endpoint.last_error
             else ""
         ),
+    )
+
+
+def destination_last_digest_date(*, destination_id: int | None) -> date | None:
+    """The latest local date whose digest the destination has (built, whether sent yet or not); None if none.
+
+    One probe of the (destination, local_date) unique index from its end.
+    """
+    if destination_id is None:
+        return None
+    return (
+        Digest.objects.filter(destination_id=destination_id)
+        .order_by("-local_date")
+        .values_list("local_date", flat=True)
+        .first()
     )

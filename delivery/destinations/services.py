@@ -33,6 +33,7 @@ from delivery.destinations.fields import (
     settings_clean,
 )
 from delivery.destinations.selectors import (
+    destination_last_digest_date,
     destination_signing_secrets,
     destination_unsent_count,
     destinations_for_claim,
@@ -201,7 +202,11 @@ def destination_update(
             raise ValidationError({"excluded_labels": [BOTH_LABELS]})
         digest_settings_check(current)
         if set(values) & set(DIGEST_FIELDS):
-            digest_schedule(destination=current, now=timezone.now())
+            digest_schedule(
+                destination=current,
+                now=timezone.now(),
+                last_built=destination_last_digest_date(destination_id=current.pk),
+            )
         current.updated_by = operator
         current.version += 1
         _saved(current, values=values)

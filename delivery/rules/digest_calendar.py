@@ -69,12 +69,14 @@ def next_digest(
     raise AssertionError("a digest goes at least on every weekday")  # unreachable: 5 weekdays in 10 days
 
 
-def digest_schedule(*, destination: Destination, now: datetime) -> None:
+def digest_schedule(*, destination: Destination, now: datetime, last_built: date | None = None) -> None:
     """Set the destination's next digest from its settings (none without a digest time); the caller saves.
 
-    The first due strictly after `now`: a time set after today's has passed starts tomorrow. A
-    date whose digest was already built is never built again (its Digest row is unique), so
-    moving the time later the same day sends nothing twice.
+    The first due strictly after `now`, on a date after `last_built` (the latest date whose
+    digest was built: delivery.destinations.selectors.destination_last_digest_date). A time
+    set after today's has passed starts tomorrow; a date whose digest was already built is
+    never built again (its Digest row is unique), so moving the time later the same day names
+    the next date, the one that will be sent, not the one already sent.
     """
     if destination.digest_time is None:
         destination.next_digest_date = destination.next_digest_at = None
@@ -84,7 +86,16 @@ def digest_schedule(*, destination: Destination, now: datetime) -> None:
         timezone_name=destination.digest_timezone,
         weekend=destination.weekend,
         after=now,
+        after_date=last_built,
     )
+
+
+def next_digest_local(*, destination: Destination) -> datetime | None:
+    """When the destination's next digest is due, in its own zone (the console and the API show it so, with
+    UTC beside); None without a digest."""
+    if destination.next_digest_at is None or not destination.digest_timezone:
+        return None
+    return destination.next_digest_at.astimezone(load_timezone(destination.digest_timezone))
 
 
 def _heading(*, day: date, first: date, last: date) -> str:

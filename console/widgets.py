@@ -12,6 +12,7 @@ from django.forms.models import BaseInlineFormSet
 from django.utils import timezone
 from django.utils.html import format_html
 
+from delivery.rules.attempt_words import AttemptCount
 from scheduling.exceptions import SchedulingError
 from scheduling.times import load_timezone
 
@@ -100,20 +101,20 @@ def when_in_zone(moment: datetime | None, zone: str):
     )
 
 
-def attempts(*, used: int, allowed: int):
-    """Attempts as an operator reads them: '3 of 8'; a resend's raised allowance says so on hover.
+def attempts(count: AttemptCount):
+    """Attempts as an operator reads them: '3 of 8', and a word for those not counted ('3 of 8, and 2 not
+    counted'), which cost none of the budget. A resend's raised budget says so on hover.
 
     An operator's Resend allows DELIVERY_MAX_ATTEMPTS more, and attempt numbers keep counting, so
     a resent delivery reads '9 of 16' under a setting of 8.
     """
-    if allowed > settings.DELIVERY_MAX_ATTEMPTS:
+    if count.budget > settings.DELIVERY_MAX_ATTEMPTS:
         return format_html(
-            '<span title="Raised by a resend: each allows {} more (DELIVERY_MAX_ATTEMPTS)">{} of {}*</span>',
+            '<span title="Raised by a resend: each allows {} more (DELIVERY_MAX_ATTEMPTS)">{}</span>',
             settings.DELIVERY_MAX_ATTEMPTS,
-            used,
-            allowed,
+            count.words(),
         )
-    return f"{used} of {allowed}"
+    return count.words()
 
 
 def split_local_time(iso: str) -> tuple[str, str]:

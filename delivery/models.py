@@ -388,6 +388,14 @@ class DeliveryAttempt(models.Model):
     status_code = models.PositiveSmallIntegerField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
     response_excerpt = models.TextField(blank=True, default="")
+    # What the attempt led to, as the retry decision said (delivery.rules.retry.Decision): whether it
+    # was counted against max_attempts (a 429, a gone webhook or a receiver that is down cost
+    # none), and the delivery's status after it (QUEUED: tried again or held; DEAD; DELIVERED).
+    # NULL and "" for attempts recorded before these were kept (a database default: rows written
+    # without them, as a restore or a bench's COPY may, are taken). An attempt is labelled by them,
+    # not by its delivery's final state (delivery.rules.attempt_words).
+    counted = models.BooleanField(null=True, blank=True)
+    delivery_status_after = models.CharField(max_length=16, blank=True, db_default="")
 
     class Meta:
         ordering = ["delivery", "number"]

@@ -10,6 +10,7 @@ from typing import Any
 
 from django.db import connection
 from django.db.models import Count, Min, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 
 from delivery.models import (
     AttemptOutcome,
@@ -22,6 +23,7 @@ from delivery.models import (
     Recovery,
 )
 from delivery.rules import failure_causes as failures
+from kinds import STANDARD
 from runtime.aggregates import counts_by, estimated_counts_by
 from scheduling.admin_log import admin_log_export
 
@@ -224,6 +226,8 @@ class FailureGroup:
 
     destination_id: int
     destination_name: str
+    # Its kind (Destination.format): a chat service's 404 means its webhook was deleted.
+    destination_format: str
     cause: str
     count: int
     count_last_hour: int
@@ -235,6 +239,11 @@ class FailureGroup:
     @property
     def label(self) -> str:
         return failures.cause_label(self.cause)
+
+    @property
+    def hint(self) -> str:
+        """What the cause means and what fixes it."""
+        return failures.cause_hint(self.cause, chat=self.destination_format != STANDARD.name)
 
 
 def failure_groups(
@@ -271,9 +280,14 @@ def failure_groups(
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
-    names = dict(Destination.objects.filter(pk__in={row[0] for row in rows}).values_list("pk", "name"))
+    names = {
+        pk: (name, format_)
+        for pk, name, format_ in Destination.objects.filter(pk__in={row[0] for row in rows}).values_list(
+            "pk", "name", "format"
+        )
+    }
     groups = [
-        FailureGroup(destination_id, names[destination_id], cause, count, last_hour, first, last, examples)
+        FailureGroup(destination_id, *names[destination_id], cause, count, last_hour, first, last, examples)
         for destination_id, cause, count, last_hour, first, last, examples in rows
         if destination_id in names  # deleted meanwhile
     ]
@@ -317,3 +331,16 @@ def failure_group_deliveries(
     if through is not None:
         deliveries = deliveries.filter(updated_at__gt=through)
     return deliveries.order_by("-updated_at")
+
+
+def attempts_not_counted() -> Coalesce:
+    """An annotation of deliveries: how many of each one's attempts cost none of its budget (counted False: a
+    429, a gone or down receiver). One probe of attempt_unique_number per delivery read."""
+    not_counted = (
+        DeliveryAttempt.objects.filter(delivery=OuterRef("pk"), counted=False)
+        .order_by()
+        .values("delivery")
+        .annotate(n=Count("*"))
+        .values("n")
+    )
+    return Coalesce(Subquery(not_counted), 0)

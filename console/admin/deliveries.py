@@ -14,7 +14,10 @@ from console.pagination import BoundedListAdmin
 from delivery.actions.resend import delivery_resend
 from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus, Endpoint
 from delivery.rules import failure_causes as failures
+from delivery.rules.attempt_words import AttemptCount, attempt_label
 from delivery.rules.digest_calendar import KEY_PREFIX as DIGEST_KEY_PREFIX
+from delivery.selectors import attempts_not_counted
+from kinds import STANDARD
 
 
 class AttemptOutcomeFilter(admin.SimpleListFilter):
@@ -77,9 +80,18 @@ class DeliveryAttemptInline(widgets.ReadOnlyInlineMixin, admin.TabularInline):
     )
     ordering = ["-number"]
 
-    @admin.display(description="outcome")
+    @admin.display(description="what happened")
     def outcome_badge(self, attempt: DeliveryAttempt):
-        return widgets.badge(attempt.outcome, attempt.get_outcome_display())
+        # By what the attempt led to (tried again, held, given up), not by its delivery's final state.
+        return widgets.badge(
+            attempt.outcome,
+            attempt_label(
+                outcome=attempt.outcome,
+                status_code=attempt.status_code,
+                counted=attempt.counted,
+                status_after=attempt.delivery_status_after,
+            ),
+        )
 
     @admin.display(description="duration")
     def duration(self, attempt: DeliveryAttempt) -> str:
@@ -93,6 +105,11 @@ class DeliveryAttemptInline(widgets.ReadOnlyInlineMixin, admin.TabularInline):
             '<code style="white-space:pre-wrap;word-break:break-all">{}</code>',
             attempt.response_excerpt[:300] + ("…" if len(attempt.response_excerpt) > 300 else ""),
         )
+
+
+def _is_chat(delivery: Delivery) -> bool:
+    """Whether the delivery goes to a chat service's webhook (Slack, Discord, Teams), not a standard receiver."""
+    return delivery.destination is not None and delivery.destination.format != STANDARD.name
 
 
 def status_chosen(request) -> bool:
@@ -158,11 +175,20 @@ class DeliveryAdmin(widgets.ViewOnlyPageMixin, BoundedListAdmin):
         ),
         (
             "Schedule and lease",
-            {"fields": ["next_attempt_at", "locked_by", "locked_until", "attempt_started_at"]},
+            {"fields": ["next_attempt", "locked_by", "locked_until", "attempt_started_at"]},
         ),
         (
             "Outcome",
-            {"fields": ["last_status_code", "last_error", "delivered_at", "created_at", "updated_at"]},
+            {
+                "fields": [
+                    "last_status_code",
+                    "last_error",
+                    "what_to_do",
+                    "delivered_at",
+                    "created_at",
+                    "updated_at",
+                ]
+            },
         ),
         ("Request", {"classes": ["collapse"], "fields": ["payload"]}),
     ]
@@ -252,9 +278,37 @@ class DeliveryAdmin(widgets.ViewOnlyPageMixin, BoundedListAdmin):
     def status_badge(self, delivery: Delivery):
         return widgets.badge(delivery.status, delivery.get_status_display())
 
+    def get_queryset(self, request):
+        # Each row's attempts that cost none of its budget, for "n of max".
+        return super().get_queryset(request).annotate(attempts_not_counted=attempts_not_counted())
+
     @admin.display(description="attempts", ordering="attempts")
     def attempts_used(self, delivery: Delivery):
-        return widgets.attempts(used=delivery.attempts, allowed=delivery.max_attempts)
+        return widgets.attempts(
+            AttemptCount(
+                made=delivery.attempts,
+                not_counted=getattr(delivery, "attempts_not_counted", 0),
+                max_attempts=delivery.max_attempts,
+            )
+        )
+
+    @admin.display(description="next attempt")
+    def next_attempt(self, delivery: Delivery):
+        # Only a delivery still to be sent has one: a dead or delivered one has none, whatever the column holds.
+        if delivery.status == DeliveryStatus.DEAD:
+            return "None: it is dead (Resend queues it again)"
+        if delivery.status == DeliveryStatus.DELIVERED:
+            return "None: it was delivered"
+        return widgets.when(delivery.next_attempt_at)
+
+    @admin.display(description="what to do")
+    def what_to_do(self, delivery: Delivery) -> str:
+        if delivery.status == DeliveryStatus.DELIVERED or (
+            not delivery.last_error and delivery.last_status_code is None
+        ):
+            return "—"
+        cause = failures.cause_of(status_code=delivery.last_status_code, error=delivery.last_error)
+        return failures.cause_hint(cause, chat=_is_chat(delivery))
 
     @admin.display(description="lease (worker, until)")
     def lease(self, delivery: Delivery):

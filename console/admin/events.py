@@ -17,6 +17,8 @@ from django.utils.safestring import mark_safe
 from console import confirm, widgets
 from console.pagination import BoundedListAdmin
 from delivery.actions.resend import event_resend
+from delivery.rules.attempt_words import AttemptCount
+from delivery.selectors import attempts_not_counted
 from scheduling.models import Event, EventStatus
 from scheduling.services.sync import event_deliver_now, event_deliver_now_refusal
 from users.selectors import SEARCH_RECIPIENTS_BOUND, user_ids_found
@@ -249,7 +251,11 @@ class EventAdmin(BoundedListAdmin):
 
     @admin.display(description="deliveries")
     def delivery_link(self, event: Event):
-        deliveries = list(event.deliveries.select_related("destination")) if event.pk else []
+        deliveries = (
+            list(event.deliveries.select_related("destination").annotate(not_counted=attempts_not_counted()))
+            if event.pk
+            else []
+        )
         if not deliveries:
             return "— (none queued)"
         return format_html_join(
@@ -261,7 +267,13 @@ class EventAdmin(BoundedListAdmin):
                     delivery.destination.name if delivery.destination else "a deleted destination",
                     delivery.idempotency_key,
                     widgets.badge(delivery.status, delivery.get_status_display()),
-                    widgets.attempts(used=delivery.attempts, allowed=delivery.max_attempts),
+                    widgets.attempts(
+                        AttemptCount(
+                            made=delivery.attempts,
+                            not_counted=delivery.not_counted,
+                            max_attempts=delivery.max_attempts,
+                        )
+                    ),
                 )
                 for delivery in deliveries
             ),

@@ -12,6 +12,7 @@ from console import widgets
 from console.tests.console_data import dead_at
 from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.services import destination_create
+from delivery.rules.attempt_words import AttemptCount
 from scheduling.models import Event, EventStatus, EventType, EventTypePause
 from users.services import user_update
 from users.tests.factories import UserFactory
@@ -82,12 +83,21 @@ def test_pausing_an_event_type_for_everyone_asks_first_with_what_is_due_and_chan
 
 
 @pytest.mark.parametrize(
-    ("used", "allowed", "text"), [(1, 8, "1 of 8"), (3, 3, "3 of 3"), (9, 16, "9 of 16*")]
+    ("made", "not_counted", "allowed", "text"),
+    [
+        (1, 0, 8, "1 of 8"),
+        (3, 0, 3, "3 of 3"),
+        (9, 0, 16, 'Raised by a resend: each allows 8 more (DELIVERY_MAX_ATTEMPTS)">9 of 16'),
+        # A 404 held for an operator six times: the budget stays 8, however many were not counted.
+        (7, 6, 14, "1 of 8, and 6 not counted (throttled, or the receiver gone or down)"),
+    ],
 )
-def test_attempts_read_n_of_max(settings, used, allowed, text):
+def test_attempts_read_n_of_max_with_a_word_for_those_not_counted(settings, made, not_counted, allowed, text):
     settings.DELIVERY_MAX_ATTEMPTS = 8
 
-    assert text in str(widgets.attempts(used=used, allowed=allowed))
+    shown = str(widgets.attempts(AttemptCount(made=made, not_counted=not_counted, max_attempts=allowed)))
+
+    assert text in shown
 
 
 def test_a_moment_is_written_one_way_with_the_iso_instant_on_hover():

@@ -126,3 +126,26 @@ def test_an_operator_who_may_only_read_sees_the_groups_but_no_action(client, dja
     assert 'class="failure-group"' in html and 'value="acknowledge"' not in html
     assert refused.status_code == 403
     assert not FailureAcknowledgement.objects.exists()
+
+
+def test_each_cause_says_what_fixes_it_a_chat_webhooks_404_that_it_was_deleted(console, api_client):
+    slack = destination_create(
+        settings=DestinationSettings(
+            name="slack", url="https://hooks.slack.com/services/T/B/x", format="slack"
+        ),
+        operator="ops",
+    ).destination
+    crm = destination("crm")
+    dead_at(slack, status_code=404, error="no_service")
+    dead_at(crm, status_code=404, error="Not Found")
+
+    page = console.get(reverse("admin:failures")).content.decode()
+    answered = api_client.get("/api/v1/failures/")
+
+    assert (
+        "The chat service says the webhook no longer exists: it was deleted, or its channel archived." in page
+    )
+    assert "Nothing takes greetings at this URL. Check its path" in page
+    hints = {group["destination_name"]: group["cause_hint"] for group in answered.json()}
+    assert hints["slack"].startswith("The chat service says the webhook no longer exists")
+    assert hints["crm"].startswith("Nothing takes greetings at this URL")

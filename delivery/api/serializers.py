@@ -497,6 +497,7 @@ class FailureGroupSerializer(serializers.Serializer):
     destination_name = serializers.CharField()
     cause = serializers.CharField()
     cause_label = serializers.CharField(source="label")
+    cause_hint = serializers.CharField(source="hint", help_text="What the cause means and what fixes it.")
     count = serializers.IntegerField()
     count_last_hour = serializers.IntegerField()
     first_seen = serializers.DateTimeField()

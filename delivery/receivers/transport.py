@@ -118,7 +118,8 @@ class SendResult:
     def describe(self) -> str:
         """What happened, naming no one: "HTTP 503 (Service Unavailable)", "Timed out after 10 s"."""
         if self.status_code is not None:
-            # `error` beside a status is only ever a kind's code from its fixed list ("channel_not_found").
+            # `error` beside a status is only ever a kind's code from its fixed list ("channel_not_found"), or
+            # a redirect's Location as the kind shows a URL (_redirect_said): never the receiver's words.
             return status_description(self.status_code) + (f": {self.error}" if self.error else "")
         return self.error or "unknown error"
 
@@ -387,12 +388,21 @@ def _answered(
         # The kind's code names a condition from its fixed list ("channel_not_found"), never a
         # person; the reason phrase is the receiver's to write ("Unavailable for Hey, Ada ..."),
         # so it goes to the attempt row's detail only.
-        "error": "" if delivered else reading.code,
+        "error": "" if delivered else reading.code or _redirect_said(channel, status, headers),
         "detail": "" if delivered else (reason or ""),
         "response_excerpt": excerpt,
         "retry_after": reading.retry_after if reading.verdict == Verdict.RETRY else None,
         "gone": reading.verdict == Verdict.GONE,
     }
+
+
+def _redirect_said(channel: Kind, status: int, headers: Mapping[str, str]) -> str:
+    """A redirect's Location as the destination's kind shows a URL of its own (never the part that may be a
+    token): where it pointed, since it is never followed. "" for any other status."""
+    if not 300 <= status < 400:
+        return ""
+    location = headers.get("Location")
+    return f"Location {channel.shown_url(location)}" if location else "no Location"
 
 
 async def _read_excerpt(response: aiohttp.ClientResponse) -> str:

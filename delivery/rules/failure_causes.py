@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from http import HTTPStatus
 
+from kinds.base import TRANSIENT_STATUSES
+
 # (cause key, how last_error starts, in words). Checked in this order, before the status code
 # for TOO_LATE: a delivery given up for lateness keeps the status of its last try, but it
 # died of waiting, not of that answer.
@@ -78,6 +80,60 @@ def cause_label(cause: str) -> str:
         if key == cause:
             return words
     return "Failed for another reason (see the delivery's attempts)"
+
+
+def cause_hint(cause: str, *, chat: bool = False) -> str:
+    """What a cause means and what fixes it, in one line (`chat`: the destination is a Slack, Discord or Teams
+    webhook, whose service answers 404 when the webhook was deleted)."""
+    if cause.startswith(HTTP_PREFIX):
+        return _status_hint(int(cause.removeprefix(HTTP_PREFIX)), chat=chat)
+    return _CLASS_HINTS.get(cause, _CLASS_HINTS[OTHER])
+
+
+_CLASS_HINTS = {
+    TOO_LATE: "It waited longer than EVENT_MAX_LATENESS to be delivered, so it was given up rather than sent late. "
+    "Fix the receiver, then Resend it if the greeting is still welcome.",
+    "timeout": "The receiver took longer than the destination's timeout to answer. Raise the timeout (up to "
+    "WEBHOOK_TIMEOUT) or ask the receiver's owner why it is slow; it is retried meanwhile.",
+    "connection": "Nothing answered at the URL's host and port (refused, reset, DNS or TLS). Check the host name, "
+    "its certificate and that the receiver is up; it is retried meanwhile.",
+    "address_refused": "The URL leads to a private, loopback or metadata address, where greetings are never sent. "
+    "Use the receiver's public URL, or allow its network in WEBHOOK_ALLOWED_NETWORKS.",
+    "bad_request": "The URL could not be used to make a request. Correct it in the destination's settings.",
+    OTHER: "See the delivery's attempts for what happened; Resend once it is fixed.",
+}
+
+
+def _status_hint(status: int, *, chat: bool) -> str:
+    if 300 <= status < 400:
+        return (
+            "The receiver answered with a redirect to the Location shown. Redirects are never followed (a "
+            "greeting goes only where an operator sent it): if the receiver moved, give the destination the "
+            "new URL, then Resend."
+        )
+    if status in (404, 410) and chat:
+        return (
+            "The chat service says the webhook no longer exists: it was deleted, or its channel archived. "
+            "Make a new incoming webhook, give the destination its URL, and Resume the endpoint."
+        )
+    if status in (404, 410):
+        return "Nothing takes greetings at this URL. Check its path, or give the destination the receiver's new URL."
+    if status in (401, 403):
+        return (
+            "The receiver refused the request's credentials. Check the signing secret it verifies with (rotate "
+            "it and copy the new one to the receiver) or the token in the URL."
+        )
+    if status == 413:
+        return "The message is larger than the receiver accepts. Shorten the destination's own text, or the digest."
+    if status in TRANSIENT_STATUSES or status >= 500:
+        return (
+            "The receiver is down, slow or throttling. It is retried with backoff (a 429 costs no attempt); if "
+            "it lasts, ask its owner, or lower the destination's max rate."
+        )
+    return (
+        "The receiver refused the message itself; its answer, on the attempt, says why. Fix what it objects "
+        "to (the destination's format or text), then Resend."
+    )
 
 
 def is_cause(value: str) -> bool:

@@ -52,6 +52,10 @@ class AttemptLogRow(NamedTuple):
     response_excerpt: str
 
 
+# The attempt log's columns written: the row's, then what the decision made of it.
+ATTEMPT_COLUMNS = (*AttemptLogRow._fields, "counted", "delivery_status_after")
+
+
 class AttemptRecord(NamedTuple):
     """One finished (or abandoned) attempt, with what follows from it.
 
@@ -117,9 +121,16 @@ def attempts_apply(
         applied: dict[uuid.UUID, uuid.UUID] = {}  # delivery id -> event id
         for moved in moves:
             applied.update(moved())
-        # The attempt log in one INSERT (sent in this pipeline, where COPY cannot go), the rows as they are.
+        # The attempt log in one INSERT (sent in this pipeline, where COPY cannot go), the rows as they are,
+        # each with what it led to (whether it counted, the delivery's status after it).
         insert_rows(
-            DeliveryAttempt, AttemptLogRow._fields, [r.row for r in records if r.row.delivery_id in applied]
+            DeliveryAttempt,
+            ATTEMPT_COLUMNS,
+            [
+                (*r.row, r.decision.charged, r.decision.status)
+                for r in records
+                if r.row.delivery_id in applied
+            ],
         )
         concluding()
     return set(applied)

@@ -136,3 +136,21 @@ def test_the_docs_pages_token_hint_shows_the_scheme_and_the_key(anonymous_client
     ]
 
     assert "such as `Token 9944b09…`: the key alone is refused (401)" in schemes["tokenAuth"]["description"]
+
+
+def test_the_openapi_document_states_what_the_server_enforces(anonymous_client, settings):
+    schemas = anonymous_client.get("/api/v1/schema/", {"format": "json"}).json()["components"]["schemas"]
+    destination, recipient = schemas["DestinationRequest"]["properties"], schemas["UserRequest"]["properties"]
+
+    for field in ("audience_labels", "excluded_labels"):
+        assert destination[field]["items"]["pattern"] == recipient["labels"]["items"]["pattern"]
+        assert destination[field]["items"]["maxLength"] == 50 and destination[field]["maxItems"] == 20
+    assert recipient["language"]["maxLength"] == 35
+    assert destination["timeout"]["minimum"] == 0 and destination["timeout"]["exclusiveMinimum"] is True
+    assert destination["timeout"]["maximum"] == settings.WEBHOOK_TIMEOUT.total_seconds()
+    assert destination["url"]["pattern"] == "^[Hh][Tt][Tt][Pp][Ss]?://"
+    assert [s["pattern"] for s in destination["secret"]["oneOf"] if "pattern" in s][0].startswith(
+        r"^\s*(whsec_"
+    )
+    assert "paused" in schemas["User"]["required"] and "paused" in schemas["Destination"]["required"]
+    assert "next_digest_local" in schemas["Destination"]["required"]

@@ -293,6 +293,9 @@ class Kind(abc.ABC):
     # The destination's `format` value, and how the console and the API name it.
     name: ClassVar[str]
     label: ClassVar[str]
+    # Whether its receiver verifies a signature (Standard Webhooks): only then is a destination of this
+    # kind given a signing secret. A chat service checks none; its webhook URL is the credential.
+    signed: ClassVar[bool] = False
     # The service's published pace per webhook in requests a second, kept to when the destination
     # sets no max_rate (and WEBHOOK_MAX_RATE sets no lower one); None: no pace of its own. A steady
     # rate: a burst the service would also allow is not used (a greeting can wait a second).

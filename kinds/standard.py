@@ -14,6 +14,7 @@ from kinds.base import Kind
 class Standard(Kind):
     name = "standard"
     label = "Standard Webhooks JSON"
+    signed = True
 
     def body(self, payload: Mapping) -> dict:
         # The very dict: the default destination's bodies stay byte for byte what they were.

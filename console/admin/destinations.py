@@ -43,6 +43,7 @@ from delivery.destinations.selectors import (
 )
 from delivery.models import Destination, EndpointState, Weekend
 from delivery.rules import conditions
+from kinds import kind_for
 from scheduling.event_types import EventType
 from scheduling.handlers import get_handler
 from scheduling.messages import placeholder_list
@@ -93,7 +94,8 @@ class DestinationForm(forms.ModelForm):
         strip=True,
         widget=forms.PasswordInput(render_value=False),
         help_text="On creation only: a secret of your own (whsec_ + base64 of 24 to 64 bytes). Left empty, one "
-        "is made and shown once.",
+        "is made and shown once. Slack, Discord and Teams are not signed (their webhook URL is the credential): "
+        "they get none.",
     )
 
     # The version the page was opened at, posted back: the API's If-Match for the console. Not `version`,
@@ -153,6 +155,12 @@ class DestinationForm(forms.ModelForm):
         except ValidationError as exc:
             for field, errors in exc.message_dict.items():
                 self.add_error(field if field in self.fields else None, errors)
+        if not self.instance.pk and cleaned.get("format"):
+            # The secret a new destination starts with, checked here so the service never refuses it on save.
+            try:
+                services.destination_secret_clean(format=cleaned["format"], secret=cleaned.get("secret"))
+            except ValidationError as exc:
+                self.add_error("secret", exc.message_dict["secret"])
         return cleaned
 
     def settings_given(self, cleaned: dict) -> dict:
@@ -436,7 +444,11 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
     def secret_hints(self, destination: Destination):
         secrets = list(destination.secrets.order_by("-created_at", "-id")) if destination.pk else []
         if not secrets:
-            return "— (unsigned)"
+            return (
+                "— (not signed: its service checks no signature; its webhook URL is the credential)"
+                if not kind_for(destination.format).signed
+                else "— (unsigned)"
+            )
         return format_html_join(
             "",
             "<div><code>{}</code> <span class='bs-muted'>{}</span></div>",
@@ -464,9 +476,10 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
             settings=DestinationSettings(**values), operator=operator, secret=form.cleaned_data.get("secret")
         )
         obj.pk = created.destination.pk
-        self.message_user(
-            request, SECRET_SHOWN_ONCE.format(name=obj.name, value=created.value), messages.WARNING
-        )
+        if created.value is not None:  # a chat kind is not signed: no secret to show
+            self.message_user(
+                request, SECRET_SHOWN_ONCE.format(name=obj.name, value=created.value), messages.WARNING
+            )
 
     def delete_view(self, request, object_id, extra_context=None):
         # Asked before the confirmation page: the service refuses again under the row lock.

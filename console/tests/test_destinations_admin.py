@@ -54,7 +54,7 @@ def shown(response) -> list[str]:
 def test_creating_a_destination_shows_its_secret_once_then_only_its_hint(console, caplog):
     caplog.set_level(logging.DEBUG)
 
-    response = console.post(ADD, FORM)
+    response = console.post(ADD, {**FORM, "format": "standard"})
 
     destination = Destination.objects.get()
     [message] = [m for m in shown(response) if "shown this once" in m]
@@ -63,7 +63,7 @@ def test_creating_a_destination_shows_its_secret_once_then_only_its_hint(console
     assert (destination.created_by, destination.event_types, destination.format) == (
         "ops-alice",
         ["BIRTHDAY"],
-        "slack",
+        "standard",
     )
     key = value.removeprefix("whsec_")
     assert key in console.get(response.url).content.decode()  # the page after the save shows it, once
@@ -377,3 +377,29 @@ def test_an_edit_that_leaves_the_url_empty_keeps_it_and_one_with_user_info_is_re
     assert "pa55" not in refused.content.decode().replace('value="https://user:pa55', "")
     destination.refresh_from_db()
     assert destination.receiver_url() == SLACK
+
+
+def test_creating_a_chat_destination_shows_no_secret_it_would_never_use(console):
+    response = console.post(ADD, FORM)
+
+    destination = Destination.objects.get()
+    assert destination.format == "slack" and not destination.secrets.exists()
+    assert not [m for m in shown(response) if "shown this once" in m]
+    assert (
+        "not signed: its service checks no signature" in console.get(change_url(destination)).content.decode()
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "said"),
+    [
+        ({"secret": "whsec_" + "A" * 32}, "A Slack destination is not signed"),
+        ({"format": "standard", "secret": "nope"}, "A signing secret starts with whsec_."),
+    ],
+)
+def test_a_secret_refused_is_said_on_its_field_and_creates_nothing(console, fields, said):
+    response = console.post(ADD, {**FORM, **fields})
+
+    assert response.status_code == 200
+    assert said in response.context["adminform"].form.errors["secret"][0]
+    assert not Destination.objects.exists()

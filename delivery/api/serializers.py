@@ -189,7 +189,9 @@ class DestinationSerializer(serializers.ModelSerializer):
         allow_blank=True,
         trim_whitespace=True,
         help_text="On create only: a signing secret to use (whsec_ + base64 of 24 to 64 bytes); left out, the "
-        "server makes one. Either way it is in this answer only.",
+        "server makes one. Either way it is in this answer only. A slack, discord or teams destination is not "
+        "signed (its service checks no signature; its URL is the credential): it gets none, and one given is "
+        "refused (400).",
     )
     secrets = DestinationSecretSerializer(
         many=True, read_only=True, help_text="Its signing secrets, as hints."

@@ -247,7 +247,8 @@ class DestinationSettings:
             _one_of(DestinationFormat.values),
             help="standard: the JSON body with Standard Webhooks signatures; slack, discord: the body their "
             "incoming webhooks accept, mentioning no one; teams: an Adaptive Card for a Teams Workflows webhook; "
-            "teams_messagecard: the legacy connector MessageCard (all signed too).",
+            "teams_messagecard: the legacy connector MessageCard (these four are not signed: their services check no "
+            "signature, and their URL is the credential).",
         ),
     )
     enabled: bool = field(

@@ -20,6 +20,7 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from delivery.credentials import signing_secrets as secret_store
@@ -95,8 +96,9 @@ class NewSecret:
     """A secret just made: the only moment its value is known outside the database."""
 
     destination: Destination
-    secret: DestinationSecret
-    value: str
+    # None for a kind that is not signed (kinds.base.Kind.signed): a chat webhook gets no secret.
+    secret: DestinationSecret | None
+    value: str | None
 
 
 def destination_url_fields(
@@ -155,9 +157,10 @@ def _saved(destination: Destination, *, values: Mapping[str, Any]) -> None:
 def destination_create(
     *, settings: DestinationSettings, operator: str, secret: str | None = None
 ) -> NewSecret:
-    """A new destination with one signing secret (made here unless `secret` is given), returned once."""
+    """A new destination with one signing secret (made here unless `secret` is given), returned once; none for a
+    kind whose service checks no signature (Slack, Discord, Teams), which refuses one given."""
     values = settings_clean(settings.values())
-    value = _secret_value(secret)
+    value = destination_secret_clean(format=values["format"], secret=secret)
     with transaction.atomic():
         _unique_fields_checked(values=values)
         destination = Destination(
@@ -166,7 +169,7 @@ def destination_create(
         digest_schedule(destination=destination, now=timezone.now())
         _saved(destination, values=values)
         endpoint_for_destination(destination=destination)
-        stored = _secret_add(destination=destination, value=value)
+        stored = _secret_add(destination=destination, value=value) if value is not None else None
     logger.info(
         "Destination created by %s", operator, extra={"destination": destination.name, "operator": operator}
     )
@@ -201,6 +204,15 @@ def destination_update(
         if labels_both(audience=current.audience_labels, excluded=current.excluded_labels):
             raise ValidationError({"excluded_labels": [BOTH_LABELS]})
         digest_settings_check(current)
+        if kind_for(current.format).signed and not kind_for(old_format).signed and not _signs(current):
+            raise ValidationError(
+                {
+                    "format": [
+                        f"A {kind_for(current.format).label} destination signs each message and this one has no "
+                        "secret (its kind had none): rotate-secret gives it one, then change its format."
+                    ]
+                }
+            )
         if set(values) & set(DIGEST_FIELDS):
             digest_schedule(
                 destination=current,
@@ -464,6 +476,29 @@ def destinations_seed_default() -> Destination | None:
         extra={"destination": DEFAULT_NAME},
     )
     return destination
+
+
+def destination_secret_clean(*, format: str, secret: str | None) -> str | None:  # noqa: A002 - the field's name
+    """The signing secret a new destination of `format` starts with: the one given, checked, or one made; None for
+    a kind that is not signed. ValidationError naming `secret` (never echoing it)."""
+    if not kind_for(format).signed:
+        if secret:
+            raise ValidationError({"secret": [_not_signed(format)]})
+        return None
+    return _secret_value(secret)
+
+
+def _not_signed(format: str) -> str:  # noqa: A002 - the field's name
+    return (
+        f"A {kind_for(format).label} destination is not signed: its service checks no signature, and its "
+        "webhook URL is its credential."
+    )
+
+
+def _signs(destination: Destination) -> bool:
+    """Whether a secret of the destination's is in force."""
+    now = timezone.now()
+    return destination.secrets.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now)).exists()
 
 
 def _secret_value(secret: str | None) -> str:

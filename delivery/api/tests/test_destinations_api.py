@@ -32,8 +32,41 @@ def create(api_client, **fields) -> dict:
     return response.json()
 
 
+def create_signed(api_client, **fields) -> dict:
+    """A standard destination: the kind that is signed (a chat kind gets no secret)."""
+    return create(api_client, **{"format": "standard", **fields})
+
+
+def test_a_chat_destination_gets_no_signing_secret_and_one_given_is_refused(api_client):
+    body = create(api_client)
+    refused = api_client.post(
+        URL,
+        {**NEW, "name": "o", "url": "https://o.example.org/", "secret": "whsec_" + "A" * 32},
+        format="json",
+    )
+
+    assert "secret" not in body and body["secrets"] == []
+    assert not DestinationSecret.objects.exists()
+    assert refused.status_code == 400
+    assert refused.json()["secret"] == [
+        "A Slack destination is not signed: its service checks no signature, and its webhook URL is its "
+        "credential."
+    ]
+
+
+def test_a_chat_destination_turned_standard_needs_a_secret_first(api_client):
+    created = create(api_client)
+
+    refused = api_client.patch(f"{URL}{created['id']}/", {"format": "standard"}, format="json")
+    api_client.post(f"{URL}{created['id']}/rotate-secret/", {}, format="json")
+    turned = api_client.patch(f"{URL}{created['id']}/", {"format": "standard"}, format="json")
+
+    assert refused.status_code == 400 and "rotate-secret gives it one" in refused.json()["format"][0]
+    assert turned.status_code == 200 and turned.json()["format"] == "standard"
+
+
 def test_create_answers_the_destination_with_its_secret_this_once(api_client):
-    body = create(api_client, max_rate=1, timeout=2.5)
+    body = create_signed(api_client, max_rate=1, timeout=2.5)
 
     destination = Destination.objects.get()
     assert body["secret"].startswith("whsec_")
@@ -46,7 +79,7 @@ def test_create_answers_the_destination_with_its_secret_this_once(api_client):
     ]
     assert (body["name"], body["format"], body["event_types"], body["timeout"], body["max_rate"]) == (
         "team-slack",
-        "slack",
+        "standard",
         ["BIRTHDAY"],
         2.5,
         1.0,
@@ -57,7 +90,7 @@ def test_create_answers_the_destination_with_its_secret_this_once(api_client):
 
 def test_the_secret_never_appears_again_in_any_answer_or_log_line(api_client, caplog):
     caplog.set_level(logging.DEBUG)
-    created = create(api_client)
+    created = create_signed(api_client)
     secret, key = created["secret"], created["secret"].removeprefix("whsec_")
     rotated = api_client.post(f"{URL}{created['id']}/rotate-secret/", {}, format="json").json()
 
@@ -81,9 +114,11 @@ def test_the_secret_never_appears_again_in_any_answer_or_log_line(api_client, ca
 def test_a_supplied_secret_is_used_and_a_bad_one_refused_naming_it(api_client):
     supplied = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
-    assert create(api_client, secret=supplied)["secret"] == supplied
+    assert create_signed(api_client, secret=supplied)["secret"] == supplied
     response = api_client.post(
-        URL, {**NEW, "name": "other", "url": "https://o.example.org/", "secret": "nope"}, format="json"
+        URL,
+        {**NEW, "format": "standard", "name": "other", "url": "https://o.example.org/", "secret": "nope"},
+        format="json",
     )
 
     assert response.status_code == 400
@@ -128,7 +163,7 @@ def test_a_taken_name_is_400_and_the_first_destination_is_unchanged(api_client):
 
 
 def test_a_secret_is_not_changed_by_an_edit(api_client):
-    created = create(api_client)
+    created = create_signed(api_client)
 
     response = api_client.patch(f"{URL}{created['id']}/", {"secret": created["secret"]}, format="json")
 
@@ -161,7 +196,7 @@ def test_an_edit_with_a_stale_if_match_is_412_and_changes_nothing(api_client):
 
 
 def test_rotation_answers_the_new_secret_and_lists_both_while_the_old_one_still_signs(api_client):
-    created = create(api_client)
+    created = create_signed(api_client)
 
     response = api_client.post(f"{URL}{created['id']}/rotate-secret/", {}, format="json")
 
@@ -176,7 +211,7 @@ def test_rotation_answers_the_new_secret_and_lists_both_while_the_old_one_still_
 @pytest.mark.parametrize("which", ["in force", "in its grace period"])
 def test_rotating_to_a_secret_that_signs_already_is_400_and_changes_nothing(api_client, which):
     # Given a destination whose secret was rotated once: the first still signs for the grace period
-    created = create(api_client)
+    created = create_signed(api_client)
     rotated = api_client.post(f"{URL}{created['id']}/rotate-secret/", {}, format="json").json()
     same = rotated["secret"] if which == "in force" else created["secret"]
     before = list(DestinationSecret.objects.order_by("id").values_list("id", "expires_at"))

@@ -423,7 +423,7 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
             '<div id="destination-condition">{} {}</div>'
             "<div>Dead in the last hour: <strong>{}</strong>; in the last day: <strong>{}</strong>. "
             '<a href="{}">Its failures by cause</a></div>'
-            "<div>Last failure: {}</div><div>Last delivered: {}</div><div>Endpoint: {}</div>",
+            "<div>Last failure: {}</div>{}<div>Last delivered: {}</div><div>Endpoint: {}</div>",
             condition_badge(health),
             health.condition.reason,
             health.dead_last_hour,
@@ -436,6 +436,9 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
             )
             if health.last_failure_at or health.endpoint_last_error
             else "none in the last 7 days",
+            format_html('<div class="failure-hint bs-muted">{}</div>', health.last_failure_hint)
+            if health.last_failure_hint
+            else "",
             widgets.when(health.last_delivered_at) if health.last_delivered_at else "never",
             endpoint_state_badge_of(destination=destination, health=health),
         )

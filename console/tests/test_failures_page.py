@@ -149,3 +149,14 @@ def test_each_cause_says_what_fixes_it_a_chat_webhooks_404_that_it_was_deleted(c
     hints = {group["destination_name"]: group["cause_hint"] for group in answered.json()}
     assert hints["slack"].startswith("The chat service says the webhook no longer exists")
     assert hints["crm"].startswith("Nothing takes greetings at this URL")
+    health = {
+        row["name"]: row["last_failure_hint"] for row in api_client.get("/api/v1/destinations-health/").json()
+    }
+    assert health["slack"].startswith("The chat service says the webhook no longer exists")
+    destination_page = console.get(
+        reverse("admin:delivery_destination_change", args=[slack.pk])
+    ).content.decode()
+    assert (
+        '<div class="failure-hint bs-muted">The chat service says the webhook no longer exists'
+        in destination_page
+    )

@@ -488,6 +488,9 @@ class DestinationHealthSerializer(serializers.Serializer):
         help_text='"http_400", "timeout", "connection" ... ("" if none).'
     )
     last_failure = serializers.CharField(source="last_failure_label", help_text="The cause in words.")
+    last_failure_hint = serializers.CharField(
+        help_text='What the cause means and what fixes it ("" if none).'
+    )
     last_failure_status = serializers.IntegerField(allow_null=True)
     last_delivered_at = serializers.DateTimeField(allow_null=True)
 

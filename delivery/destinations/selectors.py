@@ -24,6 +24,7 @@ from delivery.models import (
 from delivery.rules import failure_causes as failures
 from delivery.rules.conditions import DestinationCondition, destination_condition
 from delivery.selectors import FAILURE_WINDOW
+from kinds import kind_for
 from scheduling.models import Event
 
 # --- endpoints ---------------------------------------------------------------------------
@@ -168,6 +169,13 @@ class DestinationHealth:
     @property
     def last_failure_label(self) -> str:
         return failures.cause_label(self.last_failure_cause) if self.last_failure_cause else ""
+
+    @property
+    def last_failure_hint(self) -> str:
+        """What the last failure's cause means and what fixes it ("" : none)."""
+        if not self.last_failure_cause:
+            return ""
+        return failures.cause_hint(self.last_failure_cause, chat=not kind_for(self.destination.format).signed)
 
 
 def destinations_health(

@@ -9,7 +9,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from config.fields import StrictCharField
+from config.fields import StrictBooleanField, StrictCharField
 from delivery.destinations.fields import EDITABLE_FIELDS, SETTINGS, URL_MAX_LENGTH
 from delivery.models import (
     RECOVERABLE_STATUSES,
@@ -114,6 +114,7 @@ class DestinationSerializer(serializers.ModelSerializer):
         required=False,
         help_text=_help("format"),
     )
+    mention_recipient = StrictBooleanField(required=False, help_text=_help("mention_recipient"))
     timeout = SecondsField(
         required=False,
         allow_null=True,

@@ -30,6 +30,7 @@ from delivery.destinations.fields import (
     DestinationSettings,
     digest_settings_check,
     labels_both,
+    mention_settings_check,
     settings_clean,
 )
 from delivery.destinations.selectors import (
@@ -200,6 +201,7 @@ def destination_update(
         if labels_both(audience=current.audience_labels, excluded=current.excluded_labels):
             raise ValidationError({"excluded_labels": [BOTH_LABELS]})
         digest_settings_check(current)
+        mention_settings_check(current)
         if set(values) & set(DIGEST_FIELDS):
             digest_schedule(destination=current, now=timezone.now())
         current.updated_by = operator

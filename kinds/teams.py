@@ -23,7 +23,8 @@ person agreed. A TextBlock of its own holds `<at>Name</at>` and the card's
 "<at>Name</at>", "mentioned": {"id": …, "name": "Name"}}`; the message stays in
 its TextRun. The name between the tags is markup in a TextBlock, so it keeps only
 letters, marks, digits, spaces and `'`, `-`, `.` of the person's name (`<at>` and
-`</at>` in a name cannot close or open a mention; nor can `**` format). A card
+`</at>` in a name cannot close or open a mention; nor can `**` format); a name with
+nothing left shows their UPN's local part, or `@`. A card
 mentions each person once; a digest's lines each carry their person's block.
 
 More than about 4 requests a second to one flow are refused with 429 (and a
@@ -75,8 +76,9 @@ URL_SECRET_QUERY = frozenset({"sig"})
 TEAMS_USER = re.compile(r"[A-Za-z0-9._%+'-]+@[A-Za-z0-9.-]+|[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}")
 # What of a name may stand between <at> and </at>: letters, marks and digits, and these.
 _LABEL_PUNCTUATION = frozenset(" '-.")
-# A name with nothing left of it is still mentioned, by these words.
-LABEL_FALLBACK = "Teams user"
+# A name with nothing left of it is still mentioned: by its user's UPN's local part, else by this
+# (no words: a label in one language would reach people of every other).
+LABEL_FALLBACK = "@"
 LABEL_MAX = 100
 
 
@@ -118,17 +120,26 @@ def _rich_text(text: str) -> dict:
     return {"type": "RichTextBlock", "inlines": [{"type": "TextRun", "text": text}]}
 
 
-def mention_label(name: str) -> str:
-    """The name as it may stand between <at> and </at>: markup-free, on one line, never empty."""
+def _markup_free(text: str) -> str:
     kept = "".join(
         ch if ch in _LABEL_PUNCTUATION or unicodedata.category(ch)[0] in "LMN" else " "
-        for ch in without_bidi_controls(name)
+        for ch in without_bidi_controls(text)
     )
-    return " ".join(kept.split())[:LABEL_MAX].strip() or LABEL_FALLBACK
+    return " ".join(kept.split())[:LABEL_MAX].strip()
+
+
+def mention_label(name: str, user_id: str = "") -> str:
+    """The name as it may stand between <at> and </at>: markup-free, on one line, never empty."""
+    upn_local_part = user_id.partition("@")[0] if "@" in user_id else ""
+    return _markup_free(name) or _markup_free(upn_local_part) or LABEL_FALLBACK
+
+
+def _label(mention: Mention) -> str:
+    return mention_label(mention.name, mention.user_id)
 
 
 def _at(mention: Mention) -> str:
-    return f"<at>{mention_label(mention.name)}</at>"
+    return f"<at>{_label(mention)}</at>"
 
 
 def _mention_block(mention: Mention) -> dict:
@@ -139,7 +150,7 @@ def _entity(mention: Mention) -> dict:
     return {
         "type": "mention",
         "text": _at(mention),
-        "mentioned": {"id": mention.user_id, "name": mention_label(mention.name)},
+        "mentioned": {"id": mention.user_id, "name": _label(mention)},
     }
 
 

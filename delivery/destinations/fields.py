@@ -248,7 +248,8 @@ class DestinationSettings:
         metadata=_setting(
             _one_of(DestinationFormat.values),
             help="standard: the JSON body with Standard Webhooks signatures; slack, discord: the body their "
-            "incoming webhooks accept, mentioning no one; teams: an Adaptive Card for a Teams Workflows webhook; "
+            "incoming webhooks accept, mentioning no one (with mention_recipient: only the person greeted); "
+            "teams: an Adaptive Card for a Teams Workflows webhook (mentioning likewise); "
             "teams_messagecard: the legacy connector MessageCard (all signed too).",
         ),
     )

@@ -544,3 +544,21 @@ def test_the_database_refuses_a_mentioning_destination_of_a_kind_that_does_not_m
     ).destination
     with pytest.raises(IntegrityError), transaction.atomic():
         Destination.objects.filter(pk=destination.pk).update(format="standard")
+
+
+def test_the_console_sets_a_destination_to_mention_and_refuses_it_on_a_format_that_cannot(console):
+    form = {
+        "name": "team-slack",
+        "url": "https://hooks.example.org/slack",
+        "event_types": ["BIRTHDAY"],
+        "enabled": "on",
+        "mention_recipient": "on",
+        "secret": "",
+    }
+    refused = console.post(reverse("admin:delivery_destination_add"), {**form, "format": "standard"})
+    assert refused.status_code == 200
+    assert list(refused.context["adminform"].form.errors) == ["mention_recipient"]
+    assert not Destination.objects.exists()
+
+    console.post(reverse("admin:delivery_destination_add"), {**form, "format": "slack"})
+    assert Destination.objects.get().mention_recipient is True

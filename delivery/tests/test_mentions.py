@@ -562,3 +562,55 @@ def test_the_console_sets_a_destination_to_mention_and_refuses_it_on_a_format_th
 
     console.post(reverse("admin:delivery_destination_add"), {**form, "format": "slack"})
     assert Destination.objects.get().mention_recipient is True
+
+
+# --- the claim's cost ---------------------------------------------------------------------------
+
+
+def _claim_queries(count: int) -> int:
+    from django.test.utils import CaptureQueriesContext
+
+    from delivery.dispatch.claim import deliveries_enqueue_due
+
+    make_due()
+    with CaptureQueriesContext(connection) as captured:
+        assert deliveries_enqueue_due(batch_size=count).queued == count
+    return len(captured.captured_queries)
+
+
+def test_the_claim_reads_mentions_in_one_query_a_batch_and_none_while_no_destination_mentions(settings):
+    # given 80 recipients who agreed, with Slack ids, and a Slack destination mentioning no one
+    from users.services import users_bulk_create_with_events
+
+    settings.MENTIONS_BY_DEFAULT = True
+    users_bulk_create_with_events(
+        rows=[
+            {
+                "first_name": f"U{i}",
+                "last_name": "Load",
+                "date_of_birth": date(1990, 1 + i % 12, 1 + i % 28),
+                "timezone": "UTC",
+                "slack_user_id": f"U{i:08d}",
+            }
+            for i in range(80)
+        ]
+    )
+    destination = destination_create(
+        settings=DestinationSettings(name="s", url="https://hooks.example.com/s", format="slack"),
+        operator="ops",
+    ).destination
+    quiet = _claim_queries(40)
+    assert "<@" not in json_of(Delivery.objects.all())
+
+    # when the destination mentions, the next batch of 40 costs one query more, and mentions each
+    Destination.objects.filter(pk=destination.pk).update(mention_recipient=True)
+    Delivery.objects.all().delete()
+    assert _claim_queries(40) == quiet + 1
+    texts = [d.payload["text"] for d in Delivery.objects.all()]
+    assert len(texts) == 40 and all(text.startswith("<@U") and text.count("<@") == 1 for text in texts)
+
+
+def json_of(deliveries) -> str:
+    import json
+
+    return json.dumps([d.payload for d in deliveries])

@@ -62,8 +62,9 @@ def test_scheduler_and_worker_processes_mention_exactly_those_who_agreed_per_gre
             start_process(["run_worker"], env, tmp_path / "worker.log"),
         ]
         try:
-            # when the greetings are due now, and, once they are sent (the scheduler's first turn has
-            # set every digest's next date from its settings), the digests naming the same people
+            # when the greetings are due now, and, once they are sent, the digests naming the same people
+            # (brought due before the scheduler's first turn, a date was seen set back to the one its
+            # settings give, today's, which names nobody)
             delivered = Delivery.objects.filter(status=DeliveryStatus.DELIVERED)
             wait_until(
                 lambda: delivered.count() == len(FORMATS) * len(PEOPLE), 90, "every greeting delivered"

@@ -362,6 +362,13 @@ SCHEDULER_RECONCILE_INTERVAL = parse_duration(env("SCHEDULER_RECONCILE_INTERVAL"
 # (scheduling.services.occurrences.last_handled_occurrence).
 HISTORY_RETENTION = parse_duration(env("HISTORY_RETENTION", default="400d"))
 
+# MENTIONS_BY_DEFAULT: whether a recipient who has said nothing (users.User.mention_consent
+# null) agrees to be mentioned by the chat destinations that mention the person they greet
+# (delivery.Destination.mention_recipient). Off by default: a mention notifies a person, so
+# it waits for their yes unless the company has decided otherwise; each person's own
+# true or false always wins.
+MENTIONS_BY_DEFAULT = env.bool("MENTIONS_BY_DEFAULT", default=False)
+
 # --- Delivery ----------------------------------------------------------------------
 
 # WEBHOOK_URL: the receiver of an installation from before destinations (delivery.Destination).

@@ -18,6 +18,9 @@ DestinationFormat = models.TextChoices(  # type: ignore[call-overload]
     "DestinationFormat", [(name.upper(), (name, channel.label)) for name, channel in KINDS.items()]
 )
 
+# The formats whose kind can mention the person a message greets (kinds.base.Kind.mention_field).
+MENTIONING_FORMATS = tuple(name for name, channel in KINDS.items() if channel.mention_field)
+
 
 class Weekend(models.TextChoices):
     """Where a destination's greetings of a Saturday or a Sunday go (docs/design.md, "Digests and working days")."""
@@ -82,6 +85,9 @@ class Destination(models.Model):
     # due digests reads one partial index, and the console shows what is next.
     next_digest_date = models.DateField(null=True, blank=True)
     next_digest_at = models.DateTimeField(null=True, blank=True)
+    # mentions: its messages mention the person they greet (their user id at its kind's service,
+    # where they agreed: delivery.destinations.mentions); only a kind that mentions may.
+    mention_recipient = models.BooleanField(default=False, db_default=False)
     # Null: WEBHOOK_MAX_RATE / WEBHOOK_MAX_IN_FLIGHT / WEBHOOK_TIMEOUT.
     max_rate = models.FloatField(null=True, blank=True)
     max_in_flight = models.PositiveIntegerField(null=True, blank=True)
@@ -124,6 +130,11 @@ class Destination(models.Model):
                 name="destination_timeout_positive",
             ),
             models.CheckConstraint(condition=Q(weekend__in=Weekend.values), name="destination_weekend_valid"),
+            # mentions: only a kind that mentions (Slack, Discord, Teams) mentions.
+            models.CheckConstraint(
+                condition=Q(mention_recipient=False) | Q(format__in=MENTIONING_FORMATS),
+                name="destination_mention_recipient_by_kind",
+            ),
             # A digest has a zone and a next one; a destination without one has neither.
             models.CheckConstraint(
                 condition=Q(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kinds.base import Kind, Reading, Verdict
+from kinds.base import Kind, Mention, Reading, Verdict
 from kinds.discord import Discord
 from kinds.slack import Slack
 from kinds.standard import Standard
@@ -21,7 +21,7 @@ KINDS: Mapping[str, Kind] = {
 }
 STANDARD = KINDS["standard"]
 
-__all__ = ["KINDS", "STANDARD", "Kind", "Reading", "Verdict", "kind_for"]
+__all__ = ["KINDS", "STANDARD", "Kind", "Mention", "Reading", "Verdict", "kind_for"]
 
 
 def kind_for(format: str) -> Kind:  # noqa: A002 - the destination's field

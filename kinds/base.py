@@ -25,6 +25,16 @@ the service's limit keeps the heading and as many whole lines as fit, and says
 how many more there are ("… and 4,200 more"): one message, never split, so a
 digest stays one delivery under one key (docs/design.md, "Digests").
 
+A chat kind may mention the person a message greets (`Mention`: their user id at
+the service, and their name), given by the caller only where the destination
+mentions and the person agreed: `body(payload, mention=…)`, and for a digest
+`digest_body(payload, mentions={user_id: Mention})`. The kind names the
+recipient's field that holds its service's id (`mention_field`: "" for a kind
+that mentions nobody), renders the one markup that notifies exactly that person,
+and at most once a message: a person with two lines in a digest is mentioned on
+the first. Everything that came from data stays escaped as before, so a name
+such as `<!channel>` still notifies nobody.
+
 This package imports no app: delivery (the outbox) imports it.
 """
 
@@ -40,7 +50,7 @@ import urllib.parse
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC
-from typing import ClassVar
+from typing import ClassVar, NamedTuple, TypeVar
 
 ELLIPSIS = "…"
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -126,10 +136,17 @@ def fit(
     Each piece is one source character already escaped for the format, so a cut
     falls between escapes and never inside one (`&lt;` is kept whole or not at all).
     """
+    return fit_counted(pieces, budget=budget, size=size, ellipsis=ellipsis)[0]
+
+
+def fit_counted(
+    pieces: Iterable[str], *, budget: int, size: Callable[[str], int] = len, ellipsis: str = ELLIPSIS
+) -> tuple[str, int]:
+    """`fit`'s text, and how many of the pieces it kept (a mention's tag is one piece: kept whole or not)."""
     pieces = list(pieces)
     sizes = [size(piece) for piece in pieces]
     if sum(sizes) <= budget:
-        return "".join(pieces)
+        return "".join(pieces), len(pieces)
     room = budget - size(ellipsis)
     kept, used = [], 0
     for piece, piece_size in zip(pieces, sizes, strict=True):
@@ -137,7 +154,7 @@ def fit(
             break
         kept.append(piece)
         used += piece_size
-    return "".join(kept) + ellipsis
+    return "".join(kept) + ellipsis, len(kept)
 
 
 def utf16_length(text: str) -> int:
@@ -160,9 +177,56 @@ def more_line(count: int) -> str:
     return f"{ELLIPSIS} and {count:,} more"
 
 
-def summarised(lines: Sequence[str], *, fits: Callable[[Sequence[str]], bool]) -> list[str]:
+# The most people one message mentions: Discord takes at most 100 ids in `allowed_mentions.users`
+# (and refuses the message with more), and no greeting needs more. The others are named, not mentioned.
+MENTIONS_MAX = 100
+
+
+@dataclass(frozen=True)
+class Mention:
+    """A person a chat message notifies: their user id at the destination's service, and their name."""
+
+    user_id: str
+    name: str
+
+
+class Line(NamedTuple):
+    """One line of a chat message: its text (from data, escaped by the kind) and whom it mentions."""
+
+    text: str
+    mention: Mention | None = None
+
+
+def digest_lines(payload: Mapping, mentions: Mapping[str, Mention] | None) -> list[Line]:
+    """A digest's heading and one line per occurrence, each person's first line with their mention.
+
+    `mentions` by the occurrences' `user_id`: once per person (a birthday and an anniversary
+    on one day are one mention), and no more than MENTIONS_MAX people.
+    """
+    lines = [Line(payload["heading"])]
+    mentioned: set[str] = set()
+    for occurrence in payload["occurrences"]:
+        mention = (mentions or {}).get(occurrence.get("user_id", ""))
+        if mention is not None and (mention.user_id in mentioned or len(mentioned) >= MENTIONS_MAX):
+            mention = None
+        if mention is not None:
+            mentioned.add(mention.user_id)
+        lines.append(Line(occurrence["line"], mention))
+    return lines
+
+
+def more(count: int) -> Line:
+    return Line(more_line(count))
+
+
+_T = TypeVar("_T")
+
+
+def summarised(
+    lines: Sequence[_T], *, fits: Callable[[Sequence[_T]], bool], more: Callable[[int], _T]
+) -> list[_T]:
     """`lines` (a heading, then one line per occurrence) if they fit; else the heading, as many of the
-    occurrences' lines as fit beside a `more_line` naming how many are left out, and that line.
+    occurrences' lines as fit beside the line `more` makes of how many are left out, and that line.
 
     How many to keep is found by doubling, then halving between the last two tries, so each trial
     measures at most about twice what is kept, never all 5,000 lines (bench: digests workload).
@@ -171,8 +235,8 @@ def summarised(lines: Sequence[str], *, fits: Callable[[Sequence[str]], bool]) -
         return list(lines)
     total = len(lines) - 1
 
-    def keeping(count: int) -> list[str]:
-        return [*lines[: 1 + count], more_line(total - count)]
+    def keeping(count: int) -> list[_T]:
+        return [*lines[: 1 + count], more(total - count)]
 
     low, high = 0, 1
     while high < total and fits(keeping(high)):
@@ -300,15 +364,20 @@ class Kind(abc.ABC):
     # sets no max_rate (and WEBHOOK_MAX_RATE sets no lower one); None: no pace of its own. A steady
     # rate: a burst the service would also allow is not used (a greeting can wait a second).
     pace: ClassVar[float | None] = None
+    # The recipient's field holding their user id at this service, whom a message may mention
+    # (users.fields); "": the kind mentions nobody, and a destination of it cannot be set to.
+    mention_field: ClassVar[str] = ""
 
     @abc.abstractmethod
-    def body(self, payload: Mapping) -> dict:
-        """The JSON body sent for the standard `payload` (delivery.dispatch.payload), whose `message` is the text."""
+    def body(self, payload: Mapping, *, mention: Mention | None = None) -> dict:
+        """The JSON body sent for the standard `payload` (delivery.dispatch.payload), whose `message` is the text;
+        mentioning `mention`'s person, if given and the kind mentions."""
 
     @abc.abstractmethod
-    def digest_body(self, payload: Mapping) -> dict:
+    def digest_body(self, payload: Mapping, *, mentions: Mapping[str, Mention] | None = None) -> dict:
         """The JSON body sent for a standard digest `payload` (delivery.dispatch.digests.digest_payload):
-        its `heading`, then each of its `occurrences`' `line`."""
+        its `heading`, then each of its `occurrences`' `line`; mentioning the people of `mentions`
+        (by the occurrences' `user_id`) named, once each, if the kind mentions."""
 
     def read(self, *, status: int, headers: Mapping[str, str], body: str) -> Reading:
         """What the answer (`status`, `headers`, the first bytes of its `body`, decoded) means."""
@@ -327,7 +396,9 @@ class LineKind(Kind):
     """A chat kind whose body is lines of text, each escaped for its format and joined by `separator`.
 
     The message is one line; a digest is its heading and one line per occurrence, as many as fit
-    `budget` (measured by `size`) with "… and N more" for the rest. Subclasses give `escape` and `_compose`.
+    `budget` (measured by `size`) with "… and N more" for the rest. A line that mentions someone
+    starts with the kind's `mention_tag` (one piece, so a cut keeps it whole or drops it). Subclasses
+    give `escape` and `_compose`, and a kind with a `mention_field` its `mention_tag`.
     """
 
     separator: ClassVar[str] = "\n"
@@ -342,27 +413,45 @@ class LineKind(Kind):
     def size(text: str) -> int:
         return len(text)
 
+    def mention_tag(self, mention: Mention) -> str | None:
+        """The markup that notifies `mention`'s person, or None for an id not of the service's shape."""
+        return None
+
     @abc.abstractmethod
-    def _compose(self, lines: Sequence[str]) -> dict:
-        """The body carrying `lines`, cut within `budget`."""
+    def _compose(self, text: str, mentioned: Sequence[Mention]) -> dict:
+        """The body carrying `text` (escaped and cut within `budget`), which mentions the people `mentioned`."""
 
-    def body(self, payload: Mapping) -> dict:
-        return self._compose([payload["message"]])
+    def body(self, payload: Mapping, *, mention: Mention | None = None) -> dict:
+        return self._compose(*self._fitted([Line(payload["message"], mention)]))
 
-    def digest_body(self, payload: Mapping) -> dict:
-        lines = [payload["heading"], *(occurrence["line"] for occurrence in payload["occurrences"])]
-        return self._compose(summarised(lines, fits=self._fits))
+    def digest_body(self, payload: Mapping, *, mentions: Mapping[str, Mention] | None = None) -> dict:
+        lines = digest_lines(payload, mentions)
+        return self._compose(*self._fitted(summarised(lines, fits=self._fits, more=more)))
 
-    def _pieces(self, lines: Sequence[str]) -> list[str]:
-        return [
-            piece
-            for number, line in enumerate(lines)
-            for piece in (([self.separator] if number else []) + self.escape(line))
-        ]
+    def _tag(self, line: Line) -> str | None:
+        if line.mention is None or not self.mention_field:
+            return None
+        return self.mention_tag(line.mention)
 
-    def _fits(self, lines: Sequence[str]) -> bool:
-        return sum(map(self.size, self._pieces(lines))) <= self.budget
+    def _pieces(self, lines: Sequence[Line]) -> tuple[list[str], dict[int, Mention]]:
+        """The pieces of `lines`, and each mention by the index of its tag's piece."""
+        pieces: list[str] = []
+        tags: dict[int, Mention] = {}
+        for number, line in enumerate(lines):
+            if number:
+                pieces.append(self.separator)
+            tag = self._tag(line)
+            if tag is not None and line.mention is not None:
+                tags[len(pieces)] = line.mention
+                pieces.append(tag + " ")
+            pieces += self.escape(line.text)
+        return pieces, tags
 
-    def _fitted(self, lines: Sequence[str]) -> str:
-        """`lines` joined and escaped, cut within `budget`: the text `_compose` puts in the body."""
-        return fit(self._pieces(lines), budget=self.budget, size=self.size)
+    def _fits(self, lines: Sequence[Line]) -> bool:
+        return sum(map(self.size, self._pieces(lines)[0])) <= self.budget
+
+    def _fitted(self, lines: Sequence[Line]) -> tuple[str, list[Mention]]:
+        """`lines` joined and escaped, cut within `budget`, and the people whose tags it kept."""
+        pieces, tags = self._pieces(lines)
+        text, kept = fit_counted(pieces, budget=self.budget, size=self.size)
+        return text, [mention for index, mention in tags.items() if index < kept]

@@ -9,6 +9,12 @@ characters (and `<`, which starts `<@id>`, `<#channel>`, `<t:...>`) are escaped
 with a backslash, so `**x**`, `[label](url)` or `# title` show as typed.
 `content` holds at most 2,000 characters, counted as JavaScript counts them.
 
+The one mention it makes: `<@id>` for the person greeted (their Discord user id,
+`discord_user_id`, a snowflake of 17 to 20 digits), given only where the
+destination mentions and the person agreed, with that id alone in
+`allowed_mentions.users`: `{"parse": [], "users": ["id"]}` pings that user and
+nobody else, whatever else the content holds (Discord takes at most 100 ids there).
+
 A 429 carries `{"retry_after": seconds, "global": bool}` in its JSON body as
 well as a Retry-After header; a deleted webhook answers 404 with code 10015
 (Unknown Webhook), a webhook whose token changed 401 with code 50027 (Invalid
@@ -30,6 +36,7 @@ from collections.abc import Mapping, Sequence
 
 from kinds.base import (
     LineKind,
+    Mention,
     Reading,
     Verdict,
     parse_retry_after,
@@ -50,6 +57,8 @@ GONE_CODES = {10015: "unknown_webhook", 50027: "invalid_webhook_token"}
 # A webhook's path: the API (of a version, or the default one), the webhook's id, then its token.
 URL_PATH = re.compile(r"/api(?:/v[0-9]+)?/webhooks/[0-9]+/(?P<secret>[^/]+)")
 URL_QUERY = frozenset({"wait", "thread_id", "with_components"})
+# A user id, a snowflake (users.validators checks it on the way in; checked again here, where it becomes markup).
+SNOWFLAKE = re.compile(r"[0-9]{17,20}")
 
 
 def escape(text: str) -> list[str]:
@@ -80,11 +89,18 @@ class Discord(LineKind):
     def shown_url(self, url: str) -> str:
         return shown_by_shape(url, path=URL_PATH, public_query=URL_QUERY)
 
-    def _compose(self, lines: Sequence[str]) -> dict:
-        return {
-            "content": self._fitted(lines),
-            "allowed_mentions": {"parse": []},
-        }
+    mention_field = "discord_user_id"
+
+    def mention_tag(self, mention: Mention) -> str | None:
+        return f"<@{mention.user_id}>" if SNOWFLAKE.fullmatch(mention.user_id) else None
+
+    def _compose(self, text: str, mentioned: Sequence[Mention]) -> dict:
+        allowed: dict = {"parse": []}
+        if mentioned:
+            # Exactly the people tagged: an id left out of `users` is not pinged, one in it but not
+            # tagged pings nobody.
+            allowed["users"] = list(dict.fromkeys(mention.user_id for mention in mentioned))
+        return {"content": text, "allowed_mentions": allowed}
 
     def read(self, *, status: int, headers: Mapping[str, str], body: str) -> Reading:
         if status == 429:

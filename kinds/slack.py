@@ -9,6 +9,11 @@ bold, italic, strike, code and quote markup a name could carry, and the
 unfurl flags keep a URL written in a name from pulling a preview into the
 channel. Plain `@channel` is no mention in a webhook's text (no `link_names`).
 
+The one mention it makes: `<@U…>` for the person greeted (their Slack member id,
+`slack_user_id`: U or W then capital letters and digits), given only where the
+destination mentions and the person agreed; `mrkdwn: false` leaves such a
+sequence working, as it leaves `<!channel>` (why a name's `<` is escaped).
+
 Slack answers `200 ok`. Its refusals are a short code in the body: those of
 `GONE_CODES` mean the webhook or its channel no longer takes messages and
 only a person can fix that (a new webhook, an unarchived channel).
@@ -25,6 +30,7 @@ from collections.abc import Mapping, Sequence
 
 from kinds.base import (
     LineKind,
+    Mention,
     Reading,
     Verdict,
     shown_by_shape,
@@ -52,6 +58,8 @@ GONE_CODES = frozenset(
 REFUSED_CODES = frozenset({"invalid_payload", "no_text", "user_not_found", "too_many_attachments"})
 # An incoming webhook's path: the workspace's and the webhook's ids, then the token.
 URL_PATH = re.compile(r"/services/T[A-Z0-9]+/B[A-Z0-9]+/(?P<secret>[^/]+)")
+# A member id (users.validators checks it on the way in; checked again here, where it becomes markup).
+MEMBER_ID = re.compile(r"[UW][A-Z0-9]{2,31}")
 
 
 def escape(text: str) -> list[str]:
@@ -66,10 +74,14 @@ class Slack(LineKind):
     pace = 1.0
     budget = TEXT_MAX
     escape = staticmethod(escape)
+    mention_field = "slack_user_id"
 
-    def _compose(self, lines: Sequence[str]) -> dict:
+    def mention_tag(self, mention: Mention) -> str | None:
+        return f"<@{mention.user_id}>" if MEMBER_ID.fullmatch(mention.user_id) else None
+
+    def _compose(self, text: str, mentioned: Sequence[Mention]) -> dict:
         return {
-            "text": self._fitted(lines),
+            "text": text,
             "mrkdwn": False,
             "unfurl_links": False,
             "unfurl_media": False,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kinds.base import Kind
+from kinds.base import Kind, Mention
 
 
 class Standard(Kind):
@@ -16,10 +16,11 @@ class Standard(Kind):
     label = "Standard Webhooks JSON"
     signed = True
 
-    def body(self, payload: Mapping) -> dict:
+    # It mentions nobody (no mention_field): a machine's receiver gets the payload as it is.
+    def body(self, payload: Mapping, *, mention: Mention | None = None) -> dict:
         # The very dict: the default destination's bodies stay byte for byte what they were.
         return payload if isinstance(payload, dict) else dict(payload)
 
-    def digest_body(self, payload: Mapping) -> dict:
+    def digest_body(self, payload: Mapping, *, mentions: Mapping[str, Mention] | None = None) -> dict:
         # Every occurrence with its key, however many: a machine's receiver has no service limit to fit.
         return payload if isinstance(payload, dict) else dict(payload)

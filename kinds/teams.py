@@ -14,7 +14,18 @@ is ("Markdown is not supported" in a TextRun): a name's `**`, `_` or
 `[label](url)` shows as typed, on every Teams client alike, where escaping
 markdown in a TextBlock is read differently by the desktop and mobile
 clients. Nothing in a card mentions anyone without an `msteams.entities`
-entry, which a body never has. A message is at most 28 KB.
+entry. A message is at most 28 KB.
+
+The one mention it makes: the person greeted (their Teams user, `teams_user_id`:
+a UPN or an Entra object id), given only where the destination mentions and the
+person agreed. A TextBlock of its own holds `<at>Name</at>` and the card's
+`msteams.entities` the one matching entry, `{"type": "mention", "text":
+"<at>Name</at>", "mentioned": {"id": …, "name": "Name"}}`; the message stays in
+its TextRun. The name between the tags is markup in a TextBlock, so it keeps only
+letters, marks, digits, spaces and `'`, `-`, `.` of the person's name (`<at>` and
+`</at>` in a name cannot close or open a mention; nor can `**` format); a name with
+nothing left shows their UPN's local part, or `@`. A card
+mentions each person once; a digest's lines each carry their person's block.
 
 More than about 4 requests a second to one flow are refused with 429 (and a
 Retry-After). A deleted flow answers 404 with the error code `WorkflowNotFound`.
@@ -31,13 +42,18 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 
 from kinds.base import (
     Kind,
+    Line,
+    Mention,
     Reading,
     Verdict,
+    digest_lines,
     fit,
+    more,
     shown_by_shape,
     standard_reading,
     summarised,
@@ -56,6 +72,14 @@ URL_PATH = re.compile(
 )
 URL_QUERY = frozenset({"api-version", "sp", "sv"})
 URL_SECRET_QUERY = frozenset({"sig"})
+# A user principal name (no whitespace, no markup: users.validators) or an Entra object id (a GUID).
+TEAMS_USER = re.compile(r"[A-Za-z0-9._%+'-]+@[A-Za-z0-9.-]+|[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}")
+# What of a name may stand between <at> and </at>: letters, marks and digits, and these.
+_LABEL_PUNCTUATION = frozenset(" '-.")
+# A name with nothing left of it is still mentioned: by its user's UPN's local part, else by this
+# (no words: a label in one language would reach people of every other).
+LABEL_FALLBACK = "@"
+LABEL_MAX = 100
 
 
 def json_size(text: str) -> int:
@@ -96,6 +120,47 @@ def _rich_text(text: str) -> dict:
     return {"type": "RichTextBlock", "inlines": [{"type": "TextRun", "text": text}]}
 
 
+def _markup_free(text: str) -> str:
+    kept = "".join(
+        ch if ch in _LABEL_PUNCTUATION or unicodedata.category(ch)[0] in "LMN" else " "
+        for ch in without_bidi_controls(text)
+    )
+    return " ".join(kept.split())[:LABEL_MAX].strip()
+
+
+def mention_label(name: str, user_id: str = "") -> str:
+    """The name as it may stand between <at> and </at>: markup-free, on one line, never empty."""
+    upn_local_part = user_id.partition("@")[0] if "@" in user_id else ""
+    return _markup_free(name) or _markup_free(upn_local_part) or LABEL_FALLBACK
+
+
+def _label(mention: Mention) -> str:
+    return mention_label(mention.name, mention.user_id)
+
+
+def _at(mention: Mention) -> str:
+    return f"<at>{_label(mention)}</at>"
+
+
+def _mention_block(mention: Mention) -> dict:
+    return {"type": "TextBlock", "text": _at(mention), "wrap": True}
+
+
+def _entity(mention: Mention) -> dict:
+    return {
+        "type": "mention",
+        "text": _at(mention),
+        "mentioned": {"id": mention.user_id, "name": _label(mention)},
+    }
+
+
+def with_mentions(card: dict, mentioned: Sequence[Mention]) -> dict:
+    """`card` with an `msteams.entities` entry for each of `mentioned` (none: the card as it was)."""
+    if mentioned:
+        card["attachments"][0]["content"]["msteams"] = {"entities": [_entity(m) for m in mentioned]}
+    return card
+
+
 class Teams(Kind):
     name = "teams"
     label = "Microsoft Teams (Workflows)"
@@ -105,27 +170,38 @@ class Teams(Kind):
     def shown_url(self, url: str) -> str:
         return shown_by_shape(url, path=URL_PATH, public_query=URL_QUERY, secret_query=URL_SECRET_QUERY)
 
-    def body(self, payload: Mapping) -> dict:
-        return self._compose([payload["message"]])
+    mention_field = "teams_user_id"
 
-    def _compose(self, lines: Sequence[str]) -> dict:
-        pieces = [
-            piece
-            for number, line in enumerate(lines)
-            for piece in ((["\n"] if number else []) + text_pieces(line))
-        ]
-        text = within_body_limit(adaptive_card([_rich_text("")]), pieces)
-        return adaptive_card([_rich_text(text)])
+    def _mentioned(self, line: Line) -> Mention | None:
+        mention = line.mention
+        return mention if mention is not None and TEAMS_USER.fullmatch(mention.user_id) else None
 
-    def digest_body(self, payload: Mapping) -> dict:
-        # One block per line: the heading, then one per person, as Teams shows a list.
-        lines = [payload["heading"], *(occurrence["line"] for occurrence in payload["occurrences"])]
-        return self._card_of_lines(summarised(lines, fits=self._lines_fit))
+    def body(self, payload: Mapping, *, mention: Mention | None = None) -> dict:
+        line = Line(payload["message"], mention)
+        mentioned = self._mentioned(line)
+        pieces = text_pieces(line.text)
+        head = [_mention_block(mentioned)] if mentioned else []
+        envelope = with_mentions(adaptive_card([*head, _rich_text("")]), [mentioned] if mentioned else [])
+        text = within_body_limit(envelope, pieces)
+        return with_mentions(adaptive_card([*head, _rich_text(text)]), [mentioned] if mentioned else [])
 
-    def _card_of_lines(self, lines: Sequence[str]) -> dict:
-        return adaptive_card([_rich_text(without_bidi_controls(line)) for line in lines])
+    def digest_body(self, payload: Mapping, *, mentions: Mapping[str, Mention] | None = None) -> dict:
+        # One block per line: the heading, then one per person (after their mention's), as Teams shows a list.
+        lines = digest_lines(payload, mentions)
+        return self._card_of_lines(summarised(lines, fits=self._lines_fit, more=more))
 
-    def _lines_fit(self, lines: Sequence[str]) -> bool:
+    def _card_of_lines(self, lines: Sequence[Line]) -> dict:
+        blocks: list[dict] = []
+        mentioned: list[Mention] = []
+        for line in lines:
+            mention = self._mentioned(line)
+            if mention is not None:
+                blocks.append(_mention_block(mention))
+                mentioned.append(mention)
+            blocks.append(_rich_text(without_bidi_controls(line.text)))
+        return with_mentions(adaptive_card(blocks), mentioned)
+
+    def _lines_fit(self, lines: Sequence[Line]) -> bool:
         size = len(json.dumps(self._card_of_lines(lines), ensure_ascii=False).encode())
         return size <= BODY_MAX_BYTES - _MARGIN_BYTES
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kinds.base import LineKind, without_bidi_controls
+from kinds.base import LineKind, Mention, without_bidi_controls
 from kinds.teams import BODY_MAX_BYTES, json_size
 
 _HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
@@ -36,8 +36,8 @@ class TeamsMessageCard(LineKind):
     escape = staticmethod(escape)
     size = staticmethod(json_size)
 
-    def _compose(self, lines: Sequence[str]) -> dict:
-        text = self._fitted(lines)
+    # A connector card mentions nobody (mention_field stays ""): `mentioned` is always empty.
+    def _compose(self, text: str, mentioned: Sequence[Mention]) -> dict:
         return {
             "@type": "MessageCard",
             "@context": "https://schema.org/extensions",

@@ -30,10 +30,14 @@ from scheduling.times import clean_timezone
 from users.validators import (
     EXTERNAL_ID_MAX_LENGTH,
     NAME_MAX_LENGTH,
+    clean_discord_user_id,
     clean_external_id,
+    clean_mention_consent,
     clean_name,
     clean_past_date,
     clean_send_time,
+    clean_slack_user_id,
+    clean_teams_user_id,
 )
 
 
@@ -89,6 +93,52 @@ def _name_field(name: str, *, label: str) -> RecipientField:
         column_help="",
         required=True,
     )
+
+
+# --- mentions: whom a chat destination that mentions may notify, and whether they agreed ----------
+# A chat kind names the field holding its service's id (kinds.base.Kind.mention_field); a destination
+# with `mention_recipient` mentions the person it greets there, if mention_consent (or, when it is
+# null, MENTIONS_BY_DEFAULT) says they agreed. Shape only: an id is not looked up at the service.
+_NO_ID = "Empty or null: none."
+MENTION_FIELDS: tuple[RecipientField, ...] = (
+    RecipientField(
+        name="slack_user_id",
+        clean=clean_slack_user_id,
+        help_text="Optional: the recipient's Slack member id, such as U024BE7LH (U or W, then capital letters "
+        "and digits), which a Slack destination that mentions uses to notify them, if they agreed "
+        "(mention_consent). A name such as @ada is refused (400). " + _NO_ID,
+        form_help="Optional: their Slack member id, such as U024BE7LH (profile ⋮ menu: Copy member ID).",
+        column_help="a Slack member id such as U024BE7LH; empty for none",
+    ),
+    RecipientField(
+        name="discord_user_id",
+        clean=clean_discord_user_id,
+        help_text="Optional: the recipient's Discord user id, 17 to 20 digits, which a Discord destination "
+        "that mentions uses to notify them, if they agreed (mention_consent). " + _NO_ID,
+        form_help="Optional: their Discord user id, 17 to 20 digits (profile: Copy User ID).",
+        column_help="17 to 20 digits; empty for none",
+    ),
+    RecipientField(
+        name="teams_user_id",
+        clean=clean_teams_user_id,
+        help_text="Optional: the recipient's Microsoft Teams user, as a user principal name (ada@example.com, "
+        "no spaces) or an Entra object id (a GUID, stored in lower case), which a Teams destination that "
+        "mentions uses to notify them, if they agreed (mention_consent). " + _NO_ID,
+        form_help="Optional: their Teams user principal name (ada@example.com) or Entra object id.",
+        column_help="a user principal name or an Entra object id; empty for none",
+    ),
+    RecipientField(
+        name="mention_consent",
+        clean=clean_mention_consent,
+        help_text="Optional: whether the recipient agrees to be mentioned (notified by name) in the greetings of "
+        "chat destinations that mention: true or false; null (the default) follows the company's default, "
+        f"MENTIONS_BY_DEFAULT (now {str(settings.MENTIONS_BY_DEFAULT).lower()}). Without it nobody is "
+        "mentioned, and a message never mentions anyone but the person it greets.",
+        form_help="Whether they agree to be mentioned in chat greetings; Unknown: the company default "
+        "(MENTIONS_BY_DEFAULT).",
+        column_help="true/false, 1/0 or yes/no; empty for the company default",
+    ),
+)
 
 
 # In the order the API shows them, the console lays them out and the CSV import lists them.
@@ -210,6 +260,7 @@ RECIPIENT_FIELDS: tuple[RecipientField, ...] = (
         "empty: not paused",
         column=False,
     ),
+    *MENTION_FIELDS,
 )
 
 FIELDS_BY_NAME: Mapping[str, RecipientField] = {field.name: field for field in RECIPIENT_FIELDS}
@@ -237,6 +288,11 @@ class NewRecipient(TypedDict, total=False):
     send_time: NotRequired[str | time | None]
     labels: NotRequired[Sequence[str] | None]
     language: NotRequired[str | None]
+    # mentions (MENTION_FIELDS)
+    slack_user_id: NotRequired[str | None]
+    discord_user_id: NotRequired[str | None]
+    teams_user_id: NotRequired[str | None]
+    mention_consent: NotRequired[bool | None]
 
 
 def clean_user_fields(data: Mapping[str, object]) -> dict[str, Any]:

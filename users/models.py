@@ -11,7 +11,18 @@ from scheduling.labels import LABEL_MAX_LENGTH, LABELS_MAX_COUNT, labels_by_rule
 from scheduling.languages import LANGUAGE_MAX_LENGTH
 from scheduling.pauses import ACTOR_MAX_LENGTH, Pausable, pause_constraints
 from users.fields import USER_FIELDS, clean_user_fields
-from users.validators import EARLIEST_DATE, EXTERNAL_ID_MAX_LENGTH, NAME_MAX_LENGTH
+from users.validators import (
+    DISCORD_USER_ID_MAX_LENGTH,
+    DISCORD_USER_ID_PATTERN,
+    EARLIEST_DATE,
+    EXTERNAL_ID_MAX_LENGTH,
+    NAME_MAX_LENGTH,
+    SLACK_USER_ID_MAX_LENGTH,
+    SLACK_USER_ID_PATTERN,
+    TEAMS_OBJECT_ID_PATTERN,
+    TEAMS_UPN_PATTERN,
+    TEAMS_USER_ID_MAX_LENGTH,
+)
 
 # The unique constraint on external_id, named where a violation of it is told apart
 # from other integrity errors (users.services).
@@ -58,6 +69,21 @@ class User(Pausable, models.Model):
     # A BCP 47 tag (de, pt-BR) choosing the language of the messages' templates; "": none,
     # the event type's default. With a database default: the import's COPY need not name it.
     language = models.CharField(max_length=LANGUAGE_MAX_LENGTH, blank=True, default="", db_default="")
+    # --- mentions (users.fields.MENTION_FIELDS) ---
+    # The recipient's user ids at the chat services, whom a destination that mentions notifies
+    # (kinds.base.Kind.mention_field); "": none. With database defaults: adding them rewrote no row.
+    slack_user_id = models.CharField(
+        "Slack user id", max_length=SLACK_USER_ID_MAX_LENGTH, blank=True, default="", db_default=""
+    )
+    discord_user_id = models.CharField(
+        "Discord user id", max_length=DISCORD_USER_ID_MAX_LENGTH, blank=True, default="", db_default=""
+    )
+    teams_user_id = models.CharField(
+        "Teams user id", max_length=TEAMS_USER_ID_MAX_LENGTH, blank=True, default="", db_default=""
+    )
+    # Whether they agree to be mentioned; NULL: the company default (MENTIONS_BY_DEFAULT).
+    mention_consent = models.BooleanField("Mention consent", null=True, blank=True, default=None)
+    # --- end of mentions ---
     # Counts the writes that changed the recipient's own fields; the API sends it as
     # the ETag and honours If-Match with it, so a client can update without
     # overwriting an edit it has not seen. The bulk import's COPY leaves it to the
@@ -125,6 +151,21 @@ class User(Pausable, models.Model):
             # constraint rather than unique=True: PostgreSQL then builds the one
             # index, without a second one for LIKE that no lookup uses.
             models.UniqueConstraint(fields=["external_id"], name=EXTERNAL_ID_UNIQUE),
+            # mentions: each id of its service's shape (users.validators), or "" for none.
+            models.CheckConstraint(
+                condition=Q(slack_user_id="") | Q(slack_user_id__regex=SLACK_USER_ID_PATTERN),
+                name="user_slack_user_id_shape",
+            ),
+            models.CheckConstraint(
+                condition=Q(discord_user_id="") | Q(discord_user_id__regex=DISCORD_USER_ID_PATTERN),
+                name="user_discord_user_id_shape",
+            ),
+            models.CheckConstraint(
+                condition=Q(teams_user_id="")
+                | Q(teams_user_id__regex=TEAMS_UPN_PATTERN)
+                | Q(teams_user_id__regex=TEAMS_OBJECT_ID_PATTERN),
+                name="user_teams_user_id_shape",
+            ),
             models.CheckConstraint(
                 # Trimmed and never blank: " a1" or "" would be a second spelling
                 # of "a1" or of no id, and escape the unique constraint.

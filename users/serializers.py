@@ -163,6 +163,17 @@ class UserSerializer(serializers.ModelSerializer):
         max_length=LANGUAGE_MAX_LENGTH, allow_null=True, allow_blank=True, **_described("language")
     )
     paused = StrictBooleanField(**_described("paused"))
+    # mentions (users.fields.MENTION_FIELDS)
+    slack_user_id = StrictCharField(
+        max_length=1000, allow_null=True, allow_blank=True, **_described("slack_user_id")
+    )
+    discord_user_id = StrictCharField(
+        max_length=1000, allow_null=True, allow_blank=True, **_described("discord_user_id")
+    )
+    teams_user_id = StrictCharField(
+        max_length=1000, allow_null=True, allow_blank=True, **_described("teams_user_id")
+    )
+    mention_consent = StrictBooleanField(allow_null=True, **_described("mention_consent"))
     next_event = serializers.SerializerMethodField(
         help_text="The pending birthday event: the next birthday message and when it is due."
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,7 +26,14 @@ from scheduling.services.occurrences import (
     first_pending_event_rows,
     pending_event_defaults,
 )
-from users.fields import RECIPIENT_FIELDS, USER_FIELDS, NewRecipient, clean_paused, clean_user_fields
+from users.fields import (
+    MENTION_FIELDS,
+    RECIPIENT_FIELDS,
+    USER_FIELDS,
+    NewRecipient,
+    clean_paused,
+    clean_user_fields,
+)
 from users.models import EXTERNAL_ID_UNIQUE, User
 from users.selectors import users_by_external_id
 from users.signals import recipient_erasing
@@ -191,6 +198,26 @@ def user_labels_change(*, user: User, add: Collection[str] = (), remove: Collect
     return True
 
 
+# --- mentions ------------------------------------------------------------------------------------
+
+MENTION_FIELD_NAMES = frozenset(field.name for field in MENTION_FIELDS)
+
+
+def recipient_mentions_set(
+    *, user: User, changes: Mapping[str, object], expected_versions: Collection[int] | None = None
+) -> User:
+    """Set the recipient's own chat user ids and mention consent (users.fields.MENTION_FIELDS), nothing else.
+
+    For a page where the person sets them: any of slack_user_id, discord_user_id, teams_user_id and
+    mention_consent, each by its field's rule; a bad one is a ValidationError naming it and nothing
+    is stored. Any other field is refused (ValueError): this is no way to change a date or a name.
+    """
+    other = set(changes) - MENTION_FIELD_NAMES
+    if other:
+        raise ValueError(f"Not a mention field: {', '.join(sorted(other))}")
+    return user_update(user=user, data=dict(changes), expected_versions=expected_versions)
+
+
 def user_erase(*, user: User, expected_versions: Collection[int] | None = None) -> None:
     """Delete a recipient and every copy of their personal data, in one transaction (DELETE of the API).
 
@@ -263,6 +290,11 @@ class ImportedUserRow(NamedTuple):
     send_time: time | None
     labels: list[str]
     language: str
+    # mentions (users.fields.MENTION_FIELDS)
+    slack_user_id: str
+    discord_user_id: str
+    teams_user_id: str
+    mention_consent: bool | None
     created_at: datetime
     updated_at: datetime
     # A row imported paused: when and by whom, as a pause made through the API (None, "": not paused).

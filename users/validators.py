@@ -1,5 +1,6 @@
 """The rules for a recipient's fields, shared by the API, the admin and the importer (by users.fields)."""
 
+import re
 from datetime import date, datetime, time, timedelta
 
 from django.core.exceptions import ValidationError
@@ -86,4 +87,76 @@ def clean_past_date(value: object, *, label: str, timezone_name: str | None) -> 
             f"{label} {value.isoformat()} is in the future "
             f"(today is {today_there.isoformat()} in {timezone_name or 'any time zone'})."
         )
+    return value
+
+
+# --- mentions: a recipient's user ids at the chat services, and their consent ---------------------
+# Checked by shape only: confirming that an id exists needs a bot token at the service (Slack's
+# users.lookupByEmail, Microsoft Graph), which a webhook destination has not got.
+
+# A Slack member id: U or W, then capital letters and digits (U024BE7LH, W012A3CDE).
+SLACK_USER_ID_PATTERN = r"^[UW][A-Z0-9]{2,31}$"
+# A Discord user id: a snowflake, 17 to 20 digits.
+DISCORD_USER_ID_PATTERN = r"^[0-9]{17,20}$"
+# A Teams user: a user principal name (ada@example.com; at most 113 characters, Entra's limit),
+# or an Entra object id, a GUID (stored in lower case).
+TEAMS_UPN_PATTERN = r"^[A-Za-z0-9._%+'-]{1,64}@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$"
+TEAMS_OBJECT_ID_PATTERN = r"^[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$"
+SLACK_USER_ID_MAX_LENGTH = 32
+DISCORD_USER_ID_MAX_LENGTH = 20
+TEAMS_USER_ID_MAX_LENGTH = 113
+
+
+def _chat_id(value: object, *, label: str) -> str:
+    """A chat user id as given, trimmed; "" for none (None or blank)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValidationError(f"{label} must be a string.")
+    return value.strip()
+
+
+def clean_slack_user_id(value: object) -> str:
+    """A Slack member id such as U024BE7LH, or "" for none: never a name (`@ada`) or a display name."""
+    trimmed = _chat_id(value, label="Slack user id")
+    if trimmed and not re.fullmatch(SLACK_USER_ID_PATTERN, trimmed):
+        raise ValidationError(
+            "Slack user id must be a member id such as U024BE7LH (U or W, then capital letters and "
+            "digits; in Slack: the profile's ⋮ menu, Copy member ID), not a name such as @ada."
+        )
+    return trimmed
+
+
+def clean_discord_user_id(value: object) -> str:
+    """A Discord user id (a snowflake of 17 to 20 digits), or "" for none."""
+    trimmed = _chat_id(value, label="Discord user id")
+    if trimmed and not re.fullmatch(DISCORD_USER_ID_PATTERN, trimmed):
+        raise ValidationError(
+            "Discord user id must be 17 to 20 digits, such as 123456789012345678 (in Discord, with "
+            "developer mode on: the profile's Copy User ID), not a user name."
+        )
+    return trimmed
+
+
+def clean_teams_user_id(value: object) -> str:
+    """A Teams user as a user principal name (ada@example.com) or an Entra object id (a GUID, stored
+    in lower case), or "" for none."""
+    trimmed = _chat_id(value, label="Teams user id")
+    if not trimmed:
+        return ""
+    if re.fullmatch(TEAMS_OBJECT_ID_PATTERN, trimmed.lower()):
+        return trimmed.lower()
+    if len(trimmed) <= TEAMS_USER_ID_MAX_LENGTH and re.fullmatch(TEAMS_UPN_PATTERN, trimmed):
+        return trimmed
+    raise ValidationError(
+        "Teams user id must be a user principal name such as ada@example.com (no spaces, at most "
+        f"{TEAMS_USER_ID_MAX_LENGTH} characters) or an Entra object id such as "
+        "8c2f5a7e-1b3d-4e6f-9a0b-2c4d6e8f0a1b."
+    )
+
+
+def clean_mention_consent(value: object) -> bool | None:
+    """Whether the person agrees to be mentioned: True, False, or None for the company default."""
+    if value is not None and not isinstance(value, bool):
+        raise ValidationError("Must be true, false or null (the company default, MENTIONS_BY_DEFAULT).")
     return value

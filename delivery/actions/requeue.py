@@ -18,6 +18,12 @@ from typing import Any
 
 from django.conf import settings
 
+from delivery.destinations.mentions import (
+    MentionsByFormat,
+    digest_mentions,
+    mention_for,
+    recipients_mentions,
+)
 from delivery.dispatch.payload import message_overrides, webhook_payload
 from delivery.models import Delivery, DeliveryStatus, Destination
 from delivery.rules.digest_calendar import digest_body
@@ -65,8 +71,16 @@ def deliveries_requeue(
     if not deliveries:
         return []
     payloads: dict[tuple[uuid.UUID, int | None], dict[str, Any]] = {}
+    # Whom they mention, as the recipients are now (a person who withdrew their consent is not
+    # mentioned again): one query, none when no destination of theirs mentions.
+    mentions = recipients_mentions(
+        user_ids={event.user_id for event in events.values()},
+        destinations=[d.destination for d in deliveries if d.destination and d.event_id is not None],
+    )
     bodies = [
-        _requeued_body(delivery=delivery, events=events, templates=templates, payloads=payloads)
+        _requeued_body(
+            delivery=delivery, events=events, templates=templates, payloads=payloads, mentions=mentions
+        )
         for delivery in deliveries
     ]
     # A delivery whose destination was deleted goes where it went.
@@ -93,6 +107,7 @@ def _requeued_body(
     events: Mapping[uuid.UUID, Event],
     templates: MessageTemplates,
     payloads: dict[tuple[uuid.UUID, int | None], dict[str, Any]],
+    mentions: MentionsByFormat,
 ) -> dict[str, Any]:
     """What `delivery` sends again, rendered now; `payloads` keeps each (event, destination)'s standard body."""
     destination = delivery.destination
@@ -101,7 +116,12 @@ def _requeued_body(
         # destination's kind as it is now; a deleted destination's, in the standard body.
         assert delivery.digest is not None  # loaded with it: the callers select_related("digest")
         return digest_body(
-            digest=delivery.digest, format=destination.format if destination else STANDARD.name
+            digest=delivery.digest,
+            format=destination.format if destination else STANDARD.name,
+            mentions=digest_mentions(
+                destination=destination,
+                user_ids={entry["user_id"] for entry in delivery.digest.entries if entry.get("user_id")},
+            ),
         )
     assert delivery.event_id is not None  # delivery_event_or_digest
     # Per destination: one with a text of its own gets it again.
@@ -111,7 +131,12 @@ def _requeued_body(
             event=events[delivery.event_id], templates=templates, destination=destination
         )
     # A delivery whose destination was deleted goes in the standard format.
-    return kind_for(destination.format).body(payload) if destination else payload
+    if destination is None:
+        return payload
+    mention = mention_for(
+        mentions=mentions, destination=destination, user_id=events[delivery.event_id].user_id
+    )
+    return kind_for(destination.format).body(payload, mention=mention)
 
 
 def events_reopen(*, events: Sequence[Event], now: datetime | None = None) -> None:

@@ -10,7 +10,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from config.fields import StrictCharField
+from config.fields import StrictBooleanField, StrictCharField
 from delivery.credentials.signing_secrets import PREFIX as SECRET_PREFIX
 from delivery.destinations.fields import EDITABLE_FIELDS, SETTINGS, URL_MAX_LENGTH
 from delivery.models import (
@@ -145,6 +145,7 @@ class DestinationSerializer(serializers.ModelSerializer):
         required=False,
         help_text=_help("format"),
     )
+    mention_recipient = StrictBooleanField(required=False, help_text=_help("mention_recipient"))
     timeout = SecondsField(
         required=False,
         allow_null=True,

@@ -22,7 +22,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
 
 from delivery.credentials.receiver_urls import url_normalise
-from delivery.models import Destination, DestinationFormat, Weekend
+from delivery.models import MENTIONING_FORMATS, Destination, DestinationFormat, Weekend
 from delivery.receivers.addresses import webhook_url_validate
 from scheduling.event_types import EventType
 from scheduling.handlers import REGISTRY
@@ -140,6 +140,12 @@ def _as_given(value: object) -> object:
     return value
 
 
+def _flag(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValidationError("true or false.")
+    return value
+
+
 def _max_rate(value: float | None) -> float | None:
     if value is not None and not value > 0:
         raise ValidationError("Requests per second above 0, or none for WEBHOOK_MAX_RATE.")
@@ -246,9 +252,25 @@ class DestinationSettings:
         metadata=_setting(
             _one_of(DestinationFormat.values),
             help="standard: the JSON body with Standard Webhooks signatures; slack, discord: the body their "
-            "incoming webhooks accept, mentioning no one; teams: an Adaptive Card for a Teams Workflows webhook; "
+            "incoming webhooks accept, mentioning no one (with mention_recipient: only the person greeted); "
+            "teams: an Adaptive Card for a Teams Workflows webhook (mentioning likewise); "
             "teams_messagecard: the legacy connector MessageCard (these four are not signed: their services check no "
             "signature, and their URL is the credential).",
+        ),
+    )
+    # mentions
+    mention_recipient: bool = field(
+        default=False,
+        metadata=_setting(
+            _flag,
+            help="slack, discord and teams only (400 otherwise): each message mentions (notifies) the person it "
+            "greets, by their user id at the service (the recipient's slack_user_id, discord_user_id or "
+            "teams_user_id), if they agreed (their mention_consent, or MENTIONS_BY_DEFAULT when they have not "
+            "said); a digest mentions each person it names who agreed, once. Nobody else is ever mentioned: "
+            "what a name holds (<!channel>, @everyone, <at>) stays plain text. false (the default): nobody. "
+            "Applies to the messages rendered after it is saved.",
+            form_help="Slack, Discord and Teams: mention the person greeted, where they agreed (their mention "
+            "consent, or the company default) and their user id there is known.",
         ),
     )
     enabled: bool = field(
@@ -340,9 +362,32 @@ def settings_clean(values: Mapping[str, Any]) -> dict[str, Any]:
             digest_settings_check(Destination(**{name: cleaned[name] for name in DIGEST_FIELDS}))
         except ValidationError as exc:
             errors.update(exc.message_dict)
+    if not errors.keys() & {"format", "mention_recipient"} and all(
+        name in cleaned for name in ("format", "mention_recipient")
+    ):
+        # Both given (a create, a form); a partial change is checked against the stored ones.
+        try:
+            mention_settings_check(
+                Destination(format=cleaned["format"], mention_recipient=cleaned["mention_recipient"])
+            )
+        except ValidationError as exc:
+            errors.update(exc.message_dict)
     if errors:
         raise ValidationError(errors)
     return cleaned
+
+
+def mention_settings_check(destination: Destination) -> None:
+    """Only a kind that mentions (MENTIONING_FORMATS) may mention; ValidationError naming the field."""
+    if destination.mention_recipient and destination.format not in MENTIONING_FORMATS:
+        raise ValidationError(
+            {
+                "mention_recipient": [
+                    f"Only a {', '.join(MENTIONING_FORMATS)} destination mentions the people it greets "
+                    f"(this one is {destination.format})."
+                ]
+            }
+        )
 
 
 def labels_both(*, audience: Sequence[str], excluded: Sequence[str]) -> bool:

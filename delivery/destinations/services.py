@@ -31,6 +31,7 @@ from delivery.destinations.fields import (
     DestinationSettings,
     digest_settings_check,
     labels_both,
+    mention_settings_check,
     settings_clean,
 )
 from delivery.destinations.selectors import (
@@ -204,6 +205,7 @@ def destination_update(
         if labels_both(audience=current.audience_labels, excluded=current.excluded_labels):
             raise ValidationError({"excluded_labels": [BOTH_LABELS]})
         digest_settings_check(current)
+        mention_settings_check(current)
         if kind_for(current.format).signed and not kind_for(old_format).signed and not _signs(current):
             raise ValidationError(
                 {

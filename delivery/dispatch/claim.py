@@ -34,10 +34,11 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from delivery.destinations.audience import DestinationRouter
+from delivery.destinations.mentions import mention_for, recipients_mentions
 from delivery.destinations.services import destinations_for_queueing
 from delivery.dispatch.payload import message_overrides, webhook_payload
 from delivery.models import Delivery, DeliveryStatus, Destination
-from kinds import kind_for
+from kinds import Mention, kind_for
 from runtime.ids import uuid7
 from runtime.sql import execute, insert_rows, pipeline
 from runtime.wakeup import WORKER_CHANNEL, notify
@@ -127,9 +128,15 @@ class QueuedDeliveryRow(NamedTuple):
 
 
 def queued_delivery_row(
-    *, event_id: uuid.UUID, destination: Destination, idempotency_key: str, payload: dict[str, Any]
+    *,
+    event_id: uuid.UUID,
+    destination: Destination,
+    idempotency_key: str,
+    payload: dict[str, Any],
+    mention: Mention | None = None,
 ) -> QueuedDeliveryRow:
-    """A new delivery of the event's standard `payload` to `destination`, in its format, as a row to insert."""
+    """A new delivery of the event's standard `payload` to `destination`, in its format, as a row to insert;
+    mentioning `mention`'s person (delivery.destinations.mentions decides whom)."""
     # By position, in the fields' order: one call per row of a batch, and keywords cost more.
     return QueuedDeliveryRow(
         uuid7(),
@@ -137,7 +144,7 @@ def queued_delivery_row(
         destination.pk,
         destination.url_key,
         idempotency_key,
-        kind_for(destination.format).body(payload),
+        kind_for(destination.format).body(payload, mention=mention),
     )
 
 
@@ -406,9 +413,14 @@ def _rendered_deliveries(
     """A delivery for each event and destination that wants it.
 
     The message is rendered once per event in the recipient's language, and once more for
-    each destination with a text of its own for the type (message_overrides).
+    each destination with a text of its own for the type (message_overrides). A destination
+    that mentions mentions the recipient where they agreed (one query a batch, none while no
+    destination mentions).
     """
     overrides = message_overrides(destinations=router.destinations)
+    mentions = recipients_mentions(
+        user_ids=[event.recipient.id for event in events], destinations=router.destinations
+    )
     rows = []
     for event in events:
         payloads: dict[str | None, dict[str, Any]] = {}
@@ -429,6 +441,11 @@ def _rendered_deliveries(
                     destination=destination,
                     idempotency_key=event.idempotency_key,
                     payload=payload,
+                    mention=mention_for(
+                        mentions=mentions, destination=destination, user_id=event.recipient.id
+                    )
+                    if mentions
+                    else None,
                 )
             )
     return rows

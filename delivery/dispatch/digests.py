@@ -47,6 +47,7 @@ from django.conf import settings
 from django.db import transaction
 
 from delivery.destinations.audience import Audience
+from delivery.destinations.mentions import digest_mentions
 from delivery.dispatch.claim import queued_delivery_defaults
 from delivery.models import Delivery, DeliveryAttempt, DeliveryStatus, Destination, Digest
 from delivery.rules.digest_calendar import dates_named, digest_body, digest_key, next_digest
@@ -219,10 +220,19 @@ def _digest_queue(
         destination=destination,
         endpoint_key=destination.url_key,
         idempotency_key=key,
-        payload=digest_body(digest=digest, format=destination.format),
+        payload=digest_body(
+            digest=digest,
+            format=destination.format,
+            mentions=digest_mentions(destination=destination, user_ids=_named(entries)),
+        ),
         **queued_delivery_defaults(now=now),
     )
     return True
+
+
+def _named(entries: list[dict[str, Any]]) -> set[str]:
+    """The ids of the people a digest's entries name."""
+    return {entry["user_id"] for entry in entries if entry.get("user_id")}
 
 
 def digests_erase(*, user_id: uuid.UUID) -> int:
@@ -252,7 +262,10 @@ def digests_erase(*, user_id: uuid.UUID) -> int:
             delivery.delete()
             continue
         delivery.payload = digest_body(
-            digest=digest, format=delivery.destination.format if delivery.destination else STANDARD.name
+            digest=digest,
+            format=delivery.destination.format if delivery.destination else STANDARD.name,
+            # Those named still, as they are now (the erased one is no longer among them).
+            mentions=digest_mentions(destination=delivery.destination, user_ids=_named(digest.entries)),
         )
         delivery.save(update_fields=["payload", "updated_at"])
     return changed

@@ -16,11 +16,12 @@ repeats takes its first instant (fold=0), as every send time does
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from datetime import date, datetime, time, timedelta
 from typing import Any
 
 from delivery.models import Destination, Digest, Weekend
-from kinds import kind_for
+from kinds import Mention, kind_for
 from scheduling.times import load_timezone, wall_time_instant
 
 SATURDAY, SUNDAY = 5, 6
@@ -117,6 +118,12 @@ def digest_payload(*, digest: Digest) -> dict[str, Any]:
     }
 
 
-def digest_body(*, digest: Digest, format: str) -> dict[str, Any]:
-    """What a digest's delivery sends, in the kind `format`."""
-    return kind_for(format).digest_body(digest_payload(digest=digest))
+def digest_body(
+    *,
+    digest: Digest,
+    format: str,
+    mentions: Mapping[str, Mention] | None = None,  # noqa: A002
+) -> dict[str, Any]:
+    """What a digest's delivery sends, in the kind `format`, mentioning the people of `mentions` (by their id)
+    it names (delivery.destinations.mentions.digest_mentions decides whom)."""
+    return kind_for(format).digest_body(digest_payload(digest=digest), mentions=mentions)

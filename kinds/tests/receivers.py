@@ -28,6 +28,9 @@ class Judgement:
     # What the message rendered would do, for a message taken (0 otherwise).
     mentions: int = 0
     links: int = 0
+    # Whom its mentions would notify, one entry a mention: a user's id (U024BE7LH, a snowflake, a
+    # Teams user), or a crowd ("!channel", "@everyone", "&role", "#channel").
+    mentioned: tuple[str, ...] = ()
     # The text a person would read (for a message taken).
     shown: str = ""
     headers: dict = field(default_factory=dict)
@@ -62,16 +65,22 @@ def judge_slack(raw: bytes) -> Judgement:
         return Judgement(400, b"no_text")
     if len(text) > SLACK_TEXT_LIMIT:
         return Judgement(400, b"msg_too_long")
-    mentions = links = 0
+    mentioned: list[str] = []
+    links = 0
     for sequence in _SLACK_SEQUENCE.findall(text):
-        if sequence.startswith(("!", "@", "#")):
-            mentions += 1  # <!channel>, <!here>, <!everyone>, <!subteam^..>, <@U..>, <#C..>
+        target = sequence.split("|", 1)[0]
+        if target.startswith("@"):
+            mentioned.append(target[1:])  # <@U024BE7LH>: that member
+        elif target.startswith(("!", "#")):
+            mentioned.append(target)  # <!channel>, <!here>, <!everyone>, <!subteam^..>, <#C..>
         else:
             links += 1  # <https://x|label>, <mailto:..>
     if body.get("link_names") in (1, True, "1"):
-        mentions += len(re.findall(r"@(channel|here|everyone)\b", text))
+        mentioned += ["!" + word for word in re.findall(r"@(channel|here|everyone)\b", text)]
     shown = text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
-    return Judgement(200, b"ok", mentions=mentions, links=links, shown=shown)
+    return Judgement(
+        200, b"ok", mentions=len(mentioned), links=links, shown=shown, mentioned=tuple(mentioned)
+    )
 
 
 def slack_formats(raw: bytes) -> bool:
@@ -84,7 +93,8 @@ def slack_formats(raw: bytes) -> bool:
 # --- Discord -------------------------------------------------------------------------------
 
 DISCORD_CONTENT_LIMIT = 2000
-_DISCORD_USER_ROLE = re.compile(r"<@[!&]?\d+>")
+_DISCORD_USER_ROLE = re.compile(r"<@([!&]?)(\d+)>")
+DISCORD_ALLOWED_USERS_MAX = 100
 _DISCORD_EVERYONE = re.compile(r"(?<!\w)@(everyone|here)\b")
 _DISCORD_MASKED_LINK = re.compile(r"\[[^\]]*\]\(")
 _DISCORD_MARKUP = re.compile(r"\*|__|~~|\|\||`|^\s*(#{1,3} |-# |> |[-*] )", re.MULTILINE)
@@ -122,16 +132,35 @@ def discord_shown(content: str) -> str:
 
 
 def _discord_parses(body: dict) -> set[str]:
-    """The mention kinds Discord would parse: all three when `allowed_mentions` is left out."""
+    """The mention kinds Discord would parse for all ids: all three when `allowed_mentions` is left out."""
     allowed = body.get("allowed_mentions")
     if not isinstance(allowed, dict):
         return {"everyone", "users", "roles"}
-    parse = set(allowed.get("parse") or [])
-    if allowed.get("users"):
-        parse.add("users")
-    if allowed.get("roles"):
-        parse.add("roles")
-    return parse
+    return set(allowed.get("parse") or [])
+
+
+def _discord_listed(body: dict, kind: str) -> set[str]:
+    """The ids `allowed_mentions` names one by one (`users` or `roles`): only those of that kind are pinged."""
+    allowed = body.get("allowed_mentions")
+    return {str(i) for i in (allowed.get(kind) or [])} if isinstance(allowed, dict) else set()
+
+
+def _discord_allowed_mentions_problem(body: dict) -> bytes | None:
+    """Discord's 400 for an `allowed_mentions` it refuses: a kind both parsed and listed, over 100 ids."""
+    allowed = body.get("allowed_mentions")
+    if not isinstance(allowed, dict):
+        return None
+    for kind in ("users", "roles"):
+        listed = allowed.get(kind) or []
+        if listed and kind in (allowed.get("parse") or []):
+            return b'{"message": "Invalid Form Body", "code": 50035, "errors": {"allowed_mentions": ' + (
+                b'{"_errors": [{"code": "MESSAGE_ALLOWED_MENTIONS_PARSE_EXCLUSIVE"}]}}}'
+            )
+        if len(listed) > DISCORD_ALLOWED_USERS_MAX:
+            return b'{"message": "Invalid Form Body", "code": 50035, "errors": {"allowed_mentions": ' + (
+                b'{"_errors": [{"code": "BASE_TYPE_MAX_LENGTH"}]}}}'
+            )
+    return None
 
 
 def judge_discord(raw: bytes) -> Judgement:
@@ -148,15 +177,30 @@ def judge_discord(raw: bytes) -> Judgement:
             b'{"message": "Invalid Form Body", "code": 50035, "errors": {"content": {"_errors": '
             b'[{"code": "BASE_TYPE_MAX_LENGTH", "message": "Must be 2000 or fewer in length."}]}}}',
         )
+    problem = _discord_allowed_mentions_problem(body)
+    if problem is not None:
+        return Judgement(400, problem)
     parses = _discord_parses(body)
+    users, roles = _discord_listed(body, "users"), _discord_listed(body, "roles")
     active = discord_active(content)
-    mentions = 0
+    mentioned: list[str] = []
     if "everyone" in parses:
-        mentions += len(_DISCORD_EVERYONE.findall(active))
-    if parses & {"users", "roles"}:
-        mentions += len(_DISCORD_USER_ROLE.findall(active))
+        mentioned += ["@" + word for word in _DISCORD_EVERYONE.findall(active)]
+    for kind, snowflake in _DISCORD_USER_ROLE.findall(active):
+        if kind == "&":
+            if "roles" in parses or snowflake in roles:
+                mentioned.append("&" + snowflake)
+        elif "users" in parses or snowflake in users:
+            mentioned.append(snowflake)
     links = len(_DISCORD_MASKED_LINK.findall(active))
-    return Judgement(204, b"", mentions=mentions, links=links, shown=discord_shown(content))
+    return Judgement(
+        204,
+        b"",
+        mentions=len(mentioned),
+        links=links,
+        shown=discord_shown(content),
+        mentioned=tuple(mentioned),
+    )
 
 
 def discord_looks_like_a_mention(raw: bytes) -> bool:
@@ -209,7 +253,7 @@ def judge_teams_flow(raw: bytes) -> Judgement:
         )
     markdown: list[str] = []
     plain: list[str] = []
-    mentions = 0
+    entities: list[dict] = []
     for attachment in attachments:
         content = attachment.get("content") if isinstance(attachment, dict) else None
         if attachment.get("contentType") != ADAPTIVE or not isinstance(content, dict):
@@ -219,14 +263,29 @@ def judge_teams_flow(raw: bytes) -> Judgement:
         for element in content.get("body") or []:
             if isinstance(element, dict):
                 _card_text(element, markdown=markdown, plain=plain)
-        entities = (content.get("msteams") or {}).get("entities") or []
-        mentions += sum(1 for e in entities if isinstance(e, dict) and e.get("type") == "mention")
+        entities += [
+            e
+            for e in (content.get("msteams") or {}).get("entities") or []
+            if isinstance(e, dict) and e.get("type") == "mention"
+        ]
+    # A mention entity notifies its user where its text stands in a TextBlock (where markdown, and
+    # <at>, are read); a TextRun shows `<at>…</at>` as typed.
+    mentioned = tuple(
+        str((e.get("mentioned") or {}).get("id"))
+        for e in entities
+        if isinstance(e.get("text"), str) and any(e["text"] in text for text in markdown)
+    )
     links = sum(len(_TEAMS_MARKDOWN_LINK.findall(text)) for text in markdown)
     formats = any(re.search(r"\*\*|(^|\s)_\S|^\s*[-*] |^\s*\d+\. ", t, re.MULTILINE) for t in markdown)
     if not markdown and not plain:
         return Judgement(400, b"BadRequest: the card shows nothing")
     return Judgement(
-        200, b"posted", mentions=mentions, links=links + int(formats), shown="\n".join(markdown + plain)
+        200,
+        b"posted",
+        mentions=len(mentioned),
+        links=links + int(formats),
+        shown="\n".join(markdown + plain),
+        mentioned=mentioned,
     )
 
 

@@ -68,6 +68,16 @@ def _parse_paused(raw: str | None) -> bool:
         ) from None
 
 
+def _parse_optional_flag(raw: str | None) -> bool | str | None:
+    """A cell such as mention_consent as a flag: true/false, 1/0, yes/no in any case; empty: None (the
+    default). Anything else is passed on for the field's cleaner to refuse by name."""
+    text = (raw or "").strip().lower()
+    if not text:
+        return None
+    flag = PAUSED_VALUES.get(text)
+    return raw if flag is None else flag
+
+
 def _parse_text(raw: str | None) -> str:
     """A text cell as it is, to check; "" for a cell a short row lacks."""
     return raw or ""
@@ -82,6 +92,8 @@ def _cell_parser(name: str) -> Callable[[str | None], object]:
         return _parse_send_time
     if isinstance(field, models.DateField):
         return _parse_date
+    if isinstance(field, models.BooleanField):
+        return _parse_optional_flag
     return _parse_text
 
 

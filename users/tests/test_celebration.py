@@ -203,7 +203,9 @@ def test_the_claim_fails_a_not_celebrated_persons_occurrence_and_a_private_one_r
     settings,
 ):
     settings.WEBHOOK_URL = ""
-    channel = Destination.objects.create(name="channel", **destination_url_fields(url="https://chat.example/channel"))
+    channel = Destination.objects.create(
+        name="channel", **destination_url_fields(url="https://chat.example/channel")
+    )
     inbox = Destination.objects.create(
         name="inbox", **destination_url_fields(url="https://mail.example/inbox"), personal=True
     )

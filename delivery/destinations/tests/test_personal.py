@@ -9,7 +9,9 @@ URL = "/api/v1/destinations/"
 
 
 def test_a_destination_is_not_personal_unless_declared_and_may_be_declared(api_client):
-    plain = api_client.post(URL, {"name": "general", "url": "https://chat.example.org/general"}, format="json")
+    plain = api_client.post(
+        URL, {"name": "general", "url": "https://chat.example.org/general"}, format="json"
+    )
     inbox = api_client.post(
         URL, {"name": "inbox", "url": "https://mail.example.org/inbox", "personal": True}, format="json"
     )

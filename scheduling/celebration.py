@@ -64,6 +64,11 @@ DEFAULT_VISIBILITY = Visibility.PUBLIC
 # withdraws what is queued and not yet sent, and takes the people out of the unsent digests.
 celebration_narrowed = Signal()
 
+# Sent inside the transaction that stopped a person's age being said (hide_age set, or the
+# year of their birthday removed), with `user_id`, after their row is saved. The receiver in
+# delivery renders their queued, unsent messages again, without the age.
+age_unsaid = Signal()
+
 
 class AgedRecipient(Protocol):
     @property

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from runtime.copy import copy_rows
 from scheduling.admin_log import admin_log_forget
-from scheduling.celebration import ChangedBy, celebration_narrowed
+from scheduling.celebration import ChangedBy, age_said, age_unsaid, celebration_narrowed
 from scheduling.models import Event
 from scheduling.selectors import deleted_occurrences_latest
 from scheduling.services.deleted_recipients import deleted_occurrences_record
@@ -303,12 +303,16 @@ def user_update(
         if paused is not None:
             changed += _pause_columns(user=current, paused=paused, by=by, now=now)
         if changed or say_changes:
+            said_before = age_said(current)
             for field in changed:
                 if field in cleaned:
                     setattr(current, field, cleaned[field])
             current.version += 1
             with _external_id_taken_as(_taken_message(cleaned["external_id"])):
                 current.save(update_fields=[*changed, "version", "updated_at"])
+            if said_before and not age_said(current):
+                # What is queued was rendered with their age: render it again without.
+                age_unsaid.send(sender=User, user_id=current.id)
     logger.info("Updated user", extra={"user_id": str(current.id), "fields": changed})
     return current
 

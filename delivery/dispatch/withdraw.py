@@ -26,13 +26,16 @@ from collections.abc import Collection
 from datetime import datetime
 
 from delivery.dispatch.digests import digest_entries_without, digest_rerender
+from delivery.dispatch.payload import message_overrides, webhook_payload
 from delivery.models import Delivery, DeliveryAttempt, DeliveryStatus, Destination
 from delivery.states.conclude import events_conclude, events_fail_unsent
+from kinds import STANDARD, kind_for
 from runtime.sql import execute
 from scheduling.admin_log import admin_log_forget
 from scheduling.celebration import DEFAULT_VISIBILITY, NOT_CELEBRATED, Visibility
 from scheduling.models import CelebrationDefault, Event
-from users.models import CelebrationChoice
+from scheduling.selectors import message_templates
+from users.models import CelebrationChoice, User
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +74,39 @@ def deliveries_withdraw_uncelebrated(
         )
     digests = _digests_take_out(user_id=user_id, event_types=event_types)
     return len(withdrawn) + digests
+
+
+def deliveries_rerender_without_age(*, user_id: uuid.UUID) -> int:
+    """Render the person's QUEUED deliveries again from their row as it is now; return how many.
+
+    For a person whose age is no longer said (scheduling.celebration.age_unsaid): a message
+    queued before would state it. Same text choice as the claim's (message_for), in each
+    destination's format and with its own text; one being sent is not touched.
+    """
+    user = User.objects.get(pk=user_id)
+    queued = list(
+        Delivery.objects.select_for_update(of=("self",))
+        .filter(status=DeliveryStatus.QUEUED, event__user_id=user_id)
+        .select_related("event", "destination")
+        .order_by("id")
+    )
+    if not queued:
+        return 0
+    templates = message_templates()
+    overrides = message_overrides(destinations=[d.destination for d in queued if d.destination is not None])
+    for delivery in queued:
+        assert delivery.event is not None  # the person's occurrences' deliveries
+        destination = delivery.destination
+        payload = webhook_payload(
+            occurrence=delivery.event,
+            recipient=user,
+            templates=templates,
+            language=user.language,
+            override=overrides.get((destination.pk, delivery.event.event_type)) if destination else None,
+        )
+        delivery.payload = kind_for(destination.format if destination else STANDARD.name).body(payload)
+        delivery.save(update_fields=["payload", "updated_at"])
+    return len(queued)
 
 
 def _queued_deliveries_lock(

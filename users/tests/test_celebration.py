@@ -314,3 +314,22 @@ def test_the_erasure_takes_the_persons_choices_and_their_record():
     user_erase(user=user)
 
     assert _stored() == (0, 0, 0, 0)
+
+
+def test_hiding_the_age_after_the_claim_renders_the_queued_message_again_without_it(settings):
+    settings.WEBHOOK_URL = ""
+    Destination.objects.create(name="channel", **destination_url_fields(url="https://chat.example/channel"))
+    MessageTemplate.objects.filter(event_type=EventType.BIRTHDAY, language="").update(
+        body="{first_name} turns {age}!"
+    )
+    user = user_create(first_name="Ada", last_name="Lovelace", date_of_birth=date(1990, 5, 5), timezone="UTC")
+    Event.objects.update(target_timestamp_utc=Event.objects.first().created_at)
+    deliveries_enqueue_due()
+    queued = Delivery.objects.get()
+    assert queued.payload["message"].startswith("Ada turns ")
+
+    user_update(user=user, data={"hide_age": True}, changed_by=ChangedBy.API_CLIENT, by="client")
+
+    queued.refresh_from_db()
+    assert queued.payload["message"] == "Hey, Ada Lovelace it's your birthday"
+    assert queued.status == "QUEUED"

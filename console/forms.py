@@ -3,9 +3,13 @@ destination's form shares with them."""
 
 from __future__ import annotations
 
+from datetime import date
+
 from django import forms
 from django.core.exceptions import ValidationError
 
+from scheduling.celebration import Visibility, month_day, year_known
+from scheduling.event_types import EventType
 from scheduling.labels import labels_from_text
 from users.fields import FIELDS_BY_NAME, USER_FIELDS, clean_user_fields
 from users.models import User
@@ -51,10 +55,78 @@ class LabelsFormField(forms.CharField):
         return sorted(initial or []) != sorted({label.lower() for label in self.to_python(data)})
 
 
+# --- the person's say (scheduling.celebration) ---
+
+
+class DateOfBirthFormField(forms.CharField):
+    """A date of birth typed as YYYY-MM-DD, or --MM-DD without the year; checked by the shared rule."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+
+    def to_python(self, value):
+        text = (super().to_python(value) or "").strip()
+        if not text or text.startswith("--"):
+            return text or None  # the shared rule reads --MM-DD, and says what is wrong with it
+        try:
+            return date.fromisoformat(text)
+        except ValueError:
+            raise ValidationError("Enter a date as YYYY-MM-DD, or --MM-DD without the year.") from None
+
+    def prepare_value(self, value):
+        if isinstance(value, date):
+            return value.isoformat() if year_known(value) else month_day(value)
+        return value
+
+    def has_changed(self, initial, data):
+        return self.prepare_value(initial) != (data or "").strip()
+
+
+def visibility_field_name(event_type: str) -> str:
+    """The form's field of the person's visibility of one event type."""
+    return f"visibility_{event_type}"
+
+
+VISIBILITY_FIELDS = {event_type: visibility_field_name(event_type) for event_type in EventType.values}
+
+
+class VisibilityFormField(forms.ChoiceField):
+    def __init__(self, *, label: str):
+        super().__init__(
+            label=label,
+            required=False,
+            choices=[("", "The company default"), *Visibility.choices],
+            help_text="Public: every destination; private: only destinations reaching the person alone; "
+            "not celebrated: nothing. Each change is recorded with who made it and when.",
+        )
+
+
+# --- end of the person's say ---
+
+
 class RecipientAdminForm(forms.ModelForm):
     # The help texts are users.fields' (form_help), as the fields are.
     send_time = TimeOfDayFormField(label="Send time", help_text=FIELDS_BY_NAME["send_time"].form_help)
     labels = LabelsFormField(label="Labels", help_text=FIELDS_BY_NAME["labels"].form_help)
+    date_of_birth = DateOfBirthFormField(
+        label="Date of birth", help_text=FIELDS_BY_NAME["date_of_birth"].form_help
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            for choice in self.instance.celebration_choices.all():
+                name = VISIBILITY_FIELDS.get(choice.event_type)
+                if name in self.fields:
+                    self.initial[name] = choice.visibility
+
+    def visibility_changes(self) -> dict[str, str | None]:
+        """The visibility choices the operator changed, as users.services takes them (None: the default)."""
+        return {
+            event_type: self.cleaned_data.get(name) or None
+            for event_type, name in VISIBILITY_FIELDS.items()
+            if name in self.changed_data
+        }
 
     class Meta:
         model = User
@@ -85,3 +157,10 @@ class RecipientAdminForm(forms.ModelForm):
             return
         # BaseForm's own hook (ModelForm overrides it too); missing from django-stubs.
         super()._post_clean()  # type: ignore[misc]
+
+
+# One field per event type, declared on the form as the admin's fieldsets name them.
+for _event_type, _label in EventType.choices:
+    _field = VisibilityFormField(label=f"{_label}: visibility")
+    RecipientAdminForm.declared_fields[visibility_field_name(_event_type)] = _field
+    RecipientAdminForm.base_fields[visibility_field_name(_event_type)] = _field

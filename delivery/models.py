@@ -70,6 +70,10 @@ class Destination(models.Model):
     format = models.CharField(
         max_length=32, choices=DestinationFormat.choices, default=DestinationFormat.STANDARD
     )
+    # Reaches the person it greets alone (their own inbox, a direct message): the only kind of
+    # destination a person celebrated privately is greeted at (scheduling.celebration). Declared
+    # by the operator; never a digest, which names many people.
+    personal = models.BooleanField(default=False, db_default=False)
     # Disabled: occurrences claimed meanwhile get no delivery for it (what is queued still goes).
     enabled = models.BooleanField(default=True)
     # Set: a daily digest (delivery.dispatch.digests) at this wall time in digest_timezone, one
@@ -142,6 +146,10 @@ class Destination(models.Model):
                 )
                 | (Q(digest_time__isnull=False) & ~Q(digest_timezone="") & Q(next_digest_at__isnull=False)),
                 name="destination_digest_complete",
+            ),
+            models.CheckConstraint(
+                condition=Q(personal=False) | Q(digest_time__isnull=True),
+                name="destination_personal_not_digest",
             ),
         ]
         indexes = [

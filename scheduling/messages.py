@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import date
+from functools import lru_cache
 from string import Formatter
 
 from scheduling.handlers.base import EventHandler, Recipient
@@ -55,6 +56,12 @@ def template_errors(*, template: str, placeholders: frozenset[str]) -> list[str]
             errors.append(f"{written}: conversions and formats are not allowed; write {{{name}}}.")
     # A placeholder written wrong twice is one mistake.
     return list(dict.fromkeys(errors))
+
+
+@lru_cache(maxsize=1024)
+def placeholders_used(template: str) -> frozenset[str]:
+    """The placeholder names a valid template uses."""
+    return frozenset(name for _literal, name, _spec, _conversion in Formatter().parse(template) if name)
 
 
 def render_message(*, template: str, handler: EventHandler, user: Recipient, occurrence_date: date) -> str:

@@ -4,6 +4,7 @@ from django.db.models import Q
 from django.utils.crypto import salted_hmac
 
 from runtime.ids import uuid7
+from scheduling.celebration import Visibility
 from scheduling.event_types import EventType
 from scheduling.handlers import REGISTRY
 from scheduling.languages import LANGUAGE_MAX_LENGTH, clean_language
@@ -169,6 +170,31 @@ class EventTypePause(Pausable, models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_event_type_display()} messages ({'paused' if self.paused else 'going out'})"
+
+
+class CelebrationDefault(models.Model):
+    """The company's visibility of one event type for every person who has not chosen their own
+    (scheduling.celebration). A type without a row is public, as every type was before there was a choice."""
+
+    event_type = models.CharField(max_length=32, choices=EventType.choices, unique=True)
+    visibility = models.CharField(max_length=8, choices=Visibility.choices)
+    updated_by = models.CharField(max_length=ACTOR_MAX_LENGTH)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["event_type"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(event_type__in=EventType.values), name="celebration_default_event_type_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(visibility__in=Visibility.values), name="celebration_default_visibility_valid"
+            ),
+            models.CheckConstraint(condition=~Q(updated_by=""), name="celebration_default_by_whom"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_event_type_display()}: {self.get_visibility_display()} unless a person chose"
 
 
 class MessageTemplate(models.Model):

@@ -13,11 +13,12 @@ from django.db.models import Count, Max, Min, QuerySet
 from django.db.models.functions import TruncHour
 
 from runtime.aggregates import counts_by, estimated_counts_by, estimated_index_entries
-from scheduling.handlers import REGISTRY, get_handler
+from scheduling.handlers import REGISTRY, Recipient, get_handler
 from scheduling.languages import language_fallbacks
-from scheduling.messages import render_message, template_errors
+from scheduling.messages import placeholders_used, template_errors, years_counted
 from scheduling.models import (
     PENDING_DUE_INDEX,
+    CelebrationDefault,
     DeletedRecipientOccurrence,
     Event,
     EventStatus,
@@ -80,6 +81,15 @@ def event_type_pauses() -> dict[str, PauseSpan]:
     }
 
 
+def celebration_defaults() -> dict[str, str]:
+    """The company's visibility of each event type that has one (a type absent: public), in one query.
+
+    The scheduler reads it once per claim batch, as the pauses: a change applies to every
+    event claimed after it is saved.
+    """
+    return dict(CelebrationDefault.objects.values_list("event_type", "visibility"))
+
+
 def events_held_back_counts(*, since: datetime) -> dict[str, int]:
     """Events failed unsent because their recipient or their type was paused, whose send time is after `since`.
 
@@ -117,8 +127,8 @@ class MessageTemplates(Mapping[str, str]):
     def __init__(self, *, defaults: dict[str, str], variants: dict[tuple[str, str, int | None], str]) -> None:
         self._defaults = defaults
         self._variants = variants
-        # A batch asks again and again for a few (type, language, years): one answer each.
-        self._chosen: dict[tuple[str, str, int | None], str] = {}
+        # A batch asks again and again for a few (type, language, years, without): one answer each.
+        self._chosen: dict[tuple[str, str, int | None, frozenset[str]], str] = {}
 
     def __getitem__(self, event_type: str) -> str:
         return self._defaults[event_type]
@@ -129,20 +139,65 @@ class MessageTemplates(Mapping[str, str]):
     def __len__(self) -> int:
         return len(self._defaults)
 
-    def choose(self, *, event_type: str, language: str = "", years: int | None = None) -> str:
-        key = (event_type, language, years)
+    def choose(
+        self,
+        *,
+        event_type: str,
+        language: str = "",
+        years: int | None = None,
+        without: frozenset[str] = frozenset(),
+    ) -> str:
+        """The text of one occurrence; `without`: placeholders it must not use (an age not said).
+
+        A text using one of `without` is passed over for the next in the order above, and
+        past the type's default comes the handler's own text, which uses none
+        (scheduling/tests/test_celebration.py holds each handler to that).
+        """
+        key = (event_type, language, years, without)
         chosen = self._chosen.get(key)
         if chosen is None:
-            chosen = self._chosen[key] = self._lookup(event_type=event_type, language=language, years=years)
+            chosen = self._chosen[key] = self._lookup(
+                event_type=event_type, language=language, years=years, without=without
+            )
         return chosen
 
-    def _lookup(self, *, event_type: str, language: str, years: int | None) -> str:
+    def _lookup(self, *, event_type: str, language: str, years: int | None, without: frozenset[str]) -> str:
         for tag in language_fallbacks(language):
             for milestone in (years, None) if years is not None else (None,):
                 body = self._variants.get((event_type, tag, milestone))
-                if body is not None:
+                if body is not None and not (without and placeholders_used(body) & without):
                     return body
-        return self._defaults[event_type]
+        default = self._defaults[event_type]
+        if without and placeholders_used(default) & without:
+            return get_handler(event_type).message_template
+        return default
+
+
+def message_for(
+    *,
+    templates: MessageTemplates,
+    event_type: str,
+    user: Recipient,
+    occurrence_date: date,
+    language: str = "",
+    override: str | None = None,
+) -> tuple[str, str]:
+    """The text of one occurrence and the template it was rendered from (the scheduler's, the console's).
+
+    `override`: a destination's own text, which replaces the templates'. A recipient whose
+    age is not said (scheduling.celebration.age_said) gets no value for the type's
+    age placeholders, and a text that uses one is passed over for one that does not.
+    """
+    handler = get_handler(event_type)
+    values = handler.message_values(user=user, occurrence_date=occurrence_date)
+    unsaid = frozenset(name for name in handler.age_placeholders if name not in values)
+    if override is None or (unsaid and placeholders_used(override) & unsaid):
+        template = templates.choose(
+            event_type=event_type, language=language, years=years_counted(values), without=unsaid
+        )
+    else:
+        template = override
+    return template.format_map(values), template
 
 
 def message_templates() -> MessageTemplates:
@@ -207,11 +262,12 @@ def message_preview(*, event_type: str, body: str | None = None) -> MessagePrevi
     )
     if event is None:
         return None
-    text = render_message(
-        template=body if body is not None else message_templates()[event_type],
-        handler=get_handler(event_type),
+    text, _template = message_for(
+        templates=message_templates(),
+        event_type=event_type,
         user=event.user,
         occurrence_date=event.occurrence_date,
+        override=body,
     )
     return MessagePreview(recipient=str(event.user), occurrence_date=event.occurrence_date, text=text)
 

@@ -15,15 +15,18 @@ against this table: a field a handler reads that is not a recipient's field here
 fails it.
 """
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, time
+from datetime import date, datetime, time
 from functools import partial
 from typing import Any, NotRequired, Required, TypedDict
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
+from scheduling.celebration import YEARLESS_YEAR, Visibility, year_known
+from scheduling.event_types import EventType
 from scheduling.labels import LABEL_MAX_LENGTH, LABELS_MAX_COUNT, clean_labels
 from scheduling.languages import LANGUAGE_MAX_LENGTH, clean_language
 from scheduling.times import clean_timezone
@@ -39,6 +42,11 @@ from users.validators import (
     clean_slack_user_id,
     clean_teams_user_id,
 )
+
+# A birthday's month and day without the year, as ISO 8601 (and vCard) write it.
+MONTH_DAY = re.compile(r"--(?P<month>\d\d)-(?P<day>\d\d)")
+# What the API's schema says a date of birth looks like: a date, or a month and day.
+DATE_OF_BIRTH_PATTERN = r"^(\d{4}-\d{2}-\d{2}|--\d{2}-\d{2})$"
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,55 @@ def _clean_anniversary_date(value: object, *, timezone_name: str | None) -> date
     if value is None:
         return None
     return clean_past_date(value, label="Anniversary date", timezone_name=timezone_name)
+
+
+def clean_date_of_birth(value: object, *, timezone_name: str | None) -> date:
+    """A date of birth, or a month and day without the year (--MM-DD), stored in YEARLESS_YEAR."""
+    if isinstance(value, str) and value.startswith("--"):
+        match = MONTH_DAY.fullmatch(value.strip())
+        if match is None:
+            raise ValidationError("Date of birth without a year must be --MM-DD, such as --06-15.")
+        month, day = int(match["month"]), int(match["day"])
+        try:
+            # In a leap year: --02-29 is a day, --02-30 is not.
+            return date(YEARLESS_YEAR, month, day)
+        except ValueError:
+            raise ValidationError(f"Date of birth {value.strip()} is not a day of the year.") from None
+    if isinstance(value, date) and not isinstance(value, datetime) and not year_known(value):
+        return value  # as stored: a month and day without the year
+    return clean_past_date(value, label="Date of birth", timezone_name=timezone_name)
+
+
+def clean_flag(value: object) -> bool:
+    """A yes-or-no field: a bool, never "true" or 1; None (not given): False."""
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise ValidationError("Must be true or false.")
+    return value
+
+
+def clean_visibility(value: object) -> dict[str, str | None]:
+    """A recipient's visibility choices: {event type: public | private | none | None (the company default)}."""
+    if not isinstance(value, Mapping):
+        raise ValidationError(
+            'Must be an object from event types to public, private, none or null, such as {"BIRTHDAY": "private"}.'
+        )
+    errors = []
+    cleaned: dict[str, str | None] = {}
+    for event_type, visibility in value.items():
+        if event_type not in EventType.values:
+            errors.append(f"{event_type!r} is not an event type ({', '.join(EventType.values)}).")
+        elif visibility is not None and visibility not in Visibility.values:
+            errors.append(
+                f"{event_type}: {visibility!r} is not one of {', '.join(Visibility.values)} "
+                "(or null: the company default)."
+            )
+        else:
+            cleaned[event_type] = visibility
+    if errors:
+        raise ValidationError(errors)
+    return cleaned
 
 
 def clean_paused(value: object) -> bool:
@@ -147,14 +204,15 @@ RECIPIENT_FIELDS: tuple[RecipientField, ...] = (
     _name_field("last_name", label="Last name"),
     RecipientField(
         name="date_of_birth",
-        clean=partial(clean_past_date, label="Date of birth"),
+        clean=clean_date_of_birth,
         help_text=(
             "A real date (YYYY-MM-DD) from 1900-01-01 up to today in the "
-            "recipient's own time zone. A Feb 29 birthday is celebrated on "
-            "Feb 28 in common years."
+            "recipient's own time zone, or a month and day without the year (--MM-DD, "
+            "such as --06-15): then no message states an age or a birth year for them. A Feb 29 "
+            "birthday, with or without its year, is celebrated on Feb 28 in common years."
         ),
-        form_help="",
-        column_help="YYYY-MM-DD",
+        form_help="YYYY-MM-DD, or --MM-DD (such as --06-15) for a birthday without its year.",
+        column_help="YYYY-MM-DD, or --MM-DD without the year",
         required=True,
         in_zone=True,
     ),
@@ -244,6 +302,39 @@ RECIPIENT_FIELDS: tuple[RecipientField, ...] = (
         "without a template in it, its base language's (pt-BR: pt), else the default.",
         column_help="a BCP 47 tag such as de or pt-BR; empty for the default",
     ),
+    # --- the person's say (scheduling.celebration) ---
+    RecipientField(
+        name="hide_age",
+        clean=clean_flag,
+        help_text=(
+            "Optional: true: no message states the recipient's age or birth year; a text that "
+            "uses {age} falls back to the next one without it (the type's default, else the "
+            "built-in text). Each change is recorded (celebration_changes). Omitted: unchanged "
+            "(false on creation)."
+        ),
+        form_help="Never state their age or birth year: a text with {age} falls back to one without.",
+        column_help="true/false, 1/0 or yes/no: never state their age; empty: false",
+    ),
+    RecipientField(
+        name="visibility",
+        clean=clean_visibility,
+        help_text=(
+            "Optional: the recipient's own choice per event type, over the company default: "
+            '{"BIRTHDAY": "private"}. public: every destination that wants the occurrence; '
+            "private: only destinations that reach the person alone (personal), never a channel "
+            "post or a digest line; none: nothing anywhere (the occurrence FAILS with the reason "
+            '"recipient not celebrated"). null for a type: back to the company default. A change '
+            "applies to everything not yet begun: a delivery queued and not yet sent is withdrawn, "
+            "a digest not yet sent leaves the person out. Each change is recorded "
+            "(celebration_changes). A type not named is unchanged."
+        ),
+        # The console edits it with one field per event type (console.forms).
+        form_help="",
+        column_help="TYPE:visibility separated by semicolons, such as BIRTHDAY:private;ANNIVERSARY:none "
+        "(public, private or none; TYPE:default for the company default); empty: unchanged",
+        column=False,
+    ),
+    # --- end of the person's say ---
     RecipientField(
         name="paused",
         clean=clean_paused,
@@ -293,6 +384,7 @@ class NewRecipient(TypedDict, total=False):
     discord_user_id: NotRequired[str | None]
     teams_user_id: NotRequired[str | None]
     mention_consent: NotRequired[bool | None]
+    hide_age: NotRequired[bool]
 
 
 def clean_user_fields(data: Mapping[str, object]) -> dict[str, Any]:

@@ -1,4 +1,5 @@
 import uuid
+from datetime import date
 
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex, OpClass
@@ -7,6 +8,8 @@ from django.db.models import Q
 from django.db.models.functions import Cast, Length, TruncMinute, Upper
 from django.db.models.lookups import GreaterThan
 
+from scheduling.celebration import YEARLESS_YEAR, ChangedBy, Visibility
+from scheduling.event_types import EventType
 from scheduling.labels import LABEL_MAX_LENGTH, LABELS_MAX_COUNT, labels_by_rule
 from scheduling.languages import LANGUAGE_MAX_LENGTH
 from scheduling.pauses import ACTOR_MAX_LENGTH, Pausable, pause_constraints
@@ -84,6 +87,11 @@ class User(Pausable, models.Model):
     # Whether they agree to be mentioned; NULL: the company default (MENTIONS_BY_DEFAULT).
     mention_consent = models.BooleanField("Mention consent", null=True, blank=True, default=None)
     # --- end of mentions ---
+    # --- the person's say (scheduling.celebration) ---
+    # Never state their age or birth year in a message. With a database default: the
+    # import's COPY and the release before this one need not name it.
+    hide_age = models.BooleanField(default=False, db_default=False)
+    # --- end of the person's say ---
     # Counts the writes that changed the recipient's own fields; the API sends it as
     # the ETag and honours If-Match with it, so a client can update without
     # overwriting an edit it has not seen. The bulk import's COPY leaves it to the
@@ -126,9 +134,15 @@ class User(Pausable, models.Model):
                 condition=GreaterThan(Length("timezone"), 0),
                 name="user_timezone_not_blank",
             ),
+            # A birthday without a year is stored in YEARLESS_YEAR (scheduling.celebration);
+            # no other date before 1900.
             models.CheckConstraint(
-                condition=Q(date_of_birth__gte=EARLIEST_DATE),
-                name="user_date_of_birth_from_1900",
+                condition=Q(date_of_birth__gte=EARLIEST_DATE)
+                | Q(
+                    date_of_birth__gte=date(YEARLESS_YEAR, 1, 1),
+                    date_of_birth__lte=date(YEARLESS_YEAR, 12, 31),
+                ),
+                name="user_date_of_birth_from_1900_or_yearless",
             ),
             models.CheckConstraint(
                 condition=Q(anniversary_date__gte=EARLIEST_DATE),
@@ -192,3 +206,78 @@ class User(Pausable, models.Model):
     @property
     def full_name(self) -> str:
         return f"{self.first_name} {self.last_name}"
+
+
+# --- the person's say (scheduling.celebration) -----------------------------------
+
+
+class CelebrationChoice(models.Model):
+    """A person's own visibility of one event type, over the company's default (scheduling.models.CelebrationDefault).
+
+    No row: the default. Erased with the person (the foreign key cascades).
+    """
+
+    user = models.ForeignKey(
+        User, on_delete=models.CASCADE, related_name="celebration_choices", db_index=False
+    )
+    event_type = models.CharField(max_length=32, choices=EventType.choices)
+    visibility = models.CharField(max_length=8, choices=Visibility.choices)
+
+    class Meta:
+        constraints = [
+            # Also the index the scheduler's claim joins through, one probe per claimed event.
+            models.UniqueConstraint(fields=["user", "event_type"], name="celebration_choice_one_per_type"),
+            models.CheckConstraint(
+                condition=Q(event_type__in=EventType.values), name="celebration_choice_event_type_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(visibility__in=Visibility.values), name="celebration_choice_visibility_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_type}: {self.visibility}"
+
+
+class CelebrationChange(models.Model):
+    """One change of a person's choices: who made it, when, what, from what to what. Append-only.
+
+    `event_type` and `visibility_*` for a visibility ("" for the company default); `hide_age_*`
+    for the age. Shown in the console and in the person's export; erased with them.
+    """
+
+    user = models.ForeignKey(
+        User, on_delete=models.CASCADE, related_name="celebration_changes", db_index=False
+    )
+    changed_at = models.DateTimeField()
+    changed_by = models.CharField(max_length=16, choices=ChangedBy.choices)
+    # The operator's or API account's username, or the import's --by; "" for the person.
+    actor = models.CharField(max_length=ACTOR_MAX_LENGTH, blank=True, default="")
+    # What changed: "visibility" (of event_type) or "hide_age".
+    field = models.CharField(max_length=16)
+    event_type = models.CharField(max_length=32, choices=EventType.choices, blank=True, default="")
+    # As given: a visibility, "" for the company default; "true"/"false" for hide_age.
+    old_value = models.CharField(max_length=8, blank=True, default="")
+    new_value = models.CharField(max_length=8, blank=True, default="")
+
+    class Meta:
+        ordering = ["user", "changed_at", "id"]
+        indexes = [models.Index(fields=["user", "changed_at"], name="celebration_change_user_idx")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(changed_by__in=ChangedBy.values), name="celebration_change_by_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(field="visibility", event_type__in=EventType.values)
+                | Q(field="hide_age", event_type=""),
+                name="celebration_change_field_valid",
+            ),
+            models.CheckConstraint(
+                condition=~Q(changed_by=ChangedBy.PERSON) | Q(actor=""),
+                name="celebration_change_person_unnamed",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        what = f"{self.field} {self.event_type}".strip()
+        return f"{what}: {self.old_value or 'default'} → {self.new_value or 'default'} ({self.changed_by})"

@@ -62,10 +62,26 @@ NEW_RECIPIENT = OpenApiExample(
     request_only=True,
 )
 
+# The person's say: a birthday without its year, celebrated privately.
+PRIVATE_RECIPIENT = OpenApiExample(
+    "A birthday without its year, celebrated privately",
+    value={
+        "first_name": "Ada",
+        "last_name": "Lovelace",
+        "date_of_birth": "--12-10",
+        "timezone": "Europe/London",
+        "visibility": {"BIRTHDAY": "private"},
+        "hide_age": True,
+    },
+    request_only=True,
+)
+
 REQUIRED_FIELDS = (
     "first_name, last_name, date_of_birth and timezone are required; external_id (400 if "
-    "another recipient holds it), anniversary_date, send_time, labels, language and paused are "
-    "optional; any other field is refused."
+    "another recipient holds it), anniversary_date, send_time, labels, language, paused, hide_age and "
+    "visibility are optional; any other field is refused. date_of_birth may be --MM-DD (no year: no age "
+    "is ever said). visibility (public, private, none per event type) and hide_age are the person's "
+    "choices: each change is recorded with who made it and when (the export's celebration_changes)."
 )
 
 EXTERNAL_ID_FILTER = OpenApiParameter(
@@ -107,7 +123,7 @@ user_schema = extend_schema_view(
             f"{REQUIRED_FIELDS}"
         ),
         parameters=[etag_header(201)],
-        examples=[NEW_RECIPIENT],
+        examples=[NEW_RECIPIENT, PRIVATE_RECIPIENT],
     ),
     retrieve=extend_schema(summary="Read a recipient", parameters=[etag_header(200)]),
     update=extend_schema(

@@ -1,6 +1,7 @@
 import re
 import uuid
 from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
@@ -9,9 +10,11 @@ from django.utils import timezone
 from django.utils.text import smart_split, unescape_string_literal
 
 from scheduling.admin_log import admin_log_export
+from scheduling.celebration import Visibility, age_said, visibility_of
+from scheduling.handlers import get_handler
 from scheduling.models import Event, EventStatus
-from scheduling.selectors import event_list_for_user
-from users.models import User
+from scheduling.selectors import celebration_defaults, event_list_for_user, message_for, message_templates
+from users.models import CelebrationChange, CelebrationChoice, User
 from users.signals import recipient_exporting
 
 
@@ -30,11 +33,12 @@ def user_list(*, external_id: str | None = None, labels: Collection[str] = ()) -
     if labels:
         users = users.filter(user_labels_filter(labels=labels))
     return users.order_by("created_at", "id").prefetch_related(
+        "celebration_choices",
         Prefetch(
             "events",
             queryset=Event.objects.filter(status=EventStatus.PENDING).order_by("target_timestamp_utc"),
             to_attr="pending_events",
-        )
+        ),
     )
 
 
@@ -116,6 +120,17 @@ def user_export(*, user_id: uuid.UUID) -> dict[str, Any]:
     export: dict[str, Any] = {
         "exported_at": timezone.now(),
         "recipient": recipient,
+        # Their own visibility per event type, and the record of each change of their choices.
+        "celebration_choices": list(
+            CelebrationChoice.objects.filter(user_id=user_id)
+            .order_by("event_type")
+            .values("event_type", "visibility")
+        ),
+        "celebration_changes": list(
+            CelebrationChange.objects.filter(user_id=user_id)
+            .order_by("changed_at", "id")
+            .values("changed_at", "changed_by", "actor", "field", "event_type", "old_value", "new_value")
+        ),
         "console_log": admin_log_export(model=User, object_ids=[user_id]),
         "events": [
             {**event, "console_log": admin_log_export(model=Event, object_ids=[event["id"]])}
@@ -165,3 +180,46 @@ def user_timezones_in_use() -> list[str]:
             """
         )
         return [zone for (zone,) in cursor.fetchall()]
+
+
+# --- the person's say (scheduling.celebration) ---
+
+
+@dataclass(frozen=True)
+class RecipientMessage:
+    """The text one pending occurrence of a recipient's will be sent with, as the console shows it."""
+
+    event_type: str
+    visibility: str
+    text: str
+    # Why this text: their age not said (a fallback), or nothing sent at all.
+    note: str
+
+
+def recipient_messages(*, user: User) -> list[RecipientMessage]:
+    """Each pending occurrence's text as the scheduler would render it now (the templates', not a
+    destination's own), with the visibility in force and why a text without the age was chosen."""
+    templates = message_templates()
+    defaults = celebration_defaults()
+    choices = dict(user.celebration_choices.values_list("event_type", "visibility"))
+    rows = []
+    for event in Event.objects.filter(user_id=user.pk, status=EventStatus.PENDING).order_by(
+        "target_timestamp_utc"
+    ):
+        handler = get_handler(event.event_type)
+        visibility = visibility_of(choices.get(event.event_type), default=defaults.get(event.event_type))
+        text, template = message_for(
+            templates=templates,
+            event_type=event.event_type,
+            user=user,
+            occurrence_date=event.occurrence_date,
+            language=user.language,
+        )
+        notes = []
+        if visibility == Visibility.NONE:
+            notes.append("Not celebrated: nothing is sent.")
+        if handler.age_placeholders and not age_said(user):
+            why = "they chose never to have it said" if user.hide_age else "their birthday has no year"
+            notes.append(f"No age is said ({why}): texts using {{age}} are passed over for one without.")
+        rows.append(RecipientMessage(event.event_type, visibility, text, " ".join(notes)))
+    return rows

@@ -1,3 +1,4 @@
+from datetime import date
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -5,12 +6,20 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from config.fields import StrictBooleanField, StrictCharField
+from scheduling.celebration import Visibility, month_day, visibility_of, year_known
 from scheduling.labels import LABEL_MAX_LENGTH, LABEL_PATTERN, LABELS_MAX_COUNT
 from scheduling.languages import LANGUAGE_MAX_LENGTH
 from scheduling.models import Event, EventType
+from scheduling.selectors import celebration_defaults
 from scheduling.serializers import PAUSE_RECORD_HELP
 from scheduling.times import TIME_OF_DAY_PATTERN
-from users.fields import FIELDS_BY_NAME, RECIPIENT_FIELDS, USER_FIELDS, clean_user_fields
+from users.fields import (
+    DATE_OF_BIRTH_PATTERN,
+    FIELDS_BY_NAME,
+    RECIPIENT_FIELDS,
+    USER_FIELDS,
+    clean_user_fields,
+)
 from users.models import User
 
 # What every representation of an event shows; `next_event` shows just this.
@@ -129,6 +138,67 @@ class LabelsField(RecipientCleanedField):
         return list(value)
 
 
+# --- the person's say (scheduling.celebration) ---
+
+
+@extend_schema_field(
+    {
+        "type": "string",
+        "pattern": DATE_OF_BIRTH_PATTERN,
+        "example": "1990-06-15",
+        "description": "YYYY-MM-DD, or --MM-DD for a birthday without its year.",
+    }
+)
+class DateOfBirthField(RecipientCleanedField):
+    """A date of birth as YYYY-MM-DD, or a month and day without the year as --MM-DD (users.fields)."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            raise serializers.ValidationError(["Date of birth must be a date as YYYY-MM-DD, or --MM-DD."])
+        if not data.startswith("--"):
+            try:
+                data = date.fromisoformat(data)
+            except ValueError:
+                raise serializers.ValidationError(
+                    ["Date of birth must be a real date as YYYY-MM-DD, or --MM-DD without the year."]
+                ) from None
+        return super().to_internal_value(data)
+
+    def to_representation(self, value):
+        return value.isoformat() if year_known(value) else month_day(value)
+
+
+_VISIBILITY_SCHEMA = {"type": "string", "enum": [*Visibility.values], "nullable": True}
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "properties": {event_type: _VISIBILITY_SCHEMA for event_type in EventType.values},
+        "additionalProperties": False,
+        "example": {"BIRTHDAY": "private"},
+    }
+)
+class VisibilityField(RecipientCleanedField):
+    """The person's own visibility per event type; null: the company default (users.fields.clean_visibility)."""
+
+    def get_attribute(self, instance):
+        return _choices_of(instance)
+
+    def to_representation(self, value):
+        return {event_type: value.get(event_type) for event_type in EventType.values}
+
+
+def _choices_of(user: User) -> dict[str, str]:
+    # Prefetched by users.selectors.user_list; read for a user just created or changed.
+    if not user.pk:
+        return {}
+    return {choice.event_type: choice.visibility for choice in user.celebration_choices.all()}
+
+
+# --- end of the person's say ---
+
+
 def _described(name: str) -> dict[str, Any]:
     """The API's help text of a recipient's field, and whether it is required, as users.fields declares them."""
     field = FIELDS_BY_NAME[name]
@@ -140,7 +210,15 @@ def _described(name: str) -> dict[str, Any]:
 # every other bad field in the same reply.
 _STANDALONE_RULES = [field for field in RECIPIENT_FIELDS if field.column and not field.in_zone]
 # What the API shows of a recipient after the fields a client writes, read-only as its id.
-_SHOWN_AFTER = [*PAUSE_RECORD_HELP, "next_event", "next_events", "version", "created_at", "updated_at"]
+_SHOWN_AFTER = [
+    *PAUSE_RECORD_HELP,
+    "visibility_in_force",
+    "next_event",
+    "next_events",
+    "version",
+    "created_at",
+    "updated_at",
+]
 
 
 class UserSerializer(serializers.ModelSerializer):
@@ -174,6 +252,15 @@ class UserSerializer(serializers.ModelSerializer):
         max_length=1000, allow_null=True, allow_blank=True, **_described("teams_user_id")
     )
     mention_consent = StrictBooleanField(allow_null=True, **_described("mention_consent"))
+    # --- the person's say ---
+    date_of_birth = DateOfBirthField(**_described("date_of_birth"))
+    hide_age = StrictBooleanField(**_described("hide_age"))
+    visibility = VisibilityField(**_described("visibility"))
+    visibility_in_force = serializers.SerializerMethodField(
+        help_text="The visibility each event type of theirs has now: their own choice, else the company "
+        "default, else public."
+    )
+    # --- end of the person's say ---
     next_event = serializers.SerializerMethodField(
         help_text="The pending birthday event: the next birthday message and when it is due."
     )
@@ -247,6 +334,21 @@ class UserSerializer(serializers.ModelSerializer):
     def get_next_event(self, user: User):
         birthday = next((e for e in self._pending(user) if e.event_type == EventType.BIRTHDAY), None)
         return NextEventSerializer(birthday).data if birthday else None
+
+    @extend_schema_field(
+        {
+            "type": "object",
+            "properties": {t: {"type": "string", "enum": [*Visibility.values]} for t in EventType.values},
+        }
+    )
+    def get_visibility_in_force(self, user: User):
+        choices = _choices_of(user)
+        # Read once per response (a list's page shares it), not once per recipient.
+        root = self.root
+        defaults = getattr(root, "_celebration_defaults", None)
+        if defaults is None:
+            defaults = root._celebration_defaults = celebration_defaults()  # type: ignore[attr-defined]
+        return {t: visibility_of(choices.get(t), default=defaults.get(t)) for t in EventType.values}
 
     @extend_schema_field(NextEventSerializer(many=True))
     def get_next_events(self, user: User):

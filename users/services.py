@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from runtime.copy import copy_rows
 from scheduling.admin_log import admin_log_forget
+from scheduling.celebration import ChangedBy, age_said, age_unsaid, celebration_narrowed
 from scheduling.models import Event
 from scheduling.selectors import deleted_occurrences_latest
 from scheduling.services.deleted_recipients import deleted_occurrences_record
@@ -33,8 +34,9 @@ from users.fields import (
     NewRecipient,
     clean_paused,
     clean_user_fields,
+    clean_visibility,
 )
-from users.models import EXTERNAL_ID_UNIQUE, User
+from users.models import EXTERNAL_ID_UNIQUE, CelebrationChange, CelebrationChoice, User
 from users.selectors import users_by_external_id
 from users.signals import recipient_erasing
 
@@ -74,24 +76,132 @@ def _taken_message(external_id: str) -> str:
     return f"External id {external_id!r} is already used by another recipient."
 
 
-def user_create(*, paused: bool = False, by: str = "", **fields: Unpack[NewRecipient]) -> User:
+def user_create(
+    *,
+    paused: bool = False,
+    by: str = "",
+    visibility: dict[str, str | None] | None = None,
+    changed_by: str = "",
+    **fields: Unpack[NewRecipient],
+) -> User:
     """Validate and create a user; its first event is created in the same transaction.
 
     `fields`: the recipient's (users.fields.USER_FIELDS). `paused`: created with
     their greetings held back, paused by `by` (the operator or API account).
+    `visibility`: their own choices per event type (users.fields.clean_visibility);
+    with hide_age, recorded as made by `changed_by` (scheduling.celebration.ChangedBy) and `by`.
     """
     unknown = set(fields) - set(USER_FIELDS)
     if unknown:
         raise TypeError(f"user_create() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
     paused = _clean_paused(paused)
+    choices = _clean_visibility(visibility or {})
     cleaned = clean_user_fields(fields)
     user = User(**cleaned)
+    now = timezone.now()
     if paused:
-        _pause_columns(user=user, paused=True, by=by, now=timezone.now())
-    with _external_id_taken_as(_taken_message(cleaned["external_id"])):
-        user.save(force_insert=True)
+        _pause_columns(user=user, paused=True, by=by, now=now)
+    with transaction.atomic():
+        with _external_id_taken_as(_taken_message(cleaned["external_id"])):
+            user.save(force_insert=True)
+        changes = _say_changes(
+            old_choices={}, new_choices=choices, old_hide_age=False, new_hide_age=user.hide_age
+        )
+        _say_write(user_id=user.id, choices=choices, changes=changes, changed_by=changed_by, by=by, now=now)
     logger.info("Created user", extra={"user_id": str(user.id)})
     return user
+
+
+# --- the person's say (scheduling.celebration) ---------------------------------
+
+
+def _clean_visibility(value: object) -> dict[str, str | None]:
+    try:
+        return clean_visibility(value)
+    except ValidationError as exc:
+        raise ValidationError({"visibility": exc.messages}) from None
+
+
+def celebration_choices_of(*, user_id: uuid.UUID) -> dict[str, str]:
+    """The person's own visibility per event type (a type absent: the company default)."""
+    return dict(CelebrationChoice.objects.filter(user_id=user_id).values_list("event_type", "visibility"))
+
+
+class _SayChange(NamedTuple):
+    field: str
+    event_type: str
+    old_value: str
+    new_value: str
+
+
+def _say_changes(
+    *,
+    old_choices: dict[str, str],
+    new_choices: dict[str, str | None],
+    old_hide_age: bool,
+    new_hide_age: bool,
+) -> list[_SayChange]:
+    """What a write changes of the person's choices: each visibility given that differs, and hide_age."""
+    changes = [
+        _SayChange("visibility", event_type, old_choices.get(event_type) or "", visibility or "")
+        for event_type, visibility in sorted(new_choices.items())
+        if (old_choices.get(event_type) or "") != (visibility or "")
+    ]
+    if old_hide_age != new_hide_age:
+        changes.append(_SayChange("hide_age", "", str(old_hide_age).lower(), str(new_hide_age).lower()))
+    return changes
+
+
+def _say_write(
+    *,
+    user_id: uuid.UUID,
+    choices: dict[str, str | None],
+    changes: list[_SayChange],
+    changed_by: str,
+    by: str,
+    now: datetime,
+) -> None:
+    """Store the person's changed choices and the record of each change, in the caller's transaction.
+
+    A visibility changed withdraws what it no longer allows and is not yet sent
+    (scheduling.celebration.celebration_narrowed), in the same transaction.
+    """
+    if not changes:
+        return
+    if not changed_by:
+        raise ValueError(
+            "A change of a person's choices must say who makes it (scheduling.celebration.ChangedBy)."
+        )
+    changed_types = [change.event_type for change in changes if change.field == "visibility"]
+    for event_type in changed_types:
+        visibility = choices[event_type]
+        if visibility is None:
+            CelebrationChoice.objects.filter(user_id=user_id, event_type=event_type).delete()
+        else:
+            CelebrationChoice.objects.update_or_create(
+                user_id=user_id, event_type=event_type, defaults={"visibility": visibility}
+            )
+    CelebrationChange.objects.bulk_create(
+        [
+            CelebrationChange(
+                user_id=user_id,
+                changed_at=now,
+                changed_by=changed_by,
+                actor=by if changed_by != ChangedBy.PERSON else "",
+                **change._asdict(),
+            )
+            for change in changes
+        ]
+    )
+    if changed_types:
+        celebration_narrowed.send(sender=User, user_id=user_id, event_types=changed_types)
+    logger.info(
+        "Changed a person's choices",
+        extra={"user_id": str(user_id), "changed_by": changed_by, "fields": [c.field for c in changes]},
+    )
+
+
+# --- end of the person's say ---
 
 
 class VersionMismatch(Exception):
@@ -153,7 +263,12 @@ def _require_actor(by: str) -> None:
 
 
 def user_update(
-    *, user: User, data: dict[str, Any], expected_versions: Collection[int] | None = None, by: str = ""
+    *,
+    user: User,
+    data: dict[str, Any],
+    expected_versions: Collection[int] | None = None,
+    by: str = "",
+    changed_by: str = "",
 ) -> User:
     """Apply a partial or full update and return the recipient as stored.
 
@@ -163,25 +278,42 @@ def user_update(
     field from a copy read before the other update lost one of the two in 30 of
     30 concurrent rounds). Events are rescheduled from the result. `paused` in
     `data` pauses or resumes the recipient's greetings, recorded as made by `by`.
+    `visibility` and hide_age changes are recorded as made by `changed_by` and `by`
+    (scheduling.celebration.ChangedBy): "person" for the person's own page.
     """
-    unknown = set(data) - {*USER_FIELDS, "paused"}
+    unknown = set(data) - {*USER_FIELDS, "paused", "visibility"}
     if unknown:
         raise ValueError(f"Unknown user fields: {', '.join(sorted(unknown))}")
     paused = _clean_paused(data["paused"]) if "paused" in data else None
+    choices = _clean_visibility(data["visibility"]) if "visibility" in data else {}
     with transaction.atomic():
         current = _lock_current(user=user, expected_versions=expected_versions)
         merged = {field: data.get(field, getattr(current, field)) for field in USER_FIELDS}
         cleaned = clean_user_fields(merged)
         changed = [field for field in USER_FIELDS if cleaned[field] != getattr(current, field)]
+        now = timezone.now()
+        say_changes = _say_changes(
+            old_choices=celebration_choices_of(user_id=current.id) if choices else {},
+            new_choices=choices,
+            old_hide_age=current.hide_age,
+            new_hide_age=cleaned["hide_age"],
+        )
+        _say_write(
+            user_id=current.id, choices=choices, changes=say_changes, changed_by=changed_by, by=by, now=now
+        )
         if paused is not None:
-            changed += _pause_columns(user=current, paused=paused, by=by, now=timezone.now())
-        if changed:
+            changed += _pause_columns(user=current, paused=paused, by=by, now=now)
+        if changed or say_changes:
+            said_before = age_said(current)
             for field in changed:
                 if field in cleaned:
                     setattr(current, field, cleaned[field])
             current.version += 1
             with _external_id_taken_as(_taken_message(cleaned["external_id"])):
                 current.save(update_fields=[*changed, "version", "updated_at"])
+            if said_before and not age_said(current):
+                # What is queued was rendered with their age: render it again without.
+                age_unsaid.send(sender=User, user_id=current.id)
     logger.info("Updated user", extra={"user_id": str(current.id), "fields": changed})
     return current
 
@@ -271,6 +403,15 @@ def _erase_rows_about_events(*, user_id: uuid.UUID) -> set[uuid.UUID]:
 # --- the bulk import ----------------------------------------------------------
 
 
+def _import_row_changes(*, row: dict[str, Any], current: User) -> bool:
+    """Whether an imported row changes the recipient it names: a field, or a visibility choice."""
+    if any(value != getattr(current, field) for field, value in row.items() if field != "visibility"):
+        return True
+    chosen = row.get("visibility") or {}
+    stored = celebration_choices_of(user_id=current.id) if chosen else {}
+    return any(stored.get(event_type) != visibility for event_type, visibility in chosen.items())
+
+
 class ImportedUserRow(NamedTuple):
     """A new recipient as the import writes it: its fields are the columns written.
 
@@ -295,6 +436,7 @@ class ImportedUserRow(NamedTuple):
     discord_user_id: str
     teams_user_id: str
     mention_consent: bool | None
+    hide_age: bool
     created_at: datetime
     updated_at: datetime
     # A row imported paused: when and by whom, as a pause made through the API (None, "": not paused).
@@ -323,8 +465,12 @@ def users_bulk_create_with_events(
     now = now or timezone.now()
     writer = _ImportWriter(now=now, in_background=not connection.in_atomic_block)
     try:
-        for users in _user_batches(rows=rows, now=now, batch_size=batch_size, by=by):
-            writer.write(users=users, events=_first_events(users=users, now=now))
+        for users, choices in _user_batches(rows=rows, now=now, batch_size=batch_size, by=by):
+            writer.write(
+                users=users,
+                events=_first_events(users=users, now=now),
+                says=_imported_says(users=users, choices=choices, now=now, by=by),
+            )
         return writer.wait()
     finally:
         writer.close()
@@ -332,9 +478,11 @@ def users_bulk_create_with_events(
 
 def _user_batches(
     *, rows: Iterable[dict[str, Any]], now: datetime, batch_size: int, by: str
-) -> Iterator[list[ImportedUserRow]]:
-    """The rows as new recipients, `batch_size` at a time, each read only when its batch is next."""
+) -> Iterator[tuple[list[ImportedUserRow], list[dict[str, str | None]]]]:
+    """The rows as new recipients, `batch_size` at a time, each read only when its batch is next;
+    with each one's visibility choices (users.fields.clean_visibility), in the same order."""
     batch: list[ImportedUserRow] = []
+    choices: list[dict[str, str | None]] = []
     # An optional field a row lacks, or has as None: what its cleaner makes of none (None, or
     # labels [], language ""). One value for every row: nothing alters a row once it is made.
     absent = {
@@ -357,11 +505,42 @@ def _user_batches(
                 paused_by=paused_by,
             )
         )
+        choices.append(_clean_visibility(row.get("visibility") or {}))
         if len(batch) >= batch_size:
-            yield batch
-            batch = []
+            yield batch, choices
+            batch, choices = [], []
     if batch:
-        yield batch
+        yield batch, choices
+
+
+class _ImportedSays(NamedTuple):
+    """A batch's visibility choices and the record of each (and of each hide_age), as model rows to insert."""
+
+    choices: list[CelebrationChoice]
+    changes: list[CelebrationChange]
+
+
+def _imported_says(
+    *, users: list[ImportedUserRow], choices: list[dict[str, str | None]], now: datetime, by: str
+) -> _ImportedSays:
+    """The choices the new recipients come with, each recorded as made by the import (`by`)."""
+    said = _ImportedSays([], [])
+    for user, chosen in zip(users, choices, strict=True):
+        for change in _say_changes(
+            old_choices={}, new_choices=chosen, old_hide_age=False, new_hide_age=user.hide_age
+        ):
+            if change.field == "visibility":
+                said.choices.append(
+                    CelebrationChoice(
+                        user_id=user.id, event_type=change.event_type, visibility=change.new_value
+                    )
+                )
+            said.changes.append(
+                CelebrationChange(
+                    user_id=user.id, changed_at=now, changed_by=ChangedBy.IMPORT, actor=by, **change._asdict()
+                )
+            )
+    return said
 
 
 def _first_events(*, users: list[ImportedUserRow], now: datetime) -> list[PendingEventRow]:
@@ -392,14 +571,16 @@ class _ImportWriter:
         )
         self.pending: Future[int] | None = None
 
-    def write(self, *, users: list[ImportedUserRow], events: list[PendingEventRow]) -> None:
+    def write(
+        self, *, users: list[ImportedUserRow], events: list[PendingEventRow], says: _ImportedSays
+    ) -> None:
         """Write a batch: at once inside a transaction, else once the previous batch is committed."""
         if self.thread is None:
-            self.created += _write_user_batch(users, events, self.now)
+            self.created += _write_user_batch(users, events, says, self.now)
             return
         if self.pending is not None:
             self.created += self.pending.result()  # backpressure, and errors surface here
-        self.pending = self.thread.submit(_write_in_background, users, events, self.now)
+        self.pending = self.thread.submit(_write_in_background, users, events, says, self.now)
 
     def wait(self) -> int:
         """Wait for the last batch to be committed; return how many users were created."""
@@ -414,19 +595,22 @@ class _ImportWriter:
 
 
 def _write_user_batch(
-    user_rows: list[ImportedUserRow], event_rows: list[PendingEventRow], now: datetime
+    user_rows: list[ImportedUserRow], event_rows: list[PendingEventRow], says: _ImportedSays, now: datetime
 ) -> int:
     with transaction.atomic():
         copy_rows(User, ImportedUserRow._fields, user_rows)
         copy_rows(Event, PendingEventRow._fields, event_rows, same_for_all=pending_event_defaults(now=now))
+        # Few rows (only the people who chose): the ORM's multi-row INSERT, not COPY.
+        CelebrationChoice.objects.bulk_create(says.choices)
+        CelebrationChange.objects.bulk_create(says.changes)
     return len(user_rows)
 
 
 def _write_in_background(
-    user_rows: list[ImportedUserRow], event_rows: list[PendingEventRow], now: datetime
+    user_rows: list[ImportedUserRow], event_rows: list[PendingEventRow], says: _ImportedSays, now: datetime
 ) -> int:
     try:
-        return _write_user_batch(user_rows, event_rows, now)
+        return _write_user_batch(user_rows, event_rows, says, now)
     finally:
         connection.close()  # this thread's own connection
 
@@ -482,8 +666,8 @@ def users_import(
                 current = stored.get(external_id) if external_id else None
                 if current is None:
                     yield row
-                elif any(value != getattr(current, field) for field, value in row.items()):
-                    user_update(user=current, data=row, by=by)
+                elif _import_row_changes(row=row, current=current):
+                    user_update(user=current, data=row, by=by, changed_by=ChangedBy.IMPORT)
                     result.updated += 1
                 else:
                     result.unchanged += 1

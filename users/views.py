@@ -5,6 +5,7 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 
 from config.preconditions import PreconditionFailed, etag_for, if_match_versions
+from scheduling.celebration import ChangedBy
 from users import services
 from users.models import User
 from users.schema import user_schema
@@ -43,7 +44,7 @@ class UserViewSet(viewsets.ModelViewSet):
 
     def perform_create(self, serializer):
         serializer.instance = services.user_create(
-            **serializer.validated_data, by=self.request.user.get_username()
+            **serializer.validated_data, by=self.request.user.get_username(), changed_by=ChangedBy.API_CLIENT
         )
 
     def perform_update(self, serializer):
@@ -52,6 +53,7 @@ class UserViewSet(viewsets.ModelViewSet):
             data=serializer.validated_data,
             expected_versions=if_match_versions(self.request.headers.get("If-Match")),
             by=self.request.user.get_username(),
+            changed_by=ChangedBy.API_CLIENT,
         )
 
     def perform_destroy(self, instance):

@@ -254,7 +254,7 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
     ]
 
     def get_fieldsets(self, request, obj=None):
-        main = ["name", "url", "event_types", "format", "mention_recipient", "enabled"]
+        main = ["name", "url", "event_types", "format", "mention_recipient", "enabled", "personal"]
         main.append("secret" if obj is None else "loaded_version")
         return [
             (None, {"fields": main}),

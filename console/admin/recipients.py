@@ -13,22 +13,23 @@ from django.core.exceptions import ValidationError
 from django.db.models import Prefetch
 from django.template.response import TemplateResponse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.text import capfirst
 
 from console import confirm, widgets
 from console.admin.events import retries_of
-from console.forms import RecipientAdminForm
+from console.forms import VISIBILITY_FIELDS, RecipientAdminForm
 from console.pagination import BoundedListAdmin
 from delivery.destinations.selectors import destination_audience_labels
 from delivery.models import Delivery, DeliveryAttempt
 from delivery.selectors import recipients_attempt_count
+from scheduling.celebration import ChangedBy
 from scheduling.labels import clean_labels, labels_from_text
 from scheduling.models import Event, EventStatus, EventType
 from users import services
 from users.fields import USER_FIELDS
 from users.models import User
-from users.selectors import user_labels_filter, user_search_filter, user_timezones_in_use
+from users.selectors import recipient_messages, user_labels_filter, user_search_filter, user_timezones_in_use
 
 logger = logging.getLogger(__name__)
 LABEL_FIELD = "label"
@@ -150,12 +151,18 @@ class RecipientAdmin(BoundedListAdmin):
     fieldsets = [
         (
             None,
-            {"fields": list(USER_FIELDS)},
+            {"fields": [field for field in USER_FIELDS if field != "hide_age"]},
+        ),
+        (
+            "The person's say",
+            {"fields": ["hide_age", *VISIBILITY_FIELDS.values(), "messages_they_get", "celebration_record"]},
         ),
         ("Greetings", {"fields": ["greetings", "paused_at", "paused_by", "resumed_at", "resumed_by"]}),
         ("Record", {"fields": ["id", "created_at", "updated_at"]}),
     ]
     readonly_fields = [
+        "messages_they_get",
+        "celebration_record",
         "id",
         "created_at",
         "updated_at",
@@ -173,8 +180,11 @@ class RecipientAdmin(BoundedListAdmin):
         return self.inlines if obj else []
 
     def get_fieldsets(self, request, obj=None):
-        # The record's id and timestamps do not exist yet on the add form.
-        return self.fieldsets if obj else self.fieldsets[:1]
+        # The record's id and timestamps do not exist yet on the add form, nor messages and changes.
+        if obj:
+            return self.fieldsets
+        first, (say_title, _say) = self.fieldsets[0], self.fieldsets[1]
+        return [first, (say_title, {"fields": ["hide_age", *VISIBILITY_FIELDS.values()]})]
 
     def get_queryset(self, request):
         # The pending event of each listed recipient, in one extra query per page.
@@ -201,14 +211,56 @@ class RecipientAdmin(BoundedListAdmin):
         return queryset.filter(user_search_filter(term=search_term)), False
 
     def save_model(self, request, obj, form, change):
+        operator = request.user.get_username()
+        visibility = form.visibility_changes()
         if change:
             # Only what the operator changed: an API edit made while the form was
             # open keeps its fields.
-            changed = {f: form.cleaned_data[f] for f in USER_FIELDS if f in form.changed_data}
-            services.user_update(user=obj, data=changed)
+            changed: dict = {f: form.cleaned_data[f] for f in USER_FIELDS if f in form.changed_data}
+            if visibility:
+                changed["visibility"] = visibility
+            services.user_update(user=obj, data=changed, by=operator, changed_by=ChangedBy.OPERATOR)
         else:
             fields = {f: form.cleaned_data[f] for f in USER_FIELDS}
-            obj.pk = services.user_create(**fields).pk
+            obj.pk = services.user_create(
+                **fields, visibility=visibility, by=operator, changed_by=ChangedBy.OPERATOR
+            ).pk
+
+    # --- the person's say ----------------------------------------------------------
+
+    @admin.display(description="the texts they will get")
+    def messages_they_get(self, user: User):
+        """Each pending occurrence's text as the scheduler would render it now, and why if it is a fallback."""
+        rows = recipient_messages(user=user)
+        if not rows:
+            return "—"
+        return format_html_join(
+            "",
+            '<p><strong>{}</strong> ({}): {}<br><span class="bs-muted">{}</span></p>',
+            ((row.event_type, row.visibility, row.text, row.note) for row in rows),
+        )
+
+    @admin.display(description="record of their choices")
+    def celebration_record(self, user: User):
+        changes = list(user.celebration_changes.order_by("changed_at", "id"))
+        if not changes:
+            return "No change recorded: the company defaults, age said when known."
+        return format_html_join(
+            "",
+            "<p>{}: {} {} from {} to {}, by {}{}</p>",
+            (
+                (
+                    timezone.localtime(c.changed_at).strftime("%Y-%m-%d %H:%M"),
+                    c.field,
+                    c.event_type,
+                    c.old_value or "default",
+                    c.new_value or "default",
+                    c.get_changed_by_display(),
+                    f" ({c.actor})" if c.actor else "",
+                )
+                for c in changes
+            ),
+        )
 
     # --- erasure, through users.services.user_erase --------------------------------
     # The confirmation pages (templates/admin/users/user/) say what the erase

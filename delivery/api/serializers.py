@@ -227,7 +227,10 @@ class DestinationSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = ["created_by", "updated_by", "created_at", "updated_at", "version"]
         extra_kwargs = {
-            **{name: {"help_text": _help(name)} for name in ("name", "enabled", "max_rate", "max_in_flight")},
+            **{
+                name: {"help_text": _help(name)}
+                for name in ("name", "enabled", "personal", "max_rate", "max_in_flight")
+            },
             "version": {"help_text": "Bumped by every change of its settings or secrets; the ETag."},
         }
         # The service validates and reports each field; the model's unique validators would only read twice.

@@ -85,7 +85,7 @@ class DestinationRouter:
         for i, audience in enumerate(self._audiences):
             for label in audience.any_of:
                 self._by_label.setdefault(label, []).append(i)
-        self._memo: dict[tuple[str, tuple[str, ...]], tuple[Destination, ...]] = {}
+        self._memo: dict[tuple[str, tuple[str, ...], bool], tuple[Destination, ...]] = {}
 
     def digests_naming(self, *, event_type: str, labels: Sequence[str]) -> list[Destination]:
         """The digest destinations whose daily digest names such an occurrence (for the claim's reason)."""
@@ -99,10 +99,15 @@ class DestinationRouter:
         """Whether any destination subscribes to the type, whoever its recipient."""
         return any(destination.subscribes_to(event_type) for destination in self.destinations)
 
-    def targets(self, *, event_type: str, labels: Sequence[str]) -> tuple[Destination, ...]:
-        """The destinations an occurrence of `event_type` for a recipient holding `labels` goes to, in id order."""
+    def targets(
+        self, *, event_type: str, labels: Sequence[str], private: bool = False
+    ) -> tuple[Destination, ...]:
+        """The destinations an occurrence of `event_type` for a recipient holding `labels` goes to, in id order.
+
+        `private`: the person is celebrated privately (scheduling.celebration): only personal destinations.
+        """
         # Labels are stored sorted (scheduling.labels.clean_labels): one key per set.
-        key = (event_type, tuple(labels))
+        key = (event_type, tuple(labels), private)
         found = self._memo.get(key)
         if found is None:
             candidates = set(self._open)
@@ -111,6 +116,8 @@ class DestinationRouter:
             found = self._memo[key] = tuple(
                 self.destinations[i]
                 for i in sorted(candidates)
-                if self.destinations[i].subscribes_to(event_type) and self._audiences[i].includes(labels)
+                if self.destinations[i].subscribes_to(event_type)
+                and self._audiences[i].includes(labels)
+                and (self.destinations[i].personal or not private)
             )
         return found

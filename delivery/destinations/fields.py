@@ -277,6 +277,17 @@ class DestinationSettings:
         default=True,
         metadata=_setting(_as_given, help="Disabled: occurrences claimed meanwhile get no delivery for it."),
     )
+    personal: bool = field(
+        default=False,
+        metadata=_setting(
+            _as_given,
+            help="Whether it reaches the person it greets alone (their own inbox, a direct message): the only "
+            "kind of destination a person celebrated privately is greeted at. False (the default) for a "
+            "channel, a feed or a machine; never true for a digest, which names many people (400).",
+            form_help="It reaches the person alone (their own inbox, a direct message): people celebrated "
+            "privately are greeted here and nowhere else. Never a digest.",
+        ),
+    )
     max_rate: float | None = field(
         default=None,
         metadata=_setting(
@@ -359,7 +370,11 @@ def settings_clean(values: Mapping[str, Any]) -> dict[str, Any]:
         # All three given (a create, a form): checked together now; a partial change is checked
         # against the stored ones under the row's lock (destination_update).
         try:
-            digest_settings_check(Destination(**{name: cleaned[name] for name in DIGEST_FIELDS}))
+            digest_settings_check(
+                Destination(
+                    **{name: cleaned[name] for name in DIGEST_FIELDS}, personal=cleaned.get("personal", False)
+                )
+            )
         except ValidationError as exc:
             errors.update(exc.message_dict)
     if not errors.keys() & {"format", "mention_recipient"} and all(
@@ -397,6 +412,9 @@ def labels_both(*, audience: Sequence[str], excluded: Sequence[str]) -> bool:
 
 def digest_settings_check(destination: Destination) -> None:
     """The digest fields as they will be stored, checked together; ValidationError naming the field."""
+    if destination.personal and destination.digest_time is not None:
+        # A digest names the date's people to them all: it reaches no one alone.
+        raise ValidationError({"personal": ["A daily digest names many people: it cannot be personal."]})
     if destination.digest_time is not None and not destination.digest_timezone:
         raise ValidationError(
             {"digest_timezone": ["A digest needs its IANA time zone (such as Europe/Berlin)."]}

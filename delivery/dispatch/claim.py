@@ -42,8 +42,9 @@ from kinds import Mention, kind_for
 from runtime.ids import uuid7
 from runtime.sql import execute, insert_rows, pipeline
 from runtime.wakeup import WORKER_CHANNEL, notify
+from scheduling.celebration import DEFAULT_VISIBILITY, NOT_CELEBRATED, Visibility
 from scheduling.handlers import RecipientRow
-from scheduling.models import Event, EventStatus
+from scheduling.models import CelebrationDefault, Event, EventStatus
 from scheduling.pauses import EVENT_TYPE_PAUSED, RECIPIENT_PAUSED, PauseSpan
 from scheduling.selectors import MessageTemplates, event_type_pauses, message_templates
 from scheduling.services.occurrences import (
@@ -53,13 +54,17 @@ from scheduling.services.occurrences import (
     pending_event_row,
 )
 from scheduling.services.transitions import Actor, EventRef, start_events_transition
-from users.models import User
+from users.models import CelebrationChoice, User
 
 logger = logging.getLogger(__name__)
 
 NO_DESTINATION_REASON = "Nothing sent: no enabled destination subscribes to {type} events."
 # Only digest destinations want it: their daily digest names the occurrence (delivery.dispatch.digests).
 DIGEST_ONLY_REASON = "Nothing sent on its own: named in the daily digest of {names}."
+PRIVATE_REASON = (
+    "Nothing sent: celebrated privately, and no enabled destination subscribed to {type} events "
+    "reaches the person alone."
+)
 NO_AUDIENCE_REASON = (
     "Nothing sent: no enabled destination subscribed to {type} events has this recipient in its "
     "audience (labels: {labels})."
@@ -70,7 +75,8 @@ NO_AUDIENCE_REASON = (
 class EnqueueResult:
     queued: int = 0
     too_late: int = 0
-    # Held back by a pause of their recipient or of their type: FAILED, never sent.
+    # Held back by a pause of their recipient or of their type, or their person not celebrated:
+    # FAILED, never sent.
     paused: int = 0
     # Claimed with no enabled destination subscribed to their type, or none whose audience
     # holds their recipient: COMPLETED, nothing sent.
@@ -84,8 +90,8 @@ class EnqueueResult:
 class ClaimedEvent(NamedTuple):
     """A claimed event and its recipient, as the claim's SELECT returns them.
 
-    Each field but the recipient's (the recipient, their pause, labels and language) names the
-    event's column it holds.
+    Each field but the recipient's (the recipient, their pause, labels, language and visibility)
+    names the event's column it holds.
     """
 
     id: uuid.UUID
@@ -99,6 +105,13 @@ class ClaimedEvent(NamedTuple):
     # The recipient's, sorted (scheduling.labels.clean_labels): whom destinations' audiences take.
     labels: list[str]
     language: str
+    # The visibility in force for this occurrence (scheduling.celebration): the person's own
+    # choice, else the company default of the type, else public; read in the claim's SELECT.
+    visibility: str
+
+    @property
+    def private(self) -> bool:
+        return self.visibility == Visibility.PRIVATE
 
 
 _E = {f.name: f for f in Event._meta.concrete_fields}
@@ -217,7 +230,9 @@ def _split_by_subscription(
     unsubscribed: list[ClaimedEvent] = []
     for event in events:
         (
-            sendable if router.targets(event_type=event.event_type, labels=event.labels) else unsubscribed
+            sendable
+            if router.targets(event_type=event.event_type, labels=event.labels, private=event.private)
+            else unsubscribed
         ).append(event)
     return sendable, unsubscribed
 
@@ -249,15 +264,24 @@ def _claim_sql() -> str:
     event, user = Event._meta.db_table, User._meta.db_table
     columns = [f"e.{field.column}" for field in _EVENT_FIELDS]
     columns += [f"u.{field.column}" for field in _RECIPIENT_FIELDS + _PAUSE_FIELDS + _AUDIENCE_FIELDS]
+    choice, default = CelebrationChoice._meta.db_table, CelebrationDefault._meta.db_table
+    columns.append(f"COALESCE(c.visibility, d.visibility, '{DEFAULT_VISIBILITY.value}')")
+    # The person's choice through its unique (user, type) index, the company's from its few rows.
+    # The recipient's row is share-locked: a change of their choices (users.services, which locks
+    # it FOR UPDATE) waits for this claim to commit and then withdraws what it queued, and a claim
+    # skips, for a moment, the recipient whose change is being written.
     return (
         f"SELECT {', '.join(columns)} FROM {event} e JOIN {user} u ON u.id = e.user_id "
+        f"LEFT JOIN {choice} c ON c.user_id = e.user_id AND c.event_type = e.event_type "
+        f"LEFT JOIN {default} d ON d.event_type = e.event_type "
         "WHERE e.status = %s AND e.target_timestamp_utc <= %s "
-        "ORDER BY e.target_timestamp_utc LIMIT %s FOR UPDATE OF e SKIP LOCKED"
+        "ORDER BY e.target_timestamp_utc LIMIT %s FOR UPDATE OF e SKIP LOCKED FOR SHARE OF u SKIP LOCKED"
     )
 
 
 def _held_back(*, events: list[ClaimedEvent], type_pauses: Mapping[str, PauseSpan]) -> dict[uuid.UUID, str]:
-    """The events a pause holds back (scheduling.pauses), each with its reason: the recipient's pause first."""
+    """The events a pause holds back (scheduling.pauses), or whose person is not celebrated
+    (scheduling.celebration), each with its reason: the recipient's pause first."""
     held_back = {}
     for event in events:
         if event.pause.holds(event.target_timestamp_utc):
@@ -266,6 +290,8 @@ def _held_back(*, events: list[ClaimedEvent], type_pauses: Mapping[str, PauseSpa
             event.target_timestamp_utc
         ):
             held_back[event.id] = EVENT_TYPE_PAUSED
+        elif event.visibility == Visibility.NONE:
+            held_back[event.id] = NOT_CELEBRATED
     return held_back
 
 
@@ -340,6 +366,8 @@ def _start_move_to_completed(
 
 
 def _nobody_wants_reason(*, event: ClaimedEvent, router: DestinationRouter) -> str:
+    if event.private and router.subscribed(event.event_type):
+        return PRIVATE_REASON.format(type=event.event_type)
     digests = router.digests_naming(event_type=event.event_type, labels=event.labels)
     if digests:
         return DIGEST_ONLY_REASON.format(names=", ".join(d.name for d in digests))
@@ -424,7 +452,9 @@ def _rendered_deliveries(
     rows = []
     for event in events:
         payloads: dict[str | None, dict[str, Any]] = {}
-        for destination in router.targets(event_type=event.event_type, labels=event.labels):
+        for destination in router.targets(
+            event_type=event.event_type, labels=event.labels, private=event.private
+        ):
             override = overrides.get((destination.pk, event.event_type)) if overrides else None
             payload = payloads.get(override)
             if payload is None:

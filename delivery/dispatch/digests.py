@@ -39,12 +39,15 @@ import json
 import logging
 import uuid
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import OuterRef, Subquery, Value
+from django.db.models.functions import Coalesce
 
 from delivery.destinations.audience import Audience
 from delivery.destinations.mentions import digest_mentions
@@ -55,10 +58,12 @@ from kinds import STANDARD
 from runtime.ids import uuid7
 from runtime.sql import execute
 from runtime.wakeup import WORKER_CHANNEL, notify
+from scheduling.celebration import DEFAULT_VISIBILITY, Visibility, visibility_of
 from scheduling.handlers import get_handler
-from scheduling.models import Event
+from scheduling.models import CelebrationDefault, Event
 from scheduling.pauses import PauseSpan
-from scheduling.selectors import event_type_pauses
+from scheduling.selectors import celebration_defaults, event_type_pauses
+from users.models import CelebrationChoice
 
 logger = logging.getLogger(__name__)
 
@@ -157,9 +162,33 @@ def digest_entries(
     )
     if destination.event_types:
         events = events.filter(event_type__in=destination.event_types)
+    # Only the people celebrated publicly (scheduling.celebration): a digest is a channel's. Their
+    # rows locked, so a change of their choices being written now waits for this digest to be
+    # queued and then takes them out of it (delivery.dispatch.withdraw), and one committed
+    # before is read here. In the order of the names, then ids: two schedulers building two
+    # destinations' digests lock shared people in the same order.
+    events = (
+        events.annotate(
+            visibility_in_force=Coalesce(
+                Subquery(
+                    CelebrationChoice.objects.filter(
+                        user_id=OuterRef("user_id"), event_type=OuterRef("event_type")
+                    ).values("visibility")[:1]
+                ),
+                Subquery(
+                    CelebrationDefault.objects.filter(event_type=OuterRef("event_type")).values("visibility")[
+                        :1
+                    ]
+                ),
+                Value(DEFAULT_VISIBILITY.value),
+            )
+        )
+        .filter(visibility_in_force=Visibility.PUBLIC)
+        .select_for_update(of=("user",), no_key=True)
+    )
     entries = []
     for event in events.select_related("user").order_by(
-        "occurrence_date", "user__last_name", "user__first_name", "event_type"
+        "occurrence_date", "user__last_name", "user__first_name", "user_id", "event_type"
     ):
         user = event.user
         # Held back as the claim holds them (scheduling.pauses): a paused recipient or type is not named.
@@ -250,22 +279,58 @@ def digests_erase(*, user_id: uuid.UUID) -> int:
     digests = Digest.objects.filter(entries__contains=[{"user_id": wanted}]).order_by("id")
     for digest in digests.select_for_update(of=("self",)):
         delivery = Delivery.objects.select_for_update().filter(digest=digest).first()
-        digest.entries = [entry for entry in digest.entries if entry.get("user_id") != wanted]
-        digest.save(update_fields=["entries"])
         changed += 1
+        entries = [entry for entry in digest.entries if entry.get("user_id") != wanted]
         if delivery is None:
+            digest.entries = entries
+            digest.save(update_fields=["entries"])
             continue
         DeliveryAttempt.objects.filter(delivery=delivery).update(response_excerpt="")
-        if not digest.entries and delivery.status in (DeliveryStatus.QUEUED, DeliveryStatus.SENDING):
-            # Nobody left to name: nothing goes (a worker recording later finds no row under its lease).
-            DeliveryAttempt.objects.filter(delivery=delivery).update(delivery=None, error="")
-            delivery.delete()
-            continue
-        delivery.payload = digest_body(
-            digest=digest,
-            format=delivery.destination.format if delivery.destination else STANDARD.name,
-            # Those named still, as they are now (the erased one is no longer among them).
-            mentions=digest_mentions(destination=delivery.destination, user_ids=_named(digest.entries)),
-        )
-        delivery.save(update_fields=["payload", "updated_at"])
+        digest_rerender(delivery=delivery, digest=digest, entries=entries)
     return changed
+
+
+def digest_rerender(*, delivery: Delivery, digest: Digest, entries: list[dict[str, Any]]) -> None:
+    """Store the digest's new `entries` and render its delivery again from them (its rows locked by the caller).
+
+    Nobody left to name and not yet sent: the delivery goes, nothing is sent (a worker recording
+    later finds no row under its lease).
+    """
+    digest.entries = entries
+    digest.save(update_fields=["entries"])
+    if not entries and delivery.status in (DeliveryStatus.QUEUED, DeliveryStatus.SENDING):
+        DeliveryAttempt.objects.filter(delivery=delivery).update(delivery=None, error="", response_excerpt="")
+        delivery.delete()
+        return
+    delivery.payload = digest_body(
+        digest=digest,
+        format=delivery.destination.format if delivery.destination else STANDARD.name,
+        # Those named still, as they are now (one erased or withdrawn is no longer among them).
+        mentions=digest_mentions(destination=delivery.destination, user_ids=_named(entries)),
+    )
+    delivery.save(update_fields=["payload", "updated_at"])
+
+
+def digest_entries_without(
+    *, entries: list[dict[str, Any]], event_types: Collection[str]
+) -> list[dict[str, Any]]:
+    """The entries of `event_types` whose person is no longer celebrated publicly left out (scheduling.celebration)."""
+    named = {entry["user_id"] for entry in entries if entry.get("event_type") in event_types}
+    if not named:
+        return entries
+    choices = {
+        (str(user_id), event_type): visibility
+        for user_id, event_type, visibility in CelebrationChoice.objects.filter(
+            user_id__in=named, event_type__in=list(event_types)
+        ).values_list("user_id", "event_type", "visibility")
+    }
+    defaults = celebration_defaults()
+    return [
+        entry
+        for entry in entries
+        if entry.get("event_type") not in event_types
+        or visibility_of(
+            choices.get((entry["user_id"], entry["event_type"])), default=defaults.get(entry["event_type"])
+        )
+        == Visibility.PUBLIC
+    ]

@@ -9,9 +9,9 @@ from datetime import date, datetime
 from typing import Any, Protocol
 
 from delivery.models import Destination
-from scheduling.handlers import REGISTRY, Recipient, get_handler
-from scheduling.messages import template_errors, years_counted
-from scheduling.selectors import MessageTemplates
+from scheduling.handlers import REGISTRY, Recipient
+from scheduling.messages import template_errors
+from scheduling.selectors import MessageTemplates, message_for
 
 logger = logging.getLogger(__name__)
 
@@ -45,12 +45,16 @@ def webhook_payload(
     (message_overrides) replaces it.
     """
     event_type, occurrence_date = occurrence.event_type, occurrence.occurrence_date
-    values = get_handler(event_type).message_values(user=recipient, occurrence_date=occurrence_date)
-    template = override or templates.choose(
-        event_type=event_type, language=language, years=years_counted(values)
+    message, _template = message_for(
+        templates=templates,
+        event_type=event_type,
+        user=recipient,
+        occurrence_date=occurrence_date,
+        language=language,
+        override=override,
     )
     return {
-        "message": template.format_map(values),
+        "message": message,
         "event_id": str(occurrence.id),
         "event_type": event_type,
         "user_id": str(recipient.id),

@@ -135,3 +135,35 @@ def _start_move(
             per_event=per_event,
         )
     )
+
+
+def events_fail_unsent(*, reasons: Mapping[uuid.UUID, str], now: datetime) -> int:
+    """FAIL, each with its reason, those of the PROCESSING events whose every delivery was withdrawn unsent.
+
+    For a visibility narrowed after the claim (delivery.dispatch.withdraw): an event left with no
+    delivery ends as the claim would have ended it, never sent. The worker's move in the table
+    (an event whose deliveries all ended): the withdrawal ends deliveries as a worker does. An
+    event with deliveries left is concluded by events_conclude instead.
+    """
+    ids = sorted(reasons)
+    if not ids:
+        return 0
+    # Locked in id order, as events_conclude locks them; then only those with no delivery left.
+    locked = set(
+        Event.objects.select_for_update()
+        .filter(id__in=ids, status=EventStatus.PROCESSING)
+        .order_by("id")
+        .values_list("id", flat=True)
+    )
+    with_deliveries = set(
+        Delivery.objects.filter(event_id__in=locked).values_list("event_id", flat=True).distinct()
+    )
+    unsent = [event_id for event_id in ids if event_id in locked and event_id not in with_deliveries]
+    with pipeline():
+        _start_move(
+            events=[EventRef(event_id) for event_id in unsent],
+            target=EventStatus.FAILED,
+            now=now,
+            per_event={"failure_reason": [reasons[event_id] for event_id in unsent]},
+        )
+    return len(unsent)

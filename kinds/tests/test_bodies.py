@@ -101,6 +101,7 @@ def message_for(first_name: str, last_name: str) -> str:
         timezone="UTC",
         anniversary_date=None,
         send_time=None,
+        hide_age=False,
     )
     return render_message(
         template=handler.message_template, handler=handler, user=recipient, occurrence_date=date(2026, 3, 8)

@@ -16,6 +16,8 @@ class AnniversaryHandler(YearlyHandler):
     message_template = "Hey, {first_name} {last_name} happy anniversary"
     placeholders = frozenset({"first_name", "last_name", "years"})
     applies_to = Q(anniversary_date__isnull=False)
+    # The years married are not the person's age; a wedding date always has its year.
+    age_placeholders: frozenset[str] = frozenset()
 
     def yearly_date(self, user: Recipient) -> date | None:
         # The same arithmetic as a birthday's: a Feb 29 wedding is remembered

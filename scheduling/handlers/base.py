@@ -41,6 +41,9 @@ class Recipient(Protocol):
     # The recipient's own local send time; None: the event type's default (send_time()).
     @property
     def send_time(self) -> time | None: ...
+    # Never say their age (scheduling.celebration.age_said).
+    @property
+    def hide_age(self) -> bool: ...
 
 
 class RecipientRow(NamedTuple):
@@ -57,6 +60,7 @@ class RecipientRow(NamedTuple):
     timezone: str
     anniversary_date: date | None
     send_time: time | None
+    hide_age: bool
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,9 @@ class EventHandler(Protocol):
     # The recipients who have occurrences of this type (Q() for everyone), as a
     # filter on the recipient model, for the paths that look for them in SQL.
     applies_to: Q
+    # The placeholders that state the recipient's age or birth year: a recipient whose age is
+    # not said (scheduling.celebration.age_said) gets no value for them, and a text without them.
+    age_placeholders: frozenset[str]
 
     def next_occurrence(
         self, *, user: Recipient, now: datetime, after_date: date | None = None
@@ -142,6 +149,8 @@ class EventHandler(Protocol):
 
     def message_values(self, *, user: Recipient, occurrence_date: date) -> dict[str, object]:
         """The value of every name in `placeholders`, for the user as they are now on this occurrence.
+
+        But none of `age_placeholders` for a recipient whose age is not said.
 
         Called once per claimed event on the scheduler's claim: plain arithmetic
         on the arguments, never a query.

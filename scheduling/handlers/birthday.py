@@ -6,6 +6,7 @@ from datetime import date, datetime, time
 
 from django.db.models import Q
 
+from scheduling.celebration import age_said
 from scheduling.event_types import EventType
 from scheduling.handlers.base import Occurrence, Recipient, local_send_instant, send_time
 from scheduling.times import load_timezone
@@ -65,6 +66,7 @@ class BirthdayHandler(YearlyHandler):
     message_template = "Hey, {first_name} {last_name} it's your birthday"
     placeholders = frozenset({"first_name", "last_name", "age"})
     applies_to = Q()  # everyone has a date of birth
+    age_placeholders = frozenset({"age"})
 
     def yearly_date(self, user: Recipient) -> date:
         return user.date_of_birth
@@ -75,9 +77,9 @@ class BirthdayHandler(YearlyHandler):
 
     def message_values(self, *, user: Recipient, occurrence_date: date) -> dict[str, object]:
         # The occurrence is the birthday in its own year (Feb 28 for a Feb 29
-        # birthday in a common year), so the age reached is the years between.
-        return {
-            "first_name": user.first_name,
-            "last_name": user.last_name,
-            "age": occurrence_date.year - user.date_of_birth.year,
-        }
+        # birthday in a common year), so the age reached is the years between; none for a
+        # birthday without a year, or a person who chose never to have it said.
+        values: dict[str, object] = {"first_name": user.first_name, "last_name": user.last_name}
+        if age_said(user):
+            values["age"] = occurrence_date.year - user.date_of_birth.year
+        return values

@@ -213,6 +213,15 @@ def test_date_of_birth_before_1900_is_refused_by_a_raw_update(user):
     assert User.objects.get(id=user.id).date_of_birth == date(1990, 5, 5)
 
 
+def test_a_birthday_without_a_year_is_stored_in_year_4_and_no_other_year_before_1900_is(user):
+    User.objects.filter(id=user.id).update(date_of_birth=date(4, 2, 29))
+
+    with raises_violation_of("user_date_of_birth_from_1900_or_yearless"):
+        User.objects.filter(id=user.id).update(date_of_birth=date(5, 6, 15))
+
+    assert User.objects.get(id=user.id).date_of_birth == date(4, 2, 29)
+
+
 def test_date_of_birth_before_1900_is_refused_by_bulk_create():
     with raises_violation_of("user_date_of_birth_from_1900"):
         User.objects.bulk_create(

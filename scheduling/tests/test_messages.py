@@ -26,6 +26,7 @@ def recipient(**fields):
         "last_name": "Lovelace",
         "date_of_birth": date(1990, 12, 10),
         "anniversary_date": date(2015, 6, 20),
+        "hide_age": False,
     }
     return SimpleNamespace(**{**values, **fields})
 

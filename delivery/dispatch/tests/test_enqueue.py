@@ -61,11 +61,12 @@ def test_a_claim_batch_sends_the_same_statements_for_5_recipients_as_for_60_each
     assert _claim_statements(5) == _claim_statements(60)
 
 
-def test_the_claims_select_reads_the_send_time_from_the_one_join_it_already_had():
+def test_the_claims_select_reads_the_send_time_from_the_recipients_join_and_visibility_in_the_same_select():
     sql = _claim_sql()
 
     assert "u.send_time" in sql
-    assert sql.count(" JOIN ") == 1 and sql.upper().count("SELECT") == 1
+    # The recipient, then the person's visibility choice and the company default (one probe each).
+    assert sql.count(" JOIN ") == 3 and sql.count("LEFT JOIN") == 2 and sql.upper().count("SELECT") == 1
 
 
 def test_a_claim_batch_sends_the_same_statements_whether_none_half_or_all_of_its_recipients_have_their_own_send_time():

@@ -15,7 +15,7 @@ from django.db import connection, models
 
 from scheduling.labels import labels_from_text
 from scheduling.pauses import ACTOR_MAX_LENGTH
-from users.fields import FIELDS_BY_NAME, RECIPIENT_FIELDS, USER_FIELDS, clean_user_fields
+from users.fields import FIELDS_BY_NAME, RECIPIENT_FIELDS, USER_FIELDS, clean_user_fields, clean_visibility
 from users.models import User
 from users.services import ExternalIdTaken, users_import
 
@@ -78,6 +78,28 @@ def _parse_optional_flag(raw: str | None) -> bool | str | None:
     return raw if flag is None else flag
 
 
+def _parse_flag(raw: str | None) -> bool | str:
+    """A yes-or-no cell (hide_age) as a flag, by the paused column's words; else as it is, for its cleaner to refuse."""
+    flag = PAUSED_VALUES.get((raw or "").strip().lower())
+    return raw or "" if flag is None else flag
+
+
+def _parse_visibility(raw: str | None) -> dict[str, str | None]:
+    """A visibility cell (BIRTHDAY:private;ANNIVERSARY:default) as the API's object; empty: {} (unchanged).
+
+    An event type in any case; "default" (or nothing after the colon) for the company default.
+    """
+    chosen: dict[str, str | None] = {}
+    # Separated as labels are on a line (commas or semicolons): one rule for list cells.
+    for item in labels_from_text(raw):
+        event_type, colon, visibility = item.partition(":")
+        if not colon:
+            raise ValidationError(f"{item.strip()!r} is not TYPE:visibility, such as BIRTHDAY:private.")
+        value = visibility.strip().lower()
+        chosen[event_type.strip().upper()] = None if value in ("", "default") else value
+    return clean_visibility(chosen)
+
+
 def _parse_text(raw: str | None) -> str:
     """A text cell as it is, to check; "" for a cell a short row lacks."""
     return raw or ""
@@ -86,14 +108,15 @@ def _parse_text(raw: str | None) -> str:
 def _cell_parser(name: str) -> Callable[[str | None], object]:
     """How a column's cell is read before its field's cleaner checks it: by the column's type."""
     field = User._meta.get_field(name)
+    if isinstance(field, models.BooleanField):
+        # A nullable flag (mention_consent) leaves an empty cell to the company default.
+        return _parse_optional_flag if field.null else _parse_flag
     if isinstance(field, ArrayField):
         return _parse_labels
     if isinstance(field, models.TimeField):
         return _parse_send_time
     if isinstance(field, models.DateField):
         return _parse_date
-    if isinstance(field, models.BooleanField):
-        return _parse_optional_flag
     return _parse_text
 
 
@@ -114,6 +137,11 @@ def _parse_row(row: dict, *, columns: tuple[str, ...]) -> dict:
             cleaned["paused"] = _parse_paused(row.get("paused"))
         except ValidationError as exc:
             errors["paused"] = exc.messages
+    if "visibility" in columns:
+        try:
+            cleaned["visibility"] = _parse_visibility(row.get("visibility"))
+        except ValidationError as exc:
+            errors["visibility"] = exc.messages
     if errors:
         raise ValidationError(errors)
     return {column: cleaned[column] for column in columns}

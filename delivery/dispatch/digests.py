@@ -246,6 +246,8 @@ def digests_erase(*, user_id: uuid.UUID) -> int:
         if delivery is None:
             continue
         DeliveryAttempt.objects.filter(delivery=delivery).update(response_excerpt="")
+        # A success recorded on the delivery keeps its answer there (delivery.states.successes).
+        delivery.delivered_response = ""
         if not digest.entries and delivery.status in (DeliveryStatus.QUEUED, DeliveryStatus.SENDING):
             # Nobody left to name: nothing goes (a worker recording later finds no row under its lease).
             DeliveryAttempt.objects.filter(delivery=delivery).update(delivery=None, error="")
@@ -254,5 +256,5 @@ def digests_erase(*, user_id: uuid.UUID) -> int:
         delivery.payload = digest_body(
             digest=digest, format=delivery.destination.format if delivery.destination else STANDARD.name
         )
-        delivery.save(update_fields=["payload", "updated_at"])
+        delivery.save(update_fields=["payload", "delivered_response", "updated_at"])
     return changed

@@ -30,7 +30,7 @@ from delivery.receivers.transport import SendResult
 from delivery.rules.answers import Signal, signal_of
 from delivery.rules.health import Answer, Health, HealthPolicy
 from delivery.rules.retry import Decision, RetryPolicy, decide
-from delivery.states.conclude import start_events_conclusion
+from delivery.states.conclude import start_events_completion_alone, start_events_conclusion
 from delivery.states.endpoints import Verdict, endpoint_note_success, endpoint_record_answers
 from delivery.states.transitions import Rows, start_deliveries_transition
 from runtime.sql import insert_rows, pipeline
@@ -112,6 +112,16 @@ def attempts_apply(
             for (status, charged, keeps_due), group in _by_move(records=records).items()
         ]
         # After the moves, so that the read sees them and the lock order is the deliveries', then the events'.
+        # The events whose deliveries all ended DELIVERED here first, in one UPDATE with no lock or read
+        # (start_events_completion_alone); the general path's lock and read then pass them over.
+        start_events_completion_alone(
+            delivered={
+                r.row.delivery_id: events[r.row.delivery_id]
+                for r in records
+                if r.decision.status == DeliveryStatus.DELIVERED
+            },
+            now=now,
+        )
         concluding = start_events_conclusion(
             event_ids={events[r.row.delivery_id] for r in records if r.decision.status in ended}, now=now
         )

@@ -160,3 +160,30 @@ def test_successes_from_a_worker_that_last_saw_the_endpoint_healthy_end_what_ano
     assert (endpoint.state, endpoint.consecutive_failures, endpoint.last_success_at) == ("HEALTHY", 0, now)
     assert summary.delivered == 3
     assert summary.verdicts[key].state == "HEALTHY"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_event_completes_alone_only_once_every_one_of_its_deliveries_is_delivered(delivery_settings):
+    # An event whose deliveries all end DELIVERED in one record completes in one UPDATE, with no lock or read;
+    # one with a delivery still to send stays PROCESSING, and the last record completes it.
+    destinations_create_at(URLS[:2])
+    create_due_users(2)
+    Scheduler(once=True).run()
+    first, second = sorted(Event.objects.filter(status=EventStatus.PROCESSING), key=lambda e: e.id)
+    both = deliveries_claim(worker="w1", limit=100, lease=timedelta(seconds=30))
+    now = timezone.now()
+    # Both of the first event's deliveries, and one of the second's.
+    answers = delivered(
+        [d for d in both if d.event_id == first.id] + [d for d in both if d.event_id == second.id][:1], at=now
+    )
+    deliveries_record(worker="w1", results=answers)
+
+    assert Event.objects.get(id=first.id).status == EventStatus.COMPLETED
+    assert Event.objects.get(id=second.id).status == EventStatus.PROCESSING
+
+    deliveries_record(
+        worker="w1", results=delivered([d for d in both if d.event_id == second.id][1:], at=now)
+    )
+
+    assert Event.objects.get(id=second.id).status == EventStatus.COMPLETED
+    assert Event.objects.get(id=second.id).executed_at is not None

@@ -95,7 +95,7 @@ def delivery_attempts(*, delivery_ids: Collection[uuid.UUID]) -> dict[uuid.UUID,
     for attempt in (
         DeliveryAttempt.objects.filter(delivery_id__in=ids).order_by("delivery_id", "number").values()
     ):
-        attempts.setdefault(attempt["delivery_id"], []).append(attempt)
+        attempts.setdefault(attempt["delivery_id"], []).append(dict(attempt))
     successes = Delivery.objects.filter(SUCCESS_ON_DELIVERY, id__in=ids).values(
         *SUCCESS_ATTEMPT_COLUMNS.values()
     )

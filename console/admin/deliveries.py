@@ -30,7 +30,7 @@ class AttemptOutcomeFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):
         if self.value() in AttemptOutcome.values:
-            had = Exists(DeliveryAttempt.objects.filter(delivery=OuterRef("pk"), outcome=self.value()))
+            had = Q(Exists(DeliveryAttempt.objects.filter(delivery=OuterRef("pk"), outcome=self.value())))
             if self.value() == AttemptOutcome.DELIVERED:
                 # A success recorded on its delivery has no attempt row (delivery.selectors.delivery_attempts).
                 had |= SUCCESS_ON_DELIVERY

@@ -8,7 +8,8 @@ deliveries QUEUED and due, then 1 or 2 `run_worker` of each checkout timed whole
 their spawn to the last key at the harness's nginx), at the sizes issue 36 names
 (20,000 and 100,000 queued, 1 and 2 workers), the checkouts in turn within each round,
 their order rotating. Prints each run and the medians with each checkout's ratio to the
-first; writes bench/results/raw/queued-pair.json.
+first, and what each delivery wrote (rows, WAL bytes and index entries, from the server's
+counters: queued.run_once); writes bench/results/raw/queued-pair.json.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ def main() -> None:
                         log(
                             f"pair: {product.label} {count}w {n:,}: {run['rate']:,.0f}/s, CPU "
                             f"{run['cpu_ms_per_delivery'] or 0:.3f} + PG {run['pg_cpu_ms_per_delivery'] or 0:.3f} ms, "
+                            f"{_fx(run['rows_per_delivery'])} rows, {_fx(run['wal_bytes_per_delivery'], '{:,.0f}')} WAL bytes, "
+                            f"{_fx(run['index_entries_per_delivery'])} index entries per delivery, "
                             f"missing {run['missing']}, twice {run['duplicates']}, not DELIVERED {run['not_delivered']}"
                         )
     finally:
@@ -92,6 +95,10 @@ def main() -> None:
                     ],
                     "cpu_ms": median(r["cpu_ms_per_delivery"] for r in cell[product.label]),
                     "pg_cpu_ms": median(r["pg_cpu_ms_per_delivery"] for r in cell[product.label]),
+                    # What each delivery wrote, from the server's counters (queued.run_once).
+                    "rows": _median_of(cell[product.label], "rows_per_delivery"),
+                    "wal_bytes": _median_of(cell[product.label], "wal_bytes_per_delivery"),
+                    "index_entries": _median_of(cell[product.label], "index_entries_per_delivery"),
                     "load": [
                         min(r["load_before"][0] for r in cell[product.label]),
                         max(r["load_after"][0] for r in cell[product.label]),
@@ -102,13 +109,23 @@ def main() -> None:
                     f"{n:>7,} {count}w {product.label:>8} {line['commit']:>9}: {line['rate']:7,.0f}/s "
                     f"({', '.join(f'{x:,.0f}' for x in rates)}) = {line['ratio']:.2f}x {first} "
                     f"({', '.join(f'{x:.2f}' for x in line['by_round'])}); CPU {line['cpu_ms']:.3f} + PG "
-                    f"{line['pg_cpu_ms']:.3f} ms/delivery; load {line['load'][0]:.1f}-{line['load'][1]:.1f}",
+                    f"{line['pg_cpu_ms']:.3f} ms/delivery; per delivery {_fx(line['rows'])} rows, "
+                    f"{_fx(line['wal_bytes'], '{:,.0f}')} WAL bytes, {_fx(line['index_entries'])} index entries; load {line['load'][0]:.1f}-{line['load'][1]:.1f}",
                     flush=True,
                 )
     RAW.mkdir(parents=True, exist_ok=True)
     (RAW / "queued-pair.json").write_text(
         json.dumps({"summary": summary, "runs": runs}, indent=1, default=str)
     )
+
+
+def _median_of(runs: list[dict], key: str) -> float | None:
+    values = [r[key] for r in runs if r.get(key) is not None]
+    return median(values) if values else None
+
+
+def _fx(value: float | None, pattern: str = "{:.2f}") -> str:
+    return pattern.format(value) if value is not None else "-"
 
 
 if __name__ == "__main__":

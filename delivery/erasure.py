@@ -33,6 +33,7 @@ import uuid
 
 from delivery.dispatch.digests import digests_erase
 from delivery.models import Delivery, DeliveryAttempt, DeliveryStatus
+from delivery.states.successes import successes_log
 from scheduling.admin_log import admin_log_forget
 
 
@@ -57,6 +58,8 @@ def deliveries_erase(*, user_id: uuid.UUID) -> set[uuid.UUID]:
         for _, event_id, attempts, status in locked
         if attempts > 0 or status in (DeliveryStatus.SENDING, DeliveryStatus.DELIVERED)
     }
+    # A success recorded on its delivery becomes a row first: it is kept, stripped, as every attempt is.
+    successes_log(delivery_ids=delivery_ids)
     DeliveryAttempt.objects.filter(delivery_id__in=delivery_ids).update(
         delivery=None, error="", response_excerpt=""
     )

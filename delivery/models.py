@@ -315,6 +315,17 @@ class Delivery(models.Model):
     last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
     delivered_at = models.DateTimeField(null=True, blank=True)
+    # A success writes no attempt row: its attempt is this row's (number `attempts`, started
+    # `attempt_started_at`, answered `delivered_at` with `last_status_code`), and these three
+    # hold the rest. Set (the duration not null) only on a DELIVERED row whose success is
+    # recorded so; the attempt log's readers show it as the attempt it is
+    # (delivery.selectors.delivery_attempts), and a move out of DELIVERED or an erasure writes
+    # it down as a row first (delivery.states.successes). Null or a constant default, so
+    # that adding them rewrote no row.
+    delivered_by = models.CharField(max_length=200, blank=True, default="", db_default="")
+    delivered_duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    # The receiver's answer, as an attempt row keeps it (DeliveryAttempt.response_excerpt).
+    delivered_response = models.TextField(blank=True, default="", db_default="")
     created_at = models.DateTimeField(auto_now_add=True)
     # When an operator last queued it again (null: never; it was queued when
     # created). EVENT_MAX_LATENESS counts from the later of the two. Nullable so

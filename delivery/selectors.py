@@ -50,6 +50,65 @@ def digests_export(*, user_id: uuid.UUID) -> list[dict[str, Any]]:
     ]
 
 
+# A DELIVERED row whose success wrote no attempt row (Delivery.delivered_duration_ms): its attempt is the row's own.
+SUCCESS_ON_DELIVERY = Q(status=DeliveryStatus.DELIVERED, delivered_duration_ms__isnull=False)
+
+# The attempt log's columns as a success recorded on its delivery gives them: the delivery's column of each,
+# then the values every such success has. The one place that says so, for the readers (delivery_attempts)
+# and for the write that makes one a row (delivery.states.successes).
+SUCCESS_ATTEMPT_COLUMNS: Mapping[str, str] = {
+    "delivery_id": "id",
+    "number": "attempts",
+    "worker": "delivered_by",
+    "started_at": "attempt_started_at",
+    "finished_at": "delivered_at",
+    "duration_ms": "delivered_duration_ms",
+    "status_code": "last_status_code",
+    "response_excerpt": "delivered_response",
+}
+SUCCESS_ATTEMPT_VALUES: Mapping[str, object] = {
+    "outcome": AttemptOutcome.DELIVERED,
+    # A success has no error of its own (delivery.receivers.transport: its detail is empty).
+    "error": "",
+    # What it led to (delivery.rules.attempt_words): it counted, and its delivery was DELIVERED.
+    "counted": True,
+    "delivery_status_after": DeliveryStatus.DELIVERED,
+}
+
+
+def delivery_success_attempt(delivery: Mapping[str, Any]) -> dict[str, Any]:
+    """The attempt of a success recorded on its delivery (`delivery`: its columns by name), as a row's values.
+
+    Its `id` is None: it has no row of its own (a move out of DELIVERED, or an erasure, writes one).
+    """
+    return {
+        "id": None,
+        **{name: delivery[column] for name, column in SUCCESS_ATTEMPT_COLUMNS.items()},
+        **SUCCESS_ATTEMPT_VALUES,
+    }
+
+
+def delivery_attempts(*, delivery_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, list[dict[str, Any]]]:
+    """Each delivery's attempts, first to last, as the attempt log's rows (dicts of its columns).
+
+    The rows, and for a delivery whose success wrote none (SUCCESS_ON_DELIVERY) that success
+    from its own columns: every reader of attempts (the console, the export, the API) reads
+    them here, so each shows the same attempts whichever way they were recorded.
+    """
+    ids = list(delivery_ids)
+    attempts: dict[uuid.UUID, list[dict[str, Any]]] = {}
+    for attempt in (
+        DeliveryAttempt.objects.filter(delivery_id__in=ids).order_by("delivery_id", "number").values()
+    ):
+        attempts.setdefault(attempt["delivery_id"], []).append(dict(attempt))
+    successes = Delivery.objects.filter(SUCCESS_ON_DELIVERY, id__in=ids).values(
+        *SUCCESS_ATTEMPT_COLUMNS.values()
+    )
+    for delivery in successes:
+        attempts.setdefault(delivery["id"], []).append(delivery_success_attempt(delivery))
+    return attempts
+
+
 def deliveries_export(*, event_ids: Collection[uuid.UUID]) -> list[dict[str, Any]]:
     """Every delivery of these events with its attempts and the console's log of it, as JSON-ready dicts.
 
@@ -59,13 +118,7 @@ def deliveries_export(*, event_ids: Collection[uuid.UUID]) -> list[dict[str, Any
     deliveries = list(
         Delivery.objects.filter(event_id__in=list(event_ids)).order_by("created_at", "id").values()
     )
-    attempts: dict[uuid.UUID, list[Mapping[str, Any]]] = {}
-    for attempt in (
-        DeliveryAttempt.objects.filter(delivery_id__in=[d["id"] for d in deliveries])
-        .order_by("delivery_id", "number")
-        .values()
-    ):
-        attempts.setdefault(attempt["delivery_id"], []).append(attempt)
+    attempts = delivery_attempts(delivery_ids=[d["id"] for d in deliveries])
     return [
         {
             **delivery,
@@ -99,7 +152,12 @@ def delivery_outcome_counts(*, now: datetime) -> dict[str, int]:
         delivered_day=Count("id", filter=Q(status=DeliveryStatus.DELIVERED)),
         dead_hour=Count("id", filter=Q(status=DeliveryStatus.DEAD, updated_at__gt=hour_ago)),
         dead_day=Count("id", filter=Q(status=DeliveryStatus.DEAD)),
+        # The successes recorded on their delivery, attempts with no row (delivery_attempts): a
+        # success's delivered_at is its answer's time, never after the row's updated_at.
+        successes_hour=Count("id", filter=SUCCESS_ON_DELIVERY & Q(delivered_at__gt=hour_ago)),
+        successes_day=Count("id", filter=SUCCESS_ON_DELIVERY & Q(delivered_at__gt=day_ago)),
     )
+    successes_hour, successes_day = finished.pop("successes_hour"), finished.pop("successes_day")
     attempts = DeliveryAttempt.objects.filter(finished_at__gt=day_ago).aggregate(
         attempts_hour=Count("id", filter=Q(finished_at__gt=hour_ago)),
         attempts_day=Count("id"),
@@ -109,6 +167,8 @@ def delivery_outcome_counts(*, now: datetime) -> dict[str, int]:
         ),
         failed_attempts_day=Count("id", filter=~Q(outcome=AttemptOutcome.DELIVERED)),
     )
+    attempts["attempts_hour"] += successes_hour
+    attempts["attempts_day"] += successes_day
     return {**finished, **attempts}
 
 
@@ -164,16 +224,23 @@ def attempt_outcome_counts(*, since: datetime) -> dict[str, int]:
     """Attempts that finished after `since`, by outcome (every outcome present, zero if none).
 
     Read from the attempt log, so it covers every worker, including attempts
-    logged as abandoned by the worker that took over from a lost one.
+    logged as abandoned by the worker that took over from a lost one, and from
+    the deliveries whose success is recorded on them (delivery_attempts).
     """
-    return counts_by(
+    counts = counts_by(
         DeliveryAttempt.objects.filter(finished_at__gt=since), field="outcome", keys=AttemptOutcome.values
     )
+    # With the successes recorded on their delivery (delivery_attempts), a range of (status, updated_at).
+    counts[AttemptOutcome.DELIVERED] += Delivery.objects.filter(
+        SUCCESS_ON_DELIVERY, updated_at__gt=since, delivered_at__gt=since
+    ).count()
+    return counts
 
 
 def recipients_attempt_count(*, user_ids: Collection[uuid.UUID]) -> int:
     """How many delivery attempts the recipients' deliveries have: what their erasure keeps, stripped (delivery.erasure)."""
-    return DeliveryAttempt.objects.filter(delivery__event__user_id__in=user_ids).count()
+    rows = DeliveryAttempt.objects.filter(delivery__event__user_id__in=user_ids).count()
+    return rows + Delivery.objects.filter(SUCCESS_ON_DELIVERY, event__user_id__in=user_ids).count()
 
 
 # --- recoveries ------------------------------------------------------------------------------

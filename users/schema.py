@@ -167,7 +167,8 @@ user_schema = extend_schema_view(
             response=OpenApiTypes.OBJECT,
             description=(
                 "`recipient`, `events` (each with its `console_log`), `deliveries` (each with every "
-                "column, `attempts` its count, and its attempt rows under `attempt_log`, and its "
+                "column, `attempts` its count, and its attempts under `attempt_log` (a success recorded on its "
+                "delivery with `id` null), and its "
                 "`console_log`), `console_log` and `exported_at`. Sent with `Cache-Control: no-store`."
             ),
         ),

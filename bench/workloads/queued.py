@@ -191,6 +191,53 @@ def seed(conn, *, tag: str, n: int, url: str, stored: dict[str, str]) -> set[str
     return keys
 
 
+def table_writes(conn) -> dict[str, tuple[int, int]]:
+    """Each user table's (rows written: inserted + updated + deleted, of those updates the HOT ones), as counted so far.
+
+    The counters reach pg_stat_user_tables when each backend flushes them (at most once a second,
+    or when it goes idle or exits): this connection's own pending counts are flushed first, and the
+    caller waits for the workers' backends to be gone before reading after a run.
+    """
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    return {
+        name: (written, hot)
+        for name, written, hot in conn.execute(
+            "SELECT relname, n_tup_ins + n_tup_upd + n_tup_del, n_tup_hot_upd FROM pg_stat_user_tables"
+        ).fetchall()
+    }
+
+
+def wal_start(conn) -> str:
+    """A CHECKPOINT (so that no full-page image of before the run is pending), then the WAL's position."""
+    conn.execute("CHECKPOINT")
+    return conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
+
+
+def wal_written(conn, start: str) -> tuple[int, int | None]:
+    """WAL bytes since `start`, and the index entries among them (B-tree leaf inserts, from pg_walinspect).
+
+    Cluster-wide: whatever else the server writes meanwhile is counted too (the run's report says
+    whether the machine was shared). The index entries are None where pg_walinspect cannot read the
+    range (the extension missing, or a segment recycled by a checkpoint during the run).
+    """
+    end = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
+    written = conn.execute("SELECT pg_wal_lsn_diff(%s::pg_lsn, %s::pg_lsn)::bigint", [end, start]).fetchone()[
+        0
+    ]
+    try:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        (entries,) = conn.execute(
+            "SELECT coalesce(sum(count), 0)::bigint FROM pg_get_wal_stats(%s::pg_lsn, %s::pg_lsn, true) "
+            "WHERE \"resource_manager/record_type\" IN ('Btree/INSERT_LEAF', 'Btree/INSERT_POST')",
+            [start, end],
+        ).fetchone()
+    except Exception as error:  # noqa: BLE001 - a figure missing, not a run failed
+        log(f"queued: index entries not read ({error})")
+        return written, None
+    return written, entries
+
+
 def commits(conn, label: str) -> int:
     return conn.execute(
         "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", [database(label)]
@@ -233,6 +280,8 @@ def run_once(
         reader.request_times.clear()
         time.sleep(1.2)  # the seeding's transactions flushed to pg_stat_database before the first count
         commits_before = commits(conn, label)
+        wal_before = wal_start(conn)
+        writes_before = table_writes(conn)
         load_before = os.getloadavg()
         started = time.time()
         if product is not None:
@@ -305,6 +354,17 @@ def run_once(
         load_after = os.getloadavg()
         time.sleep(1.2)  # the backends' last transactions flushed to pg_stat_database
         committed = commits(conn, label) - commits_before - 1  # less this count's own
+        # Before any other statement of this connection: the workers have exited, so their
+        # backends' counts are flushed (the sleep above), and nothing else of the run writes.
+        wal_bytes, index_entries = wal_written(conn, wal_before)
+        writes_after = table_writes(conn)
+        written = {
+            name: (
+                after[0] - writes_before.get(name, (0, 0))[0],
+                after[1] - writes_before.get(name, (0, 0))[1],
+            )
+            for name, after in writes_after.items()
+        }
         if product is not None:
             statements = [json.loads(f.read_text()) for f in counts_dir.glob("*.json")]
         else:
@@ -355,6 +415,16 @@ def run_once(
         "not_delivered": not_delivered,
         "events_processing": events_open,
         "attempt_rows": attempts,
+        "wal_bytes": wal_bytes,
+        "wal_bytes_per_delivery": wal_bytes / delivered if delivered else None,
+        "rows_written": sum(w for w, _ in written.values()),
+        "rows_per_delivery": sum(w for w, _ in written.values()) / delivered if delivered else None,
+        "rows_by_table": {name: w for name, (w, _) in written.items() if w},
+        "hot_updates": sum(h for _, h in written.values()),
+        "index_entries": index_entries,
+        "index_entries_per_delivery": index_entries / delivered
+        if delivered and index_entries is not None
+        else None,
         "load_before": load_before,
         "load_after": load_after,
         **counts,
@@ -449,6 +519,9 @@ def summarize(runs: list[dict]) -> dict:
                 "commits_per_batch": med("commits_per_batch"),
                 "statements_per_delivery": med("statements_per_delivery"),
                 "commits_per_delivery": med("commits_per_delivery"),
+                "rows_per_delivery": med("rows_per_delivery"),
+                "wal_bytes_per_delivery": med("wal_bytes_per_delivery"),
+                "index_entries_per_delivery": med("index_entries_per_delivery"),
                 "delivered_per_batch": median(
                     [r["claimed_per_batch"] for r in mine if r.get("claimed_per_batch")]
                 )
@@ -491,14 +564,17 @@ def report_lines(w: dict) -> list[str]:
         "update, the events' conclusion). Variants in turn within each round, the order rotating; medians. *CPU* = "
         "user + system of the worker processes / deliveries; *PG CPU* = the same of their PostgreSQL backends; "
         "*stmts* and *commits* per claimed batch (statements counted in each process, commits from "
-        "pg_stat_database). Load = the 1-minute load average before the first and after the last run of the cell.\n"
+        "pg_stat_database); *rows*, *WAL bytes* and *index entries* per delivery from the server's counters "
+        "(pg_stat_user_tables' inserts + updates + deletes of the run's database; pg_current_wal_lsn() around the "
+        "run, a CHECKPOINT before; B-tree leaf inserts in that WAL, by pg_walinspect). Load = the 1-minute load average before the first and after the last run of the cell.\n"
     )
     lines.append(
         "| queued | workers | variant | deliveries/s (runs) | x 0635503 (by round) | x reference (by round) "
         "| CPU ms/delivery | PG CPU ms/delivery | stmts / batch | commits / batch | stmts / delivery "
+        "| rows / delivery | WAL bytes / delivery | index entries / delivery "
         "| missing / twice / not DELIVERED | load |"
     )
-    lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
     def fx(x, pattern="{:.2f}"):
         return pattern.format(x) if x is not None else "-"
@@ -514,6 +590,8 @@ def report_lines(w: dict) -> list[str]:
                 f"| {fx(s['cpu_ms_per_delivery'], '{:.3f}')} | {fx(s['pg_cpu_ms_per_delivery'], '{:.3f}')} "
                 f"| {fx(s['statements_per_batch'], '{:.1f}')} | {fx(s['commits_per_batch'], '{:.1f}')} "
                 f"| {fx(s['statements_per_delivery'], '{:.3f}')} "
+                f"| {fx(s.get('rows_per_delivery'))} | {fx(s.get('wal_bytes_per_delivery'), '{:,.0f}')} "
+                f"| {fx(s.get('index_entries_per_delivery'))} "
                 f"| {s['missing']} / {s['duplicates']} / {s['not_delivered']} | {s['load'][0]:.1f}-{s['load'][1]:.1f} |"
             )
     return lines

@@ -6,7 +6,8 @@ from django.contrib import admin
 from django.db.models import Exists, OuterRef, Q
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.formats import date_format
+from django.utils.html import format_html, format_html_join
 
 from console import confirm, widgets
 from console.admin.endpoints import endpoint_state_badge
@@ -16,7 +17,7 @@ from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryS
 from delivery.rules import failure_causes as failures
 from delivery.rules.attempt_words import AttemptCount, attempt_label
 from delivery.rules.digest_calendar import KEY_PREFIX as DIGEST_KEY_PREFIX
-from delivery.selectors import attempts_not_counted
+from delivery.selectors import SUCCESS_ON_DELIVERY, attempts_not_counted, delivery_attempts
 from kinds import STANDARD
 
 
@@ -31,9 +32,11 @@ class AttemptOutcomeFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):
         if self.value() in AttemptOutcome.values:
-            return queryset.filter(
-                Exists(DeliveryAttempt.objects.filter(delivery=OuterRef("pk"), outcome=self.value()))
-            )
+            had = Q(Exists(DeliveryAttempt.objects.filter(delivery=OuterRef("pk"), outcome=self.value())))
+            if self.value() == AttemptOutcome.DELIVERED:
+                # A success recorded on its delivery has no attempt row (delivery.selectors.delivery_attempts).
+                had |= SUCCESS_ON_DELIVERY
+            return queryset.filter(had)
         return queryset
 
 
@@ -66,45 +69,45 @@ class LeaseFilter(widgets.DeadlineFilter):
         return [("held", "Held by a worker"), ("expired", "Expired (worker lost)")]
 
 
-class DeliveryAttemptInline(widgets.ReadOnlyInlineMixin, admin.TabularInline):
-    model = DeliveryAttempt
-    fields = readonly_fields = (
-        "number",
-        "outcome_badge",
-        "status_code",
-        "duration",
-        "started_at",
-        "worker",
-        "error",
-        "response",
+def _attempt_rows(delivery: Delivery):
+    """A delivery's attempts, newest first, as table rows: number, outcome, status, duration, start, worker,
+    error, response (the columns the console always showed an attempt with)."""
+    attempts = delivery_attempts(delivery_ids=[delivery.pk]).get(delivery.pk, [])
+    return format_html_join(
+        "",
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{} ms</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+        (
+            (
+                a["number"],
+                # By what the attempt led to (tried again, held, given up), not by its delivery's final state.
+                widgets.badge(
+                    a["outcome"],
+                    attempt_label(
+                        outcome=a["outcome"],
+                        status_code=a["status_code"],
+                        counted=a["counted"],
+                        status_after=a["delivery_status_after"],
+                    ),
+                ),
+                a["status_code"] if a["status_code"] is not None else "—",
+                a["duration_ms"],
+                date_format(timezone.localtime(a["started_at"]), "DATETIME_FORMAT"),
+                a["worker"] or "—",
+                a["error"] or "—",
+                _response(a["response_excerpt"]),
+            )
+            for a in reversed(attempts)
+        ),
     )
-    ordering = ["-number"]
 
-    @admin.display(description="what happened")
-    def outcome_badge(self, attempt: DeliveryAttempt):
-        # By what the attempt led to (tried again, held, given up), not by its delivery's final state.
-        return widgets.badge(
-            attempt.outcome,
-            attempt_label(
-                outcome=attempt.outcome,
-                status_code=attempt.status_code,
-                counted=attempt.counted,
-                status_after=attempt.delivery_status_after,
-            ),
-        )
 
-    @admin.display(description="duration")
-    def duration(self, attempt: DeliveryAttempt) -> str:
-        return f"{attempt.duration_ms} ms"
-
-    @admin.display(description="response (excerpt)")
-    def response(self, attempt: DeliveryAttempt):
-        if not attempt.response_excerpt:
-            return "—"
-        return format_html(
-            '<code style="white-space:pre-wrap;word-break:break-all">{}</code>',
-            attempt.response_excerpt[:300] + ("…" if len(attempt.response_excerpt) > 300 else ""),
-        )
+def _response(excerpt: str):
+    if not excerpt:
+        return "—"
+    return format_html(
+        '<code style="white-space:pre-wrap;word-break:break-all">{}</code>',
+        excerpt[:300] + ("…" if len(excerpt) > 300 else ""),
+    )
 
 
 def _is_chat(delivery: Delivery) -> bool:
@@ -156,7 +159,6 @@ class DeliveryAdmin(widgets.ViewOnlyPageMixin, BoundedListAdmin):
     search_fields = ["=event__idempotency_key"]
     search_help_text = "An idempotency key (event-… or digest-…), a delivery id or an event id."
     list_per_page = 50
-    inlines = [DeliveryAttemptInline]
     actions = ["resend"]
     fieldsets = [
         (
@@ -191,6 +193,9 @@ class DeliveryAdmin(widgets.ViewOnlyPageMixin, BoundedListAdmin):
             },
         ),
         ("Request", {"classes": ["collapse"], "fields": ["payload"]}),
+        # Read through delivery.selectors.delivery_attempts, as the export reads them: a success recorded on
+        # its delivery has no attempt row, and an inline of the rows would leave it out.
+        ("Attempts", {"fields": ["attempt_log"]}),
     ]
 
     def has_add_permission(self, request):
@@ -272,6 +277,18 @@ class DeliveryAdmin(widgets.ViewOnlyPageMixin, BoundedListAdmin):
             reverse("admin:delivery_endpoint_change", args=[endpoint.pk]),
             endpoint.url_display,
             endpoint_state_badge(endpoint),
+        )
+
+    @admin.display(description="attempts, newest first")
+    def attempt_log(self, delivery: Delivery):
+        rows = _attempt_rows(delivery)
+        if not rows:
+            return "—"
+        return format_html(
+            '<div style="overflow-x:auto"><table><thead><tr><th>number</th><th>outcome</th><th>status code</th>'
+            "<th>duration</th><th>started at</th><th>worker</th><th>error</th><th>response (excerpt)</th></tr>"
+            "</thead><tbody>{}</tbody></table></div>",
+            rows,
         )
 
     @admin.display(description="status", ordering="status")

@@ -27,6 +27,7 @@ from delivery.destinations.mentions import (
 from delivery.dispatch.payload import message_overrides, webhook_payload
 from delivery.models import Delivery, DeliveryStatus, Destination
 from delivery.rules.digest_calendar import digest_body
+from delivery.states.successes import successes_log
 from delivery.states.transitions import Rows, deliveries_transition
 from kinds import STANDARD, kind_for
 from scheduling.models import Event, EventStatus
@@ -86,6 +87,9 @@ def deliveries_requeue(
     # A delivery whose destination was deleted goes where it went.
     keys = [d.destination.url_key if d.destination else d.endpoint_key for d in deliveries]
     budgets = [d.attempts + settings.DELIVERY_MAX_ATTEMPTS for d in deliveries]
+    if source == DeliveryStatus.DELIVERED:
+        # Queued again, it no longer says how it was delivered: a success recorded on it becomes its attempt row.
+        successes_log(delivery_ids=[d.id for d in deliveries])
     moved = deliveries_transition(
         source=source,
         target=DeliveryStatus.QUEUED,

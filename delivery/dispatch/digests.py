@@ -286,6 +286,8 @@ def digests_erase(*, user_id: uuid.UUID) -> int:
             digest.save(update_fields=["entries"])
             continue
         DeliveryAttempt.objects.filter(delivery=delivery).update(response_excerpt="")
+        # A success recorded on the delivery keeps its answer there (delivery.states.successes).
+        delivery.delivered_response = ""
         digest_rerender(delivery=delivery, digest=digest, entries=entries)
     return changed
 
@@ -308,7 +310,7 @@ def digest_rerender(*, delivery: Delivery, digest: Digest, entries: list[dict[st
         # Those named still, as they are now (one erased or withdrawn is no longer among them).
         mentions=digest_mentions(destination=delivery.destination, user_ids=_named(entries)),
     )
-    delivery.save(update_fields=["payload", "updated_at"])
+    delivery.save(update_fields=["payload", "delivered_response", "updated_at"])
 
 
 def digest_entries_without(

@@ -40,6 +40,39 @@ def events_conclude(*, event_ids: Collection[uuid.UUID | None], now: datetime) -
         return start_events_conclusion(event_ids=event_ids, now=now)()
 
 
+def start_events_completion_alone(*, delivered: Mapping[uuid.UUID, uuid.UUID | None], now: datetime) -> None:
+    """Send the move to COMPLETED of each event all of whose deliveries are among `delivered`, in one UPDATE.
+
+    `delivered`: event id by delivery id, of the deliveries this transaction just moved to
+    DELIVERED (or meant to: one whose lease was lost is still SENDING, and keeps its event
+    PROCESSING). An event whose deliveries are all among them, DELIVERED, needs no lock and
+    no read: no other transaction can end one of them, so nothing can race its conclusion.
+    That is every event with one destination, the usual one. The UPDATE leaves any other
+    event PROCESSING for the general path (start_events_conclusion), which sent after it in
+    the same transaction sees the ones moved here as no longer PROCESSING, and leaves them.
+    """
+    ids = sorted({event_id for event_id in delivered.values() if event_id is not None})
+    if not ids:
+        return
+    # Checked once its result is in (strict=False: an event left PROCESSING is the general path's).
+    after(
+        start_events_transition(
+            events=[EventRef(event_id) for event_id in ids],
+            source=EventStatus.PROCESSING,
+            target=EventStatus.COMPLETED,
+            actor=Actor.WORKER,
+            now=now,
+            changes={"executed_at": now},
+            strict=False,
+            condition=(
+                f"NOT EXISTS (SELECT 1 FROM {Delivery._meta.db_table} d WHERE d.event_id = e.id "
+                "AND NOT (d.status = %s AND d.id = ANY(%b)))",
+                [DeliveryStatus.DELIVERED, list(delivered)],
+            ),
+        )
+    )
+
+
 def start_events_conclusion(
     *, event_ids: Collection[uuid.UUID | None], now: datetime
 ) -> Callable[[], tuple[int, int]]:

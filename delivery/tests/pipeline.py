@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from datetime import date, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import aiohappyeyeballs
 import pytest
@@ -24,6 +25,7 @@ from delivery.credentials.receiver_urls import url_encrypt, url_key, url_normali
 from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.services import destination_create
 from delivery.models import Delivery, DeliveryStatus
+from delivery.selectors import delivery_attempts
 from devtools.sink import Reply, WebhookSink
 from devtools.suite_database import database_url
 from scheduling.models import Event, EventStatus
@@ -420,3 +422,15 @@ def cpu_load(processes: int | None = None) -> Iterator[None]:
         for spinner in spinners:
             spinner.kill()
             spinner.wait()
+
+
+def shown_attempts(delivery: Delivery, *fields: str) -> list:
+    """The delivery's attempts as every reader shows them (delivery.selectors.delivery_attempts), first to last.
+
+    A success writes no attempt row (its delivery holds it), so `delivery.attempt_log` holds the failures
+    only. With `fields`, each attempt as a tuple of those; without, as an object with an attribute per column.
+    """
+    attempts = delivery_attempts(delivery_ids=[delivery.pk]).get(delivery.pk, [])
+    if fields:
+        return [tuple(a[f] for f in fields) for a in attempts]
+    return [SimpleNamespace(**a) for a in attempts]

@@ -8,6 +8,7 @@ from django.urls import reverse
 
 from delivery.dispatch.scheduler import Scheduler
 from delivery.models import Delivery, DeliveryStatus
+from delivery.tests.pipeline import shown_attempts
 from delivery.tests.test_pipeline import deliver_until_settled
 from delivery.worker.loop import Worker
 from devtools.sink import Reply
@@ -62,7 +63,7 @@ def test_a_429_is_an_attempt_not_counted_and_each_attempt_says_what_followed_it(
 
     delivery = Delivery.objects.get(event=event)
     assert delivery.status == DeliveryStatus.DELIVERED
-    assert [(a.counted, a.delivery_status_after) for a in delivery.attempt_log.order_by("number")] == [
+    assert shown_attempts(delivery, "counted", "delivery_status_after") == [
         (False, DeliveryStatus.QUEUED),
         (True, DeliveryStatus.DELIVERED),
     ]

@@ -5,7 +5,8 @@ Per batch: the endpoint's health first when its answers say anything new
 so every decision knows whether the receiver is down; then one UPDATE of the
 deliveries for each outcome kind present (delivered, to retry, waiting on the
 endpoint, dead), each checked against the lease; one insert of
-the attempt log for the rows whose lease held; then the events whose last
+the attempt log for the rows whose lease held, but for the successes, whose attempt the
+delivered rows' update records (delivery.states.successes); then the events whose last
 delivery ended here conclude (delivery.states.conclude). A result whose lease was lost (another worker took the
 delivery over) changes nothing: that worker owns it now and resends it under
 the same idempotency key.
@@ -29,7 +30,7 @@ from delivery.receivers.transport import SendResult
 from delivery.rules.answers import Signal, signal_of
 from delivery.rules.health import Answer, Health, HealthPolicy
 from delivery.rules.retry import Decision, RetryPolicy, decide
-from delivery.states.conclude import start_events_conclusion
+from delivery.states.conclude import start_events_completion_alone, start_events_conclusion
 from delivery.states.endpoints import Verdict, endpoint_note_success, endpoint_record_answers
 from delivery.states.transitions import Rows, start_deliveries_transition
 from runtime.sql import insert_rows, pipeline
@@ -115,6 +116,16 @@ def attempts_apply(
             for (status, charged, keeps_due), group in _by_move(records=records).items()
         ]
         # After the moves, so that the read sees them and the lock order is the deliveries', then the events'.
+        # The events whose deliveries all ended DELIVERED here first, in one UPDATE with no lock or read
+        # (start_events_completion_alone); the general path's lock and read then pass them over.
+        start_events_completion_alone(
+            delivered={
+                r.row.delivery_id: events[r.row.delivery_id]
+                for r in records
+                if r.decision.status == DeliveryStatus.DELIVERED
+            },
+            now=now,
+        )
         concluding = start_events_conclusion(
             event_ids={events[r.row.delivery_id] for r in records if r.decision.status in ended}, now=now
         )
@@ -122,18 +133,29 @@ def attempts_apply(
         for moved in moves:
             applied.update(moved())
         # The attempt log in one INSERT (sent in this pipeline, where COPY cannot go), the rows as they are,
-        # each with what it led to (whether it counted, the delivery's status after it).
+        # each with what it led to (whether it counted, the delivery's status after it); a success recorded
+        # on its delivery has none (_on_delivery).
         insert_rows(
             DeliveryAttempt,
             ATTEMPT_COLUMNS,
             [
                 (*r.row, r.decision.charged, r.decision.status)
                 for r in records
-                if r.row.delivery_id in applied
+                if r.row.delivery_id in applied and not _on_delivery(r)
             ],
         )
         concluding()
     return set(applied)
+
+
+def _on_delivery(record: AttemptRecord) -> bool:
+    """Whether the attempt is a success, recorded on its delivery with no attempt row.
+
+    Most sends are: the delivery's columns then hold the whole attempt (delivery.selectors.delivery_attempts
+    shows it from them), which saves the row, its index entries and its foreign key's check. A success
+    has no error text (delivery.receivers.transport); one that had would keep a row, where that is kept.
+    """
+    return record.decision.status == DeliveryStatus.DELIVERED and not record.row.error
 
 
 def _by_move(*, records: Sequence[AttemptRecord]) -> dict[tuple[str, bool, bool], list[AttemptRecord]]:
@@ -171,7 +193,20 @@ def _start_deliveries_move(
         # Each has a delay: the records are grouped by whether theirs is None (_by_move).
         values["next_attempt_at"] = [now + r.decision.delay for r in records if r.decision.delay is not None]
     if status == DeliveryStatus.DELIVERED:
-        changes["delivered_at"] = now
+        # When the receiver accepted it; a success recorded on the delivery keeps its attempt's start, worker and
+        # duration beside it (Delivery.delivered_duration_ms), one with a row of its own clears them.
+        on_delivery = [_on_delivery(r) for r in records]
+        values["delivered_at"] = [r.row.finished_at for r in records]
+        values["attempt_started_at"] = [r.row.started_at for r in records]
+        values["delivered_by"] = [
+            r.row.worker if kept else "" for r, kept in zip(records, on_delivery, strict=True)
+        ]
+        values["delivered_duration_ms"] = [
+            r.row.duration_ms if kept else None for r, kept in zip(records, on_delivery, strict=True)
+        ]
+        values["delivered_response"] = [
+            r.row.response_excerpt if kept else "" for r, kept in zip(records, on_delivery, strict=True)
+        ]
     return start_deliveries_transition(
         source=DeliveryStatus.SENDING,
         target=status,

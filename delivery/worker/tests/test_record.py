@@ -12,6 +12,7 @@ from django.utils import timezone
 from delivery.dispatch.scheduler import Scheduler
 from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, Endpoint
 from delivery.receivers.transport import SendResult
+from delivery.selectors import delivery_attempts
 from delivery.tests.pipeline import create_due_users, destinations_create_at, key_of
 from delivery.worker.leases import deliveries_claim
 from delivery.worker.record import deliveries_record
@@ -93,7 +94,12 @@ def test_a_batch_of_successes_is_recorded_in_two_round_trips_and_the_commit_and_
     assert summary.delivered == 20
     assert len(syncs) == 2
     assert Event.objects.filter(status=EventStatus.COMPLETED).count() == 20
-    assert DeliveryAttempt.objects.count() == 20
+    # Each success recorded on its delivery, with no attempt row of its own, and shown as its attempt.
+    assert DeliveryAttempt.objects.count() == 0
+    shown = delivery_attempts(delivery_ids=[d.id for d in claimed])
+    assert sorted(
+        (a["delivery_id"], a["number"], a["outcome"], a["worker"]) for rows in shown.values() for a in rows
+    ) == sorted((d.id, 1, AttemptOutcome.DELIVERED, "w1") for d in claimed)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -114,7 +120,7 @@ def test_an_answer_whose_lease_was_lost_leaves_its_event_processing_and_logs_no_
     assert (summary.delivered, summary.lease_lost) == (1, 1)
     assert Event.objects.get(id=kept.event_id).status == EventStatus.COMPLETED
     assert Event.objects.get(id=lost.event_id).status == EventStatus.PROCESSING
-    assert list(DeliveryAttempt.objects.values_list("delivery_id", flat=True)) == [kept.id]
+    assert list(delivery_attempts(delivery_ids=[lost.id, kept.id])) == [kept.id]
 
 
 def counting(method, calls: list):
@@ -154,3 +160,30 @@ def test_successes_from_a_worker_that_last_saw_the_endpoint_healthy_end_what_ano
     assert (endpoint.state, endpoint.consecutive_failures, endpoint.last_success_at) == ("HEALTHY", 0, now)
     assert summary.delivered == 3
     assert summary.verdicts[key].state == "HEALTHY"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_event_completes_alone_only_once_every_one_of_its_deliveries_is_delivered(delivery_settings):
+    # An event whose deliveries all end DELIVERED in one record completes in one UPDATE, with no lock or read;
+    # one with a delivery still to send stays PROCESSING, and the last record completes it.
+    destinations_create_at(URLS[:2])
+    create_due_users(2)
+    Scheduler(once=True).run()
+    first, second = sorted(Event.objects.filter(status=EventStatus.PROCESSING), key=lambda e: e.id)
+    both = deliveries_claim(worker="w1", limit=100, lease=timedelta(seconds=30))
+    now = timezone.now()
+    # Both of the first event's deliveries, and one of the second's.
+    answers = delivered(
+        [d for d in both if d.event_id == first.id] + [d for d in both if d.event_id == second.id][:1], at=now
+    )
+    deliveries_record(worker="w1", results=answers)
+
+    assert Event.objects.get(id=first.id).status == EventStatus.COMPLETED
+    assert Event.objects.get(id=second.id).status == EventStatus.PROCESSING
+
+    deliveries_record(
+        worker="w1", results=delivered([d for d in both if d.event_id == second.id][1:], at=now)
+    )
+
+    assert Event.objects.get(id=second.id).status == EventStatus.COMPLETED
+    assert Event.objects.get(id=second.id).executed_at is not None

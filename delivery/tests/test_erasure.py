@@ -17,7 +17,8 @@ from delivery.destinations.services import destination_create, destination_pause
 from delivery.dispatch.retention import history_cutoff, history_prune_batches
 from delivery.dispatch.scheduler import Scheduler
 from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, Endpoint
-from delivery.receivers.transport import SendResult
+from delivery.receivers.protocol import SendResult
+from delivery.rules.answers import Signal
 from delivery.tests.pipeline import endpoint_columns, key_of, make_due
 from delivery.worker.leases import deliveries_claim
 from delivery.worker.loop import Worker
@@ -225,6 +226,7 @@ def test_an_answer_recorded_after_the_erase_committed_writes_nothing_that_names_
             SendResult(
                 delivery=claimed,
                 outcome=AttemptOutcome.TRANSIENT_FAILURE,
+                signal=Signal.FAILURE,
                 started_at=now,
                 finished_at=now,
                 duration_ms=3,
@@ -289,6 +291,7 @@ def test_a_delivery_being_sent_when_its_recipient_is_erased_is_cancelled_and_its
             SendResult(
                 delivery=claimed,
                 outcome=AttemptOutcome.DELIVERED,
+                signal=Signal.SUCCESS,
                 started_at=now,
                 finished_at=now,
                 duration_ms=3,

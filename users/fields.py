@@ -28,8 +28,10 @@ from scheduling.labels import LABEL_MAX_LENGTH, LABELS_MAX_COUNT, clean_labels
 from scheduling.languages import LANGUAGE_MAX_LENGTH, clean_language
 from scheduling.times import clean_timezone
 from users.validators import (
+    EMAIL_MAX_LENGTH,
     EXTERNAL_ID_MAX_LENGTH,
     NAME_MAX_LENGTH,
+    clean_email,
     clean_external_id,
     clean_name,
     clean_past_date,
@@ -195,6 +197,21 @@ RECIPIENT_FIELDS: tuple[RecipientField, ...] = (
         column_help="a BCP 47 tag such as de or pt-BR; empty for the default",
     ),
     RecipientField(
+        name="email",
+        clean=clean_email,
+        help_text=(
+            "Optional: the recipient's own email address, such as ada@example.com (at most "
+            f"{EMAIL_MAX_LENGTH} characters). Stored normalised: trimmed, the domain in lower case and, "
+            "if it is not ASCII, in its IDNA form (ada@Bücher.Example becomes ada@xn--bcher-kva.example); "
+            "the part before the @ as given. A quoted part before the @, an address without a domain "
+            "name (ada@localhost, ada@[192.0.2.1]) or anything else that is not an address is refused "
+            "with a 400. null or an empty string means none. A PUT without it leaves it as it is. "
+            "Erasing the recipient removes it with everything else."
+        ),
+        form_help="Optional: the recipient's own email address, such as ada@example.com.",
+        column_help="an email address such as ada@example.com; empty for none",
+    ),
+    RecipientField(
         name="paused",
         clean=clean_paused,
         help_text=(
@@ -237,6 +254,7 @@ class NewRecipient(TypedDict, total=False):
     send_time: NotRequired[str | time | None]
     labels: NotRequired[Sequence[str] | None]
     language: NotRequired[str | None]
+    email: NotRequired[str | None]
 
 
 def clean_user_fields(data: Mapping[str, object]) -> dict[str, Any]:

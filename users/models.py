@@ -11,13 +11,17 @@ from scheduling.labels import LABEL_MAX_LENGTH, LABELS_MAX_COUNT, labels_by_rule
 from scheduling.languages import LANGUAGE_MAX_LENGTH
 from scheduling.pauses import ACTOR_MAX_LENGTH, Pausable, pause_constraints
 from users.fields import USER_FIELDS, clean_user_fields
-from users.validators import EARLIEST_DATE, EXTERNAL_ID_MAX_LENGTH, NAME_MAX_LENGTH
+from users.validators import EARLIEST_DATE, EMAIL_MAX_LENGTH, EXTERNAL_ID_MAX_LENGTH, NAME_MAX_LENGTH
 
 # The unique constraint on external_id, named where a violation of it is told apart
 # from other integrity errors (users.services).
 EXTERNAL_ID_UNIQUE = "user_external_id_unique"
 # Named where its migration adds it without a long lock (users 0007).
 SEND_TIME_WHOLE_MINUTES = "user_send_time_whole_minutes"
+# The shape users.validators.clean_email stores, held by the database for every path that writes:
+# a dot-atom local part (no @, space or quote), @, a domain of lower-case ASCII labels (IDNA's
+# A-labels) with at least one dot. "" is none.
+EMAIL_NORMALISED = r"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]+@[a-z0-9-]+(\.[a-z0-9-]+)+$"
 
 
 class User(Pausable, models.Model):
@@ -58,6 +62,10 @@ class User(Pausable, models.Model):
     # A BCP 47 tag (de, pt-BR) choosing the language of the messages' templates; "": none,
     # the event type's default. With a database default: the import's COPY need not name it.
     language = models.CharField(max_length=LANGUAGE_MAX_LENGTH, blank=True, default="", db_default="")
+    # The person's own email address, normalised (users.validators.clean_email); "": none. Not
+    # unique: people may share one. With a database default: adding it rewrote no row, and the
+    # import's COPY need not name it.
+    email = models.CharField(max_length=EMAIL_MAX_LENGTH, blank=True, default="", db_default="")
     # Counts the writes that changed the recipient's own fields; the API sends it as
     # the ETag and honours If-Match with it, so a client can update without
     # overwriting an edit it has not seen. The bulk import's COPY leaves it to the
@@ -128,6 +136,9 @@ class User(Pausable, models.Model):
                 # of "a1" or of no id, and escape the unique constraint.
                 condition=Q(external_id__regex=r"^\S") & Q(external_id__regex=r"\S$"),
                 name="user_external_id_trimmed",
+            ),
+            models.CheckConstraint(
+                condition=Q(email="") | Q(email__regex=EMAIL_NORMALISED), name="user_email_normalised"
             ),
         ]
 

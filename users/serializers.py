@@ -159,6 +159,10 @@ class UserSerializer(serializers.ModelSerializer):
     )
     labels = LabelsField(allow_null=True, **_described("labels"))
     language = StrictCharField(max_length=1000, allow_null=True, allow_blank=True, **_described("language"))
+    # A string read as given: the shared rule (users.validators.clean_email) trims, checks and normalises it.
+    email = StrictCharField(
+        max_length=1000, allow_null=True, allow_blank=True, trim_whitespace=False, **_described("email")
+    )
     paused = StrictBooleanField(**_described("paused"))
     next_event = serializers.SerializerMethodField(
         help_text="The pending birthday event: the next birthday message and when it is due."

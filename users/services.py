@@ -251,6 +251,7 @@ class ImportedUserRow(NamedTuple):
     send_time: time | None
     labels: list[str]
     language: str
+    email: str
     created_at: datetime
     updated_at: datetime
     # A row imported paused: when and by whom, as a pause made through the API (None, "": not paused).

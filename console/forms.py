@@ -108,6 +108,15 @@ class RecipientAdminForm(forms.ModelForm):
     # The help texts are users.fields' (form_help), as the fields are.
     send_time = TimeOfDayFormField(label="Send time", help_text=FIELDS_BY_NAME["send_time"].form_help)
     labels = LabelsFormField(label="Labels", help_text=FIELDS_BY_NAME["labels"].form_help)
+    # Text checked by the shared rule (users.validators.clean_email), which says what is wrong; shown as an
+    # email input, so a phone offers its email keyboard.
+    email = forms.CharField(
+        label="Email",
+        required=False,
+        max_length=1000,
+        widget=forms.EmailInput,
+        help_text=FIELDS_BY_NAME["email"].form_help,
+    )
     date_of_birth = DateOfBirthFormField(
         label="Date of birth", help_text=FIELDS_BY_NAME["date_of_birth"].form_help
     )

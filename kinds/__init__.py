@@ -1,8 +1,11 @@
 """The kinds of destination: one module each, behind kinds.base.Kind, and their registry.
 
-A destination's `format` names its kind. A new kind (email, a queue) is one
-module here and one line below; delivery.models takes its format choices from
-this registry, so a migration records the new value.
+A destination's `format` names its kind. A new kind (an SMS gateway, email) is
+one module here and one line below; if its transport is new (not "http"), also
+that transport in delivery/receivers/ and one line in its registry
+(delivery.receivers.transports). delivery.models takes its format choices from
+this registry, so a migration records the new value. docs/design.md, "Adding a
+kind of destination", says the whole of it.
 """
 
 from __future__ import annotations

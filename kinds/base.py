@@ -1,19 +1,24 @@
 """What every kind of destination is: the small interface a module in `kinds/` implements.
 
-A kind (standard JSON, Slack, Discord, Teams...) knows four things about its
+A kind (standard JSON, Slack, Discord, Teams...) knows these things about its
 service, and nothing about the outbox that sends to it:
 
-- its body for the standard payload (`body`), escaping what came from data for
-  its own format, and kept within the service's size limit by a cut that never
-  breaks an escape (`fit`);
+- its transport (`transport`): the name of what carries its messages ("http":
+  one POST per message, delivery.receivers.transport); the worker's sender
+  speaks to every transport alike (delivery.receivers.protocol);
+- its body for the standard payload (`body`), a JSON object stored with the
+  delivery and handed to its transport as it is, escaping what came from data
+  for its own format, and kept within the service's size limit by a cut that
+  never breaks an escape (`fit`);
 - its default pace (`pace`): the rate its service publishes, which the worker
   keeps to when the destination sets none;
-- how to read its answers (`read`): (status, headers, the body's first bytes)
-  to a verdict, delivered / retry (after the delay the service asked for) /
-  refused for good / gone (the destination no longer exists, and only an
-  operator can make it work again);
+- how to read its answers (`read`): what its transport got, for HTTP (status,
+  headers, the body's first bytes), to a transport-neutral verdict (`Verdict`):
+  delivered / retry (after the delay the service asked for) / refused for good /
+  gone (the destination no longer exists, and only an operator can make it work
+  again) / unknown (the message may or may not have been taken);
 - its name and label, which are the destination's `format` and its display;
-- which part of its URL is the credential (`shown_url`): the destination's
+- which part of its address is the credential (`shown_url`): the destination's
   `url_display` is everything else, so two Slack or two Discord destinations
   can be told apart without their tokens being shown.
 
@@ -35,6 +40,7 @@ and at most once a message: a person with two lines in a digest is mentioned on
 the first. Everything that came from data stays escaped as before, so a name
 such as `<!channel>` still notifies nobody.
 
+What adding a kind takes is in docs/design.md, "Adding a kind of destination".
 This package imports no app: delivery (the outbox) imports it.
 """
 
@@ -70,6 +76,9 @@ class Verdict(enum.StrEnum):
     # The destination no longer exists (a deleted webhook, an archived channel): nothing
     # sent to it can be taken until an operator fixes it.
     GONE = "gone"
+    # The message may or may not have been taken: the connection was lost after it was sent and
+    # before the receiver answered. Sent again under the same idempotency key.
+    UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True)
@@ -351,8 +360,8 @@ def _shown_query(query: str, *, public: Collection[str], secret: Collection[str]
 
 
 class Kind(abc.ABC):
-    """A kind of destination. Subclasses set `name`, `label`, `pace` and implement `body`; `read` defaults to
-    the standard reading of the status."""
+    """A kind of destination. Subclasses set `name`, `label`, `pace` and implement `body`; `transport` defaults
+    to HTTP, `read` to the standard reading of the status, `shown_url` to the host only."""
 
     # The destination's `format` value, and how the console and the API name it.
     name: ClassVar[str]
@@ -360,6 +369,9 @@ class Kind(abc.ABC):
     # Whether its receiver verifies a signature (Standard Webhooks): only then is a destination of this
     # kind given a signing secret. A chat service checks none; its webhook URL is the credential.
     signed: ClassVar[bool] = False
+    # What carries its messages, by name (delivery.receivers.transports.TRANSPORTS). `read` reads
+    # that transport's answers: an HTTP status, its headers and the body's first bytes.
+    transport: ClassVar[str] = "http"
     # The service's published pace per webhook in requests a second, kept to when the destination
     # sets no max_rate (and WEBHOOK_MAX_RATE sets no lower one); None: no pace of its own. A steady
     # rate: a burst the service would also allow is not used (a greeting can wait a second).

@@ -31,9 +31,11 @@ from scheduling.labels import LABEL_MAX_LENGTH, LABELS_MAX_COUNT, clean_labels
 from scheduling.languages import LANGUAGE_MAX_LENGTH, clean_language
 from scheduling.times import clean_timezone
 from users.validators import (
+    EMAIL_MAX_LENGTH,
     EXTERNAL_ID_MAX_LENGTH,
     NAME_MAX_LENGTH,
     clean_discord_user_id,
+    clean_email,
     clean_external_id,
     clean_mention_consent,
     clean_name,
@@ -336,6 +338,21 @@ RECIPIENT_FIELDS: tuple[RecipientField, ...] = (
     ),
     # --- end of the person's say ---
     RecipientField(
+        name="email",
+        clean=clean_email,
+        help_text=(
+            "Optional: the recipient's own email address, such as ada@example.com (at most "
+            f"{EMAIL_MAX_LENGTH} characters). Stored normalised: trimmed, the domain in lower case and, "
+            "if it is not ASCII, in its IDNA form (ada@Bücher.Example becomes ada@xn--bcher-kva.example); "
+            "the part before the @ as given. A quoted part before the @, an address without a domain "
+            "name (ada@localhost, ada@[192.0.2.1]) or anything else that is not an address is refused "
+            "with a 400. null or an empty string means none. A PUT without it leaves it as it is. "
+            "Erasing the recipient removes it with everything else."
+        ),
+        form_help="Optional: the recipient's own email address, such as ada@example.com.",
+        column_help="an email address such as ada@example.com; empty for none",
+    ),
+    RecipientField(
         name="paused",
         clean=clean_paused,
         help_text=(
@@ -385,6 +402,7 @@ class NewRecipient(TypedDict, total=False):
     teams_user_id: NotRequired[str | None]
     mention_consent: NotRequired[bool | None]
     hide_age: NotRequired[bool]
+    email: NotRequired[str | None]
 
 
 def clean_user_fields(data: Mapping[str, object]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from users.validators import (
     DISCORD_USER_ID_MAX_LENGTH,
     DISCORD_USER_ID_PATTERN,
     EARLIEST_DATE,
+    EMAIL_MAX_LENGTH,
     EXTERNAL_ID_MAX_LENGTH,
     NAME_MAX_LENGTH,
     SLACK_USER_ID_MAX_LENGTH,
@@ -32,6 +33,10 @@ from users.validators import (
 EXTERNAL_ID_UNIQUE = "user_external_id_unique"
 # Named where its migration adds it without a long lock (users 0007).
 SEND_TIME_WHOLE_MINUTES = "user_send_time_whole_minutes"
+# The shape users.validators.clean_email stores, held by the database for every path that writes:
+# a dot-atom local part (no @, space or quote), @, a domain of lower-case ASCII labels (IDNA's
+# A-labels) with at least one dot. "" is none.
+EMAIL_NORMALISED = r"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]+@[a-z0-9-]+(\.[a-z0-9-]+)+$"
 
 
 class User(Pausable, models.Model):
@@ -92,6 +97,10 @@ class User(Pausable, models.Model):
     # import's COPY and the release before this one need not name it.
     hide_age = models.BooleanField(default=False, db_default=False)
     # --- end of the person's say ---
+    # The person's own email address, normalised (users.validators.clean_email); "": none. Not
+    # unique: people may share one. With a database default: adding it rewrote no row, and the
+    # import's COPY need not name it.
+    email = models.CharField(max_length=EMAIL_MAX_LENGTH, blank=True, default="", db_default="")
     # Counts the writes that changed the recipient's own fields; the API sends it as
     # the ETag and honours If-Match with it, so a client can update without
     # overwriting an edit it has not seen. The bulk import's COPY leaves it to the
@@ -185,6 +194,9 @@ class User(Pausable, models.Model):
                 # of "a1" or of no id, and escape the unique constraint.
                 condition=Q(external_id__regex=r"^\S") & Q(external_id__regex=r"\S$"),
                 name="user_external_id_trimmed",
+            ),
+            models.CheckConstraint(
+                condition=Q(email="") | Q(email__regex=EMAIL_NORMALISED), name="user_email_normalised"
             ),
         ]
 

@@ -240,6 +240,10 @@ class UserSerializer(serializers.ModelSerializer):
     language = StrictCharField(
         max_length=LANGUAGE_MAX_LENGTH, allow_null=True, allow_blank=True, **_described("language")
     )
+    # A string read as given: the shared rule (users.validators.clean_email) trims, checks and normalises it.
+    email = StrictCharField(
+        max_length=1000, allow_null=True, allow_blank=True, trim_whitespace=False, **_described("email")
+    )
     paused = StrictBooleanField(**_described("paused"))
     # mentions (users.fields.MENTION_FIELDS)
     slack_user_id = StrictCharField(

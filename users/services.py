@@ -431,6 +431,7 @@ class ImportedUserRow(NamedTuple):
     send_time: time | None
     labels: list[str]
     language: str
+    email: str
     # mentions (users.fields.MENTION_FIELDS)
     slack_user_id: str
     discord_user_id: str

@@ -3,7 +3,9 @@
 import re
 from datetime import date, datetime, time, timedelta
 
+import idna
 from django.core.exceptions import ValidationError
+from django.core.validators import EmailValidator
 from django.utils import timezone as django_timezone
 
 from scheduling.times import load_timezone, time_of_day
@@ -12,6 +14,13 @@ NAME_MAX_LENGTH = 100
 EXTERNAL_ID_MAX_LENGTH = 255
 # The earliest date of birth, and of a wedding.
 EARLIEST_DATE = date(1900, 1, 1)
+# RFC 5321's longest path (256) less its angle brackets: Django's EmailField's limit too.
+EMAIL_MAX_LENGTH = 254
+# A local part as a dot-atom (RFC 5322): what every mail relay and ESP takes. A quoted local
+# part ("ada lovelace"@…) is refused: few relays take one, and it could hold an @ or a space.
+_DOT_ATOM = re.compile(r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*")
+# Django's rules for the rest (a domain of labels with a top-level one): no "localhost".
+_EMAIL_VALIDATOR = EmailValidator(allowlist=[])
 
 
 def clean_name(value: object, *, field_label: str) -> str:
@@ -160,3 +169,46 @@ def clean_mention_consent(value: object) -> bool | None:
     if value is not None and not isinstance(value, bool):
         raise ValidationError("Must be true, false or null (the company default, MENTIONS_BY_DEFAULT).")
     return value
+
+
+def clean_email(value: object) -> str:
+    """A recipient's email address, normalised; "" (none) for None or blank.
+
+    Trimmed; the domain in IDNA's ASCII form and lower case (Bücher.Example is
+    xn--bcher-kva.example), by the idna package (IDNA 2008 with UTS 46's mapping,
+    which the standard library's codec predates); the local part as given, since
+    only the receiving domain may read its case. So one address is stored one way,
+    and what a relay is handed is plain ASCII. A domain literal (ada@[192.0.2.1]) is
+    refused: a greeting goes to a person's address at a domain name.
+    """
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValidationError("Email must be a string.")
+    trimmed = value.strip()
+    if not trimmed:
+        return ""
+    local, at, domain = trimmed.rpartition("@")
+    if not at or not local or not domain:
+        raise ValidationError("Email must be an address such as ada@example.com: a name, @ and a domain.")
+    if not _DOT_ATOM.fullmatch(local):
+        raise ValidationError(
+            "Email's part before the @ may hold only letters, digits, dots (not two in a row, nor first "
+            "or last) and ! # $ % & ' * + / = ? ^ _ ` { | } ~ -."
+        )
+    try:
+        ascii_domain = idna.encode(domain, uts46=True).decode("ascii").lower()
+    except (idna.IDNAError, UnicodeError):
+        raise ValidationError(
+            "Email's domain is not a valid domain name (such as example.com or bücher.example)."
+        ) from None
+    address = f"{local}@{ascii_domain}"
+    if len(address) > EMAIL_MAX_LENGTH:
+        raise ValidationError(f"Email must be at most {EMAIL_MAX_LENGTH} characters (got {len(address)}).")
+    try:
+        _EMAIL_VALIDATOR(address)
+    except ValidationError:
+        raise ValidationError(
+            "Email must be an address such as ada@example.com, at a domain with a dot in it."
+        ) from None
+    return address

@@ -1,9 +1,9 @@
 """An operator's test message: one signed ping to a destination, sent at once, its answer shown.
 
-The ping goes out as a delivery would (delivery.receivers.transport: the destination's
-format, the Standard Webhooks headers signed with every secret in force, its
-timeout, the same refusal of addresses behind us checked on the address
-connected to), but it is not one: no Delivery or attempt row, no metric, no
+The ping goes out as a delivery would, through its kind's transport
+(delivery.receivers.protocol: the destination's format, the Standard Webhooks headers
+signed with every secret in force, its timeout, the same refusal of addresses
+behind us checked on the address connected to), but it is not one: no Delivery or attempt row, no metric, no
 change to the endpoint's health. It is sent whether the destination is enabled,
 paused or failing: seeing what the receiver answers is the point.
 
@@ -20,16 +20,17 @@ import logging
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.utils import timezone
 
 from delivery.destinations.selectors import destination_signing_secrets
 from delivery.models import AttemptOutcome, Destination
-from delivery.receivers.lane_settings import lane_settings
-from delivery.receivers.signing import WebhookSigner
-from delivery.receivers.transport import ClaimedDelivery, SendResult, WebhookTransport
-from kinds import Kind, kind_for
+from delivery.receivers.lane_settings import LaneSettings, lane_settings
+from delivery.receivers.protocol import ClaimedDelivery, SendResult, Transport
+from delivery.receivers.transports import transports_make
+from delivery.rules.answers import Signal
+from kinds import kind_for
 
 logger = logging.getLogger(__name__)
 
@@ -80,11 +81,9 @@ def destinations_send_test(*, destinations: Sequence[Destination], operator: str
     now = timezone.now()
     secrets = destination_signing_secrets(destinations=destinations, now=now)
     pings = [_ping(destination=d, sent_at=now.isoformat()) for d in destinations]
-    signers = [WebhookSigner(secrets[d.pk]) if secrets[d.pk] else None for d in destinations]
-    timeouts = [min(_timeout(d), LONGEST_WAIT) for d in destinations]
+    settings = [_settings(destination=d, secrets=secrets[d.pk]) for d in destinations]
     urls = [d.receiver_url() for d in destinations]
-    channels = [kind_for(d.format) for d in destinations]
-    sent = asyncio.run(_send_all(pings, urls=urls, signers=signers, timeouts=timeouts, channels=channels))
+    sent = asyncio.run(_send_all(pings, urls=urls, settings=settings))
     results = [_result(destination=d, sent=s) for d, s in zip(destinations, sent, strict=True)]
     for result in results:
         logger.info(
@@ -105,9 +104,11 @@ def destinations_send_test(*, destinations: Sequence[Destination], operator: str
     return results
 
 
-def _timeout(destination: Destination) -> float:
-    # The workers' default too: decided in one place.
-    return lane_settings(format=destination.format, timeout=destination.timeout).timeout
+def _settings(*, destination: Destination, secrets: Sequence[str]) -> LaneSettings:
+    """The destination's settings as a worker's lane has them (its defaults decided in one place), the wait
+    cut to LONGEST_WAIT."""
+    settings = lane_settings(format=destination.format, timeout=destination.timeout, secrets=secrets)
+    return replace(settings, timeout=min(settings.timeout, LONGEST_WAIT))
 
 
 def _ping(*, destination: Destination, sent_at: str) -> ClaimedDelivery:
@@ -134,51 +135,43 @@ def _ping(*, destination: Destination, sent_at: str) -> ClaimedDelivery:
 
 
 async def _send_all(
-    pings: Sequence[ClaimedDelivery],
-    *,
-    urls: Sequence[str],
-    signers: Sequence[WebhookSigner | None],
-    timeouts: Sequence[float],
-    channels: Sequence[Kind],
+    pings: Sequence[ClaimedDelivery], *, urls: Sequence[str], settings: Sequence[LaneSettings]
 ) -> list[SendResult]:
-    transport = WebhookTransport(timeout=max(timeouts))
-    await transport.open()
+    transports = transports_make(timeout=max(s.timeout for s in settings))
+    for transport in transports.values():
+        await transport.open()
     try:
         return list(
             await asyncio.gather(
                 *(
-                    _send(transport, ping, url=u, signer=s, timeout=t, channel=c)
-                    for ping, u, s, t, c in zip(pings, urls, signers, timeouts, channels, strict=True)
+                    _send(transports[s.channel.transport], ping, url=u, settings=s)
+                    for ping, u, s in zip(pings, urls, settings, strict=True)
                 )
             )
         )
     finally:
-        await transport.close()
+        for transport in transports.values():
+            await transport.close()
 
 
 async def _send(
-    transport: WebhookTransport,
-    ping: ClaimedDelivery,
-    *,
-    url: str,
-    signer: WebhookSigner | None,
-    timeout: float,
-    channel: Kind,
+    transport: Transport, ping: ClaimedDelivery, *, url: str, settings: LaneSettings
 ) -> SendResult:
     # The transport's deadlines are per step (connect, each read), as a worker needs; a person waiting
     # for a page needs one for the whole request, DNS included.
     started_at, started_mono = timezone.now(), time.monotonic()
     try:
-        async with asyncio.timeout(timeout):
-            return await transport.send(ping, url=url, signer=signer, timeout=timeout, channel=channel)
+        async with asyncio.timeout(settings.timeout):
+            return await transport.send(ping, url=url, settings=settings)
     except TimeoutError:
         return SendResult(
             delivery=ping,
             outcome=AttemptOutcome.TRANSIENT_FAILURE,
+            signal=Signal.FAILURE,
             started_at=started_at,
             finished_at=timezone.now(),
             duration_ms=int((time.monotonic() - started_mono) * 1000),
-            error=f"Timed out after {timeout:g} s",
+            error=f"Timed out after {settings.timeout:g} s",
         )
 
 

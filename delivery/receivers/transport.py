@@ -1,4 +1,8 @@
-"""The webhook transport: one POST, classified into delivered / transient / permanent.
+"""The HTTP transport: one POST per delivery, its answer read by the destination's kind.
+
+It speaks the transport protocol (delivery.receivers.protocol), which the worker's
+sender and the test message speak to every transport: open, send one delivery,
+close; each answer a verdict and what it says of the receiver (a signal).
 
 Sent with aiohttp on an asyncio event loop, so that thousands of open requests
 to a slow receiver cost one coroutine each instead of one thread each; the
@@ -15,16 +19,12 @@ from __future__ import annotations
 
 import errno
 import functools
-import http
-import json
 import time
 import urllib.parse
 import urllib.request
-import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 import aiohttp
 import yarl
@@ -35,9 +35,12 @@ from config import __version__
 from delivery.credentials.receiver_urls import url_redact
 from delivery.models import AttemptOutcome, DeliveryAttempt
 from delivery.receivers.addresses import ReceiverPolicy, parse_address, url_refusal
+from delivery.receivers.lane_settings import LaneSettings
+from delivery.receivers.protocol import OUTCOME_OF, ClaimedDelivery, SendResult
 from delivery.receivers.resolver import AddressRefused, ScreeningResolver
 from delivery.receivers.signing import WebhookSigner
-from kinds import STANDARD, Kind, Verdict
+from delivery.rules.answers import Signal, signal_of
+from kinds import Kind, Verdict
 from kinds.base import standard_reading
 
 USER_AGENT = f"birthday-scheduler/{__version__} (+webhooks)"
@@ -46,100 +49,6 @@ USER_AGENT = f"birthday-scheduler/{__version__} (+webhooks)"
 _READ_WHOLE_BODY_UP_TO = 64 * 1024
 # How long a receiver name's addresses are used before it is resolved (and checked) again.
 DNS_CACHE_SECONDS = 300
-
-
-class ClaimedDelivery(NamedTuple):
-    """What a worker needs to send one delivery, read while claiming it.
-
-    A named tuple: immutable, and made in one step where a frozen dataclass sets
-    each field through object.__setattr__; a claim makes one per row.
-    """
-
-    id: uuid.UUID
-    # None for a daily digest's delivery (delivery.dispatch.digests), which names no one event.
-    event_id: uuid.UUID | None
-    idempotency_key: str
-    # The endpoint it goes to (Endpoint.key); the URL itself is the lane's (delivery.worker.lanes).
-    endpoint_key: str
-    # The JSON body as stored (sent as it is: no decoding and encoding again).
-    body: str
-    attempt: int
-    max_attempts: int
-    # When it was due: a delivery handed back unsent keeps its place in the due order.
-    due_at: datetime | None = None
-    # When it was queued (or an operator queued it again): EVENT_MAX_LATENESS counts from here.
-    queued_at: datetime | None = None
-    # The one attempt a FAILING endpoint lets through (delivery.rules.health).
-    probe: bool = False
-
-    @property
-    def user_id(self) -> str | None:
-        """For log lines only: read from the body, which names the recipient."""
-        try:
-            return json.loads(self.body).get("user_id")
-        except (ValueError, AttributeError):
-            return None
-
-
-@dataclass
-class SendResult:
-    """One attempt's outcome.
-
-    What the receiver said in its own words (its reason phrase, its body, an
-    error text that quotes its bytes) may echo the message, and so the
-    recipient's name: it is in `detail` and `response_excerpt`, which go only
-    on the attempt's row, the one record a recipient's erase strips
-    (delivery.erasure). `error` and `describe()` are in our words
-    and name no one: the delivery's and the endpoint's last error, the log
-    lines, the event's failure reason; written after an erase too (a lease
-    lost mid-request), they carry nothing of the person.
-    """
-
-    delivery: ClaimedDelivery
-    outcome: AttemptOutcome
-    started_at: datetime
-    finished_at: datetime
-    duration_ms: int
-    status_code: int | None = None
-    # Without an answer: what went wrong, in our words (a timeout, a connection error's class).
-    error: str = ""
-    # The receiver's or the connection's own words: the reason phrase, an exception's text.
-    detail: str = ""
-    response_excerpt: str = ""
-    retry_after: float | None = None
-    # When the request started by this process's monotonic clock (started_at is the wall clock's),
-    # for the adaptive limit's samples.
-    started_mono: float = 0.0
-    # No request was made: the receiver's address is refused (delivery.receivers.addresses).
-    refused: bool = False
-    # The service says the destination no longer exists (kinds.base.Verdict.GONE).
-    gone: bool = False
-
-    def describe(self) -> str:
-        """What happened, naming no one: "HTTP 503 (Service Unavailable)", "Timed out after 10 s"."""
-        if self.status_code is not None:
-            # `error` beside a status is only ever a kind's code from its fixed list ("channel_not_found"), or
-            # a redirect's Location as the kind shows a URL (_redirect_said): never the receiver's words.
-            return status_description(self.status_code) + (f": {self.error}" if self.error else "")
-        return self.error or "unknown error"
-
-
-# How a kind's verdict is recorded as the attempt's outcome (GONE: refused, and the endpoint gone).
-OUTCOME_OF = {
-    Verdict.DELIVERED: AttemptOutcome.DELIVERED,
-    Verdict.RETRY: AttemptOutcome.TRANSIENT_FAILURE,
-    Verdict.REFUSED: AttemptOutcome.PERMANENT_FAILURE,
-    Verdict.GONE: AttemptOutcome.PERMANENT_FAILURE,
-}
-
-
-@functools.cache  # a status is three digits (aiohttp refuses any other): at most 900 of them
-def status_description(status_code: int) -> str:
-    """The status with its standard reason phrase (RFC 9110's), never the receiver's own, which may quote anything."""
-    try:
-        return f"HTTP {status_code} ({http.HTTPStatus(status_code).phrase})"
-    except ValueError:
-        return f"HTTP {status_code}"
 
 
 def error_class(exc: BaseException) -> str:
@@ -158,7 +67,8 @@ def classify_status(status_code: int) -> AttemptOutcome:
 
 
 class WebhookTransport:
-    """POSTs deliveries over keep-alive connections from one aiohttp session.
+    """The HTTP transport (delivery.receivers.protocol.Transport): POSTs deliveries over keep-alive connections
+    from one aiohttp session.
 
     The session's connector sets no limit of its own: how many requests are
     open is the worker's decision (delivery.rules.limit). Proxies come from the
@@ -297,19 +207,11 @@ class WebhookTransport:
             )
         return headers
 
-    async def send(
-        self,
-        delivery: ClaimedDelivery,
-        *,
-        url: str,
-        signer: WebhookSigner | None = None,
-        timeout: float | None = None,
-        channel: Kind = STANDARD,
-    ) -> SendResult:
-        """POST `delivery` to `url`, signed by its destination's `signer`, waiting `timeout` (default: the session's);
-        its answer read by the destination's kind, `channel`. No error it returns repeats the URL's path or query
-        (a token): only its redacted form."""
-        timeout = timeout or self.timeout
+    async def send(self, delivery: ClaimedDelivery, *, url: str, settings: LaneSettings) -> SendResult:
+        """POST `delivery` to `url` as its destination's `settings` say: signed by their signer, waiting their
+        timeout, the answer read by their kind. No error it returns repeats the URL's path or query (a token):
+        only its redacted form."""
+        timeout = settings.timeout
         started_at, started_mono = datetime.now(UTC), time.monotonic()
         try:
             refusal = self.url_refusal(url)
@@ -322,7 +224,7 @@ class WebhookTransport:
                 async with session.post(
                     self._url(url),
                     data=delivery.body.encode(),
-                    headers=self.headers_for(delivery, delivery.body, signer),
+                    headers=self.headers_for(delivery, delivery.body, settings.signer),
                     allow_redirects=False,
                     proxy=proxy,
                     timeout=self._timeout_of(timeout),
@@ -333,9 +235,16 @@ class WebhookTransport:
             outcome, fields = _failure(exc, url=url, timeout=timeout)
         else:
             if refusal is not None:
-                outcome, fields = AttemptOutcome.PERMANENT_FAILURE, {"error": refusal, "refused": True}
+                outcome, fields = (
+                    AttemptOutcome.PERMANENT_FAILURE,
+                    {
+                        "error": refusal,
+                        "refused": True,
+                        "signal": Signal.NEUTRAL,
+                    },
+                )
             else:
-                outcome, fields = _answered(channel, status, reason, headers, excerpt)
+                outcome, fields = _answered(settings.channel, status, reason, headers, excerpt)
         return SendResult(
             delivery=delivery,
             outcome=outcome,
@@ -353,14 +262,24 @@ _SEND_ERRORS = (AddressRefused, TimeoutError, aiohttp.InvalidURL, ValueError, ai
 
 def _failure(exc: Exception, *, url: str, timeout: float) -> tuple[AttemptOutcome, dict[str, Any]]:
     """A send's error (one of _SEND_ERRORS) as the attempt's outcome and SendResult's fields, in our words."""
+    # No answer says anything of the receiver but that the way to it failed (Signal.FAILURE); a
+    # request never made (a refused address, a URL that cannot be sent to) says nothing.
     if isinstance(exc, AddressRefused):
-        return AttemptOutcome.PERMANENT_FAILURE, {"error": _scrubbed(str(exc), url), "refused": True}
+        return AttemptOutcome.PERMANENT_FAILURE, {
+            "error": _scrubbed(str(exc), url),
+            "refused": True,
+            "signal": Signal.NEUTRAL,
+        }
     if isinstance(exc, TimeoutError):
-        return AttemptOutcome.TRANSIENT_FAILURE, {"error": f"Timed out after {timeout:g} s"}
+        return AttemptOutcome.TRANSIENT_FAILURE, {
+            "error": f"Timed out after {timeout:g} s",
+            "signal": Signal.FAILURE,
+        }
     if isinstance(exc, (aiohttp.InvalidURL, ValueError)):
         return AttemptOutcome.PERMANENT_FAILURE, {
             "error": f"Request failed: {error_class(exc)}",
             "detail": f"Request failed: {_short(exc, url)}",
+            "signal": Signal.NEUTRAL,
         }
     # Refused, reset, DNS, TLS, proxy, a connection closed mid-answer:
     # the receiver or the way to it, not the message. The text of a
@@ -368,6 +287,7 @@ def _failure(exc: Exception, *, url: str, timeout: float) -> tuple[AttemptOutcom
     return AttemptOutcome.TRANSIENT_FAILURE, {
         "error": f"Connection error: {error_class(exc)}",
         "detail": f"Connection error: {_short(exc, url)}",
+        "signal": Signal.FAILURE,
     }
 
 
@@ -383,16 +303,22 @@ def _answered(
     reading = channel.read(status=status, headers=headers, body=excerpt)
     outcome = OUTCOME_OF[reading.verdict]
     delivered = outcome == AttemptOutcome.DELIVERED
+    retry_after = reading.retry_after if reading.verdict == Verdict.RETRY else None
+    gone = reading.verdict == Verdict.GONE
     return outcome, {
         "status_code": status,
+        # Read here once for the lane, the record, the health and the retry decision.
+        "signal": Signal.SUCCESS
+        if delivered
+        else signal_of(outcome=outcome, status_code=status, retry_after=retry_after, gone=gone),
         # The kind's code names a condition from its fixed list ("channel_not_found"), never a
         # person; the reason phrase is the receiver's to write ("Unavailable for Hey, Ada ..."),
         # so it goes to the attempt row's detail only.
         "error": "" if delivered else reading.code or _redirect_said(channel, status, headers),
         "detail": "" if delivered else (reason or ""),
         "response_excerpt": excerpt,
-        "retry_after": reading.retry_after if reading.verdict == Verdict.RETRY else None,
-        "gone": reading.verdict == Verdict.GONE,
+        "retry_after": retry_after,
+        "gone": gone,
     }
 
 

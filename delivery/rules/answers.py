@@ -2,7 +2,9 @@
 
 The retry decision (delivery.rules.retry), the endpoint's health (delivery.rules.health)
 and a worker's lane (delivery.worker.lane) each read an answer by these signals, so the
-three never disagree about what a 429 or a 404 means.
+three never disagree about what a 429 or a 404 means. The transport that got the answer
+decides its signal once (delivery.receivers.protocol): the HTTP transport by `signal_of`,
+from the status; any other from its verdict (`verdict_signal`), or by knowing more.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import enum
 
 from delivery.models import AttemptOutcome
+from kinds import Verdict
 
 # Answers that say the receiver itself refuses us: the URL or the credentials.
 ENDPOINT_REFUSALS = frozenset({401, 403, 404, 410})
@@ -26,10 +29,29 @@ class Signal(enum.StrEnum):
     GONE = "gone"
 
 
+# What a transport-neutral verdict (kinds.base.Verdict) says of the receiver when its transport says
+# nothing more. Refused for good is the message's fault, not the receiver's; an unknown outcome (a
+# connection lost before the receiver answered) counts against the receiver, as a lost connection does.
+_VERDICT_SIGNALS = {
+    Verdict.DELIVERED: Signal.SUCCESS,
+    Verdict.RETRY: Signal.FAILURE,
+    Verdict.REFUSED: Signal.NEUTRAL,
+    Verdict.GONE: Signal.GONE,
+    Verdict.UNKNOWN: Signal.FAILURE,
+}
+
+
+def verdict_signal(verdict: Verdict, *, retry_after: float | None) -> Signal:
+    """What `verdict` says of the receiver by itself: a retry with the receiver's own delay is a throttle."""
+    if verdict == Verdict.RETRY and retry_after is not None:
+        return Signal.THROTTLE
+    return _VERDICT_SIGNALS[verdict]
+
+
 def signal_of(
     *, outcome: str, status_code: int | None, retry_after: float | None, gone: bool = False
 ) -> Signal:
-    """What one attempt's answer says about the endpoint (not about the message)."""
+    """What one HTTP answer says about the endpoint (not about the message): the HTTP transport's signal."""
     if outcome == AttemptOutcome.DELIVERED:
         return Signal.SUCCESS
     if gone:

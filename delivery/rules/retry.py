@@ -89,6 +89,7 @@ def decide(
     attempt: int,
     max_attempts: int,
     description: str,
+    signal: Signal | None = None,
     status_code: int | None = None,
     retry_after: float | None = None,
     gone: bool = False,
@@ -101,7 +102,9 @@ def decide(
     """What follows attempt number `attempt` of `max_attempts`, which ended in `outcome`.
 
     `description` says what happened ("HTTP 503 (Service Unavailable)", "Timed
-    out after 10 s"). `endpoint_down` and `refused_by_message` are the
+    out after 10 s"). `signal` is what the answer says of the receiver, as its
+    transport read it (delivery.receivers.protocol); without one, it is read
+    from an HTTP answer's `status_code`, `retry_after` and `gone`. `endpoint_down` and `refused_by_message` are the
     endpoint's verdict after this batch (delivery.rules.health). A lost worker's
     attempt (ABANDONED) is tried again at once: nothing says the receiver is
     unwell, and the lease already cost a wait. `outlived` is EVENT_MAX_LATENESS
@@ -113,6 +116,7 @@ def decide(
         attempt=attempt,
         max_attempts=max_attempts,
         description=description,
+        signal=signal,
         status_code=status_code,
         retry_after=retry_after,
         gone=gone,
@@ -136,6 +140,7 @@ def _decide(
     attempt: int,
     max_attempts: int,
     description: str,
+    signal: Signal | None,
     status_code: int | None,
     retry_after: float | None,
     gone: bool,
@@ -144,7 +149,8 @@ def _decide(
     policy: RetryPolicy,
     jitter: Callable[[float, float], float],
 ) -> Decision:
-    signal = signal_of(outcome=outcome, status_code=status_code, retry_after=retry_after, gone=gone)
+    if signal is None:
+        signal = signal_of(outcome=outcome, status_code=status_code, retry_after=retry_after, gone=gone)
     if signal == Signal.SUCCESS:
         return _DELIVERED
     if signal in (Signal.THROTTLE, Signal.PACE):

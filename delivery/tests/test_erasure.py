@@ -17,7 +17,8 @@ from delivery.destinations.services import destination_create, destination_pause
 from delivery.dispatch.retention import history_cutoff, history_prune_batches
 from delivery.dispatch.scheduler import Scheduler
 from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, Endpoint
-from delivery.receivers.transport import SendResult
+from delivery.receivers.protocol import SendResult
+from delivery.rules.answers import Signal
 from delivery.tests.pipeline import endpoint_columns, key_of, make_due
 from delivery.worker.leases import deliveries_claim
 from delivery.worker.loop import Worker
@@ -37,11 +38,21 @@ PERSON = {
     "date_of_birth": "1990-05-05",
     "timezone": "Europe/London",
     "external_id": "crm-erase-4242",
+    # Given as typed; stored normalised (users.validators.clean_email), which the needles look for.
+    "email": "Zephyrine.Q@Bücher.Example",
 }
+STORED_EMAIL = "Zephyrine.Q@xn--bcher-kva.example"
 
 
 def needles(user_id: str) -> tuple[str, ...]:
-    return PERSON["first_name"], PERSON["last_name"], PERSON["external_id"], user_id, user_id.replace("-", "")
+    return (
+        PERSON["first_name"],
+        PERSON["last_name"],
+        PERSON["external_id"],
+        STORED_EMAIL,
+        user_id,
+        user_id.replace("-", ""),
+    )
 
 
 @pytest.fixture
@@ -91,6 +102,7 @@ def test_the_export_holds_every_row_about_the_recipient(exporter, delivery_setti
     export = response.json()
     assert export["recipient"]["first_name"] == "Zephyrine"
     assert export["recipient"]["external_id"] == "crm-erase-4242"
+    assert export["recipient"]["email"] == STORED_EMAIL
     assert export["recipient"]["paused_by"] == "ops-alice"
     assert [event["status"] for event in export["events"]] == ["COMPLETED", "PENDING"]  # by occurrence date
     [delivery] = export["deliveries"]
@@ -199,8 +211,10 @@ def test_what_a_receiver_said_is_kept_only_on_the_attempt_rows_and_no_log_line_c
         "delivery_delivery",
         "delivery_deliveryattempt",
     }
-    # nor in any line the processes logged
+    # nor in any line the processes logged; their address is on their row alone
     assert [r.getMessage() for r in caplog.records if PERSON["last_name"] in repr(vars(r))] == []
+    assert [r.getMessage() for r in caplog.records if STORED_EMAIL in repr(vars(r))] == []
+    assert {table for table, _column in traces(STORED_EMAIL)} == {"users_user"}
 
     exporter.delete(f"{USERS_URL}{body['id']}/")
     assert traces(*needles(body["id"])) == {}
@@ -225,6 +239,7 @@ def test_an_answer_recorded_after_the_erase_committed_writes_nothing_that_names_
             SendResult(
                 delivery=claimed,
                 outcome=AttemptOutcome.TRANSIENT_FAILURE,
+                signal=Signal.FAILURE,
                 started_at=now,
                 finished_at=now,
                 duration_ms=3,
@@ -289,6 +304,7 @@ def test_a_delivery_being_sent_when_its_recipient_is_erased_is_cancelled_and_its
             SendResult(
                 delivery=claimed,
                 outcome=AttemptOutcome.DELIVERED,
+                signal=Signal.SUCCESS,
                 started_at=now,
                 finished_at=now,
                 duration_ms=3,

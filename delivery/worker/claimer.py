@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from delivery.metrics import CLAIM_BATCH_DURATION
 from delivery.models import EndpointState
-from delivery.receivers.transport import ClaimedDelivery
+from delivery.receivers.protocol import ClaimedDelivery
 from delivery.rules.pace import RateSlot
 from delivery.rules.takeover import TakeoverGrace
 from delivery.states.endpoints import endpoint_return_probe, endpoint_take_probe, endpoint_take_rate_slots

@@ -22,8 +22,8 @@ from typing import Protocol
 
 from delivery.models import EndpointState
 from delivery.receivers.lane_settings import LaneSettings, lane_settings
-from delivery.receivers.transport import ClaimedDelivery, SendResult
-from delivery.rules.answers import Signal, signal_of
+from delivery.receivers.protocol import ClaimedDelivery, SendResult
+from delivery.rules.answers import Signal
 from delivery.rules.limit import AdaptiveLimit, FixedLimit, LearnedRate
 from delivery.rules.pace import RateSlot
 from delivery.rules.retry import RetryPolicy
@@ -293,9 +293,7 @@ class Lane:
         """One answer's lessons for this lane: the rate's sample, the limit's, and a Retry-After to obey at once."""
         if result.refused:
             return  # no request was made (a refused address): nothing to learn about the receiver
-        signal = signal_of(
-            outcome=result.outcome, status_code=result.status_code, retry_after=result.retry_after
-        )
+        signal = result.signal
         if signal in (Signal.SUCCESS, Signal.PACE):
             self.rate.on_answer(
                 started_mono=result.started_mono,

@@ -40,7 +40,7 @@ from delivery.destinations.services import destinations_seed_default
 from delivery.metrics import IN_FLIGHT_LIMIT, LEARNED_RATE
 from delivery.models import Destination, Endpoint, EndpointState
 from delivery.receivers.lane_settings import lane_settings
-from delivery.receivers.transport import ClaimedDelivery
+from delivery.receivers.protocol import ClaimedDelivery
 from delivery.rules.limit import AdaptiveLimit, FixedLimit
 from delivery.rules.pace import RateSlot
 from delivery.rules.retry import RetryPolicy

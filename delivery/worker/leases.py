@@ -12,7 +12,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from delivery.models import AttemptOutcome, Delivery, DeliveryStatus
-from delivery.receivers.transport import ClaimedDelivery
+from delivery.receivers.protocol import ClaimedDelivery
 from delivery.rules.retry import RetryPolicy, decide
 from delivery.states.transitions import (
     Due,

@@ -20,7 +20,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from delivery.receivers.lane_settings import lane_settings
-from delivery.receivers.transport import ClaimedDelivery, WebhookTransport
+from delivery.receivers.protocol import ClaimedDelivery
+from delivery.receivers.transports import transports_make
 from delivery.rules.takeover import TakeoverGrace
 from delivery.selectors import next_retry_at
 from delivery.worker.claimer import Claimer
@@ -76,8 +77,9 @@ class Worker(ProcessLoop):
         self.lanes = Lanes(
             worker=self.name, concurrency=concurrency, batch_size=self.batch_size, lease=self.lease
         )
-        transport = WebhookTransport(timeout=self.timeout)
-        self.sender = Sender(transport=transport, after_each=self._start_ready_without_reserving)
+        self.sender = Sender(
+            transports=transports_make(timeout=self.timeout), after_each=self._start_ready_without_reserving
+        )
         # Every third of a lease: the leases of what this worker holds outlast the request each waits on.
         renew_every = max(0.5, self.lease.total_seconds() / 3)
         self.renew_leases = SideTask("lease renewal", renew_every, self._renew_leases)

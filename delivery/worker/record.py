@@ -26,8 +26,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from delivery.models import AttemptOutcome, DeliveryAttempt, DeliveryStatus
-from delivery.receivers.transport import SendResult
-from delivery.rules.answers import Signal, signal_of
+from delivery.receivers.protocol import SendResult
+from delivery.rules.answers import Signal
 from delivery.rules.health import Answer, Health, HealthPolicy
 from delivery.rules.retry import Decision, RetryPolicy, decide
 from delivery.states.conclude import start_events_completion_alone, start_events_conclusion
@@ -319,11 +319,8 @@ class _Weighing:
 
 
 def _signals(group: list[SendResult]) -> list[Signal]:
-    """What each answer says about its endpoint (delivery.rules.health.signal_of)."""
-    return [
-        signal_of(outcome=r.outcome, status_code=r.status_code, retry_after=r.retry_after, gone=r.gone)
-        for r in group
-    ]
+    """What each answer says about its endpoint, as its transport read it (delivery.receivers.protocol)."""
+    return [r.signal for r in group]
 
 
 def _records(
@@ -382,9 +379,8 @@ def _record(
             attempt=result.delivery.attempt,
             max_attempts=result.delivery.max_attempts,
             description=description,
-            status_code=result.status_code,
+            signal=result.signal,
             retry_after=result.retry_after,
-            gone=result.gone,
             endpoint_down=verdict is not None and verdict.down,
             # A verdict was weighed from the answers, this one's among them (_Weighing.weigh).
             refused_by_message=verdict is not None

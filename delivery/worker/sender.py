@@ -11,6 +11,10 @@ meanwhile; during the other steps they wait in their sockets' buffers.
 What may start is delivery.worker.lanes' decision; this module starts it, keeps the
 answers until the worker records them, and stops the loop as soon as the
 worker has something worth doing: answers to record, room to claim into.
+
+It speaks the transport protocol (delivery.receivers.protocol) to one transport of
+each name the kinds use, and sends each delivery through its lane's kind's: what
+happens around a send (slots, turns, limits, shares, answers) is the same for all.
 """
 
 from __future__ import annotations
@@ -19,11 +23,11 @@ import asyncio
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 from delivery.metrics import ATTEMPT_DURATION, ATTEMPT_DURATION_BY_OUTCOME, RATE_SLOTS_MISSED
-from delivery.receivers.transport import ClaimedDelivery, SendResult, WebhookTransport
+from delivery.receivers.protocol import ClaimedDelivery, SendResult, Transport
 from delivery.rules.pace import RateSlot
 from delivery.worker.lane import Lane
 
@@ -49,8 +53,9 @@ class Sender:
     worker starts what the freed room allows, without database work).
     """
 
-    def __init__(self, *, transport: WebhookTransport, after_each: Callable[[], None]) -> None:
-        self.transport = transport
+    def __init__(self, *, transports: Mapping[str, Transport], after_each: Callable[[], None]) -> None:
+        # By name (kinds.base.Kind.transport): delivery.receivers.transports.transports_make.
+        self.transports = transports
         self.after_each = after_each
         self.loop = asyncio.new_event_loop()
         self.in_flight: dict[asyncio.Task, InFlight] = {}
@@ -69,10 +74,12 @@ class Sender:
         self.places: dict[Lane, deque[asyncio.Future]] = {}
 
     def open(self) -> None:
-        self.loop.run_until_complete(self.transport.open())
+        for transport in self.transports.values():
+            self.loop.run_until_complete(transport.open())
 
     def close(self) -> None:
-        self.loop.run_until_complete(self.transport.close())
+        for transport in self.transports.values():
+            self.loop.run_until_complete(transport.close())
         self.loop.close()
 
     @property
@@ -114,15 +121,10 @@ class Sender:
             return None
         lane.begun(time.monotonic())
         self.begun.add(delivery.id)
-        # Signed, timed and read as the lane's destination says (delivery.worker.lanes follows its edits).
+        # Carried, signed, timed and read as the lane's destination says (delivery.worker.lanes follows its edits).
         settings = lane.settings
-        return await self.transport.send(
-            delivery,
-            url=lane.url,
-            signer=settings.signer,
-            timeout=settings.timeout,
-            channel=settings.channel,
-        ), waited_for_turn
+        transport = self.transports[settings.channel.transport]
+        return await transport.send(delivery, url=lane.url, settings=settings), waited_for_turn
 
     async def _place_freed(self, lane: Lane, *, until: float) -> bool:
         """Wait until a request of `lane` ends (True) or `until` (time.time()) passes (False)."""

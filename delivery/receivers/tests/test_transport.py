@@ -16,13 +16,9 @@ from standardwebhooks.webhooks import Webhook
 from delivery.credentials.receiver_urls import url_redact
 from delivery.models import AttemptOutcome
 from delivery.receivers.addresses import ReceiverPolicy
-from delivery.receivers.signing import WebhookSigner
-from delivery.receivers.transport import (
-    USER_AGENT,
-    ClaimedDelivery,
-    WebhookTransport,
-    classify_status,
-)
+from delivery.receivers.lane_settings import LaneSettings
+from delivery.receivers.protocol import ClaimedDelivery
+from delivery.receivers.transport import USER_AGENT, WebhookTransport, classify_status
 from delivery.rules.retry import RetryPolicy
 from delivery.rules.retry import retry_delay as policy_delay
 from delivery.tests.pipeline import ScriptedDns, ScriptedSink
@@ -33,14 +29,24 @@ from kinds.base import parse_retry_after
 URLS: dict[uuid.UUID, str] = {}
 
 
-def send_all(transport: WebhookTransport, *deliveries: ClaimedDelivery, **options) -> list:
-    """Send on a fresh event loop, one after the other, over one session (as a worker does)."""
+def send_all(
+    transport: WebhookTransport,
+    *deliveries: ClaimedDelivery,
+    secrets: tuple[str, ...] = (),
+    timeout: float | None = None,
+) -> list:
+    """Send on a fresh event loop, one after the other, over one session (as a worker does), as a destination
+    of the standard kind with these signing `secrets` and `timeout` (default: the transport's) would be."""
+    settings = LaneSettings(
+        max_rate=0, max_in_flight=0, timeout=timeout or transport.timeout, signing_secrets=secrets
+    )
 
     async def run():
         await transport.open()
         try:
             return [
-                await transport.send(delivery, url=URLS[delivery.id], **options) for delivery in deliveries
+                await transport.send(delivery, url=URLS[delivery.id], settings=settings)
+                for delivery in deliveries
             ]
         finally:
             await transport.close()
@@ -135,7 +141,7 @@ def test_signed_requests_verify_with_the_standard_webhooks_library(sink):
     secret = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
     sink.default = Reply(status=204, body=b"")
 
-    send_all(WebhookTransport(timeout=5), claimed(sink.url), signer=WebhookSigner([secret]))
+    send_all(WebhookTransport(timeout=5), claimed(sink.url), secrets=(secret,))
 
     request = sink.received[0]
     headers = {k: v for k, v in request.headers.items()}

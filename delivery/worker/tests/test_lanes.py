@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 import pytest
 
 from delivery.models import AttemptOutcome
-from delivery.receivers.transport import ClaimedDelivery, SendResult
+from delivery.receivers.protocol import ClaimedDelivery, SendResult
+from delivery.rules.answers import signal_of
 from delivery.rules.limit import AdaptiveLimit
 from delivery.worker.lane import PACE_CATCH_UP, PACED_HOLD_FOR, RATE_HORIZON, Lane
 
@@ -56,6 +57,8 @@ def answer(status: int, *, started_mono: float = 10.0, retry_after: float | None
     return SendResult(
         delivery=delivery(),
         outcome=outcome,
+        # As the HTTP transport reads the status (delivery.receivers.transport).
+        signal=signal_of(outcome=outcome, status_code=status, retry_after=retry_after),
         started_at=NOW,
         finished_at=NOW,
         duration_ms=1,

@@ -11,7 +11,8 @@ from django.utils import timezone
 
 from delivery.dispatch.scheduler import Scheduler
 from delivery.models import AttemptOutcome, Delivery, DeliveryAttempt, Endpoint
-from delivery.receivers.transport import SendResult
+from delivery.receivers.protocol import SendResult
+from delivery.rules.answers import Signal
 from delivery.selectors import delivery_attempts
 from delivery.tests.pipeline import create_due_users, destinations_create_at, key_of
 from delivery.worker.leases import deliveries_claim
@@ -40,6 +41,7 @@ def delivered(claimed, *, at) -> list[SendResult]:
         SendResult(
             delivery=d,
             outcome=AttemptOutcome.DELIVERED,
+            signal=Signal.SUCCESS,
             started_at=at,
             finished_at=at,
             duration_ms=1,

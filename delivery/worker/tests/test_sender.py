@@ -13,7 +13,8 @@ import pytest
 
 from delivery.models import AttemptOutcome
 from delivery.receivers.lane_settings import LaneSettings
-from delivery.receivers.transport import ClaimedDelivery, SendResult
+from delivery.receivers.protocol import ClaimedDelivery, SendResult
+from delivery.rules.answers import Signal
 from delivery.rules.limit import FixedLimit
 from delivery.rules.pace import RateSlot
 from delivery.worker.lane import Lane
@@ -25,13 +26,20 @@ class FakeTransport:
         self.hold = hold
         self.began: list[float] = []
 
-    async def send(self, delivery, *, url, signer=None, timeout=None, channel=None) -> SendResult:
+    async def open(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    async def send(self, delivery, *, url, settings) -> SendResult:
         self.began.append(time.time())
         await asyncio.sleep(self.hold)
         now = datetime.now(UTC)
         return SendResult(
             delivery=delivery,
             outcome=AttemptOutcome.DELIVERED,
+            signal=Signal.SUCCESS,
             started_at=now,
             finished_at=now,
             duration_ms=int(self.hold * 1000),
@@ -68,7 +76,7 @@ def sender_with():
     made = []
 
     def make(transport: FakeTransport) -> Sender:
-        sender = Sender(transport=transport, after_each=lambda: None)
+        sender = Sender(transports={"http": transport}, after_each=lambda: None)
         made.append(sender)
         return sender
 

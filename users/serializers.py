@@ -168,7 +168,8 @@ class DateOfBirthField(RecipientCleanedField):
         return value.isoformat() if year_known(value) else month_day(value)
 
 
-_VISIBILITY_SCHEMA = {"type": "string", "enum": [*Visibility.values], "nullable": True}
+# null (the company default) is in the enum too: OpenAPI 3.0 validators read `nullable` with an enum that way.
+_VISIBILITY_SCHEMA = {"type": "string", "enum": [*Visibility.values, None], "nullable": True}
 
 
 @extend_schema_field(

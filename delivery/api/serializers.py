@@ -10,7 +10,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from config.fields import StrictBooleanField, StrictCharField
+from config.fields import NOT_BLANK, StrictBooleanField, StrictCharField
 from delivery.credentials.signing_secrets import PREFIX as SECRET_PREFIX
 from delivery.destinations.fields import EDITABLE_FIELDS, SETTINGS, URL_MAX_LENGTH
 from delivery.models import (
@@ -31,7 +31,8 @@ from scheduling.times import TIME_OF_DAY_PATTERN, time_of_day
 # What the document says of a receiver URL: http or https in any case (the server normalises it).
 URL_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://"
 # A signing secret as given on create: the prefix and base64 (blank: the server makes one).
-SECRET_PATTERN = rf"^\s*({SECRET_PREFIX}[A-Za-z0-9+/]+={{0,2}}\s*)?$"
+# Blank ("": the server makes one) is its field's allow_blank, which the document states beside this (a oneOf).
+SECRET_PATTERN = rf"^{SECRET_PREFIX}[A-Za-z0-9+/]+={{0,2}}$"
 
 
 @extend_schema_field(
@@ -115,7 +116,21 @@ class LabelsField(serializers.Field):
 
 @extend_schema_field({"type": "string", "pattern": SECRET_PATTERN})
 class SigningSecretField(serializers.CharField):
-    """A signing secret an operator gives: the document states its prefix; the service judges the rest."""
+    """A signing secret an operator gives: the document states its prefix; the service judges the rest.
+
+    Taken exactly as the document's pattern says: white space around it is refused, not trimmed, so that
+    what the document allows and what the server accepts are one set.
+    """
+
+    def __init__(self, **kwargs):
+        kwargs["trim_whitespace"] = False
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        if value != value.strip():
+            raise serializers.ValidationError("A signing secret has no white space around it.")
+        return value
 
 
 def _help(name: str) -> str:
@@ -238,7 +253,11 @@ class DestinationSerializer(serializers.ModelSerializer):
 
     def get_fields(self):
         fields = super().get_fields()
-        fields["name"].validators = [v for v in fields["name"].validators if not hasattr(v, "queryset")]
+        # Not the unique check (the service's), and a name of white space alone is blank: the document says so.
+        fields["name"].validators = [
+            *(v for v in fields["name"].validators if not hasattr(v, "queryset")),
+            NOT_BLANK,
+        ]
         if self.instance is not None:
             fields["url"].required = False  # a PUT of what GET answered keeps the URL it cannot see
         return fields

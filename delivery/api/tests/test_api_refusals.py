@@ -149,8 +149,6 @@ def test_the_openapi_document_states_what_the_server_enforces(anonymous_client, 
     assert destination["timeout"]["minimum"] == 0 and destination["timeout"]["exclusiveMinimum"] is True
     assert destination["timeout"]["maximum"] == settings.WEBHOOK_TIMEOUT.total_seconds()
     assert destination["url"]["pattern"] == "^[Hh][Tt][Tt][Pp][Ss]?://"
-    assert [s["pattern"] for s in destination["secret"]["oneOf"] if "pattern" in s][0].startswith(
-        r"^\s*(whsec_"
-    )
+    assert [s["pattern"] for s in destination["secret"]["oneOf"] if "pattern" in s][0].startswith(r"^whsec_")
     assert "paused" in schemas["User"]["required"] and "paused" in schemas["Destination"]["required"]
     assert "next_digest_local" in schemas["Destination"]["required"]

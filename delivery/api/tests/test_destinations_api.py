@@ -1,5 +1,6 @@
 """The destinations API: /api/v1/destinations/, operators only; a secret in the create and rotate answers only."""
 
+import base64
 import json
 import logging
 
@@ -437,3 +438,16 @@ def test_a_gone_destination_given_a_new_url_leaves_gone_behind_and_its_old_recei
     new_key = key_of("https://new.example.org/slack")
     assert dict(Endpoint.objects.values_list("key", "state")) == {new_key: EndpointState.HEALTHY}
     assert list(Delivery.objects.values_list("status", "endpoint_key")) == [(DeliveryStatus.QUEUED, new_key)]
+
+
+def test_a_secret_with_white_space_around_it_is_refused_as_the_document_says_and_nothing_changes(api_client):
+    created = create_signed(api_client)
+    good = "whsec_" + base64.b64encode(b"k" * 32).decode()
+    for given in (f" {good}", f"{good}\n", "\x0c\x0b"):
+        refused = api_client.post(f"{URL}{created['id']}/rotate-secret/", {"secret": given}, format="json")
+        assert refused.status_code == 400 and list(refused.json()) == ["secret"], refused.content
+    assert api_client.get(f"{URL}{created['id']}/").json()["version"] == created["version"]
+    assert (
+        api_client.post(f"{URL}{created['id']}/rotate-secret/", {"secret": good}, format="json").status_code
+        == 200
+    )

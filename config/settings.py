@@ -380,6 +380,18 @@ WEBHOOK_URL = env("WEBHOOK_URL", default="")
 # WEBHOOK_ALLOW_HTTP: receivers may be plain http, not only https. For development
 # (`make run`'s sink and the test suite set it); a production receiver has TLS.
 WEBHOOK_ALLOW_HTTP = env.bool("WEBHOOK_ALLOW_HTTP", default=False)
+# SMTP_CA_FILE: a PEM file of CA certificates an email destination's relay may be signed by, trusted
+# besides the system's (a relay with a private CA; the tests' self-signed one). There is no
+# setting that skips verification: a relay's certificate is always checked against its name.
+SMTP_CA_FILE = env("SMTP_CA_FILE", default="")
+# SMTP_MESSAGES_PER_SESSION: messages sent over one SMTP session before it is closed and a new one
+# opened (relays limit them: Postfix's default is 100 per connection for many setups; SES 50 per connection).
+SMTP_MESSAGES_PER_SESSION = env.int("SMTP_MESSAGES_PER_SESSION", default=100)
+# SMTP_IDLE_SECONDS: an SMTP session unused this long is closed rather than reused (relays drop idle
+# sessions after a minute or so; RFC 5321 asks a server to wait at least 5 minutes).
+SMTP_IDLE_SECONDS = env.float("SMTP_IDLE_SECONDS", default=30.0)
+# SMTP_LOCAL_HOSTNAME: the name our EHLO gives; empty: this host's fully qualified name.
+SMTP_LOCAL_HOSTNAME = env("SMTP_LOCAL_HOSTNAME", default="")
 # WEBHOOK_ALLOWED_NETWORKS: comma-separated networks (CIDR) of receivers on premises.
 # The worker connects to no loopback, private, shared, link-local, multicast,
 # unspecified or reserved address, nor a cloud metadata address (169.254.169.254),

@@ -55,6 +55,13 @@ RATE_SLOTS_MISSED = Counter(
     "(the worker was held up); each took a new slot (delivery.rules.pace).",
     labelnames=("endpoint",),
 )
+OUTCOMES_UNKNOWN = Counter(
+    "birthday_worker_outcomes_unknown",
+    "Attempts whose outcome is unknown: the connection was lost after the message was sent and before "
+    "the receiver answered (an SMTP relay's reply after the final dot); resent under the same Message-ID "
+    "unless the destination gives them up.",
+    labelnames=("transport",),
+)
 
 # Every series a process can produce exists from its start, at zero: rate() and
 # alerts then see a failure's first increase, not a series appearing out of nothing.
@@ -72,6 +79,7 @@ ATTEMPT_DURATION_BY_OUTCOME = {
 }
 for _kind in ProcessKind.values:
     CLAIM_BATCH_DURATION.labels(kind=_kind)
+OUTCOMES_UNKNOWN.labels(transport="smtp")
 
 
 class ZoneDataInfo(Collector):

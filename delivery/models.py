@@ -92,6 +92,22 @@ class Destination(models.Model):
     # mentions: its messages mention the person they greet (their user id at its kind's service,
     # where they agreed: delivery.destinations.mentions); only a kind that mentions may.
     mention_recipient = models.BooleanField(default=False, db_default=False)
+    # An email destination's (format "email": kinds.email, delivery.receivers.smtp): its URL is the
+    # relay (smtps://, smtp:// with STARTTLS, smtp+plain:// in development); these say the rest.
+    # From, with its display name; Reply-To ("": none).
+    email_from = models.CharField(max_length=254, blank=True, default="", db_default="")
+    email_from_name = models.CharField(max_length=100, blank=True, default="", db_default="")
+    email_reply_to = models.CharField(max_length=254, blank=True, default="", db_default="")
+    # Not personal: the fixed addresses every message goes to (an HR mailbox). Personal: none,
+    # each message goes to the recipient's own address.
+    email_to = ArrayField(models.CharField(max_length=254), default=list, blank=True, db_default=[])
+    # The relay's login ("": none) and password, encrypted like the receiver URLs
+    # (delivery.credentials.receiver_urls.url_encrypt); the password is never shown.
+    smtp_username = models.CharField(max_length=200, blank=True, default="", db_default="")
+    smtp_password_ciphertext = models.TextField(blank=True, default="", db_default="")
+    # An attempt whose outcome is unknown (no reply after the final dot) is sent again under the
+    # same Message-ID (true) or given up (false).
+    email_resend_unknown = models.BooleanField(default=True, db_default=True)
     # Null: WEBHOOK_MAX_RATE / WEBHOOK_MAX_IN_FLIGHT / WEBHOOK_TIMEOUT.
     max_rate = models.FloatField(null=True, blank=True)
     max_in_flight = models.PositiveIntegerField(null=True, blank=True)
@@ -150,6 +166,17 @@ class Destination(models.Model):
             models.CheckConstraint(
                 condition=Q(personal=False) | Q(digest_time__isnull=True),
                 name="destination_personal_not_digest",
+            ),
+            # An email destination sends from an address, and to the person (personal) or to its fixed
+            # addresses, never both; no other kind holds email settings.
+            models.CheckConstraint(
+                condition=(
+                    Q(format="email")
+                    & ~Q(email_from="")
+                    & (Q(personal=True, email_to=[]) | (Q(personal=False) & ~Q(email_to=[])))
+                )
+                | (~Q(format="email") & Q(email_from="", email_to=[], smtp_password_ciphertext="")),
+                name="destination_email_settings_by_kind",
             ),
         ]
         indexes = [

@@ -14,13 +14,14 @@ from collections.abc import Mapping
 
 from kinds.base import Kind, Mention, Reading, Verdict
 from kinds.discord import Discord
+from kinds.email import Email
 from kinds.slack import Slack
 from kinds.standard import Standard
 from kinds.teams import Teams
 from kinds.teams_messagecard import TeamsMessageCard
 
 KINDS: Mapping[str, Kind] = {
-    channel.name: channel for channel in (Standard(), Slack(), Discord(), Teams(), TeamsMessageCard())
+    channel.name: channel for channel in (Standard(), Slack(), Discord(), Teams(), TeamsMessageCard(), Email())
 }
 STANDARD = KINDS["standard"]
 

@@ -233,6 +233,16 @@ class MessageTemplate(models.Model):
         help_text="Placeholders in braces, e.g. {first_name}; write {{ or }} for a literal brace. "
         "Applies to the events claimed after it is saved, not to messages already queued.",
     )
+    # An email's subject (kinds.email), placeholders as in the body; "": the type's default subject in
+    # the recipient's language (the handler's subject_templates). Checked as the body is.
+    subject = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The subject of an email greeting, placeholders as in the text; empty: the event type's "
+        "default subject in the recipient's language.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
     # The operator's username, kept as text so the record outlives the account;
     # blank while the row still holds the default migrate wrote.
@@ -292,6 +302,13 @@ class MessageTemplate(models.Model):
             body_errors = template_errors(template=self.body, placeholders=handler.placeholders)
             if body_errors:
                 errors["body"] = body_errors
+        if handler is not None and self.subject:
+            # No age in a subject: it shows in an inbox's list, to whoever looks at the screen.
+            subject_errors = template_errors(
+                template=self.subject, placeholders=handler.placeholders - handler.age_placeholders
+            )
+            if subject_errors:
+                errors["subject"] = subject_errors
         if errors:
             raise ValidationError(errors)
 

@@ -124,9 +124,18 @@ class MessageTemplates(Mapping[str, str]):
     tenth anniversary in Portuguese, whatever the default says for tenths.
     """
 
-    def __init__(self, *, defaults: dict[str, str], variants: dict[tuple[str, str, int | None], str]) -> None:
+    def __init__(
+        self,
+        *,
+        defaults: dict[str, str],
+        variants: dict[tuple[str, str, int | None], str],
+        subjects: dict[tuple[str, str, int | None], str] | None = None,
+    ) -> None:
         self._defaults = defaults
         self._variants = variants
+        # An email's subjects, by (type, language, milestone) as the variants ("" language and None
+        # milestone: the type's default row); only the rows that have one.
+        self._subjects = subjects or {}
         # A batch asks again and again for a few (type, language, years, without): one answer each.
         self._chosen: dict[tuple[str, str, int | None, frozenset[str]], str] = {}
 
@@ -160,6 +169,19 @@ class MessageTemplates(Mapping[str, str]):
                 event_type=event_type, language=language, years=years, without=without
             )
         return chosen
+
+    def subject(self, *, event_type: str, language: str = "", years: int | None = None) -> str:
+        """An email's subject template: the templates' own in the order `choose` takes the texts (the
+        recipient's language, its shorter forms, the default row; the milestone's first), else the
+        type's default subject in that language (the handler's subject_templates, English last)."""
+        fallbacks = language_fallbacks(language)
+        for tag in fallbacks:
+            for milestone in (years, None) if years is not None else (None,):
+                subject = self._subjects.get((event_type, tag, milestone))
+                if subject:
+                    return subject
+        defaults = get_handler(event_type).subject_templates
+        return next((defaults[tag] for tag in fallbacks if tag in defaults), "")
 
     def _lookup(self, *, event_type: str, language: str, years: int | None, without: frozenset[str]) -> str:
         for tag in language_fallbacks(language):
@@ -200,6 +222,16 @@ def message_for(
     return template.format_map(values), template
 
 
+def subject_for(
+    *, templates: MessageTemplates, event_type: str, user: Recipient, occurrence_date: date, language: str = ""
+) -> str:
+    """An email's subject for one occurrence (MessageTemplates.subject), rendered from the recipient as they are."""
+    handler = get_handler(event_type)
+    values = handler.message_values(user=user, occurrence_date=occurrence_date)
+    template = templates.subject(event_type=event_type, language=language, years=years_counted(values))
+    return template.format_map(values)
+
+
 def message_templates() -> MessageTemplates:
     """The templates every registered event type is rendered with now, in one query.
 
@@ -215,12 +247,18 @@ def message_templates() -> MessageTemplates:
         event_type: handler.message_template for event_type, handler in REGISTRY.items()
     }
     variants: dict[tuple[str, str, int | None], str] = {}
-    for event_type, language, milestone, body in MessageTemplate.objects.values_list(
-        "event_type", "language", "milestone", "body"
+    subjects: dict[tuple[str, str, int | None], str] = {}
+    for event_type, language, milestone, body, subject in MessageTemplate.objects.values_list(
+        "event_type", "language", "milestone", "body", "subject"
     ):
         handler = REGISTRY.get(event_type)
         if handler is None:
             continue
+        # A subject may not use an age placeholder: it shows in an inbox's list, to whoever looks.
+        if subject and not template_errors(
+            template=subject, placeholders=handler.placeholders - handler.age_placeholders
+        ):
+            subjects[(event_type, language, milestone)] = subject
         errors = template_errors(template=body, placeholders=handler.placeholders)
         if errors:
             logger.error(
@@ -236,7 +274,7 @@ def message_templates() -> MessageTemplates:
             defaults[event_type] = body
         else:
             variants[(event_type, language, milestone)] = body
-    return MessageTemplates(defaults=defaults, variants=variants)
+    return MessageTemplates(defaults=defaults, variants=variants, subjects=subjects)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ class MessageTemplateAdmin(admin.ModelAdmin):
         "language",
         "milestone",
         "body",
+        "subject",
         "allowed_placeholders",
         "default_body",
         "preview",
@@ -48,7 +49,7 @@ class MessageTemplateAdmin(admin.ModelAdmin):
 
     def get_fields(self, request, obj=None):
         # The preview and the defaults read the type, which a new row has yet to be given.
-        return self.fields if obj is not None else ["event_type", "language", "milestone", "body"]
+        return self.fields if obj is not None else ["event_type", "language", "milestone", "body", "subject"]
 
     def has_delete_permission(self, request, obj=None):
         # The default row stays: the next migrate would bring it back with the handler's

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
@@ -18,6 +18,25 @@ from django.conf import settings
 from delivery.models import DestinationFormat
 from delivery.receivers.signing import WebhookSigner
 from kinds import Kind, kind_for
+
+
+@dataclass(frozen=True)
+class Relay:
+    """What an email destination's SMTP transport needs besides the relay's URL (host, port, TLS)."""
+
+    destination_id: int
+    # Names the List-Id (header-safe by the transport).
+    destination_name: str
+    from_address: str
+    from_name: str = ""
+    reply_to: str = ""
+    # The fixed addresses of a destination that is not personal (an HR mailbox).
+    to: tuple[str, ...] = ()
+    username: str = ""
+    # Decrypted from Destination.smtp_password_ciphertext once per refresh: a credential, never logged.
+    password: str = field(default="", repr=False)
+    # An outcome unknown (no reply after the final dot) is sent again under the same Message-ID; False: given up.
+    resend_unknown: bool = True
 
 
 @dataclass(frozen=True)
@@ -34,6 +53,8 @@ class LaneSettings:
     signing_secrets: tuple[str, ...] = ()
     # The destination's kind (kinds/): its answers are read by it.
     channel: Kind = kind_for(DestinationFormat.STANDARD)
+    # An email destination's relay settings besides its URL (delivery.receivers.smtp); None for any other kind.
+    relay: Relay | None = None
 
     @functools.cached_property
     def signer(self) -> WebhookSigner | None:
@@ -48,6 +69,7 @@ def lane_settings(
     max_in_flight: int | None = None,
     timeout: timedelta | None = None,
     secrets: Sequence[str] = (),
+    relay: Relay | None = None,
 ) -> LaneSettings:
     """The settings of a destination in `format` with these of its own (None: unset); the only place defaults are decided.
 
@@ -68,4 +90,5 @@ def lane_settings(
         timeout=(timeout or settings.WEBHOOK_TIMEOUT).total_seconds(),
         signing_secrets=tuple(secrets),
         channel=channel,
+        relay=relay,
     )

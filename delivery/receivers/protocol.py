@@ -126,6 +126,9 @@ class SendResult:
     refused: bool = False
     # The service says the destination no longer exists (kinds.base.Verdict.GONE).
     gone: bool = False
+    # The address a mail relay refused for good at RCPT (a 5xx): the record marks it undeliverable
+    # (users.services.recipient_email_undeliverable_mark). "" for every other answer.
+    undeliverable: str = ""
 
     def describe(self) -> str:
         """What happened, naming no one: "HTTP 503 (Service Unavailable)", "Timed out after 10 s"."""

@@ -12,12 +12,13 @@ from collections.abc import Callable, Mapping
 
 from delivery.receivers.addresses import ReceiverPolicy
 from delivery.receivers.protocol import Transport
+from delivery.receivers.smtp import SmtpTransport
 from delivery.receivers.transport import WebhookTransport
 from kinds import KINDS
 
 # Each transport's maker: the timeout a send uses when its settings say none, and the receiver
 # policy its connections are screened by (None: the settings').
-TRANSPORTS: Mapping[str, Callable[..., Transport]] = {"http": WebhookTransport}
+TRANSPORTS: Mapping[str, Callable[..., Transport]] = {"http": WebhookTransport, "smtp": SmtpTransport}
 
 
 def transports_make(*, timeout: float, policy: ReceiverPolicy | None = None) -> dict[str, Transport]:

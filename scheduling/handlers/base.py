@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import uuid
 from dataclasses import dataclass
 from datetime import date, datetime, time
@@ -122,6 +124,10 @@ class EventHandler(Protocol):
     # The default message, used while operators have not saved their own
     # (scheduling.models.MessageTemplate). Uses only names in `placeholders`.
     message_template: str
+    # An email's default subject by language ("": every language without its own; "de": German), used
+    # where the chosen template has no subject of its own (scheduling.selectors.subject_for). Uses only
+    # names in `placeholders`, and no age placeholder.
+    subject_templates: Mapping[str, str]
     # The names a message of this type may use ({first_name}, ...); templates
     # are validated against them when saved (scheduling.messages).
     placeholders: frozenset[str]

@@ -21,7 +21,8 @@ from kinds.teams import Teams
 from kinds.teams_messagecard import TeamsMessageCard
 
 KINDS: Mapping[str, Kind] = {
-    channel.name: channel for channel in (Standard(), Slack(), Discord(), Teams(), TeamsMessageCard(), Email())
+    channel.name: channel
+    for channel in (Standard(), Slack(), Discord(), Teams(), TeamsMessageCard(), Email())
 }
 STANDARD = KINDS["standard"]
 

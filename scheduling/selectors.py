@@ -223,7 +223,12 @@ def message_for(
 
 
 def subject_for(
-    *, templates: MessageTemplates, event_type: str, user: Recipient, occurrence_date: date, language: str = ""
+    *,
+    templates: MessageTemplates,
+    event_type: str,
+    user: Recipient,
+    occurrence_date: date,
+    language: str = "",
 ) -> str:
     """An email's subject for one occurrence (MessageTemplates.subject), rendered from the recipient as they are."""
     handler = get_handler(event_type)

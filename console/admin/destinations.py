@@ -70,9 +70,9 @@ def form_help(name: str) -> str:
 class DestinationForm(forms.ModelForm):
     # Not the model's: it keeps the URL encrypted. Empty on a change page (never rendered with the URL in it):
     # left empty, the URL stays as it is.
-    url = forms.URLField(
+    # Text, not a URLField: an email destination's relay is smtps:// or smtp://, which the service judges.
+    url = forms.CharField(
         max_length=URL_MAX_LENGTH,
-        assume_scheme="https",
         required=False,
         widget=forms.URLInput(attrs={"autocomplete": "off"}),
         help_text=form_help("url"),
@@ -98,6 +98,15 @@ class DestinationForm(forms.ModelForm):
         "they get none.",
     )
 
+    # Never rendered back; left empty on a change page, the password stays.
+    smtp_password = forms.CharField(
+        required=False,
+        strip=False,
+        label="SMTP password",
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        help_text=form_help("smtp_password"),
+    )
+
     # The version the page was opened at, posted back: the API's If-Match for the console. Not `version`,
     # which the model form would copy onto the destination.
     loaded_version = forms.IntegerField(required=False, widget=forms.HiddenInput)
@@ -105,7 +114,7 @@ class DestinationForm(forms.ModelForm):
     class Meta:
         model = Destination
         # The declared settings; message_overrides is typed in one box per event type (below).
-        fields = [name for name in EDITABLE_FIELDS if name != "message_overrides"]
+        fields = [name for name in EDITABLE_FIELDS if name not in ("message_overrides", "smtp_password")]
         help_texts = {name: form_help(name) for name in EDITABLE_FIELDS}
 
     def __init__(self, *args, **kwargs):
@@ -168,6 +177,8 @@ class DestinationForm(forms.ModelForm):
         values = {name: cleaned[name] for name in EDITABLE_FIELDS if name in cleaned}
         if self.instance.pk and not values.get("url"):
             values.pop("url", None)  # left empty: the URL stays
+        if self.instance.pk and not values.get("smtp_password"):
+            values.pop("smtp_password", None)  # left empty: the password stays
         return values
 
     def validate_unique(self):
@@ -258,6 +269,22 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
         main.append("secret" if obj is None else "loaded_version")
         return [
             (None, {"fields": main}),
+            (
+                "Email",
+                {
+                    "fields": [
+                        "email_from",
+                        "email_from_name",
+                        "email_reply_to",
+                        "email_to",
+                        "smtp_username",
+                        "smtp_password",
+                        "email_resend_unknown",
+                    ],
+                    "description": "Format email only: its URL is the SMTP relay (smtps://host:465, or "
+                    "smtp://host:587 with STARTTLS); the relay signs the mail (DKIM) for the From's domain.",
+                },
+            ),
             (
                 "Pace",
                 {

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 from django.utils import timezone
 
-from delivery.destinations.selectors import destination_signing_secrets
+from delivery.destinations.selectors import destination_relay, destination_signing_secrets
 from delivery.models import AttemptOutcome, Destination
 from delivery.receivers.lane_settings import LaneSettings, lane_settings
 from delivery.receivers.protocol import ClaimedDelivery, SendResult, Transport
@@ -107,7 +107,12 @@ def destinations_send_test(*, destinations: Sequence[Destination], operator: str
 def _settings(*, destination: Destination, secrets: Sequence[str]) -> LaneSettings:
     """The destination's settings as a worker's lane has them (its defaults decided in one place), the wait
     cut to LONGEST_WAIT."""
-    settings = lane_settings(format=destination.format, timeout=destination.timeout, secrets=secrets)
+    settings = lane_settings(
+        format=destination.format,
+        timeout=destination.timeout,
+        secrets=secrets,
+        relay=destination_relay(destination=destination),
+    )
     return replace(settings, timeout=min(settings.timeout, LONGEST_WAIT))
 
 

@@ -29,7 +29,8 @@ from scheduling.labels import LABEL_MAX_LENGTH, LABEL_PATTERN, LABELS_MAX_COUNT
 from scheduling.times import TIME_OF_DAY_PATTERN, time_of_day
 
 # What the document says of a receiver URL: http or https in any case (the server normalises it).
-URL_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://"
+# http(s) for a webhook; smtps, smtp or smtp+plain for an email destination's relay.
+URL_PATTERN = r"^([Hh][Tt][Tt][Pp][Ss]?|[Ss][Mm][Tt][Pp]([Ss]|\+[Pp][Ll][Aa][Ii][Nn])?)://"
 # A signing secret as given on create: the prefix and base64 (blank: the server makes one).
 # Blank ("": the server makes one) is its field's allow_blank, which the document states beside this (a oneOf).
 SECRET_PATTERN = rf"^{SECRET_PREFIX}[A-Za-z0-9+/]+={{0,2}}$"
@@ -212,6 +213,18 @@ class DestinationSerializer(serializers.ModelSerializer):
     secrets = DestinationSecretSerializer(
         many=True, read_only=True, help_text="Its signing secrets, as hints."
     )
+    smtp_password = serializers.CharField(
+        write_only=True,
+        required=False,
+        allow_blank=True,
+        allow_null=True,
+        trim_whitespace=False,
+        max_length=500,
+        help_text=_help("smtp_password"),
+    )
+    smtp_password_set = serializers.SerializerMethodField(
+        help_text="email only: whether the relay's password is set (it is never shown)."
+    )
     paused = serializers.SerializerMethodField(
         help_text="Whether an operator paused it (its endpoint's pause)."
     )
@@ -232,6 +245,7 @@ class DestinationSerializer(serializers.ModelSerializer):
             "next_digest_local",
             "secret",
             "secrets",
+            "smtp_password_set",
             "paused",
             "endpoint_state",
             "created_by",
@@ -244,7 +258,19 @@ class DestinationSerializer(serializers.ModelSerializer):
         extra_kwargs = {
             **{
                 name: {"help_text": _help(name)}
-                for name in ("name", "enabled", "personal", "max_rate", "max_in_flight")
+                for name in (
+                    "name",
+                    "enabled",
+                    "personal",
+                    "max_rate",
+                    "max_in_flight",
+                    "email_from",
+                    "email_from_name",
+                    "email_reply_to",
+                    "email_to",
+                    "smtp_username",
+                    "email_resend_unknown",
+                )
             },
             "version": {"help_text": "Bumped by every change of its settings or secrets; the ETag."},
         }
@@ -269,6 +295,9 @@ class DestinationSerializer(serializers.ModelSerializer):
     def get_next_digest_local(self, destination: Destination) -> str | None:
         local = next_digest_local(destination=destination)
         return local.isoformat() if local is not None else None
+
+    def get_smtp_password_set(self, destination: Destination) -> bool:
+        return bool(destination.smtp_password_ciphertext)
 
     def get_paused(self, destination: Destination) -> bool:
         return self.get_endpoint_state(destination) == EndpointState.PAUSED

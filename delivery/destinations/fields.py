@@ -12,6 +12,7 @@ ValidationError with its field's messages.
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import time, timedelta
@@ -23,17 +24,29 @@ from django.core.validators import URLValidator
 
 from delivery.credentials.receiver_urls import url_normalise
 from delivery.models import MENTIONING_FORMATS, Destination, DestinationFormat, Weekend
-from delivery.receivers.addresses import webhook_url_validate
+from delivery.receivers.addresses import (
+    ReceiverPolicy,
+    address_refusal,
+    host_addresses,
+    parse_address,
+    webhook_url_validate,
+)
+from delivery.receivers.smtp import DEFAULT_PORTS as SMTP_DEFAULT_PORTS
+from delivery.receivers.smtp import SCHEMES as SMTP_SCHEMES
+from delivery.receivers.smtp import relay_url_refusal
 from scheduling.event_types import EventType
 from scheduling.handlers import REGISTRY
 from scheduling.labels import clean_labels
 from scheduling.messages import MESSAGE_TEMPLATE_MAX_LENGTH, template_errors
 from scheduling.times import clean_timezone, time_of_day
+from users.validators import clean_email
 
 # The longest receiver URL accepted.
 URL_MAX_LENGTH = 2000
 # A change of one of these moves the next digest (delivery.rules.digest_calendar.digest_schedule).
 DIGEST_FIELDS = ("digest_time", "digest_timezone", "weekend")
+# The most fixed addresses of an email destination: a mailbox or a few, not a mailing list.
+EMAIL_TO_MAX = 20
 BOTH_LABELS = "A label both greeted and excluded: the exclusion would always win."
 
 
@@ -53,9 +66,12 @@ def _setting(clean: Callable[[Any], object], help: str, form_help: str = "") -> 
 
 
 def destination_url_validate(*, url: str) -> str:
-    """The destination URL in its one spelling (delivery.credentials.receiver_urls), if it is one a worker may POST to;
-    ValidationError if not (never echoing it: it may hold a token)."""
+    """The destination URL in its one spelling (delivery.credentials.receiver_urls), if it is one a worker may POST to
+    (or, smtps://, smtp:// or smtp+plain://, a mail relay it may send through); ValidationError if not (never
+    echoing it: it may hold a token)."""
     url = url.strip()
+    if urllib.parse.urlsplit(url).scheme.lower() in SMTP_SCHEMES:
+        return relay_url_validate(url=url)
     try:
         URLValidator(schemes=["http", "https"])(url)
     except ValidationError:
@@ -70,6 +86,82 @@ def destination_url_validate(*, url: str) -> str:
     except ValidationError as exc:
         raise ValidationError(exc.messages) from None
     return url
+
+
+def relay_url_validate(*, url: str) -> str:
+    """An email destination's relay URL, normalised, if the worker may connect to it: smtps:// (implicit TLS),
+    smtp:// (STARTTLS) or smtp+plain:// (WEBHOOK_ALLOW_HTTP), a port from 1 to 65535, and no address the
+    receiver policy refuses (checked after DNS too, as a receiver's: delivery.receivers.addresses)."""
+    if len(url) > URL_MAX_LENGTH:
+        raise ValidationError(f"A URL of at most {URL_MAX_LENGTH} characters.")
+    policy = ReceiverPolicy.from_settings()
+    refusal = relay_url_refusal(url=url, policy=policy)
+    if refusal:
+        raise ValidationError(refusal)
+    parts = urllib.parse.urlsplit(url)
+    host, port = parts.hostname or "", parts.port or SMTP_DEFAULT_PORTS[parts.scheme.lower()]
+    if parse_address(host) is None:
+        try:
+            answers = host_addresses(host, port)
+        except (OSError, UnicodeError):
+            answers = []  # not resolvable now: every connection is checked after its own DNS
+        refusals = [
+            address_refusal(address=a, policy=policy)
+            for a in (parse_address(answer) for answer in answers)
+            if a is not None
+        ]
+        if refusals and all(refusals):
+            first = refusals[0]
+            assert first is not None  # all(refusals)
+            raise ValidationError(first.describe(host=host))
+    return urllib.parse.urlunsplit((parts.scheme.lower(), parts.netloc.lower(), parts.path or "/", "", ""))
+
+
+def _address(value: object) -> str:
+    """An email address as users.validators.clean_email stores it ("" for none)."""
+    return clean_email(value)
+
+
+def _addresses(value: Sequence[str] | None) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise ValidationError("A list of email addresses.")
+    cleaned = [clean_email(each) for each in value]
+    if "" in cleaned:
+        raise ValidationError("An empty address.")
+    if len(set(cleaned)) != len(cleaned):
+        raise ValidationError("An address is named twice.")
+    if len(cleaned) > EMAIL_TO_MAX:
+        raise ValidationError(f"At most {EMAIL_TO_MAX} addresses.")
+    return cleaned
+
+
+def _display_name(value: object) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str) or len(value) > 100:
+        raise ValidationError("A name of at most 100 characters.")
+    # One header line: whatever would end it is refused here rather than changed when sent.
+    if any(ch in value for ch in "\r\n\x00"):
+        raise ValidationError("A name on one line.")
+    return value.strip()
+
+
+def _username(value: object) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str) or len(value) > 200 or any(ch in value for ch in "\r\n\x00"):
+        raise ValidationError("A user name of at most 200 characters, on one line.")
+    return value
+
+
+def _password(value: object) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str) or len(value) > 500 or any(ch in value for ch in "\r\n\x00"):
+        raise ValidationError("A password of at most 500 characters, on one line.")
+    return value
 
 
 def destination_messages_clean(value: object) -> dict[str, str]:
@@ -255,7 +347,9 @@ class DestinationSettings:
             "incoming webhooks accept, mentioning no one (with mention_recipient: only the person greeted); "
             "teams: an Adaptive Card for a Teams Workflows webhook (mentioning likewise); "
             "teams_messagecard: the legacy connector MessageCard (these four are not signed: their services check no "
-            "signature, and their URL is the credential).",
+            "signature, and their URL is the credential); email: a mail message (subject, text and HTML) through "
+            "the SMTP relay its URL names (smtps://host:465, or smtp://host:587 with STARTTLS), from email_from, "
+            "to each recipient's own address (personal) or to email_to.",
         ),
     )
     # mentions
@@ -271,6 +365,57 @@ class DestinationSettings:
             "Applies to the messages rendered after it is saved.",
             form_help="Slack, Discord and Teams: mention the person greeted, where they agreed (their mention "
             "consent, or the company default) and their user id there is known.",
+        ),
+    )
+    email_from: str = field(
+        default="",
+        metadata=_setting(
+            _address,
+            help="email only (required there; 400 otherwise): the From address, such as greetings@example.com. Its "
+            "domain makes each message's Message-ID (the same on every try) and List-Id; the relay signs the mail "
+            "(DKIM) for it.",
+            form_help="Email: the From address (its domain names the messages; the relay signs for it).",
+        ),
+    )
+    email_from_name: str = field(
+        default="",
+        metadata=_setting(_display_name, help="email only: the From's display name, such as People Team."),
+    )
+    email_reply_to: str = field(
+        default="",
+        metadata=_setting(_address, help="email only: the Reply-To address; empty (the default): none."),
+    )
+    email_to: Sequence[str] = field(
+        default=(),
+        metadata=_setting(
+            _addresses,
+            help="email only: the fixed addresses every message goes to (an HR mailbox; a digest may go there); "
+            "required unless personal, refused when personal (each message then goes to the recipient's own "
+            "email, and nothing to one without an address or whose address is undeliverable).",
+            form_help="Email: fixed addresses (comma-separated), or none for a personal destination.",
+        ),
+    )
+    smtp_username: str = field(
+        default="",
+        metadata=_setting(_username, help="email only: the relay's login; empty: no AUTH."),
+    )
+    smtp_password: str | None = field(
+        default=None,
+        metadata=_setting(
+            _password,
+            help="email only: the relay's password, write-only: stored encrypted, never shown. On update, left "
+            "out: it stays; empty: none.",
+            form_help="The relay's password: stored encrypted, never shown. Left empty on a change: it stays.",
+        ),
+    )
+    email_resend_unknown: bool = field(
+        default=True,
+        metadata=_setting(
+            _flag,
+            help="email only: when the connection is lost after a message's final dot without the relay's reply "
+            "(the outcome unknown), send it again under the same Message-ID (true, the default: a receiving "
+            "server or client that saw the first copy can tell the second, and a greeting lost is worse than one "
+            "shown twice) or give it up (false).",
         ),
     )
     enabled: bool = field(
@@ -390,6 +535,48 @@ def settings_clean(values: Mapping[str, Any]) -> dict[str, Any]:
     if errors:
         raise ValidationError(errors)
     return cleaned
+
+
+# The settings only an email destination has, and what each is when a destination has none.
+EMAIL_FIELDS = {
+    "email_from": "",
+    "email_from_name": "",
+    "email_reply_to": "",
+    "email_to": [],
+    "smtp_username": "",
+    "smtp_password_ciphertext": "",
+}
+
+
+def email_settings_check(destination: Destination, *, url: str) -> None:
+    """An email destination's settings as they will be stored, with its relay `url`, checked together (and the
+    other kinds' lack of them); ValidationError naming the field."""
+    relay = urllib.parse.urlsplit(url).scheme.lower() in SMTP_SCHEMES
+    if destination.format != DestinationFormat.EMAIL:
+        if relay:
+            raise ValidationError({"url": ["A mail relay's URL is an email destination's (format email)."]})
+        given = [name for name, none in EMAIL_FIELDS.items() if getattr(destination, name) != none]
+        if given:
+            shown = ["smtp_password" if name == "smtp_password_ciphertext" else name for name in given]
+            raise ValidationError({name: ["Only an email destination has this."] for name in shown})
+        return
+    errors: dict[str, list[str]] = {}
+    if not relay:
+        errors["url"] = [
+            "An email destination's URL is its relay: smtps://host:465, smtp://host:587 (STARTTLS)."
+        ]
+    if not destination.email_from:
+        errors["email_from"] = ["An email destination needs a From address."]
+    if destination.personal and destination.email_to:
+        errors["email_to"] = [
+            "A personal destination mails each recipient's own address: no fixed addresses."
+        ]
+    elif not destination.personal and not destination.email_to:
+        errors["email_to"] = [
+            "The addresses it mails (or make it personal: to each recipient's own address)."
+        ]
+    if errors:
+        raise ValidationError(errors)
 
 
 def mention_settings_check(destination: Destination) -> None:

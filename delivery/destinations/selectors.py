@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
@@ -11,21 +12,51 @@ from django.db import connection
 from django.db.models import Count, Q, QuerySet
 
 from delivery.credentials import signing_secrets as secret_store
+from delivery.credentials.receiver_urls import url_decrypt
 from delivery.destinations.audience import Audience
 from delivery.models import (
     Delivery,
     DeliveryStatus,
     Destination,
+    DestinationFormat,
     DestinationSecret,
     Digest,
     Endpoint,
     EndpointState,
 )
+from delivery.receivers.lane_settings import Relay
 from delivery.rules import failure_causes as failures
 from delivery.rules.conditions import DestinationCondition, destination_condition
 from delivery.selectors import FAILURE_WINDOW
 from kinds import kind_for
 from scheduling.models import Event
+
+# --- email relays ---------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=256)
+def _password(ciphertext: str) -> str:
+    # Decrypted once per ciphertext, as the receiver URLs are (DecryptedUrls): the lanes read every
+    # destination once a second. Held in memory only, to send.
+    return url_decrypt(ciphertext) if ciphertext else ""
+
+
+def destination_relay(*, destination: Destination) -> Relay | None:
+    """An email destination's relay settings besides its URL, its password decrypted; None for another kind."""
+    if destination.format != DestinationFormat.EMAIL:
+        return None
+    return Relay(
+        destination_id=destination.pk,
+        destination_name=destination.name,
+        from_address=destination.email_from,
+        from_name=destination.email_from_name,
+        reply_to=destination.email_reply_to,
+        to=tuple(destination.email_to),
+        username=destination.smtp_username,
+        password=_password(destination.smtp_password_ciphertext),
+        resend_unknown=destination.email_resend_unknown,
+    )
+
 
 # --- endpoints ---------------------------------------------------------------------------
 

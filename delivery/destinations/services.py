@@ -30,6 +30,7 @@ from delivery.destinations.fields import (
     DIGEST_FIELDS,
     DestinationSettings,
     digest_settings_check,
+    email_settings_check,
     labels_both,
     mention_settings_check,
     settings_clean,
@@ -126,9 +127,13 @@ def destination_values_clean(*, values: Mapping[str, Any], exclude: int | None =
 
 def _stored(values: Mapping[str, Any], *, format: str) -> dict[str, Any]:  # noqa: A002 - the field's name
     """Cleaned values as the model's columns: a URL as destination_url_fields for a destination of `format`."""
-    stored = {name: value for name, value in values.items() if name != "url"}
+    stored = {name: value for name, value in values.items() if name not in ("url", "smtp_password")}
     if "url" in values:
         stored.update(destination_url_fields(url=values["url"], format=format))
+    if values.get("smtp_password") is not None:
+        # A credential, encrypted as the receiver URLs are; "" clears it.
+        password = values["smtp_password"]
+        stored["smtp_password_ciphertext"] = url_encrypt(password) if password else ""
     return stored
 
 
@@ -167,6 +172,7 @@ def destination_create(
         destination = Destination(
             **_stored(values, format=values["format"]), created_by=operator, updated_by=operator
         )
+        email_settings_check(destination, url=values["url"])
         digest_schedule(destination=destination, now=timezone.now())
         _saved(destination, values=values)
         endpoint_for_destination(destination=destination)
@@ -206,6 +212,7 @@ def destination_update(
             raise ValidationError({"excluded_labels": [BOTH_LABELS]})
         digest_settings_check(current)
         mention_settings_check(current)
+        email_settings_check(current, url=values.get("url") or url_decrypt(current.url_ciphertext))
         if kind_for(current.format).signed and not kind_for(old_format).signed and not _signs(current):
             raise ValidationError(
                 {

@@ -34,6 +34,7 @@ from delivery.states.conclude import start_events_completion_alone, start_events
 from delivery.states.endpoints import Verdict, endpoint_note_success, endpoint_record_answers
 from delivery.states.transitions import Rows, start_deliveries_transition
 from runtime.sql import insert_rows, pipeline
+from users.services import recipient_email_undeliverable_mark
 
 logger = logging.getLogger(__name__)
 
@@ -261,11 +262,29 @@ def deliveries_record(
                 for key, verdict in verdicts.items()
                 if verdict is None
             }
+        # An address a relay refused for good (a 5xx at RCPT): nothing more is mailed to it.
+        # One check of a batch's results, a query only for such an answer.
+        for result in results:
+            if result.undeliverable:
+                _address_undeliverable_mark(result, now=now)
         for key, as_seen in noted.items():
             if not as_seen():
                 # Another worker counted failures here since this one last looked: weigh the successes.
                 verdicts[key] = weighing.weigh(key, by_key[key], _signals(by_key[key]))
     return _summary(results=results, records=records, applied=applied, verdicts=verdicts)
+
+
+def _address_undeliverable_mark(result: SendResult, *, now: datetime) -> None:
+    """Mark the recipient's address undeliverable, if it is still theirs (users.services)."""
+    user_id = result.delivery.user_id
+    if not user_id:
+        return  # an address of a destination's own (an HR mailbox): its operator sees the dead delivery
+    recipient_email_undeliverable_mark(
+        email=result.undeliverable,
+        user_id=uuid.UUID(user_id),
+        reason=f"Refused by the mail relay: {result.describe()}",
+        now=now,
+    )
 
 
 def _by_endpoint(*, results: Sequence[SendResult]) -> dict[str, list[SendResult]]:

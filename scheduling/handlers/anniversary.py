@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from types import MappingProxyType
-
 from datetime import date
+from types import MappingProxyType
 
 from django.db.models import Q
 
@@ -16,7 +15,9 @@ from scheduling.handlers.birthday import YearlyHandler
 class AnniversaryHandler(YearlyHandler):
     event_type: str = EventType.ANNIVERSARY
     message_template = "Hey, {first_name} {last_name} happy anniversary"
-    subject_templates = MappingProxyType({"": "Happy anniversary, {first_name}!", "de": "Alles Gute zum Hochzeitstag, {first_name}!"})
+    subject_templates = MappingProxyType(
+        {"": "Happy anniversary, {first_name}!", "de": "Alles Gute zum Hochzeitstag, {first_name}!"}
+    )
     placeholders = frozenset({"first_name", "last_name", "years"})
     applies_to = Q(anniversary_date__isnull=False)
     # The years married are not the person's age; a wedding date always has its year.

@@ -1,10 +1,9 @@
 from __future__ import annotations
 
-from types import MappingProxyType
-
 import abc
 import calendar
 from datetime import date, datetime, time
+from types import MappingProxyType
 
 from django.db.models import Q
 
@@ -66,7 +65,9 @@ class YearlyHandler(abc.ABC):
 class BirthdayHandler(YearlyHandler):
     event_type: str = EventType.BIRTHDAY
     message_template = "Hey, {first_name} {last_name} it's your birthday"
-    subject_templates = MappingProxyType({"": "Happy birthday, {first_name}!", "de": "Alles Gute zum Geburtstag, {first_name}!"})
+    subject_templates = MappingProxyType(
+        {"": "Happy birthday, {first_name}!", "de": "Alles Gute zum Geburtstag, {first_name}!"}
+    )
     placeholders = frozenset({"first_name", "last_name", "age"})
     applies_to = Q()  # everyone has a date of birth
     age_placeholders = frozenset({"age"})

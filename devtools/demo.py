@@ -9,6 +9,9 @@ once, as it would for any recipient added after their send time on their
 birthday. No later occurrence is touched: her next greeting is next year's, on
 the day. Run once the scheduler and worker are up; on a database that already
 has recipients it does nothing.
+
+Where the sink also listens for SMTP (LOCAL_SMTP_HOST and LOCAL_SMTP_PORT in the
+environment), Ada has an address and a personal email destination mails her there too.
 """
 
 import os
@@ -24,6 +27,8 @@ from datetime import datetime  # noqa: E402
 
 from django.utils import timezone  # noqa: E402
 
+from delivery.destinations.fields import DestinationSettings  # noqa: E402
+from delivery.destinations.services import destination_create, destinations_seed_default  # noqa: E402
 from scheduling.models import EventStatus, EventType  # noqa: E402
 from scheduling.times import load_timezone  # noqa: E402
 from users.models import User  # noqa: E402
@@ -32,11 +37,35 @@ from users.services import user_create  # noqa: E402
 ZONE = "Europe/London"
 
 
+def _sink_relay() -> str | None:
+    """The sink's SMTP relay as an email destination's URL, made with the webhook's default beside it; None
+    where the sink takes no mail."""
+    host, port = os.environ.get("LOCAL_SMTP_HOST"), os.environ.get("LOCAL_SMTP_PORT")
+    if not host or not port:
+        return None
+    destinations_seed_default()  # WEBHOOK_URL's destination is seeded only while there is none
+    relay = f"smtp+plain://{host}:{port}/"
+    destination_create(
+        settings=DestinationSettings(
+            name="Email (local sink)",
+            url=relay,
+            format="email",
+            personal=True,
+            email_from="greetings@example.com",
+            email_from_name="Birthday Scheduler",
+        ),
+        operator="demo",
+    )
+    return relay
+
+
 def main() -> int:
     if User.objects.exists():
         return 0
     local_now = timezone.now().astimezone(load_timezone(ZONE))
+    relay = _sink_relay()
     ada = user_create(
+        email="ada@example.com",
         first_name="Ada",
         last_name="Lovelace",
         # 1992, a leap year: today may be Feb 29.
@@ -48,7 +77,8 @@ def main() -> int:
     if birthday.occurrence_date == local_now.date():
         print(
             "A first recipient, Ada Lovelace, whose birthday is today, was created after her send time: "
-            "today's greeting is due at once. Watch the sink.",
+            "today's greeting is due at once. Watch the sink"
+            + (f" (and her mail at {relay})." if relay else "."),
             flush=True,
         )
     else:

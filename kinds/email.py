@@ -3,7 +3,8 @@
 The body stored with the delivery is a JSON object of what the message says
 (`subject`, `text`, `html`) and to whom (`to`: the recipient's own address for a
 personal destination, empty for one sent to the destination's fixed addresses;
-`unsubscribe`: the one-click URL of that person and destination). The transport
+whom it greets, `user_id`, for the one-click unsubscribe URL of that person and
+destination, which the transport puts in List-Unsubscribe). The transport
 (delivery.receivers.smtp) turns it into a MIME message with the relay's From,
 Reply-To and the headers every message carries.
 
@@ -76,7 +77,6 @@ class Email(Kind):
             "text": text,
             "html": html_of(text),
             "to": payload.get("email", ""),
-            "unsubscribe": payload.get("unsubscribe_url", ""),
             # Whom it greets: the erasure and the log lines find it by these (a test message has none).
             "user_id": payload.get("user_id"),
             "event_id": payload.get("event_id"),
@@ -94,7 +94,6 @@ class Email(Kind):
             "text": text,
             "html": html_of(text),
             "to": "",
-            "unsubscribe": "",
         }
 
     def read_smtp(self, *, step: str, code: int | None) -> Reading:

@@ -24,7 +24,8 @@ from dataclasses import dataclass, replace
 
 from django.utils import timezone
 
-from delivery.destinations.selectors import destination_relay, destination_signing_secrets
+from delivery.actions.relays import relay_for_sending
+from delivery.destinations.selectors import destination_signing_secrets
 from delivery.models import AttemptOutcome, Destination
 from delivery.receivers.lane_settings import LaneSettings, lane_settings
 from delivery.receivers.protocol import ClaimedDelivery, SendResult, Transport
@@ -111,7 +112,7 @@ def _settings(*, destination: Destination, secrets: Sequence[str]) -> LaneSettin
         format=destination.format,
         timeout=destination.timeout,
         secrets=secrets,
-        relay=destination_relay(destination=destination),
+        relay=relay_for_sending(destination=destination),
     )
     return replace(settings, timeout=min(settings.timeout, LONGEST_WAIT))
 

@@ -70,7 +70,7 @@ def destination_url_validate(*, url: str) -> str:
     (or, smtps://, smtp:// or smtp+plain://, a mail relay it may send through); ValidationError if not (never
     echoing it: it may hold a token)."""
     url = url.strip()
-    if urllib.parse.urlsplit(url).scheme.lower() in SMTP_SCHEMES:
+    if _scheme(url) in SMTP_SCHEMES:
         return relay_url_validate(url=url)
     try:
         URLValidator(schemes=["http", "https"])(url)
@@ -88,6 +88,11 @@ def destination_url_validate(*, url: str) -> str:
     return url
 
 
+def _scheme(url: str) -> str:
+    """The scheme of what may not be a URL at all (urlsplit raises on a bad IPv6 host)."""
+    return url.partition(":")[0].strip().lower()
+
+
 def relay_url_validate(*, url: str) -> str:
     """An email destination's relay URL, normalised, if the worker may connect to it: smtps:// (implicit TLS),
     smtp:// (STARTTLS) or smtp+plain:// (WEBHOOK_ALLOW_HTTP), a port from 1 to 65535, and no address the
@@ -98,7 +103,7 @@ def relay_url_validate(*, url: str) -> str:
     refusal = relay_url_refusal(url=url, policy=policy)
     if refusal:
         raise ValidationError(refusal)
-    parts = urllib.parse.urlsplit(url)
+    parts = urllib.parse.urlsplit(url)  # relay_url_refusal parsed it
     host, port = parts.hostname or "", parts.port or SMTP_DEFAULT_PORTS[parts.scheme.lower()]
     if parse_address(host) is None:
         try:
@@ -551,7 +556,7 @@ EMAIL_FIELDS = {
 def email_settings_check(destination: Destination, *, url: str) -> None:
     """An email destination's settings as they will be stored, with its relay `url`, checked together (and the
     other kinds' lack of them); ValidationError naming the field."""
-    relay = urllib.parse.urlsplit(url).scheme.lower() in SMTP_SCHEMES
+    relay = _scheme(url) in SMTP_SCHEMES
     if destination.format != DestinationFormat.EMAIL:
         if relay:
             raise ValidationError({"url": ["A mail relay's URL is an email destination's (format email)."]})

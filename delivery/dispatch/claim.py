@@ -36,8 +36,8 @@ from django.utils import timezone
 from delivery.destinations.audience import DestinationRouter
 from delivery.destinations.mentions import mention_for, recipients_mentions
 from delivery.destinations.services import destinations_for_queueing
-from delivery.dispatch.payload import message_overrides, webhook_payload
-from delivery.models import Delivery, DeliveryStatus, Destination, DestinationOptOut
+from delivery.dispatch.payload import email_payload, message_overrides, webhook_payload
+from delivery.models import Delivery, DeliveryStatus, Destination, DestinationFormat, DestinationOptOut
 from kinds import Mention, kind_for
 from runtime.ids import uuid7
 from runtime.sql import execute, insert_rows, pipeline
@@ -66,6 +66,11 @@ PRIVATE_REASON = (
     "reaches the person alone."
 )
 OPTED_OUT_REASON = "Nothing sent: the recipient opted out of every destination that would have greeted them."
+NO_ADDRESS_REASON = "Nothing sent: the recipient has no email address, and every destination left mails it."
+UNDELIVERABLE_REASON = (
+    "Nothing sent: the recipient's email address is marked undeliverable ({reason}), and every destination "
+    "left mails it."
+)
 NO_AUDIENCE_REASON = (
     "Nothing sent: no enabled destination subscribed to {type} events has this recipient in its "
     "audience (labels: {labels})."
@@ -199,6 +204,8 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
         # applies to every event claimed after it was saved, and to none queued before.
         templates = message_templates()
         router = DestinationRouter(destinations_for_queueing())
+        # A personal email destination mails no one without a usable address (one query, none without one).
+        on_time, addresses, unmailable = _addresses_applied(events=on_time, router=router)
         on_time, unsubscribed = _split_by_subscription(events=on_time, router=router)
         # In a pipeline: PostgreSQL moves the events while Python computes the
         # next occurrences, and inserts those while Python renders the messages,
@@ -210,9 +217,13 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
             moved_to_failed = _start_move_to_failed(
                 too_late=too_late, held_back=held_back, claimed=claimed, now=now
             )
-            moved_to_completed = _start_move_to_completed(events=unsubscribed, router=router, now=now)
+            moved_to_completed = _start_move_to_completed(
+                events=unsubscribed, router=router, now=now, unmailable=unmailable
+            )
             _next_pending_events_insert(claimed=claimed, now=now)
-            _deliveries_insert(events=on_time, templates=templates, router=router, now=now)
+            _deliveries_insert(
+                events=on_time, templates=templates, router=router, now=now, addresses=addresses
+            )
             # Every claimed row is locked by this transaction, so the moves
             # succeed; were one ever refused, OptimisticLockError rolls all back.
             moved_to_processing()
@@ -223,6 +234,38 @@ def deliveries_enqueue_due(*, now: datetime | None = None, batch_size: int = 500
     return EnqueueResult(
         queued=len(on_time), too_late=len(too_late), paused=len(held_back), unsubscribed=len(unsubscribed)
     )
+
+
+def _addresses_applied(
+    *, events: list[ClaimedEvent], router: DestinationRouter
+) -> tuple[list[ClaimedEvent], dict[uuid.UUID, str] | None, dict[uuid.UUID, str]]:
+    """The events, each whose recipient has no address a personal email destination may mail (none, or one
+    marked undeliverable) with those destinations among the ones it leaves out; each recipient's address
+    by id (None while no personal email destination exists: no query); why each such event is not mailed."""
+    mailing = [d.pk for d in router.destinations if d.personal and d.format == DestinationFormat.EMAIL]
+    if not mailing or not events:
+        return events, None, {}
+    rows = User.objects.filter(id__in={event.recipient.id for event in events}).values_list(
+        "id", "email", "email_undeliverable_at", "email_undeliverable_reason"
+    )
+    addresses, unusable = {}, {}
+    for user_id, address, undeliverable_at, reason in rows:
+        if not address:
+            unusable[user_id] = NO_ADDRESS_REASON
+        elif undeliverable_at is not None:
+            unusable[user_id] = UNDELIVERABLE_REASON.format(reason=reason or "refused")
+        else:
+            addresses[user_id] = address
+    if not unusable:
+        return events, addresses, {}
+    applied, unmailable = [], {}
+    for event in events:
+        why = unusable.get(event.recipient.id)
+        if why is not None:
+            unmailable[event.id] = why
+            event = event._replace(opted_out=[*(event.opted_out or ()), *mailing])
+        applied.append(event)
+    return applied, addresses, unmailable
 
 
 def _split_by_subscription(
@@ -362,7 +405,11 @@ def _start_move_to_failed(
 
 
 def _start_move_to_completed(
-    *, events: list[ClaimedEvent], router: DestinationRouter, now: datetime
+    *,
+    events: list[ClaimedEvent],
+    router: DestinationRouter,
+    now: datetime,
+    unmailable: Mapping[uuid.UUID, str] | None = None,
 ) -> Callable[[], list[uuid.UUID]]:
     """Send the UPDATE that completes the events nobody receives; the function returned checks it.
 
@@ -374,7 +421,12 @@ def _start_move_to_completed(
         target=EventStatus.COMPLETED,
         now=now,
         changes={"executed_at": now},
-        per_event={"failure_reason": [_nobody_wants_reason(event=event, router=router) for event in events]},
+        per_event={
+            "failure_reason": [
+                (unmailable or {}).get(event.id) or _nobody_wants_reason(event=event, router=router)
+                for event in events
+            ]
+        },
     )
 
 
@@ -438,10 +490,15 @@ def _next_pending_events(*, claimed: list[ClaimedEvent], now: datetime) -> list[
 
 
 def _deliveries_insert(
-    *, events: list[ClaimedEvent], templates: MessageTemplates, router: DestinationRouter, now: datetime
+    *,
+    events: list[ClaimedEvent],
+    templates: MessageTemplates,
+    router: DestinationRouter,
+    now: datetime,
+    addresses: Mapping[uuid.UUID, str] | None = None,
 ) -> None:
     """Send the INSERT of the events' deliveries, rendered (_rendered_deliveries); wake the workers if any."""
-    deliveries = _rendered_deliveries(events=events, templates=templates, router=router)
+    deliveries = _rendered_deliveries(events=events, templates=templates, router=router, addresses=addresses)
     insert_rows(
         Delivery,
         QueuedDeliveryRow._fields,
@@ -453,16 +510,22 @@ def _deliveries_insert(
 
 
 def _rendered_deliveries(
-    *, events: list[ClaimedEvent], templates: MessageTemplates, router: DestinationRouter
+    *,
+    events: list[ClaimedEvent],
+    templates: MessageTemplates,
+    router: DestinationRouter,
+    addresses: Mapping[uuid.UUID, str] | None = None,
 ) -> list[QueuedDeliveryRow]:
     """A delivery for each event and destination that wants it.
 
     The message is rendered once per event in the recipient's language, and once more for
     each destination with a text of its own for the type (message_overrides). A destination
     that mentions mentions the recipient where they agreed (one query a batch, none while no
-    destination mentions).
+    destination mentions). An email destination's payload also has the subject, and a personal
+    one's the recipient's address (`addresses`, read by _addresses_applied).
     """
     overrides = message_overrides(destinations=router.destinations)
+    mailers = {d.pk for d in router.destinations if d.format == DestinationFormat.EMAIL}
     mentions = recipients_mentions(
         user_ids=[event.recipient.id for event in events], destinations=router.destinations
     )
@@ -481,6 +544,15 @@ def _rendered_deliveries(
                     templates=templates,
                     language=event.language,
                     override=override,
+                )
+            if mailers and destination.pk in mailers:
+                payload = email_payload(
+                    payload,
+                    occurrence=event,
+                    recipient=event.recipient,
+                    templates=templates,
+                    language=event.language,
+                    address=(addresses or {}).get(event.recipient.id, "") if destination.personal else "",
                 )
             rows.append(
                 queued_delivery_row(

@@ -8,10 +8,10 @@ from collections.abc import Iterable
 from datetime import date, datetime
 from typing import Any, Protocol
 
-from delivery.models import Destination
+from delivery.models import Destination, DestinationFormat
 from scheduling.handlers import REGISTRY, Recipient
 from scheduling.messages import template_errors
-from scheduling.selectors import MessageTemplates, message_for
+from scheduling.selectors import MessageTemplates, message_for, subject_for
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +61,53 @@ def webhook_payload(
         "occurrence_date": occurrence_date.isoformat(),
         "target_timestamp_utc": occurrence.target_timestamp_utc.isoformat(),
     }
+
+
+def email_payload(
+    payload: dict[str, Any],
+    *,
+    occurrence: Occurrence,
+    recipient: Recipient,
+    templates: MessageTemplates,
+    language: str = "",
+    address: str = "",
+) -> dict[str, Any]:
+    """`payload` with what an email (kinds.email) needs besides: its subject, rendered from the templates in the
+    recipient's language (scheduling.selectors.subject_for), and the address it goes to ("": the destination's
+    fixed addresses)."""
+    subject = subject_for(
+        templates=templates,
+        event_type=occurrence.event_type,
+        user=recipient,
+        occurrence_date=occurrence.occurrence_date,
+        language=language,
+    )
+    return {**payload, "subject": subject, "email": address}
+
+
+def destination_payload(
+    payload: dict[str, Any],
+    *,
+    destination: Destination | None,
+    occurrence: Occurrence,
+    recipient: Recipient,
+    templates: MessageTemplates,
+    language: str = "",
+    address: str = "",
+) -> dict[str, Any]:
+    """`payload` as `destination`'s kind takes it: an email destination's with email_payload's additions (a
+    personal one's to `address`), any other's as it is. For the paths that render one delivery again (a
+    resend, a requeue, an edit of the recipient): the claim adds them itself, for a batch."""
+    if destination is None or destination.format != DestinationFormat.EMAIL:
+        return payload
+    return email_payload(
+        payload,
+        occurrence=occurrence,
+        recipient=recipient,
+        templates=templates,
+        language=language,
+        address=address if destination.personal else "",
+    )
 
 
 def message_overrides(*, destinations: Iterable[Destination]) -> dict[tuple[int, str], str]:

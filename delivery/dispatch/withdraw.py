@@ -26,7 +26,7 @@ from collections.abc import Collection
 from datetime import datetime
 
 from delivery.dispatch.digests import digest_entries_without, digest_rerender
-from delivery.dispatch.payload import message_overrides, webhook_payload
+from delivery.dispatch.payload import destination_payload, message_overrides, webhook_payload
 from delivery.models import Delivery, DeliveryAttempt, DeliveryStatus, Destination
 from delivery.states.conclude import events_conclude, events_fail_unsent
 from kinds import STANDARD, kind_for
@@ -154,6 +154,15 @@ def deliveries_rerender_without_age(*, user_id: uuid.UUID) -> int:
             templates=templates,
             language=user.language,
             override=overrides.get((destination.pk, delivery.event.event_type)) if destination else None,
+        )
+        payload = destination_payload(
+            payload,
+            destination=destination,
+            occurrence=delivery.event,
+            recipient=user,
+            templates=templates,
+            language=user.language,
+            address=user.email if user.email_undeliverable_at is None else "",
         )
         delivery.payload = kind_for(destination.format if destination else STANDARD.name).body(payload)
         delivery.save(update_fields=["payload", "updated_at"])

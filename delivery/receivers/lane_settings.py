@@ -9,7 +9,7 @@ worker decides what an unset max rate or timeout means.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -37,6 +37,9 @@ class Relay:
     password: str = field(default="", repr=False)
     # An outcome unknown (no reply after the final dot) is sent again under the same Message-ID; False: given up.
     resend_unknown: bool = True
+    # The one-click unsubscribe URL of a person (by their id) from this destination (delivery.actions.relays):
+    # RFC 8058's List-Unsubscribe. None: none. Not compared: a lane keeps settings equal in all else.
+    unsubscribe: Callable[[str], str] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -81,9 +81,10 @@ def relay_url_refusal(*, url: str, policy: ReceiverPolicy) -> str | None:
     try:
         parts = urllib.parse.urlsplit(url)
         port = parts.port
+        hostname = parts.hostname
     except ValueError:
         return "Refused: not a relay URL with a valid port"
-    if parts.scheme not in SCHEMES or not parts.hostname:
+    if parts.scheme not in SCHEMES or not hostname:
         return "Refused: not an smtps://, smtp:// or smtp+plain:// URL with a host"
     if "@" in parts.netloc:
         return "Refused: the relay's user and password are fields of their own, not part of its URL"
@@ -91,7 +92,7 @@ def relay_url_refusal(*, url: str, policy: ReceiverPolicy) -> str | None:
         return "Refused: a port from 1 to 65535"
     if SCHEMES[parts.scheme] == "none" and not policy.allow_http:
         return "Refused: smtp+plain:// sends without TLS (WEBHOOK_ALLOW_HTTP)"
-    address = parse_address(parts.hostname)
+    address = parse_address(hostname)
     if address is not None:
         refusal = address_refusal(address=address, policy=policy)
         return refusal.describe() if refusal else None
@@ -144,7 +145,8 @@ def message_build(
     message["Auto-Submitted"] = "auto-generated"
     list_name = header_safe(relay.destination_name, limit=100).replace('"', "'")
     message["List-Id"] = f'"{list_name}" <destination-{relay.destination_id}.{domain}>'
-    unsubscribe = body.get("unsubscribe", "")
+    user_id = body.get("user_id")
+    unsubscribe = relay.unsubscribe(user_id) if relay.unsubscribe is not None and user_id else ""
     if unsubscribe and unsubscribe.isascii() and not any(ch in unsubscribe for ch in "<>\r\n "):
         # RFC 8058: one POST to the URL, without cookies or a confirmation page, opts the person out.
         message["List-Unsubscribe"] = f"<{unsubscribe}>"
@@ -164,6 +166,7 @@ class SmtpTransport:
         # Idle sessions by relay URL (a lane's): the last given back is taken first (the warmest).
         self._idle: dict[str, list[_Session]] = defaultdict(list)
         self._tls: ssl.SSLContext | None = None
+        self._quitting: set[asyncio.Task] = set()
 
     async def open(self) -> None:
         self._screening = ScreeningResolver(policy=self._policy, inner=DefaultResolver())
@@ -201,23 +204,34 @@ class SmtpTransport:
                 started_mono=started_mono, signal=Signal.NEUTRAL,
             )  # fmt: skip
         session: _Session | None = None
-        data_sent = False
         try:
-            session = await self._session(url, relay=relay, timeout=settings.timeout)
             utf8 = not all(address.isascii() for address in [relay.from_address, *recipients])
-            if utf8 and not session.utf8:
-                raise _Failed(MAIL, 553, "The relay offers no SMTPUTF8 for a non-ASCII address")
-            message = message_build(
-                delivery=delivery, body=body, relay=relay, to=", ".join(recipients), utf8=utf8
-            )
-            payload = message.as_bytes()
-            client = session.client
-            options = ["SMTPUTF8", "BODY=8BITMIME"] if utf8 else []
-            encoding = "utf-8" if utf8 else "ascii"
-            await _step(MAIL, client.mail(relay.from_address, options=options, encoding=encoding))
-            for recipient in recipients:
-                await _step(RCPT, client.rcpt(recipient, encoding=encoding))
-            data_sent = await self._data(client, payload, timeout=settings.timeout)
+            payload: bytes | None = None
+            # A session taken idle may have been closed by the relay meanwhile: its first command finds
+            # out, before anything of the message was sent, and a new session is opened once.
+            for fresh in (False, True):
+                session = await self._session(url, relay=relay, timeout=settings.timeout, fresh=fresh)
+                if utf8 and not session.utf8:
+                    raise _Failed(MAIL, 553, "The relay offers no SMTPUTF8 for a non-ASCII address")
+                if payload is None:
+                    payload = message_build(
+                        delivery=delivery, body=body, relay=relay, to=", ".join(recipients), utf8=utf8
+                    ).as_bytes()
+                try:
+                    await self._transfer(
+                        session,
+                        relay=relay,
+                        recipients=recipients,
+                        payload=payload,
+                        utf8=utf8,
+                        timeout=settings.timeout,
+                    )
+                except aiosmtplib.SMTPServerDisconnected:
+                    session.client.close()
+                    if fresh or session.sent == 0:
+                        raise
+                    continue
+                break
         except AddressRefused as exc:
             return answered(
                 delivery, Reading(Verdict.REFUSED), started_at=started_at, started_mono=started_mono,
@@ -225,30 +239,69 @@ class SmtpTransport:
             )  # fmt: skip
         except _Failed as failed:
             if session is not None:
-                await _quit(session.client)
+                if failed.code is not None and failed.step in (RCPT, DATA) and failed.code != 421:
+                    # One message refused, the session well: reset it and keep it for the next.
+                    await self._reset_or_drop(url, session)
+                else:
+                    await _quit(session.client)
             return self._failure(
                 delivery, failed, relay=relay, recipients=recipients, started=(started_at, started_mono)
             )
         except (TimeoutError, OSError, aiosmtplib.SMTPException) as exc:
             if session is not None:
                 session.client.close()
-            step = DATA if data_sent else CONNECT
             return self._failure(
                 delivery,
                 _Failed(
-                    step, None, f"Connection error: {error_class(exc)}", f"{type(exc).__name__}: {exc}"[:300]
+                    CONNECT,
+                    None,
+                    f"Connection error: {error_class(exc)}",
+                    f"{type(exc).__name__}: {exc}"[:300],
                 ),
                 relay=relay,
                 recipients=recipients,
                 started=(started_at, started_mono),
             )
+        assert session is not None
         session.sent += 1
         self._give_back(url, session)
         return answered(
             delivery, Reading(Verdict.DELIVERED), started_at=started_at, started_mono=started_mono
         )
 
-    async def _data(self, client: aiosmtplib.SMTP, payload: bytes, *, timeout: float) -> bool:
+    async def _transfer(
+        self,
+        session: _Session,
+        *,
+        relay: Relay,
+        recipients: list[str],
+        payload: bytes,
+        utf8: bool,
+        timeout: float,
+    ) -> None:
+        """MAIL, RCPT for each recipient, DATA: one message over `session`."""
+        client = session.client
+        options = ["SMTPUTF8", "BODY=8BITMIME"] if utf8 else []
+        encoding = "utf-8" if utf8 else "ascii"
+        try:
+            await _step(MAIL, client.mail(relay.from_address, options=options, encoding=encoding))
+        except _Failed as failed:
+            if failed.code == 421 or (failed.code is None):
+                raise aiosmtplib.SMTPServerDisconnected(failed.error) from None
+            raise
+        for recipient in recipients:
+            await _step(RCPT, client.rcpt(recipient, encoding=encoding))
+        await self._data(client, payload, timeout=timeout)
+
+    async def _reset_or_drop(self, url: str, session: _Session) -> None:
+        try:
+            await asyncio.wait_for(session.client.rset(), 5)
+        except (TimeoutError, OSError, aiosmtplib.SMTPException):
+            session.client.close()
+            return
+        self._give_back(url, session)
+
+    async def _data(self, client: aiosmtplib.SMTP, payload: bytes, *, timeout: float) -> None:
         """DATA and the message; a reply other than 250 raises _Failed at DATA. A connection lost once the
         message was written (the final dot gone) raises _Failed(DATA, None): the outcome is unknown."""
         protocol = client.protocol
@@ -272,7 +325,6 @@ class SmtpTransport:
             raise _Failed(MAIL, None, f"Connection error: {error_class(exc)}") from None
         finally:
             protocol.write = write  # type: ignore[method-assign]
-        return True
 
     def _failure(
         self,
@@ -322,11 +374,11 @@ class SmtpTransport:
         result.undeliverable = undeliverable
         return result
 
-    async def _session(self, url: str, *, relay: Relay, timeout: float) -> _Session:
-        """An idle session of this relay, or a new one: connected, greeted, secured and logged in."""
+    async def _session(self, url: str, *, relay: Relay, timeout: float, fresh: bool = False) -> _Session:
+        """An idle session of this relay (unless `fresh`), or a new one: connected, greeted, secured and logged in."""
         idle = self._idle[url]
         now_mono = time.monotonic()
-        while idle:
+        while idle and not fresh:
             session = idle.pop()
             if (
                 session.client.is_connected
@@ -390,7 +442,10 @@ class SmtpTransport:
 
     def _give_back(self, url: str, session: _Session) -> None:
         if session.sent >= django_settings.SMTP_MESSAGES_PER_SESSION or not session.client.is_connected:
-            asyncio.get_running_loop().create_task(_quit(session.client))
+            # QUIT without waiting for it; the task is held until it ends (the loop keeps only weak references).
+            task = asyncio.get_running_loop().create_task(_quit(session.client))
+            self._quitting.add(task)
+            task.add_done_callback(self._quitting.discard)
             return
         session.idle_since = time.monotonic()
         self._idle[url].append(session)

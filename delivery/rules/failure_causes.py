@@ -37,6 +37,18 @@ NO_ANSWER_CLASSES: tuple[tuple[str, str, str], ...] = (
         "Not sent: the receiver's address is not allowed (private, loopback or metadata)",
     ),
     ("bad_request", "Request failed", "Not sent: the request could not be made (the URL is invalid)"),
+    # A mail relay's answers (delivery.receivers.smtp): a reply code at a step of the session.
+    (
+        "outcome_unknown",
+        "Outcome unknown",
+        "Outcome unknown: the connection was lost after the message was sent, before the relay's reply",
+    ),
+    (
+        "smtp_refused",
+        "SMTP 5",
+        "Refused by the mail relay (a 5xx reply: the address, our login or the message)",
+    ),
+    ("smtp_deferred", "SMTP 4", "Deferred by the mail relay (a 4xx reply: greylisting, a full queue)"),
 )
 OTHER = "other"
 _HTTP_DESCRIPTION = re.compile(r"^HTTP (\d{3})\b")

@@ -34,8 +34,9 @@ from datetime import timedelta
 
 from django.utils import timezone
 
+from delivery.actions.relays import relay_for_sending
 from delivery.credentials.receiver_urls import DecryptedUrls
-from delivery.destinations.selectors import destination_relay, destination_signing_secrets
+from delivery.destinations.selectors import destination_signing_secrets
 from delivery.destinations.services import destinations_seed_default
 from delivery.metrics import IN_FLIGHT_LIMIT, LEARNED_RATE
 from delivery.models import Destination, Endpoint, EndpointState
@@ -160,7 +161,7 @@ class Lanes:
                     max_in_flight=destination.max_in_flight,
                     timeout=destination.timeout,
                     secrets=secrets[destination.pk],
-                    relay=destination_relay(destination=destination),
+                    relay=relay_for_sending(destination=destination),
                 )
             )
 

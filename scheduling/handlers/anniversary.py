@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import date
 from types import MappingProxyType
 
@@ -15,7 +16,7 @@ from scheduling.handlers.birthday import YearlyHandler
 class AnniversaryHandler(YearlyHandler):
     event_type: str = EventType.ANNIVERSARY
     message_template = "Hey, {first_name} {last_name} happy anniversary"
-    subject_templates = MappingProxyType(
+    subject_templates: Mapping[str, str] = MappingProxyType(
         {"": "Happy anniversary, {first_name}!", "de": "Alles Gute zum Hochzeitstag, {first_name}!"}
     )
     placeholders = frozenset({"first_name", "last_name", "years"})

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import abc
 import calendar
+from collections.abc import Mapping
 from datetime import date, datetime, time
 from types import MappingProxyType
 
@@ -65,7 +66,7 @@ class YearlyHandler(abc.ABC):
 class BirthdayHandler(YearlyHandler):
     event_type: str = EventType.BIRTHDAY
     message_template = "Hey, {first_name} {last_name} it's your birthday"
-    subject_templates = MappingProxyType(
+    subject_templates: Mapping[str, str] = MappingProxyType(
         {"": "Happy birthday, {first_name}!", "de": "Alles Gute zum Geburtstag, {first_name}!"}
     )
     placeholders = frozenset({"first_name", "last_name", "age"})

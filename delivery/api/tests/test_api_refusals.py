@@ -148,7 +148,12 @@ def test_the_openapi_document_states_what_the_server_enforces(anonymous_client, 
     assert recipient["language"]["maxLength"] == 35
     assert destination["timeout"]["minimum"] == 0 and destination["timeout"]["exclusiveMinimum"] is True
     assert destination["timeout"]["maximum"] == settings.WEBHOOK_TIMEOUT.total_seconds()
-    assert destination["url"]["pattern"] == "^[Hh][Tt][Tt][Pp][Ss]?://"
+    # http(s) for a webhook, smtps, smtp or smtp+plain for an email destination's relay
+    assert (
+        destination["url"]["pattern"]
+        == r"^([Hh][Tt][Tt][Pp][Ss]?|[Ss][Mm][Tt][Pp]([Ss]|\+[Pp][Ll][Aa][Ii][Nn])?)://"
+    )
+    assert destination["smtp_password"]["writeOnly"] is True
     assert [s["pattern"] for s in destination["secret"]["oneOf"] if "pattern" in s][0].startswith(r"^whsec_")
     assert "paused" in schemas["User"]["required"] and "paused" in schemas["Destination"]["required"]
     assert "next_digest_local" in schemas["Destination"]["required"]

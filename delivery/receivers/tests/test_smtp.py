@@ -39,8 +39,8 @@ RELAY = Relay(
     from_address="greetings@example.com",
     from_name="People Team",
     reply_to="people@example.com",
+    unsubscribe=lambda user_id: f"https://greetings.example.com/p/unsubscribe/{user_id}/",
 )
-UNSUBSCRIBE = "https://greetings.example.com/p/unsubscribe/abc.def/"
 
 
 def delivery(
@@ -50,7 +50,6 @@ def delivery(
         "message": message or f"Hey, {first_name} Lovelace it's your birthday",
         "subject": f"Happy birthday, {first_name}!",
         "email": to,
-        "unsubscribe_url": UNSUBSCRIBE,
         "user_id": str(uuid.uuid4()),
         "event_id": str(uuid.uuid4()),
         "event_type": "BIRTHDAY",
@@ -113,7 +112,8 @@ def test_an_accepting_relay_takes_each_message_once_over_one_session_with_every_
     assert message["Reply-To"] == "people@example.com"
     assert message["Auto-Submitted"] == "auto-generated"
     assert message["List-Id"] == '"Greetings" <destination-7.example.com>'
-    assert message["List-Unsubscribe"] == f"<{UNSUBSCRIBE}>"
+    user_id = json.loads(deliveries[0].body)["user_id"]
+    assert message["List-Unsubscribe"] == f"<https://greetings.example.com/p/unsubscribe/{user_id}/>"
     assert message["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
     assert message["Date"]
     assert message["Subject"] == "Happy birthday, Ada!"

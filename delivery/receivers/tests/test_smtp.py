@@ -39,7 +39,8 @@ RELAY = Relay(
     from_address="greetings@example.com",
     from_name="People Team",
     reply_to="people@example.com",
-    unsubscribe=lambda user_id: f"https://greetings.example.com/p/unsubscribe/{user_id}/",
+    # As long as a signed token makes it: the header stays one line, the URL whole.
+    unsubscribe=lambda user_id: f"https://greetings.example.com/p/unsubscribe/{user_id}:{'x' * 80}/",
 )
 
 
@@ -113,7 +114,10 @@ def test_an_accepting_relay_takes_each_message_once_over_one_session_with_every_
     assert message["Auto-Submitted"] == "auto-generated"
     assert message["List-Id"] == '"Greetings" <destination-7.example.com>'
     user_id = json.loads(deliveries[0].body)["user_id"]
-    assert message["List-Unsubscribe"] == f"<https://greetings.example.com/p/unsubscribe/{user_id}/>"
+    unsubscribe = f"<https://greetings.example.com/p/unsubscribe/{user_id}:{'x' * 80}/>"
+    assert message["List-Unsubscribe"] == unsubscribe
+    # written whole on one line, as RFC 8058's readers take it (never as RFC 2047 encoded words)
+    assert f"\r\nList-Unsubscribe: {unsubscribe}\r\n".encode() in taken[0].content
     assert message["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
     assert message["Date"]
     assert message["Subject"] == "Happy birthday, Ada!"

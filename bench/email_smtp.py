@@ -8,8 +8,9 @@ Run with the product's venv (it needs the product, aiosmtplib and aiosmtpd). In 
 1. an aiosmtpd server in a process of its own (`--serve`, on a free port), which counts
    the messages it took and by Message-ID;
 2. the baseline: one aiosmtplib connection, reused, sending the same messages (built by
-   the product's own `message_build`, from the bodies the claim stored) one after the
-   other, as fast as the server answers: messages a second;
+   the product's own `message_build`, from the bodies the claim stored, in the loop) one
+   after the other, as fast as the server answers: messages a second; and the same with
+   the messages built before the clock starts (the transport alone);
 3. the product, for each worker count: the database made afresh (`manage.py migrate`
    into the database DATABASE_URL names, which it drops and creates), one personal email
    destination to the server, `count` recipients with addresses all due now, queued by
@@ -151,8 +152,10 @@ def _queue(count: int, relay: str) -> list[tuple[str, str]]:
     return list(Delivery.objects.values_list("idempotency_key", "payload"))
 
 
-def _bare(port: int, bodies: list[tuple[str, str]]) -> float:
-    """Messages a second over one reused aiosmtplib connection, the product's messages, built here first."""
+def _bare(port: int, bodies: list[tuple[str, str]]) -> tuple[float, float]:
+    """Messages a second over one reused aiosmtplib connection, the product's messages: each built in the loop
+    by the product's own message_build (what any sender of these messages does), and, second, built before the
+    clock starts (the transport alone)."""
     import aiosmtplib
 
     from delivery.receivers.lane_settings import Relay
@@ -160,40 +163,42 @@ def _bare(port: int, bodies: list[tuple[str, str]]) -> float:
     from delivery.receivers.smtp import message_build
 
     relay = Relay(destination_id=1, destination_name="bench mail", from_address="greetings@example.com")
-    messages = []
+    prepared = []
     for key, payload in bodies:
         body = payload if isinstance(payload, dict) else json.loads(payload)
         delivery = ClaimedDelivery(
             id=None, event_id=None, idempotency_key=key, endpoint_key="", body="", attempt=1, max_attempts=1
         )  # type: ignore[arg-type]
-        messages.append(
-            (
-                body["to"],
-                message_build(
-                    delivery=delivery, body=body, relay=relay, to=body["to"], utf8=False
-                ).as_bytes(),
-            )
-        )
+        prepared.append((delivery, body))
 
-    async def run() -> float:
+    def built(delivery, body) -> bytes:
+        return message_build(delivery=delivery, body=body, relay=relay, to=body["to"], utf8=False).as_bytes()
+
+    async def run(prebuilt: bool) -> float:
+        messages = [(body["to"], built(d, body)) for d, body in prepared] if prebuilt else None
         client = aiosmtplib.SMTP(hostname="127.0.0.1", port=port, start_tls=False)
         await client.connect()
         started = time.perf_counter()
-        for to, raw in messages:
-            await client.sendmail("greetings@example.com", [to], raw)
+        if messages is not None:
+            for to, raw in messages:
+                await client.sendmail("greetings@example.com", [to], raw)
+        else:
+            for delivery, body in prepared:
+                await client.sendmail("greetings@example.com", [body["to"]], built(delivery, body))
         elapsed = time.perf_counter() - started
         await client.quit()
         return elapsed
 
-    elapsed = asyncio.run(run())
-    return len(messages) / elapsed
+    return len(prepared) / asyncio.run(run(False)), len(prepared) / asyncio.run(run(True))
 
 
-def _product(env: dict, workers: int, count: int) -> float:
-    """Messages a second: `workers` run_worker --once started together, until all `count` are DELIVERED."""
+def _product(env: dict, workers: int, count: int) -> tuple[float, float]:
+    """Messages a second: `workers` run_worker --once started together, until all `count` are DELIVERED; timed
+    from their start (their Django start-up included), and from the first delivery recorded."""
     from delivery.models import Delivery, DeliveryStatus
 
     started = time.perf_counter()
+    first: float | None = None
     processes = [
         subprocess.Popen(
             [sys.executable, "manage.py", "run_worker", "--once"],
@@ -205,14 +210,16 @@ def _product(env: dict, workers: int, count: int) -> float:
         for _ in range(workers)
     ]
     delivered = Delivery.objects.filter(status=DeliveryStatus.DELIVERED)
-    while delivered.count() < count:
+    while (done := delivered.count()) < count:
+        if first is None and done:
+            first = time.perf_counter()
         if all(p.poll() is not None for p in processes):
             raise SystemExit(f"the workers exited with {delivered.count()} of {count} delivered")
         time.sleep(0.05)
-    elapsed = time.perf_counter() - started
+    ended = time.perf_counter()
     for process in processes:
         process.wait(timeout=60)
-    return count / elapsed
+    return count / (ended - started), (count - 1) / (ended - (first or started))
 
 
 def main() -> int:
@@ -250,8 +257,8 @@ def main() -> int:
         time.sleep(1.5)
         try:
             bodies = _queue(args.count, f"smtp+plain://127.0.0.1:{port}/")
-            bare = _bare(port, bodies)
-            product = _product(env, workers, args.count)
+            bare, bare_bytes = _bare(port, bodies)
+            product, product_running = _product(env, workers, args.count)
         finally:
             server.terminate()
             server.wait(timeout=30)

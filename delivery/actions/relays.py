@@ -11,7 +11,10 @@ import functools
 import uuid
 from dataclasses import replace
 
-from delivery.actions.optouts import unsubscribe_url
+from django.conf import settings
+from django.urls import reverse
+
+from delivery.actions.optouts import unsubscribe_token
 from delivery.destinations.selectors import destination_relay
 from delivery.models import Destination
 from delivery.receivers.lane_settings import Relay
@@ -26,4 +29,15 @@ def relay_for_sending(*, destination: Destination) -> Relay | None:
 
 
 def _unsubscribe_url(user_id: str, *, destination_id: int) -> str:
-    return unsubscribe_url(user_id=uuid.UUID(user_id), destination_id=destination_id)
+    """unsubscribe_url's URL, its path reversed once rather than once a message (reverse() costs a tenth of a
+    millisecond, as much as the rest of the token; a test holds the two to the same URL)."""
+    before, after = _path_around_token()
+    token = unsubscribe_token(user_id=uuid.UUID(user_id), destination_id=destination_id)
+    return settings.PUBLIC_BASE_URL.rstrip("/") + before + token + after
+
+
+@functools.cache
+def _path_around_token() -> tuple[str, str]:
+    marker = "TOKEN"
+    before, _, after = reverse("people:unsubscribe", kwargs={"token": marker}).partition(marker)
+    return before, after

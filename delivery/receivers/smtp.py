@@ -142,15 +142,16 @@ class _Policy(EmailPolicy):
         return super()._fold(name, value, refold_binary)  # type: ignore[misc]
 
     def header_fetch_parse(self, name: str, value: Any) -> Any:
-        # The generator and set_content read Content-Type again and again: parsed once per value.
-        if isinstance(value, str) and not hasattr(value, "name"):
-            return _parsed(self, name, value)
+        # The generator and set_content read Content-Type again and again: parsed once per value. Keyed by
+        # the header factory, which every clone of the policy shares (the generator clones it for each part).
+        if isinstance(value, str) and not hasattr(value, "name") and _plain(name, value):
+            return _parsed(self.header_factory, name, value)
         return super().header_fetch_parse(name, value)
 
 
 @functools.lru_cache(maxsize=1024)
-def _parsed(policy: EmailPolicy, name: str, value: str) -> Any:
-    return EmailPolicy.header_fetch_parse(policy, name, value)
+def _parsed(factory: Any, name: str, value: str) -> Any:
+    return factory(name, value)
 
 
 def _plain(name: str, value: str) -> bool:

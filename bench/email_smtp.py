@@ -265,8 +265,12 @@ def main() -> int:
         counted = json.loads(report.read_text())
         results[workers] = {
             "bare_per_s": round(bare, 1),
+            "bare_prebuilt_per_s": round(bare_bytes, 1),
             "product_per_s": round(product, 1),
+            "product_running_per_s": round(product_running, 1),
             "ratio": round(product / bare, 3),
+            "ratio_running": round(product_running / bare, 3),
+            "ratio_to_prebuilt": round(product / bare_bytes, 3),
             "server": counted,
         }
         print(json.dumps({"workers": workers, **results[workers]}), flush=True)

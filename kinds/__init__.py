@@ -1,11 +1,12 @@
 """The kinds of destination: one module each, behind kinds.base.Kind, and their registry.
 
-A destination's `format` names its kind. A new kind (an SMS gateway, email) is
-one module here and one line below; if its transport is new (not "http"), also
-that transport in delivery/receivers/ and one line in its registry
-(delivery.receivers.transports). delivery.models takes its format choices from
-this registry, so a migration records the new value. docs/design.md, "Adding a
-kind of destination", says the whole of it.
+A destination's `format` names its kind. A new kind on an existing transport (an
+SMS gateway with an HTTP API) is one module here, one line below and a migration
+(delivery.models takes its format choices from this registry). A kind on a new
+transport (email, over SMTP) takes more: that transport in delivery/receivers/ and
+one line in its registry (delivery.receivers.transports), and whatever its
+destinations hold besides a URL (a relay's From and password: fields, a check, the
+API and the console). docs/design.md, "Adding a kind of destination", lists it all.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ A kind (standard JSON, Slack, Discord, Teams...) knows these things about its
 service, and nothing about the outbox that sends to it:
 
 - its transport (`transport`): the name of what carries its messages ("http":
-  one POST per message, delivery.receivers.transport); the worker's sender
+  one POST per message, delivery.receivers.transport; "smtp": a mail relay's
+  session, delivery.receivers.smtp, for kinds.email); the worker's sender
   speaks to every transport alike (delivery.receivers.protocol);
 - its body for the standard payload (`body`), a JSON object stored with the
   delivery and handed to its transport as it is, escaping what came from data

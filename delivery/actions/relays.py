@@ -33,7 +33,8 @@ def _unsubscribe_url(user_id: str, *, destination_id: int) -> str:
     millisecond, as much as the rest of the token; a test holds the two to the same URL)."""
     before, after = _path_around_token()
     token = unsubscribe_token(user_id=uuid.UUID(user_id), destination_id=destination_id)
-    return settings.PUBLIC_BASE_URL.rstrip("/") + before + token + after
+    base: str = settings.PUBLIC_BASE_URL
+    return base.rstrip("/") + before + token + after
 
 
 @functools.cache

@@ -24,6 +24,7 @@ from delivery.models import AttemptOutcome, DeliveryStatus, EndpointState
 from delivery.receivers.addresses import ReceiverPolicy, address_refusal
 from delivery.receivers.lane_settings import LaneSettings
 from delivery.receivers.protocol import OUTCOME_OF, ClaimedDelivery, SendResult, answered
+from delivery.receivers.smtp import SmtpTransport
 from delivery.receivers.transport import WebhookTransport
 from delivery.receivers.transports import TRANSPORTS, transports_make
 from delivery.rules.answers import Signal
@@ -315,5 +316,6 @@ def test_a_line_transport_screens_its_address_by_the_receiver_policy(line_server
 def test_every_kind_names_a_registered_transport_and_a_process_opens_one_of_each():
     assert {kind.transport for kind in KINDS.values()} <= set(TRANSPORTS)
     made = transports_make(timeout=5.0)
-    assert set(made) == {kind.transport for kind in KINDS.values()} == {"http"}
+    assert set(made) == {kind.transport for kind in KINDS.values()} == {"http", "smtp"}
     assert isinstance(made["http"], WebhookTransport)
+    assert isinstance(made["smtp"], SmtpTransport)

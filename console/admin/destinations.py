@@ -41,7 +41,7 @@ from delivery.destinations.selectors import (
     destination_unsent_count,
     destinations_health,
 )
-from delivery.models import Destination, EndpointState, Weekend
+from delivery.models import Destination, DigestLanguage, EndpointState, Weekday, Weekend
 from delivery.rules import conditions
 from kinds import kind_for
 from scheduling.event_types import EventType
@@ -111,8 +111,10 @@ class DestinationForm(forms.ModelForm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         # Left out of a post (an older page, a script): on the day, the default. (A view-only page has no field.)
-        if "weekend" in self.fields:
-            self.fields["weekend"].required = False
+        for name in ("weekend", "digest_days_ahead", "digest_language"):
+            # Left out of a post (an older page, a script): the default. (A view-only page has no field.)
+            if name in self.fields:
+                self.fields[name].required = False
         if self.instance.pk:
             self.fields["loaded_version"].initial = self.instance.version
             self.fields["url"].help_text = (
@@ -136,6 +138,9 @@ class DestinationForm(forms.ModelForm):
             if (cleaned.get(message_field(event_type)) or "").strip()
         }
         cleaned["weekend"] = cleaned.get("weekend") or Weekend.ON_THE_DAY
+        cleaned["digest_days_ahead"] = cleaned.get("digest_days_ahead") or 0
+        cleaned["digest_weekday"] = cleaned.get("digest_weekday") or None
+        cleaned["digest_language"] = cleaned.get("digest_language") or DigestLanguage.EN
         loaded = cleaned.get("loaded_version")
         # The instance was read for this request: a version above the one loaded is someone else's save.
         # (Between this read and the save, the service checks again under the row's lock.)
@@ -266,13 +271,20 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
                 },
             ),
             (
-                "Daily digest",
+                "Daily or weekly digest",
                 {
-                    "fields": ["digest_time", "digest_timezone", "weekend"]
+                    "fields": [
+                        "digest_time",
+                        "digest_timezone",
+                        "weekend",
+                        "digest_days_ahead",
+                        "digest_weekday",
+                        "digest_language",
+                    ]
                     + (["next_digest"] if obj is not None else []),
-                    "description": "One message a day naming the date's people in its audience, exactly once per "
-                    "date, in its format; a chat service's limit keeps as many names as fit and says how many "
-                    "more there are.",
+                    "description": "One message a day (or a week) naming its dates' people in its audience, "
+                    "exactly once per date (or week), in its format; a chat service's limit keeps as many names "
+                    "as fit and says how many more there are.",
                 },
             ),
             (
@@ -350,10 +362,14 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
     def digest(self, destination: Destination) -> str:
         if destination.digest_time is None:
             return "per greeting"
+        every = f"{Weekday(destination.digest_weekday).label}s" if destination.digest_weekday else "daily"
+        ahead = f", {destination.digest_days_ahead} days ahead" if destination.digest_days_ahead else ""
         return format_html(
-            "daily {} {}; next {}",
+            "{} {} {}{}; next {}",
+            every,
             f"{destination.digest_time:%H:%M}",
             destination.digest_timezone,
+            ahead,
             self.next_digest(destination),
         )
 

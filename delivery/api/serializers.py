@@ -14,12 +14,15 @@ from config.fields import NOT_BLANK, StrictBooleanField, StrictCharField
 from delivery.credentials.signing_secrets import PREFIX as SECRET_PREFIX
 from delivery.destinations.fields import EDITABLE_FIELDS, SETTINGS, URL_MAX_LENGTH
 from delivery.models import (
+    DIGEST_DAYS_AHEAD_MAX,
     RECOVERABLE_STATUSES,
     Destination,
     DestinationFormat,
     DestinationSecret,
+    DigestLanguage,
     EndpointState,
     Recovery,
+    Weekday,
     Weekend,
 )
 from delivery.rules import failure_causes as failures
@@ -182,10 +185,20 @@ class DestinationSerializer(serializers.ModelSerializer):
         required=False,
         help_text=_help("weekend"),
     )
+    digest_days_ahead = serializers.IntegerField(
+        min_value=0, max_value=DIGEST_DAYS_AHEAD_MAX, required=False, help_text=_help("digest_days_ahead")
+    )
+    digest_weekday = serializers.ChoiceField(
+        choices=Weekday.choices, allow_null=True, required=False, help_text=_help("digest_weekday")
+    )
+    digest_language = serializers.ChoiceField(
+        choices=DigestLanguage.choices, required=False, help_text=_help("digest_language")
+    )
     next_digest_date = serializers.DateField(
         read_only=True,
         allow_null=True,
-        help_text="The local date of its next digest; null without a digest_time.",
+        help_text="The local date of its next digest (a weekly one's: its next weekday in a week not yet "
+        "built); null without a digest_time.",
     )
     next_digest_at = serializers.DateTimeField(
         read_only=True,

@@ -214,8 +214,9 @@ def digest_entries(
     ):
         user = event.user
         # Held back as the claim will hold them (scheduling.pauses), judged at the occurrence's own
-        # send time: a recipient or type paused with no end is not named, even a week ahead; one
-        # whose pause ended before is. An announcement ahead names whom the day will greet.
+        # send time: one paused now is not named, even a week ahead (a pause lasts until resumed,
+        # so the day would hold them back too, and an announcement names whom the day will greet);
+        # one resumed is. A pause taken after the digest went cannot take them out of it.
         if PauseSpan(user.paused_at, user.resumed_at).holds(event.target_timestamp_utc):
             continue
         pause = type_pauses.get(event.event_type)

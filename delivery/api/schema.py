@@ -52,6 +52,21 @@ DAILY_DIGEST = OpenApiExample(
     },
     request_only=True,
 )
+WEEKLY_AHEAD = OpenApiExample(
+    "The Munich office's channel: on Mondays, in German, the week after next",
+    value={
+        "name": "munich-slack",
+        "url": "https://hooks.slack.com/services/T000/B002/ZZZZ",
+        "audience_labels": ["office:munich"],
+        "format": "slack",
+        "digest_time": "09:00",
+        "digest_timezone": "Europe/Berlin",
+        "digest_weekday": "MONDAY",
+        "digest_days_ahead": 7,
+        "digest_language": "de",
+    },
+    request_only=True,
+)
 CREATED = OpenApiExample(
     "Created, with its secret shown this once",
     value={
@@ -70,6 +85,9 @@ CREATED = OpenApiExample(
         "digest_time": None,
         "digest_timezone": "",
         "weekend": "ON_THE_DAY",
+        "digest_days_ahead": 0,
+        "digest_weekday": None,
+        "digest_language": "en",
         "next_digest_date": None,
         "next_digest_at": None,
         "next_digest_local": None,
@@ -135,7 +153,7 @@ destination_schema = extend_schema_view(
             "is ever shown (afterwards only its hint). Give `secret` to use one of your own."
         ),
         parameters=[etag_header(201)],
-        examples=[NEW_DESTINATION, TEAM_CHANNEL, DAILY_DIGEST, CREATED],
+        examples=[NEW_DESTINATION, TEAM_CHANNEL, DAILY_DIGEST, WEEKLY_AHEAD, CREATED],
     ),
     update=extend_schema(
         summary="Replace a destination's settings",

@@ -253,6 +253,11 @@ class Digest(models.Model):
     # Its heading as built, in its destination's language then; "": built before headings were
     # kept (rendered from its dates, in English).
     heading = models.CharField(max_length=200, blank=True, default="", db_default="")
+    # The language of its words (its destination's digest_language when built): its heading's and
+    # lines', and the "… and N more" a chat service's limit adds.
+    language = models.CharField(
+        max_length=8, choices=DigestLanguage.choices, default=DigestLanguage.EN, db_default=DigestLanguage.EN
+    )
     # What it names, one dict per occurrence (event_id, user_id, event_type, occurrence_date,
     # idempotency_key, line): the body is rendered from these, and an erasure takes a
     # recipient's out and renders it again (delivery.erasure).

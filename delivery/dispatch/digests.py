@@ -273,10 +273,21 @@ def _digest_queue(
     # each refuse a second digest.
     inserted = execute(
         f"INSERT INTO {Digest._meta.db_table} "
-        "(destination_id, local_date, first_date, last_date, period, idempotency_key, heading, entries, created_at) "
-        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s) "
+        "(destination_id, local_date, first_date, last_date, period, idempotency_key, heading, language, entries, "
+        "created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s) "
         "ON CONFLICT DO NOTHING RETURNING id",
-        [destination.pk, day, first, last, period, key, heading, json.dumps(entries), now],
+        [
+            destination.pk,
+            day,
+            first,
+            last,
+            period,
+            key,
+            heading,
+            destination.digest_language,
+            json.dumps(entries),
+            now,
+        ],
     )
     if not inserted:
         return False
@@ -289,6 +300,7 @@ def _digest_queue(
         period=period,
         idempotency_key=key,
         heading=heading,
+        language=destination.digest_language,
         entries=entries,
     )
     Delivery.objects.create(

@@ -236,6 +236,7 @@ def digest_payload(*, digest: Digest) -> dict[str, Any]:
         # Stored when it was built (its words depend on the settings then); older digests have none.
         "heading": digest.heading
         or digest_heading(day=digest.local_date, first=digest.first_date, last=digest.last_date),
+        "language": digest.language,
         "occurrences": digest.entries,
     }
 

@@ -97,7 +97,9 @@ def test_a_weekly_digest_names_the_coming_seven_days_once_a_week_in_german():
         "Geburtstag von Ada Lovelace (Montag)",
         "Geburtstag von Grace Hopper (Sonntag)",
     ]
-    assert Delivery.objects.get().payload["heading"].startswith("Die kommenden sieben Tage, Montag, ")
+    payload = Delivery.objects.get().payload
+    assert payload["heading"].startswith("Die kommenden sieben Tage, Montag, ")
+    assert payload["language"] == digest.language == "de"
     # and the next is next Monday's
     destination.refresh_from_db()
     assert destination.next_digest_date == monday + timedelta(days=7)

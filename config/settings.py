@@ -57,7 +57,7 @@ ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhos
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 
 # This project's own apps: installed below, and their loggers write at LOG_LEVEL.
-PROJECT_APPS = ("runtime", "users", "scheduling", "delivery", "console", "monitoring")
+PROJECT_APPS = ("runtime", "users", "scheduling", "delivery", "people", "console", "monitoring")
 
 INSTALLED_APPS = [
     "console.apps.ConsoleAdminConfig",
@@ -227,6 +227,10 @@ TRUSTED_PROXY_COUNT = env.int("TRUSTED_PROXY_COUNT", default=0)
 # Secure cookies). Only trusted when there is a proxy to set it.
 if TRUSTED_PROXY_COUNT:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# PUBLIC_BASE_URL: the product's address as people reach it (https://greetings.example.com),
+# for links that leave it: a mail's one-click unsubscribe, a person's own page.
+PUBLIC_BASE_URL = env("PUBLIC_BASE_URL", default="http://127.0.0.1:8000")
 
 # ADMIN_URL: where the operator console lives; change it to keep scanners away.
 ADMIN_URL = env("ADMIN_URL", default="admin/").strip("/") + "/"

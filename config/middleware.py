@@ -36,7 +36,11 @@ class RequestBodyLimitMiddleware:
             declared = int(request.META.get("CONTENT_LENGTH") or 0)
         except ValueError:
             return JsonResponse({"detail": "Invalid Content-Length header."}, status=400)
-        limit = settings.ESP_WEBHOOK_MAX_BODY_BYTES if request.path.startswith("/esp/") else settings.API_MAX_BODY_BYTES
+        limit = (
+            settings.ESP_WEBHOOK_MAX_BODY_BYTES
+            if request.path.startswith("/esp/")
+            else settings.API_MAX_BODY_BYTES
+        )
         if declared > limit:
             return JsonResponse(
                 {"detail": f"Request body of {declared} bytes is larger than the {limit} bytes allowed."},

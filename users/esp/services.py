@@ -5,11 +5,8 @@ from datetime import datetime
 from email.utils import parseaddr
 
 from anymail.signals import AnymailTrackingEvent, EventType
-from django.core.exceptions import ValidationError
 
-from users.models import User
 from users.services import recipient_email_undeliverable_mark
-from users.validators import clean_email
 
 logger = logging.getLogger(__name__)
 
@@ -26,10 +23,10 @@ def _permanent_bounce(*, esp_name: str, event: AnymailTrackingEvent) -> bool:
     esp_event = event.esp_event if isinstance(event.esp_event, dict) else {}
     if esp_name == "Amazon SES":
         # "Transient" (mailbox full, message too large) and "Undetermined" are not for good.
-        return esp_event.get("bounce", {}).get("bounceType") == "Permanent"
+        return bool(esp_event.get("bounce", {}).get("bounceType") == "Permanent")
     if esp_name == "Postmark":
         # anymail maps SoftBounce to bounced too.
-        return esp_event.get("Type") == "HardBounce"
+        return bool(esp_event.get("Type") == "HardBounce")
     if esp_name == "SendGrid":
         # type "blocked" is SendGrid's own IP or content being refused, not the address.
         return esp_event.get("event") == "bounce" and esp_event.get("type", "bounce") == "bounce"
@@ -54,30 +51,24 @@ def esp_event_reason(*, esp_name: str, event: AnymailTrackingEvent) -> str | Non
     return f"{kind}: {detail}" if detail else kind
 
 
-def esp_tracking_event_record(*, esp_name: str, event: AnymailTrackingEvent, now: datetime | None = None) -> int:
+def esp_tracking_event_record(
+    *, esp_name: str, event: AnymailTrackingEvent, now: datetime | None = None
+) -> int:
     """Mark the address of a hard bounce or a complaint undeliverable for each person who has it now.
 
-    Found by the address as users.validators.clean_email stores it; an address no one has
-    (any more) is ignored, and a person whose address changed since keeps the new one
-    unmarked (recipient_email_undeliverable_mark checks it in its own update). Returns how
-    many people were marked.
+    Found by the address as users.validators.clean_email stores it (in any case); an address no
+    one has (any more) is ignored, and a person whose address changed since keeps the new one
+    unmarked (recipient_email_undeliverable_mark matches the current address in its own update).
+    Returns how many people were marked.
     """
     reason = esp_event_reason(esp_name=esp_name, event=event)
     if reason is None:
         return 0
-    try:
-        address = clean_email(parseaddr(event.recipient or "")[1])
-    except ValidationError:
-        address = ""
-    if not address:
-        logger.warning("ESP event without a usable recipient", extra={"esp": esp_name, "event_id": event.event_id})
-        return 0
-    marked = 0
-    for user_id in User.objects.filter(email=address).values_list("id", flat=True):
-        if recipient_email_undeliverable_mark(user_id=user_id, email=address, reason=reason, now=now):
-            marked += 1
-            logger.info(
-                "Marked a recipient's email undeliverable",
-                extra={"user_id": str(user_id), "esp": esp_name, "event_id": event.event_id},
-            )
+    # An ESP may report the address with a display name ("Ada <ada@example.com>").
+    address = parseaddr(event.recipient or "")[1]
+    marked: int = recipient_email_undeliverable_mark(email=address, reason=reason, now=now)
+    logger.info(
+        "ESP reported an address undeliverable",
+        extra={"esp": esp_name, "event_id": event.event_id, "event": event.event_type, "recipients": marked},
+    )
     return marked

@@ -40,7 +40,10 @@ class AmazonSESTrackingView(AmazonSESTrackingWebhookView):
             raise AnymailWebhookValidationFailure("An SNS subscription to confirm without WEBHOOK_SECRET")
         logger.warning(
             "Amazon SNS asks to confirm a subscription: open its SubscribeURL once",
-            extra={"topic_arn": sns_message.get("TopicArn"), "subscribe_url": sns_message.get("SubscribeURL")},
+            extra={
+                "topic_arn": sns_message.get("TopicArn"),
+                "subscribe_url": sns_message.get("SubscribeURL"),
+            },
         )
 
 

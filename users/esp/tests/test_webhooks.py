@@ -458,3 +458,30 @@ def test_an_esp_that_nothing_would_verify_stops_the_start(enabled, anymail, name
 def test_verified_esps_start():
     esp_webhooks_check(enabled=["sendgrid"], anymail={"SENDGRID_TRACKING_WEBHOOK_VERIFICATION_KEY": "k"})
     esp_webhooks_check(enabled=[], anymail={})
+
+
+def test_a_batch_larger_than_the_apis_limit_is_taken(settings):
+    # given the settings an enabled ESP starts with: Django's ceiling raised to the ESPs' limit
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = settings.ESP_WEBHOOK_MAX_BODY_BYTES
+    jane = UserFactory(email=ADDRESS)
+    # SendGrid batches its events: deliveries of others, then Jane's hard bounce
+    batch = [event for n in range(600) for event in sendgrid_event(f"p{n}@example.com", "delivered")]
+    batch += sendgrid_bounce(ADDRESS)
+    assert len(json.dumps(batch)) > settings.API_MAX_BODY_BYTES
+
+    response = post("sendgrid", batch)
+
+    assert response.status_code == 200
+    assert undeliverable(jane)[0]
+
+
+def test_a_post_over_the_esps_limit_is_refused(settings):
+    settings.ESP_WEBHOOK_MAX_BODY_BYTES = 1000
+    jane = UserFactory(email=ADDRESS)
+    batch = [event for n in range(20) for event in sendgrid_event(f"p{n}@example.com", "delivered")]
+    batch += sendgrid_bounce(ADDRESS)
+
+    response = post("sendgrid", batch)
+
+    assert response.status_code == 413
+    assert undeliverable(jane) == (False, "")

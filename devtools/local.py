@@ -171,7 +171,9 @@ def supervise(env: dict[str, str]) -> int:
         f"Admin:     http://{HOST}:{PORT}/{admin_url}/",
         f"Webhooks:  POSTed to {env['WEBHOOK_URL']}",
     ]
-    lines.append(f"Email:     an email destination's relay at {HOST}:{SMTP_PORT} (SMTP, no TLS) is the sink")
+    lines.append(
+        f"Email:     relay {HOST}:{SMTP_PORT} (the sink's SMTP, no TLS): give it to an email destination"
+    )
     lines.append(
         f"Received:  http://{HOST}:{SINK_PORT}/ (webhooks, chat and mail; and the 'sink' lines below)"
     )

@@ -304,5 +304,5 @@ class CelebrationChange(models.Model):
         ]
 
     def __str__(self) -> str:
-        what = f"{self.field} {self.event_type}".strip()
+        what = f"{self.field} {self.event_type or self.destination_name}".strip()
         return f"{what}: {self.old_value or 'default'} → {self.new_value or 'default'} ({self.changed_by})"

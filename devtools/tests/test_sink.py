@@ -70,6 +70,16 @@ def test_a_mail_sent_over_smtp_is_listed_with_its_text_and_the_headers_that_matt
     assert f"{host}:{port}" in shown
 
 
+def test_a_relay_with_a_user_and_password_reaches_the_sink_too(sink):
+    host, port = sink.smtp_address
+    with smtplib.SMTP(host, port, timeout=10) as smtp:
+        smtp.login("greetings", "any password")
+        smtp.sendmail("greetings@example.org", ["ada@example.com"], b"Subject: Hi\r\n\r\nHello Ada\r\n")
+
+    [mail] = sink.mail
+    assert (mail.header("Subject"), mail.text) == ("Hi", "Hello Ada\n")
+
+
 def test_a_slack_body_is_shown_as_its_text(sink):
     # given a greeting as the Slack kind shapes it
     body = kind_for("slack").body({"message": "Happy birthday, Ada <3"})

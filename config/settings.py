@@ -436,7 +436,7 @@ DELIVERY_RECOVERY_BATCH = env.int("DELIVERY_RECOVERY_BATCH", default=500)
 # ESP_WEBHOOKS: comma-separated ESPs (amazon_ses, postmark, sendgrid, mailgun; config/esp.py)
 # whose tracking webhooks are taken at /esp/<esp>/tracking/ (django-anymail). A hard bounce or
 # a complaint reported there marks the recipient's address undeliverable. Empty: none mounted.
-ESP_WEBHOOKS = env.list("ESP_WEBHOOKS", default=[])
+ESP_WEBHOOKS = [esp.strip() for esp in env.list("ESP_WEBHOOKS", default=[]) if esp.strip()]
 # What verifies the posts (anymail's settings; an enabled ESP without one stops every process):
 # ESP_WEBHOOK_SECRET: comma-separated "user:password" pairs for HTTP basic auth, given to the ESP
 # in the webhook's URL (https://user:password@host/esp/postmark/tracking/); two during a rotation.
@@ -446,7 +446,9 @@ ESP_WEBHOOKS = env.list("ESP_WEBHOOKS", default=[])
 ANYMAIL = {
     name: value
     for name, value in {
-        "WEBHOOK_SECRET": env.list("ESP_WEBHOOK_SECRET", default=[]),
+        "WEBHOOK_SECRET": [
+            pair.strip() for pair in env.list("ESP_WEBHOOK_SECRET", default=[]) if pair.strip()
+        ],
         "MAILGUN_WEBHOOK_SIGNING_KEY": env("ESP_MAILGUN_WEBHOOK_SIGNING_KEY", default=""),
         "SENDGRID_TRACKING_WEBHOOK_VERIFICATION_KEY": env(
             "ESP_SENDGRID_TRACKING_WEBHOOK_VERIFICATION_KEY", default=""

@@ -13,6 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from config import __version__
 from config.durations import parse_duration
+from config.esp import esp_webhooks_check
 from config.secret_key import check_secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -56,7 +57,7 @@ ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhos
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 
 # This project's own apps: installed below, and their loggers write at LOG_LEVEL.
-PROJECT_APPS = ("runtime", "users", "scheduling", "delivery", "console", "monitoring")
+PROJECT_APPS = ("runtime", "users", "scheduling", "delivery", "people", "console", "monitoring")
 
 INSTALLED_APPS = [
     "console.apps.ConsoleAdminConfig",
@@ -75,6 +76,8 @@ INSTALLED_APPS = [
     # Swagger UI's JavaScript and CSS as static files: the docs page needs no CDN.
     "drf_spectacular_sidecar",
     "axes",
+    # The ESPs' tracking webhooks (users/esp/); the app registers anymail's checks of its settings.
+    "anymail",
     *PROJECT_APPS,
 ]
 
@@ -225,6 +228,10 @@ TRUSTED_PROXY_COUNT = env.int("TRUSTED_PROXY_COUNT", default=0)
 if TRUSTED_PROXY_COUNT:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
+# PUBLIC_BASE_URL: the product's address as people reach it (https://greetings.example.com),
+# for links that leave it: a mail's one-click unsubscribe, a person's own page.
+PUBLIC_BASE_URL = env("PUBLIC_BASE_URL", default="http://127.0.0.1:8000")
+
 # ADMIN_URL: where the operator console lives; change it to keep scanners away.
 ADMIN_URL = env("ADMIN_URL", default="admin/").strip("/") + "/"
 
@@ -238,7 +245,8 @@ AXES_CLIENT_IP_CALLABLE = "config.client_address.client_address"
 
 # API_MAX_BODY_BYTES: the largest request body the API accepts (413 above it).
 API_MAX_BODY_BYTES = env.int("API_MAX_BODY_BYTES", default=64 * 1024)
-# Django's own ceiling on bodies read into memory, as a second line of defence.
+# Django's own ceiling on bodies read into memory, as a second line of defence (raised below
+# to ESP_WEBHOOK_MAX_BODY_BYTES when ESPs post).
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES
 
 # CACHE_URL: where rate-limit counters live. The default, a table in the
@@ -422,6 +430,39 @@ DELIVERY_LEASE_MARGIN = parse_duration(env("DELIVERY_LEASE_MARGIN", default="30s
 # recovery (delivery.actions.recovery), in one short transaction: small enough that the
 # turn's sending goes on beside it, large enough that 100,000 take a few minutes at most.
 DELIVERY_RECOVERY_BATCH = env.int("DELIVERY_RECOVERY_BATCH", default=500)
+
+# --- Bounces and complaints from an ESP (docs/operations.md, "Bounces and complaints") ---------
+
+# ESP_WEBHOOKS: comma-separated ESPs (amazon_ses, postmark, sendgrid, mailgun; config/esp.py)
+# whose tracking webhooks are taken at /esp/<esp>/tracking/ (django-anymail). A hard bounce or
+# a complaint reported there marks the recipient's address undeliverable. Empty: none mounted.
+ESP_WEBHOOKS = [esp.strip() for esp in env.list("ESP_WEBHOOKS", default=[]) if esp.strip()]
+# What verifies the posts (anymail's settings; an enabled ESP without one stops every process):
+# ESP_WEBHOOK_SECRET: comma-separated "user:password" pairs for HTTP basic auth, given to the ESP
+# in the webhook's URL (https://user:password@host/esp/postmark/tracking/); two during a rotation.
+# ESP_MAILGUN_WEBHOOK_SIGNING_KEY: Mailgun's HTTP webhook signing key.
+# ESP_SENDGRID_TRACKING_WEBHOOK_VERIFICATION_KEY: SendGrid's signed event webhook public key
+# (the base64 text, without the PEM lines).
+ANYMAIL = {
+    name: value
+    for name, value in {
+        "WEBHOOK_SECRET": [
+            pair.strip() for pair in env.list("ESP_WEBHOOK_SECRET", default=[]) if pair.strip()
+        ],
+        "MAILGUN_WEBHOOK_SIGNING_KEY": env("ESP_MAILGUN_WEBHOOK_SIGNING_KEY", default=""),
+        "SENDGRID_TRACKING_WEBHOOK_VERIFICATION_KEY": env(
+            "ESP_SENDGRID_TRACKING_WEBHOOK_VERIFICATION_KEY", default=""
+        ),
+    }.items()
+    # Unset is absent: anymail would take an empty signing key as a key.
+    if value
+}
+esp_webhooks_check(enabled=ESP_WEBHOOKS, anymail=ANYMAIL)
+# ESP_WEBHOOK_MAX_BODY_BYTES: the largest post taken at /esp/ (API_MAX_BODY_BYTES is the API's):
+# SendGrid batches events into posts of up to 768 KB.
+ESP_WEBHOOK_MAX_BODY_BYTES = env.int("ESP_WEBHOOK_MAX_BODY_BYTES", default=1024 * 1024)
+if ESP_WEBHOOKS:
+    DATA_UPLOAD_MAX_MEMORY_SIZE = max(API_MAX_BODY_BYTES, ESP_WEBHOOK_MAX_BODY_BYTES)
 
 # --- The receiver's limits and health (per endpoint, over every worker) ------------------
 

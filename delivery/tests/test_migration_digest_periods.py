@@ -1,4 +1,4 @@
-"""Migration 0026: the digests built before periods were kept get their date as their period (the key they
+"""Migration 0027: the digests built before periods were kept get their date as their period (the key they
 were made with is the one digest_key gives that period: delivery.rules.tests.test_digest_calendar), before
 the (destination, period) uniqueness is made."""
 
@@ -9,8 +9,8 @@ from django.db import connection
 
 from delivery.tests.test_migration_receiver_urls import executor_leaf, migrate
 
-BEFORE = [("delivery", "0025_merge_writes")]
-AFTER = [("delivery", "0026_digest_ahead_weekly")]
+BEFORE = [("delivery", "0026_destination_opt_out")]
+AFTER = [("delivery", "0027_digest_ahead_weekly")]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('delivery', '0025_merge_writes'),
+        ('delivery', '0026_destination_opt_out'),
     ]
 
     operations = [

@@ -5,6 +5,7 @@ from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 
 from config.openapi import IF_MATCH, ErrorSerializer, etag_header
 from delivery.api.serializers import (
+    CalendarFeedSerializer,
     DestinationSerializer,
     DestinationUpdateSerializer,
     NewSecretSerializer,
@@ -177,6 +178,16 @@ destination_schema = extend_schema_view(
         ),
         request=None,
         responses={200: RevealedUrlSerializer},
+    ),
+    calendar_feed=extend_schema(
+        summary="Issue or revoke a destination's calendar feed",
+        description=(
+            "POST issues the feed and answers its URL, the only time it is shown (only its hash is kept); a "
+            "URL issued before stops working. DELETE revokes it (404 if there is none). The feed lists the "
+            "coming 12 months of the celebrations the destination may announce, as all-day events."
+        ),
+        request=None,
+        responses={201: CalendarFeedSerializer, 204: None, 404: ErrorSerializer},
     ),
     pause=extend_schema(
         summary="Pause a destination",

@@ -51,6 +51,36 @@ def dates_named(*, day: date, weekend: str) -> tuple[date, date]:
     return day, day
 
 
+def digest_date_naming(*, occurrence_date: date, weekend: str) -> date:
+    """The date whose digest names an occurrence of `occurrence_date` (dates_named read backwards)."""
+    # A weekend rule moves a date at most two days either way.
+    for offset in (0, 1, 2, -1, -2):
+        day = occurrence_date + timedelta(days=offset)
+        first, last = dates_named(day=day, weekend=weekend)
+        if sends_on(day=day, weekend=weekend) and first <= occurrence_date <= last:
+            return day
+    raise AssertionError("every date is named by a digest within two days")  # unreachable by dates_named
+
+
+def digest_dates(*, destination: Destination, count: int) -> list[tuple[date, datetime]]:
+    """The destination's next `count` digests (local date, UTC instant), from its next one; none without a digest."""
+    if destination.next_digest_date is None or destination.next_digest_at is None:
+        return []
+    assert destination.digest_time is not None  # destination_digest_complete
+    dates = [(destination.next_digest_date, destination.next_digest_at)]
+    while len(dates) < count:
+        dates.append(
+            next_digest(
+                at=destination.digest_time,
+                timezone_name=destination.digest_timezone,
+                weekend=destination.weekend,
+                after=dates[-1][1],
+                after_date=dates[-1][0],
+            )
+        )
+    return dates
+
+
 def next_digest(
     *, at: time, timezone_name: str, weekend: str, after: datetime, after_date: date | None = None
 ) -> tuple[date, datetime]:

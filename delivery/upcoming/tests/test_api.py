@@ -23,9 +23,10 @@ def test_the_list_names_each_occurrence_with_where_and_when_in_local_time_and_ut
     placements = {p["destination_name"]: p for p in ada["placements"]}
     assert placements["chat"]["sent_as"] == "message"
     assert placements["chat"]["destination"] == chat.pk
-    assert placements["chat"]["at_local"] == f"{in_days(2).isoformat()}T09:00:00" + placements["chat"][
-        "at_local"
-    ][-6:]
+    assert (
+        placements["chat"]["at_local"]
+        == f"{in_days(2).isoformat()}T09:00:00" + placements["chat"]["at_local"][-6:]
+    )
     assert placements["chat"]["timezone"] == "America/Los_Angeles"
     assert placements["berlin"]["sent_as"] == "digest"
     assert placements["berlin"]["at_local"].startswith(f"{in_days(2).isoformat()}T09:30:00+0")
@@ -69,9 +70,9 @@ def test_a_label_is_read_by_the_recipients_rule_in_any_case(api_client):
     born(2, first="Ada", labels=["team:platform"])
     destination("chat")
 
-    assert [r["recipient_name"] for r in api_client.get(URL, {"label": "Team:Platform"}).json()["results"]] == [
-        "Ada Lovelace"
-    ]
+    assert [
+        r["recipient_name"] for r in api_client.get(URL, {"label": "Team:Platform"}).json()["results"]
+    ] == ["Ada Lovelace"]
 
 
 def test_reading_it_needs_an_account(anonymous_client):

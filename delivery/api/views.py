@@ -383,7 +383,9 @@ class UpcomingListView(APIView):
     permission_classes = [DestinationFailuresPermission]
 
     def get(self, request):
-        query = UpcomingQuerySerializer(data=request.query_params)
+        # A plain dict, not the QueryDict: DRF would read an empty value (`?type=`) as absent, which the
+        # document does not allow.
+        query = UpcomingQuerySerializer(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
         given = query.validated_data
         try:

@@ -1,11 +1,17 @@
 """A destination's calendar feed, read back with a second parser (ics), not the library that wrote it."""
 
+import logging
 import re
+from datetime import timedelta
+from types import SimpleNamespace
 
 import ics
 import pytest
 from django.utils import timezone
+from gunicorn.config import Config as GunicornConfig
 
+from config.gunicorn_logging import AccessLogger
+from config.logging import RedactFeedTokens
 from delivery.models import CalendarFeed
 from delivery.upcoming.tests.helpers import born, destination, in_days
 from users.models import CelebrationChoice
@@ -99,3 +105,31 @@ def test_someone_who_leaves_the_audience_is_gone_at_the_next_fetch(api_client, c
     ada.save()
 
     assert _read(client, url).events == set()
+
+
+def test_a_tokens_path_is_logged_redacted_by_django_and_by_gunicorns_access_log(client, caplog):
+    token = "S3cr3t-token_of-a-feed"
+
+    with caplog.at_level(logging.WARNING, logger="django.request"):
+        assert client.get(f"/api/v1/calendar/{token}.ics").status_code == 404
+
+    # as the settings' console handler writes it, through its filters
+    (handler,) = [
+        h for h in logging.getLogger().handlers if any(isinstance(f, RedactFeedTokens) for f in h.filters)
+    ]
+    (record,) = [r for r in caplog.records if r.name == "django.request"]
+    assert handler.filter(record)
+    logged = handler.format(record)
+    assert "/api/v1/calendar/[redacted].ics" in logged
+    assert token not in logged
+    environ = {
+        "REQUEST_METHOD": "GET",
+        "RAW_URI": f"/api/v1/calendar/{token}.ics",
+        "PATH_INFO": f"/api/v1/calendar/{token}.ics",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "HTTP_REFERER": f"https://example.org/api/v1/calendar/{token}.ics",
+    }
+    response = SimpleNamespace(status="404 Not Found", headers=[], sent=9)
+    atoms = AccessLogger(GunicornConfig()).atoms(response, [], environ, timedelta(milliseconds=3))
+    assert token not in f"{atoms['r']} {atoms['U']} {atoms['f']}"
+    assert atoms["r"] == "GET /api/v1/calendar/[redacted].ics HTTP/1.1"

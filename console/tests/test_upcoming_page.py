@@ -62,7 +62,9 @@ def test_issuing_a_calendar_feed_shows_its_address_once_and_revoking_it_ends_it(
     url = reverse("admin:delivery_destination_calendar_feed", args=[chat.pk])
 
     shown = console.post(url, {"action": "issue"})
-    address = re.search(r'id="calendar-feed-url" readonly size="100" value="([^"]+)"', shown.content.decode())[1]
+    address = re.search(
+        r'id="calendar-feed-url" readonly size="100" value="([^"]+)"', shown.content.decode()
+    )[1]
     assert shown["Cache-Control"].startswith("max-age=0")
     assert client.get(address).status_code == 200
     page = console.get(reverse("admin:delivery_destination_change", args=[chat.pk])).content.decode()

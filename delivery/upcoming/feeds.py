@@ -103,4 +103,5 @@ def calendar_feed_ics(*, destination: Destination, now: datetime) -> bytes:
         entry.add("summary", occurrence.line)
         entry.add("transp", "TRANSPARENT")
         calendar.add_component(entry)
-    return calendar.to_ical()
+    ical: bytes = calendar.to_ical()
+    return ical

@@ -221,7 +221,9 @@ _ROW_COLUMNS = [*_Row._fields[:-1], *(f"user__{name}" for name in _Person._field
 
 def _rows(events: QuerySet[Event]) -> list[_Row]:
     split = len(_Row._fields) - 1
-    return [_Row(*row[:split], _Person._make(row[split:])) for row in events.values_list(*_ROW_COLUMNS)]
+    return [
+        _Row._make((*row[:split], _Person._make(row[split:]))) for row in events.values_list(*_ROW_COLUMNS)
+    ]
 
 
 @dataclass

@@ -149,7 +149,7 @@ def _words(occurrence: UpcomingOccurrence, placement) -> SafeString:
 
 def left_out_html(occurrence: UpcomingOccurrence) -> SafeString:
     if not occurrence.left_out:
-        return format_html("{}", "")
+        return format_html("{}", "—")
     return format_html_join(
         "",
         '<p class="upcoming-left-out" data-reason="{}">{}{}</p>',

@@ -7,7 +7,14 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from console.tests.test_browser_layout import LAPTOP, PASSWORD, PHONE, log_in, sized  # noqa: F401
+from console.tests.test_browser_layout import (  # noqa: F401
+    LAPTOP,
+    PASSWORD,
+    PHONE,
+    SCREENSHOTS_DIR,
+    log_in,
+    sized,
+)
 from delivery.upcoming.tests.helpers import born, destination, digest_destination, in_days
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -63,6 +70,8 @@ def test_the_upcoming_page_names_the_right_people_at_their_local_times(
         .count("Grace Hopper")
         == 1
     )
+    if SCREENSHOTS_DIR:
+        page.screenshot(path=f"{SCREENSHOTS_DIR}/upcoming-{viewport['width']}.png", full_page=True)
     # and nothing is wider than the screen
     assert page.evaluate("document.documentElement.scrollWidth") <= viewport["width"] + 1
 

@@ -365,6 +365,18 @@ class DestinationHealthView(APIView):
         return Response(DestinationHealthSerializer(destinations_health(now=timezone.now()), many=True).data)
 
 
+class UpcomingPermission(BasePermission):
+    """Who is greeted where names the recipients and the destinations: reading needs `view_user` and
+    `view_destination`, as the console's page does."""
+
+    def has_permission(self, request, view):
+        return bool(
+            request.user
+            and request.user.is_authenticated
+            and request.user.has_perms(("users.view_user", "delivery.view_destination"))
+        )
+
+
 @extend_schema(
     parameters=[UpcomingQuerySerializer],
     responses={
@@ -380,7 +392,7 @@ class UpcomingListView(APIView):
     """What will be sent in the next days, soonest first: per occurrence who, what, where, when and in which
     words, or why it is left out; a page at a time (`next_cursor`)."""
 
-    permission_classes = [DestinationFailuresPermission]
+    permission_classes = [UpcomingPermission]
 
     def get(self, request):
         # A plain dict, not the QueryDict: DRF would read an empty value (`?type=`) as absent, which the

@@ -1,6 +1,9 @@
 """GET /api/v1/upcoming/: the list, and a 400 naming the field for each bad value."""
 
 import pytest
+from django.contrib.auth.models import Permission
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
 
 from delivery.upcoming.tests.helpers import born, destination, digest_destination, in_days
 
@@ -77,3 +80,16 @@ def test_a_label_is_read_by_the_recipients_rule_in_any_case(api_client):
 
 def test_reading_it_needs_an_account(anonymous_client):
     assert anonymous_client.get(URL).status_code == 401
+
+
+def test_reading_it_needs_to_see_both_recipients_and_destinations(django_user_model):
+    account = django_user_model.objects.create_user(username="destinations-only")
+    account.user_permissions.add(Permission.objects.get(codename="view_destination"))
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=account).key}")
+
+    assert client.get(URL).status_code == 403
+    account.user_permissions.add(
+        Permission.objects.get(codename="view_user", content_type__app_label="users")
+    )
+    assert client.get(URL).status_code == 200

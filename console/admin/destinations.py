@@ -387,7 +387,9 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
         """The next digests with the names they will carry, as things stand now."""
         if not destination.takes_digest:
             return "—"
-        return upcoming.digests_html(destination_upcoming_digests(destination=destination))
+        return upcoming.digests_html(
+            destination_upcoming_digests(destination=destination, now=timezone.now())
+        )
 
     @admin.display(description="calendar feed")
     def calendar_feed_state(self, destination: Destination) -> str:

@@ -304,15 +304,21 @@ def upcoming_list(
             raise UpcomingFilterError("destination", "No destination has this id.")
     until = now + timedelta(days=days)
     events = _pending(since=now, until=until, only=only, label=label, event_type=event_type, user_id=user_id)
+    rows: list[_Row] = []
     if cursor:
         try:
             after_at, after_id = cursor_parse(cursor)
         except ValueError as exc:
             raise UpcomingFilterError("cursor", "Not a cursor this list gave.") from exc
-        events = events.filter(target_timestamp_utc__gte=after_at).filter(
-            Q(target_timestamp_utc__gt=after_at) | Q(id__gt=after_id)
+        # Two simple ranges rather than one "(target, id) after the cursor": many events share an
+        # instant (09:00 in one zone on one date), and the index holds the target alone, so the
+        # rest of the cursor's instant is read by equality, then what follows as the first page is.
+        rows = _rows(
+            events.filter(target_timestamp_utc=after_at, id__gt=after_id).order_by("id")[: limit + 1]
         )
-    rows = _rows(events.order_by("target_timestamp_utc", "id")[: limit + 1])
+        events = events.filter(target_timestamp_utc__gt=after_at)
+    if len(rows) <= limit:
+        rows += _rows(events.order_by("target_timestamp_utc", "id")[: limit + 1 - len(rows)])
     occurrences = _occurrences(rows=rows[:limit], rules=rules, only=only)
     more = len(rows) > limit
     return UpcomingPage(
@@ -327,7 +333,9 @@ def recipient_upcoming(*, user_id: uuid.UUID, now: datetime) -> list[UpcomingOcc
     return upcoming_list(now=now, days=UPCOMING_DAYS_MAX, user_id=user_id, limit=PAGE_SIZE).occurrences
 
 
-def destination_upcoming_digests(*, destination: Destination, count: int = 3) -> list[UpcomingDigest]:
+def destination_upcoming_digests(
+    *, destination: Destination, now: datetime, count: int = 3
+) -> list[UpcomingDigest]:
     """The destination's next `count` digests, each with the occurrences it will name as things stand now.
 
     A digest names the occurrences of its dates whatever their state (one claimed earlier
@@ -342,8 +350,11 @@ def destination_upcoming_digests(*, destination: Destination, count: int = 3) ->
         since = datetime.combine(first - timedelta(days=1), time(), tzinfo=UTC)
         until = datetime.combine(last + timedelta(days=2), time(), tzinfo=UTC)
         rows: list[_Row] = []
-        for pending in (True, False):
-            events = _events(since=since, until=until, only=destination, pending=pending).filter(
+        # Claimed already: only what was due before now.
+        for pending, before in ((True, until), (False, min(until, now))):
+            if since >= before:
+                continue
+            events = _events(since=since, until=before, only=destination, pending=pending).filter(
                 occurrence_date__gte=first, occurrence_date__lte=last
             )
             rows += _rows(events.order_by("target_timestamp_utc", "id")[: DIGEST_NAMES_SHOWN + 1])
@@ -376,7 +387,12 @@ def feed_occurrences(
 
 
 def _events(*, since: datetime, until: datetime, only: Destination | None, pending: bool) -> QuerySet[Event]:
-    status = Q(status=EventStatus.PENDING) if pending else ~Q(status=EventStatus.PENDING)
+    # Each through its partial index: event_pending_due_idx, or event_history_idx by status then time.
+    status = (
+        Q(status=EventStatus.PENDING)
+        if pending
+        else Q(status__in=[s for s in EventStatus.values if s != EventStatus.PENDING])
+    )
     events = Event.objects.filter(status, target_timestamp_utc__gte=since, target_timestamp_utc__lt=until)
     if only is not None:
         events = events.filter(Audience.of(only).recipient_filter(prefix="user__"))
@@ -468,7 +484,9 @@ def _fate(
     placements: list[Placement] = []
     left_out: list[LeftOut] = []
     for destination in rules.router.targets(event_type=event_type, labels=user.labels, private=private):
-        placements.append(_message_placement(event=event, destination=destination, rules=rules))
+        # Rendered only where it is to be shown.
+        if only is None or destination.pk == only.pk:
+            placements.append(_message_placement(event=event, destination=destination, rules=rules))
     # Subscribed and holding them in its audience, but not personal: a private person is not named there.
     if private:
         for destination in rules.router.destinations:
@@ -479,6 +497,8 @@ def _fate(
             ):
                 left_out.append(LeftOut(destination.pk, destination.name, LeftOutReason.PRIVATE))
     for destination in rules.router.digests_naming(event_type=event_type, labels=user.labels):
+        if only is not None and destination.pk != only.pk:
+            continue
         if private:
             left_out.append(LeftOut(destination.pk, destination.name, LeftOutReason.PRIVATE))
             continue

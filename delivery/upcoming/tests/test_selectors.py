@@ -74,6 +74,26 @@ def test_pages_follow_one_another_by_cursor_without_repeating_or_skipping():
     assert third.next_cursor is None
 
 
+def test_pages_through_many_greetings_at_one_instant_take_each_once():
+    # given five people greeted at the same instant (09:00 Berlin on one date) and one the day after
+    for n in range(5):
+        born(2, first=f"Same{n}")
+    born(3, first="After")
+    destination("chat")
+    now = timezone.now()
+
+    seen, cursor = [], None
+    for _ in range(4):
+        page = upcoming_list(now=now, limit=2, cursor=cursor)
+        seen += _names(page)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+
+    assert sorted(seen[:5]) == [f"Same{n} Lovelace" for n in range(5)]
+    assert seen[5:] == ["After Lovelace"]
+
+
 def test_a_paused_recipient_is_left_out_everywhere_with_the_reason():
     born(2, first="Paused", paused_at=timezone.now(), paused_by="ops")
     destination("chat")
@@ -184,7 +204,7 @@ def test_a_destinations_next_digests_carry_the_names_of_their_dates_only_public_
     born(2, first="Linus", last="Torvalds", labels=["team:platform"])
     digest = digest_destination("platform", audience_labels=["team:platform"])
 
-    coming = destination_upcoming_digests(destination=digest, count=3)
+    coming = destination_upcoming_digests(destination=digest, now=timezone.now(), count=3)
 
     names = {d.local_date: [o.name for o in d.occurrences] for d in coming}
     assert names[in_days(1)] == ["Ada Lovelace"]

@@ -61,7 +61,11 @@ def reads() -> dict[str, tuple[Client, str]]:
         next_digest_at=timezone.now(),
     )
     team = _destination("bench-team", audience_labels=["team:t1"])
-    _destination("bench-everyone")
+    everyone = _destination("bench-everyone")
+    feed_of_everyone = reverse(
+        "calendar-feed",
+        kwargs={"token": calendar_feed_issue(destination=everyone, operator="bench", now=timezone.now())},
+    )
     feed = reverse(
         "calendar-feed",
         kwargs={"token": calendar_feed_issue(destination=team, operator="bench", now=timezone.now())},
@@ -94,7 +98,8 @@ def reads() -> dict[str, tuple[Client, str]]:
             f"{admin}delivery/destination/{digest.pk}/change/",
         ),
         "recipient page (next greetings)": (console, f"{admin}users/user/{user_id}/change/"),
-        "calendar feed of team:t1 (2,000 entries at most)": (Client(), feed),
+        "calendar feed of team:t1 (20,000 people; 1,000 entries at most)": (Client(), feed),
+        "calendar feed of everyone (1,000 entries at most)": (Client(), feed_of_everyone),
     }
 
 

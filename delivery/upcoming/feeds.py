@@ -34,7 +34,7 @@ from delivery.upcoming.selectors import feed_occurrences
 FEED_DAYS = 366
 # A feed lists at most this many entries, soonest first: a calendar of a whole company of
 # thousands is read by no one, and a fetch stays one short read.
-FEED_MAX_EVENTS = 2000
+FEED_MAX_EVENTS = 1000
 _UID_DOMAIN = "calendar-feed.invalid"
 
 

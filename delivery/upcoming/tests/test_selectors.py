@@ -38,7 +38,7 @@ def test_each_occurrence_is_placed_as_a_message_at_the_recipients_time_and_in_a_
     message = by_destination[chat.pk]
     assert not message.digest
     assert (message.at_local.date(), message.at_local.time()) == (in_days(3), time(9, 0))
-    assert message.at_local.tzinfo == LOS_ANGELES
+    assert str(message.at_local.tzinfo) == "America/Los_Angeles"
     named = by_destination[digest.pk]
     assert named.digest and named.digest_date == in_days(3)
     assert (named.at_local.date(), named.at_local.time(), str(named.at_local.tzinfo)) == (

@@ -60,4 +60,25 @@ def measure(harness: Harness, *, size: UpcomingSize) -> dict:
     }
 
 
+def report_section(res: dict) -> list[str]:
+    """Markdown lines for REPORT.md from the harness's results (`res["upcoming"]`)."""
+    lines = ["## What is coming: the upcoming reads (issue 47)\n"]
+    w = res.get("upcoming")
+    if w is None:
+        return lines + ["_upcoming: not run._"]
+    if "error" in w:
+        return lines + [f"_upcoming failed:_\n\n```\n{w['error'][-3000:]}\n```"]
+    lines.append(
+        f"{w['events']:,} events, {w['recipients']:,} recipients (built in {w['build_s']:.0f} s; load average "
+        f"{w['load']:.1f} at the end). Each read in-process by `bench/probe_upcoming.py`, median of 5 after a "
+        "warm-up; target: under 300 ms for the upcoming reads.\n"
+    )
+    lines.append("| read | median ms | slowest ms |")
+    lines.append("|---|---|---|")
+    for name, r in w["reads"].items():
+        lines.append(f"| {name} | {r['median_ms']:.1f} | {max(r['ms']):.0f} |")
+    lines.append("")
+    return lines
+
+
 WORKLOAD = Workload(name="upcoming", measure=measure, sizes=SIZES, repeat_whole=True)

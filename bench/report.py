@@ -9,7 +9,15 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from bench.workloads import audiences, destinations, digests, failover, queued, rate_limited, upcoming  # noqa: E402
+from bench.workloads import (  # noqa: E402
+    audiences,
+    destinations,
+    digests,
+    failover,
+    queued,
+    rate_limited,
+    upcoming,
+)
 
 
 def f(x, digits=0, unit=""):

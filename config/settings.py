@@ -529,10 +529,12 @@ LOGGING = {
             "timestamp": "time",  # ISO 8601 in UTC
         },
     },
+    "filters": {"redact_feed_tokens": {"()": "config.logging.RedactFeedTokens"}},
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": "json" if LOG_JSON else "text",
+            "filters": ["redact_feed_tokens"],
         },
     },
     "root": {"handlers": ["console"], "level": "WARNING"},

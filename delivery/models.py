@@ -315,6 +315,30 @@ class DestinationOptOut(models.Model):
         return f"{self.user_id} out of {self.destination_id}"
 
 
+class CalendarFeed(models.Model):
+    """A destination's calendar feed (delivery.upcoming.feeds): its URL's token, known only by its hash.
+
+    The token is a credential, as a receiver URL is: whoever has the URL reads the feed. Only
+    its SHA-256 is stored, so it is shown once, when issued; issuing again replaces it (the old
+    URL stops working), deleting the row revokes it. One per destination.
+    """
+
+    destination = models.OneToOneField(Destination, on_delete=models.CASCADE, related_name="calendar_feed")
+    token_sha256 = models.CharField(max_length=64, unique=True)
+    created_by = models.CharField(max_length=150)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(token_sha256__regex=r"^[0-9a-f]{64}$"), name="calendar_feed_token_is_a_sha256"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Calendar feed of {self.destination}"
+
+
 class DestinationSecret(models.Model):
     """One signing secret of a destination, encrypted (delivery.credentials.signing_secrets); several sign during a rotation."""
 

@@ -27,6 +27,7 @@ from bench.workloads import (
     retention,
     scale,
     timeliness,
+    upcoming,
     zonerules,
 )
 
@@ -46,6 +47,7 @@ WORKLOADS: dict[str, Workload] = {
         scale,
         retention,
         history,
+        upcoming,
         zonerules,
         import_users,
         api,

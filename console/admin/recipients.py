@@ -16,13 +16,14 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.text import capfirst
 
-from console import confirm, widgets
+from console import confirm, upcoming, widgets
 from console.admin.events import retries_of
 from console.forms import VISIBILITY_FIELDS, RecipientAdminForm
 from console.pagination import BoundedListAdmin
 from delivery.destinations.selectors import destination_audience_labels
 from delivery.models import Delivery, DeliveryAttempt
 from delivery.selectors import recipients_attempt_count
+from delivery.upcoming.selectors import recipient_upcoming
 from scheduling.celebration import ChangedBy
 from scheduling.labels import clean_labels, labels_from_text
 from scheduling.models import Event, EventStatus, EventType
@@ -170,6 +171,7 @@ class RecipientAdmin(BoundedListAdmin):
             {
                 "fields": [
                     "greetings",
+                    "where_and_when",
                     "paused_at",
                     "paused_by",
                     "resumed_at",
@@ -191,6 +193,7 @@ class RecipientAdmin(BoundedListAdmin):
         "created_at",
         "updated_at",
         "greetings",
+        "where_and_when",
         "paused_at",
         "paused_by",
         "resumed_at",
@@ -282,6 +285,11 @@ class RecipientAdmin(BoundedListAdmin):
             '<p><strong>{}</strong> ({}): {}<br><span class="bs-muted">{}</span></p>',
             ((row.event_type, row.visibility, row.text, row.note) for row in rows),
         )
+
+    @admin.display(description="next greetings: where, when, in which words")
+    def where_and_when(self, user: User):
+        """Each of their next occurrences: the destinations, the local time (UTC on hover), the words; or why not."""
+        return upcoming.next_greetings_html(recipient_upcoming(user_id=user.pk, now=timezone.now()))
 
     @admin.display(description="record of their choices")
     def celebration_record(self, user: User):

@@ -5,6 +5,7 @@ from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 
 from config.openapi import IF_MATCH, ErrorSerializer, etag_header
 from delivery.api.serializers import (
+    CalendarFeedSerializer,
     DestinationSerializer,
     DestinationUpdateSerializer,
     NewSecretSerializer,
@@ -196,6 +197,26 @@ destination_schema = extend_schema_view(
         request=None,
         responses={200: RevealedUrlSerializer},
     ),
+    calendar_feed=[
+        extend_schema(
+            methods=["POST"],
+            summary="Issue a destination's calendar feed",
+            description=(
+                "Answers the feed's URL, the only time it is shown (only its hash is kept); a URL issued before "
+                "stops working. The feed lists the coming 12 months of the celebrations the destination may "
+                "announce, as all-day events."
+            ),
+            request=None,
+            responses={201: CalendarFeedSerializer},
+        ),
+        extend_schema(
+            methods=["DELETE"],
+            summary="Revoke a destination's calendar feed",
+            description="Its URL answers 404 from now on; 404 here if it has none.",
+            request=None,
+            responses={204: None, 404: ErrorSerializer},
+        ),
+    ],
     pause=extend_schema(
         summary="Pause a destination",
         description="Its deliveries wait QUEUED, without spending attempts, until resumed.",

@@ -82,6 +82,40 @@ def _period_start(day: date, weekday: str | None) -> date:
     return day - timedelta(days=day.weekday()) if weekday else day
 
 
+def digest_date_naming(
+    *, occurrence_date: date, weekend: str, days_ahead: int = 0, weekday: str | None = None
+) -> date:
+    """The date whose digest names an occurrence of `occurrence_date` (dates_named read backwards)."""
+    # A weekend rule moves a date at most two days either way, a weekly digest names the six after its own.
+    named = occurrence_date - timedelta(days=days_ahead)
+    for offset in (0, 1, 2, -1, -2, -3, -4, -5, -6):
+        day = named + timedelta(days=offset)
+        first, last = dates_named(day=day, weekend=weekend, days_ahead=days_ahead, weekday=weekday)
+        if sends_on(day=day, weekend=weekend, weekday=weekday) and first <= occurrence_date <= last:
+            return day
+    raise AssertionError("every date is named by a digest within a week")  # unreachable by dates_named
+
+
+def digest_dates(*, destination: Destination, count: int) -> list[tuple[date, datetime]]:
+    """The destination's next `count` digests (local date, UTC instant), from its next one; none without a digest."""
+    if destination.next_digest_date is None or destination.next_digest_at is None:
+        return []
+    assert destination.digest_time is not None  # destination_digest_complete
+    dates = [(destination.next_digest_date, destination.next_digest_at)]
+    while len(dates) < count:
+        dates.append(
+            next_digest(
+                at=destination.digest_time,
+                timezone_name=destination.digest_timezone,
+                weekend=destination.weekend,
+                after=dates[-1][1],
+                after_date=dates[-1][0],
+                weekday=destination.digest_weekday,
+            )
+        )
+    return dates
+
+
 def next_digest(
     *,
     at: time,

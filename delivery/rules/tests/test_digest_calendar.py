@@ -10,6 +10,7 @@ import pytest
 from delivery.models import Weekend
 from delivery.rules.digest_calendar import (
     dates_named,
+    digest_date_naming,
     digest_heading,
     digest_key,
     digest_period,
@@ -155,3 +156,34 @@ def test_a_line_says_its_day_when_the_digest_names_several(occurrence, first, la
         )
         == said
     )
+
+
+# --- read backwards: which digest names an occurrence (the upcoming page's) -------------------
+
+
+@pytest.mark.parametrize(
+    ("occurrence", "weekend", "days_ahead", "weekday", "named_by"),
+    [
+        (date(2026, 12, 3), "ON_THE_DAY", 0, None, date(2026, 12, 3)),
+        (date(2026, 12, 10), "ON_THE_DAY", 7, None, date(2026, 12, 3)),
+        # Saturday, named the Friday before
+        (date(2026, 12, 5), "FRIDAY_BEFORE", 0, None, date(2026, 12, 4)),
+        (date(2026, 12, 5), "MONDAY_AFTER", 0, None, date(2026, 12, 7)),
+        # weekly on Mondays: Thursday 3 is in Monday 30 November's seven days
+        (date(2026, 12, 3), "ON_THE_DAY", 0, "MONDAY", date(2026, 11, 30)),
+        (date(2026, 12, 6), "ON_THE_DAY", 0, "MONDAY", date(2026, 11, 30)),
+        (date(2026, 12, 7), "ON_THE_DAY", 0, "MONDAY", date(2026, 12, 7)),
+        # weekly a week ahead: Thursday 10 December is named on Monday 30 November
+        (date(2026, 12, 10), "ON_THE_DAY", 7, "MONDAY", date(2026, 11, 30)),
+    ],
+)
+def test_the_digest_naming_an_occurrence_is_dates_named_read_backwards(
+    occurrence, weekend, days_ahead, weekday, named_by
+):
+    day = digest_date_naming(
+        occurrence_date=occurrence, weekend=weekend, days_ahead=days_ahead, weekday=weekday
+    )
+
+    assert day == named_by
+    first, last = dates_named(day=day, weekend=weekend, days_ahead=days_ahead, weekday=weekday)
+    assert first <= occurrence <= last

@@ -16,6 +16,8 @@ urlpatterns = [
     path("api/v1/", include("users.urls")),
     path("api/v1/", include("scheduling.urls")),
     path("api/v1/", include("delivery.api.urls")),
+    # The people's own pages (people/), outside the console: a signed link is the key.
+    path("p/", include("people.urls")),
     # /health/live, /health/ready and /metrics, outside the API: no API credentials.
     path("", include("monitoring.urls")),
     path("", RedirectView.as_view(url=f"/{settings.ADMIN_URL}", permanent=False)),

@@ -56,7 +56,7 @@ ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhos
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 
 # This project's own apps: installed below, and their loggers write at LOG_LEVEL.
-PROJECT_APPS = ("runtime", "users", "scheduling", "delivery", "console", "monitoring", "people")
+PROJECT_APPS = ("runtime", "users", "scheduling", "delivery", "people", "console", "monitoring")
 
 INSTALLED_APPS = [
     "console.apps.ConsoleAdminConfig",
@@ -233,6 +233,10 @@ TRUSTED_PROXY_COUNT = env.int("TRUSTED_PROXY_COUNT", default=0)
 if TRUSTED_PROXY_COUNT:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
+# PUBLIC_BASE_URL: the product's address as people reach it (https://greetings.example.com),
+# for links that leave it: a mail's one-click unsubscribe, a person's own page.
+PUBLIC_BASE_URL = env("PUBLIC_BASE_URL", default="http://127.0.0.1:8000")
+
 # ADMIN_URL: where the operator console lives; change it to keep scanners away.
 ADMIN_URL = env("ADMIN_URL", default="admin/").strip("/") + "/"
 
@@ -269,14 +273,9 @@ API_THROTTLE_RATES = {
     "personal_page": env("PERSONAL_PAGE_THROTTLE", default="60/minute"),
 }
 
-# --- The person's own page (people/) ------------------------------------------
-
 # PERSONAL_LINK_MAX_AGE_DAYS: how long a link to a person's own page opens it after it was
 # issued (users.services.personal_link_issue); issuing a new one ends the one before at once.
 PERSONAL_LINK_MAX_AGE_DAYS = env.int("PERSONAL_LINK_MAX_AGE_DAYS", default=30)
-# PUBLIC_BASE_URL: where people reach this server (scheme://host[:port]), the start of every
-# link sent to them.
-PUBLIC_BASE_URL = env("PUBLIC_BASE_URL", default="http://127.0.0.1:8000").rstrip("/")
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -16,7 +16,7 @@ urlpatterns = [
     path("api/v1/", include("users.urls")),
     path("api/v1/", include("scheduling.urls")),
     path("api/v1/", include("delivery.api.urls")),
-    # The people's own pages (people/), outside the console: a signed link is the key.
+    # The person's own pages, by a signed link: no account, no console.
     path("p/", include("people.urls")),
     # /health/live, /health/ready and /metrics, outside the API: no API credentials.
     path("", include("monitoring.urls")),

@@ -7,8 +7,10 @@ from django.db.models import F, Q
 from delivery.credentials.receiver_urls import url_decrypt
 from kinds import KINDS
 from runtime.ids import uuid7
+from scheduling.celebration import ChangedBy
 from scheduling.event_types import EventType
 from scheduling.labels import LABEL_MAX_LENGTH, labels_by_rule
+from scheduling.pauses import ACTOR_MAX_LENGTH
 
 # The kinds of destination (kinds/, one module each), as choices: a kind's name is the
 # destination's `format` (STANDARD, SLACK, DISCORD, TEAMS, TEAMS_MESSAGECARD); its label names it.
@@ -215,6 +217,37 @@ class Digest(models.Model):
 
     def __str__(self) -> str:
         return f"digest {self.local_date} of {self.destination_id}"
+
+
+class DestinationOptOut(models.Model):
+    """A person's "not here": no greeting of theirs goes to this destination, alone or in a digest.
+
+    The person's say over one shared destination (their page, a one-click unsubscribe, an
+    operator for them), beside their visibility (scheduling.celebration), which says the same
+    for every destination at once. No row: the destination may greet them. The claim reads a
+    person's rows with their occurrence (delivery.dispatch.claim), a digest leaves them out
+    (delivery.dispatch.digests), and a new row withdraws what is queued and not yet sent
+    (delivery.actions.optouts). Erased with the person or the destination (cascades).
+    """
+
+    user = models.ForeignKey("users.User", on_delete=models.CASCADE, related_name="destination_opt_outs")
+    destination = models.ForeignKey(Destination, on_delete=models.CASCADE, related_name="opt_outs")
+    created_at = models.DateTimeField()
+    changed_by = models.CharField(max_length=16, choices=ChangedBy.choices)
+    # The operator's or API account's username; "" for the person.
+    actor = models.CharField(max_length=ACTOR_MAX_LENGTH, blank=True, default="")
+
+    class Meta:
+        constraints = [
+            # Also the index the claim's read of a person's opt-outs probes, once per occurrence.
+            models.UniqueConstraint(fields=["user", "destination"], name="destination_opt_out_once"),
+            models.CheckConstraint(
+                condition=Q(changed_by__in=ChangedBy.values), name="destination_opt_out_by_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} out of {self.destination_id}"
 
 
 class DestinationSecret(models.Model):

@@ -18,6 +18,7 @@ from delivery.models import (
     DeliveryAttempt,
     DeliveryStatus,
     Destination,
+    DestinationOptOut,
     Digest,
     FailureAcknowledgement,
     Recovery,
@@ -26,6 +27,16 @@ from delivery.rules import failure_causes as failures
 from kinds import STANDARD
 from runtime.aggregates import counts_by, estimated_counts_by
 from scheduling.admin_log import admin_log_export
+
+
+def destination_opt_outs_export(*, user_id: uuid.UUID) -> list[dict[str, Any]]:
+    """The destinations the person opted out of: each one's id and name, when, and by whom."""
+    return [
+        dict(row)
+        for row in DestinationOptOut.objects.filter(user_id=user_id)
+        .order_by("created_at", "id")
+        .values("destination_id", "destination__name", "created_at", "changed_by", "actor")
+    ]
 
 
 def digests_export(*, user_id: uuid.UUID) -> list[dict[str, Any]]:

@@ -5,7 +5,7 @@ from django.utils import timezone
 
 from delivery.dispatch.withdraw import deliveries_rerender_without_age, deliveries_withdraw_uncelebrated
 from delivery.erasure import deliveries_erase
-from delivery.selectors import deliveries_export, digests_export
+from delivery.selectors import deliveries_export, destination_opt_outs_export, digests_export
 from scheduling.celebration import age_unsaid, celebration_narrowed
 from users.models import User
 from users.signals import recipient_erasing, recipient_exporting
@@ -16,7 +16,11 @@ def _erase_deliveries(sender, user_id, **kwargs) -> set:
 
 
 def _export_deliveries(sender, user_id, event_ids, **kwargs) -> dict:
-    return {"deliveries": deliveries_export(event_ids=event_ids), "digests": digests_export(user_id=user_id)}
+    return {
+        "deliveries": deliveries_export(event_ids=event_ids),
+        "digests": digests_export(user_id=user_id),
+        "destination_opt_outs": destination_opt_outs_export(user_id=user_id),
+    }
 
 
 def _withdraw_uncelebrated(sender, user_id, event_types, **kwargs) -> int:

@@ -2,5 +2,7 @@ from django.apps import AppConfig
 
 
 class PeopleConfig(AppConfig):
+    """The pages a person reaches without an account: by a signed link from a mail or an operator."""
+
     name = "people"
-    verbose_name = "People's own pages"
+    default_auto_field = "django.db.models.BigAutoField"

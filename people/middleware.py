@@ -6,22 +6,14 @@ from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse
 
+from people.responses import PRIVATE_HEADERS
+
 # Where config/urls.py mounts people.urls.
 PREFIX = "/p/"
 
-PRIVATE_PAGE_HEADERS = {
-    # A page about one person, opened by a link that is their key: no cache (a proxy, the
-    # browser's disk, the back button on a shared computer) keeps a copy.
-    "Cache-Control": "no-store",
-    # The link is in the address: no page it leads to learns it.
-    "Referrer-Policy": "no-referrer",
-    # Never in a search engine, whoever posts the link somewhere.
-    "X-Robots-Tag": "noindex",
-}
-
 
 class PrivatePageHeadersMiddleware:
-    """Sets PRIVATE_PAGE_HEADERS on every response under /p/: the pages, their 404 and 429, and
+    """Sets people.responses.PRIVATE_HEADERS on every response under /p/: the pages, their 404 and 429, and
     CsrfViewMiddleware's 403, which no view of the app sees. Placed after SecurityMiddleware, whose
     Referrer-Policy then does not replace this one (it only sets one where none is)."""
 
@@ -31,6 +23,6 @@ class PrivatePageHeadersMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         response = self.get_response(request)
         if request.path.startswith(PREFIX):
-            for header, value in PRIVATE_PAGE_HEADERS.items():
+            for header, value in PRIVATE_HEADERS.items():
                 response[header] = value
         return response

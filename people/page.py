@@ -11,41 +11,24 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse, HttpResponseNotFound, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import translation
 from django.views.decorators.http import require_GET, require_http_methods
 
 from config.throttling import PersonalPageThrottle
+from delivery.actions.optouts import destination_opt_out_set, destination_opt_outs_of
 from people.forms import SERVICE_FIELDS, PersonPageForm, event_type_name, visibility_field
+from people.responses import not_found, page_language
 from people.selectors import PersonView, person_view
 from scheduling.celebration import ChangedBy, month_day, year_known
 from scheduling.event_types import EventType
-from scheduling.languages import language_fallbacks
 from users import services
 from users.models import User
 from users.selectors import personal_link_user, user_export
 
 logger = logging.getLogger(__name__)
-
-# One answer for every link that opens nothing (not signed here, expired, revoked, its person
-# erased), byte for byte: which of these it was is not told.
-NOT_FOUND_BODY = "<!doctype html><title>Not found</title><p>Not found.</p>\n"
-# The languages the page has strings in (settings.LANGUAGES, locale/).
-PAGE_LANGUAGES = ("en", "de")
-
-
-def page_language(tag: str) -> str:
-    """The page's language for a person's language tag: the tag, else its base language (de-AT: de), else English."""
-    for candidate in language_fallbacks(tag):
-        if candidate.lower() in PAGE_LANGUAGES:
-            return candidate.lower()
-    return "en"
-
-
-def _not_found() -> HttpResponse:
-    return HttpResponseNotFound(NOT_FOUND_BODY)
 
 
 def _throttled(request: HttpRequest) -> HttpResponse | None:
@@ -56,7 +39,7 @@ def _throttled(request: HttpRequest) -> HttpResponse | None:
     if throttle.allow_request(request, None):  # type: ignore[arg-type]
         return None
     wait = throttle.wait()
-    response = render(request, "people/throttled.html", status=429)
+    response = render(request, "people/throttled.html", {"page_language": "en"}, status=429)
     if wait is not None:
         response["Retry-After"] = str(max(1, round(wait)))
     return response
@@ -67,7 +50,7 @@ def _person(request: HttpRequest, token: str) -> tuple[User | None, HttpResponse
     if refused is not None:
         return None, refused
     user = personal_link_user(token=token)
-    return user, (_not_found() if user is None else None)
+    return user, (not_found() if user is None else None)
 
 
 def _event_types(user: User) -> list[str]:
@@ -102,11 +85,12 @@ def _form(user: User, view: PersonView, **kwargs: Any) -> PersonPageForm:
 
 
 def _opted_out(user: User) -> set[int]:
-    return set()
+    return destination_opt_outs_of(user_id=user.pk)
 
 
-def _apply(*, user: User, form: PersonPageForm) -> None:
+def _apply(*, user: User, form: PersonPageForm, view: PersonView) -> None:
     """Store every choice of the form, or (one refused) none: one transaction."""
+    listed = {destination.id: destination for destination in view.shared}
     with transaction.atomic():
         services.user_update(
             user=user,
@@ -114,6 +98,14 @@ def _apply(*, user: User, form: PersonPageForm) -> None:
             expected_versions={form.cleaned_data["version"]},
             changed_by=ChangedBy.PERSON,
         )
+        for destination_id, opted_out in form.opt_outs().items():
+            if destination_id in listed:
+                destination_opt_out_set(
+                    user=user,
+                    destination=listed[destination_id],
+                    opted_out=opted_out,
+                    changed_by=ChangedBy.PERSON,
+                )
 
 
 def _add_service_errors(form: PersonPageForm, error: ValidationError) -> None:
@@ -151,6 +143,7 @@ def _render(
         "export_url": reverse("people:export", kwargs={"token": token}),
         "saved": request.GET.get("saved") == "1" and status == 200,
         "notice": notice,
+        "page_language": translation.get_language(),
     }
     response = render(request, "people/page.html", context, status=status)
     response["Content-Language"] = translation.get_language()
@@ -173,7 +166,7 @@ def person_page(request: HttpRequest, token: str) -> HttpResponse:
         if not form.is_valid():
             return _render(request, user=user, token=token, form=form, view=view, status=400)
         try:
-            _apply(user=user, form=form)
+            _apply(user=user, form=form, view=view)
         except ValidationError as error:
             _add_service_errors(form, error)
             return _render(request, user=user, token=token, form=form, view=view, status=400)
@@ -188,7 +181,7 @@ def person_page(request: HttpRequest, token: str) -> HttpResponse:
             )
             return _render(request, user=user, token=token, form=form, view=view, status=409, notice=notice)
         except User.DoesNotExist:  # erased while this request waited
-            return _not_found()
+            return not_found()
     logger.info("A person changed their choices on their page", extra={"user_id": str(user.pk)})
     return redirect(reverse("people:page", kwargs={"token": token}) + "?saved=1")
 

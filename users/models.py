@@ -101,6 +101,11 @@ class User(Pausable, models.Model):
     # unique: people may share one. With a database default: adding it rewrote no row, and the
     # import's COPY need not name it.
     email = models.CharField(max_length=EMAIL_MAX_LENGTH, blank=True, default="", db_default="")
+    # Set when mail to `email` was refused for good (a 5xx at RCPT, an ESP's hard bounce or a
+    # complaint: users.services.recipient_email_undeliverable_mark); nothing more is mailed to it.
+    # Cleared by any change of the address (user_update), so a corrected one is tried again.
+    email_undeliverable_at = models.DateTimeField(null=True, blank=True)
+    email_undeliverable_reason = models.CharField(max_length=500, blank=True, default="", db_default="")
     # Counts the writes that changed the recipient's own fields; the API sends it as
     # the ETag and honours If-Match with it, so a client can update without
     # overwriting an edit it has not seen. The bulk import's COPY leaves it to the
@@ -116,6 +121,9 @@ class User(Pausable, models.Model):
         indexes = [
             models.Index(fields=["created_at", "id"], name="user_created_idx"),
             models.Index(fields=["timezone"], name="user_timezone_idx"),
+            # A bounce or a complaint names an address: iexact (UPPER(email) = UPPER(%s)) finds its
+            # holders through this index, not by reading every recipient. Only rows with one.
+            models.Index(Upper("email"), name="user_email_upper_idx", condition=~Q(email="")),
             # The console's name searches: Django's icontains is UPPER(name) LIKE
             # UPPER('%term%'), which a B-tree cannot serve (the match may start
             # anywhere); a trigram index of the same expression finds the rows
@@ -265,12 +273,16 @@ class CelebrationChange(models.Model):
     changed_by = models.CharField(max_length=16, choices=ChangedBy.choices)
     # The operator's or API account's username, or the import's --by; "" for the person.
     actor = models.CharField(max_length=ACTOR_MAX_LENGTH, blank=True, default="")
-    # What changed: "visibility" (of event_type) or "hide_age".
+    # What changed: "visibility" (of event_type), "hide_age", or "destination" (in or out of one).
     field = models.CharField(max_length=16)
     event_type = models.CharField(max_length=32, choices=EventType.choices, blank=True, default="")
     # As given: a visibility, "" for the company default; "true"/"false" for hide_age.
     old_value = models.CharField(max_length=8, blank=True, default="")
     new_value = models.CharField(max_length=8, blank=True, default="")
+    # For "destination": which one, by id and by its name then. Not a foreign key: recipients sit
+    # beneath the destinations (docs/design.md), and the record outlives a deleted destination.
+    destination_id = models.BigIntegerField(null=True, blank=True)
+    destination_name = models.CharField(max_length=200, blank=True, default="")
 
     class Meta:
         ordering = ["user", "changed_at", "id"]
@@ -280,9 +292,10 @@ class CelebrationChange(models.Model):
                 condition=Q(changed_by__in=ChangedBy.values), name="celebration_change_by_valid"
             ),
             models.CheckConstraint(
-                condition=Q(field="visibility", event_type__in=EventType.values)
-                | Q(field="hide_age", event_type=""),
-                name="celebration_change_field_valid",
+                condition=Q(field="visibility", event_type__in=EventType.values, destination_id__isnull=True)
+                | Q(field="hide_age", event_type="", destination_id__isnull=True)
+                | Q(field="destination", event_type="", destination_id__isnull=False),
+                name="celebration_change_field_what",
             ),
             models.CheckConstraint(
                 condition=~Q(changed_by=ChangedBy.PERSON) | Q(actor=""),
@@ -291,7 +304,7 @@ class CelebrationChange(models.Model):
         ]
 
     def __str__(self) -> str:
-        what = f"{self.field} {self.event_type}".strip()
+        what = f"{self.field} {self.event_type or self.destination_name}".strip()
         return f"{what}: {self.old_value or 'default'} → {self.new_value or 'default'} ({self.changed_by})"
 
 

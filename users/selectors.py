@@ -132,7 +132,17 @@ def user_export(*, user_id: uuid.UUID) -> dict[str, Any]:
         "celebration_changes": list(
             CelebrationChange.objects.filter(user_id=user_id)
             .order_by("changed_at", "id")
-            .values("changed_at", "changed_by", "actor", "field", "event_type", "old_value", "new_value")
+            .values(
+                "changed_at",
+                "changed_by",
+                "actor",
+                "field",
+                "event_type",
+                "destination_id",
+                "destination_name",
+                "old_value",
+                "new_value",
+            )
         ),
         # The links to their own page issued for them: when, by whom (never the link itself).
         "personal_links": list(

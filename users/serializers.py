@@ -213,6 +213,8 @@ _STANDALONE_RULES = [field for field in RECIPIENT_FIELDS if field.column and not
 # What the API shows of a recipient after the fields a client writes, read-only as its id.
 _SHOWN_AFTER = [
     *PAUSE_RECORD_HELP,
+    "email_undeliverable_at",
+    "email_undeliverable_reason",
     "visibility_in_force",
     "next_event",
     "next_events",
@@ -288,6 +290,11 @@ class UserSerializer(serializers.ModelSerializer):
             "version": {
                 "help_text": "Bumped by every change to the recipient's fields; the ETag carries it."
             },
+            "email_undeliverable_at": {
+                "help_text": "When mail to `email` was refused for good (a 5xx at RCPT, a hard bounce, a "
+                "complaint); null: it is mailed. Cleared when `email` changes."
+            },
+            "email_undeliverable_reason": {"help_text": "What refused it, as the relay or the ESP said it."},
             "created_at": {"help_text": "When the recipient was created."},
             "updated_at": {"help_text": "When the recipient was last changed."},
         }

@@ -43,6 +43,7 @@ from users.fields import (
 from users.models import EXTERNAL_ID_UNIQUE, CelebrationChange, CelebrationChoice, PersonalLink, User
 from users.selectors import PERSONAL_LINK_SALT, users_by_external_id
 from users.signals import recipient_erasing
+from users.validators import clean_email
 
 logger = logging.getLogger(__name__)
 
@@ -238,7 +239,7 @@ def personal_link_issue(*, user_id: uuid.UUID, issued_by: str, actor: str) -> Is
     token = signing.TimestampSigner(salt=PERSONAL_LINK_SALT).sign(nonce)
     logger.info("Issued a personal link", extra={"user_id": str(user_id), "issued_by": issued_by})
     return IssuedLink(
-        url=settings.PUBLIC_BASE_URL + reverse("people:page", kwargs={"token": token}),
+        url=settings.PUBLIC_BASE_URL.rstrip("/") + reverse("people:page", kwargs={"token": token}),
         expires_at=now + timedelta(days=settings.PERSONAL_LINK_MAX_AGE_DAYS),
     )
 
@@ -342,6 +343,10 @@ def user_update(
         )
         if paused is not None:
             changed += _pause_columns(user=current, paused=paused, by=by, now=now)
+        if "email" in changed and current.email_undeliverable_at is not None:
+            # A new address has not been refused: it is tried again.
+            current.email_undeliverable_at, current.email_undeliverable_reason = None, ""
+            changed += ["email_undeliverable_at", "email_undeliverable_reason"]
         if changed or say_changes:
             said_before = age_said(current)
             for field in changed:
@@ -387,6 +392,37 @@ def recipient_mentions_set(
     if other:
         raise ValueError(f"Not a mention field: {', '.join(sorted(other))}")
     return user_update(user=user, data=dict(changes), expected_versions=expected_versions)
+
+
+def recipient_email_undeliverable_mark(
+    *, email: str, reason: str, user_id: uuid.UUID | None = None, now: datetime | None = None
+) -> int:
+    """Mark `email` undeliverable on the recipients holding it now (`user_id`: on that one only); how many.
+
+    A late bounce of an address since changed marks nothing: only a recipient whose current
+    address is `email` (as users.validators.clean_email stores it, in any case) is marked. Idempotent: one
+    already marked keeps the first time and reason.
+    """
+    try:
+        normalised = clean_email(email)
+    except ValidationError:
+        return 0
+    if not normalised:
+        return 0
+    # Without regard to case: relays and ESPs report the local part as they please, and no mailbox
+    # provider tells two addresses apart by it.
+    found = User.objects.filter(email__iexact=normalised, email_undeliverable_at__isnull=True).exclude(
+        email=""
+    )
+    if user_id is not None:
+        found = found.filter(pk=user_id)
+    marked = found.update(
+        email_undeliverable_at=now or timezone.now(),
+        email_undeliverable_reason=reason[: User._meta.get_field("email_undeliverable_reason").max_length],
+    )
+    if marked:
+        logger.info("Marked an email address undeliverable", extra={"recipients": marked, "reason": reason})
+    return marked
 
 
 def user_erase(*, user: User, expected_versions: Collection[int] | None = None) -> None:

@@ -155,12 +155,36 @@ class RecipientAdmin(BoundedListAdmin):
         ),
         (
             "The person's say",
-            {"fields": ["hide_age", *VISIBILITY_FIELDS.values(), "messages_they_get", "celebration_record"]},
+            {
+                "fields": [
+                    "hide_age",
+                    *VISIBILITY_FIELDS.values(),
+                    "destinations_left",
+                    "messages_they_get",
+                    "celebration_record",
+                ]
+            },
         ),
-        ("Greetings", {"fields": ["greetings", "paused_at", "paused_by", "resumed_at", "resumed_by"]}),
+        (
+            "Greetings",
+            {
+                "fields": [
+                    "greetings",
+                    "paused_at",
+                    "paused_by",
+                    "resumed_at",
+                    "resumed_by",
+                    "email_undeliverable_at",
+                    "email_undeliverable_reason",
+                ]
+            },
+        ),
         ("Record", {"fields": ["id", "created_at", "updated_at"]}),
     ]
     readonly_fields = [
+        "destinations_left",
+        "email_undeliverable_at",
+        "email_undeliverable_reason",
         "messages_they_get",
         "celebration_record",
         "id",
@@ -235,6 +259,25 @@ class RecipientAdmin(BoundedListAdmin):
 
     # --- the person's say ----------------------------------------------------------
 
+    @admin.display(description="destinations they left")
+    def destinations_left(self, user: User):
+        """The destinations the person opted out of (delivery.actions.optouts): nothing of theirs goes there."""
+        left = list(user.destination_opt_outs.select_related("destination").order_by("destination__name"))
+        if not left:
+            return "None: every destination that wants them may greet them."
+        return format_html_join(
+            "",
+            "<p>{} (since {}, by {})</p>",
+            (
+                (
+                    o.destination.name,
+                    timezone.localtime(o.created_at).strftime("%Y-%m-%d %H:%M"),
+                    o.get_changed_by_display(),
+                )
+                for o in left
+            ),
+        )
+
     @admin.display(description="the texts they will get")
     def messages_they_get(self, user: User):
         """Each pending occurrence's text as the scheduler would render it now, and why if it is a fallback."""
@@ -259,7 +302,7 @@ class RecipientAdmin(BoundedListAdmin):
                 (
                     timezone.localtime(c.changed_at).strftime("%Y-%m-%d %H:%M"),
                     c.field,
-                    c.event_type,
+                    c.event_type or c.destination_name,
                     c.old_value or "default",
                     c.new_value or "default",
                     c.get_changed_by_display(),

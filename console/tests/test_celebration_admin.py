@@ -65,3 +65,29 @@ def test_an_operator_sets_the_company_default_recorded_as_theirs(console):
     assert response.status_code == 302
     default = CelebrationDefault.objects.get()
     assert (default.event_type, default.visibility, default.updated_by) == ("BIRTHDAY", "none", "ops-alice")
+
+
+def test_a_recipients_page_shows_the_destinations_they_left_the_record_and_an_undeliverable_address(console):
+    from delivery.actions.optouts import destination_opt_out_set
+    from delivery.destinations.services import destination_url_fields
+    from delivery.models import Destination
+    from users.services import recipient_email_undeliverable_mark
+
+    user = user_create(
+        first_name="Ada",
+        last_name="L",
+        date_of_birth=date(1990, 5, 5),
+        timezone="UTC",
+        email="ada@example.com",
+    )
+    general = Destination.objects.create(
+        name="#general", **destination_url_fields(url="https://chat.example/g")
+    )
+    destination_opt_out_set(user=user, destination=general, opted_out=True, changed_by=ChangedBy.PERSON)
+    recipient_email_undeliverable_mark(email="ada@example.com", reason="550 5.1.1 unknown user")
+
+    page = console.get(reverse("admin:users_user_change", args=[user.pk])).content.decode()
+
+    assert "destinations they left" in page.lower() and "#general" in page
+    assert "destination #general from in to out, by The person, through their page" in page
+    assert "550 5.1.1 unknown user" in page

@@ -19,7 +19,7 @@ from delivery.actions.requeue import deliveries_requeue, event_payload, events_r
 from delivery.destinations.audience import DestinationRouter
 from delivery.destinations.services import destinations_for_queueing
 from delivery.dispatch.claim import QueuedDeliveryRow, queued_delivery_defaults, queued_delivery_row
-from delivery.models import Delivery, DeliveryStatus, Destination, Endpoint
+from delivery.models import Delivery, DeliveryStatus, Destination, DestinationOptOut, Endpoint
 from runtime.sql import insert_rows
 from runtime.wakeup import WORKER_CHANNEL, notify
 from scheduling.exceptions import InvalidStateTransition
@@ -58,7 +58,13 @@ def event_resend(*, event: Event, operator: str) -> Event:
         if not has_deliveries:
             # A FAILED event without deliveries (too late, paused): sent where the claim would send it now.
             destinations = DestinationRouter(destinations_for_queueing()).targets(
-                event_type=event.event_type, labels=event.user.labels
+                event_type=event.event_type,
+                labels=event.user.labels,
+                opted_out=set(
+                    DestinationOptOut.objects.filter(user_id=event.user_id).values_list(
+                        "destination_id", flat=True
+                    )
+                ),
             )
             if not destinations:
                 raise InvalidStateTransition(

@@ -19,7 +19,7 @@ rather than once per occurrence: a batch of 500 has a few dozen.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from django.db.models import Q
@@ -100,12 +100,24 @@ class DestinationRouter:
         return any(destination.subscribes_to(event_type) for destination in self.destinations)
 
     def targets(
-        self, *, event_type: str, labels: Sequence[str], private: bool = False
+        self,
+        *,
+        event_type: str,
+        labels: Sequence[str],
+        private: bool = False,
+        opted_out: Collection[int] | None = None,
     ) -> tuple[Destination, ...]:
         """The destinations an occurrence of `event_type` for a recipient holding `labels` goes to, in id order.
 
         `private`: the person is celebrated privately (scheduling.celebration): only personal destinations.
+        `opted_out`: the ids of the destinations the person opted out of (delivery.models.DestinationOptOut).
         """
+        found = self._targets(event_type=event_type, labels=labels, private=private)
+        if opted_out:
+            return tuple(destination for destination in found if destination.pk not in opted_out)
+        return found
+
+    def _targets(self, *, event_type: str, labels: Sequence[str], private: bool) -> tuple[Destination, ...]:
         # Labels are stored sorted (scheduling.labels.clean_labels): one key per set.
         key = (event_type, tuple(labels), private)
         found = self._memo.get(key)

@@ -37,7 +37,7 @@ from delivery.destinations.audience import DestinationRouter
 from delivery.destinations.mentions import mention_for, recipients_mentions
 from delivery.destinations.services import destinations_for_queueing
 from delivery.dispatch.payload import message_overrides, webhook_payload
-from delivery.models import Delivery, DeliveryStatus, Destination
+from delivery.models import Delivery, DeliveryStatus, Destination, DestinationOptOut
 from kinds import Mention, kind_for
 from runtime.ids import uuid7
 from runtime.sql import execute, insert_rows, pipeline
@@ -65,6 +65,7 @@ PRIVATE_REASON = (
     "Nothing sent: celebrated privately, and no enabled destination subscribed to {type} events "
     "reaches the person alone."
 )
+OPTED_OUT_REASON = "Nothing sent: the recipient opted out of every destination that would have greeted them."
 NO_AUDIENCE_REASON = (
     "Nothing sent: no enabled destination subscribed to {type} events has this recipient in its "
     "audience (labels: {labels})."
@@ -108,6 +109,8 @@ class ClaimedEvent(NamedTuple):
     # The visibility in force for this occurrence (scheduling.celebration): the person's own
     # choice, else the company default of the type, else public; read in the claim's SELECT.
     visibility: str
+    # The destinations the person opted out of (delivery.models.DestinationOptOut); None: none.
+    opted_out: list[int] | None
 
     @property
     def private(self) -> bool:
@@ -231,7 +234,12 @@ def _split_by_subscription(
     for event in events:
         (
             sendable
-            if router.targets(event_type=event.event_type, labels=event.labels, private=event.private)
+            if router.targets(
+                event_type=event.event_type,
+                labels=event.labels,
+                private=event.private,
+                opted_out=event.opted_out,
+            )
             else unsubscribed
         ).append(event)
     return sendable, unsubscribed
@@ -266,6 +274,11 @@ def _claim_sql() -> str:
     columns += [f"u.{field.column}" for field in _RECIPIENT_FIELDS + _PAUSE_FIELDS + _AUDIENCE_FIELDS]
     choice, default = CelebrationChoice._meta.db_table, CelebrationDefault._meta.db_table
     columns.append(f"COALESCE(c.visibility, d.visibility, '{DEFAULT_VISIBILITY.value}')")
+    # Through the opt-outs' unique (user, destination) index: one probe per claimed event, NULL for
+    # most. Read under the same share lock of the person as their choices, for the same reason.
+    columns.append(
+        f"(SELECT array_agg(o.destination_id) FROM {DestinationOptOut._meta.db_table} o WHERE o.user_id = e.user_id)"
+    )
     # The person's choice through its unique (user, type) index, the company's from its few rows.
     # The recipient's row is share-locked: a change of their choices (users.services, which locks
     # it FOR UPDATE) waits for this claim to commit and then withdraws what it queued, and a claim
@@ -366,6 +379,10 @@ def _start_move_to_completed(
 
 
 def _nobody_wants_reason(*, event: ClaimedEvent, router: DestinationRouter) -> str:
+    if event.opted_out and router.targets(
+        event_type=event.event_type, labels=event.labels, private=event.private
+    ):
+        return OPTED_OUT_REASON
     if event.private and router.subscribed(event.event_type):
         return PRIVATE_REASON.format(type=event.event_type)
     digests = router.digests_naming(event_type=event.event_type, labels=event.labels)
@@ -453,7 +470,7 @@ def _rendered_deliveries(
     for event in events:
         payloads: dict[str | None, dict[str, Any]] = {}
         for destination in router.targets(
-            event_type=event.event_type, labels=event.labels, private=event.private
+            event_type=event.event_type, labels=event.labels, private=event.private, opted_out=event.opted_out
         ):
             override = overrides.get((destination.pk, event.event_type)) if overrides else None
             payload = payloads.get(override)

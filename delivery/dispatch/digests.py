@@ -46,13 +46,13 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import OuterRef, Subquery, Value
+from django.db.models import Exists, OuterRef, Subquery, Value
 from django.db.models.functions import Coalesce
 
 from delivery.destinations.audience import Audience
 from delivery.destinations.mentions import digest_mentions
 from delivery.dispatch.claim import queued_delivery_defaults
-from delivery.models import Delivery, DeliveryAttempt, DeliveryStatus, Destination, Digest
+from delivery.models import Delivery, DeliveryAttempt, DeliveryStatus, Destination, DestinationOptOut, Digest
 from delivery.rules.digest_calendar import dates_named, digest_body, digest_key, next_digest
 from kinds import STANDARD
 from runtime.ids import uuid7
@@ -184,6 +184,10 @@ def digest_entries(
             )
         )
         .filter(visibility_in_force=Visibility.PUBLIC)
+        # Nor anyone who opted out of this destination (delivery.actions.optouts).
+        .exclude(
+            Exists(DestinationOptOut.objects.filter(user_id=OuterRef("user_id"), destination=destination))
+        )
         .select_for_update(of=("user",), no_key=True)
     )
     entries = []

@@ -42,6 +42,9 @@ logger = logging.getLogger(__name__)
 # The reason of an occurrence whose every queued delivery a "private" withdrew.
 PRIVATE_WITHDRAWN = "recipient celebrated privately: withdrawn from every destination that is not personal"
 
+# The reason of an occurrence whose only queued delivery an opt-out of its destination withdrew.
+OPTED_OUT = "recipient opted out of {name}: withdrawn before it was sent"
+
 # The visibility in force for an occurrence, as the claim computes it, given the joins below.
 _IN_FORCE = f"COALESCE(c.visibility, f.visibility, '{DEFAULT_VISIBILITY.value}')"
 
@@ -74,6 +77,54 @@ def deliveries_withdraw_uncelebrated(
         )
     digests = _digests_take_out(user_id=user_id, event_types=event_types)
     return len(withdrawn) + digests
+
+
+def deliveries_withdraw_opted_out(*, user_id: uuid.UUID, destination: Destination, now: datetime) -> int:
+    """Withdraw what is queued to `destination` for the person and not yet sent; return what changed.
+
+    For a person's opt-out of one destination (delivery.actions.optouts), in its transaction,
+    after the person's row was locked. Their QUEUED deliveries there are deleted as a narrowed
+    visibility deletes them (one SENDING is being sent and is left alone); its digests not yet
+    sent lose their lines and are rendered again.
+    """
+    queued = list(
+        Delivery.objects.select_for_update(of=("self",))
+        .filter(status=DeliveryStatus.QUEUED, destination=destination, event__user_id=user_id)
+        .order_by("id")
+        .values_list("id", "event_id")
+    )
+    if queued:
+        ids = [delivery_id for delivery_id, _event_id in queued]
+        DeliveryAttempt.objects.filter(delivery_id__in=ids).update(
+            delivery=None, error="", response_excerpt=""
+        )
+        admin_log_forget(model=Delivery, object_ids=ids)
+        Delivery.objects.filter(id__in=ids).delete()
+        reasons = {event_id: OPTED_OUT.format(name=destination.name) for _delivery_id, event_id in queued}
+        events_fail_unsent(reasons=reasons, now=now)
+        events_conclude(event_ids=list(reasons), now=now)
+    changed = 0
+    digests = (
+        Delivery.objects.filter(
+            digest__isnull=False,
+            status=DeliveryStatus.QUEUED,
+            destination=destination,
+            digest__entries__contains=[{"user_id": str(user_id)}],
+        )
+        .select_for_update(of=("self",))
+        .select_related("digest", "destination")
+        .order_by("id")
+    )
+    for delivery in digests:
+        digest = delivery.digest
+        assert digest is not None  # a digest's delivery
+        digest_rerender(
+            delivery=delivery,
+            digest=digest,
+            entries=[entry for entry in digest.entries if entry["user_id"] != str(user_id)],
+        )
+        changed += 1
+    return len(queued) + changed
 
 
 def deliveries_rerender_without_age(*, user_id: uuid.UUID) -> int:

@@ -11,15 +11,13 @@ from freezegun import freeze_time
 from config.throttling import PersonalPageThrottle
 from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.services import destination_create
-from people.page import NOT_FOUND_BODY, page_language
+from people.responses import PRIVATE_HEADERS, not_found, page_language
 from scheduling.celebration import ChangedBy
 from users import services
 from users.models import CelebrationChange, CelebrationChoice, PersonalLink, User
 from users.tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
-
-PRIVATE_HEADERS = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer", "X-Robots-Tag": "noindex"}
 
 
 def issue(user: User) -> str:
@@ -103,7 +101,7 @@ def test_wrong_expired_revoked_and_erased_links_get_one_and_the_same_404(client,
 
     for response in answers:
         assert response.status_code == 404
-        assert response.content.decode() == NOT_FOUND_BODY
+        assert response.content == not_found().content
         assert_private(response)
     headers = [sorted((k, v) for k, v in r.headers.items() if k != "Date") for r in answers]
     assert all(h == headers[0] for h in headers)

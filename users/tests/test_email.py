@@ -135,3 +135,68 @@ def test_the_console_stores_an_email_normalised(console):
 
     assert response.status_code == 302
     assert User.objects.get().email == "ada@xn--bcher-kva.example"
+
+
+# --- an address refused for good ------------------------------------------------------------
+
+
+def test_an_address_is_marked_undeliverable_only_on_who_holds_it_now_and_a_new_one_clears_it():
+    from datetime import date
+
+    from users.services import recipient_email_undeliverable_mark, user_create, user_update
+
+    ada = user_create(
+        first_name="Ada",
+        last_name="L",
+        date_of_birth=date(1990, 5, 5),
+        timezone="UTC",
+        email="Ada@Example.com",
+    )
+    grace = user_create(
+        first_name="Grace",
+        last_name="H",
+        date_of_birth=date(1990, 5, 5),
+        timezone="UTC",
+        email="grace@example.com",
+    )
+
+    assert recipient_email_undeliverable_mark(email="ADA@example.com", reason="550 5.1.1 no such user") == 1
+    assert recipient_email_undeliverable_mark(email="ada@example.com", reason="again") == 0
+    assert recipient_email_undeliverable_mark(email="nobody@example.com", reason="x") == 0
+    assert recipient_email_undeliverable_mark(email="not an address", reason="x") == 0
+    ada.refresh_from_db()
+    grace.refresh_from_db()
+    assert (
+        ada.email_undeliverable_at is not None and ada.email_undeliverable_reason == "550 5.1.1 no such user"
+    )
+    assert grace.email_undeliverable_at is None
+
+    user_update(user=ada, data={"email": "ada@new.example"})
+
+    ada.refresh_from_db()
+    assert (ada.email_undeliverable_at, ada.email_undeliverable_reason) == (None, "")
+    # a late bounce of the old address marks nothing now
+    assert recipient_email_undeliverable_mark(email="ada@example.com", reason="late") == 0
+
+
+def test_the_api_shows_an_undeliverable_address_and_a_client_cannot_clear_it(api_client):
+    from datetime import date
+
+    from users.services import recipient_email_undeliverable_mark, user_create
+
+    ada = user_create(
+        first_name="Ada",
+        last_name="L",
+        date_of_birth=date(1990, 5, 5),
+        timezone="UTC",
+        email="ada@example.com",
+    )
+    recipient_email_undeliverable_mark(email="ada@example.com", reason="550 no such user")
+
+    shown = api_client.get(f"/api/v1/users/{ada.pk}/").json()
+    assert shown["email_undeliverable_reason"] == "550 no such user" and shown["email_undeliverable_at"]
+
+    # read-only: a client cannot clear it; a new address does
+    api_client.patch(f"/api/v1/users/{ada.pk}/", {"email_undeliverable_at": None}, format="json")
+    ada.refresh_from_db()
+    assert ada.email_undeliverable_at is not None

@@ -18,6 +18,8 @@ def test_each_field_stored_in_a_column_has_its_column_and_every_other_column_is_
         "paused_by",
         "resumed_at",
         "resumed_by",
+        "email_undeliverable_at",
+        "email_undeliverable_reason",
         "version",
         "created_at",
         "updated_at",

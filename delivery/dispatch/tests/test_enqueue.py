@@ -65,8 +65,10 @@ def test_the_claims_select_reads_the_send_time_from_the_recipients_join_and_visi
     sql = _claim_sql()
 
     assert "u.send_time" in sql
-    # The recipient, then the person's visibility choice and the company default (one probe each).
-    assert sql.count(" JOIN ") == 3 and sql.count("LEFT JOIN") == 2 and sql.upper().count("SELECT") == 1
+    # The recipient, then the person's visibility choice and the company default (one probe each),
+    # and the person's opt-outs in one subquery through their unique (user, destination) index.
+    assert sql.count(" JOIN ") == 3 and sql.count("LEFT JOIN") == 2 and sql.upper().count("SELECT") == 2
+    assert "array_agg(o.destination_id)" in sql
 
 
 def test_a_claim_batch_sends_the_same_statements_whether_none_half_or_all_of_its_recipients_have_their_own_send_time():

@@ -1,0 +1,38 @@
+"""The person's pages: thin, over delivery.actions.optouts."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_http_methods
+
+from delivery.actions.optouts import destination_unsubscribe, unsubscribe_token_read
+from delivery.models import Destination
+from people.responses import not_found, private_page
+from users.models import User
+
+
+# RFC 8058: the mail client POSTs "List-Unsubscribe=One-Click" with no cookies and no CSRF token,
+# so the signed token is the whole authority; it can only ever opt this person out of this
+# destination, which is harmless to do twice or to do for someone by mistake. A GET changes
+# nothing (mail scanners follow links): it shows a button that POSTs.
+@csrf_exempt
+@require_http_methods(["GET", "POST"])
+def unsubscribe(request: HttpRequest, token: str) -> HttpResponse:
+    named = unsubscribe_token_read(token=token)
+    if named is None:
+        return not_found()
+    user_id, destination_id = named
+    user = User.objects.filter(pk=user_id).only("id", "language", "first_name").first()
+    destination = Destination.objects.filter(pk=destination_id).only("id", "name").first()
+    if user is None or destination is None:
+        return not_found()
+    done = request.method == "POST"
+    if done and not destination_unsubscribe(token=token):
+        return not_found()
+    return private_page(
+        request,
+        template="people/unsubscribe.html",
+        context={"first_name": user.first_name, "destination_name": destination.name, "done": done},
+        language=user.language,
+    )

@@ -9,6 +9,7 @@ from django.test import Client
 from freezegun import freeze_time
 
 from config.throttling import PersonalPageThrottle
+from delivery.actions.optouts import destination_opt_outs_of
 from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.services import destination_create
 from people.responses import PRIVATE_HEADERS, not_found, page_language
@@ -131,10 +132,10 @@ def test_the_page_speaks_the_persons_language_falling_back_to_its_base_then_engl
     response = client.get(issue(ada))
 
     assert response["Content-Language"] == "de"
-    assert (
-        "Wo und wann Sie gratuliert wird" in response.content.decode()
-        or 'lang="de"' in response.content.decode()
-    )
+    body = response.content.decode()
+    assert '<html lang="de">' in body
+    assert "Wo und wann Ihnen gratuliert wird" in body
+    assert "Geburtstag" in body
 
 
 def test_a_change_through_the_page_is_stored_as_the_persons(client, ada):
@@ -281,3 +282,46 @@ def test_the_page_is_throttled_per_client_with_a_429_page(client, monkeypatch, a
     assert 0 < int(refused["Retry-After"]) <= 60
     assert_private(refused)
     assert Client(REMOTE_ADDR="10.0.0.9").get(path).status_code == 200
+
+
+def test_leaving_one_shared_channel_keeps_the_other(client, ada):
+    general = destination_create(
+        settings=DestinationSettings(name="#general", url="https://general.example.org/hook"), operator="ops"
+    ).destination
+    platform = destination_create(
+        settings=DestinationSettings(
+            name="#platform", url="https://platform.example.org/hook", audience_labels=["team:platform"]
+        ),
+        operator="ops",
+    ).destination
+    path = issue(ada)
+    page = client.get(path)
+    assert page.context["form"].initial["announce"] == [general.id, platform.id]
+
+    response = client.post(path, form_data(page, announce=[platform.id]))
+
+    assert response.status_code == 302
+    assert destination_opt_outs_of(user_id=ada.pk) == {general.id}
+    change = CelebrationChange.objects.get(user=ada, field="destination")
+    assert (change.destination_name, change.old_value, change.new_value, change.changed_by) == (
+        "#general",
+        "in",
+        "out",
+        "person",
+    )
+    body = client.get(path).content.decode()
+    assert "you left it" in body
+    # Back in: ticked again.
+    client.post(path, form_data(client.get(path), announce=[general.id, platform.id]))
+    assert destination_opt_outs_of(user_id=ada.pk) == set()
+
+
+def test_in_german_a_bad_value_is_named_by_its_german_label(client, ada):
+    services.user_update(user=ada, data={"language": "de"})
+    path = issue(ada)
+
+    response = client.post(path, form_data(client.get(path), slack_user_id="@ada"))
+
+    assert response.status_code == 400
+    assert ">Slack-Benutzer-ID</a>:" in response.content.decode()
+    assert "Nichts wurde gespeichert" in response.content.decode()

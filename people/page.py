@@ -15,10 +15,12 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import translation
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
 
 from config.throttling import PersonalPageThrottle
 from delivery.actions.optouts import destination_opt_out_set, destination_opt_outs_of
+from people.csrf import people_csrf_protect
 from people.forms import SERVICE_FIELDS, PersonPageForm, event_type_name, visibility_field
 from people.responses import not_found, page_language
 from people.selectors import PersonView, person_view
@@ -150,6 +152,10 @@ def _render(
     return response
 
 
+# Django's CSRF check, with the Origin this page's own no-referrer policy makes browsers send
+# (people.csrf); exempt from the project's middleware only so that this one runs instead.
+@csrf_exempt
+@people_csrf_protect
 @require_http_methods(["GET", "POST"])
 def person_page(request: HttpRequest, token: str) -> HttpResponse:
     user, refused = _person(request, token)

@@ -10,13 +10,14 @@ from django.test import Client
 from freezegun import freeze_time
 
 from config.throttling import PersonalPageThrottle
-from delivery.actions.optouts import destination_opt_outs_of
+from delivery.actions.optouts import destination_opt_outs_of, unsubscribe_token
 from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.services import destination_create
 from people.responses import PRIVATE_HEADERS, not_found, page_language
 from scheduling.celebration import ChangedBy
 from users import services
 from users.models import CelebrationChange, CelebrationChoice, PersonalLink, User
+from users.selectors import personal_link_user
 from users.tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -356,3 +357,14 @@ def test_the_origin_check_takes_the_null_origin_of_its_own_pages_only(ada, origi
     assert response.status_code == status
     ada.refresh_from_db()
     assert ada.hide_age is (status == 302)
+
+
+def test_a_token_signed_for_anything_else_opens_no_page(client, ada):
+    general = destination_create(
+        settings=DestinationSettings(name="#general", url="https://general.example.org/hook"), operator="ops"
+    ).destination
+    unsubscribe = unsubscribe_token(user_id=ada.pk, destination_id=general.pk)
+    issue(ada)
+
+    assert personal_link_user(token=unsubscribe) is None
+    assert client.get(f"/p/me/{unsubscribe}/").content == not_found().content

@@ -368,3 +368,14 @@ def test_a_token_signed_for_anything_else_opens_no_page(client, ada):
 
     assert personal_link_user(token=unsubscribe) is None
     assert client.get(f"/p/me/{unsubscribe}/").content == not_found().content
+
+
+def test_the_page_says_when_mail_to_their_address_stopped_arriving(client, ada):
+    services.user_update(user=ada, data={"email": "ada@example.org", "language": "de"})
+    with freeze_time("2026-11-02 10:00"):
+        services.recipient_email_undeliverable_mark(email="ada@example.org", reason="550 no such user")
+
+    body = client.get(issue(ada)).content.decode()
+
+    assert "ada@example.org" in body
+    assert "E-Mails dorthin werden seit 2026-11-02 nicht zugestellt." in body

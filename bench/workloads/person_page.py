@@ -53,4 +53,27 @@ def measure(harness: Harness, *, size: PersonPageSize) -> dict:
     }
 
 
+def report_section(res: dict) -> list[str]:
+    """Markdown lines for REPORT.md from the harness's results (`res["person_page"]`)."""
+    lines = ["## The person's own page at 10M events (issue 45)\n"]
+    w = res.get("person_page")
+    if w is None:
+        return lines + ["_person_page: not run._"]
+    if "error" in w:
+        return lines + [f"_person_page failed:_\n\n```\n{w['error'][-3000:]}\n```"]
+    reads = w["reads"]
+    lines.append(
+        f"{w['events']:,} events; the person has {reads['their_events']} of them. In-process, median and p95 "
+        f"of 20 (load {w['load']:.1f}).\n"
+    )
+    lines.append("| request | median ms | p95 ms |")
+    lines.append("|---|---|---|")
+    for name, r in reads.items():
+        if isinstance(r, dict):
+            lines.append(f"| {name} | {r['median_ms']:.1f} | {r['p95_ms']:.1f} |")
+    met = "met" if w["page_median_ms"] < 100 else "**missed**"
+    lines.append(f"\nThe page under 100 ms: {met}.\n")
+    return lines
+
+
 WORKLOAD = Workload(name="person_page", measure=measure, sizes=SIZES, repeat_whole=True)

@@ -87,9 +87,11 @@ class PersonPageForm(forms.Form):
         label=_("Mention me in greetings"),
         widget=forms.RadioSelect,
     )
-    # The shared destinations the page listed, and those of them ticked (may announce me): a
-    # destination listed and not ticked is left; one added since the page was shown is not touched.
+    # The shared destinations the page listed, those it showed ticked, and those ticked now (may
+    # announce me): only a box the person changed leaves or rejoins its destination, so a
+    # destination added, or left through a mail's unsubscribe, since the page was shown is not touched.
     shown = forms.TypedMultipleChoiceField(required=False, coerce=int, widget=forms.MultipleHiddenInput)
+    announced = forms.TypedMultipleChoiceField(required=False, coerce=int, widget=forms.MultipleHiddenInput)
     announce = forms.TypedMultipleChoiceField(
         required=False, coerce=int, label=_("Who may announce me"), widget=forms.CheckboxSelectMultiple
     )
@@ -116,7 +118,7 @@ class PersonPageForm(forms.Form):
                 widget=forms.RadioSelect,
             )
         destinations = [(destination.id, destination.name) for destination in shared]
-        for name in ("shown", "announce"):
+        for name in ("shown", "announced", "announce"):
             field = self.fields[name]
             assert isinstance(field, forms.TypedMultipleChoiceField)
             field.choices = destinations
@@ -142,8 +144,10 @@ class PersonPageForm(forms.Form):
         }
 
     def opt_outs(self) -> dict[int, bool]:
-        """For each destination the page listed: whether they leave it (True) or stay (False)."""
-        announce = set(self.cleaned_data["announce"])
+        """For each destination whose box the person changed: whether they leave it (True) or rejoin it."""
+        before, after = set(self.cleaned_data["announced"]), set(self.cleaned_data["announce"])
         return {
-            destination_id: destination_id not in announce for destination_id in self.cleaned_data["shown"]
+            destination_id: destination_id not in after
+            for destination_id in self.cleaned_data["shown"]
+            if (destination_id in before) != (destination_id in after)
         }

@@ -73,6 +73,7 @@ def _initial(user: User, view: PersonView, opted_out: set[int]) -> dict[str, obj
         "mention_consent": consent,
         "shown": [destination.id for destination in view.shared],
         "announce": [destination.id for destination in view.shared if destination.id not in opted_out],
+        "announced": [destination.id for destination in view.shared if destination.id not in opted_out],
         **{
             visibility_field(event_type): view.choices.get(event_type, "")
             for event_type in _event_types(user)
@@ -91,7 +92,10 @@ def _opted_out(user: User) -> set[int]:
 
 
 def _apply(*, user: User, form: PersonPageForm, view: PersonView) -> None:
-    """Store every choice of the form, or (one refused) none: one transaction."""
+    """Store every choice of the form, or (one refused) none: one transaction.
+
+    A destination is left or rejoined only where the person changed its box (PersonPageForm.opt_outs).
+    """
     listed = {destination.id: destination for destination in view.shared}
     with transaction.atomic():
         services.user_update(

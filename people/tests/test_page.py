@@ -10,7 +10,7 @@ from django.test import Client
 from freezegun import freeze_time
 
 from config.throttling import PersonalPageThrottle
-from delivery.actions.optouts import destination_opt_outs_of, unsubscribe_token
+from delivery.actions.optouts import destination_opt_out_set, destination_opt_outs_of, unsubscribe_token
 from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.services import destination_create
 from people.responses import PRIVATE_HEADERS, not_found, page_language
@@ -318,6 +318,20 @@ def test_leaving_one_shared_channel_keeps_the_other(client, ada):
     # Back in: ticked again.
     client.post(path, form_data(client.get(path), announce=[general.id, platform.id]))
     assert destination_opt_outs_of(user_id=ada.pk) == set()
+
+
+def test_a_channel_left_elsewhere_while_the_page_was_open_stays_left(client, ada):
+    general = destination_create(
+        settings=DestinationSettings(name="#general", url="https://general.example.org/hook"), operator="ops"
+    ).destination
+    path = issue(ada)
+    page = client.get(path)
+    # A mail's one-click unsubscribe, after the page was shown with the box ticked.
+    destination_opt_out_set(user=ada, destination=general, opted_out=True, changed_by=ChangedBy.PERSON)
+
+    assert client.post(path, form_data(page, hide_age="on")).status_code == 302
+
+    assert destination_opt_outs_of(user_id=ada.pk) == {general.id}
 
 
 def test_in_german_a_bad_value_is_named_by_its_german_label(client, ada):

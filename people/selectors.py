@@ -73,9 +73,9 @@ def _digest_instant(*, destination: Destination, day: date) -> datetime:
 def person_view(*, user: User, opted_out: set[int]) -> PersonView:
     """Where and when `user` will be greeted for each pending occurrence, by the rules in force now.
 
-    A few small queries, none growing with history: their PENDING events (the events' (user, type,
-    date) index), their choices, the company defaults, the enabled destinations. `opted_out`: the
-    destination ids they left.
+    A few small queries, none growing with history: their PENDING events (the partial unique index
+    of one PENDING event per user and type), their choices, the company defaults, the enabled
+    destinations. `opted_out`: the destination ids they left.
     """
     choices = dict(CelebrationChoice.objects.filter(user_id=user.pk).values_list("event_type", "visibility"))
     defaults = celebration_defaults()

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
-from datetime import date, time
+from datetime import date, time, timedelta
 
 import pytest
 from django.core.cache import cache
 from django.test import Client
+from django.utils import timezone
 from freezegun import freeze_time
 
 from config.throttling import PersonalPageThrottle
 from delivery.actions.optouts import destination_opt_out_set, destination_opt_outs_of, unsubscribe_token
 from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.services import destination_create
+from delivery.dispatch.claim import deliveries_enqueue_due
+from delivery.models import Delivery, DeliveryStatus
 from people.responses import PRIVATE_HEADERS, not_found, page_language
 from scheduling.celebration import ChangedBy
+from scheduling.models import Event
 from users import services
 from users.models import CelebrationChange, CelebrationChoice, PersonalLink, User
 from users.selectors import personal_link_user
@@ -393,3 +397,28 @@ def test_the_page_says_when_mail_to_their_address_stopped_arriving(client, ada):
 
     assert "ada@example.org" in body
     assert "E-Mails dorthin werden seit 2026-11-02 nicht zugestellt." in body
+
+
+def test_not_celebrated_through_the_page_withdraws_what_is_queued_and_leaves_what_is_being_sent(
+    client, settings, ada
+):
+    settings.WEBHOOK_URL = ""
+    for name in ("#general", "#platform"):
+        destination_create(
+            settings=DestinationSettings(name=name, url=f"https://{name[1:]}.example.org/hook"),
+            operator="ops",
+        )
+    Event.objects.update(target_timestamp_utc=Event.objects.filter(user=ada).first().created_at)
+    deliveries_enqueue_due()
+    sending, queued = Delivery.objects.order_by("destination__name")
+    Delivery.objects.filter(pk=sending.pk).update(
+        status=DeliveryStatus.SENDING,
+        locked_by="worker-1",
+        locked_until=timezone.now() + timedelta(minutes=1),
+    )
+    path = issue(ada)
+
+    response = client.post(path, form_data(client.get(path), visibility_BIRTHDAY="none"))
+
+    assert response.status_code == 302
+    assert list(Delivery.objects.values_list("pk", "status")) == [(sending.pk, DeliveryStatus.SENDING)]

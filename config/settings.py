@@ -13,6 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from config import __version__
 from config.durations import parse_duration
+from config.esp import esp_webhooks_check
 from config.secret_key import check_secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -75,6 +76,8 @@ INSTALLED_APPS = [
     # Swagger UI's JavaScript and CSS as static files: the docs page needs no CDN.
     "drf_spectacular_sidecar",
     "axes",
+    # The ESPs' tracking webhooks (users/esp/); the app registers anymail's checks of its settings.
+    "anymail",
     *PROJECT_APPS,
 ]
 
@@ -250,7 +253,8 @@ AXES_CLIENT_IP_CALLABLE = "config.client_address.client_address"
 
 # API_MAX_BODY_BYTES: the largest request body the API accepts (413 above it).
 API_MAX_BODY_BYTES = env.int("API_MAX_BODY_BYTES", default=64 * 1024)
-# Django's own ceiling on bodies read into memory, as a second line of defence.
+# Django's own ceiling on bodies read into memory, as a second line of defence (raised below
+# to ESP_WEBHOOK_MAX_BODY_BYTES when ESPs post).
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES
 
 # CACHE_URL: where rate-limit counters live. The default, a table in the
@@ -441,6 +445,39 @@ DELIVERY_LEASE_MARGIN = parse_duration(env("DELIVERY_LEASE_MARGIN", default="30s
 # recovery (delivery.actions.recovery), in one short transaction: small enough that the
 # turn's sending goes on beside it, large enough that 100,000 take a few minutes at most.
 DELIVERY_RECOVERY_BATCH = env.int("DELIVERY_RECOVERY_BATCH", default=500)
+
+# --- Bounces and complaints from an ESP (docs/operations.md, "Bounces and complaints") ---------
+
+# ESP_WEBHOOKS: comma-separated ESPs (amazon_ses, postmark, sendgrid, mailgun; config/esp.py)
+# whose tracking webhooks are taken at /esp/<esp>/tracking/ (django-anymail). A hard bounce or
+# a complaint reported there marks the recipient's address undeliverable. Empty: none mounted.
+ESP_WEBHOOKS = [esp.strip() for esp in env.list("ESP_WEBHOOKS", default=[]) if esp.strip()]
+# What verifies the posts (anymail's settings; an enabled ESP without one stops every process):
+# ESP_WEBHOOK_SECRET: comma-separated "user:password" pairs for HTTP basic auth, given to the ESP
+# in the webhook's URL (https://user:password@host/esp/postmark/tracking/); two during a rotation.
+# ESP_MAILGUN_WEBHOOK_SIGNING_KEY: Mailgun's HTTP webhook signing key.
+# ESP_SENDGRID_TRACKING_WEBHOOK_VERIFICATION_KEY: SendGrid's signed event webhook public key
+# (the base64 text, without the PEM lines).
+ANYMAIL = {
+    name: value
+    for name, value in {
+        "WEBHOOK_SECRET": [
+            pair.strip() for pair in env.list("ESP_WEBHOOK_SECRET", default=[]) if pair.strip()
+        ],
+        "MAILGUN_WEBHOOK_SIGNING_KEY": env("ESP_MAILGUN_WEBHOOK_SIGNING_KEY", default=""),
+        "SENDGRID_TRACKING_WEBHOOK_VERIFICATION_KEY": env(
+            "ESP_SENDGRID_TRACKING_WEBHOOK_VERIFICATION_KEY", default=""
+        ),
+    }.items()
+    # Unset is absent: anymail would take an empty signing key as a key.
+    if value
+}
+esp_webhooks_check(enabled=ESP_WEBHOOKS, anymail=ANYMAIL)
+# ESP_WEBHOOK_MAX_BODY_BYTES: the largest post taken at /esp/ (API_MAX_BODY_BYTES is the API's):
+# SendGrid batches events into posts of up to 768 KB.
+ESP_WEBHOOK_MAX_BODY_BYTES = env.int("ESP_WEBHOOK_MAX_BODY_BYTES", default=1024 * 1024)
+if ESP_WEBHOOKS:
+    DATA_UPLOAD_MAX_MEMORY_SIZE = max(API_MAX_BODY_BYTES, ESP_WEBHOOK_MAX_BODY_BYTES)
 
 # --- The receiver's limits and health (per endpoint, over every worker) ------------------
 

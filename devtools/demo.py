@@ -30,6 +30,8 @@ from users.models import User  # noqa: E402
 from users.services import user_create  # noqa: E402
 
 ZONE = "Europe/London"
+# example.com is reserved for examples (RFC 2606): a mail to it that leaves the sink reaches no one.
+EMAIL = "ada.lovelace@example.com"
 
 
 def main() -> int:
@@ -39,6 +41,7 @@ def main() -> int:
     ada = user_create(
         first_name="Ada",
         last_name="Lovelace",
+        email=EMAIL,
         # 1992, a leap year: today may be Feb 29.
         date_of_birth=local_now.date().replace(year=1992),
         timezone=ZONE,

@@ -72,7 +72,7 @@ NO_AUDIENCE_REASON = (
 )
 
 
-@dataclass
+@dataclass(frozen=True)
 class EnqueueResult:
     queued: int = 0
     too_late: int = 0

@@ -14,6 +14,7 @@ from bench.workloads import (  # noqa: E402
     destinations,
     digests,
     failover,
+    person_page,
     queued,
     rate_limited,
     upcoming,
@@ -125,6 +126,7 @@ def render(res: dict, out_dir: Path) -> None:
     L += section_retention(res)
     L += section_history(res)
     L += upcoming.report_section(res)
+    L += person_page.report_section(res)
     L += section_zonerules(res)
     L += section_import(res)
     L += section_api(res)

@@ -83,6 +83,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # The people's pages' privacy headers (people.middleware), on every answer under /p/.
+    "people.middleware.PrivatePageHeadersMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "config.middleware.RequestBodyLimitMiddleware",
     # Every request computes with the time zone rules in force (scheduling.zonedata).
@@ -185,6 +187,12 @@ TIME_ZONE = "UTC"
 # ISO dates and moments with their zone in every page (config/formats/en/formats.py).
 FORMAT_MODULE_PATH = ["config.formats"]
 USE_I18N = True
+# The languages the product has strings in (locale/: the people's pages, people/): a person's
+# language tag picks the first of these along its fallbacks (de-AT: de), else English. The
+# compiled catalogues (.mo) are committed beside their .po, so no install needs gettext
+# (docs/operations.md, "Translations").
+LANGUAGES = [("en", "English"), ("de", "Deutsch")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
 USE_TZ = True
 
 # --- Static files --------------------------------------------------------------
@@ -264,7 +272,14 @@ API_THROTTLE_RATES = {
     "user": env("API_THROTTLE_ACCOUNT", default="1200/minute"),
     "anon": env("API_THROTTLE_ANONYMOUS", default="120/minute"),
     "failed_authentication": env("API_THROTTLE_FAILED_AUTHENTICATION", default="20/minute"),
+    # PERSONAL_PAGE_THROTTLE: requests to the people's own pages (/p/) per client address,
+    # wrong links included, so guessing one is slow; over it a 429 page (config.throttling).
+    "personal_page": env("PERSONAL_PAGE_THROTTLE", default="60/minute"),
 }
+
+# PERSONAL_LINK_MAX_AGE_DAYS: how long a link to a person's own page opens it after it was
+# issued (users.services.personal_link_issue); issuing a new one ends the one before at once.
+PERSONAL_LINK_MAX_AGE_DAYS = env.int("PERSONAL_LINK_MAX_AGE_DAYS", default=30)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -199,7 +199,14 @@ class RecipientAdmin(BoundedListAdmin):
         "resumed_at",
         "resumed_by",
     ]
-    actions = ["add_label", "remove_label", "pause_greetings", "resume_greetings", "delete_selected"]
+    actions = [
+        "add_label",
+        "remove_label",
+        "pause_greetings",
+        "resume_greetings",
+        "issue_personal_link",
+        "delete_selected",
+    ]
     # The action bar's label box, which the label actions read.
     action_form = RecipientActionForm
 
@@ -449,6 +456,36 @@ class RecipientAdmin(BoundedListAdmin):
             f"{verb} the greetings of {changed} recipient(s)"
             + ("; the others already were." if changed < len(queryset) else "."),
         )
+
+    # --- the person's own page, through users.services.personal_link_issue ------------
+
+    @admin.action(
+        description="Issue a link to their own page (ends the one before; shown once)", permissions=["change"]
+    )
+    def issue_personal_link(self, request, queryset):
+        """A new link for each selected recipient, on a page of its own: never in a message, which
+        the session would keep, nor in the console's log."""
+        operator = request.user.get_username()
+        issued = [
+            (
+                user,
+                services.personal_link_issue(user_id=user.pk, issued_by=ChangedBy.OPERATOR, actor=operator),
+            )
+            for user in queryset.order_by("last_name", "first_name", "id")
+        ]
+        response = TemplateResponse(
+            request,
+            "admin/users/user/personal_links.html",
+            {
+                **self.admin_site.each_context(request),
+                "title": "Links to their own pages",
+                "opts": self.model._meta,
+                "issued": issued,
+            },
+        )
+        response["Cache-Control"] = "no-store"
+        response["Referrer-Policy"] = "no-referrer"
+        return response
 
     # --- columns ------------------------------------------------------------------
 

@@ -79,6 +79,7 @@ def test_every_operation_documents_its_errors(anonymous_client):
         ("DELETE", "/api/v1/users/{id}/"): {"204", "400", "404", "412"} | auth,
         ("GET", "/api/v1/users/{id}/events/"): listing | auth,
         ("GET", "/api/v1/users/{id}/export/"): {"200", "404"} | auth,
+        ("POST", "/api/v1/users/{id}/personal-link/"): {"201", "404"} | auth | body,
         ("GET", "/api/v1/event-types/"): listing | auth,
         ("GET", "/api/v1/event-types/{event_type}/"): {"200", "404"} | auth,
         ("PATCH", "/api/v1/event-types/{event_type}/"): {"200", "404"} | auth | body,

@@ -13,7 +13,7 @@ PIP := $(VENV)/bin/pip
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/birthday_scheduler
 SUITE_DATABASE_URL := $(or $(DATABASE_URL),$(TEST_DATABASE_URL))
 
-.PHONY: run test suite check quick-suite venv lint clean bench browser pgbouncer
+.PHONY: run test suite check quick-suite venv lint clean bench browser pgbouncer messages
 
 # Some shells set PYTHONDONTWRITEBYTECODE (this machine's does). Without the bytecode
 # cache every process compiles the project again, and pytest rewrites the asserts of
@@ -59,6 +59,16 @@ lint: venv $(SECRET_KEY_FILE)
 # `playwright install`, which downloads a browser from the internet).
 browser:
 	@test -x /usr/bin/chromium || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
+
+# The people's pages' strings (locale/): extract them again into each .po, then compile each .mo.
+# The .mo files are committed, so running or installing the product needs no gettext; only this
+# target does (Debian's, installed here as the browser's is). people/tests/test_translations.py
+# fails while a committed .mo says something else than its .po.
+messages: venv
+	@test -x /usr/bin/msgfmt || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y gettext)
+	$(PY) manage.py makemessages -l de --no-location --ignore=.venv --ignore=templates/admin \
+		--ignore=bench --ignore=console --ignore=devtools --ignore=docs --ignore=deploy
+	$(PY) manage.py compilemessages --ignore=.venv
 
 # The PgBouncer tests start Debian's pgbouncer themselves, on ports of their own
 # (never through the system service, whatever its state).

@@ -9,7 +9,16 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from bench.workloads import audiences, destinations, digests, failover, queued, rate_limited  # noqa: E402
+from bench.workloads import (  # noqa: E402
+    audiences,
+    destinations,
+    digests,
+    failover,
+    person_page,
+    queued,
+    rate_limited,
+    upcoming,
+)
 
 
 def f(x, digits=0, unit=""):
@@ -116,6 +125,8 @@ def render(res: dict, out_dir: Path) -> None:
     L += section_scale(res)
     L += section_retention(res)
     L += section_history(res)
+    L += upcoming.report_section(res)
+    L += person_page.report_section(res)
     L += section_zonerules(res)
     L += section_import(res)
     L += section_api(res)

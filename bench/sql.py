@@ -288,6 +288,13 @@ def yearly_history(
             )
 
 
+def upcoming_labels(conn, *, teams: int) -> None:
+    """Give each recipient one of `teams` labels, team:t0 to team:t<teams-1>, by their number."""
+    conn.execute(
+        "UPDATE users_user SET labels = ARRAY['team:t' || mod(abs(hashtext(id::text)), %s)]", [teams]
+    )
+
+
 def more_recipients(conn, *, first: int, last: int, chunk: int = 200_000) -> None:
     """Recipients `first` to `last` (numbered after yearly_history's), each with only a PENDING birthday later this year.
 

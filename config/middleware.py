@@ -5,7 +5,8 @@ from django.http import JsonResponse
 class RequestBodyLimitMiddleware:
     """Refuse request bodies the application could not read whole: too large, or unframed.
 
-    Too large: bodies over API_MAX_BODY_BYTES get a 413. Django's
+    Too large: bodies over API_MAX_BODY_BYTES (ESP_WEBHOOK_MAX_BODY_BYTES under /esp/, where an
+    ESP posts batches of events) get a 413. Django's
     DATA_UPLOAD_MAX_MEMORY_SIZE also guards reads, but it surfaces as a generic
     400; a declared oversize body deserves the precise status, and is refused
     before a byte of it is read.
@@ -35,14 +36,14 @@ class RequestBodyLimitMiddleware:
             declared = int(request.META.get("CONTENT_LENGTH") or 0)
         except ValueError:
             return JsonResponse({"detail": "Invalid Content-Length header."}, status=400)
-        if declared > settings.API_MAX_BODY_BYTES:
+        limit = (
+            settings.ESP_WEBHOOK_MAX_BODY_BYTES
+            if request.path.startswith("/esp/")
+            else settings.API_MAX_BODY_BYTES
+        )
+        if declared > limit:
             return JsonResponse(
-                {
-                    "detail": (
-                        f"Request body of {declared} bytes is larger than the "
-                        f"{settings.API_MAX_BODY_BYTES} bytes allowed."
-                    )
-                },
+                {"detail": f"Request body of {declared} bytes is larger than the {limit} bytes allowed."},
                 status=413,
             )
         return self.get_response(request)

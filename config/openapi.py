@@ -98,21 +98,27 @@ VALIDATION_ERROR_SCHEMA = {
     },
 }
 
-RESPONSE_HEADERS = [
-    OpenApiParameter(
-        "WWW-Authenticate",
-        OpenApiTypes.STR,
+
+def response_header(name: str, kind: OpenApiTypes, *statuses: int, description: str) -> OpenApiParameter:
+    """A header that every response with one of `statuses` carries."""
+    return OpenApiParameter(
+        name,
+        kind,
         OpenApiParameter.HEADER,
-        response=["401"],
+        response=[str(status) for status in statuses],
         required=True,
-        description="`Token`: the scheme to authenticate with.",
+        description=description,
+    )
+
+
+RESPONSE_HEADERS = [
+    response_header(
+        "WWW-Authenticate", OpenApiTypes.STR, 401, description="`Token`: the scheme to authenticate with."
     ),
-    OpenApiParameter(
+    response_header(
         "Retry-After",
         OpenApiTypes.INT,
-        OpenApiParameter.HEADER,
-        response=["429"],
-        required=True,
+        429,
         description="Seconds to wait before the next request can be accepted.",
     ),
 ]
@@ -134,12 +140,10 @@ IF_MATCH = OpenApiParameter(
 
 
 def etag_header(*statuses: int) -> OpenApiParameter:
-    return OpenApiParameter(
+    return response_header(
         "ETag",
         OpenApiTypes.STR,
-        OpenApiParameter.HEADER,
-        response=[str(status) for status in statuses],
-        required=True,
+        *statuses,
         description=(
             'The version of the resource in this response, such as `"3"`: send it '
             "back in If-Match so that a change applies only to this version."

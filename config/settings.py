@@ -13,6 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from config import __version__
 from config.durations import parse_duration
+from config.esp import esp_webhooks_check
 from config.secret_key import check_secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -75,11 +76,15 @@ INSTALLED_APPS = [
     # Swagger UI's JavaScript and CSS as static files: the docs page needs no CDN.
     "drf_spectacular_sidecar",
     "axes",
+    # The ESPs' tracking webhooks (users/esp/); the app registers anymail's checks of its settings.
+    "anymail",
     *PROJECT_APPS,
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # The people's pages' privacy headers (people.middleware), on every answer under /p/.
+    "people.middleware.PrivatePageHeadersMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "config.middleware.RequestBodyLimitMiddleware",
     # Every request computes with the time zone rules in force (scheduling.zonedata).
@@ -182,6 +187,12 @@ TIME_ZONE = "UTC"
 # ISO dates and moments with their zone in every page (config/formats/en/formats.py).
 FORMAT_MODULE_PATH = ["config.formats"]
 USE_I18N = True
+# The languages the product has strings in (locale/: the people's pages, people/): a person's
+# language tag picks the first of these along its fallbacks (de-AT: de), else English. The
+# compiled catalogues (.mo) are committed beside their .po, so no install needs gettext
+# (docs/operations.md, "Translations").
+LANGUAGES = [("en", "English"), ("de", "Deutsch")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
 USE_TZ = True
 
 # --- Static files --------------------------------------------------------------
@@ -242,7 +253,8 @@ AXES_CLIENT_IP_CALLABLE = "config.client_address.client_address"
 
 # API_MAX_BODY_BYTES: the largest request body the API accepts (413 above it).
 API_MAX_BODY_BYTES = env.int("API_MAX_BODY_BYTES", default=64 * 1024)
-# Django's own ceiling on bodies read into memory, as a second line of defence.
+# Django's own ceiling on bodies read into memory, as a second line of defence (raised below
+# to ESP_WEBHOOK_MAX_BODY_BYTES when ESPs post).
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES
 
 # CACHE_URL: where rate-limit counters live. The default, a table in the
@@ -260,7 +272,14 @@ API_THROTTLE_RATES = {
     "user": env("API_THROTTLE_ACCOUNT", default="1200/minute"),
     "anon": env("API_THROTTLE_ANONYMOUS", default="120/minute"),
     "failed_authentication": env("API_THROTTLE_FAILED_AUTHENTICATION", default="20/minute"),
+    # PERSONAL_PAGE_THROTTLE: requests to the people's own pages (/p/) per client address,
+    # wrong links included, so guessing one is slow; over it a 429 page (config.throttling).
+    "personal_page": env("PERSONAL_PAGE_THROTTLE", default="60/minute"),
 }
+
+# PERSONAL_LINK_MAX_AGE_DAYS: how long a link to a person's own page opens it after it was
+# issued (users.services.personal_link_issue); issuing a new one ends the one before at once.
+PERSONAL_LINK_MAX_AGE_DAYS = env.int("PERSONAL_LINK_MAX_AGE_DAYS", default=30)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -439,6 +458,39 @@ DELIVERY_LEASE_MARGIN = parse_duration(env("DELIVERY_LEASE_MARGIN", default="30s
 # turn's sending goes on beside it, large enough that 100,000 take a few minutes at most.
 DELIVERY_RECOVERY_BATCH = env.int("DELIVERY_RECOVERY_BATCH", default=500)
 
+# --- Bounces and complaints from an ESP (docs/operations.md, "Bounces and complaints") ---------
+
+# ESP_WEBHOOKS: comma-separated ESPs (amazon_ses, postmark, sendgrid, mailgun; config/esp.py)
+# whose tracking webhooks are taken at /esp/<esp>/tracking/ (django-anymail). A hard bounce or
+# a complaint reported there marks the recipient's address undeliverable. Empty: none mounted.
+ESP_WEBHOOKS = [esp.strip() for esp in env.list("ESP_WEBHOOKS", default=[]) if esp.strip()]
+# What verifies the posts (anymail's settings; an enabled ESP without one stops every process):
+# ESP_WEBHOOK_SECRET: comma-separated "user:password" pairs for HTTP basic auth, given to the ESP
+# in the webhook's URL (https://user:password@host/esp/postmark/tracking/); two during a rotation.
+# ESP_MAILGUN_WEBHOOK_SIGNING_KEY: Mailgun's HTTP webhook signing key.
+# ESP_SENDGRID_TRACKING_WEBHOOK_VERIFICATION_KEY: SendGrid's signed event webhook public key
+# (the base64 text, without the PEM lines).
+ANYMAIL = {
+    name: value
+    for name, value in {
+        "WEBHOOK_SECRET": [
+            pair.strip() for pair in env.list("ESP_WEBHOOK_SECRET", default=[]) if pair.strip()
+        ],
+        "MAILGUN_WEBHOOK_SIGNING_KEY": env("ESP_MAILGUN_WEBHOOK_SIGNING_KEY", default=""),
+        "SENDGRID_TRACKING_WEBHOOK_VERIFICATION_KEY": env(
+            "ESP_SENDGRID_TRACKING_WEBHOOK_VERIFICATION_KEY", default=""
+        ),
+    }.items()
+    # Unset is absent: anymail would take an empty signing key as a key.
+    if value
+}
+esp_webhooks_check(enabled=ESP_WEBHOOKS, anymail=ANYMAIL)
+# ESP_WEBHOOK_MAX_BODY_BYTES: the largest post taken at /esp/ (API_MAX_BODY_BYTES is the API's):
+# SendGrid batches events into posts of up to 768 KB.
+ESP_WEBHOOK_MAX_BODY_BYTES = env.int("ESP_WEBHOOK_MAX_BODY_BYTES", default=1024 * 1024)
+if ESP_WEBHOOKS:
+    DATA_UPLOAD_MAX_MEMORY_SIZE = max(API_MAX_BODY_BYTES, ESP_WEBHOOK_MAX_BODY_BYTES)
+
 # --- The receiver's limits and health (per endpoint, over every worker) ------------------
 
 # WEBHOOK_MAX_RATE: most requests per second to the receiver from all workers on
@@ -504,10 +556,12 @@ LOGGING = {
             "timestamp": "time",  # ISO 8601 in UTC
         },
     },
+    "filters": {"redact_feed_tokens": {"()": "config.logging.RedactFeedTokens"}},
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": "json" if LOG_JSON else "text",
+            "filters": ["redact_feed_tokens"],
         },
     },
     "root": {"handlers": ["console"], "level": "WARNING"},

@@ -57,3 +57,15 @@ class FailedAuthenticationThrottle(ClientAddressMixin, SimpleRateThrottle):
         """Count one failure (after allow_request has read this address's history)."""
         self.history.insert(0, self.now)
         self.cache.set(self.key, self.history, self.duration)
+
+
+class PersonalPageThrottle(ClientAddressMixin, SimpleRateThrottle):
+    """Requests to the people's own pages (people/) from one client address, wrong links included.
+
+    Outside the API (plain Django views call allow_request themselves), so the key needs no view.
+    """
+
+    scope = "personal_page"
+
+    def get_cache_key(self, request, view) -> str:
+        return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}

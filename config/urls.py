@@ -18,6 +18,8 @@ urlpatterns = [
     path("api/v1/", include("delivery.api.urls")),
     # The person's own pages, by a signed link: no account, no console.
     path("p/", include("people.urls")),
+    # ESPs' bounces and complaints (users/esp/), outside the API: verified as each ESP signs.
+    path("esp/", include("users.esp.urls")),
     # /health/live, /health/ready and /metrics, outside the API: no API credentials.
     path("", include("monitoring.urls")),
     path("", RedirectView.as_view(url=f"/{settings.ADMIN_URL}", permanent=False)),

@@ -8,6 +8,7 @@ from django.urls import path
 
 from console.dashboard import dashboard_view
 from console.failures import failures_view
+from console.upcoming import upcoming_view
 
 TITLE = "Birthday scheduler operations"
 # The dashboard summarises events and deliveries, so it shows to whoever may read both.
@@ -33,6 +34,7 @@ class ConsoleAdminSite(admin.AdminSite):
         return [
             path("dashboard/", self.admin_view(self.dashboard), name="dashboard"),
             path("failures/", self.admin_view(self.failures), name="failures"),
+            path("upcoming/", self.admin_view(self.upcoming), name="upcoming"),
             *super().get_urls(),
         ]
 
@@ -68,6 +70,9 @@ class ConsoleAdminSite(admin.AdminSite):
 
     def failures(self, request):
         return failures_view(request, site=self)
+
+    def upcoming(self, request):
+        return upcoming_view(request, site=self)
 
     def dashboard(self, request):
         if not self.can_view_dashboard(request):

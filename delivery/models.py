@@ -36,6 +36,31 @@ class Weekend(models.TextChoices):
     MONDAY_AFTER = "MONDAY_AFTER", "The Monday after"
 
 
+class Weekday(models.TextChoices):
+    """The day a weekly digest goes (Destination.digest_weekday), Monday first as date.weekday() counts."""
+
+    MONDAY = "MONDAY", "Monday"
+    TUESDAY = "TUESDAY", "Tuesday"
+    WEDNESDAY = "WEDNESDAY", "Wednesday"
+    THURSDAY = "THURSDAY", "Thursday"
+    FRIDAY = "FRIDAY", "Friday"
+    SATURDAY = "SATURDAY", "Saturday"
+    SUNDAY = "SUNDAY", "Sunday"
+
+
+# In date.weekday()'s order: WEEKDAYS.index(name) is the day's number.
+WEEKDAYS: list[str] = list(Weekday.values)
+# The furthest ahead a digest names (Destination.digest_days_ahead): a month's notice.
+DIGEST_DAYS_AHEAD_MAX = 30
+
+
+class DigestLanguage(models.TextChoices):
+    """The language of a digest's words (its heading, each line): the channel's, whatever its people's."""
+
+    EN = "en", "English"
+    DE = "de", "Deutsch"
+
+
 class Destination(models.Model):
     """A receiver of greetings: where, which event types, in which format, at what pace.
 
@@ -85,6 +110,18 @@ class Destination(models.Model):
     digest_timezone = models.CharField(max_length=64, blank=True, default="", db_default="")
     weekend = models.CharField(
         max_length=16, choices=Weekend.choices, default=Weekend.ON_THE_DAY, db_default=Weekend.ON_THE_DAY
+    )
+    # Ahead of the day: a digest names the dates this many days after the one it is sent on
+    # (0: that date itself; 7: "In a week, Tuesday 8 December: …").
+    digest_days_ahead = models.PositiveSmallIntegerField(default=0, db_default=0)
+    # Set: a weekly digest, on this weekday only, naming the seven days from its date (plus
+    # digest_days_ahead). Null: a daily one.
+    # Null rather than "": "no weekday", as the API says it and the CHECK reads it.
+    digest_weekday = models.CharField(  # noqa: DJ001
+        max_length=9, choices=Weekday.choices, null=True, blank=True
+    )
+    digest_language = models.CharField(
+        max_length=8, choices=DigestLanguage.choices, default=DigestLanguage.EN, db_default=DigestLanguage.EN
     )
     # The next digest: its local date and the instant it is due. Kept by the services (set with
     # the digest time, advanced by the scheduler as it builds one), so the scheduler's look for
@@ -180,6 +217,18 @@ class Destination(models.Model):
                 | (~Q(format="email") & Q(email_from="", email_to=[], smtp_password_ciphertext="")),
                 name="destination_email_settings_by_kind",
             ),
+            models.CheckConstraint(
+                condition=Q(digest_days_ahead__lte=DIGEST_DAYS_AHEAD_MAX),
+                name="destination_digest_days_ahead_max",
+            ),
+            models.CheckConstraint(
+                condition=Q(digest_weekday__isnull=True) | Q(digest_weekday__in=WEEKDAYS),
+                name="destination_digest_weekday_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(digest_language__in=DigestLanguage.values),
+                name="destination_digest_language_valid",
+            ),
         ]
         indexes = [
             # The scheduler's look for due digests, on every turn: only digest destinations are in it.
@@ -206,11 +255,12 @@ class Destination(models.Model):
 
 
 class Digest(models.Model):
-    """One destination's message of one local date, naming that date's people (delivery.dispatch.digests).
+    """One destination's message of one period, naming its dates' people (delivery.dispatch.digests).
 
-    Unique per (destination, date): whatever the scheduler does twice (two
-    schedulers, a retry after a lost commit), the second insert is refused and
-    nothing more is queued. Its one Delivery sends it like any other.
+    Unique per (destination, date) and per (destination, period): whatever the
+    scheduler does twice (two schedulers, a retry after a lost commit), the
+    second insert is refused and nothing more is queued. Its one Delivery sends
+    it like any other.
     """
 
     id = models.BigAutoField(primary_key=True)
@@ -223,8 +273,20 @@ class Digest(models.Model):
     local_date = models.DateField()
     first_date = models.DateField()
     last_date = models.DateField()
-    # "digest-" and a hash of (destination, date): the same on every attempt and resend.
+    # What it is once for (delivery.rules.digest_calendar.digest_period): its date for a daily
+    # digest ("2026-12-01", "2026-12-01+7" a week ahead), its ISO week for a weekly one ("2026-W49").
+    # Those built before periods were kept have their local_date (migration 0027).
+    period = models.CharField(max_length=16)
+    # "digest-" and a hash of (destination, period): the same on every attempt and resend.
     idempotency_key = models.CharField(max_length=32)
+    # Its heading as built, in its destination's language then; "": built before headings were
+    # kept (rendered from its dates, in English).
+    heading = models.CharField(max_length=200, blank=True, default="", db_default="")
+    # The language of its words (its destination's digest_language when built): its heading's and
+    # lines', and the "… and N more" a chat service's limit adds.
+    language = models.CharField(
+        max_length=8, choices=DigestLanguage.choices, default=DigestLanguage.EN, db_default=DigestLanguage.EN
+    )
     # What it names, one dict per occurrence (event_id, user_id, event_type, occurrence_date,
     # idempotency_key, line): the body is rendered from these, and an erasure takes a
     # recipient's out and renders it again (delivery.erasure).
@@ -237,6 +299,9 @@ class Digest(models.Model):
             # NULLs are distinct: the history of a deleted destination never collides.
             models.UniqueConstraint(
                 fields=["destination", "local_date"], name="digest_one_per_destination_date"
+            ),
+            models.UniqueConstraint(
+                fields=["destination", "period"], name="digest_one_per_destination_period"
             ),
             models.UniqueConstraint(fields=["idempotency_key"], name="digest_idempotency_key_unique"),
             models.CheckConstraint(condition=Q(first_date__lte=F("last_date")), name="digest_dates_ordered"),
@@ -275,6 +340,30 @@ class DestinationOptOut(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_id} out of {self.destination_id}"
+
+
+class CalendarFeed(models.Model):
+    """A destination's calendar feed (delivery.upcoming.feeds): its URL's token, known only by its hash.
+
+    The token is a credential, as a receiver URL is: whoever has the URL reads the feed. Only
+    its SHA-256 is stored, so it is shown once, when issued; issuing again replaces it (the old
+    URL stops working), deleting the row revokes it. One per destination.
+    """
+
+    destination = models.OneToOneField(Destination, on_delete=models.CASCADE, related_name="calendar_feed")
+    token_sha256 = models.CharField(max_length=64, unique=True)
+    created_by = models.CharField(max_length=150)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(token_sha256__regex=r"^[0-9a-f]{64}$"), name="calendar_feed_token_is_a_sha256"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Calendar feed of {self.destination}"
 
 
 class DestinationSecret(models.Model):

@@ -11,7 +11,7 @@ the day. Run once the scheduler and worker are up; on a database that already
 has recipients it does nothing.
 
 Where the sink also listens for SMTP (LOCAL_SMTP_HOST and LOCAL_SMTP_PORT in the
-environment), Ada has an address and a personal email destination mails her there too.
+environment), a personal email destination mails Ada's address there too.
 """
 
 import os
@@ -35,6 +35,8 @@ from users.models import User  # noqa: E402
 from users.services import user_create  # noqa: E402
 
 ZONE = "Europe/London"
+# example.com is reserved for examples (RFC 2606): a mail to it that leaves the sink reaches no one.
+EMAIL = "ada.lovelace@example.com"
 
 
 def _sink_relay() -> str | None:
@@ -65,9 +67,9 @@ def main() -> int:
     local_now = timezone.now().astimezone(load_timezone(ZONE))
     relay = _sink_relay()
     ada = user_create(
-        email="ada@example.com",
         first_name="Ada",
         last_name="Lovelace",
+        email=EMAIL,
         # 1992, a leap year: today may be Feb 29.
         date_of_birth=local_now.date().replace(year=1992),
         timezone=ZONE,

@@ -5,7 +5,8 @@ this checkout's own (devtools/postgres.py: data in var/postgres, or as root in
 this checkout's folder under /var/lib/birthday-scheduler-dev) at the settings'
 LOCAL_DATABASE_URL. Then migrates, collects the static files and makes sure of a
 local admin, and starts the web server (API and admin), one scheduler, one
-worker and a local webhook sink that shows the messages as they arrive; on an
+worker and a local sink that shows the messages as they arrive (POSTed, or mailed
+to its SMTP port, LOCAL_SMTP_PORT in the processes' environment); on an
 empty database, a first recipient's greeting is sent at once (devtools/demo.py). Each
 process's output is prefixed with its name. Ctrl-C (or SIGTERM) is passed on to
 every child, which then drain and exit; the embedded PostgreSQL stops last.
@@ -28,12 +29,24 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 HOST = os.environ.get("RUN_HOST", "127.0.0.1")
 PORT = int(os.environ.get("RUN_PORT", "8000"))
 SINK_PORT = int(os.environ.get("RUN_SINK_PORT", "8001"))
+# The sink's SMTP port (aiosmtpd's own default): the relay of a local email destination.
+SMTP_PORT = int(os.environ.get("RUN_SMTP_PORT", "8025"))
 
 
 def processes() -> dict[str, list[str]]:
     manage = [sys.executable, str(BASE_DIR / "manage.py")]
     return {
-        "sink": [sys.executable, "-m", "devtools.sink", "--host", HOST, "--port", str(SINK_PORT)],
+        "sink": [
+            sys.executable,
+            "-m",
+            "devtools.sink",
+            "--host",
+            HOST,
+            "--port",
+            str(SINK_PORT),
+            "--smtp-port",
+            str(SMTP_PORT),
+        ],
         "web": manage + ["runserver", f"{HOST}:{PORT}", "--noreload"],
         "scheduler": manage + ["run_scheduler"],
         "worker": manage + ["run_worker"],
@@ -98,6 +111,9 @@ def main() -> int:
     # (delivery/receivers/addresses.py); values of your own in .env or the environment win.
     env.setdefault("WEBHOOK_ALLOW_HTTP", "true")
     env.setdefault("WEBHOOK_ALLOWED_NETWORKS", sink_networks())
+    # Where the sink takes mail: the demo's email destination relays to it.
+    env["LOCAL_SMTP_HOST"] = HOST
+    env["LOCAL_SMTP_PORT"] = str(SMTP_PORT)
     server = None
     if not env.get("DATABASE_URL"):
         try:
@@ -155,8 +171,12 @@ def supervise(env: dict[str, str]) -> int:
         f"Admin:     http://{HOST}:{PORT}/{admin_url}/",
         f"Webhooks:  POSTed to {env['WEBHOOK_URL']}",
     ]
-    if env["WEBHOOK_URL"].startswith(f"http://{HOST}:{SINK_PORT}/"):
-        lines.append(f"Received:  http://{HOST}:{SINK_PORT}/ (and the 'sink' lines below)")
+    lines.append(
+        f"Email:     relay {HOST}:{SMTP_PORT} (the sink's SMTP, no TLS): give it to an email destination"
+    )
+    lines.append(
+        f"Received:  http://{HOST}:{SINK_PORT}/ (webhooks, chat and mail; and the 'sink' lines below)"
+    )
     lines.append("Stop everything with Ctrl-C.")
     print("\n" + "\n".join(f"  {line}" for line in lines) + "\n", flush=True)
 

@@ -182,8 +182,11 @@ def without_bidi_controls(text: str) -> str:
     return "".join(ch for ch in text if ch not in BIDI_CONTROLS)
 
 
-def more_line(count: int) -> str:
-    """The last line of a digest cut short: how many occurrences it could not name."""
+def more_line(count: int, language: str = "en") -> str:
+    """The last line of a digest cut short: how many occurrences it could not name, in the digest's
+    language (en, de: its payload's `language`)."""
+    if language == "de":
+        return f"{ELLIPSIS} und {count:,} weitere".replace(",", ".")
     return f"{ELLIPSIS} and {count:,} more"
 
 
@@ -225,8 +228,9 @@ def digest_lines(payload: Mapping, mentions: Mapping[str, Mention] | None) -> li
     return lines
 
 
-def more(count: int) -> Line:
-    return Line(more_line(count))
+def more_of(payload: Mapping) -> Callable[[int], Line]:
+    """The "… and N more" line of the digest `payload`, in its language."""
+    return lambda count: Line(more_line(count, payload.get("language", "en")))
 
 
 _T = TypeVar("_T")
@@ -439,7 +443,7 @@ class LineKind(Kind):
 
     def digest_body(self, payload: Mapping, *, mentions: Mapping[str, Mention] | None = None) -> dict:
         lines = digest_lines(payload, mentions)
-        return self._compose(*self._fitted(summarised(lines, fits=self._fits, more=more)))
+        return self._compose(*self._fitted(summarised(lines, fits=self._fits, more=more_of(payload))))
 
     def _tag(self, line: Line) -> str | None:
         if line.mention is None or not self.mention_field:

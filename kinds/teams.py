@@ -53,7 +53,7 @@ from kinds.base import (
     Verdict,
     digest_lines,
     fit,
-    more,
+    more_of,
     shown_by_shape,
     standard_reading,
     summarised,
@@ -188,7 +188,7 @@ class Teams(Kind):
     def digest_body(self, payload: Mapping, *, mentions: Mapping[str, Mention] | None = None) -> dict:
         # One block per line: the heading, then one per person (after their mention's), as Teams shows a list.
         lines = digest_lines(payload, mentions)
-        return self._card_of_lines(summarised(lines, fits=self._lines_fit, more=more))
+        return self._card_of_lines(summarised(lines, fits=self._lines_fit, more=more_of(payload)))
 
     def _card_of_lines(self, lines: Sequence[Line]) -> dict:
         blocks: list[dict] = []

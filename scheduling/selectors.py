@@ -137,7 +137,7 @@ class MessageTemplates(Mapping[str, str]):
         # milestone: the type's default row); only the rows that have one.
         self._subjects = subjects or {}
         # A batch asks again and again for a few (type, language, years, without): one answer each.
-        self._chosen: dict[tuple[str, str, int | None, frozenset[str]], str] = {}
+        self._chosen: dict[tuple[str, str, int | None, frozenset[str]], tuple[str, str]] = {}
 
     def __getitem__(self, event_type: str) -> str:
         return self._defaults[event_type]
@@ -162,6 +162,17 @@ class MessageTemplates(Mapping[str, str]):
         past the type's default comes the handler's own text, which uses none
         (scheduling/tests/test_celebration.py holds each handler to that).
         """
+        return self.chosen(event_type=event_type, language=language, years=years, without=without)[0]
+
+    def chosen(
+        self,
+        *,
+        event_type: str,
+        language: str = "",
+        years: int | None = None,
+        without: frozenset[str] = frozenset(),
+    ) -> tuple[str, str]:
+        """`choose`'s text and the language it is written in ("": the type's default, for every language)."""
         key = (event_type, language, years, without)
         chosen = self._chosen.get(key)
         if chosen is None:
@@ -183,16 +194,58 @@ class MessageTemplates(Mapping[str, str]):
         defaults = get_handler(event_type).subject_templates
         return next((defaults[tag] for tag in fallbacks if tag in defaults), "")
 
-    def _lookup(self, *, event_type: str, language: str, years: int | None, without: frozenset[str]) -> str:
+    def _lookup(
+        self, *, event_type: str, language: str, years: int | None, without: frozenset[str]
+    ) -> tuple[str, str]:
         for tag in language_fallbacks(language):
             for milestone in (years, None) if years is not None else (None,):
                 body = self._variants.get((event_type, tag, milestone))
                 if body is not None and not (without and placeholders_used(body) & without):
-                    return body
+                    return body, tag
         default = self._defaults[event_type]
         if without and placeholders_used(default) & without:
-            return get_handler(event_type).message_template
-        return default
+            return get_handler(event_type).message_template, ""
+        return default, ""
+
+
+@dataclass(frozen=True)
+class MessageChoice:
+    """One occurrence's message as it would be rendered: its text, the template, and what chose it."""
+
+    text: str
+    template: str
+    # The template's language ("": the type's default, which every language without its own gets).
+    language: str
+    # The years the occurrence counts (a birthday's age, an anniversary's years) if said; None otherwise.
+    years: int | None
+    # A destination's own text replaced the templates'.
+    overridden: bool
+
+
+def message_choice(
+    *,
+    templates: MessageTemplates,
+    event_type: str,
+    user: Recipient,
+    occurrence_date: date,
+    language: str = "",
+    override: str | None = None,
+) -> MessageChoice:
+    """The message of one occurrence, as message_for renders it, with the language and milestone that chose it."""
+    handler = get_handler(event_type)
+    values = handler.message_values(user=user, occurrence_date=occurrence_date)
+    unsaid = frozenset(name for name in handler.age_placeholders if name not in values)
+    years = years_counted(values)
+    if override is None or (unsaid and placeholders_used(override) & unsaid):
+        template, tag = templates.chosen(
+            event_type=event_type, language=language, years=years, without=unsaid
+        )
+        overridden = False
+    else:
+        template, tag, overridden = override, "", True
+    return MessageChoice(
+        text=template.format_map(values), template=template, language=tag, years=years, overridden=overridden
+    )
 
 
 def message_for(
@@ -210,16 +263,15 @@ def message_for(
     age is not said (scheduling.celebration.age_said) gets no value for the type's
     age placeholders, and a text that uses one is passed over for one that does not.
     """
-    handler = get_handler(event_type)
-    values = handler.message_values(user=user, occurrence_date=occurrence_date)
-    unsaid = frozenset(name for name in handler.age_placeholders if name not in values)
-    if override is None or (unsaid and placeholders_used(override) & unsaid):
-        template = templates.choose(
-            event_type=event_type, language=language, years=years_counted(values), without=unsaid
-        )
-    else:
-        template = override
-    return template.format_map(values), template
+    choice = message_choice(
+        templates=templates,
+        event_type=event_type,
+        user=user,
+        occurrence_date=occurrence_date,
+        language=language,
+        override=override,
+    )
+    return choice.text, choice.template
 
 
 def subject_for(

@@ -306,3 +306,40 @@ class CelebrationChange(models.Model):
     def __str__(self) -> str:
         what = f"{self.field} {self.event_type or self.destination_name}".strip()
         return f"{what}: {self.old_value or 'default'} → {self.new_value or 'default'} ({self.changed_by})"
+
+
+# --- the person's own page (people.page) --------------------------------------------
+
+
+class PersonalLink(models.Model):
+    """One link to the person's own page, issued for an operator or an HR system to send them.
+
+    The URL carries `nonce`, signed with the time it was issued (users.services.personal_link_issue);
+    it opens the page only while it is the person's latest link and younger than
+    PERSONAL_LINK_MAX_AGE_DAYS: issuing a new one revokes the one before. Kept as the record of who
+    issued which link when (the person's export); erased with them (the foreign key cascades), which
+    is what makes their links dead.
+    """
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="personal_links", db_index=False)
+    # Random, and what the signed token names; unique, so a token names one link.
+    nonce = models.CharField(max_length=32, unique=True)
+    issued_at = models.DateTimeField()
+    issued_by = models.CharField(max_length=16, choices=ChangedBy.choices)
+    # The operator's or API account's username.
+    actor = models.CharField(max_length=ACTOR_MAX_LENGTH, blank=True, default="")
+
+    class Meta:
+        indexes = [
+            # "Is this the person's latest link?": one probe, newest first.
+            models.Index(fields=["user", "-issued_at", "-id"], name="personal_link_user_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(issued_by__in=[ChangedBy.OPERATOR, ChangedBy.API_CLIENT]),
+                name="personal_link_issued_by_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"link issued {self.issued_at:%Y-%m-%d %H:%M} by {self.issued_by}"

@@ -17,7 +17,7 @@ from drf_spectacular.utils import (
 )
 
 from config.openapi import IF_MATCH, etag_header
-from users.serializers import EventSerializer, UserSerializer
+from users.serializers import EventSerializer, PersonalLinkSerializer, UserSerializer
 
 
 class UserSerializerSchema(OpenApiSerializerExtension):
@@ -172,6 +172,25 @@ user_schema = extend_schema_view(
                 "`console_log`), `console_log` and `exported_at`. Sent with `Cache-Control: no-store`."
             ),
         ),
+    ),
+    personal_link=extend_schema(
+        summary="Issue a link to the recipient's own page",
+        description=(
+            "A new signed link to the person's own page (where they see what is stored about them and "
+            "where and when they will be greeted, choose their visibility, hide their age, set their "
+            "language, send time, chat identities and mentions, leave shared destinations, and download "
+            "their data), for the operator or an HR system to send them. The URL is in this answer "
+            "only: it is not stored and cannot be read again. It opens the page until `expires_at` "
+            "(PERSONAL_LINK_MAX_AGE_DAYS after now); issuing another ends it at once. Needs the "
+            "`change recipient` permission. No body."
+        ),
+        request=None,
+        responses={
+            201: OpenApiResponse(
+                response=PersonalLinkSerializer,
+                description="The link, once. Sent with `Cache-Control: no-store`.",
+            )
+        },
     ),
     events=extend_schema(
         summary="List a recipient's events",

@@ -2,10 +2,13 @@ import re
 import uuid
 from collections.abc import Collection
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
+from django.core import signing
 from django.db import connection
-from django.db.models import Prefetch, Q, QuerySet
+from django.db.models import OuterRef, Prefetch, Q, QuerySet, Subquery
 from django.utils import timezone
 from django.utils.text import smart_split, unescape_string_literal
 
@@ -14,7 +17,7 @@ from scheduling.celebration import Visibility, age_said, visibility_of
 from scheduling.handlers import get_handler
 from scheduling.models import Event, EventStatus
 from scheduling.selectors import celebration_defaults, event_list_for_user, message_for, message_templates
-from users.models import CelebrationChange, CelebrationChoice, User
+from users.models import CelebrationChange, CelebrationChoice, PersonalLink, User
 from users.signals import recipient_exporting
 
 
@@ -141,6 +144,12 @@ def user_export(*, user_id: uuid.UUID) -> dict[str, Any]:
                 "new_value",
             )
         ),
+        # The links to their own page issued for them: when, by whom (never the link itself).
+        "personal_links": list(
+            PersonalLink.objects.filter(user_id=user_id)
+            .order_by("issued_at", "id")
+            .values("issued_at", "issued_by", "actor")
+        ),
         "console_log": admin_log_export(model=User, object_ids=[user_id]),
         "events": [
             {**event, "console_log": admin_log_export(model=Event, object_ids=[event["id"]])}
@@ -233,3 +242,34 @@ def recipient_messages(*, user: User) -> list[RecipientMessage]:
             notes.append(f"No age is said ({why}): texts using {{age}} are passed over for one without.")
         rows.append(RecipientMessage(event.event_type, visibility, text, " ".join(notes)))
     return rows
+
+
+# --- the person's own page (people.page) ---
+
+# The signature's salt: a token signed for anything else (an unsubscribe link) opens no page.
+PERSONAL_LINK_SALT = "users.personal-link"
+
+
+def personal_link_user(*, token: str) -> User | None:
+    """The person a link to their own page opens, or None: a token not signed here, expired, not their
+    latest link (revoked by a newer one), or of a person erased. Callers answer every None alike."""
+    try:
+        nonce = signing.TimestampSigner(salt=PERSONAL_LINK_SALT).unsign(
+            token, max_age=timedelta(days=settings.PERSONAL_LINK_MAX_AGE_DAYS)
+        )
+    except signing.BadSignature:  # SignatureExpired included
+        return None
+    latest = (
+        PersonalLink.objects.filter(user_id=OuterRef("user_id"))
+        .order_by("-issued_at", "-id")
+        .values("nonce")[:1]
+    )
+    link = (
+        PersonalLink.objects.filter(nonce=nonce)
+        .annotate(latest=Subquery(latest))
+        .select_related("user")
+        .first()
+    )
+    if link is None or link.latest != nonce:
+        return None
+    return link.user

@@ -365,3 +365,10 @@ class UserSerializer(serializers.ModelSerializer):
     @extend_schema_field(NextEventSerializer(many=True))
     def get_next_events(self, user: User):
         return NextEventSerializer(self._pending(user), many=True).data
+
+
+class PersonalLinkSerializer(serializers.Serializer):
+    """A link to the person's own page, as issued (the API's answer only: nothing reads it)."""
+
+    url = serializers.URLField(help_text="The link; in this answer only.")
+    expires_at = serializers.DateTimeField(help_text="When it stops opening the page.")

@@ -4,16 +4,20 @@ bulk import (which skips signals), through the same scheduling services called h
 from __future__ import annotations
 
 import logging
+import secrets
 import uuid
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import date, datetime, time
+from datetime import date, datetime, time, timedelta
 from typing import Any, NamedTuple, Unpack
 
+from django.conf import settings
+from django.core import signing
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
+from django.urls import reverse
 from django.utils import timezone
 
 from runtime.copy import copy_rows
@@ -36,8 +40,8 @@ from users.fields import (
     clean_user_fields,
     clean_visibility,
 )
-from users.models import EXTERNAL_ID_UNIQUE, CelebrationChange, CelebrationChoice, User
-from users.selectors import users_by_external_id
+from users.models import EXTERNAL_ID_UNIQUE, CelebrationChange, CelebrationChoice, PersonalLink, User
+from users.selectors import PERSONAL_LINK_SALT, users_by_external_id
 from users.signals import recipient_erasing
 from users.validators import clean_email
 
@@ -203,6 +207,41 @@ def _say_write(
 
 
 # --- end of the person's say ---
+
+
+# --- the person's own page (people.page) ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class IssuedLink:
+    url: str
+    expires_at: datetime
+
+
+def personal_link_issue(*, user_id: uuid.UUID, issued_by: str, actor: str) -> IssuedLink:
+    """A new link to the person's own page, for an operator or an HR system to send them; the one before is dead.
+
+    The URL is given once, here: what is stored (the nonce) opens nothing without the signature,
+    which only this server can make. `issued_by`: ChangedBy.OPERATOR or API_CLIENT, `actor` their
+    username. User.DoesNotExist if the person is gone.
+    """
+    nonce = secrets.token_urlsafe(16)
+    now = timezone.now()
+    with transaction.atomic():
+        # Under the person's row lock: two issues at once still leave one latest link, and an
+        # erasure in progress is waited for (then DoesNotExist).
+        User.objects.select_for_update(no_key=True).only("id").get(pk=user_id)
+        PersonalLink.objects.create(
+            user_id=user_id, nonce=nonce, issued_at=now, issued_by=issued_by, actor=actor
+        )
+    # TimestampSigner: the token carries when it was signed, and the reader refuses it after
+    # PERSONAL_LINK_MAX_AGE_DAYS (users.selectors.personal_link_user).
+    token = signing.TimestampSigner(salt=PERSONAL_LINK_SALT).sign(nonce)
+    logger.info("Issued a personal link", extra={"user_id": str(user_id), "issued_by": issued_by})
+    return IssuedLink(
+        url=settings.PUBLIC_BASE_URL.rstrip("/") + reverse("people:page", kwargs={"token": token}),
+        expires_at=now + timedelta(days=settings.PERSONAL_LINK_MAX_AGE_DAYS),
+    )
 
 
 class VersionMismatch(Exception):

@@ -105,8 +105,16 @@ def clean_past_date(value: object, *, label: str, timezone_name: str | None) -> 
 
 # A Slack member id: U or W, then capital letters and digits (U024BE7LH, W012A3CDE).
 SLACK_USER_ID_PATTERN = r"^[UW][A-Z0-9]{2,31}$"
+_SLACK_USER_ID_RULE = (
+    "a member id such as U024BE7LH (U or W, then capital letters and digits; in Slack: the "
+    "profile's ⋮ menu, Copy member ID), not a name such as @ada."
+)
 # A Discord user id: a snowflake, 17 to 20 digits.
 DISCORD_USER_ID_PATTERN = r"^[0-9]{17,20}$"
+_DISCORD_USER_ID_RULE = (
+    "17 to 20 digits, such as 123456789012345678 (in Discord, with developer mode on: the "
+    "profile's Copy User ID), not a user name."
+)
 # A Teams user: a user principal name (ada@example.com; at most 113 characters, Entra's limit),
 # or an Entra object id, a GUID (stored in lower case).
 TEAMS_UPN_PATTERN = r"^[A-Za-z0-9._%+'-]{1,64}@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$"
@@ -116,8 +124,8 @@ DISCORD_USER_ID_MAX_LENGTH = 20
 TEAMS_USER_ID_MAX_LENGTH = 113
 
 
-def _chat_id(value: object, *, label: str) -> str:
-    """A chat user id as given, trimmed; "" for none (None or blank)."""
+def _optional_text(value: object, *, label: str) -> str:
+    """A text field as given, trimmed; "" for none (None or blank)."""
     if value is None:
         return ""
     if not isinstance(value, str):
@@ -125,32 +133,30 @@ def _chat_id(value: object, *, label: str) -> str:
     return value.strip()
 
 
+def _chat_id(value: object, *, label: str, pattern: str, rule: str) -> str:
+    """A chat user id that matches `pattern` whole, trimmed, or "" for none; else "<label> must be <rule>"."""
+    trimmed = _optional_text(value, label=label)
+    if trimmed and not re.fullmatch(pattern, trimmed):
+        raise ValidationError(f"{label} must be {rule}")
+    return trimmed
+
+
 def clean_slack_user_id(value: object) -> str:
     """A Slack member id such as U024BE7LH, or "" for none: never a name (`@ada`) or a display name."""
-    trimmed = _chat_id(value, label="Slack user id")
-    if trimmed and not re.fullmatch(SLACK_USER_ID_PATTERN, trimmed):
-        raise ValidationError(
-            "Slack user id must be a member id such as U024BE7LH (U or W, then capital letters and "
-            "digits; in Slack: the profile's ⋮ menu, Copy member ID), not a name such as @ada."
-        )
-    return trimmed
+    return _chat_id(value, label="Slack user id", pattern=SLACK_USER_ID_PATTERN, rule=_SLACK_USER_ID_RULE)
 
 
 def clean_discord_user_id(value: object) -> str:
     """A Discord user id (a snowflake of 17 to 20 digits), or "" for none."""
-    trimmed = _chat_id(value, label="Discord user id")
-    if trimmed and not re.fullmatch(DISCORD_USER_ID_PATTERN, trimmed):
-        raise ValidationError(
-            "Discord user id must be 17 to 20 digits, such as 123456789012345678 (in Discord, with "
-            "developer mode on: the profile's Copy User ID), not a user name."
-        )
-    return trimmed
+    return _chat_id(
+        value, label="Discord user id", pattern=DISCORD_USER_ID_PATTERN, rule=_DISCORD_USER_ID_RULE
+    )
 
 
 def clean_teams_user_id(value: object) -> str:
     """A Teams user as a user principal name (ada@example.com) or an Entra object id (a GUID, stored
     in lower case), or "" for none."""
-    trimmed = _chat_id(value, label="Teams user id")
+    trimmed = _optional_text(value, label="Teams user id")
     if not trimmed:
         return ""
     if re.fullmatch(TEAMS_OBJECT_ID_PATTERN, trimmed.lower()):
@@ -181,11 +187,7 @@ def clean_email(value: object) -> str:
     and what a relay is handed is plain ASCII. A domain literal (ada@[192.0.2.1]) is
     refused: a greeting goes to a person's address at a domain name.
     """
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise ValidationError("Email must be a string.")
-    trimmed = value.strip()
+    trimmed = _optional_text(value, label="Email")
     if not trimmed:
         return ""
     local, at, domain = trimmed.rpartition("@")

@@ -27,6 +27,13 @@ class CanExport(permissions.BasePermission):
         return request.user.has_perms(["scheduling.view_event", "delivery.view_delivery"])
 
 
+class CanIssueLink(permissions.BasePermission):
+    """A link lets the person change their choices: issuing one needs `change recipient` (POST asks only `add`)."""
+
+    def has_permission(self, request, view) -> bool:
+        return request.user.has_perm("users.change_user")
+
+
 @user_schema
 class UserViewSet(viewsets.ModelViewSet):
     """Recipients: create, list, read, replace, patch, delete, and their events."""
@@ -114,3 +121,20 @@ class UserViewSet(viewsets.ModelViewSet):
         # Everything about a person: no cache on the way (a proxy, the browser's disk) may keep a copy
         # that outlives their erasure.
         return Response(user_export(user_id=self.get_object().pk), headers={"Cache-Control": "no-store"})
+
+    @action(
+        detail=True,
+        methods=["post"],
+        url_path="personal-link",
+        permission_classes=[*api_settings.DEFAULT_PERMISSION_CLASSES, CanIssueLink],
+    )
+    def personal_link(self, request, pk=None, format=None):
+        # The URL is shown once, here: nothing on the way may keep it (it opens the person's page).
+        issued = services.personal_link_issue(
+            user_id=self.get_object().pk, issued_by=ChangedBy.API_CLIENT, actor=request.user.get_username()
+        )
+        return Response(
+            {"url": issued.url, "expires_at": issued.expires_at},
+            status=status.HTTP_201_CREATED,
+            headers={"Cache-Control": "no-store"},
+        )

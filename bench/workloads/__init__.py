@@ -20,6 +20,7 @@ from bench.workloads import (
     failover,
     history,
     import_users,
+    person_page,
     profiles,
     queued,
     rate_limited,
@@ -27,6 +28,7 @@ from bench.workloads import (
     retention,
     scale,
     timeliness,
+    upcoming,
     zonerules,
 )
 
@@ -46,6 +48,8 @@ WORKLOADS: dict[str, Workload] = {
         scale,
         retention,
         history,
+        upcoming,
+        person_page,
         zonerules,
         import_users,
         api,

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 BASE_DIR = Path(__file__).resolve().parents[2]
 STRONG_KEY = "k3Y-" + "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMN"
 
-# The production settings README.md lists under "Deploying" (besides the database).
+# The production settings docs/operations.md lists under "Running in production" (besides the database).
 README_PRODUCTION_SETTINGS = {
     "DJANGO_DEBUG": "false",
     "DJANGO_SECRET_KEY": STRONG_KEY,

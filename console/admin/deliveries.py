@@ -129,12 +129,15 @@ def _digest_said(delivery: Delivery) -> str:
     if digest is None:
         return "-"
     named = len(digest.entries)
-    dates = (
-        f"{digest.local_date}"
-        if digest.first_date == digest.last_date
-        else f"{digest.local_date} (names {digest.first_date} to {digest.last_date})"
-    )
-    return f"Daily digest of {dates}: {named} occurrence{'s' if named != 1 else ''}"
+    if digest.first_date == digest.last_date == digest.local_date:
+        dates = f"{digest.local_date}"
+    elif digest.first_date == digest.last_date:
+        dates = f"{digest.local_date} (names {digest.first_date})"  # ahead of the day
+    else:
+        dates = f"{digest.local_date} (names {digest.first_date} to {digest.last_date})"
+    # A weekly digest's period is its ISO week (delivery.rules.digest_calendar.digest_period).
+    every = "Weekly" if "-W" in digest.period else "Daily"
+    return f"{every} digest of {dates}: {named} occurrence{'s' if named != 1 else ''}"
 
 
 @admin.register(Delivery)

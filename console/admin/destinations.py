@@ -25,7 +25,7 @@ from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 from django.utils.html import format_html, format_html_join
 
-from console import widgets
+from console import upcoming, widgets
 from console.admin.endpoints import endpoint_state_badge
 from console.admin.recoveries import DestinationRecoveryAdminMixin
 from console.admin.row_values import row_value, row_value_set
@@ -41,8 +41,10 @@ from delivery.destinations.selectors import (
     destination_unsent_count,
     destinations_health,
 )
-from delivery.models import Destination, EndpointState, Weekend
+from delivery.models import CalendarFeed, Destination, DigestLanguage, EndpointState, Weekday, Weekend
 from delivery.rules import conditions
+from delivery.upcoming.feeds import calendar_feed_issue, calendar_feed_revoke
+from delivery.upcoming.selectors import destination_upcoming_digests
 from kinds import kind_for
 from scheduling.event_types import EventType
 from scheduling.handlers import get_handler
@@ -120,8 +122,10 @@ class DestinationForm(forms.ModelForm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         # Left out of a post (an older page, a script): on the day, the default. (A view-only page has no field.)
-        if "weekend" in self.fields:
-            self.fields["weekend"].required = False
+        for name in ("weekend", "digest_days_ahead", "digest_language"):
+            # Left out of a post (an older page, a script): the default. (A view-only page has no field.)
+            if name in self.fields:
+                self.fields[name].required = False
         if self.instance.pk:
             self.fields["loaded_version"].initial = self.instance.version
             self.fields["url"].help_text = (
@@ -145,6 +149,9 @@ class DestinationForm(forms.ModelForm):
             if (cleaned.get(message_field(event_type)) or "").strip()
         }
         cleaned["weekend"] = cleaned.get("weekend") or Weekend.ON_THE_DAY
+        cleaned["digest_days_ahead"] = cleaned.get("digest_days_ahead") or 0
+        cleaned["digest_weekday"] = cleaned.get("digest_weekday") or None
+        cleaned["digest_language"] = cleaned.get("digest_language") or DigestLanguage.EN
         loaded = cleaned.get("loaded_version")
         # The instance was read for this request: a version above the one loaded is someone else's save.
         # (Between this read and the save, the service checks again under the row's lock.)
@@ -255,6 +262,8 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
     change_form_template = "admin/delivery/destination/change_form.html"
     readonly_fields = [
         "next_digest",
+        "coming_digests",
+        "calendar_feed_state",
         "audience_size",
         "secret_hints",
         "condition_detail",
@@ -293,13 +302,20 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
                 },
             ),
             (
-                "Daily digest",
+                "Daily or weekly digest",
                 {
-                    "fields": ["digest_time", "digest_timezone", "weekend"]
-                    + (["next_digest"] if obj is not None else []),
-                    "description": "One message a day naming the date's people in its audience, exactly once per "
-                    "date, in its format; a chat service's limit keeps as many names as fit and says how many "
-                    "more there are.",
+                    "fields": [
+                        "digest_time",
+                        "digest_timezone",
+                        "weekend",
+                        "digest_days_ahead",
+                        "digest_weekday",
+                        "digest_language",
+                    ]
+                    + (["next_digest", "coming_digests"] if obj is not None else []),
+                    "description": "One message a day (or a week) naming its dates' people in its audience, "
+                    "exactly once per date (or week), in its format; a chat service's limit keeps as many names "
+                    "as fit and says how many more there are.",
                 },
             ),
             (
@@ -320,6 +336,21 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
                 },
             ),
             ("Signing", {"fields": ["secret_hints"]}),
+            *(
+                [
+                    (
+                        "Calendar feed",
+                        {
+                            "fields": ["calendar_feed_state"],
+                            "description": "An .ics address listing the coming 12 months of the celebrations this "
+                            "destination may announce (public, in its audience, not paused), as all-day events "
+                            "without year or age. The address is a credential: shown once when issued.",
+                        },
+                    )
+                ]
+                if obj is not None
+                else []
+            ),
             # A destination being added has no condition yet: no "Healthy" for what does not exist.
             *(
                 [
@@ -341,6 +372,11 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
                 "<path:object_id>/test/",
                 self.admin_site.admin_view(self.send_test_view),
                 name=f"{self.opts.app_label}_{self.opts.model_name}_test",
+            ),
+            path(
+                "<path:object_id>/calendar-feed/",
+                self.admin_site.admin_view(self.calendar_feed_view),
+                name=f"{self.opts.app_label}_{self.opts.model_name}_calendar_feed",
             ),
             path(
                 "<path:object_id>/url/",
@@ -377,14 +413,38 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
     def digest(self, destination: Destination) -> str:
         if destination.digest_time is None:
             return "per greeting"
+        every = f"{Weekday(destination.digest_weekday).label}s" if destination.digest_weekday else "daily"
+        ahead = f", {destination.digest_days_ahead} days ahead" if destination.digest_days_ahead else ""
         return format_html(
-            "daily {} {}; next {}",
+            "{} {} {}{}; next {}",
+            every,
             f"{destination.digest_time:%H:%M}",
             destination.digest_timezone,
+            ahead,
             self.next_digest(destination),
         )
 
     @admin.display(description="next digest")
+    @admin.display(description="coming digests")
+    def coming_digests(self, destination: Destination):
+        """The next digests with the names they will carry, as things stand now."""
+        if not destination.takes_digest:
+            return "—"
+        return upcoming.digests_html(
+            destination_upcoming_digests(destination=destination, now=timezone.now())
+        )
+
+    @admin.display(description="calendar feed")
+    def calendar_feed_state(self, destination: Destination) -> str:
+        feed = CalendarFeed.objects.filter(destination=destination).first()
+        if feed is None:
+            return "None issued."
+        return format_html(
+            "Issued by {} at {}; its address is not shown again.",
+            feed.created_by,
+            widgets.when(feed.created_at),
+        )
+
     def next_digest(self, destination: Destination) -> str:
         # The one that will be sent (never a date already built: digest_schedule), at the destination's own
         # time in its zone, UTC on hover.
@@ -589,6 +649,35 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
                 "original": destination,
                 "title": f"Receiver URL of {destination.name}",
                 "url": url,
+            },
+        )
+        add_never_cache_headers(response)
+        return response
+
+    def calendar_feed_view(self, request, object_id):
+        """The change page's "Issue a calendar feed" (its address shown on this page, once, never cached) and
+        "Revoke the calendar feed". Issuing again replaces the address: the one before stops working."""
+        destination = self._posted_destination(request, object_id)
+        if isinstance(destination, HttpResponse):
+            return destination
+        if request.POST.get("action") == "revoke":
+            if calendar_feed_revoke(destination=destination):
+                self.message_user(
+                    request, f"The calendar feed of {destination.name} is revoked: its address answers 404."
+                )
+            return HttpResponseRedirect(reverse("admin:delivery_destination_change", args=[destination.pk]))
+        token = calendar_feed_issue(
+            destination=destination, operator=request.user.get_username(), now=timezone.now()
+        )
+        response = TemplateResponse(
+            request,
+            "admin/delivery/destination/calendar_feed.html",
+            {
+                **self.admin_site.each_context(request),
+                "opts": self.opts,
+                "original": destination,
+                "title": f"Calendar feed of {destination.name}",
+                "url": request.build_absolute_uri(reverse("calendar-feed", kwargs={"token": token})),
             },
         )
         add_never_cache_headers(response)

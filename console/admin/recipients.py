@@ -16,13 +16,14 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.text import capfirst
 
-from console import confirm, widgets
+from console import confirm, upcoming, widgets
 from console.admin.events import retries_of
 from console.forms import VISIBILITY_FIELDS, RecipientAdminForm
 from console.pagination import BoundedListAdmin
 from delivery.destinations.selectors import destination_audience_labels
 from delivery.models import Delivery, DeliveryAttempt
 from delivery.selectors import recipients_attempt_count
+from delivery.upcoming.selectors import recipient_upcoming
 from scheduling.celebration import ChangedBy
 from scheduling.labels import clean_labels, labels_from_text
 from scheduling.models import Event, EventStatus, EventType
@@ -170,6 +171,7 @@ class RecipientAdmin(BoundedListAdmin):
             {
                 "fields": [
                     "greetings",
+                    "where_and_when",
                     "paused_at",
                     "paused_by",
                     "resumed_at",
@@ -191,12 +193,20 @@ class RecipientAdmin(BoundedListAdmin):
         "created_at",
         "updated_at",
         "greetings",
+        "where_and_when",
         "paused_at",
         "paused_by",
         "resumed_at",
         "resumed_by",
     ]
-    actions = ["add_label", "remove_label", "pause_greetings", "resume_greetings", "delete_selected"]
+    actions = [
+        "add_label",
+        "remove_label",
+        "pause_greetings",
+        "resume_greetings",
+        "issue_personal_link",
+        "delete_selected",
+    ]
     # The action bar's label box, which the label actions read.
     action_form = RecipientActionForm
 
@@ -282,6 +292,11 @@ class RecipientAdmin(BoundedListAdmin):
             '<p><strong>{}</strong> ({}): {}<br><span class="bs-muted">{}</span></p>',
             ((row.event_type, row.visibility, row.text, row.note) for row in rows),
         )
+
+    @admin.display(description="next greetings: where, when, in which words")
+    def where_and_when(self, user: User):
+        """Each of their next occurrences: the destinations, the local time (UTC on hover), the words; or why not."""
+        return upcoming.next_greetings_html(recipient_upcoming(user_id=user.pk, now=timezone.now()))
 
     @admin.display(description="record of their choices")
     def celebration_record(self, user: User):
@@ -441,6 +456,36 @@ class RecipientAdmin(BoundedListAdmin):
             f"{verb} the greetings of {changed} recipient(s)"
             + ("; the others already were." if changed < len(queryset) else "."),
         )
+
+    # --- the person's own page, through users.services.personal_link_issue ------------
+
+    @admin.action(
+        description="Issue a link to their own page (ends the one before; shown once)", permissions=["change"]
+    )
+    def issue_personal_link(self, request, queryset):
+        """A new link for each selected recipient, on a page of its own: never in a message, which
+        the session would keep, nor in the console's log."""
+        operator = request.user.get_username()
+        issued = [
+            (
+                user,
+                services.personal_link_issue(user_id=user.pk, issued_by=ChangedBy.OPERATOR, actor=operator),
+            )
+            for user in queryset.order_by("last_name", "first_name", "id")
+        ]
+        response = TemplateResponse(
+            request,
+            "admin/users/user/personal_links.html",
+            {
+                **self.admin_site.each_context(request),
+                "title": "Links to their own pages",
+                "opts": self.model._meta,
+                "issued": issued,
+            },
+        )
+        response["Cache-Control"] = "no-store"
+        response["Referrer-Policy"] = "no-referrer"
+        return response
 
     # --- columns ------------------------------------------------------------------
 

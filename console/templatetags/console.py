@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django import template
 
-from console import widgets
+from console import upcoming, widgets
 
 register = template.Library()
 
@@ -21,3 +21,21 @@ def condition_badge(health):
     from console.admin.destinations import condition_badge as badge_of
 
     return badge_of(health)
+
+
+@register.filter
+def upcoming_what(occurrence):
+    """An upcoming occurrence's type and milestone (console.upcoming)."""
+    return upcoming.what_html(occurrence)
+
+
+@register.filter
+def upcoming_placements(occurrence):
+    """Where and when an upcoming occurrence goes, each at its local time with UTC on hover."""
+    return upcoming.placements_html(occurrence)
+
+
+@register.filter
+def upcoming_left_out(occurrence):
+    """Why an upcoming occurrence is left out, where it is."""
+    return upcoming.left_out_html(occurrence)

@@ -34,7 +34,7 @@ def test_an_operator_gives_a_destination_a_digest_time_and_sees_the_next_digest(
     destination = Destination.objects.get()
     assert destination.next_digest_date is not None and destination.next_digest_date.weekday() < 5
     page = console.get(reverse("admin:delivery_destination_change", args=[destination.pk])).content.decode()
-    assert "Daily digest" in page and destination.next_digest_date.isoformat() in page
+    assert "Daily or weekly digest" in page and destination.next_digest_date.isoformat() in page
     listing = console.get(LIST).content.decode()
     assert "daily 09:30 Europe/Berlin" in listing and destination.next_digest_date.isoformat() in listing
 
@@ -92,3 +92,48 @@ def test_the_deliveries_page_lists_a_digest_finds_it_by_its_key_and_filters_dige
     # and its own page too
     page = console.get(reverse("admin:delivery_delivery_change", args=[delivery.pk])).content.decode()
     assert said in page
+
+
+def test_an_operator_sets_a_weekly_german_digest_a_week_ahead_and_the_list_says_so(console):
+    response = console.post(
+        ADD,
+        {
+            **FORM,
+            "digest_time": "09:00",
+            "digest_timezone": "Europe/Berlin",
+            "weekend": "ON_THE_DAY",
+            "digest_days_ahead": "7",
+            "digest_weekday": "MONDAY",
+            "digest_language": "de",
+        },
+    )
+
+    assert response.status_code == 302, response.content.decode()[:2000]
+    destination = Destination.objects.get()
+    assert (destination.digest_weekday, destination.digest_days_ahead, destination.digest_language) == (
+        "MONDAY",
+        7,
+        "de",
+    )
+    assert destination.next_digest_date is not None and destination.next_digest_date.weekday() == 0
+    listing = console.get(LIST).content.decode()
+    assert "Mondays 09:00 Europe/Berlin, 7 days ahead" in listing
+    assert destination.next_digest_date.isoformat() in listing
+
+
+@pytest.mark.parametrize(
+    ("fields", "said"),
+    [
+        ({"digest_days_ahead": "31"}, "A whole number of days from 0 (the day itself) to 30."),
+        ({"digest_weekday": "FUNDAY"}, "Select a valid choice."),
+        ({"digest_weekday": "MONDAY", "weekend": "FRIDAY_BEFORE"}, "A weekly digest names the weekend"),
+    ],
+)
+def test_the_console_refuses_a_digest_it_cannot_send_saying_why(console, fields, said):
+    response = console.post(
+        ADD, {**FORM, "digest_time": "09:00", "digest_timezone": "Europe/Berlin", **fields}
+    )
+
+    assert response.status_code == 200
+    assert said in response.content.decode()
+    assert not Destination.objects.exists()

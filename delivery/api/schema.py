@@ -5,6 +5,7 @@ from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 
 from config.openapi import IF_MATCH, ErrorSerializer, etag_header
 from delivery.api.serializers import (
+    CalendarFeedSerializer,
     DestinationSerializer,
     DestinationUpdateSerializer,
     NewSecretSerializer,
@@ -52,6 +53,21 @@ DAILY_DIGEST = OpenApiExample(
     },
     request_only=True,
 )
+WEEKLY_AHEAD = OpenApiExample(
+    "The Munich office's channel: on Mondays, in German, the week after next",
+    value={
+        "name": "munich-slack",
+        "url": "https://hooks.slack.com/services/T000/B002/ZZZZ",
+        "audience_labels": ["office:munich"],
+        "format": "slack",
+        "digest_time": "09:00",
+        "digest_timezone": "Europe/Berlin",
+        "digest_weekday": "MONDAY",
+        "digest_days_ahead": 7,
+        "digest_language": "de",
+    },
+    request_only=True,
+)
 CREATED = OpenApiExample(
     "Created, with its secret shown this once",
     value={
@@ -70,6 +86,9 @@ CREATED = OpenApiExample(
         "digest_time": None,
         "digest_timezone": "",
         "weekend": "ON_THE_DAY",
+        "digest_days_ahead": 0,
+        "digest_weekday": None,
+        "digest_language": "en",
         "next_digest_date": None,
         "next_digest_at": None,
         "next_digest_local": None,
@@ -135,7 +154,7 @@ destination_schema = extend_schema_view(
             "is ever shown (afterwards only its hint). Give `secret` to use one of your own."
         ),
         parameters=[etag_header(201)],
-        examples=[NEW_DESTINATION, TEAM_CHANNEL, DAILY_DIGEST, CREATED],
+        examples=[NEW_DESTINATION, TEAM_CHANNEL, DAILY_DIGEST, WEEKLY_AHEAD, CREATED],
     ),
     update=extend_schema(
         summary="Replace a destination's settings",
@@ -178,6 +197,26 @@ destination_schema = extend_schema_view(
         request=None,
         responses={200: RevealedUrlSerializer},
     ),
+    calendar_feed=[
+        extend_schema(
+            methods=["POST"],
+            summary="Issue a destination's calendar feed",
+            description=(
+                "Answers the feed's URL, the only time it is shown (only its hash is kept); a URL issued before "
+                "stops working. The feed lists the coming 12 months of the celebrations the destination may "
+                "announce, as all-day events."
+            ),
+            request=None,
+            responses={201: CalendarFeedSerializer},
+        ),
+        extend_schema(
+            methods=["DELETE"],
+            summary="Revoke a destination's calendar feed",
+            description="Its URL answers 404 from now on; 404 here if it has none.",
+            request=None,
+            responses={204: None, 404: ErrorSerializer},
+        ),
+    ],
     pause=extend_schema(
         summary="Pause a destination",
         description="Its deliveries wait QUEUED, without spending attempts, until resumed.",

@@ -6,6 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -14,18 +15,22 @@ from config.fields import NOT_BLANK, StrictBooleanField, StrictCharField
 from delivery.credentials.signing_secrets import PREFIX as SECRET_PREFIX
 from delivery.destinations.fields import EDITABLE_FIELDS, SETTINGS, URL_MAX_LENGTH
 from delivery.models import (
+    DIGEST_DAYS_AHEAD_MAX,
     RECOVERABLE_STATUSES,
     Destination,
     DestinationFormat,
     DestinationSecret,
+    DigestLanguage,
     EndpointState,
     Recovery,
+    Weekday,
     Weekend,
 )
 from delivery.rules import failure_causes as failures
 from delivery.rules.digest_calendar import next_digest_local
+from delivery.upcoming.selectors import PAGE_SIZE, PAGE_SIZE_MAX, UPCOMING_DAYS_MAX
 from scheduling.event_types import EventType
-from scheduling.labels import LABEL_MAX_LENGTH, LABEL_PATTERN, LABELS_MAX_COUNT
+from scheduling.labels import LABEL_MAX_LENGTH, LABEL_PATTERN, LABELS_MAX_COUNT, clean_labels
 from scheduling.times import TIME_OF_DAY_PATTERN, time_of_day
 
 # What the document says of a receiver URL: http or https in any case (the server normalises it).
@@ -183,10 +188,20 @@ class DestinationSerializer(serializers.ModelSerializer):
         required=False,
         help_text=_help("weekend"),
     )
+    digest_days_ahead = serializers.IntegerField(
+        min_value=0, max_value=DIGEST_DAYS_AHEAD_MAX, required=False, help_text=_help("digest_days_ahead")
+    )
+    digest_weekday = serializers.ChoiceField(
+        choices=Weekday.choices, allow_null=True, required=False, help_text=_help("digest_weekday")
+    )
+    digest_language = serializers.ChoiceField(
+        choices=DigestLanguage.choices, required=False, help_text=_help("digest_language")
+    )
     next_digest_date = serializers.DateField(
         read_only=True,
         allow_null=True,
-        help_text="The local date of its next digest; null without a digest_time.",
+        help_text="The local date of its next digest (a weekly one's: its next weekday in a week not yet "
+        "built); null without a digest_time.",
     )
     next_digest_at = serializers.DateTimeField(
         read_only=True,
@@ -588,3 +603,112 @@ class FailureGroupResendSerializer(serializers.Serializer):
     resent = serializers.IntegerField()
     refused = serializers.IntegerField()
     remaining = serializers.IntegerField()
+
+
+class UpcomingQuerySerializer(serializers.Serializer):
+    """The upcoming list's query: each value checked here, a 400 naming the one that is not."""
+
+    days = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=UPCOMING_DAYS_MAX,
+        help_text="How many days ahead (default 14).",
+    )
+    destination = serializers.IntegerField(
+        required=False, min_value=1, help_text="Only what this destination will send, and why not."
+    )
+    # Named as the query parameter; DRF's metaclass takes declared fields off the class, so it does not
+    # shadow Field.label at run time, which the stubs cannot know.
+    label = serializers.CharField(  # type: ignore[assignment]
+        required=False, max_length=LABEL_MAX_LENGTH, help_text="Only recipients holding it (a label's rule)."
+    )
+    type = serializers.ChoiceField(
+        choices=EventType.choices, required=False, help_text="Only this event type."
+    )
+    cursor = serializers.CharField(
+        required=False, max_length=80, help_text="The `next_cursor` of the page before."
+    )
+    limit = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=PAGE_SIZE_MAX,
+        help_text=f"Occurrences per page (default {PAGE_SIZE}).",
+    )
+
+    def validate_label(self, value: str) -> str:
+        # The recipients' one rule for a label (scheduling.labels), as every door reads it.
+        try:
+            (label,) = clean_labels([value])
+        except (DjangoValidationError, ValueError) as exc:
+            raise serializers.ValidationError(
+                "A label such as team:platform (lowercase, no spaces)."
+            ) from exc
+        return label
+
+
+class UpcomingPlacementSerializer(serializers.Serializer):
+    destination = serializers.IntegerField(source="destination_id")
+    destination_name = serializers.CharField()
+    sent_as = serializers.SerializerMethodField(help_text="A message of its own, or a line of a digest.")
+    digest_date = serializers.DateField(allow_null=True, help_text="The digest's local date (digests only).")
+    at = serializers.DateTimeField(help_text="When it is sent, in UTC.")
+    at_local = serializers.SerializerMethodField(help_text="The same instant in `timezone`, with its offset.")
+    timezone = serializers.CharField(
+        help_text="The destination's zone for a digest, the recipient's otherwise."
+    )
+    text = serializers.CharField(help_text="The message as it would be rendered now, or the digest's line.")
+    language = serializers.CharField(help_text="The template's language; empty: the type's default.")
+    default_language = serializers.BooleanField(
+        help_text="The recipient has a language with no template in it: the default is used."
+    )
+    overridden = serializers.BooleanField(help_text="The destination's own text replaces the templates'.")
+
+    def get_sent_as(self, placement) -> str:
+        return "digest" if placement.digest else "message"
+
+    def get_at_local(self, placement) -> str:
+        return placement.at_local.isoformat()
+
+
+class UpcomingLeftOutSerializer(serializers.Serializer):
+    destination = serializers.IntegerField(
+        source="destination_id", allow_null=True, help_text="None: anywhere."
+    )
+    destination_name = serializers.CharField()
+    reason = serializers.CharField(
+        help_text="A code: recipient_paused, type_paused, not_celebrated, private, ..."
+    )
+    reason_label = serializers.CharField(source="label")
+
+
+class UpcomingOccurrenceSerializer(serializers.Serializer):
+    event_id = serializers.UUIDField()
+    event_type = serializers.CharField()
+    occurrence_date = serializers.DateField()
+    milestone = serializers.IntegerField(
+        source="years", allow_null=True, help_text="The years it counts, where the person lets them be said."
+    )
+    recipient = serializers.UUIDField(source="recipient_id")
+    recipient_name = serializers.CharField(source="name")
+    labels = serializers.ListField(child=serializers.CharField())
+    language = serializers.CharField()
+    send_at = serializers.DateTimeField(source="target_at", help_text="The recipient's send time, in UTC.")
+    send_at_local = serializers.SerializerMethodField(help_text="The same instant in the recipient's zone.")
+    timezone = serializers.CharField()
+    placements = UpcomingPlacementSerializer(many=True)
+    left_out = UpcomingLeftOutSerializer(many=True)
+
+    def get_send_at_local(self, occurrence) -> str:
+        return occurrence.target_local.isoformat()
+
+
+class UpcomingPageSerializer(serializers.Serializer):
+    until = serializers.DateTimeField(help_text="The end of the window read.")
+    next_cursor = serializers.CharField(
+        allow_null=True, help_text="Give as `cursor` for the next page; null: none."
+    )
+    results = UpcomingOccurrenceSerializer(source="occurrences", many=True)
+
+
+class CalendarFeedSerializer(serializers.Serializer):
+    url = serializers.CharField(help_text="The feed's URL, a credential: shown this once.")

@@ -1,24 +1,28 @@
 from datetime import timedelta
 from functools import partial
 
+from django.http import HttpResponse
+from django.urls import reverse
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, NotFound, ValidationError
 from rest_framework.generics import get_object_or_404
-from rest_framework.permissions import SAFE_METHODS, BasePermission
+from rest_framework.permissions import SAFE_METHODS, AllowAny, BasePermission
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.openapi import VALIDATION_ERROR_SCHEMA
 from config.permissions import ModelPermissions
 from config.preconditions import PreconditionFailed, etag_for, if_match_versions
+from config.throttling import AnonymousThrottle
 from delivery.actions import recovery
 from delivery.actions.failures import failure_group_acknowledge, failure_group_resend
 from delivery.actions.ping import destination_send_test
 from delivery.api.schema import destination_schema, recovery_schema
 from delivery.api.serializers import (
+    CalendarFeedSerializer,
     DestinationHealthSerializer,
     DestinationSecretSerializer,
     DestinationSerializer,
@@ -32,12 +36,21 @@ from delivery.api.serializers import (
     RecoverySerializer,
     RevealedUrlSerializer,
     RotateSecretSerializer,
+    UpcomingPageSerializer,
+    UpcomingQuerySerializer,
 )
 from delivery.destinations import services
 from delivery.destinations.fields import DestinationSettings
 from delivery.destinations.selectors import destination_endpoints, destination_list, destinations_health
 from delivery.models import Destination, Recovery
 from delivery.selectors import FAILURE_WINDOW, failure_groups, recovery_list
+from delivery.upcoming.feeds import (
+    calendar_feed_destination,
+    calendar_feed_ics,
+    calendar_feed_issue,
+    calendar_feed_revoke,
+)
+from delivery.upcoming.selectors import PAGE_SIZE, UPCOMING_DAYS_DEFAULT, UpcomingFilterError, upcoming_list
 from scheduling.exceptions import InvalidStateTransition
 
 
@@ -51,6 +64,12 @@ class ChangeDestinationPermission(ModelPermissions):
     `change`, not `add`."""
 
     perms_map = {**ModelPermissions.perms_map, "POST": ["%(app_label)s.change_%(model_name)s"]}
+
+
+class CalendarFeedPermission(ChangeDestinationPermission):
+    """Issuing and revoking a destination's feed changes the destination: both need `change`."""
+
+    perms_map = {**ChangeDestinationPermission.perms_map, "DELETE": ["%(app_label)s.change_%(model_name)s"]}
 
 
 # An action on one destination: a POST to /destinations/<id>/<its name>/, allowed to whoever may change it.
@@ -158,6 +177,26 @@ class DestinationViewSet(viewsets.ModelViewSet):
         redacted); never cached."""
         url = services.destination_url_reveal(destination=self.get_object(), operator=self._operator())
         response = Response(RevealedUrlSerializer({"url": url}).data)
+        response["Cache-Control"] = "no-store"
+        return response
+
+    @action(
+        detail=True,
+        methods=["post", "delete"],
+        url_path="calendar-feed",
+        permission_classes=[CalendarFeedPermission],
+    )
+    def calendar_feed(self, request, pk=None):
+        """POST: issue the destination's calendar feed (its URL in the answer, this once; any URL before stops
+        working). DELETE: revoke it."""
+        destination = self.get_object()
+        if request.method == "DELETE":
+            if not calendar_feed_revoke(destination=destination):
+                raise NotFound("The destination has no calendar feed.")
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        token = calendar_feed_issue(destination=destination, operator=self._operator(), now=timezone.now())
+        url = request.build_absolute_uri(reverse("calendar-feed", kwargs={"token": token}))
+        response = Response(CalendarFeedSerializer({"url": url}).data, status=status.HTTP_201_CREATED)
         response["Cache-Control"] = "no-store"
         return response
 
@@ -324,3 +363,78 @@ class DestinationHealthView(APIView):
 
     def get(self, request):
         return Response(DestinationHealthSerializer(destinations_health(now=timezone.now()), many=True).data)
+
+
+class UpcomingPermission(BasePermission):
+    """Who is greeted where names the recipients and the destinations: reading needs `view_user` and
+    `view_destination`, as the console's page does."""
+
+    def has_permission(self, request, view):
+        return bool(
+            request.user
+            and request.user.is_authenticated
+            and request.user.has_perms(("users.view_user", "delivery.view_destination"))
+        )
+
+
+@extend_schema(
+    parameters=[UpcomingQuerySerializer],
+    responses={
+        200: UpcomingPageSerializer,
+        400: OpenApiResponse(
+            response=VALIDATION_ERROR_SCHEMA,
+            description="A value out of range or unknown (days, destination, label, type, cursor, limit): "
+            "the field is named.",
+        ),
+    },
+)
+class UpcomingListView(APIView):
+    """What will be sent in the next days, soonest first: per occurrence who, what, where, when and in which
+    words, or why it is left out; a page at a time (`next_cursor`)."""
+
+    permission_classes = [UpcomingPermission]
+
+    def get(self, request):
+        # A plain dict, not the QueryDict: DRF would read an empty value (`?type=`) as absent, which the
+        # document does not allow.
+        query = UpcomingQuerySerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        given = query.validated_data
+        try:
+            page = upcoming_list(
+                now=timezone.now(),
+                days=given.get("days", UPCOMING_DAYS_DEFAULT),
+                destination_id=given.get("destination"),
+                label=given.get("label"),
+                event_type=given.get("type"),
+                cursor=given.get("cursor"),
+                limit=given.get("limit", PAGE_SIZE),
+            )
+        except UpcomingFilterError as exc:
+            raise ValidationError({exc.field: [str(exc)]}) from exc
+        return Response(UpcomingPageSerializer(page).data)
+
+
+@extend_schema(exclude=True)
+class CalendarFeedView(APIView):
+    """A destination's calendar feed (delivery.upcoming.feeds): the token is the credential, so no account.
+
+    Any token but the destination's current one: a bare 404, the same for a revoked one and a guess.
+    """
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+    throttle_classes = [AnonymousThrottle]
+
+    def get(self, request, token: str):
+        destination = calendar_feed_destination(token=token)
+        if destination is None:
+            raise NotFound()
+        response = HttpResponse(
+            calendar_feed_ics(destination=destination, now=timezone.now()),
+            content_type="text/calendar; charset=utf-8",
+        )
+        # Computed at each fetch, and a credential in its URL: kept by no cache, sent on by no link.
+        response["Cache-Control"] = "no-store"
+        response["Referrer-Policy"] = "no-referrer"
+        return response

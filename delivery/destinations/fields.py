@@ -23,7 +23,15 @@ from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
 
 from delivery.credentials.receiver_urls import url_normalise
-from delivery.models import MENTIONING_FORMATS, Destination, DestinationFormat, Weekend
+from delivery.models import (
+    DIGEST_DAYS_AHEAD_MAX,
+    MENTIONING_FORMATS,
+    WEEKDAYS,
+    Destination,
+    DestinationFormat,
+    DigestLanguage,
+    Weekend,
+)
 from delivery.receivers.addresses import (
     ReceiverPolicy,
     address_refusal,
@@ -44,7 +52,7 @@ from users.validators import clean_email
 # The longest receiver URL accepted.
 URL_MAX_LENGTH = 2000
 # A change of one of these moves the next digest (delivery.rules.digest_calendar.digest_schedule).
-DIGEST_FIELDS = ("digest_time", "digest_timezone", "weekend")
+DIGEST_FIELDS = ("digest_time", "digest_timezone", "weekend", "digest_days_ahead", "digest_weekday")
 # The most fixed addresses of an email destination: a mailbox or a few, not a mailing list.
 EMAIL_TO_MAX = 20
 BOTH_LABELS = "A label both greeted and excluded: the exclusion would always win."
@@ -286,6 +294,23 @@ def _digest_timezone(value: str | None) -> str:
     return clean_timezone(value)
 
 
+def _days_ahead(value: object) -> int:
+    # Not a bool (True is an int to Python), nor 7.5: a whole number of days.
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= DIGEST_DAYS_AHEAD_MAX:
+        raise ValidationError(f"A whole number of days from 0 (the day itself) to {DIGEST_DAYS_AHEAD_MAX}.")
+    return value
+
+
+def _weekday(value: object) -> str | None:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if not isinstance(value, str) or value.strip().upper() not in WEEKDAYS:
+        raise ValidationError(f"One of {', '.join(WEEKDAYS)}, or null for a daily digest.")
+    return value.strip().upper()
+
+
 @dataclass(frozen=True)
 class DestinationSettings:
     """What an operator sets on a destination (besides its secrets), whole: what destination_create takes."""
@@ -488,6 +513,39 @@ class DestinationSettings:
         ),
     )
 
+    digest_days_ahead: int = field(
+        default=0,
+        metadata=_setting(
+            _days_ahead,
+            help=f"Ahead of the day: its digest names the people whose date is this many days after the "
+            f"digest's own (0, the default: that date; 7: \"In a week, Tuesday 8 December: Ada Lovelace's "
+            f'birthday"), from 0 to {DIGEST_DAYS_AHEAD_MAX}. Only with a digest_time (400 otherwise). A change '
+            "applies from the next digest: the dates between are named by none, or twice.",
+            form_help=f"Name the people whose date is this many days ahead (0: the day itself; 7: a week's "
+            f"notice; at most {DIGEST_DAYS_AHEAD_MAX}).",
+        ),
+    )
+    digest_weekday: str | None = field(
+        default=None,
+        metadata=_setting(
+            _weekday,
+            help="A weekly digest: on this weekday only (MONDAY to SUNDAY), naming the seven days from its "
+            "date (plus digest_days_ahead); null (the default): a daily one. Once per (destination, ISO week), "
+            "whatever the weekday is changed to, under its own key (digest- and a hash of the destination and "
+            "the week). Only with a digest_time and weekend ON_THE_DAY (400 otherwise).",
+            form_help="Once a week on this day, naming the coming seven days. Empty: every day.",
+        ),
+    )
+    digest_language: str = field(
+        default=DigestLanguage.EN,
+        metadata=_setting(
+            _one_of(DigestLanguage.values),
+            help="The language of its digest's words (the heading and each line): en (the default) or de. "
+            "A channel's, whatever the language of the people it names.",
+            form_help="The language of the digest's words.",
+        ),
+    )
+
     def values(self) -> dict[str, Any]:
         """Every field by name, as settings_clean takes them."""
         return {name: getattr(self, name) for name in EDITABLE_FIELDS}
@@ -610,6 +668,19 @@ def digest_settings_check(destination: Destination) -> None:
     if destination.digest_time is not None and not destination.digest_timezone:
         raise ValidationError(
             {"digest_timezone": ["A digest needs its IANA time zone (such as Europe/Berlin)."]}
+        )
+    if destination.digest_time is None and destination.digest_days_ahead:
+        raise ValidationError(
+            {"digest_days_ahead": ["Only a digest names days ahead: set a digest_time, or keep 0."]}
+        )
+    if destination.digest_time is None and destination.digest_weekday:
+        raise ValidationError(
+            {"digest_weekday": ["A weekly digest needs a digest_time: set one, or keep null."]}
+        )
+    if destination.digest_weekday and destination.weekend != Weekend.ON_THE_DAY:
+        # A week's digest names every day of its seven, the weekend's among them.
+        raise ValidationError(
+            {"weekend": ["A weekly digest names the weekend's people with the rest: keep ON_THE_DAY."]}
         )
     if destination.digest_time is None and destination.weekend != Weekend.ON_THE_DAY:
         # Moving a weekend greeting is a digest's: a destination taking one message per greeting

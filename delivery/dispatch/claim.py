@@ -77,7 +77,7 @@ NO_AUDIENCE_REASON = (
 )
 
 
-@dataclass
+@dataclass(frozen=True)
 class EnqueueResult:
     queued: int = 0
     too_late: int = 0
@@ -337,18 +337,32 @@ def _claim_sql() -> str:
 
 def _held_back(*, events: list[ClaimedEvent], type_pauses: Mapping[str, PauseSpan]) -> dict[uuid.UUID, str]:
     """The events a pause holds back (scheduling.pauses), or whose person is not celebrated
-    (scheduling.celebration), each with its reason: the recipient's pause first."""
+    (scheduling.celebration), each with its reason."""
     held_back = {}
     for event in events:
-        if event.pause.holds(event.target_timestamp_utc):
-            held_back[event.id] = RECIPIENT_PAUSED
-        elif (type_pause := type_pauses.get(event.event_type)) and type_pause.holds(
-            event.target_timestamp_utc
-        ):
-            held_back[event.id] = EVENT_TYPE_PAUSED
-        elif event.visibility == Visibility.NONE:
-            held_back[event.id] = NOT_CELEBRATED
+        reason = held_back_reason(
+            pause=event.pause,
+            type_pause=type_pauses.get(event.event_type),
+            target=event.target_timestamp_utc,
+            visibility=event.visibility,
+        )
+        if reason is not None:
+            held_back[event.id] = reason
     return held_back
+
+
+def held_back_reason(
+    *, pause: PauseSpan, type_pause: PauseSpan | None, target: datetime, visibility: str
+) -> str | None:
+    """Why the claim holds back an occurrence due at `target` (its failure reason), the recipient's pause
+    first; None: it is not held back. The claim's rule, read too by what foretells it (delivery.upcoming)."""
+    if pause.holds(target):
+        return RECIPIENT_PAUSED
+    if type_pause is not None and type_pause.holds(target):
+        return EVENT_TYPE_PAUSED
+    if visibility == Visibility.NONE:
+        return NOT_CELEBRATED
+    return None
 
 
 def _split_by_lateness(

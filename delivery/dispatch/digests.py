@@ -1,4 +1,4 @@
-"""Daily digests: one message per (destination, local date) naming the date's people, queued by the scheduler.
+"""Digests: one message per (destination, period) naming its dates' people, queued by the scheduler.
 
 A destination with a digest time gets no delivery per occurrence from the
 claim (delivery.dispatch.claim leaves it out of the router); instead, when
@@ -8,13 +8,15 @@ its `next_digest_at` has come, the scheduler builds its digest here:
    scheduler takes others; the claim's `FOR KEY SHARE` on destinations is not
    in the way of either), through the partial index on `next_digest_at`: one
    index probe when none is due.
-2. Read the occurrences of the dates it names (delivery.rules.digest_calendar.dates_named)
-   of the types it subscribes to, whose recipient is in its audience and is
-   not paused, nor their type: each one line (the handler's `digest_line`).
+2. Read the occurrences of the dates it names (delivery.rules.digest_calendar.dates_named:
+   the day, or N days ahead, or a week) of the types it subscribes to, whose
+   recipient is in its audience and is not paused, nor their type: each one
+   line (the handler's `digest_line`, in the destination's language).
 3. None: nothing is sent that day. Else insert the Digest
-   (`ON CONFLICT (destination, local_date) DO NOTHING`: the database's
-   uniqueness is what makes it once, whatever runs twice) and, only if it
-   was inserted, its one Delivery, rendered in the destination's kind.
+   (`ON CONFLICT DO NOTHING`: its (destination, date) and (destination,
+   period) are unique, and the database's uniqueness is what makes it once,
+   whatever runs twice) and, only if it was inserted, its one Delivery,
+   rendered in the destination's kind.
 4. Advance `next_digest_*` to the next date, in the same transaction.
 
 A crash anywhere before the commit leaves nothing: the next turn builds it
@@ -53,7 +55,15 @@ from delivery.destinations.audience import Audience
 from delivery.destinations.mentions import digest_mentions
 from delivery.dispatch.claim import queued_delivery_defaults
 from delivery.models import Delivery, DeliveryAttempt, DeliveryStatus, Destination, DestinationOptOut, Digest
-from delivery.rules.digest_calendar import dates_named, digest_body, digest_key, next_digest
+from delivery.rules.digest_calendar import (
+    dates_named,
+    digest_body,
+    digest_heading,
+    digest_key,
+    digest_period,
+    line_day,
+    next_digest,
+)
 from kinds import STANDARD
 from runtime.ids import uuid7
 from runtime.sql import execute
@@ -123,7 +133,12 @@ def _digest_build(*, destination: Destination, now: datetime, type_pauses: dict[
         )
     if late or not destination.enabled:
         return _SKIPPED
-    first, last = dates_named(day=day, weekend=destination.weekend)
+    first, last = dates_named(
+        day=day,
+        weekend=destination.weekend,
+        days_ahead=destination.digest_days_ahead,
+        weekday=destination.digest_weekday,
+    )
     entries = digest_entries(
         destination=destination, first=first, last=last, day=day, type_pauses=type_pauses
     )
@@ -146,6 +161,7 @@ def _next_digest_advance(*, destination: Destination, now: datetime) -> None:
         weekend=destination.weekend,
         after=after,
         after_date=destination.next_digest_date,
+        weekday=destination.digest_weekday,
     )
     # Not save(): that would bump nothing it should, and rewrite every column.
     Destination.objects.filter(pk=destination.pk).update(
@@ -156,7 +172,13 @@ def _next_digest_advance(*, destination: Destination, now: datetime) -> None:
 def digest_entries(
     *, destination: Destination, first: date, last: date, day: date, type_pauses: dict[str, PauseSpan]
 ) -> list[dict[str, Any]]:
-    """The occurrences from `first` to `last` the destination's digest names, in date then name order."""
+    """The occurrences from `first` to `last` the destination's digest sent on `day` names, in date then name
+    order: the one place that says who a digest names.
+
+    Read from the events: each recipient has one PENDING event per type for its next occurrence,
+    which for a yearly type is the one on any date up to a year ahead, so the 36 days a digest
+    reaches at most (30 ahead and a week) are always among them.
+    """
     events = Event.objects.filter(occurrence_date__gte=first, occurrence_date__lte=last).filter(
         Audience.of(destination).recipient_filter(prefix="user__")
     )
@@ -195,15 +217,26 @@ def digest_entries(
         "occurrence_date", "user__last_name", "user__first_name", "user_id", "event_type"
     ):
         user = event.user
-        # Held back as the claim holds them (scheduling.pauses): a paused recipient or type is not named.
+        # Held back as the claim will hold them (scheduling.pauses), judged at the occurrence's own
+        # send time: one paused now is not named, even a week ahead (a pause lasts until resumed,
+        # so the day would hold them back too, and an announcement names whom the day will greet);
+        # one resumed is. A pause taken after the digest went cannot take them out of it.
         if PauseSpan(user.paused_at, user.resumed_at).holds(event.target_timestamp_utc):
             continue
         pause = type_pauses.get(event.event_type)
         if pause is not None and pause.holds(event.target_timestamp_utc):
             continue
-        line = get_handler(event.event_type).digest_line(user=user, occurrence_date=event.occurrence_date)
-        if event.occurrence_date != day:
-            line += f" ({event.occurrence_date:%A})"
+        line = get_handler(event.event_type).digest_line(
+            user=user, occurrence_date=event.occurrence_date, language=destination.digest_language
+        )
+        line += line_day(
+            occurrence_date=event.occurrence_date,
+            day=day,
+            first=first,
+            last=last,
+            weekly=bool(destination.digest_weekday),
+            language=destination.digest_language,
+        )
         entries.append(
             {
                 "event_id": str(event.id),
@@ -226,14 +259,39 @@ def _digest_queue(
     entries: list[dict[str, Any]],
     now: datetime,
 ) -> bool:
-    """Insert the (destination, day) digest and its delivery; False if it exists (built before: nothing more)."""
-    key = digest_key(destination_id=destination.pk, local_date=day)
+    """Insert the destination's digest of `day`'s period and its delivery; False if it exists (built before:
+    nothing more)."""
+    period = digest_period(
+        day=day, weekday=destination.digest_weekday, days_ahead=destination.digest_days_ahead
+    )
+    key = digest_key(destination_id=destination.pk, period=period)
+    heading = digest_heading(
+        day=day,
+        first=first,
+        last=last,
+        days_ahead=destination.digest_days_ahead,
+        weekly=bool(destination.digest_weekday),
+        language=destination.digest_language,
+    )
+    # No conflict target: the (destination, date), (destination, period) and key constraints
+    # each refuse a second digest.
     inserted = execute(
         f"INSERT INTO {Digest._meta.db_table} "
-        "(destination_id, local_date, first_date, last_date, idempotency_key, entries, created_at) "
-        "VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s) "
-        "ON CONFLICT (destination_id, local_date) DO NOTHING RETURNING id",
-        [destination.pk, day, first, last, key, json.dumps(entries), now],
+        "(destination_id, local_date, first_date, last_date, period, idempotency_key, heading, language, entries, "
+        "created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s) "
+        "ON CONFLICT DO NOTHING RETURNING id",
+        [
+            destination.pk,
+            day,
+            first,
+            last,
+            period,
+            key,
+            heading,
+            destination.digest_language,
+            json.dumps(entries),
+            now,
+        ],
     )
     if not inserted:
         return False
@@ -243,7 +301,10 @@ def _digest_queue(
         local_date=day,
         first_date=first,
         last_date=last,
+        period=period,
         idempotency_key=key,
+        heading=heading,
+        language=destination.digest_language,
         entries=entries,
     )
     Delivery.objects.create(

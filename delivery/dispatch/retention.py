@@ -91,26 +91,29 @@ class PruneBatch:
     # None: the pass has reached its end.
     next: PrunePosition | None
 
-
-@dataclass
-class PruneTotals:
-    events: int = 0
-    deliveries: int = 0
-    attempts: int = 0
-    batches: int = 0
-    # Where the next batch starts; None once the pass has reached its end.
-    next: PrunePosition | None = None
-
     @property
     def rows(self) -> int:
         return self.events + self.deliveries + self.attempts
 
-    def add(self, batch: PruneBatch) -> None:
-        self.events += batch.events
-        self.deliveries += batch.deliveries
-        self.attempts += batch.attempts
-        self.batches += 1
-        self.next = batch.next
+
+@dataclass(frozen=True)
+class PruneTotals(PruneBatch):
+    """What a pass's batches deleted together, in how many batches; `next` is where the following one starts."""
+
+    batches: int = 0
+
+    def plus(self, batch: PruneBatch) -> PruneTotals:
+        return PruneTotals(
+            events=self.events + batch.events,
+            deliveries=self.deliveries + batch.deliveries,
+            attempts=self.attempts + batch.attempts,
+            next=batch.next,
+            batches=self.batches + 1,
+        )
+
+
+# The totals of a pass before its first batch.
+NO_PRUNE = PruneTotals(events=0, deliveries=0, attempts=0, next=None)
 
 
 def history_cutoff(*, now: datetime) -> datetime:
@@ -282,7 +285,7 @@ def history_prune(
     totals' `next` says where to continue; None when the pass reached its end.
     """
     deadline = time.monotonic() + seconds
-    totals = PruneTotals()
+    totals = NO_PRUNE
     longest = 0.0
     batches = history_prune_batches(cutoff=cutoff, batch_size=batch_size, start=start)
     while True:
@@ -293,4 +296,4 @@ def history_prune(
         if batch is None:
             return totals
         longest = max(longest, time.monotonic() - started)
-        totals.add(batch)
+        totals = totals.plus(batch)

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from delivery.models import Delivery, DeliveryStatus, Destination
@@ -23,6 +24,11 @@ from scheduling.models import Event, EventStatus
 from scheduling.services.transitions import Actor, EventRef, start_events_transition
 
 logger = logging.getLogger(__name__)
+
+# The move of concluded events out of PROCESSING. Locked and PROCESSING, the move succeeds (strict
+# raises if that were ever not so). Each caller checks it once its result is in (runtime.sql.after),
+# so that the pipeline it is in goes on meanwhile.
+_start_conclusion = partial(start_events_transition, source=EventStatus.PROCESSING, actor=Actor.WORKER)
 
 
 def events_conclude(*, event_ids: Collection[uuid.UUID | None], now: datetime) -> tuple[int, int]:
@@ -139,35 +145,17 @@ def _conclude(*, rows: list[tuple[Any, ...]], now: datetime) -> tuple[int, int]:
             reasons.append(dead_errors[0] if deliveries == 1 else "Dead at " + "; ".join(dead))
         else:
             completed.append(EventRef(event_id))
-    _start_move(events=completed, target=EventStatus.COMPLETED, now=now, changes={"executed_at": now})
-    _start_move(events=failed, target=EventStatus.FAILED, now=now, per_event={"failure_reason": reasons})
-    return len(completed), len(failed)
-
-
-def _start_move(
-    *,
-    events: list[EventRef],
-    target: str,
-    now: datetime,
-    changes: Mapping[str, Any] | None = None,
-    per_event: Mapping[str, Sequence[Any]] | None = None,
-) -> None:
-    """Send the move of the concluded `events` from PROCESSING to `target`.
-
-    Locked and PROCESSING: the move succeeds (strict raises if that were ever not so). Sent and
-    checked once its result is in (runtime.sql.after): the caller's pipeline may go on meanwhile.
-    """
     after(
-        start_events_transition(
-            events=events,
-            source=EventStatus.PROCESSING,
-            target=target,
-            actor=Actor.WORKER,
-            now=now,
-            changes=changes,
-            per_event=per_event,
+        _start_conclusion(
+            events=completed, target=EventStatus.COMPLETED, now=now, changes={"executed_at": now}
         )
     )
+    after(
+        _start_conclusion(
+            events=failed, target=EventStatus.FAILED, now=now, per_event={"failure_reason": reasons}
+        )
+    )
+    return len(completed), len(failed)
 
 
 def events_fail_unsent(*, reasons: Mapping[uuid.UUID, str], now: datetime) -> int:
@@ -193,10 +181,12 @@ def events_fail_unsent(*, reasons: Mapping[uuid.UUID, str], now: datetime) -> in
     )
     unsent = [event_id for event_id in ids if event_id in locked and event_id not in with_deliveries]
     with pipeline():
-        _start_move(
-            events=[EventRef(event_id) for event_id in unsent],
-            target=EventStatus.FAILED,
-            now=now,
-            per_event={"failure_reason": [reasons[event_id] for event_id in unsent]},
+        after(
+            _start_conclusion(
+                events=[EventRef(event_id) for event_id in unsent],
+                target=EventStatus.FAILED,
+                now=now,
+                per_event={"failure_reason": [reasons[event_id] for event_id in unsent]},
+            )
         )
     return len(unsent)

@@ -77,6 +77,15 @@ def test_a_digest_of_5000_names_keeps_whole_lines_within_the_limit_and_says_how_
     assert "<Lastname>" not in text or kind in ("teams",)
 
 
+@pytest.mark.parametrize("kind", ["slack", "discord", "teams", "teams_messagecard"])
+def test_a_german_digest_cut_short_says_how_many_more_in_german(kind):
+    body = KINDS[kind].digest_body({**digest(NAMES), "language": "de"})
+
+    text = shown_text(kind, body).rstrip()
+    kept = text.count("Person")
+    assert text.endswith(f"und {NAMES - kept:,} weitere".replace(",", ".")) and "more" not in text
+
+
 def test_the_standard_digest_lists_every_occurrence_with_its_key():
     body = KINDS["standard"].digest_body(digest(NAMES))
 

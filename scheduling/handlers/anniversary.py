@@ -29,9 +29,13 @@ class AnniversaryHandler(YearlyHandler):
         # on Feb 28 in common years, and the wedding day itself is not one.
         return user.anniversary_date
 
-    def digest_line(self, *, user: Recipient, occurrence_date: date) -> str:
+    def digest_line(self, *, user: Recipient, occurrence_date: date, language: str = "en") -> str:
         assert user.anniversary_date is not None  # as in message_values: only then is there an event
         years = occurrence_date.year - user.anniversary_date.year
+        if language == "de":
+            return (
+                f"{user.first_name} {user.last_name}, {years} {'Jahr' if years == 1 else 'Jahre'} verheiratet"
+            )
         return f"{user.first_name} {user.last_name}, {years} year{'s' if years != 1 else ''} married"
 
     def message_values(self, *, user: Recipient, occurrence_date: date) -> dict[str, object]:

@@ -146,8 +146,9 @@ class EventHandler(Protocol):
         such as no anniversary date): then they have no PENDING event of it.
         """
 
-    def digest_line(self, *, user: Recipient, occurrence_date: date) -> str:
-        """The occurrence as one line of a destination's daily digest ("Ada Lovelace's birthday").
+    def digest_line(self, *, user: Recipient, occurrence_date: date, language: str = "en") -> str:
+        """The occurrence as one line of a destination's digest ("Ada Lovelace's birthday"), in `language`
+        (en or de, a digest destination's; any other: English).
 
         Never the birth year nor the age: a digest is posted to a team's channel.
         """

@@ -76,8 +76,10 @@ class BirthdayHandler(YearlyHandler):
     def yearly_date(self, user: Recipient) -> date:
         return user.date_of_birth
 
-    def digest_line(self, *, user: Recipient, occurrence_date: date) -> str:
+    def digest_line(self, *, user: Recipient, occurrence_date: date, language: str = "en") -> str:
         # No age: a digest goes to a channel, where a birthday is a greeting, not a figure.
+        if language == "de":
+            return f"Geburtstag von {user.first_name} {user.last_name}"
         return f"{user.first_name} {user.last_name}'s birthday"
 
     def message_values(self, *, user: Recipient, occurrence_date: date) -> dict[str, object]:

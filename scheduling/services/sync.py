@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import enum
 import logging
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import cast
 
@@ -187,20 +189,18 @@ def _event_discard_pending(*, event: Event) -> None:
         )
 
 
-@dataclass
-class SyncResult:
-    created: int = 0
-    rescheduled: int = 0
-    replaced: int = 0
-    removed: int = 0
-    skipped: int = 0
+class SyncChange(enum.StrEnum):
+    """What the sync did to one of a user's events."""
 
-    @property
-    def changed(self) -> int:
-        return self.created + self.rescheduled + self.replaced + self.removed
+    CREATED = "created"
+    RESCHEDULED = "rescheduled"
+    REPLACED = "replaced"
+    REMOVED = "removed"
+    # PROCESSING, or lost every race with the scheduler: left as it was.
+    SKIPPED = "skipped"
 
 
-def _sync_one_type(*, user: StoredRecipient, event_type: str, now: datetime, result: SyncResult) -> None:
+def _sync_one_type(*, user: StoredRecipient, event_type: str, now: datetime) -> Iterator[SyncChange]:
     for processing in Event.objects.filter(
         user_id=user.id, event_type=event_type, status=EventStatus.PROCESSING
     ).only("id"):
@@ -209,12 +209,11 @@ def _sync_one_type(*, user: StoredRecipient, event_type: str, now: datetime, res
             "Event is PROCESSING; leaving it alone",
             extra={"event_id": str(processing.id), "user_id": str(user.id)},
         )
-        result.skipped += 1
+        yield SyncChange.SKIPPED
 
     for _attempt in range(_SYNC_ATTEMPTS):
         try:
-            _pending_follow(user=user, event_type=event_type, now=now, result=result)
-            return
+            change = _pending_follow(user=user, event_type=event_type, now=now)
         except (OptimisticLockError, IntegrityError) as exc:
             # The scheduler claimed the event (or created the next one) between
             # our read and our write. Read again: what it committed is now
@@ -223,15 +222,19 @@ def _sync_one_type(*, user: StoredRecipient, event_type: str, now: datetime, res
                 "Lost a race while rescheduling; reading again",
                 extra={"user_id": str(user.id), "error": str(exc)},
             )
+            continue
+        if change is not None:
+            yield change
+        return
     logger.warning(
         "Gave up rescheduling after repeated conflicts",
         extra={"user_id": str(user.id), "event_type": event_type},
     )
-    result.skipped += 1
+    yield SyncChange.SKIPPED
 
 
-def _pending_follow(*, user: StoredRecipient, event_type: str, now: datetime, result: SyncResult) -> None:
-    """Make the user's PENDING event of the type follow from their data, counted in `result`.
+def _pending_follow(*, user: StoredRecipient, event_type: str, now: datetime) -> SyncChange | None:
+    """Make the user's PENDING event of the type follow from their data; what changed (None: nothing).
 
     OptimisticLockError or IntegrityError if the scheduler wrote meanwhile: the caller reads again.
     """
@@ -245,19 +248,20 @@ def _pending_follow(*, user: StoredRecipient, event_type: str, now: datetime, re
     if occurrence is None:
         # No occurrence of this type any more (the anniversary date was
         # cleared): the pending one is discarded, as a replaced one is.
-        if pending is not None:
-            _event_discard_pending(event=pending)
-            result.removed += 1
-    elif pending is None:
+        if pending is None:
+            return None
+        _event_discard_pending(event=pending)
+        return SyncChange.REMOVED
+    if pending is None:
         with transaction.atomic():
             _event_insert(user=user, event_type=event_type, occurrence=occurrence, now=now)
-        result.created += 1
-    elif occurrence.occurrence_date != pending.occurrence_date:
+        return SyncChange.CREATED
+    if occurrence.occurrence_date != pending.occurrence_date:
         with transaction.atomic():
             _event_discard_pending(event=pending)
             _event_insert(user=user, event_type=event_type, occurrence=occurrence, now=now)
-        result.replaced += 1
-    elif pending.target_timezone != user.timezone or (
+        return SyncChange.REPLACED
+    if pending.target_timezone != user.timezone or (
         pending.target_timestamp_utc > now and pending.target_timestamp_utc != occurrence.target_utc
     ):
         # Same occurrence, so the same key; a new zone or a new send time
@@ -265,10 +269,11 @@ def _pending_follow(*, user: StoredRecipient, event_type: str, now: datetime, re
         # the zone changed: it is an operator's "deliver now", or one the
         # scheduler has yet to claim, and is sent as it is.
         event_reschedule(event=pending, occurrence=occurrence)
-        result.rescheduled += 1
+        return SyncChange.RESCHEDULED
+    return None
 
 
-def event_sync_for_user(*, user: StoredRecipient, now: datetime | None = None) -> SyncResult:
+def event_sync_for_user(*, user: StoredRecipient, now: datetime | None = None) -> Counter[SyncChange]:
     """Make the user's PENDING events follow from their current data.
 
     The occurrence comes from scheduled_occurrence: the next one after the
@@ -284,17 +289,15 @@ def event_sync_for_user(*, user: StoredRecipient, now: datetime | None = None) -
     touched.
     """
     now = now or timezone.now()
-    result = SyncResult()
-    for event_type in REGISTRY:
-        _sync_one_type(user=user, event_type=event_type, now=now, result=result)
-    if result.changed or result.skipped:
+    result = Counter(
+        change
+        for event_type in REGISTRY
+        for change in _sync_one_type(user=user, event_type=event_type, now=now)
+    )
+    if result:
         logger.info(
             "Synchronised events for user: %s created, %s rescheduled, %s replaced, %s removed, %s skipped",
-            result.created,
-            result.rescheduled,
-            result.replaced,
-            result.removed,
-            result.skipped,
+            *(result[change] for change in SyncChange),
             extra={"user_id": str(user.id)},
         )
     return result

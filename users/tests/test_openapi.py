@@ -79,6 +79,7 @@ def test_every_operation_documents_its_errors(anonymous_client):
         ("DELETE", "/api/v1/users/{id}/"): {"204", "400", "404", "412"} | auth,
         ("GET", "/api/v1/users/{id}/events/"): listing | auth,
         ("GET", "/api/v1/users/{id}/export/"): {"200", "404"} | auth,
+        ("POST", "/api/v1/users/{id}/personal-link/"): {"201", "404"} | auth | body,
         ("GET", "/api/v1/event-types/"): listing | auth,
         ("GET", "/api/v1/event-types/{event_type}/"): {"200", "404"} | auth,
         ("PATCH", "/api/v1/event-types/{event_type}/"): {"200", "404"} | auth | body,
@@ -93,6 +94,8 @@ def test_every_operation_documents_its_errors(anonymous_client):
         ("POST", "/api/v1/destinations/{id}/pause/"): {"200", "404", "409"} | auth | body,
         ("POST", "/api/v1/destinations/{id}/resume/"): {"200", "404", "409"} | auth | body,
         ("POST", "/api/v1/destinations/{id}/test/"): {"200", "404"} | auth | body,
+        ("POST", "/api/v1/destinations/{id}/calendar-feed/"): {"201", "404"} | auth | body,
+        ("DELETE", "/api/v1/destinations/{id}/calendar-feed/"): {"204", "404"} | auth,
         ("GET", "/api/v1/destinations/{destination_pk}/recoveries/"): listing | auth,
         ("POST", "/api/v1/destinations/{destination_pk}/recoveries/"): {"200", "201", "404", "409"}
         | auth
@@ -105,6 +108,7 @@ def test_every_operation_documents_its_errors(anonymous_client):
         ("GET", "/api/v1/failures/"): {"200", "400"} | auth,
         ("POST", "/api/v1/failures/acknowledge/"): {"200"} | auth | body,
         ("POST", "/api/v1/failures/resend/"): {"200"} | auth | body,
+        ("GET", "/api/v1/upcoming/"): {"200", "400"} | auth,
     }
 
 

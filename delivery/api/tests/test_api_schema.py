@@ -1,4 +1,4 @@
-"""The OpenAPI document agrees with the server for every recipient, destination and recovery operation.
+"""The OpenAPI document agrees with the server for every recipient, destination, recovery and upcoming operation.
 
 schemathesis sends what the document allows (each must be accepted, unless a rule
 it cannot state refuses it: see `refused_by_a_rule`) and what it forbids (each
@@ -82,7 +82,7 @@ config.projects.default.checks.negative_data_rejection.expected_statuses = [
     "5xx",
 ]
 api = schemathesis.openapi.from_dict(generated_schema(), config=config).include(
-    path_regex=r"^/api/v1/(users|destinations|event-types)/"
+    path_regex=r"^/api/v1/(users|destinations|event-types|upcoming)/"
 )
 
 

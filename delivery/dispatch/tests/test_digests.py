@@ -82,7 +82,7 @@ def test_a_digest_names_the_dates_people_in_its_audience_once(settings):
     # then one digest, one delivery, under the digest's own key, naming only Ada, no age
     assert (built.queued, again.queued) == (1, 0)
     digest = Digest.objects.get()
-    assert digest.idempotency_key == digest_key(destination_id=destination.pk, local_date=day)
+    assert digest.idempotency_key == digest_key(destination_id=destination.pk, period=day.isoformat())
     assert digest.idempotency_key.startswith("digest-") and len(digest.idempotency_key) == 32
     assert [entry["line"] for entry in digest.entries] == ["Ada Lovelace's birthday"]
     delivery = Delivery.objects.get()

@@ -99,7 +99,7 @@ def test_a_digest_goes_once_per_date_through_a_worker_killed_mid_send_and_leaves
             max_rate=50,
         )
         # The first request holds long enough to be killed mid-send; the second is answered.
-        key = digest_key(destination_id=destination.pk, local_date=first_day)
+        key = digest_key(destination_id=destination.pk, period=first_day.isoformat())
         sink.script(key, Reply(status=200, delay=20), Reply(status=200))
         env = process_env(delivery_settings)
         scheduler = start_process(["run_scheduler"], env, tmp_path / "scheduler.log")
@@ -135,7 +135,7 @@ def test_a_digest_goes_once_per_date_through_a_worker_killed_mid_send_and_leaves
     assert exit_codes == [0, 0]
     # then the receiver got one digest per date: the first date's key twice (the killed send and
     # the take-over), the same body both times; the second's once
-    second_key = digest_key(destination_id=destination.pk, local_date=second_day)
+    second_key = digest_key(destination_id=destination.pk, period=second_day.isoformat())
     assert [r.idempotency_key for r in sink.received] == [key, key, second_key]
     first_texts = _texts(sink, key)
     assert first_texts[0] == first_texts[1]
@@ -310,7 +310,7 @@ def test_two_schedulers_build_each_destinations_digest_once(delivery_settings, t
 
     assert exit_codes == [0, 0, 0]
     # then each destination's digest arrived once, under its own key, and each was built once
-    expected = {digest_key(destination_id=d.pk, local_date=day) for d in destinations}
+    expected = {digest_key(destination_id=d.pk, period=day.isoformat()) for d in destinations}
     assert sorted(r.idempotency_key for r in sink.received) == sorted(expected)
     assert Digest.objects.count() == len(destinations)
 

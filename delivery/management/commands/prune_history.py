@@ -5,6 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from delivery.dispatch.retention import (
+    NO_PRUNE,
     PRUNE_BATCH_SIZE,
     PRUNE_REST,
     PruneTotals,
@@ -52,10 +53,10 @@ class Command(BaseCommand):
             f"{'Counting' if dry_run else 'Deleting'} COMPLETED and FAILED events with a target before "
             f"{cutoff.isoformat()} (HISTORY_RETENTION {settings.HISTORY_RETENTION}), {batch_size} per batch."
         )
-        totals = PruneTotals()
+        totals = NO_PRUNE
         started = reported = time.monotonic()
         for batch in history_prune_batches(cutoff=cutoff, batch_size=batch_size, dry_run=dry_run, rest=rest):
-            totals.add(batch)
+            totals = totals.plus(batch)
             now = time.monotonic()
             if verbosity >= 2 or now - reported >= _PROGRESS_EVERY:
                 reported = now

@@ -71,11 +71,7 @@ def _parse_paused(raw: str | None) -> bool:
 def _parse_optional_flag(raw: str | None) -> bool | str | None:
     """A cell such as mention_consent as a flag: true/false, 1/0, yes/no in any case; empty: None (the
     default). Anything else is passed on for the field's cleaner to refuse by name."""
-    text = (raw or "").strip().lower()
-    if not text:
-        return None
-    flag = PAUSED_VALUES.get(text)
-    return raw if flag is None else flag
+    return _parse_flag(raw) if (raw or "").strip() else None
 
 
 def _parse_flag(raw: str | None) -> bool | str:

@@ -241,7 +241,8 @@ class SmtpTransport:
             )  # fmt: skip
         assert relay is not None
         body = _decoded(delivery.body)
-        recipients = [body["to"]] if body.get("to") else list(relay.to)
+        personal = bool(body.get("to"))
+        recipients = [body["to"]] if personal else list(relay.to)
         if not recipients and body.get("test"):
             # A personal destination's test message: to whoever answers for it (no one is greeted).
             recipients = [relay.reply_to or relay.from_address]
@@ -292,7 +293,12 @@ class SmtpTransport:
                 else:
                     await _quit(session.client)
             return self._failure(
-                delivery, failed, relay=relay, recipients=recipients, started=(started_at, started_mono)
+                delivery,
+                failed,
+                relay=relay,
+                recipients=recipients,
+                started=(started_at, started_mono),
+                personal=personal,
             )
         except (TimeoutError, OSError, aiosmtplib.SMTPException) as exc:
             if session is not None:
@@ -381,6 +387,7 @@ class SmtpTransport:
         relay: Relay,
         recipients: list[str],
         started: tuple[datetime, float],
+        personal: bool = False,
     ) -> SendResult:
         reading = EMAIL.read_smtp(step=failed.step, code=failed.code)
         signal: Signal | None = None
@@ -394,7 +401,9 @@ class SmtpTransport:
         elif code >= 500:
             if failed.step == RCPT:
                 signal = Signal.NEUTRAL
-                undeliverable = recipients[0] if len(recipients) == 1 else ""
+                # The person's own address (a personal destination's): marked undeliverable by the record.
+                # A fixed address refused (an HR mailbox) is the operator's to fix: the dead delivery says so.
+                undeliverable = recipients[0] if personal else ""
             elif failed.step == AUTH:
                 signal = Signal.REFUSAL
                 reading = Reading(Verdict.REFUSED, code="smtp_auth_refused")

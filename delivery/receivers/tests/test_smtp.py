@@ -170,6 +170,14 @@ def test_a_refusal_at_rcpt_is_that_address_dead_and_named_while_the_session_goes
     assert server.handler.to() == {"ok@example.org": 1}
 
 
+def test_a_fixed_address_refused_is_no_persons_address_to_mark():
+    relay = Relay(**{**RELAY.__dict__, "to": ("hr@example.org",)})
+    with smtp_server(Refusing(refused=frozenset({"hr@example.org"}))) as server:
+        (refused,) = send_all(server.url(), [delivery(to="")], settings=settings_of(relay))
+    assert refused.outcome == AttemptOutcome.PERMANENT_FAILURE
+    assert refused.undeliverable == ""
+
+
 def test_a_connection_lost_after_the_final_dot_is_an_unknown_outcome_resent_under_the_same_message_id():
     with smtp_server(Dropping()) as server:
         first, second = send_all(server.url(), [d := delivery(to="ada@example.org"), d])

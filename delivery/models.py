@@ -253,6 +253,11 @@ class Destination(models.Model):
     def takes_digest(self) -> bool:
         return self.digest_time is not None
 
+    @property
+    def mails_the_person(self) -> bool:
+        """Whether it mails each occurrence to its person's own address (and so needs a usable one)."""
+        return self.personal and self.format == DestinationFormat.EMAIL
+
 
 class Digest(models.Model):
     """One destination's message of one period, naming its dates' people (delivery.dispatch.digests).

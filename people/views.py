@@ -15,7 +15,10 @@ from users.models import User
 # RFC 8058: the mail client POSTs "List-Unsubscribe=One-Click" with no cookies and no CSRF token,
 # so the signed token is the whole authority; it can only ever opt this person out of this
 # destination, which is harmless to do twice or to do for someone by mistake. A GET changes
-# nothing (mail scanners follow links): it shows a button that POSTs.
+# nothing (mail scanners follow links): it shows a button that POSTs. Not throttled by client
+# address, as the person's page is: the one-click POSTs come from the mail providers' servers, many
+# people's from one address, and a 429 would leave them subscribed; the token, a signature, cannot
+# be guessed by trying.
 @csrf_exempt
 @require_http_methods(["GET", "POST"])
 def unsubscribe(request: HttpRequest, token: str) -> HttpResponse:

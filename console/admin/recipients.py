@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from django import forms
 from django.conf import settings
@@ -161,6 +162,7 @@ class RecipientAdmin(BoundedListAdmin):
                     "hide_age",
                     *VISIBILITY_FIELDS.values(),
                     "destinations_left",
+                    "links_issued",
                     "messages_they_get",
                     "celebration_record",
                 ]
@@ -185,6 +187,7 @@ class RecipientAdmin(BoundedListAdmin):
     ]
     readonly_fields = [
         "destinations_left",
+        "links_issued",
         "email_undeliverable_at",
         "email_undeliverable_reason",
         "messages_they_get",
@@ -278,6 +281,30 @@ class RecipientAdmin(BoundedListAdmin):
                     o.get_changed_by_display(),
                 )
                 for o in left
+            ),
+        )
+
+    @admin.display(description="links to their page")
+    def links_issued(self, user: User):
+        """Who issued which link to the person's own page, and when; only the latest opens it (never the URL)."""
+        issued = list(user.personal_links.order_by("-issued_at", "-id")[:5])
+        if not issued:
+            return "None issued."
+        max_age = timedelta(days=settings.PERSONAL_LINK_MAX_AGE_DAYS)
+        now = timezone.now()
+        return format_html_join(
+            "",
+            "<p>{} by {}{}: {}</p>",
+            (
+                (
+                    timezone.localtime(link.issued_at).strftime("%Y-%m-%d %H:%M"),
+                    link.get_issued_by_display(),
+                    f" ({link.actor})" if link.actor else "",
+                    "revoked by a later link"
+                    if i
+                    else ("expired" if link.issued_at + max_age <= now else "opens their page"),
+                )
+                for i, link in enumerate(issued)
             ),
         )
 

@@ -91,3 +91,20 @@ def test_a_recipients_page_shows_the_destinations_they_left_the_record_and_an_un
     assert "destinations they left" in page.lower() and "#general" in page
     assert "destination #general from in to out, by The person, through their page" in page
     assert "550 5.1.1 unknown user" in page
+
+
+def test_a_recipients_page_lists_the_links_issued_to_their_page_and_which_one_opens_it(console):
+    from scheduling.celebration import ChangedBy as By
+    from users.services import personal_link_issue
+
+    user = user_create(first_name="Ada", last_name="L", date_of_birth=date(1990, 5, 5), timezone="UTC")
+    first = personal_link_issue(user_id=user.pk, issued_by=By.API_CLIENT, actor="hr-sync")
+    second = personal_link_issue(user_id=user.pk, issued_by=By.OPERATOR, actor="ops-alice")
+
+    page = console.get(reverse("admin:users_user_change", args=[user.pk])).content.decode()
+
+    assert "links to their page" in page.lower()
+    assert "An operator, in the console (ops-alice): opens their page" in page
+    assert "An API client (hr-sync): revoked by a later link" in page
+    # never the URL itself
+    assert first.url not in page and second.url not in page

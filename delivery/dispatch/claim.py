@@ -242,7 +242,7 @@ def _addresses_applied(
     """The events, each whose recipient has no address a personal email destination may mail (none, or one
     marked undeliverable) with those destinations among the ones it leaves out; each recipient's address
     by id (None while no personal email destination exists: no query); why each such event is not mailed."""
-    mailing = [d.pk for d in router.destinations if d.personal and d.format == DestinationFormat.EMAIL]
+    mailing = [d.pk for d in router.destinations if d.mails_the_person]
     if not mailing or not events:
         return events, None, {}
     rows = User.objects.filter(id__in={event.recipient.id for event in events}).values_list(

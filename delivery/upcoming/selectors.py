@@ -66,6 +66,7 @@ class LeftOutReason(models.TextChoices):
     DISABLED = "disabled", "The destination is disabled"
     DIGEST_BUILT = "digest_built", "The digest of that date was built already"
     OPTED_OUT = "opted_out", "They opted out of this destination"
+    NO_EMAIL = "no_email", "No email address it may use (none, or marked undeliverable)"
 
 
 # The claim's failure reasons (held_back_reason) as reasons here.
@@ -200,10 +201,17 @@ class _Person(NamedTuple):
     resumed_at: datetime | None
     labels: list[str]
     language: str
+    email: str
+    email_undeliverable_at: datetime | None
 
     @property
     def pause(self) -> PauseSpan:
         return PauseSpan(self.paused_at, self.resumed_at)
+
+    @property
+    def mailable(self) -> bool:
+        """Whether a personal email destination may mail them (delivery.dispatch.claim's rule)."""
+        return bool(self.email) and self.email_undeliverable_at is None
 
 
 class _Row(NamedTuple):
@@ -501,6 +509,8 @@ def _fate(
     for destination in rules.router.targets(event_type=event_type, labels=user.labels, private=private):
         if destination.pk in opted_out:
             left_out.append(LeftOut(destination.pk, destination.name, LeftOutReason.OPTED_OUT))
+        elif destination.mails_the_person and not user.mailable:
+            left_out.append(LeftOut(destination.pk, destination.name, LeftOutReason.NO_EMAIL))
         # Rendered only where it is to be shown.
         elif only is None or destination.pk == only.pk:
             placements.append(_message_placement(event=event, destination=destination, rules=rules))

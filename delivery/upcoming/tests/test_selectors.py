@@ -245,3 +245,32 @@ def test_a_digest_date_already_built_is_said_for_an_occurrence_of_that_date():
 
     assert row.recipient_id == day_after.pk
     assert [r.reason for r in row.left_out] == [LeftOutReason.DIGEST_BUILT]
+
+
+def test_a_personal_email_destination_leaves_out_whoever_has_no_usable_address_saying_so():
+    from delivery.destinations.fields import DestinationSettings
+    from delivery.destinations.services import destination_create
+    from users.services import recipient_email_undeliverable_mark
+
+    born(2, first="Ada", email="ada@example.com")
+    born(3, first="Grace")
+    born(4, first="Alan", email="alan@example.com")
+    recipient_email_undeliverable_mark(email="alan@example.com", reason="550 no such user")
+    inbox = destination_create(
+        settings=DestinationSettings(
+            name="inbox",
+            url="smtps://relay.example.com",
+            format="email",
+            personal=True,
+            email_from="hi@example.com",
+        ),
+        operator="ops",
+    ).destination
+    chat = destination("chat")
+
+    ada, grace, alan = upcoming_list(now=timezone.now()).occurrences
+
+    assert [p.destination_id for p in ada.placements] == [inbox.pk, chat.pk]
+    for left in (grace, alan):
+        assert [p.destination_id for p in left.placements] == [chat.pk]
+        assert [(r.destination_id, r.reason) for r in left.left_out] == [(inbox.pk, LeftOutReason.NO_EMAIL)]

@@ -241,6 +241,62 @@ CONDITION_COLOURS = {
 }
 
 
+# The destination form's sections that do not depend on whether it is saved yet (get_fieldsets).
+_EMAIL_FIELDSET = (
+    "Email",
+    {
+        "fields": [
+            "email_from",
+            "email_from_name",
+            "email_reply_to",
+            "email_to",
+            "smtp_username",
+            "smtp_password",
+            "email_resend_unknown",
+        ],
+        "description": "Format email only: its URL is the SMTP relay (smtps://host:465, or "
+        "smtp://host:587 with STARTTLS); the relay signs the mail (DKIM) for the From's domain.",
+    },
+)
+_PACE_FIELDSET = (
+    "Pace",
+    {
+        "fields": ["max_rate", "max_in_flight", "timeout"],
+        "description": "Empty: WEBHOOK_MAX_RATE, WEBHOOK_MAX_IN_FLIGHT, WEBHOOK_TIMEOUT.",
+    },
+)
+_DIGEST_FIELDS = [
+    "digest_time",
+    "digest_timezone",
+    "weekend",
+    "digest_days_ahead",
+    "digest_weekday",
+    "digest_language",
+]
+_WORDS_FIELDSET = (
+    "Words",
+    {
+        "fields": [message_field(event_type) for event_type in EventType.values],
+        "description": "Its own text per event type, e.g. 🎂 Happy birthday, {first_name}! for a chat "
+        "channel; the recipients' languages and milestones are the message templates'.",
+    },
+)
+# Only a saved destination has these.
+_SAVED_FIELDSETS = [
+    (
+        "Calendar feed",
+        {
+            "fields": ["calendar_feed_state"],
+            "description": "An .ics address listing the coming 12 months of the celebrations this "
+            "destination may announce (public, in its audience, not paused), as all-day events "
+            "without year or age. The address is a credential: shown once when issued.",
+        },
+    ),
+    ("Health", {"fields": ["condition_detail"]}),
+    ("Changes", {"fields": ["created_by", "created_at", "updated_by", "updated_at"]}),
+]
+
+
 @admin.register(Destination)
 class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
     form = DestinationForm
@@ -274,45 +330,17 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
     ]
 
     def get_fieldsets(self, request, obj=None):
+        saved = obj is not None
         main = ["name", "url", "event_types", "format", "mention_recipient", "enabled", "personal"]
-        main.append("secret" if obj is None else "loaded_version")
+        main.append("loaded_version" if saved else "secret")
         return [
             (None, {"fields": main}),
-            (
-                "Email",
-                {
-                    "fields": [
-                        "email_from",
-                        "email_from_name",
-                        "email_reply_to",
-                        "email_to",
-                        "smtp_username",
-                        "smtp_password",
-                        "email_resend_unknown",
-                    ],
-                    "description": "Format email only: its URL is the SMTP relay (smtps://host:465, or "
-                    "smtp://host:587 with STARTTLS); the relay signs the mail (DKIM) for the From's domain.",
-                },
-            ),
-            (
-                "Pace",
-                {
-                    "fields": ["max_rate", "max_in_flight", "timeout"],
-                    "description": "Empty: WEBHOOK_MAX_RATE, WEBHOOK_MAX_IN_FLIGHT, WEBHOOK_TIMEOUT.",
-                },
-            ),
+            _EMAIL_FIELDSET,
+            _PACE_FIELDSET,
             (
                 "Daily or weekly digest",
                 {
-                    "fields": [
-                        "digest_time",
-                        "digest_timezone",
-                        "weekend",
-                        "digest_days_ahead",
-                        "digest_weekday",
-                        "digest_language",
-                    ]
-                    + (["next_digest", "coming_digests"] if obj is not None else []),
+                    "fields": [*_DIGEST_FIELDS, *(["next_digest", "coming_digests"] if saved else [])],
                     "description": "One message a day (or a week) naming its dates' people in its audience, "
                     "exactly once per date (or week), in its format; a chat service's limit keeps as many names "
                     "as fit and says how many more there are.",
@@ -321,45 +349,15 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
             (
                 "Audience",
                 {
-                    "fields": ["audience_labels", "excluded_labels"]
-                    + (["audience_size"] if obj is not None else []),
+                    "fields": ["audience_labels", "excluded_labels", *(["audience_size"] if saved else [])],
                     "description": "Whom it greets, by the recipients' labels. Applies to the occurrences "
                     "claimed after it is saved; one already queued keeps its deliveries.",
                 },
             ),
-            (
-                "Words",
-                {
-                    "fields": [message_field(event_type) for event_type in EventType.values],
-                    "description": "Its own text per event type, e.g. 🎂 Happy birthday, {first_name}! for a chat "
-                    "channel; the recipients' languages and milestones are the message templates'.",
-                },
-            ),
+            _WORDS_FIELDSET,
             ("Signing", {"fields": ["secret_hints"]}),
-            *(
-                [
-                    (
-                        "Calendar feed",
-                        {
-                            "fields": ["calendar_feed_state"],
-                            "description": "An .ics address listing the coming 12 months of the celebrations this "
-                            "destination may announce (public, in its audience, not paused), as all-day events "
-                            "without year or age. The address is a credential: shown once when issued.",
-                        },
-                    )
-                ]
-                if obj is not None
-                else []
-            ),
-            # A destination being added has no condition yet: no "Healthy" for what does not exist.
-            *(
-                [
-                    ("Health", {"fields": ["condition_detail"]}),
-                    ("Changes", {"fields": ["created_by", "created_at", "updated_by", "updated_at"]}),
-                ]
-                if obj is not None
-                else []
-            ),
+            # A destination being added has no feed, condition or history yet: no "Healthy" for what does not exist.
+            *(_SAVED_FIELDSETS if saved else []),
         ]
 
     def get_changelist(self, request, **kwargs):

@@ -48,7 +48,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Subquery, Value
+from django.db.models import Exists, OuterRef, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 
 from delivery.destinations.audience import Audience
@@ -179,43 +179,8 @@ def digest_entries(
     which for a yearly type is the one on any date up to a year ahead, so the 36 days a digest
     reaches at most (30 ahead and a week) are always among them.
     """
-    events = Event.objects.filter(occurrence_date__gte=first, occurrence_date__lte=last).filter(
-        Audience.of(destination).recipient_filter(prefix="user__")
-    )
-    if destination.event_types:
-        events = events.filter(event_type__in=destination.event_types)
-    # Only the people celebrated publicly (scheduling.celebration): a digest is a channel's. Their
-    # rows locked, so a change of their choices being written now waits for this digest to be
-    # queued and then takes them out of it (delivery.dispatch.withdraw), and one committed
-    # before is read here. In the order of the names, then ids: two schedulers building two
-    # destinations' digests lock shared people in the same order.
-    events = (
-        events.annotate(
-            visibility_in_force=Coalesce(
-                Subquery(
-                    CelebrationChoice.objects.filter(
-                        user_id=OuterRef("user_id"), event_type=OuterRef("event_type")
-                    ).values("visibility")[:1]
-                ),
-                Subquery(
-                    CelebrationDefault.objects.filter(event_type=OuterRef("event_type")).values("visibility")[
-                        :1
-                    ]
-                ),
-                Value(DEFAULT_VISIBILITY.value),
-            )
-        )
-        .filter(visibility_in_force=Visibility.PUBLIC)
-        # Nor anyone who opted out of this destination (delivery.actions.optouts).
-        .exclude(
-            Exists(DestinationOptOut.objects.filter(user_id=OuterRef("user_id"), destination=destination))
-        )
-        .select_for_update(of=("user",), no_key=True)
-    )
     entries = []
-    for event in events.select_related("user").order_by(
-        "occurrence_date", "user__last_name", "user__first_name", "user_id", "event_type"
-    ):
+    for event in _named_events(destination=destination, first=first, last=last):
         user = event.user
         # Held back as the claim will hold them (scheduling.pauses), judged at the occurrence's own
         # send time: one paused now is not named, even a week ahead (a pause lasts until resumed,
@@ -250,6 +215,47 @@ def digest_entries(
     return entries
 
 
+def _named_events(*, destination: Destination, first: date, last: date) -> QuerySet[Event]:
+    """The events of `first` to `last` a digest of the destination may name, their people locked, in name order.
+
+    Only the people celebrated publicly (scheduling.celebration): a digest is a channel's. Their
+    rows locked, so a change of their choices being written now waits for this digest to be
+    queued and then takes them out of it (delivery.dispatch.withdraw), and one committed
+    before is read here. In the order of the names, then ids: two schedulers building two
+    destinations' digests lock shared people in the same order.
+    """
+    events = Event.objects.filter(occurrence_date__gte=first, occurrence_date__lte=last).filter(
+        Audience.of(destination).recipient_filter(prefix="user__")
+    )
+    if destination.event_types:
+        events = events.filter(event_type__in=destination.event_types)
+    return (
+        events.annotate(
+            visibility_in_force=Coalesce(
+                Subquery(
+                    CelebrationChoice.objects.filter(
+                        user_id=OuterRef("user_id"), event_type=OuterRef("event_type")
+                    ).values("visibility")[:1]
+                ),
+                Subquery(
+                    CelebrationDefault.objects.filter(event_type=OuterRef("event_type")).values("visibility")[
+                        :1
+                    ]
+                ),
+                Value(DEFAULT_VISIBILITY.value),
+            )
+        )
+        .filter(visibility_in_force=Visibility.PUBLIC)
+        # Nor anyone who opted out of this destination (delivery.actions.optouts).
+        .exclude(
+            Exists(DestinationOptOut.objects.filter(user_id=OuterRef("user_id"), destination=destination))
+        )
+        .select_for_update(of=("user",), no_key=True)
+        .select_related("user")
+        .order_by("occurrence_date", "user__last_name", "user__first_name", "user_id", "event_type")
+    )
+
+
 def _digest_queue(
     *,
     destination: Destination,
@@ -264,15 +270,45 @@ def _digest_queue(
     period = digest_period(
         day=day, weekday=destination.digest_weekday, days_ahead=destination.digest_days_ahead
     )
-    key = digest_key(destination_id=destination.pk, period=period)
-    heading = digest_heading(
-        day=day,
-        first=first,
-        last=last,
-        days_ahead=destination.digest_days_ahead,
-        weekly=bool(destination.digest_weekday),
+    digest = Digest(
+        destination=destination,
+        local_date=day,
+        first_date=first,
+        last_date=last,
+        period=period,
+        idempotency_key=digest_key(destination_id=destination.pk, period=period),
+        heading=digest_heading(
+            day=day,
+            first=first,
+            last=last,
+            days_ahead=destination.digest_days_ahead,
+            weekly=bool(destination.digest_weekday),
+            language=destination.digest_language,
+        ),
         language=destination.digest_language,
+        entries=entries,
     )
+    if not _digest_insert(digest=digest, now=now):
+        return False
+    Delivery.objects.create(
+        id=uuid7(),
+        event=None,
+        digest=digest,
+        destination=destination,
+        endpoint_key=destination.url_key,
+        idempotency_key=digest.idempotency_key,
+        payload=digest_body(
+            digest=digest,
+            format=destination.format,
+            mentions=digest_mentions(destination=destination, user_ids=_named(entries)),
+        ),
+        **queued_delivery_defaults(now=now),
+    )
+    return True
+
+
+def _digest_insert(*, digest: Digest, now: datetime) -> bool:
+    """Insert the digest, setting its id; False if its destination has one of that date or period already."""
     # No conflict target: the (destination, date), (destination, period) and key constraints
     # each refuse a second digest.
     inserted = execute(
@@ -281,46 +317,21 @@ def _digest_queue(
         "created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s) "
         "ON CONFLICT DO NOTHING RETURNING id",
         [
-            destination.pk,
-            day,
-            first,
-            last,
-            period,
-            key,
-            heading,
-            destination.digest_language,
-            json.dumps(entries),
+            digest.destination_id,
+            digest.local_date,
+            digest.first_date,
+            digest.last_date,
+            digest.period,
+            digest.idempotency_key,
+            digest.heading,
+            digest.language,
+            json.dumps(digest.entries),
             now,
         ],
     )
     if not inserted:
         return False
-    digest = Digest(
-        id=inserted[0][0],
-        destination=destination,
-        local_date=day,
-        first_date=first,
-        last_date=last,
-        period=period,
-        idempotency_key=key,
-        heading=heading,
-        language=destination.digest_language,
-        entries=entries,
-    )
-    Delivery.objects.create(
-        id=uuid7(),
-        event=None,
-        digest=digest,
-        destination=destination,
-        endpoint_key=destination.url_key,
-        idempotency_key=key,
-        payload=digest_body(
-            digest=digest,
-            format=destination.format,
-            mentions=digest_mentions(destination=destination, user_ids=_named(entries)),
-        ),
-        **queued_delivery_defaults(now=now),
-    )
+    digest.id = inserted[0][0]
     return True
 
 

@@ -115,6 +115,27 @@ class _Failed(Exception):
         self.step, self.code, self.error, self.detail = step, code, error, detail
 
 
+@dataclass
+class _Attempt:
+    """One message's try: where and to whom, and the session it used (None until one is opened)."""
+
+    url: str
+    relay: Relay
+    recipients: list[str]
+    timeout: float
+    session: _Session | None = None
+
+
+def _recipients_of(*, body: dict[str, Any], relay: Relay) -> tuple[list[str], bool]:
+    """Whom the message goes to, and whether that is the person greeted (a personal destination's)."""
+    if body.get("to"):
+        return [body["to"]], True
+    if relay.to:
+        return list(relay.to), False
+    # A personal destination's test message: to whoever answers for it (no one is greeted).
+    return ([relay.reply_to or relay.from_address] if body.get("test") else []), False
+
+
 def message_id(*, idempotency_key: str, from_address: str) -> str:
     """`<key@domain>`: the same for every try of one delivery (a receiving server can tell a second copy)."""
     domain = from_address.rpartition("@")[2] or "localhost"
@@ -229,98 +250,92 @@ class SmtpTransport:
             self._screening = None
 
     async def send(self, delivery: ClaimedDelivery, *, url: str, settings: LaneSettings) -> SendResult:
-        started_at, started_mono = datetime.now(UTC), time.monotonic()
+        started = (datetime.now(UTC), time.monotonic())
         relay = settings.relay
         refusal = relay_url_refusal(url=url, policy=self._policy)
         if refusal is None and relay is None:
             refusal = "Refused: an email destination without its relay settings"
         if refusal is not None:
             return answered(
-                delivery, Reading(Verdict.REFUSED), started_at=started_at, started_mono=started_mono,
+                delivery, Reading(Verdict.REFUSED), started_at=started[0], started_mono=started[1],
                 error=refusal, refused=True, signal=Signal.NEUTRAL,
             )  # fmt: skip
         assert relay is not None
         body = _decoded(delivery.body)
-        personal = bool(body.get("to"))
-        recipients = [body["to"]] if personal else list(relay.to)
-        if not recipients and body.get("test"):
-            # A personal destination's test message: to whoever answers for it (no one is greeted).
-            recipients = [relay.reply_to or relay.from_address]
+        recipients, personal = _recipients_of(body=body, relay=relay)
         if not recipients:
             return answered(
-                delivery, Reading(Verdict.REFUSED, code="no_address"), started_at=started_at,
-                started_mono=started_mono, signal=Signal.NEUTRAL,
+                delivery, Reading(Verdict.REFUSED, code="no_address"), started_at=started[0],
+                started_mono=started[1], signal=Signal.NEUTRAL,
             )  # fmt: skip
-        session: _Session | None = None
+        attempt = _Attempt(url=url, relay=relay, recipients=recipients, timeout=settings.timeout)
         try:
-            utf8 = not all(address.isascii() for address in [relay.from_address, *recipients])
-            payload: bytes | None = None
-            # A session taken idle may have been closed by the relay meanwhile: its first command finds
-            # out, before anything of the message was sent, and a new session is opened once.
-            for fresh in (False, True):
-                session = await self._session(url, relay=relay, timeout=settings.timeout, fresh=fresh)
-                if utf8 and not session.utf8:
-                    raise _Failed(MAIL, 553, "The relay offers no SMTPUTF8 for a non-ASCII address")
-                if payload is None:
-                    payload = message_build(
-                        delivery=delivery, body=body, relay=relay, to=", ".join(recipients), utf8=utf8
-                    ).as_bytes()
-                try:
-                    await self._transfer(
-                        session,
-                        relay=relay,
-                        recipients=recipients,
-                        payload=payload,
-                        utf8=utf8,
-                        timeout=settings.timeout,
-                    )
-                except aiosmtplib.SMTPServerDisconnected:
-                    session.client.close()
-                    if fresh or session.sent == 0:
-                        raise
-                    continue
-                break
+            await self._deliver(attempt, delivery=delivery, body=body)
         except AddressRefused as exc:
             return answered(
-                delivery, Reading(Verdict.REFUSED), started_at=started_at, started_mono=started_mono,
+                delivery, Reading(Verdict.REFUSED), started_at=started[0], started_mono=started[1],
                 error=str(exc), refused=True, signal=Signal.NEUTRAL,
             )  # fmt: skip
         except _Failed as failed:
-            if session is not None:
-                if failed.code is not None and failed.step in (RCPT, DATA) and failed.code != 421:
-                    # One message refused, the session well: reset it and keep it for the next.
-                    await self._reset_or_drop(url, session)
-                else:
-                    await _quit(session.client)
+            await self._after_failed_step(attempt, failed)
             return self._failure(
-                delivery,
-                failed,
-                relay=relay,
-                recipients=recipients,
-                started=(started_at, started_mono),
-                personal=personal,
+                delivery, failed, relay=relay, recipients=recipients, started=started, personal=personal
             )
         except (TimeoutError, OSError, aiosmtplib.SMTPException) as exc:
-            if session is not None:
-                session.client.close()
-            return self._failure(
-                delivery,
-                _Failed(
-                    CONNECT,
-                    None,
-                    f"Connection error: {error_class(exc)}",
-                    f"{type(exc).__name__}: {exc}"[:300],
-                ),
-                relay=relay,
-                recipients=recipients,
-                started=(started_at, started_mono),
+            if attempt.session is not None:
+                attempt.session.client.close()
+            error = _Failed(
+                CONNECT, None, f"Connection error: {error_class(exc)}", f"{type(exc).__name__}: {exc}"[:300]
             )
-        assert session is not None
-        session.sent += 1
-        self._give_back(url, session)
-        return answered(
-            delivery, Reading(Verdict.DELIVERED), started_at=started_at, started_mono=started_mono
-        )
+            return self._failure(delivery, error, relay=relay, recipients=recipients, started=started)
+        assert attempt.session is not None
+        attempt.session.sent += 1
+        self._give_back(url, attempt.session)
+        return answered(delivery, Reading(Verdict.DELIVERED), started_at=started[0], started_mono=started[1])
+
+    async def _deliver(self, attempt: _Attempt, *, delivery: ClaimedDelivery, body: dict[str, Any]) -> None:
+        """Send the message over a session of the lane's (attempt.session: the one used, whatever happens)."""
+        relay, recipients = attempt.relay, attempt.recipients
+        utf8 = not all(address.isascii() for address in [relay.from_address, *recipients])
+        payload: bytes | None = None
+        # A session taken idle may have been closed by the relay meanwhile: its first command finds
+        # out, before anything of the message was sent, and a new session is opened once.
+        for fresh in (False, True):
+            session = attempt.session = await self._session(
+                attempt.url, relay=relay, timeout=attempt.timeout, fresh=fresh
+            )
+            if utf8 and not session.utf8:
+                raise _Failed(MAIL, 553, "The relay offers no SMTPUTF8 for a non-ASCII address")
+            if payload is None:
+                payload = message_build(
+                    delivery=delivery, body=body, relay=relay, to=", ".join(recipients), utf8=utf8
+                ).as_bytes()
+            try:
+                await self._transfer(
+                    session,
+                    relay=relay,
+                    recipients=recipients,
+                    payload=payload,
+                    utf8=utf8,
+                    timeout=attempt.timeout,
+                )
+            except aiosmtplib.SMTPServerDisconnected:
+                session.client.close()
+                if fresh or session.sent == 0:
+                    raise
+                continue
+            return
+
+    async def _after_failed_step(self, attempt: _Attempt, failed: _Failed) -> None:
+        """Keep the session for the next message if only this one was refused, else close it."""
+        session = attempt.session
+        if session is None:
+            return
+        if failed.code is not None and failed.step in (RCPT, DATA) and failed.code != 421:
+            # One message refused, the session well: reset it and keep it for the next.
+            await self._reset_or_drop(attempt.url, session)
+        else:
+            await _quit(session.client)
 
     async def _transfer(
         self,

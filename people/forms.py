@@ -50,6 +50,11 @@ def event_type_name(event_type: str) -> str:
     return str(EVENT_TYPE_NAMES.get(event_type, EventType(event_type).label))
 
 
+def _optional_text(label: StrOrPromise, help_text: StrOrPromise, **kwargs: Any) -> forms.CharField:
+    """A text the person may leave empty (the default, or none); its shape is the services' to check."""
+    return forms.CharField(required=False, label=label, help_text=help_text, **kwargs)
+
+
 class PersonPageForm(forms.Form):
     """Every choice on the page, posted together: all are stored, or (one being wrong) none."""
 
@@ -57,29 +62,20 @@ class PersonPageForm(forms.Form):
     # an operator's edit made meanwhile is not overwritten with what the page showed before it.
     version = forms.IntegerField(widget=forms.HiddenInput)
     hide_age = forms.BooleanField(required=False, label=_("Never say my age"))
-    language = forms.CharField(
-        required=False,
-        label=_("Language"),
-        help_text=_("A language tag such as en, de or de-AT; empty: the company's default."),
+    language = _optional_text(
+        _("Language"), _("A language tag such as en, de or de-AT; empty: the company's default.")
     )
-    send_time = forms.CharField(
-        required=False,
-        label=_("Send time"),
-        help_text=_("Your local time, HH:MM; empty: the company's default."),
+    send_time = _optional_text(
+        _("Send time"),
+        _("Your local time, HH:MM; empty: the company's default."),
         widget=forms.TimeInput(attrs={"type": "time"}),
     )
-    slack_user_id = forms.CharField(
-        required=False, label=_("Slack user ID"), help_text=_("Such as U0123ABCD (not @name).")
+    slack_user_id = _optional_text(_("Slack user ID"), _("Such as U0123ABCD (not @name)."))
+    discord_user_id = _optional_text(
+        _("Discord user ID"), _("The number Discord shows, such as 80351110224678912.")
     )
-    discord_user_id = forms.CharField(
-        required=False,
-        label=_("Discord user ID"),
-        help_text=_("The number Discord shows, such as 80351110224678912."),
-    )
-    teams_user_id = forms.CharField(
-        required=False,
-        label=_("Microsoft Teams user"),
-        help_text=_("Your sign-in name (ada@example.com) or object ID."),
+    teams_user_id = _optional_text(
+        _("Microsoft Teams user"), _("Your sign-in name (ada@example.com) or object ID.")
     )
     mention_consent = forms.ChoiceField(
         required=False,

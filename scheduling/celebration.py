@@ -20,7 +20,7 @@ the date (the handlers' arithmetic, Feb 29's rule, the import's COPY, the consol
 sorting) keeps reading one date column, and the database refuses any other year
 before 1900 (users.models). Then, or when the person chose that their age is never
 said (hide_age), no message states an age: a text using one falls back to one
-without (age_said, scheduling.selectors.MessageTemplates.choose).
+without (age_said, scheduling.selectors.MessageTemplates.chosen).
 """
 
 from __future__ import annotations

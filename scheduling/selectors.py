@@ -114,9 +114,9 @@ def next_pending_target(*, after: datetime | None = None) -> datetime | None:
 
 
 class MessageTemplates(Mapping[str, str]):
-    """Every template in force, read at once: by event type its default (as a mapping), and `choose`.
+    """Every template in force, read at once: by event type its default (as a mapping), and `chosen`.
 
-    `choose` picks the text of one occurrence: in the recipient's language,
+    `chosen` picks the text of one occurrence: in the recipient's language,
     else in each shorter form of it (pt-BR, then pt: scheduling.languages),
     else the type's default; within a language, the variant for the
     occurrence's milestone (its count of years) before the one for any year.
@@ -148,22 +148,6 @@ class MessageTemplates(Mapping[str, str]):
     def __len__(self) -> int:
         return len(self._defaults)
 
-    def choose(
-        self,
-        *,
-        event_type: str,
-        language: str = "",
-        years: int | None = None,
-        without: frozenset[str] = frozenset(),
-    ) -> str:
-        """The text of one occurrence; `without`: placeholders it must not use (an age not said).
-
-        A text using one of `without` is passed over for the next in the order above, and
-        past the type's default comes the handler's own text, which uses none
-        (scheduling/tests/test_celebration.py holds each handler to that).
-        """
-        return self.chosen(event_type=event_type, language=language, years=years, without=without)[0]
-
     def chosen(
         self,
         *,
@@ -172,7 +156,13 @@ class MessageTemplates(Mapping[str, str]):
         years: int | None = None,
         without: frozenset[str] = frozenset(),
     ) -> tuple[str, str]:
-        """`choose`'s text and the language it is written in ("": the type's default, for every language)."""
+        """The text of one occurrence and the language it is written in ("": the type's default, for every
+        language); `without`: placeholders it must not use (an age not said).
+
+        A text using one of `without` is passed over for the next in the order above, and
+        past the type's default comes the handler's own text, which uses none
+        (scheduling/tests/test_celebration.py holds each handler to that).
+        """
         key = (event_type, language, years, without)
         chosen = self._chosen.get(key)
         if chosen is None:
@@ -182,7 +172,7 @@ class MessageTemplates(Mapping[str, str]):
         return chosen
 
     def subject(self, *, event_type: str, language: str = "", years: int | None = None) -> str:
-        """An email's subject template: the templates' own in the order `choose` takes the texts (the
+        """An email's subject template: the templates' own in the order `chosen` takes the texts (the
         recipient's language, its shorter forms, the default row; the milestone's first), else the
         type's default subject in that language (the handler's subject_templates, English last)."""
         fallbacks = language_fallbacks(language)

@@ -123,6 +123,19 @@ class LabelFilter(admin.SimpleListFilter):
         yield from super().choices(changelist)
 
 
+# What a recipient's greetings section shows: all of it computed or set by the greeting paths, so read-only.
+_GREETINGS = (
+    "greetings",
+    "where_and_when",
+    "paused_at",
+    "paused_by",
+    "resumed_at",
+    "resumed_by",
+    "email_undeliverable_at",
+    "email_undeliverable_reason",
+)
+
+
 @admin.register(User)
 class RecipientAdmin(BoundedListAdmin):
     form = RecipientAdminForm
@@ -170,37 +183,19 @@ class RecipientAdmin(BoundedListAdmin):
         ),
         (
             "Greetings",
-            {
-                "fields": [
-                    "greetings",
-                    "where_and_when",
-                    "paused_at",
-                    "paused_by",
-                    "resumed_at",
-                    "resumed_by",
-                    "email_undeliverable_at",
-                    "email_undeliverable_reason",
-                ]
-            },
+            {"fields": _GREETINGS},
         ),
         ("Record", {"fields": ["id", "created_at", "updated_at"]}),
     ]
     readonly_fields = [
         "destinations_left",
         "links_issued",
-        "email_undeliverable_at",
-        "email_undeliverable_reason",
         "messages_they_get",
         "celebration_record",
         "id",
         "created_at",
         "updated_at",
-        "greetings",
-        "where_and_when",
-        "paused_at",
-        "paused_by",
-        "resumed_at",
-        "resumed_by",
+        *_GREETINGS,
     ]
     actions = [
         "add_label",

@@ -180,7 +180,7 @@ def test_the_choice_falls_back_through_the_language_and_milestone_in_order():
     templates = message_templates()
 
     def choose(language: str, years: int) -> str:
-        return templates.choose(event_type="BIRTHDAY", language=language, years=years)
+        return templates.chosen(event_type="BIRTHDAY", language=language, years=years)[0]
 
     assert choose("pt-BR", 10) == "pt-10"
     assert choose("pt-BR", 11) == "pt"

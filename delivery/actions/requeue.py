@@ -24,7 +24,7 @@ from delivery.destinations.mentions import (
     mention_for,
     recipients_mentions,
 )
-from delivery.dispatch.payload import destination_payload, message_overrides, webhook_payload
+from delivery.dispatch.payload import destination_payload, message_overrides
 from delivery.models import Delivery, DeliveryStatus, Destination
 from delivery.rules.digest_calendar import digest_body
 from delivery.states.successes import successes_log
@@ -45,23 +45,12 @@ def event_payload(
         if destination
         else None
     )
-    payload = webhook_payload(
+    return destination_payload(
+        destination=destination,
         occurrence=event,
         recipient=event.user,
         templates=templates,
-        language=event.user.language,
         override=override,
-    )
-    # A personal email goes to the person's address as it is now, unless marked undeliverable.
-    user = event.user
-    return destination_payload(
-        payload,
-        destination=destination,
-        occurrence=event,
-        recipient=user,
-        templates=templates,
-        language=user.language,
-        address=user.email if user.email_undeliverable_at is None else "",
     )
 
 

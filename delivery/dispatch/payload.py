@@ -12,6 +12,7 @@ from delivery.models import Destination, DestinationFormat
 from scheduling.handlers import REGISTRY, Recipient
 from scheduling.messages import template_errors
 from scheduling.selectors import MessageTemplates, message_for, subject_for
+from users.models import User
 
 logger = logging.getLogger(__name__)
 
@@ -86,27 +87,31 @@ def email_payload(
 
 
 def destination_payload(
-    payload: dict[str, Any],
     *,
     destination: Destination | None,
     occurrence: Occurrence,
-    recipient: Recipient,
+    recipient: User,
     templates: MessageTemplates,
-    language: str = "",
-    address: str = "",
+    override: str | None = None,
 ) -> dict[str, Any]:
-    """`payload` as `destination`'s kind takes it: an email destination's with email_payload's additions (a
-    personal one's to `address`), any other's as it is. For the paths that render one delivery again (a
-    resend, a requeue, an edit of the recipient): the claim adds them itself, for a batch."""
+    """The payload of one delivery as `destination`'s kind takes it, rendered for the recipient as they are now:
+    webhook_payload in their language, and for an email destination email_payload's additions (a personal one's
+    to their address, unless marked undeliverable). For the paths that render one delivery again (a resend, a
+    requeue, an edit of the recipient): the claim does the same itself, for a batch."""
+    language = recipient.language
+    payload = webhook_payload(
+        occurrence=occurrence, recipient=recipient, templates=templates, language=language, override=override
+    )
     if destination is None or destination.format != DestinationFormat.EMAIL:
         return payload
+    personal_address = recipient.email if recipient.email_undeliverable_at is None else ""
     return email_payload(
         payload,
         occurrence=occurrence,
         recipient=recipient,
         templates=templates,
         language=language,
-        address=address if destination.personal else "",
+        address=personal_address if destination.personal else "",
     )
 
 

@@ -26,7 +26,7 @@ from collections.abc import Collection
 from datetime import datetime
 
 from delivery.dispatch.digests import digest_entries_without, digest_rerender
-from delivery.dispatch.payload import destination_payload, message_overrides, webhook_payload
+from delivery.dispatch.payload import destination_payload, message_overrides
 from delivery.models import Delivery, DeliveryAttempt, DeliveryStatus, Destination
 from delivery.states.conclude import events_conclude, events_fail_unsent
 from kinds import STANDARD, kind_for
@@ -148,21 +148,12 @@ def deliveries_rerender_without_age(*, user_id: uuid.UUID) -> int:
     for delivery in queued:
         assert delivery.event is not None  # the person's occurrences' deliveries
         destination = delivery.destination
-        payload = webhook_payload(
-            occurrence=delivery.event,
-            recipient=user,
-            templates=templates,
-            language=user.language,
-            override=overrides.get((destination.pk, delivery.event.event_type)) if destination else None,
-        )
         payload = destination_payload(
-            payload,
             destination=destination,
             occurrence=delivery.event,
             recipient=user,
             templates=templates,
-            language=user.language,
-            address=user.email if user.email_undeliverable_at is None else "",
+            override=overrides.get((destination.pk, delivery.event.event_type)) if destination else None,
         )
         delivery.payload = kind_for(destination.format if destination else STANDARD.name).body(payload)
         delivery.save(update_fields=["payload", "updated_at"])

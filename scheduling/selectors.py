@@ -221,7 +221,13 @@ def message_choice(
     language: str = "",
     override: str | None = None,
 ) -> MessageChoice:
-    """The message of one occurrence, as message_for renders it, with the language and milestone that chose it."""
+    """The message of one occurrence (the scheduler's, the console's), with the template it was rendered from and
+    the language and milestone that chose it.
+
+    `override`: a destination's own text, which replaces the templates'. A recipient whose
+    age is not said (scheduling.celebration.age_said) gets no value for the type's
+    age placeholders, and a text that uses one is passed over for one that does not.
+    """
     handler = get_handler(event_type)
     values = handler.message_values(user=user, occurrence_date=occurrence_date)
     unsaid = frozenset(name for name in handler.age_placeholders if name not in values)
@@ -236,32 +242,6 @@ def message_choice(
     return MessageChoice(
         text=template.format_map(values), template=template, language=tag, years=years, overridden=overridden
     )
-
-
-def message_for(
-    *,
-    templates: MessageTemplates,
-    event_type: str,
-    user: Recipient,
-    occurrence_date: date,
-    language: str = "",
-    override: str | None = None,
-) -> tuple[str, str]:
-    """The text of one occurrence and the template it was rendered from (the scheduler's, the console's).
-
-    `override`: a destination's own text, which replaces the templates'. A recipient whose
-    age is not said (scheduling.celebration.age_said) gets no value for the type's
-    age placeholders, and a text that uses one is passed over for one that does not.
-    """
-    choice = message_choice(
-        templates=templates,
-        event_type=event_type,
-        user=user,
-        occurrence_date=occurrence_date,
-        language=language,
-        override=override,
-    )
-    return choice.text, choice.template
 
 
 def subject_for(
@@ -347,13 +327,13 @@ def message_preview(*, event_type: str, body: str | None = None) -> MessagePrevi
     )
     if event is None:
         return None
-    text, _template = message_for(
+    text = message_choice(
         templates=message_templates(),
         event_type=event_type,
         user=event.user,
         occurrence_date=event.occurrence_date,
         override=body,
-    )
+    ).text
     return MessagePreview(recipient=str(event.user), occurrence_date=event.occurrence_date, text=text)
 
 

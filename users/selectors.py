@@ -16,7 +16,7 @@ from scheduling.admin_log import admin_log_export
 from scheduling.celebration import Visibility, age_said, visibility_of
 from scheduling.handlers import get_handler
 from scheduling.models import Event, EventStatus
-from scheduling.selectors import celebration_defaults, event_list_for_user, message_for, message_templates
+from scheduling.selectors import celebration_defaults, event_list_for_user, message_choice, message_templates
 from users.models import CelebrationChange, CelebrationChoice, PersonalLink, User
 from users.signals import recipient_exporting
 
@@ -227,13 +227,13 @@ def recipient_messages(*, user: User) -> list[RecipientMessage]:
     ):
         handler = get_handler(event.event_type)
         visibility = visibility_of(choices.get(event.event_type), default=defaults.get(event.event_type))
-        text, template = message_for(
+        text = message_choice(
             templates=templates,
             event_type=event.event_type,
             user=user,
             occurrence_date=event.occurrence_date,
             language=user.language,
-        )
+        ).text
         notes = []
         if visibility == Visibility.NONE:
             notes.append("Not celebrated: nothing is sent.")

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from delivery.models import Destination, DestinationFormat
 from scheduling.handlers import REGISTRY, Recipient
 from scheduling.messages import template_errors
-from scheduling.selectors import MessageTemplates, message_for, subject_for
+from scheduling.selectors import MessageTemplates, message_choice, subject_for
 from users.models import User
 
 logger = logging.getLogger(__name__)
@@ -46,14 +46,14 @@ def webhook_payload(
     (message_overrides) replaces it.
     """
     event_type, occurrence_date = occurrence.event_type, occurrence.occurrence_date
-    message, _template = message_for(
+    message = message_choice(
         templates=templates,
         event_type=event_type,
         user=recipient,
         occurrence_date=occurrence_date,
         language=language,
         override=override,
-    )
+    ).text
     return {
         "message": message,
         "event_id": str(occurrence.id),

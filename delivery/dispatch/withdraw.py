@@ -131,7 +131,7 @@ def deliveries_rerender_without_age(*, user_id: uuid.UUID) -> int:
     """Render the person's QUEUED deliveries again from their row as it is now; return how many.
 
     For a person whose age is no longer said (scheduling.celebration.age_unsaid): a message
-    queued before would state it. Same text choice as the claim's (message_for), in each
+    queued before would state it. Same text choice as the claim's (message_choice), in each
     destination's format and with its own text; one being sent is not touched.
     """
     user = User.objects.get(pk=user_id)

@@ -170,6 +170,28 @@ def run_operator_action(
         )
 
 
+def operator_action(service, *, description: str, verb: str, kwarg: str, outcome: str):
+    """A list action (for those who may change the rows) that runs `service` on each selected row, as
+    run_operator_action does."""
+
+    @admin.action(description=description, permissions=["change"])
+    def action(modeladmin, request, queryset) -> None:
+        run_operator_action(
+            modeladmin, request, queryset, service=service, verb=verb, kwarg=kwarg, outcome=outcome
+        )
+
+    return action
+
+
+def pause_resume_actions(*, pause, resume, kwarg: str, described: tuple[str, str]):
+    """An admin's Pause and Resume list actions, running the `pause` and `resume` services (taking the row
+    as `kwarg`); `described`: their descriptions in the actions menu."""
+    return (
+        operator_action(pause, description=described[0], verb="Pause", kwarg=kwarg, outcome="paused"),
+        operator_action(resume, description=described[1], verb="Resume", kwarg=kwarg, outcome="resumed"),
+    )
+
+
 if TYPE_CHECKING:
     # What the mixin is mixed into, for the type checker (at run time a mixin is a plain class).
     _ModelAdmin = admin.ModelAdmin[Any]

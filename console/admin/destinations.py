@@ -708,29 +708,12 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
             )
         self.message_user(request, "Only the newest secret signs from now on.", messages.SUCCESS)
 
-    @admin.action(description="Pause the selected destinations", permissions=["change"])
-    def pause(self, request, queryset):
-        widgets.run_operator_action(
-            self,
-            request,
-            queryset,
-            service=services.destination_pause,
-            verb="Pause",
-            kwarg="destination",
-            outcome="paused",
-        )
-
-    @admin.action(description="Resume the selected destinations", permissions=["change"])
-    def resume(self, request, queryset):
-        widgets.run_operator_action(
-            self,
-            request,
-            queryset,
-            service=services.destination_resume,
-            verb="Resume",
-            kwarg="destination",
-            outcome="resumed",
-        )
+    pause, resume = widgets.pause_resume_actions(
+        pause=services.destination_pause,
+        resume=services.destination_resume,
+        kwarg="destination",
+        described=("Pause the selected destinations", "Resume the selected destinations"),
+    )
 
 
 def endpoint_state_badge_of(*, destination: Destination, health: DestinationHealth):

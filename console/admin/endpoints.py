@@ -222,23 +222,15 @@ class EndpointAdmin(widgets.ViewOnlyPageMixin, admin.ModelAdmin):
 
     # --- Pause and Resume: list actions and the change page's buttons --------------
 
-    @admin.action(description="Pause selected endpoints (hold their deliveries)", permissions=["change"])
-    def pause(self, request, queryset):
-        widgets.run_operator_action(
-            self, request, queryset, service=endpoint_pause, verb="Pause", kwarg="endpoint", outcome="paused"
-        )
-
-    @admin.action(description="Resume selected paused or gone endpoints", permissions=["change"])
-    def resume(self, request, queryset):
-        widgets.run_operator_action(
-            self,
-            request,
-            queryset,
-            service=endpoint_resume,
-            verb="Resume",
-            kwarg="endpoint",
-            outcome="resumed",
-        )
+    pause, resume = widgets.pause_resume_actions(
+        pause=endpoint_pause,
+        resume=endpoint_resume,
+        kwarg="endpoint",
+        described=(
+            "Pause selected endpoints (hold their deliveries)",
+            "Resume selected paused or gone endpoints",
+        ),
+    )
 
     def pause_view(self, request, object_id):
         return self._steer(request, object_id, action=self.pause)

@@ -6,10 +6,9 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
-from delivery.actions.optouts import destination_unsubscribe, unsubscribe_token_read
-from delivery.models import Destination
+from delivery.actions.optouts import destination_opt_out_set, unsubscribe_pair
 from people.responses import not_found, private_page
-from users.models import User
+from scheduling.celebration import ChangedBy
 
 
 # RFC 8058: the mail client POSTs "List-Unsubscribe=One-Click" with no cookies and no CSRF token,
@@ -22,17 +21,15 @@ from users.models import User
 @csrf_exempt
 @require_http_methods(["GET", "POST"])
 def unsubscribe(request: HttpRequest, token: str) -> HttpResponse:
-    named = unsubscribe_token_read(token=token)
-    if named is None:
+    pair = unsubscribe_pair(token=token)
+    if pair is None:
         return not_found()
-    user_id, destination_id = named
-    user = User.objects.filter(pk=user_id).only("id", "language", "first_name").first()
-    destination = Destination.objects.filter(pk=destination_id).only("id", "name").first()
-    if user is None or destination is None:
-        return not_found()
+    user, destination = pair
     done = request.method == "POST"
-    if done and not destination_unsubscribe(token=token):
-        return not_found()
+    if done:
+        destination_opt_out_set(
+            user=user, destination=destination, opted_out=True, changed_by=ChangedBy.PERSON
+        )
     return private_page(
         request,
         template="people/unsubscribe.html",

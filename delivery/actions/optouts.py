@@ -14,6 +14,7 @@ It is no credential for anything else: it can only ever opt that person out of t
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from datetime import datetime
@@ -103,27 +104,32 @@ def unsubscribe_token_read(*, token: str) -> tuple[uuid.UUID, int] | None:
 
 
 def unsubscribe_url(*, user_id: uuid.UUID, destination_id: int) -> str:
-    """The absolute one-click unsubscribe URL (RFC 8058's List-Unsubscribe), on PUBLIC_BASE_URL."""
-    path = reverse(
-        "people:unsubscribe",
-        kwargs={"token": unsubscribe_token(user_id=user_id, destination_id=destination_id)},
-    )
-    base: str = settings.PUBLIC_BASE_URL
-    return base.rstrip("/") + path
+    """The absolute one-click unsubscribe URL (RFC 8058's List-Unsubscribe), on PUBLIC_BASE_URL.
 
-
-def destination_unsubscribe(*, token: str) -> bool:
-    """Opt out the person and destination a token names, as the person; False if it names nothing that exists.
-
-    Idempotent: a second POST finds the opt-out there and changes nothing.
+    Made once a message by the email transport: the path around the token is reversed once
+    (reverse() costs as much as signing the token).
     """
+    before, after = _path_around_token()
+    token = unsubscribe_token(user_id=user_id, destination_id=destination_id)
+    base: str = settings.PUBLIC_BASE_URL
+    return base.rstrip("/") + before + token + after
+
+
+@functools.cache
+def _path_around_token() -> tuple[str, str]:
+    marker = "TOKEN"
+    before, _, after = reverse("people:unsubscribe", kwargs={"token": marker}).partition(marker)
+    return before, after
+
+
+def unsubscribe_pair(*, token: str) -> tuple[User, Destination] | None:
+    """The person and the destination a token names; None if it names nothing that exists now."""
     named = unsubscribe_token_read(token=token)
     if named is None:
-        return False
+        return None
     user_id, destination_id = named
     user = User.objects.filter(pk=user_id).first()
     destination = Destination.objects.filter(pk=destination_id).first()
     if user is None or destination is None:
-        return False
-    destination_opt_out_set(user=user, destination=destination, opted_out=True, changed_by=ChangedBy.PERSON)
-    return True
+        return None
+    return user, destination

@@ -13,7 +13,7 @@ from django.utils import timezone
 from delivery.actions.optouts import (
     destination_opt_out_set,
     destination_opt_outs_of,
-    destination_unsubscribe,
+    unsubscribe_pair,
     unsubscribe_token,
     unsubscribe_token_read,
     unsubscribe_url,
@@ -234,6 +234,6 @@ def test_a_token_of_an_erased_person_or_a_deleted_destination_opts_out_nothing()
     general_id = general.pk
     general.delete()
 
-    assert not destination_unsubscribe(token=token)
+    assert unsubscribe_pair(token=token) is None
     assert not DestinationOptOut.objects.exists()
-    assert not destination_unsubscribe(token=unsubscribe_token(user_id=ada.pk, destination_id=general_id + 1))
+    assert unsubscribe_pair(token=unsubscribe_token(user_id=ada.pk, destination_id=general_id + 1)) is None

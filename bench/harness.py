@@ -76,7 +76,9 @@ class Harness:
     def env(self, **extra) -> dict:
         """The environment of a product process: the bench database, the receiver, quiet logs."""
         env = dict(os.environ)
-        for var in ("DJANGO_SETTINGS_MODULE", "VIRTUAL_ENV"):
+        # PYTHONDONTWRITEBYTECODE (some shells set it): without the bytecode cache each process
+        # compiles the product afresh at its start, which no deployment does; it would time that too.
+        for var in ("DJANGO_SETTINGS_MODULE", "VIRTUAL_ENV", "PYTHONDONTWRITEBYTECODE"):
             env.pop(var, None)
         env.update(
             DATABASE_URL=PRODUCT_DSN,

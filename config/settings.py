@@ -76,8 +76,9 @@ INSTALLED_APPS = [
     # Swagger UI's JavaScript and CSS as static files: the docs page needs no CDN.
     "drf_spectacular_sidecar",
     "axes",
-    # The ESPs' tracking webhooks (users/esp/); the app registers anymail's checks of its settings.
-    "anymail",
+    # Not "anymail": users/esp/ uses only its webhook views and signals, which need no app, and
+    # the app would only register two checks of settings this file builds itself (ANYMAIL,
+    # below), importing requests into every process (a tenth of a worker's start).
     *PROJECT_APPS,
 ]
 

@@ -117,6 +117,13 @@ def prepare(harness: Harness, product: Product, *, secret_key: str) -> None:
     )
     if migrated.returncode:
         raise RuntimeError(f"migrate failed in {product.path}:\n{migrated.stdout}{migrated.stderr}")
+    # Every checkout's bytecode cached before its first timed run, as a deployment's is.
+    subprocess.run(
+        [product.python, "-m", "compileall", "-q", "-x", r"/(\.venv|var|node_modules)/", "."],
+        cwd=product.path,
+        capture_output=True,
+        check=True,
+    )
 
 
 def drop(label: str) -> None:

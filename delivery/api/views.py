@@ -46,10 +46,10 @@ from delivery.models import Destination, Recovery
 from delivery.selectors import FAILURE_WINDOW, failure_groups, recovery_list
 from delivery.upcoming.feeds import (
     calendar_feed_destination,
-    calendar_feed_ics,
     calendar_feed_issue,
     calendar_feed_revoke,
 )
+from delivery.upcoming.ics import calendar_feed_ics
 from delivery.upcoming.selectors import PAGE_SIZE, UPCOMING_DAYS_DEFAULT, UpcomingFilterError, upcoming_list
 from scheduling.exceptions import InvalidStateTransition
 

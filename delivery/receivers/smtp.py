@@ -238,7 +238,6 @@ class SmtpTransport:
 
     async def open(self) -> None:
         self._screening = ScreeningResolver(policy=self._policy, inner=DefaultResolver())
-        self._tls = ssl.create_default_context(cafile=django_settings.SMTP_CA_FILE or None)
 
     async def close(self) -> None:
         for sessions in self._idle.values():
@@ -462,6 +461,10 @@ class SmtpTransport:
         host = parts.hostname or ""
         port = parts.port or DEFAULT_PORTS[parts.scheme]
         sock = await self._connect(host, port, timeout=timeout)
+        if self._tls is None and security != "none":
+            # At the first relay, not at open: loading the CA store slows every worker's start,
+            # and most workers never speak SMTP.
+            self._tls = ssl.create_default_context(cafile=django_settings.SMTP_CA_FILE or None)
         client = aiosmtplib.SMTP(
             hostname=host,
             sock=sock,

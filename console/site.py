@@ -31,6 +31,8 @@ class ConsoleAdminSite(admin.AdminSite):
     enable_nav_sidebar = False
 
     def get_urls(self):
+        # The apps' ModelAdmins, found now rather than at start-up (console.apps.ConsoleAdminConfig).
+        admin.autodiscover()
         return [
             path("dashboard/", self.admin_view(self.dashboard), name="dashboard"),
             path("failures/", self.admin_view(self.failures), name="failures"),

@@ -454,12 +454,7 @@ def _occurrence(*, event: _Row, rules: _Rules, only: Destination | None) -> Upco
         rules.choices.get((recipient.id, event.event_type)), default=rules.defaults.get(event.event_type)
     )
     placements, left_out = _fate(event=event, visibility=visibility, rules=rules, only=only)
-    years = message_choice(
-        templates=rules.templates,
-        event_type=event.event_type,
-        user=recipient,
-        occurrence_date=event.occurrence_date,
-    ).years
+    years = message_choice(templates=rules.templates, occasion=event, user=recipient).years
     return UpcomingOccurrence(
         event_id=event.id,
         event_type=event.event_type,
@@ -551,9 +546,8 @@ def _fate(
 def _message_placement(*, event: _Row, destination: Destination, rules: _Rules) -> Placement:
     choice = message_choice(
         templates=rules.templates,
-        event_type=event.event_type,
+        occasion=event,
         user=event.recipient,
-        occurrence_date=event.occurrence_date,
         language=event.language,
         override=rules.overrides.get((destination.pk, event.event_type)),
     )

@@ -45,6 +45,7 @@ from scheduling.exceptions import InvalidStateTransition
 from scheduling.handlers import get_handler
 from scheduling.models import Event
 from scheduling.selectors import message_templates
+from scheduling.state_machine import StateMachine
 from users.models import User
 
 logger = logging.getLogger(__name__)
@@ -57,14 +58,17 @@ PENDING, RUNNING, FINISHED, CANCELLED = (
 )
 ACTIVE = (PENDING, RUNNING)
 
-# The state machine. Every other move is refused with InvalidStateTransition.
-RECOVERY_TRANSITIONS = {
-    (PENDING, RUNNING): "a worker queued its first batch again",
-    (PENDING, FINISHED): "a worker found nothing left in its window (all of it gone or sent again meanwhile)",
-    (RUNNING, FINISHED): "a worker found nothing left in its window",
-    (PENDING, CANCELLED): "an operator stopped it before it began",
-    (RUNNING, CANCELLED): "an operator stopped it; what was queued again by then still goes",
-}
+# The state machine: each move and what makes it.
+RECOVERY_TRANSITIONS = StateMachine(
+    {
+        (PENDING, RUNNING): "a worker queued its first batch again",
+        (PENDING, FINISHED): "a worker found nothing left in its window (all of it gone or sent again "
+        "meanwhile)",
+        (RUNNING, FINISHED): "a worker found nothing left in its window",
+        (PENDING, CANCELLED): "an operator stopped it before it began",
+        (RUNNING, CANCELLED): "an operator stopped it; what was queued again by then still goes",
+    }
+)
 
 
 class RecoveryRefused(Exception):
@@ -237,8 +241,7 @@ def recoveries_transition(*, recovery: Recovery, target: str, changes: dict[str,
     longer at that status (someone else moved it first).
     """
     source = recovery.status
-    if (source, target) not in RECOVERY_TRANSITIONS:
-        raise InvalidStateTransition(f"Recovery {recovery.pk} is {source}; it cannot become {target}.")
+    RECOVERY_TRANSITIONS.refuse_unless(source=source, target=target, mover=f"Recovery {recovery.pk}")
     changes = {**(changes or {}), "status": target, "updated_at": timezone.now()}
     if not Recovery.objects.filter(pk=recovery.pk, status=source).update(**changes):
         raise InvalidStateTransition(f"Recovery {recovery.pk} is no longer {source}.")

@@ -22,6 +22,7 @@ from django.utils import timezone
 from runtime.sql import column_field, rows_relation, send, waited
 from scheduling.exceptions import InvalidStateTransition, OptimisticLockError
 from scheduling.models import Event, EventStatus
+from scheduling.state_machine import StateMachine
 
 
 class Actor(enum.StrEnum):
@@ -32,36 +33,31 @@ class Actor(enum.StrEnum):
     OPERATOR = "operator"
 
 
-PENDING, PROCESSING, COMPLETED, FAILED = (
-    EventStatus.PENDING,
-    EventStatus.PROCESSING,
-    EventStatus.COMPLETED,
-    EventStatus.FAILED,
+# The state machine: each move and the one actor who makes it.
+EVENT_TRANSITIONS = StateMachine(
+    {
+        # Claimed when due: its delivery is queued in the same transaction.
+        (EventStatus.PENDING, EventStatus.PROCESSING): Actor.SCHEDULER,
+        # Claimed later than EVENT_MAX_LATENESS, or while its recipient or its type
+        # was paused (scheduling.pauses): never sent, failed at once.
+        (EventStatus.PENDING, EventStatus.FAILED): Actor.SCHEDULER,
+        # Claimed when no enabled destination subscribes to its type: nothing to send.
+        (EventStatus.PENDING, EventStatus.COMPLETED): Actor.SCHEDULER,
+        # Its last delivery ended, and every one was accepted by its receiver.
+        (EventStatus.PROCESSING, EventStatus.COMPLETED): Actor.WORKER,
+        # Its last delivery ended, and one or more died (a permanent failure, every
+        # attempt used, or too late): the reason names their destinations.
+        (EventStatus.PROCESSING, EventStatus.FAILED): Actor.WORKER,
+        # Its dead deliveries sent again under the same idempotency key (support
+        # cases: the receiver was down for days, a bug was fixed). Only an operator may, so no
+        # automatic path (scheduler, worker, user edits) can ever take it.
+        (EventStatus.FAILED, EventStatus.PROCESSING): Actor.OPERATOR,
+        # A delivery it had delivered sent again under the same idempotency key (a
+        # destination's recovery: its receiver lost what it had accepted). Only an
+        # operator asks for it; a worker carries it out on their behalf.
+        (EventStatus.COMPLETED, EventStatus.PROCESSING): Actor.OPERATOR,
+    }
 )
-
-# The state machine. Every other move is refused with InvalidStateTransition.
-EVENT_TRANSITIONS: Mapping[tuple[str, str], Actor] = {
-    # Claimed when due: its delivery is queued in the same transaction.
-    (PENDING, PROCESSING): Actor.SCHEDULER,
-    # Claimed later than EVENT_MAX_LATENESS, or while its recipient or its type
-    # was paused (scheduling.pauses): never sent, failed at once.
-    (PENDING, FAILED): Actor.SCHEDULER,
-    # Claimed when no enabled destination subscribes to its type: nothing to send.
-    (PENDING, COMPLETED): Actor.SCHEDULER,
-    # Its last delivery ended, and every one was accepted by its receiver.
-    (PROCESSING, COMPLETED): Actor.WORKER,
-    # Its last delivery ended, and one or more died (a permanent failure, every
-    # attempt used, or too late): the reason names their destinations.
-    (PROCESSING, FAILED): Actor.WORKER,
-    # Its dead deliveries sent again under the same idempotency key (support
-    # cases: the receiver was down for days, a bug was fixed). Only an operator may, so no
-    # automatic path (scheduler, worker, user edits) can ever take it.
-    (FAILED, PROCESSING): Actor.OPERATOR,
-    # A delivery it had delivered sent again under the same idempotency key (a
-    # destination's recovery: its receiver lost what it had accepted). Only an
-    # operator asks for it; a worker carries it out on their behalf.
-    (COMPLETED, PROCESSING): Actor.OPERATOR,
-}
 
 
 class EventRef:
@@ -137,12 +133,13 @@ events_transition = waited(start_events_transition)
 
 def _check_transition(*, events: Sequence[EventRef | Event], source: str, target: str, actor: Actor) -> None:
     """Refuse a move the state machine has not, or not for `actor`, and model instances not at `source`."""
-    if EVENT_TRANSITIONS.get((source, target)) is not actor:
-        first = events[0] if events else None
-        raise InvalidStateTransition(
-            f"Event {getattr(first, 'id', '')} (version {getattr(first, 'version', '')}) cannot move from "
-            f"{source} to {target}" + (f" by the {actor}." if (source, target) in EVENT_TRANSITIONS else ".")
-        )
+    first = events[0] if events else None
+    EVENT_TRANSITIONS.refuse_unless(
+        source=source,
+        target=target,
+        actor=actor,
+        mover=f"Event {getattr(first, 'id', '')} (version {getattr(first, 'version', '')})",
+    )
     for event in events:
         if isinstance(event, Event) and event.status != source:
             raise InvalidStateTransition(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -101,26 +102,23 @@ def start_events_transition(
     _check_transition(events=events, source=source, target=target, actor=actor)
     if not events:
         return lambda: []
-    now = now or timezone.now()
-    changes = dict(changes or {})
-    per_event = dict(per_event or {})
-    sql, params = _transition_update(
+    move = _Move(
         events=events,
         source=source,
         target=target,
-        now=now,
-        changes=changes,
-        per_event=per_event,
+        now=now or timezone.now(),
+        changes=dict(changes or {}),
+        per_event=dict(per_event or {}),
         condition=condition,
     )
-    sent = send(sql, params)
+    sent = send(*move.sql())
 
     def moved() -> list[uuid.UUID]:
         rows, _count = sent()
         ids = [_ID.to_python(row[0]) for row in rows]
         if strict and len(ids) != len(events):
-            raise _lost_events_error(events=events, moved_ids=ids, source=source)
-        _instances_follow(events=events, target=target, now=now, changes=changes, per_event=per_event)
+            raise move.lost_error(moved_ids=ids)
+        move.instances_follow()
         return ids
 
     return moved
@@ -147,74 +145,70 @@ def _check_transition(*, events: Sequence[EventRef | Event], source: str, target
             )
 
 
-def _transition_update(
-    *,
-    events: Sequence[EventRef | Event],
-    source: str,
-    target: str,
-    now: datetime,
-    changes: Mapping[str, Any],
-    per_event: Mapping[str, Sequence[Any]],
-    condition: tuple[str, Sequence[Any]] | None = None,
-) -> tuple[str, list[Any]]:
-    """The conditional UPDATE that moves `events`, returning the ids it moved, and its parameters."""
-    # The relation's columns are prefixed so that RETURNING can name the
-    # table's own columns unqualified: an `id` of both would be ambiguous.
-    columns = [("v_id", _ID), ("v_version", _VERSION)]
-    columns += [(f"v_{name}", column_field(Event, name).field) for name in per_event]
-    rows = list(
-        zip(
-            [event.id for event in events],
-            [event.version for event in events],
-            *per_event.values(),
-            strict=True,
+@dataclass(frozen=True)
+class _Move:
+    """One conditional UPDATE's move of `events` from `source` to `target`, and what it writes."""
+
+    events: Sequence[EventRef | Event]
+    source: str
+    target: str
+    now: datetime
+    changes: Mapping[str, Any]
+    per_event: Mapping[str, Sequence[Any]]
+    condition: tuple[str, Sequence[Any]] | None
+
+    def sql(self) -> tuple[str, list[Any]]:
+        """The UPDATE that moves the events, returning the ids it moved, and its parameters."""
+        # The relation's columns are prefixed so that RETURNING can name the
+        # table's own columns unqualified: an `id` of both would be ambiguous.
+        columns = [("v_id", _ID), ("v_version", _VERSION)]
+        columns += [(f"v_{name}", column_field(Event, name).field) for name in self.per_event]
+        rows = list(
+            zip(
+                [event.id for event in self.events],
+                [event.version for event in self.events],
+                *self.per_event.values(),
+                strict=True,
+            )
         )
-    )
-    relation, relation_params = rows_relation("v", columns, rows)
-    assignments = ["status = %s", "version = e.version + 1", "updated_at = %s"]
-    params: list[Any] = [target, column_field(Event, "updated_at").field.get_db_prep_value(now, connection)]
-    for name, value in changes.items():
-        column, field = column_field(Event, name)
-        assignments.append(f"{column} = %s")
-        params.append(field.get_db_prep_value(value, connection))
-    assignments += [f"{column_field(Event, name).column} = v.v_{name}" for name in per_event]
-    sql = (
-        f"UPDATE {Event._meta.db_table} AS e SET {', '.join(assignments)} FROM {relation} "
-        "WHERE e.id = v.v_id AND e.status = %s AND (v.v_version IS NULL OR e.version = v.v_version)"
-        + (f" AND ({condition[0]})" if condition is not None else "")
-        + " RETURNING id"
-    )
-    return sql, [*params, *relation_params, source, *(condition[1] if condition is not None else ())]
+        relation, relation_params = rows_relation("v", columns, rows)
+        assignments = ["status = %s", "version = e.version + 1", "updated_at = %s"]
+        params: list[Any] = [
+            self.target,
+            column_field(Event, "updated_at").field.get_db_prep_value(self.now, connection),
+        ]
+        for name, value in self.changes.items():
+            column, field = column_field(Event, name)
+            assignments.append(f"{column} = %s")
+            params.append(field.get_db_prep_value(value, connection))
+        assignments += [f"{column_field(Event, name).column} = v.v_{name}" for name in self.per_event]
+        condition = self.condition
+        sql = (
+            f"UPDATE {Event._meta.db_table} AS e SET {', '.join(assignments)} FROM {relation} "
+            "WHERE e.id = v.v_id AND e.status = %s AND (v.v_version IS NULL OR e.version = v.v_version)"
+            + (f" AND ({condition[0]})" if condition is not None else "")
+            + " RETURNING id"
+        )
+        return sql, [*params, *relation_params, self.source, *(condition[1] if condition is not None else ())]
 
+    def lost_error(self, *, moved_ids: list[uuid.UUID]) -> OptimisticLockError:
+        moved = set(moved_ids)
+        lost = [event for event in self.events if event.id not in moved]
+        return OptimisticLockError(
+            f"{len(lost)} of {len(self.events)} events changed since they were read (expected status "
+            f"{self.source}); first: event {lost[0].id} at version {lost[0].version}."
+        )
 
-def _lost_events_error(
-    *, events: Sequence[EventRef | Event], moved_ids: list[uuid.UUID], source: str
-) -> OptimisticLockError:
-    moved = set(moved_ids)
-    lost = [event for event in events if event.id not in moved]
-    return OptimisticLockError(
-        f"{len(lost)} of {len(events)} events changed since they were read (expected status {source}); "
-        f"first: event {lost[0].id} at version {lost[0].version}."
-    )
-
-
-def _instances_follow(
-    *,
-    events: Sequence[EventRef | Event],
-    target: str,
-    now: datetime,
-    changes: Mapping[str, Any],
-    per_event: Mapping[str, Sequence[Any]],
-) -> None:
-    """The model instances among `events` take the values their rows now hold."""
-    for event in events:
-        if isinstance(event, Event):
-            event.status = target
-            event.version += 1
-            event.updated_at = now
-            for name, value in changes.items():
-                setattr(event, name, value)
-    for name, values in per_event.items():
-        for event, value in zip(events, values, strict=True):
+    def instances_follow(self) -> None:
+        """The model instances among the events take the values their rows now hold."""
+        for event in self.events:
             if isinstance(event, Event):
-                setattr(event, name, value)
+                event.status = self.target
+                event.version += 1
+                event.updated_at = self.now
+                for name, value in self.changes.items():
+                    setattr(event, name, value)
+        for name, values in self.per_event.items():
+            for event, value in zip(self.events, values, strict=True):
+                if isinstance(event, Event):
+                    setattr(event, name, value)

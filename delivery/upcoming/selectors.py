@@ -207,6 +207,8 @@ class _Row(NamedTuple):
         return bool(self.email) and self.email_undeliverable_at is None
 
 
+# The columns read, flat: the event's, then the recipient's (RecipientRow's and PauseSpan's, nested in _Row
+# by _rows, then the rest of _Row's).
 _RECIPIENT = _Row._fields.index("recipient")
 _PAUSE = _RECIPIENT + len(RecipientRow._fields)
 _REST = _PAUSE + len(PauseSpan._fields)
@@ -214,7 +216,11 @@ _ROW_COLUMNS = [
     *_Row._fields[:_RECIPIENT],
     *(
         f"user__{name}"
-        for name in (*RecipientRow._fields, *PauseSpan._fields, *_Row._fields[_RECIPIENT + 2 :])
+        for name in (
+            *RecipientRow._fields,
+            *PauseSpan._fields,
+            *_Row._fields[_Row._fields.index("pause") + 1 :],
+        )
     ),
 ]
 

@@ -8,6 +8,8 @@ recipient's pages (upcoming_placements_html, digests_html).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
@@ -107,6 +109,14 @@ def _by_date(occurrences: list[UpcomingOccurrence]) -> list[tuple[object, list[U
     return list(groups.items())
 
 
+def _each_or_dash(template: str, rows: Iterable[tuple[object, ...]]) -> SafeString:
+    """`template` filled in with each row, one after the other; a dash if there is none."""
+    rows = list(rows)
+    if not rows:
+        return format_html("{}", "—")
+    return format_html_join("", template, rows)
+
+
 def what_html(occurrence: UpcomingOccurrence) -> SafeString:
     said = EventType(occurrence.event_type).label
     if occurrence.years is not None:
@@ -116,10 +126,7 @@ def what_html(occurrence: UpcomingOccurrence) -> SafeString:
 
 def placements_html(occurrence: UpcomingOccurrence, *, words: bool = False) -> SafeString:
     """Where and when: each destination, as a message or in a digest, at its local time (UTC on hover)."""
-    if not occurrence.placements:
-        return format_html("{}", "—")
-    return format_html_join(
-        "",
+    return _each_or_dash(
         '<p class="upcoming-placement" data-destination="{}">{} <a href="{}">{}</a> · {}{}</p>',
         (
             (
@@ -148,10 +155,7 @@ def _words(occurrence: UpcomingOccurrence, placement) -> SafeString:
 
 
 def left_out_html(occurrence: UpcomingOccurrence) -> SafeString:
-    if not occurrence.left_out:
-        return format_html("{}", "—")
-    return format_html_join(
-        "",
+    return _each_or_dash(
         '<p class="upcoming-left-out" data-reason="{}">{}{}</p>',
         (
             (
@@ -166,10 +170,7 @@ def left_out_html(occurrence: UpcomingOccurrence) -> SafeString:
 
 def next_greetings_html(occurrences: list[UpcomingOccurrence]) -> SafeString:
     """A recipient's next greetings, per type: where, when, in which words; or why not."""
-    if not occurrences:
-        return format_html("{}", "—")
-    return format_html_join(
-        "",
+    return _each_or_dash(
         '<div class="upcoming-next"><p><strong>{}</strong> on {}</p>{}{}</div>',
         (
             (
@@ -185,10 +186,7 @@ def next_greetings_html(occurrences: list[UpcomingOccurrence]) -> SafeString:
 
 def digests_html(digests: list[UpcomingDigest]) -> SafeString:
     """A destination's coming digests and the names each will carry."""
-    if not digests:
-        return format_html("{}", "—")
-    return format_html_join(
-        "",
+    return _each_or_dash(
         '<div class="upcoming-digest" data-date="{}"><p><strong>{}</strong>: {}{}</p></div>',
         (
             (

@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from typing import Protocol
 
 from django.db import connection
 from django.db.models import Count, Max, Min, QuerySet
@@ -198,6 +199,15 @@ class MessageTemplates(Mapping[str, str]):
         return default, ""
 
 
+class Occasion(Protocol):
+    """What a message is rendered for, besides its recipient: an Event, or a row of one."""
+
+    @property
+    def event_type(self) -> str: ...
+    @property
+    def occurrence_date(self) -> date: ...
+
+
 @dataclass(frozen=True)
 class MessageChoice:
     """One occurrence's message as it would be rendered: its text, the template, and what chose it."""
@@ -215,9 +225,8 @@ class MessageChoice:
 def message_choice(
     *,
     templates: MessageTemplates,
-    event_type: str,
+    occasion: Occasion,
     user: Recipient,
-    occurrence_date: date,
     language: str = "",
     override: str | None = None,
 ) -> MessageChoice:
@@ -228,8 +237,9 @@ def message_choice(
     age is not said (scheduling.celebration.age_said) gets no value for the type's
     age placeholders, and a text that uses one is passed over for one that does not.
     """
+    event_type = occasion.event_type
     handler = get_handler(event_type)
-    values = handler.message_values(user=user, occurrence_date=occurrence_date)
+    values = handler.message_values(user=user, occurrence_date=occasion.occurrence_date)
     unsaid = frozenset(name for name in handler.age_placeholders if name not in values)
     years = years_counted(values)
     if override is None or (unsaid and placeholders_used(override) & unsaid):
@@ -327,13 +337,7 @@ def message_preview(*, event_type: str, body: str | None = None) -> MessagePrevi
     )
     if event is None:
         return None
-    text = message_choice(
-        templates=message_templates(),
-        event_type=event_type,
-        user=event.user,
-        occurrence_date=event.occurrence_date,
-        override=body,
-    ).text
+    text = message_choice(templates=message_templates(), occasion=event, user=event.user, override=body).text
     return MessagePreview(recipient=str(event.user), occurrence_date=event.occurrence_date, text=text)
 
 

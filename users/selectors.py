@@ -227,13 +227,7 @@ def recipient_messages(*, user: User) -> list[RecipientMessage]:
     ):
         handler = get_handler(event.event_type)
         visibility = visibility_of(choices.get(event.event_type), default=defaults.get(event.event_type))
-        text = message_choice(
-            templates=templates,
-            event_type=event.event_type,
-            user=user,
-            occurrence_date=event.occurrence_date,
-            language=user.language,
-        ).text
+        text = message_choice(templates=templates, occasion=event, user=user, language=user.language).text
         notes = []
         if visibility == Visibility.NONE:
             notes.append("Not celebrated: nothing is sent.")

@@ -45,26 +45,27 @@ from scheduling.exceptions import InvalidStateTransition
 from scheduling.handlers import get_handler
 from scheduling.models import Event
 from scheduling.selectors import message_templates
+from scheduling.state_machine import StateMachine
 from users.models import User
 
 logger = logging.getLogger(__name__)
 
-PENDING, RUNNING, FINISHED, CANCELLED = (
-    RecoveryStatus.PENDING,
-    RecoveryStatus.RUNNING,
-    RecoveryStatus.FINISHED,
-    RecoveryStatus.CANCELLED,
-)
-ACTIVE = (PENDING, RUNNING)
+ACTIVE = (RecoveryStatus.PENDING, RecoveryStatus.RUNNING)
 
-# The state machine. Every other move is refused with InvalidStateTransition.
-RECOVERY_TRANSITIONS = {
-    (PENDING, RUNNING): "a worker queued its first batch again",
-    (PENDING, FINISHED): "a worker found nothing left in its window (all of it gone or sent again meanwhile)",
-    (RUNNING, FINISHED): "a worker found nothing left in its window",
-    (PENDING, CANCELLED): "an operator stopped it before it began",
-    (RUNNING, CANCELLED): "an operator stopped it; what was queued again by then still goes",
-}
+# The state machine: each move and what makes it.
+RECOVERY_TRANSITIONS = StateMachine(
+    {
+        (RecoveryStatus.PENDING, RecoveryStatus.RUNNING): "a worker queued its first batch again",
+        (RecoveryStatus.PENDING, RecoveryStatus.FINISHED): (
+            "a worker found nothing left in its window (all of it gone or sent again meanwhile)"
+        ),
+        (RecoveryStatus.RUNNING, RecoveryStatus.FINISHED): "a worker found nothing left in its window",
+        (RecoveryStatus.PENDING, RecoveryStatus.CANCELLED): "an operator stopped it before it began",
+        (RecoveryStatus.RUNNING, RecoveryStatus.CANCELLED): (
+            "an operator stopped it; what was queued again by then still goes"
+        ),
+    }
+)
 
 
 class RecoveryRefused(Exception):
@@ -219,7 +220,7 @@ def recovery_cancel(*, recovery: Recovery, operator: str) -> Recovery:
     with transaction.atomic():
         # Waits for a worker's batch under way: it commits whole, or not at all.
         current = Recovery.objects.select_for_update().get(pk=recovery.pk)
-        recoveries_transition(recovery=current, target=CANCELLED, changes={"finished_at": now})
+        recoveries_transition(recovery=current, target=RecoveryStatus.CANCELLED, changes={"finished_at": now})
     logger.info(
         "Recovery cancelled by %s after %s of %s deliveries",
         operator,
@@ -237,8 +238,7 @@ def recoveries_transition(*, recovery: Recovery, target: str, changes: dict[str,
     longer at that status (someone else moved it first).
     """
     source = recovery.status
-    if (source, target) not in RECOVERY_TRANSITIONS:
-        raise InvalidStateTransition(f"Recovery {recovery.pk} is {source}; it cannot become {target}.")
+    RECOVERY_TRANSITIONS.refuse_unless(source=source, target=target, mover=f"Recovery {recovery.pk}")
     changes = {**(changes or {}), "status": target, "updated_at": timezone.now()}
     if not Recovery.objects.filter(pk=recovery.pk, status=source).update(**changes):
         raise InvalidStateTransition(f"Recovery {recovery.pk} is no longer {source}.")
@@ -298,7 +298,7 @@ def _recovery_finish(*, recovery: Recovery, now: datetime) -> None:
     """FINISHED, nothing left after its cursor: what it counted but never reached counts as skipped."""
     skipped = max(recovery.skipped, recovery.total - recovery.done)
     recoveries_transition(
-        recovery=recovery, target=FINISHED, changes={"finished_at": now, "skipped": skipped}
+        recovery=recovery, target=RecoveryStatus.FINISHED, changes={"finished_at": now, "skipped": skipped}
     )
     logger.info(
         "Recovery finished: %s deliveries queued again, %s skipped",
@@ -324,8 +324,8 @@ def _recovery_progress(*, recovery: Recovery, last: _Candidate, done: int, seen:
         "cursor_at": last.updated_at,
         "cursor_id": last.id,
     }
-    if recovery.status == PENDING:
-        recoveries_transition(recovery=recovery, target=RUNNING, changes=progress)
+    if recovery.status == RecoveryStatus.PENDING:
+        recoveries_transition(recovery=recovery, target=RecoveryStatus.RUNNING, changes=progress)
         return
     # Progress within RUNNING, under the row lock recoveries_advance holds: not a move of the state machine.
     Recovery.objects.filter(pk=recovery.pk).update(**progress, updated_at=now)

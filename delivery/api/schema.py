@@ -4,18 +4,7 @@ the errors every operation shares). Applied to DestinationViewSet as the decorat
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view
 
 from config.openapi import IF_MATCH, ErrorSerializer, etag_header
-from delivery.api.serializers import (
-    CalendarFeedSerializer,
-    DestinationSerializer,
-    DestinationUpdateSerializer,
-    NewSecretSerializer,
-    PingResultSerializer,
-    RecoveryPreviewSerializer,
-    RecoveryRequestSerializer,
-    RecoverySerializer,
-    RevealedUrlSerializer,
-    RotateSecretSerializer,
-)
+from delivery.api import serializers
 
 NEW_DESTINATION = OpenApiExample(
     "The team's Slack channel, birthdays only",
@@ -160,15 +149,15 @@ destination_schema = extend_schema_view(
         summary="Replace a destination's settings",
         description=EDITS,
         parameters=[IF_MATCH, etag_header(200)],
-        request=DestinationUpdateSerializer,
-        responses={200: DestinationSerializer},
+        request=serializers.DestinationUpdateSerializer,
+        responses={200: serializers.DestinationSerializer},
     ),
     partial_update=extend_schema(
         summary="Change some of a destination's settings",
         description=EDITS,
         parameters=[IF_MATCH, etag_header(200)],
-        request=DestinationUpdateSerializer,
-        responses={200: DestinationSerializer},
+        request=serializers.DestinationUpdateSerializer,
+        responses={200: serializers.DestinationSerializer},
         examples=[OpenApiExample("Switch it off", value={"enabled": False}, request_only=True)],
     ),
     destroy=extend_schema(
@@ -184,8 +173,8 @@ destination_schema = extend_schema_view(
             "Adds a new secret, shown in this answer only. The previous ones keep signing beside it (several "
             "signatures in webhook-signature) for DESTINATION_SECRET_GRACE (24 h by default), then are dropped."
         ),
-        request=RotateSecretSerializer,
-        responses={200: NewSecretSerializer},
+        request=serializers.RotateSecretSerializer,
+        responses={200: serializers.NewSecretSerializer},
     ),
     reveal_url=extend_schema(
         summary="Reveal a destination's whole receiver URL",
@@ -195,7 +184,7 @@ destination_schema = extend_schema_view(
             "(delivery.change_destination), and is logged (who, which destination; never the URL). Not cached."
         ),
         request=None,
-        responses={200: RevealedUrlSerializer},
+        responses={200: serializers.RevealedUrlSerializer},
     ),
     calendar_feed=[
         extend_schema(
@@ -207,7 +196,7 @@ destination_schema = extend_schema_view(
                 "announce, as all-day events."
             ),
             request=None,
-            responses={201: CalendarFeedSerializer},
+            responses={201: serializers.CalendarFeedSerializer},
         ),
         extend_schema(
             methods=["DELETE"],
@@ -221,13 +210,13 @@ destination_schema = extend_schema_view(
         summary="Pause a destination",
         description="Its deliveries wait QUEUED, without spending attempts, until resumed.",
         request=None,
-        responses={200: DestinationSerializer, 409: IN_USE},
+        responses={200: serializers.DestinationSerializer, 409: IN_USE},
     ),
     resume=extend_schema(
         summary="Resume a paused destination",
         description="Its waiting deliveries go out in due order.",
         request=None,
-        responses={200: DestinationSerializer, 409: IN_USE},
+        responses={200: serializers.DestinationSerializer, 409: IN_USE},
     ),
     test=extend_schema(
         summary="Send a test message to a destination",
@@ -241,7 +230,7 @@ destination_schema = extend_schema_view(
             "`ok` says whether it accepted (2xx)."
         ),
         request=None,
-        responses={200: PingResultSerializer},
+        responses={200: serializers.PingResultSerializer},
         examples=[RECEIVER_FAILED, REFUSED],
     ),
 )
@@ -314,14 +303,18 @@ recovery_schema = extend_schema_view(
             "carry it out in batches: follow it with GET. Instants need their UTC offset. One recovery at a "
             "time per destination; a paused destination's deliveries wait for its resume."
         ),
-        request=RecoveryRequestSerializer,
-        responses={200: RecoveryPreviewSerializer, 201: RecoverySerializer, 409: RECOVERY_REFUSED},
+        request=serializers.RecoveryRequestSerializer,
+        responses={
+            200: serializers.RecoveryPreviewSerializer,
+            201: serializers.RecoverySerializer,
+            409: RECOVERY_REFUSED,
+        },
         examples=[RECOVER_LOST_DAY, RECOVERY_PREVIEW, RECOVERY_CREATED],
     ),
     cancel=extend_schema(
         summary="Cancel a recovery",
         description="No further batch is queued; what was queued again by now still goes.",
         request=None,
-        responses={200: RecoverySerializer, 409: RECOVERY_REFUSED},
+        responses={200: serializers.RecoverySerializer, 409: RECOVERY_REFUSED},
     ),
 )

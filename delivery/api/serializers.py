@@ -139,11 +139,6 @@ class SigningSecretField(serializers.CharField):
         return value
 
 
-def _help(name: str) -> str:
-    """The API's words for a destination's setting (delivery.destinations.fields)."""
-    return SETTINGS[name].help
-
-
 class DestinationSerializer(serializers.ModelSerializer):
     """A receiver of greetings. Its signing secrets appear as hints only; the secret itself is in the
     answer to the create and rotate-secret requests, once."""
@@ -152,51 +147,22 @@ class DestinationSerializer(serializers.ModelSerializer):
         child=serializers.ChoiceField(choices=EventType.choices),
         required=False,
         allow_empty=True,
-        help_text=_help("event_types"),
     )
-    audience_labels = LabelsField(required=False, help_text=_help("audience_labels"))
-    excluded_labels = LabelsField(required=False, help_text=_help("excluded_labels"))
+    audience_labels = LabelsField(required=False)
+    excluded_labels = LabelsField(required=False)
     message_overrides = serializers.DictField(
         child=StrictCharField(allow_blank=True, trim_whitespace=False),
         required=False,
-        help_text=_help("message_overrides"),
     )
-    format = serializers.ChoiceField(
-        choices=DestinationFormat.choices,
-        required=False,
-        help_text=_help("format"),
-    )
-    mention_recipient = StrictBooleanField(required=False, help_text=_help("mention_recipient"))
-    timeout = SecondsField(
-        required=False,
-        allow_null=True,
-        help_text=_help("timeout"),
-    )
-    digest_time = DigestTimeField(
-        format="%H:%M",
-        required=False,
-        allow_null=True,
-        help_text=_help("digest_time"),
-    )
-    digest_timezone = serializers.CharField(
-        required=False,
-        allow_blank=True,
-        help_text=_help("digest_timezone"),
-    )
-    weekend = serializers.ChoiceField(
-        choices=Weekend.choices,
-        required=False,
-        help_text=_help("weekend"),
-    )
-    digest_days_ahead = serializers.IntegerField(
-        min_value=0, max_value=DIGEST_DAYS_AHEAD_MAX, required=False, help_text=_help("digest_days_ahead")
-    )
-    digest_weekday = serializers.ChoiceField(
-        choices=Weekday.choices, allow_null=True, required=False, help_text=_help("digest_weekday")
-    )
-    digest_language = serializers.ChoiceField(
-        choices=DigestLanguage.choices, required=False, help_text=_help("digest_language")
-    )
+    format = serializers.ChoiceField(choices=DestinationFormat.choices, required=False)
+    mention_recipient = StrictBooleanField(required=False)
+    timeout = SecondsField(required=False, allow_null=True)
+    digest_time = DigestTimeField(format="%H:%M", required=False, allow_null=True)
+    digest_timezone = serializers.CharField(required=False, allow_blank=True)
+    weekend = serializers.ChoiceField(choices=Weekend.choices, required=False)
+    digest_days_ahead = serializers.IntegerField(min_value=0, max_value=DIGEST_DAYS_AHEAD_MAX, required=False)
+    digest_weekday = serializers.ChoiceField(choices=Weekday.choices, allow_null=True, required=False)
+    digest_language = serializers.ChoiceField(choices=DigestLanguage.choices, required=False)
     next_digest_date = serializers.DateField(
         read_only=True,
         allow_null=True,
@@ -214,7 +180,7 @@ class DestinationSerializer(serializers.ModelSerializer):
         "null without a digest_time. The next digest that will be built: never a date whose digest was built "
         "already, whatever its time was moved to.",
     )
-    url = ReceiverUrlField(max_length=URL_MAX_LENGTH, help_text=_help("url"))
+    url = ReceiverUrlField(max_length=URL_MAX_LENGTH)
     secret = SigningSecretField(
         write_only=True,
         required=False,
@@ -235,7 +201,6 @@ class DestinationSerializer(serializers.ModelSerializer):
         allow_null=True,
         trim_whitespace=False,
         max_length=500,
-        help_text=_help("smtp_password"),
     )
     smtp_password_set = serializers.SerializerMethodField(
         help_text="email only: whether the relay's password is set (it is never shown)."
@@ -271,22 +236,6 @@ class DestinationSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = ["created_by", "updated_by", "created_at", "updated_at", "version"]
         extra_kwargs = {
-            **{
-                name: {"help_text": _help(name)}
-                for name in (
-                    "name",
-                    "enabled",
-                    "personal",
-                    "max_rate",
-                    "max_in_flight",
-                    "email_from",
-                    "email_from_name",
-                    "email_reply_to",
-                    "email_to",
-                    "smtp_username",
-                    "email_resend_unknown",
-                )
-            },
             "version": {"help_text": "Bumped by every change of its settings or secrets; the ETag."},
         }
         # The service validates and reports each field; the model's unique validators would only read twice.
@@ -294,6 +243,10 @@ class DestinationSerializer(serializers.ModelSerializer):
 
     def get_fields(self):
         fields = super().get_fields()
+        # Each setting's field, declared here or made from the model, says what the setting's declaration
+        # says (delivery.destinations.fields).
+        for name, setting in SETTINGS.items():
+            fields[name].help_text = setting.help
         # Not the unique check (the service's), and a name of white space alone is blank: the document says so.
         fields["name"].validators = [
             *(v for v in fields["name"].validators if not hasattr(v, "queryset")),

@@ -5,27 +5,23 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable
-from datetime import date, datetime
+from datetime import datetime
 from typing import Any, Protocol
 
 from delivery.models import Destination, DestinationFormat
 from scheduling.handlers import REGISTRY, Recipient
 from scheduling.messages import template_errors
-from scheduling.selectors import MessageTemplates, message_choice, subject_for
+from scheduling.selectors import MessageTemplates, Occasion, message_choice, subject_for
 from users.models import User
 
 logger = logging.getLogger(__name__)
 
 
-class Occurrence(Protocol):
+class Occurrence(Occasion, Protocol):
     """An occurrence as its message names it: an Event, or the scheduler claim's row of one."""
 
     @property
     def id(self) -> uuid.UUID: ...
-    @property
-    def event_type(self) -> str: ...
-    @property
-    def occurrence_date(self) -> date: ...
     @property
     def target_timestamp_utc(self) -> datetime: ...
 
@@ -45,21 +41,15 @@ def webhook_payload(
     `language` and the occurrence's years, unless a destination's `override`
     (message_overrides) replaces it.
     """
-    event_type, occurrence_date = occurrence.event_type, occurrence.occurrence_date
     message = message_choice(
-        templates=templates,
-        event_type=event_type,
-        user=recipient,
-        occurrence_date=occurrence_date,
-        language=language,
-        override=override,
+        templates=templates, occasion=occurrence, user=recipient, language=language, override=override
     ).text
     return {
         "message": message,
         "event_id": str(occurrence.id),
-        "event_type": event_type,
+        "event_type": occurrence.event_type,
         "user_id": str(recipient.id),
-        "occurrence_date": occurrence_date.isoformat(),
+        "occurrence_date": occurrence.occurrence_date.isoformat(),
         "target_timestamp_utc": occurrence.target_timestamp_utc.isoformat(),
     }
 

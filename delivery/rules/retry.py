@@ -99,56 +99,11 @@ def decide(
     policy: RetryPolicy,
     jitter: Callable[[float, float], float] = random.uniform,
 ) -> Decision:
-    """What follows attempt number `attempt` of `max_attempts`, which ended in `outcome`.
-
-    `description` says what happened ("HTTP 503 (Service Unavailable)", "Timed
-    out after 10 s"). `signal` is what the answer says of the receiver, as its
-    transport read it (delivery.receivers.protocol); without one, it is read
-    from an HTTP answer's `status_code`, `retry_after` and `gone`. `endpoint_down` and `refused_by_message` are the
-    endpoint's verdict after this batch (delivery.rules.health). A lost worker's
-    attempt (ABANDONED) is tried again at once: nothing says the receiver is
-    unwell, and the lease already cost a wait. `outlived` is EVENT_MAX_LATENESS
-    when the delivery was queued longer ago than that: what would wait again is
-    given up instead (a receiver that answers 429 for ever cannot keep it).
-    """
-    decision = _decide(
-        outcome=outcome,
-        attempt=attempt,
-        max_attempts=max_attempts,
-        description=description,
-        signal=signal,
-        status_code=status_code,
-        retry_after=retry_after,
-        gone=gone,
-        endpoint_down=endpoint_down,
-        refused_by_message=refused_by_message,
-        policy=policy,
-        jitter=jitter,
-    )
-    if outlived is not None and decision.status == DeliveryStatus.QUEUED:
-        return Decision(
-            status=DeliveryStatus.DEAD,
-            delay=timedelta(0),
-            reason=late_reason(lateness=outlived, last=description),
-        )
-    return decision
-
-
-def _decide(
-    *,
-    outcome: str,
-    attempt: int,
-    max_attempts: int,
-    description: str,
-    signal: Signal | None,
-    status_code: int | None,
-    retry_after: float | None,
-    gone: bool,
-    endpoint_down: bool,
-    refused_by_message: bool,
-    policy: RetryPolicy,
-    jitter: Callable[[float, float], float],
-) -> Decision:
+    """What follows attempt number `attempt` of `max_attempts`, which ended in `outcome` (`description`:
+    "HTTP 503 (Service Unavailable)"). `signal` is what the transport read of the receiver, else it is read
+    from `status_code`, `retry_after` and `gone`; `endpoint_down` and `refused_by_message` are the
+    endpoint's verdict after this batch (delivery.rules.health); `outlived` is EVENT_MAX_LATENESS when
+    the delivery was queued longer ago than that."""
     if signal is None:
         signal = signal_of(outcome=outcome, status_code=status_code, retry_after=retry_after, gone=gone)
     if signal == Signal.SUCCESS:
@@ -162,24 +117,33 @@ def _decide(
             if retry_after is None
             else retry_delay(attempt=attempt, retry_after=retry_after, policy=policy, jitter=jitter)
         )
-        return Decision(status=DeliveryStatus.QUEUED, delay=delay, reason=description, charged=False)
-    if signal == Signal.GONE:
-        # The destination is gone (delivery.rules.health made its endpoint GONE): the message is not
-        # at fault, so it waits for the operator without spending an attempt, in its due order.
-        return Decision(status=DeliveryStatus.QUEUED, delay=None, reason=description, charged=False)
-    if endpoint_down and signal in (Signal.FAILURE, Signal.REFUSAL):
-        return Decision(status=DeliveryStatus.QUEUED, delay=None, reason=description, charged=False)
+        return _wait_again(delay=delay, description=description, charged=False, outlived=outlived)
+    # The destination is gone (delivery.rules.health made its endpoint GONE; it waits for the operator) or
+    # its endpoint is down: the message is not at fault, so it waits without an attempt, in its due order.
+    if signal == Signal.GONE or (endpoint_down and signal in (Signal.FAILURE, Signal.REFUSAL)):
+        return _wait_again(delay=None, description=description, charged=False, outlived=outlived)
     if outcome == AttemptOutcome.PERMANENT_FAILURE and (signal != Signal.REFUSAL or refused_by_message):
-        return Decision(
-            status=DeliveryStatus.DEAD, delay=timedelta(0), reason=f"Permanent failure: {description}"
-        )
+        return _dead(f"Permanent failure: {description}")
     if attempt >= max_attempts:
-        return Decision(
-            status=DeliveryStatus.DEAD,
-            delay=timedelta(0),
-            reason=f"Gave up after {attempt} attempts; last: {description}",
-        )
+        return _dead(f"Gave up after {attempt} attempts; last: {description}")
+    # A lost worker's attempt (ABANDONED) is tried again at once: nothing says the receiver is unwell,
+    # and the lease already cost a wait.
     if outcome == AttemptOutcome.ABANDONED:
-        return Decision(status=DeliveryStatus.QUEUED, delay=timedelta(0), reason=description)
+        return _wait_again(delay=timedelta(0), description=description, charged=True, outlived=outlived)
     delay = retry_delay(attempt=attempt, retry_after=retry_after, policy=policy, jitter=jitter)
-    return Decision(status=DeliveryStatus.QUEUED, delay=delay, reason=description)
+    return _wait_again(delay=delay, description=description, charged=True, outlived=outlived)
+
+
+def _wait_again(
+    *, delay: timedelta | None, description: str, charged: bool, outlived: timedelta | None
+) -> Decision:
+    """QUEUED again after `delay` (None: it keeps its due time), unless the delivery `outlived` its
+    lateness: what would wait again is given up instead (a receiver that answers 429 for ever cannot
+    keep it)."""
+    if outlived is not None:
+        return _dead(late_reason(lateness=outlived, last=description))
+    return Decision(status=DeliveryStatus.QUEUED, delay=delay, reason=description, charged=charged)
+
+
+def _dead(reason: str) -> Decision:
+    return Decision(status=DeliveryStatus.DEAD, delay=timedelta(0), reason=reason)

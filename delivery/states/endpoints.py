@@ -27,6 +27,7 @@ from delivery.rules.pace import RateSlot, RateWindow, rate_slots_take
 from runtime.sql import column_field, send
 from runtime.wakeup import WORKER_CHANNEL, notify
 from scheduling.exceptions import InvalidStateTransition
+from scheduling.state_machine import StateMachine
 
 logger = logging.getLogger(__name__)
 
@@ -46,28 +47,30 @@ class EndpointActor(enum.StrEnum):
     OPERATOR = "operator"  # the console's and the API's Pause and Resume, a destination's new URL
 
 
-# The state machine. Every other move is refused with InvalidStateTransition.
-ENDPOINT_TRANSITIONS: Mapping[tuple[str, str], EndpointActor] = {
-    # ENDPOINT_FAILURE_THRESHOLD endpoint failures in a row, over all workers.
-    (HEALTHY, FAILING): EndpointActor.WORKER,
-    # The probe (or any attempt still in flight) succeeded: the backlog drains.
-    (FAILING, HEALTHY): EndpointActor.PROBE,
-    # An operator holds every delivery to it; in-flight requests finish.
-    (HEALTHY, PAUSED): EndpointActor.OPERATOR,
-    (FAILING, PAUSED): EndpointActor.OPERATOR,
-    # Resumed: HEALTHY, so the backlog drains at once; if the receiver is still
-    # down, the first answers make it FAILING again.
-    (PAUSED, HEALTHY): EndpointActor.OPERATOR,
-    # Its service answered that the destination no longer exists (channels: a deleted
-    # webhook, an archived channel), to any attempt, a probe's included.
-    (HEALTHY, GONE): EndpointActor.WORKER,
-    (FAILING, GONE): EndpointActor.WORKER,
-    # The operator fixed it at the service (a new webhook behind the same URL, the channel
-    # unarchived) and resumes it, or gave the destination a new URL; or pauses it meanwhile.
-    # If it is still gone, the first answer makes it GONE again.
-    (GONE, HEALTHY): EndpointActor.OPERATOR,
-    (GONE, PAUSED): EndpointActor.OPERATOR,
-}
+# The state machine: each move and the one actor who makes it.
+ENDPOINT_TRANSITIONS = StateMachine(
+    {
+        # ENDPOINT_FAILURE_THRESHOLD endpoint failures in a row, over all workers.
+        (HEALTHY, FAILING): EndpointActor.WORKER,
+        # The probe (or any attempt still in flight) succeeded: the backlog drains.
+        (FAILING, HEALTHY): EndpointActor.PROBE,
+        # An operator holds every delivery to it; in-flight requests finish.
+        (HEALTHY, PAUSED): EndpointActor.OPERATOR,
+        (FAILING, PAUSED): EndpointActor.OPERATOR,
+        # Resumed: HEALTHY, so the backlog drains at once; if the receiver is still
+        # down, the first answers make it FAILING again.
+        (PAUSED, HEALTHY): EndpointActor.OPERATOR,
+        # Its service answered that the destination no longer exists (channels: a deleted
+        # webhook, an archived channel), to any attempt, a probe's included.
+        (HEALTHY, GONE): EndpointActor.WORKER,
+        (FAILING, GONE): EndpointActor.WORKER,
+        # The operator fixed it at the service (a new webhook behind the same URL, the channel
+        # unarchived) and resumes it, or gave the destination a new URL; or pauses it meanwhile.
+        # If it is still gone, the first answer makes it GONE again.
+        (GONE, HEALTHY): EndpointActor.OPERATOR,
+        (GONE, PAUSED): EndpointActor.OPERATOR,
+    }
+)
 
 _HEALTH_FIELDS = tuple(Health.__dataclass_fields__)
 # The health of an endpoint whose row is gone (endpoint_record_answers): a new one's.
@@ -90,8 +93,7 @@ def endpoint_transition(
     changes: Mapping[str, Any] | None = None,
 ) -> bool:
     """Move the endpoint from `source` to `target` if it is still in `source`; say whether it moved."""
-    if ENDPOINT_TRANSITIONS.get((source, target)) != actor:
-        raise InvalidStateTransition(f"The {actor} cannot move an endpoint from {source} to {target}.")
+    ENDPOINT_TRANSITIONS.refuse_unless(source=source, target=target, actor=actor, mover="An endpoint")
     moved = Endpoint.objects.filter(pk=endpoint_id, state=source).update(
         state=target, updated_at=timezone.now(), **(changes or {})
     )

@@ -22,6 +22,7 @@ from django.db import connection, models
 from delivery.models import Delivery, DeliveryStatus
 from runtime.sql import column_field, rows_relation, send, waited
 from scheduling.exceptions import InvalidStateTransition
+from scheduling.state_machine import StateMachine
 
 QUEUED, SENDING, DELIVERED, DEAD = (
     DeliveryStatus.QUEUED,
@@ -30,24 +31,26 @@ QUEUED, SENDING, DELIVERED, DEAD = (
     DeliveryStatus.DEAD,
 )
 
-# The state machine. Every other move is refused with InvalidStateTransition.
-DELIVERY_TRANSITIONS: Mapping[tuple[str, str], str] = {
-    (QUEUED, SENDING): "claim: a worker leases it for one attempt",
-    (SENDING, DELIVERED): "record: the receiver accepted it",
-    (SENDING, QUEUED): "record: a transient failure, tried again later; release: handed back unstarted; "
-    "take over: its worker was lost, tried again now",
-    (SENDING, DEAD): "record: a permanent failure, or the last attempt failed",
-    (DEAD, QUEUED): "resend or recovery: an operator queues it again, under the same key",
-    (
-        DELIVERED,
-        QUEUED,
-    ): "recovery: an operator queues it again, under the same key, for a receiver that lost "
-    "what it had accepted",
-    (
-        QUEUED,
-        DEAD,
-    ): "expire: still waiting (on a failing or paused endpoint) EVENT_MAX_LATENESS after it was queued",
-}
+# The state machine: each move and what makes it.
+DELIVERY_TRANSITIONS = StateMachine(
+    {
+        (QUEUED, SENDING): "claim: a worker leases it for one attempt",
+        (SENDING, DELIVERED): "record: the receiver accepted it",
+        (SENDING, QUEUED): "record: a transient failure, tried again later; release: handed back unstarted; "
+        "take over: its worker was lost, tried again now",
+        (SENDING, DEAD): "record: a permanent failure, or the last attempt failed",
+        (DEAD, QUEUED): "resend or recovery: an operator queues it again, under the same key",
+        (
+            DELIVERED,
+            QUEUED,
+        ): "recovery: an operator queues it again, under the same key, for a receiver that lost "
+        "what it had accepted",
+        (
+            QUEUED,
+            DEAD,
+        ): "expire: still waiting (on a failing or paused endpoint) EVENT_MAX_LATENESS after it was queued",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -151,8 +154,7 @@ def _returned(name: str, *, binary: bool) -> str:
 
 def _check_transition(*, source: str, target: str, select: Due | Rows, lease: NewLease | None) -> None:
     """Refuse a move the state machine has not, and one that takes or ends a lease where it must not."""
-    if (source, target) not in DELIVERY_TRANSITIONS:
-        raise InvalidStateTransition(f"A delivery cannot move from {source} to {target}.")
+    DELIVERY_TRANSITIONS.refuse_unless(source=source, target=target, mover="A delivery")
     under_lease = isinstance(select, Rows) and (
         select.held_by is not None or select.expired_before is not None
     )

@@ -32,7 +32,7 @@ from delivery.dispatch.payload import message_overrides
 from delivery.models import Destination, DestinationOptOut
 from delivery.rules.digest_calendar import dates_named, digest_date_naming, digest_dates
 from scheduling.celebration import NOT_CELEBRATED, Visibility, visibility_of
-from scheduling.handlers import get_handler
+from scheduling.handlers import RecipientRow, get_handler
 from scheduling.models import Event, EventStatus
 from scheduling.pauses import EVENT_TYPE_PAUSED, RECIPIENT_PAUSED, PauseSpan
 from scheduling.selectors import (
@@ -184,29 +184,22 @@ class UpcomingDigest:
         return self.at.astimezone(load_timezone(self.timezone))
 
 
-class _Person(NamedTuple):
-    """A recipient as the reads need them: what the handlers read (scheduling.handlers.RecipientRow's
-    fields), their pause, labels and language. Tuples, not model instances: a page of 500 costs a
-    fraction of what as many instances would."""
+class _Row(NamedTuple):
+    """An event and its recipient, as read (_rows): what the handlers read, their pause, labels and
+    language, as the claim reads them (delivery.dispatch.claim.ClaimedEvent), and their email. Tuples,
+    not model instances: a page of 500 costs a fraction of what as many instances would."""
 
     id: uuid.UUID
-    first_name: str
-    last_name: str
-    date_of_birth: date
-    timezone: str
-    anniversary_date: date | None
-    send_time: time | None
-    hide_age: bool
-    paused_at: datetime | None
-    resumed_at: datetime | None
+    event_type: str
+    occurrence_date: date
+    target_timestamp_utc: datetime
+    target_timezone: str
+    recipient: RecipientRow
+    pause: PauseSpan
     labels: list[str]
     language: str
     email: str
     email_undeliverable_at: datetime | None
-
-    @property
-    def pause(self) -> PauseSpan:
-        return PauseSpan(self.paused_at, self.resumed_at)
 
     @property
     def mailable(self) -> bool:
@@ -214,24 +207,35 @@ class _Person(NamedTuple):
         return bool(self.email) and self.email_undeliverable_at is None
 
 
-class _Row(NamedTuple):
-    """An event and its recipient, as read (_rows)."""
-
-    id: uuid.UUID
-    event_type: str
-    occurrence_date: date
-    target_timestamp_utc: datetime
-    target_timezone: str
-    user: _Person
-
-
-_ROW_COLUMNS = [*_Row._fields[:-1], *(f"user__{name}" for name in _Person._fields)]
+# The columns read, flat: the event's, then the recipient's (RecipientRow's and PauseSpan's, nested in _Row
+# by _rows, then the rest of _Row's).
+_RECIPIENT = _Row._fields.index("recipient")
+_PAUSE = _RECIPIENT + len(RecipientRow._fields)
+_REST = _PAUSE + len(PauseSpan._fields)
+_ROW_COLUMNS = [
+    *_Row._fields[:_RECIPIENT],
+    *(
+        f"user__{name}"
+        for name in (
+            *RecipientRow._fields,
+            *PauseSpan._fields,
+            *_Row._fields[_Row._fields.index("pause") + 1 :],
+        )
+    ),
+]
 
 
 def _rows(events: QuerySet[Event]) -> list[_Row]:
-    split = len(_Row._fields) - 1
     return [
-        _Row._make((*row[:split], _Person._make(row[split:]))) for row in events.values_list(*_ROW_COLUMNS)
+        _Row._make(
+            (
+                *row[:_RECIPIENT],
+                RecipientRow._make(row[_RECIPIENT:_PAUSE]),
+                PauseSpan._make(row[_PAUSE:_REST]),
+                *row[_REST:],
+            )
+        )
+        for row in events.values_list(*_ROW_COLUMNS)
     ]
 
 
@@ -264,7 +268,7 @@ class _Rules:
 
     def read_choices(self, events: Sequence[_Row]) -> None:
         """The people's own visibility of these events' types, and their opt-outs, in two queries."""
-        people = {e.user.id for e in events}
+        people = {e.recipient.id for e in events}
         self.choices = {
             (user_id, event_type): visibility
             for user_id, event_type, visibility in CelebrationChoice.objects.filter(
@@ -451,17 +455,12 @@ def _occurrences(
 
 
 def _occurrence(*, event: _Row, rules: _Rules, only: Destination | None) -> UpcomingOccurrence:
-    user = event.user
+    recipient = event.recipient
     visibility = visibility_of(
-        rules.choices.get((user.id, event.event_type)), default=rules.defaults.get(event.event_type)
+        rules.choices.get((recipient.id, event.event_type)), default=rules.defaults.get(event.event_type)
     )
     placements, left_out = _fate(event=event, visibility=visibility, rules=rules, only=only)
-    years = message_choice(
-        templates=rules.templates,
-        event_type=event.event_type,
-        user=user,
-        occurrence_date=event.occurrence_date,
-    ).years
+    years = message_choice(templates=rules.templates, occasion=event, user=recipient).years
     return UpcomingOccurrence(
         event_id=event.id,
         event_type=event.event_type,
@@ -469,13 +468,13 @@ def _occurrence(*, event: _Row, rules: _Rules, only: Destination | None) -> Upco
         years=years,
         target_at=event.target_timestamp_utc,
         timezone=event.target_timezone,
-        recipient_id=user.id,
-        first_name=user.first_name,
-        last_name=user.last_name,
-        labels=tuple(user.labels),
-        language=user.language,
+        recipient_id=recipient.id,
+        first_name=recipient.first_name,
+        last_name=recipient.last_name,
+        labels=tuple(event.labels),
+        language=event.language,
         visibility=visibility,
-        line=get_handler(event.event_type).digest_line(user=user, occurrence_date=event.occurrence_date),
+        line=get_handler(event.event_type).digest_line(user=recipient, occurrence_date=event.occurrence_date),
         placements=tuple(placements),
         left_out=tuple(left_out),
     )
@@ -490,10 +489,9 @@ def _fate(
     does not hold the person is not listed one by one (a company with fifty team channels would
     read fifty lines a person): only "not in the audience" when no destination takes them.
     """
-    user = event.user
     event_type = event.event_type
     held = held_back_reason(
-        pause=user.pause,
+        pause=event.pause,
         type_pause=rules.type_pauses.get(event_type),
         target=event.target_timestamp_utc,
         visibility=visibility,
@@ -505,11 +503,11 @@ def _fate(
     private = visibility == Visibility.PRIVATE
     placements: list[Placement] = []
     left_out: list[LeftOut] = []
-    opted_out = rules.opted_out.get(user.id, set())
-    for destination in rules.router.targets(event_type=event_type, labels=user.labels, private=private):
+    opted_out = rules.opted_out.get(event.recipient.id, set())
+    for destination in rules.router.targets(event_type=event_type, labels=event.labels, private=private):
         if destination.pk in opted_out:
             left_out.append(LeftOut(destination.pk, destination.name, LeftOutReason.OPTED_OUT))
-        elif destination.mails_the_person and not user.mailable:
+        elif destination.mails_the_person and not event.mailable:
             left_out.append(LeftOut(destination.pk, destination.name, LeftOutReason.NO_EMAIL))
         # Rendered only where it is to be shown.
         elif only is None or destination.pk == only.pk:
@@ -520,10 +518,10 @@ def _fate(
             if (
                 not destination.personal
                 and destination.subscribes_to(event_type)
-                and Audience.of(destination).includes(user.labels)
+                and Audience.of(destination).includes(event.labels)
             ):
                 left_out.append(LeftOut(destination.pk, destination.name, LeftOutReason.PRIVATE))
-    for destination in rules.router.digests_naming(event_type=event_type, labels=user.labels):
+    for destination in rules.router.digests_naming(event_type=event_type, labels=event.labels):
         if only is not None and destination.pk != only.pk:
             continue
         if private:
@@ -552,13 +550,11 @@ def _fate(
 
 
 def _message_placement(*, event: _Row, destination: Destination, rules: _Rules) -> Placement:
-    user = event.user
     choice = message_choice(
         templates=rules.templates,
-        event_type=event.event_type,
-        user=user,
-        occurrence_date=event.occurrence_date,
-        language=user.language,
+        occasion=event,
+        user=event.recipient,
+        language=event.language,
         override=rules.overrides.get((destination.pk, event.event_type)),
     )
     return Placement(
@@ -571,7 +567,7 @@ def _message_placement(*, event: _Row, destination: Destination, rules: _Rules) 
         text=choice.text,
         language=choice.language,
         overridden=choice.overridden,
-        default_language=bool(user.language) and not choice.overridden and not choice.language,
+        default_language=bool(event.language) and not choice.overridden and not choice.language,
     )
 
 
@@ -597,7 +593,7 @@ def _digest_placement(*, event: _Row, destination: Destination) -> Placement | N
         at=at,
         timezone=destination.digest_timezone,
         text=get_handler(event.event_type).digest_line(
-            user=event.user, occurrence_date=event.occurrence_date
+            user=event.recipient, occurrence_date=event.occurrence_date
         ),
         language="",
         overridden=False,

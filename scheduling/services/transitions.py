@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +23,7 @@ from django.utils import timezone
 from runtime.sql import column_field, rows_relation, send, waited
 from scheduling.exceptions import InvalidStateTransition, OptimisticLockError
 from scheduling.models import Event, EventStatus
+from scheduling.state_machine import StateMachine
 
 
 class Actor(enum.StrEnum):
@@ -32,36 +34,31 @@ class Actor(enum.StrEnum):
     OPERATOR = "operator"
 
 
-PENDING, PROCESSING, COMPLETED, FAILED = (
-    EventStatus.PENDING,
-    EventStatus.PROCESSING,
-    EventStatus.COMPLETED,
-    EventStatus.FAILED,
+# The state machine: each move and the one actor who makes it.
+EVENT_TRANSITIONS = StateMachine(
+    {
+        # Claimed when due: its delivery is queued in the same transaction.
+        (EventStatus.PENDING, EventStatus.PROCESSING): Actor.SCHEDULER,
+        # Claimed later than EVENT_MAX_LATENESS, or while its recipient or its type
+        # was paused (scheduling.pauses): never sent, failed at once.
+        (EventStatus.PENDING, EventStatus.FAILED): Actor.SCHEDULER,
+        # Claimed when no enabled destination subscribes to its type: nothing to send.
+        (EventStatus.PENDING, EventStatus.COMPLETED): Actor.SCHEDULER,
+        # Its last delivery ended, and every one was accepted by its receiver.
+        (EventStatus.PROCESSING, EventStatus.COMPLETED): Actor.WORKER,
+        # Its last delivery ended, and one or more died (a permanent failure, every
+        # attempt used, or too late): the reason names their destinations.
+        (EventStatus.PROCESSING, EventStatus.FAILED): Actor.WORKER,
+        # Its dead deliveries sent again under the same idempotency key (support
+        # cases: the receiver was down for days, a bug was fixed). Only an operator may, so no
+        # automatic path (scheduler, worker, user edits) can ever take it.
+        (EventStatus.FAILED, EventStatus.PROCESSING): Actor.OPERATOR,
+        # A delivery it had delivered sent again under the same idempotency key (a
+        # destination's recovery: its receiver lost what it had accepted). Only an
+        # operator asks for it; a worker carries it out on their behalf.
+        (EventStatus.COMPLETED, EventStatus.PROCESSING): Actor.OPERATOR,
+    }
 )
-
-# The state machine. Every other move is refused with InvalidStateTransition.
-EVENT_TRANSITIONS: Mapping[tuple[str, str], Actor] = {
-    # Claimed when due: its delivery is queued in the same transaction.
-    (PENDING, PROCESSING): Actor.SCHEDULER,
-    # Claimed later than EVENT_MAX_LATENESS, or while its recipient or its type
-    # was paused (scheduling.pauses): never sent, failed at once.
-    (PENDING, FAILED): Actor.SCHEDULER,
-    # Claimed when no enabled destination subscribes to its type: nothing to send.
-    (PENDING, COMPLETED): Actor.SCHEDULER,
-    # Its last delivery ended, and every one was accepted by its receiver.
-    (PROCESSING, COMPLETED): Actor.WORKER,
-    # Its last delivery ended, and one or more died (a permanent failure, every
-    # attempt used, or too late): the reason names their destinations.
-    (PROCESSING, FAILED): Actor.WORKER,
-    # Its dead deliveries sent again under the same idempotency key (support
-    # cases: the receiver was down for days, a bug was fixed). Only an operator may, so no
-    # automatic path (scheduler, worker, user edits) can ever take it.
-    (FAILED, PROCESSING): Actor.OPERATOR,
-    # A delivery it had delivered sent again under the same idempotency key (a
-    # destination's recovery: its receiver lost what it had accepted). Only an
-    # operator asks for it; a worker carries it out on their behalf.
-    (COMPLETED, PROCESSING): Actor.OPERATOR,
-}
 
 
 class EventRef:
@@ -105,26 +102,23 @@ def start_events_transition(
     _check_transition(events=events, source=source, target=target, actor=actor)
     if not events:
         return lambda: []
-    now = now or timezone.now()
-    changes = dict(changes or {})
-    per_event = dict(per_event or {})
-    sql, params = _transition_update(
+    move = _Move(
         events=events,
         source=source,
         target=target,
-        now=now,
-        changes=changes,
-        per_event=per_event,
+        now=now or timezone.now(),
+        changes=dict(changes or {}),
+        per_event=dict(per_event or {}),
         condition=condition,
     )
-    sent = send(sql, params)
+    sent = send(*move.sql())
 
     def moved() -> list[uuid.UUID]:
         rows, _count = sent()
         ids = [_ID.to_python(row[0]) for row in rows]
         if strict and len(ids) != len(events):
-            raise _lost_events_error(events=events, moved_ids=ids, source=source)
-        _instances_follow(events=events, target=target, now=now, changes=changes, per_event=per_event)
+            raise move.lost_error(moved_ids=ids)
+        move.instances_follow()
         return ids
 
     return moved
@@ -137,12 +131,13 @@ events_transition = waited(start_events_transition)
 
 def _check_transition(*, events: Sequence[EventRef | Event], source: str, target: str, actor: Actor) -> None:
     """Refuse a move the state machine has not, or not for `actor`, and model instances not at `source`."""
-    if EVENT_TRANSITIONS.get((source, target)) is not actor:
-        first = events[0] if events else None
-        raise InvalidStateTransition(
-            f"Event {getattr(first, 'id', '')} (version {getattr(first, 'version', '')}) cannot move from "
-            f"{source} to {target}" + (f" by the {actor}." if (source, target) in EVENT_TRANSITIONS else ".")
-        )
+    first = events[0] if events else None
+    EVENT_TRANSITIONS.refuse_unless(
+        source=source,
+        target=target,
+        actor=actor,
+        mover=f"Event {getattr(first, 'id', '')} (version {getattr(first, 'version', '')})",
+    )
     for event in events:
         if isinstance(event, Event) and event.status != source:
             raise InvalidStateTransition(
@@ -150,74 +145,70 @@ def _check_transition(*, events: Sequence[EventRef | Event], source: str, target
             )
 
 
-def _transition_update(
-    *,
-    events: Sequence[EventRef | Event],
-    source: str,
-    target: str,
-    now: datetime,
-    changes: Mapping[str, Any],
-    per_event: Mapping[str, Sequence[Any]],
-    condition: tuple[str, Sequence[Any]] | None = None,
-) -> tuple[str, list[Any]]:
-    """The conditional UPDATE that moves `events`, returning the ids it moved, and its parameters."""
-    # The relation's columns are prefixed so that RETURNING can name the
-    # table's own columns unqualified: an `id` of both would be ambiguous.
-    columns = [("v_id", _ID), ("v_version", _VERSION)]
-    columns += [(f"v_{name}", column_field(Event, name).field) for name in per_event]
-    rows = list(
-        zip(
-            [event.id for event in events],
-            [event.version for event in events],
-            *per_event.values(),
-            strict=True,
+@dataclass(frozen=True)
+class _Move:
+    """One conditional UPDATE's move of `events` from `source` to `target`, and what it writes."""
+
+    events: Sequence[EventRef | Event]
+    source: str
+    target: str
+    now: datetime
+    changes: Mapping[str, Any]
+    per_event: Mapping[str, Sequence[Any]]
+    condition: tuple[str, Sequence[Any]] | None
+
+    def sql(self) -> tuple[str, list[Any]]:
+        """The UPDATE that moves the events, returning the ids it moved, and its parameters."""
+        # The relation's columns are prefixed so that RETURNING can name the
+        # table's own columns unqualified: an `id` of both would be ambiguous.
+        columns = [("v_id", _ID), ("v_version", _VERSION)]
+        columns += [(f"v_{name}", column_field(Event, name).field) for name in self.per_event]
+        rows = list(
+            zip(
+                [event.id for event in self.events],
+                [event.version for event in self.events],
+                *self.per_event.values(),
+                strict=True,
+            )
         )
-    )
-    relation, relation_params = rows_relation("v", columns, rows)
-    assignments = ["status = %s", "version = e.version + 1", "updated_at = %s"]
-    params: list[Any] = [target, column_field(Event, "updated_at").field.get_db_prep_value(now, connection)]
-    for name, value in changes.items():
-        column, field = column_field(Event, name)
-        assignments.append(f"{column} = %s")
-        params.append(field.get_db_prep_value(value, connection))
-    assignments += [f"{column_field(Event, name).column} = v.v_{name}" for name in per_event]
-    sql = (
-        f"UPDATE {Event._meta.db_table} AS e SET {', '.join(assignments)} FROM {relation} "
-        "WHERE e.id = v.v_id AND e.status = %s AND (v.v_version IS NULL OR e.version = v.v_version)"
-        + (f" AND ({condition[0]})" if condition is not None else "")
-        + " RETURNING id"
-    )
-    return sql, [*params, *relation_params, source, *(condition[1] if condition is not None else ())]
+        relation, relation_params = rows_relation("v", columns, rows)
+        assignments = ["status = %s", "version = e.version + 1", "updated_at = %s"]
+        params: list[Any] = [
+            self.target,
+            column_field(Event, "updated_at").field.get_db_prep_value(self.now, connection),
+        ]
+        for name, value in self.changes.items():
+            column, field = column_field(Event, name)
+            assignments.append(f"{column} = %s")
+            params.append(field.get_db_prep_value(value, connection))
+        assignments += [f"{column_field(Event, name).column} = v.v_{name}" for name in self.per_event]
+        condition = self.condition
+        sql = (
+            f"UPDATE {Event._meta.db_table} AS e SET {', '.join(assignments)} FROM {relation} "
+            "WHERE e.id = v.v_id AND e.status = %s AND (v.v_version IS NULL OR e.version = v.v_version)"
+            + (f" AND ({condition[0]})" if condition is not None else "")
+            + " RETURNING id"
+        )
+        return sql, [*params, *relation_params, self.source, *(condition[1] if condition is not None else ())]
 
+    def lost_error(self, *, moved_ids: list[uuid.UUID]) -> OptimisticLockError:
+        moved = set(moved_ids)
+        lost = [event for event in self.events if event.id not in moved]
+        return OptimisticLockError(
+            f"{len(lost)} of {len(self.events)} events changed since they were read (expected status "
+            f"{self.source}); first: event {lost[0].id} at version {lost[0].version}."
+        )
 
-def _lost_events_error(
-    *, events: Sequence[EventRef | Event], moved_ids: list[uuid.UUID], source: str
-) -> OptimisticLockError:
-    moved = set(moved_ids)
-    lost = [event for event in events if event.id not in moved]
-    return OptimisticLockError(
-        f"{len(lost)} of {len(events)} events changed since they were read (expected status {source}); "
-        f"first: event {lost[0].id} at version {lost[0].version}."
-    )
-
-
-def _instances_follow(
-    *,
-    events: Sequence[EventRef | Event],
-    target: str,
-    now: datetime,
-    changes: Mapping[str, Any],
-    per_event: Mapping[str, Sequence[Any]],
-) -> None:
-    """The model instances among `events` take the values their rows now hold."""
-    for event in events:
-        if isinstance(event, Event):
-            event.status = target
-            event.version += 1
-            event.updated_at = now
-            for name, value in changes.items():
-                setattr(event, name, value)
-    for name, values in per_event.items():
-        for event, value in zip(events, values, strict=True):
+    def instances_follow(self) -> None:
+        """The model instances among the events take the values their rows now hold."""
+        for event in self.events:
             if isinstance(event, Event):
-                setattr(event, name, value)
+                event.status = self.target
+                event.version += 1
+                event.updated_at = self.now
+                for name, value in self.changes.items():
+                    setattr(event, name, value)
+        for name, values in self.per_event.items():
+            for event, value in zip(self.events, values, strict=True):
+                if isinstance(event, Event):
+                    setattr(event, name, value)

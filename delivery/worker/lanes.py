@@ -239,8 +239,10 @@ class Lanes:
         """Put claimed deliveries in their lanes; return those whose endpoint went (its destination's URL changed,
         moving what was unsent to the new one, these too if claimed just before), for the caller to hand back."""
         new_keys = {delivery.endpoint_key for delivery in deliveries} - self.by_key.keys()
-        for endpoint in Endpoint.objects.filter(key__in=new_keys):
-            self.lane(endpoint)
+        # Nearly every batch's endpoints have their lanes already: no query to build then.
+        if new_keys:
+            for endpoint in Endpoint.objects.filter(key__in=new_keys):
+                self.lane(endpoint)
         for delivery in deliveries:
             if (lane := self.by_key.get(delivery.endpoint_key)) is not None:
                 lane.hold(delivery)

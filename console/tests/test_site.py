@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from django.urls import reverse
@@ -44,3 +48,30 @@ def test_an_apps_own_page_lists_its_models_by_name_as_django_does(console):
 
     (delivery,) = response.context["app_list"]
     assert [model["object_name"] for model in delivery["models"]] == ["Delivery", "Destination", "Endpoint"]
+
+
+ADMIN_CHECKS = """
+import django
+django.setup()
+from django.contrib import admin
+from django.core import checks
+errors = checks.run_checks(tags=[checks.Tags.admin])
+print(len(errors), admin.site.is_registered(__import__("users.models").models.User))
+"""
+
+
+@pytest.mark.slow
+def test_the_admin_checks_find_the_model_admins_in_a_process_that_loaded_no_urls():
+    # ModelAdmins are found when first needed (console.apps), and the checks run in no set order: in a
+    # fresh process whose URLconf is not loaded, the admin's checks must still see every ModelAdmin.
+    checked = subprocess.run(
+        [sys.executable, "-c", ADMIN_CHECKS],
+        cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout.split() == ["0", "True"]

@@ -638,14 +638,29 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
         if isinstance(destination, HttpResponse):
             return destination
         url = services.destination_url_reveal(destination=destination, operator=request.user.get_username())
+        return self._shown_once(
+            request,
+            destination,
+            template="url.html",
+            crumb="Receiver URL",
+            input_id="destination-url",
+            url=url,
+        )
+
+    def _shown_once(
+        self, request, destination: Destination, *, template: str, crumb: str, input_id: str, url: str
+    ) -> TemplateResponse:
+        """A credential of the destination shown whole on a page of its own (shown_once.html), never cached."""
         response = TemplateResponse(
             request,
-            "admin/delivery/destination/url.html",
+            f"admin/delivery/destination/{template}",
             {
                 **self.admin_site.each_context(request),
                 "opts": self.opts,
                 "original": destination,
-                "title": f"Receiver URL of {destination.name}",
+                "title": f"{crumb} of {destination.name}",
+                "crumb": crumb,
+                "input_id": input_id,
                 "url": url,
             },
         )
@@ -667,19 +682,14 @@ class DestinationAdmin(DestinationRecoveryAdminMixin, admin.ModelAdmin):
         token = calendar_feed_issue(
             destination=destination, operator=request.user.get_username(), now=timezone.now()
         )
-        response = TemplateResponse(
+        return self._shown_once(
             request,
-            "admin/delivery/destination/calendar_feed.html",
-            {
-                **self.admin_site.each_context(request),
-                "opts": self.opts,
-                "original": destination,
-                "title": f"Calendar feed of {destination.name}",
-                "url": request.build_absolute_uri(reverse("calendar-feed", kwargs={"token": token})),
-            },
+            destination,
+            template="calendar_feed.html",
+            crumb="Calendar feed",
+            input_id="calendar-feed-url",
+            url=request.build_absolute_uri(reverse("calendar-feed", kwargs={"token": token})),
         )
-        add_never_cache_headers(response)
-        return response
 
     @admin.action(
         description="Rotate the signing secret of the selected destinations", permissions=["change"]

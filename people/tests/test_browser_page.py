@@ -147,3 +147,16 @@ def test_a_form_posted_without_its_csrf_token_changes_nothing(sized, live_server
     assert posted.value.status == 403
     ada.refresh_from_db()
     assert ada.hide_age is False
+
+
+@pytest.mark.parametrize("language", ["en", "de"])
+def test_a_name_of_one_long_word_wraps_on_a_phone(sized, live_server, language):
+    # The heading greets the person by name: an 80-letter name with no space once pushed the page
+    # sideways at 390 px while the cards below stayed narrow.
+    person = UserFactory(first_name="Zoë<!channel>" + "A" * 80, last_name="<b>Ünal</b>", language=language)
+    page = sized(PHONE)
+
+    page.goto(link_of(person, live_server))
+
+    assert "Zoë<!channel>" in page.locator("h1").inner_text()
+    assert not scrolls_sideways(page)
